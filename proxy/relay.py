@@ -1,0 +1,856 @@
+"""The HTTP/2 frame relay: one upstream connection per client connection, one stream per stream.
+
+Why frames and not a gRPC proxy: only at the HTTP/2 level can the proxy tell an explicit cancel
+(RST_STREAM CANCEL) from a dead client (EOF) or a deadline, forward the client's own headers
+(user-agent included) untouched, and keep up with the wire (see the README's measurements).
+
+Shape: :class:`Tunnel` owns two sans-IO ``h2`` connections (server role towards the client,
+client role towards Triton) and the two asyncio transports. Bytes in -> h2 events -> forwarded
+frames + capture records. All per-message work is one pass in :meth:`_Side.messages`.
+
+Flow control (end-to-end backpressure): DATA received on one side is acknowledged to its sender
+only once it has been handed to the other side's h2 connection, i.e. once the receiver granted
+window for it. What the proxy holds per stream and direction is therefore bounded by the window it
+advertises (:data:`STREAM_WINDOW`), whatever the peers do; a stalled stream cannot starve the
+others because every stream has its own window and the connection window is large.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import hashlib
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+import structlog
+
+from replay import causes, labels
+from replay import events as ev
+from replay.inflight import InFlight
+
+log = structlog.get_logger("triton_tap.relay")
+
+#: Per-stream window the proxy advertises on both sides: the most it buffers per stream/direction.
+STREAM_WINDOW = 4 * 1024 * 1024
+#: Connection window: large, so one stalled stream never blocks its neighbours.
+CONNECTION_WINDOW = 256 * 1024 * 1024
+#: Bytes of a message kept for labelling in ``meta``/``none`` mode (tensor bytes come last).
+LABEL_KEEP = 1024 * 1024
+MAX_HEADER_LIST = 16 * 1024 * 1024
+
+REDACTED = "<redacted>"
+DEFAULT_REDACT = ("authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key")
+
+
+class PatchedH2Connection(h2.connection.H2Connection):
+    """``h2`` with the two behaviours a transparent relay cannot accept switched off.
+
+    1. A received GOAWAY moves h2 to CLOSED and rejects every later frame, so streams the peer
+       promised to finish could not drain: we keep the state machine open and stop opening streams
+       ourselves.
+    2. A frame on a stream closed by END_STREAM is a *connection* error in h2 (RFC 9113 5.1 "MUST"),
+       which would kill every other call on the connection because of one late frame (Triton sends
+       trailers then RST_STREAM at a server deadline, and a client may still be sending): we
+       answer it as a stream error instead.
+    Pinned to h2 4.x; tests/proxy/test_h2_patch.py fails if these internals move.
+    """
+
+    def _receive_goaway_frame(self, frame: Any) -> Any:
+        before = self.state_machine.state
+        result = super()._receive_goaway_frame(frame)  # type: ignore[misc]
+        if before is not h2.connection.ConnectionState.CLOSED:
+            self.state_machine.state = before
+        return result
+
+    def _stream_is_closed_by_reset(self, stream_id: int) -> bool:
+        return super()._stream_is_closed_by_reset(stream_id) or self._stream_is_closed_by_end(stream_id)  # type: ignore[misc, no-any-return]
+
+
+def _config(client_side: bool) -> h2.config.H2Configuration:
+    return h2.config.H2Configuration(
+        client_side=client_side,
+        header_encoding=None,
+        validate_outbound_headers=False,
+        normalize_outbound_headers=False,
+        validate_inbound_headers=False,
+        normalize_inbound_headers=False,
+        split_outbound_cookies=False,
+    )
+
+
+def _new_connection(client_side: bool) -> PatchedH2Connection:
+    conn = PatchedH2Connection(config=_config(client_side))
+    conn.local_settings = h2.settings.Settings(
+        client=client_side,
+        initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 2**31 - 1,
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
+            h2.settings.SettingCodes.MAX_FRAME_SIZE: 1024 * 1024,
+            h2.settings.SettingCodes.ENABLE_PUSH: 0,
+        },
+    )
+    # h2 checks inbound header blocks against this, independently of the advertised setting.
+    conn.max_inbound_frame_size = 1024 * 1024
+    conn.initiate_connection()
+    conn.increment_flow_control_window(CONNECTION_WINDOW - 65535)
+    return conn
+
+
+class Assembler:
+    """Cuts one direction of a stream's DATA into gRPC messages (5-byte prefix + body)."""
+
+    __slots__ = ("_hdr", "_remaining", "_flag", "_length", "_parts", "_kept", "_keep", "_hash")
+
+    def __init__(self, keep: int, hashing: bool) -> None:
+        self._hdr = bytearray()
+        self._remaining = -1
+        self._flag = 0
+        self._length = 0
+        self._parts: list[bytes] = []
+        self._kept = 0
+        self._keep = keep
+        self._hash: Any = hashlib.sha256() if hashing else None
+
+    @property
+    def partial(self) -> bool:
+        """Bytes of an unfinished message are buffered."""
+        return bool(self._hdr) or self._remaining >= 0
+
+    def feed(self, data: bytes) -> list[tuple[int, int, bytes, bool, str | None]]:
+        """Complete messages in ``data``: ``(flag, length, kept bytes, truncated, sha256)``."""
+        out: list[tuple[int, int, bytes, bool, str | None]] = []
+        i = 0
+        n = len(data)
+        while i < n:
+            if self._remaining < 0:
+                hdr = self._hdr
+                if not hdr and n - i >= 5:
+                    self._flag = data[i]
+                    self._length = int.from_bytes(data[i + 1 : i + 5], "big")
+                    i += 5
+                    # Fast path: the whole message is inside this chunk.
+                    if self._length <= n - i and self._length <= self._keep:
+                        body = data[i : i + self._length]
+                        i += self._length
+                        digest = None
+                        if self._hash is not None:
+                            digest = hashlib.sha256(body).hexdigest()
+                        out.append((self._flag, self._length, body, False, digest))
+                        continue
+                else:
+                    take = min(5 - len(hdr), n - i)
+                    hdr += data[i : i + take]
+                    i += take
+                    if len(hdr) < 5:
+                        break
+                    self._flag = hdr[0]
+                    self._length = int.from_bytes(hdr[1:5], "big")
+                    hdr.clear()
+                self._remaining = self._length
+                self._parts = []
+                self._kept = 0
+                if self._hash is not None:
+                    self._hash = hashlib.sha256()
+            take = min(self._remaining, n - i)
+            if take:
+                chunk = data[i : i + take]
+                if self._kept < self._keep:
+                    k = min(take, self._keep - self._kept)
+                    self._parts.append(chunk if k == take else chunk[:k])
+                    self._kept += k
+                if self._hash is not None:
+                    self._hash.update(chunk)
+                i += take
+                self._remaining -= take
+            if self._remaining == 0:
+                body = b"".join(self._parts)
+                digest = self._hash.hexdigest() if self._hash is not None else None
+                out.append((self._flag, self._length, body, self._length > self._kept, digest))
+                self._remaining = -1
+                self._parts = []
+        return out
+
+
+@dataclass(frozen=True)
+class RelayOptions:
+    """What the relay records and how it treats secrets."""
+
+    payload: str = "meta"  # none | meta | full
+    payload_cap: int | None = None
+    redact: tuple[str, ...] = DEFAULT_REDACT
+
+    def redacts(self, name: str) -> bool:
+        """Whether a metadata key's value must not reach the capture in clear."""
+        return name in self.redact or name.endswith("-token") or name.endswith("-secret")
+
+
+class Call:
+    """One RPC: a client stream and its upstream twin."""
+
+    __slots__ = (
+        "id", "down_id", "up_id", "method", "mkind", "t0", "timeout_ms", "inflight",
+        "c2s_queue", "c2s_end", "s2c_queue", "s2c_trailers", "s2c_rst", "s2c_end_bare",
+        "c2s_asm", "s2c_asm", "index", "resp_headers", "ended", "client_done",
+        "up_reset", "up_end_recv", "up_end_sent",
+    )  # fmt: skip
+
+    def __init__(self, call_id: str, down_id: int, method: str, timeout_ms: float | None, opts: RelayOptions) -> None:
+        self.id = call_id
+        self.down_id = down_id
+        self.up_id: int | None = None
+        self.method = method
+        self.mkind = labels.method_kind(method)
+        self.t0 = time.monotonic_ns()
+        self.timeout_ms = timeout_ms
+        self.inflight = InFlight(unary=self.mkind == labels.UNARY_INFER)
+        # (data, flow-controlled length to acknowledge once sent)
+        self.c2s_queue: collections.deque[list[Any]] = collections.deque()
+        self.c2s_end = False  # client END_STREAM waiting behind queued data
+        self.s2c_queue: collections.deque[list[Any]] = collections.deque()
+        self.s2c_trailers: list[tuple[bytes, bytes]] | None = None
+        self.s2c_rst: int | None = None  # upstream RST_STREAM to forward after trailers
+        self.s2c_end_bare = False  # upstream END_STREAM on DATA without trailers
+        keep = LABEL_KEEP if opts.payload != "full" else max(LABEL_KEEP, opts.payload_cap or 2**62)
+        hashing = opts.payload == "full"
+        self.c2s_asm = Assembler(keep, hashing)
+        self.s2c_asm = Assembler(keep, hashing)
+        self.index = [0, 0]
+        self.resp_headers: list[tuple[bytes, bytes]] | None = None
+        self.ended = False
+        self.client_done = False  # we sent END_STREAM or RST_STREAM to the client
+        self.up_reset = False  # the upstream stream was reset (by either side) or its connection died
+        self.up_end_recv = False
+        self.up_end_sent = False
+
+    @property
+    def up_closed(self) -> bool:
+        """Nothing more can happen on the upstream stream."""
+        return self.up_id is None or self.up_reset or (self.up_end_recv and self.up_end_sent)
+
+    def elapsed_ms(self) -> float:
+        """Milliseconds since the request HEADERS."""
+        return (time.monotonic_ns() - self.t0) / 1e6
+
+
+def _pairs(headers: list[tuple[bytes, bytes]]) -> list[list[str]]:
+    return [[k.decode("latin-1"), v.decode("latin-1")] for k, v in headers]
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    for k, v in headers:
+        if k == name:
+            return v
+    return None
+
+
+def _status_trailers(code: int, message: str, with_response_headers: bool) -> list[tuple[bytes, bytes]]:
+    out: list[tuple[bytes, bytes]] = []
+    if with_response_headers:
+        out += [(b":status", b"200"), (b"content-type", b"application/grpc")]
+    out += [(b"grpc-status", str(code).encode()), (b"grpc-message", message.encode())]
+    return out
+
+
+class _Side(asyncio.Protocol):
+    """One transport of a tunnel; forwards everything to the tunnel."""
+
+    def __init__(self, tunnel: Tunnel, upstream: bool) -> None:
+        self.tunnel = tunnel
+        self.upstream = upstream
+        self.transport: asyncio.Transport | None = None
+        self.paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.tunnel.side_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.tunnel.side_data(self, data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.tunnel.side_lost(self, exc)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self.tunnel.flush_all()
+
+    def eof_received(self) -> bool:
+        return False
+
+
+class Relay:
+    """Everything the tunnels share: options, the capture sink, id counters, open tunnels."""
+
+    def __init__(
+        self,
+        upstream: tuple[str, int],
+        emit: Callable[[Any], None],
+        options: RelayOptions | None = None,
+    ) -> None:
+        self.upstream = upstream
+        self.emit = emit
+        self.options = options or RelayOptions()
+        self.tunnels: set[Tunnel] = set()
+        self._conn_ids = itertools.count(1)
+        self.shutting_down = False
+        self.open_calls = 0
+
+    def protocol_factory(self) -> asyncio.Protocol:
+        """For ``loop.create_server``: a new tunnel per client connection."""
+        tunnel = Tunnel(self, f"c{next(self._conn_ids)}")
+        self.tunnels.add(tunnel)
+        return tunnel.down
+
+    def begin_shutdown(self) -> None:
+        """Stop taking new calls: GOAWAY to every client, in-flight calls go on."""
+        self.shutting_down = True
+        for t in list(self.tunnels):
+            t.goaway_down()
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait until no call is open (True) or ``timeout`` seconds passed (False)."""
+        deadline = time.monotonic() + timeout
+        while self.open_calls and time.monotonic() < deadline:
+            # Condition polling at a short interval: calls end from protocol callbacks that have no
+            # awaitable to hand out, and shutdown is not a hot path.
+            await asyncio.sleep(0.01)
+        return self.open_calls == 0
+
+    def abort_all(self, cause: str) -> None:
+        """End every open call with ``cause`` (``proxy_shutdown``) and close every connection."""
+        for t in list(self.tunnels):
+            t.abort(cause)
+
+
+class Tunnel:
+    """A client connection, its upstream connection, and the calls between them."""
+
+    def __init__(self, relay: Relay, conn_id: str) -> None:
+        self.relay = relay
+        self.emit = relay.emit
+        self.opts = relay.options
+        self.conn_id = conn_id
+        self.down = _Side(self, upstream=False)
+        self.up = _Side(self, upstream=True)
+        self.dconn = _new_connection(client_side=False)
+        self.uconn = _new_connection(client_side=True)
+        self.by_down: dict[int, Call] = {}
+        self.by_up: dict[int, Call] = {}
+        self.peer = ""
+        self.up_ready = False
+        self.up_failed: str | None = None
+        self.up_lost = False
+        self.down_lost = False
+        self.goaway_sent = False
+        self.max_down_id = 0
+        self._connect_task: asyncio.Task[None] | None = None
+
+    # -- transports ----------------------------------------------------------------------------
+
+    def side_made(self, side: _Side) -> None:
+        if side is self.down:
+            assert side.transport is not None
+            peer = side.transport.get_extra_info("peername")
+            self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+            # Hold the client's bytes until the upstream connection exists; our SETTINGS go out now.
+            side.transport.pause_reading()
+            self._write(self.down, self.dconn)
+            self._connect_task = asyncio.get_running_loop().create_task(
+                self._connect(), name=f"triton-tap-upstream-connect-{self.conn_id}"
+            )
+        else:
+            self.up_ready = True
+            self._write(self.up, self.uconn)
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        host, port = self.relay.upstream
+        try:
+            await loop.create_connection(lambda: self.up, host, port)
+        except OSError as e:
+            self.up_failed = f"triton-tap: upstream {host}:{port} unreachable: {e.strerror or e}"
+            log.warning("upstream_connect_failed", conn=self.conn_id, error=self.up_failed)
+        if self.down.transport is not None and not self.down_lost:
+            self.down.transport.resume_reading()
+
+    def side_data(self, side: _Side, data: bytes) -> None:
+        try:
+            if side is self.down:
+                events = self.dconn.receive_data(data)
+                for e in events:
+                    self._down_event(e)
+            else:
+                events = self.uconn.receive_data(data)
+                for e in events:
+                    self._up_event(e)
+        except h2.exceptions.ProtocolError as e:
+            # The peer broke HTTP/2: h2 has queued a GOAWAY for it; the other side stays intact.
+            log.warning("http2_protocol_error", conn=self.conn_id, upstream=side.upstream, error=str(e))
+            self._write(self.down, self.dconn)
+            self._write(self.up, self.uconn)
+            if side.transport is not None:
+                side.transport.close()
+            return
+        except Exception:
+            # A bug of ours must cost one connection, never the proxy.
+            log.exception("relay_internal_error", conn=self.conn_id)
+            self.abort("client_disconnect")
+            return
+        self._write(self.up, self.uconn)
+        self._write(self.down, self.dconn)
+
+    def side_lost(self, side: _Side, exc: Exception | None) -> None:
+        if side is self.down:
+            self.down_lost = True
+            for call in list(self.by_down.values()):
+                if not call.ended:
+                    self._cancel(call, "client_disconnect", None)
+            self._write(self.up, self.uconn)
+            if self.up.transport is not None:
+                self.up.transport.close()
+            if self._connect_task is not None and not self._connect_task.done():
+                self._connect_task.cancel()
+            self.relay.tunnels.discard(self)
+        else:
+            if self.down_lost or not self.up_ready:
+                return
+            self.up_lost = True
+            for call in list(self.by_down.values()):
+                if not call.ended:
+                    self._cancel(call, "upstream_disconnect", None)
+            self.goaway_down()
+            self._maybe_close_down()
+
+    def _write(self, side: _Side, conn: h2.connection.H2Connection) -> None:
+        data = conn.data_to_send()
+        if data and side.transport is not None and not side.transport.is_closing():
+            side.transport.write(data)
+
+    def flush_all(self) -> None:
+        """Retry every queued transfer (after window updates, settings changes, transport resume)."""
+        for call in list(self.by_down.values()):
+            self._flush_c2s(call)
+            self._flush_s2c(call)
+        self._write(self.up, self.uconn)
+        self._write(self.down, self.dconn)
+
+    def goaway_down(self) -> None:
+        """Tell the client to open no new calls on this connection; open calls go on."""
+        if not self.goaway_sent and not self.down_lost:
+            self.goaway_sent = True
+            self.dconn.close_connection(last_stream_id=self.max_down_id)
+            self._write(self.down, self.dconn)
+            self._maybe_close_down()
+
+    def _maybe_close_down(self) -> None:
+        if self.goaway_sent and not self.by_down and self.down.transport is not None:
+            self.down.transport.close()
+
+    def abort(self, cause: str) -> None:
+        """End every open call with ``cause`` and close both connections."""
+        for call in list(self.by_down.values()):
+            if not call.ended:
+                self._cancel(call, cause, None)
+        self.goaway_down()
+        self._write(self.up, self.uconn)
+        self._write(self.down, self.dconn)
+        if self.down.transport is not None:
+            self.down.transport.close()
+        if self.up.transport is not None:
+            self.up.transport.close()
+
+    # -- client side events --------------------------------------------------------------------
+
+    def _down_event(self, e: Any) -> None:
+        if isinstance(e, h2.events.DataReceived):
+            call = self.by_down.get(e.stream_id)
+            if call is None or call.ended:
+                self.dconn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+                return
+            self._messages(call, 0, e.data)
+            call.c2s_queue.append([e.data, e.flow_controlled_length])
+            self._flush_c2s(call)
+        elif isinstance(e, h2.events.WindowUpdated):
+            if e.stream_id:
+                call = self.by_down.get(e.stream_id)
+                if call is not None:
+                    self._flush_s2c(call)
+            else:
+                for call in list(self.by_down.values()):
+                    self._flush_s2c(call)
+        elif isinstance(e, h2.events.RequestReceived):
+            self._request(e)
+        elif isinstance(e, h2.events.StreamEnded):
+            call = self.by_down.get(e.stream_id)
+            if call is not None and not call.ended:
+                self.emit(ev.HalfClosed(t_ns=time.time_ns(), call=call.id))
+                call.c2s_end = True
+                self._flush_c2s(call)
+        elif isinstance(e, h2.events.StreamReset):
+            call = self.by_down.get(e.stream_id)
+            if call is not None and not call.ended:
+                cause = causes.client_reset_cause(call.timeout_ms, call.elapsed_ms())
+                self._cancel(call, cause, e.error_code)
+            elif call is not None:
+                self._forget(call)
+        elif isinstance(e, h2.events.RemoteSettingsChanged):
+            for call in list(self.by_down.values()):
+                self._flush_s2c(call)
+
+    def _request(self, e: Any) -> None:
+        sid = e.stream_id
+        self.max_down_id = max(self.max_down_id, sid)
+        headers: list[tuple[bytes, bytes]] = e.headers
+        path = _header(headers, b":path") or b""
+        timeout = _header(headers, b"grpc-timeout")
+        timeout_ms = causes.parse_grpc_timeout(timeout.decode("latin-1")) if timeout else None
+        call = Call(f"{self.conn_id}.{sid}", sid, path.decode("latin-1"), timeout_ms, self.opts)
+        self.by_down[sid] = call
+        self.relay.open_calls += 1
+        meta = [
+            [k, REDACTED if self.opts.redacts(k) else v]
+            for k, v in _pairs(headers)
+        ]
+        self.emit(
+            ev.CallStarted(
+                t_ns=time.time_ns(), call=call.id, conn=self.conn_id, method=call.method,
+                peer=self.peer, metadata=meta, timeout_ms=timeout_ms,
+            )
+        )  # fmt: skip
+        if self.up_failed is not None or self.up_lost or not self.up_ready:
+            reason = self.up_failed or "triton-tap: upstream connection lost"
+            self._fail_down(call, "upstream_disconnect", 14, reason)
+            return
+        up_id = self.uconn.get_next_available_stream_id()
+        call.up_id = up_id
+        self.by_up[up_id] = call
+        self.uconn.send_headers(up_id, headers, end_stream=False)
+
+    def _flush_c2s(self, call: Call) -> None:
+        if call.up_id is None or call.up_reset or self.up.paused:
+            return
+        conn = self.uconn
+        q = call.c2s_queue
+        sid = call.up_id
+        try:
+            while q:
+                item = q[0]
+                data = item[0]
+                window = conn.local_flow_control_window(sid)
+                if window <= 0:
+                    return
+                size = min(len(data), window, conn.max_outbound_frame_size)
+                if size < len(data):
+                    conn.send_data(sid, data[:size])
+                    item[0] = data[size:]
+                    continue
+                conn.send_data(sid, data)
+                q.popleft()
+                self.dconn.acknowledge_received_data(item[1], call.down_id)
+            if call.c2s_end:
+                call.c2s_end = False
+                conn.end_stream(sid)
+                call.up_end_sent = True
+                if call.ended and call.up_closed:
+                    self._forget(call)
+        except h2.exceptions.ProtocolError:
+            # Upstream already closed this stream: discard what the client still sends, but keep
+            # acknowledging it so the connection window does not leak.
+            while q:
+                self.dconn.acknowledge_received_data(q.popleft()[1], call.down_id)
+            call.c2s_end = False
+            call.up_reset = True
+
+    # -- upstream side events ------------------------------------------------------------------
+
+    def _up_event(self, e: Any) -> None:
+        if isinstance(e, h2.events.DataReceived):
+            call = self.by_up.get(e.stream_id)
+            if call is None or call.ended:
+                self.uconn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+                return
+            self._messages(call, 1, e.data)
+            call.s2c_queue.append([e.data, e.flow_controlled_length])
+            self._flush_s2c(call)
+        elif isinstance(e, h2.events.WindowUpdated):
+            if e.stream_id:
+                call = self.by_up.get(e.stream_id)
+                if call is not None:
+                    self._flush_c2s(call)
+            else:
+                for call in list(self.by_down.values()):
+                    self._flush_c2s(call)
+        elif isinstance(e, h2.events.ResponseReceived):
+            call = self.by_up.get(e.stream_id)
+            if call is None or call.ended:
+                return
+            headers = e.headers
+            if e.stream_ended is not None:
+                # Trailers-only response: status in the only HEADERS frame.
+                call.resp_headers = None
+                call.s2c_trailers = headers
+                self._flush_s2c(call)
+            else:
+                call.resp_headers = headers
+                self.dconn.send_headers(call.down_id, headers)
+        elif isinstance(e, h2.events.TrailersReceived):
+            call = self.by_up.get(e.stream_id)
+            if call is not None and not call.ended:
+                call.s2c_trailers = e.headers
+                self._flush_s2c(call)
+        elif isinstance(e, h2.events.StreamEnded):
+            call = self.by_up.get(e.stream_id)
+            if call is not None:
+                call.up_end_recv = True
+                if not call.ended and call.s2c_trailers is None:
+                    call.s2c_end_bare = True
+                    self._flush_s2c(call)
+                elif call.ended and call.up_closed:
+                    self._forget(call)
+        elif isinstance(e, h2.events.StreamReset):
+            call = self.by_up.get(e.stream_id)
+            if call is None:
+                return
+            call.up_reset = True
+            if call.ended:
+                # Late reset after a complete response (Triton: trailers then RST NO_ERROR): pass
+                # it on after what is queued, so the client stops sending too.
+                call.s2c_rst = e.error_code
+                self._flush_s2c(call)
+                self._forget(call)
+                return
+            if call.s2c_trailers is not None or call.s2c_end_bare:
+                # The response is complete; its reset must not overtake queued data/trailers.
+                call.s2c_rst = e.error_code
+                self._flush_s2c(call)
+            else:
+                self._upstream_reset(call, e.error_code)
+        elif isinstance(e, h2.events.ConnectionTerminated):
+            # Upstream GOAWAY: pass it on so the client opens new calls on a new connection (and
+            # so a new upstream connection); calls in flight drain.
+            self.goaway_down()
+        elif isinstance(e, h2.events.RemoteSettingsChanged):
+            for call in list(self.by_down.values()):
+                self._flush_c2s(call)
+
+    def _flush_s2c(self, call: Call) -> None:
+        if self.down.paused or self.down_lost:
+            return
+        conn = self.dconn
+        if call.client_done:
+            if call.s2c_rst is not None:
+                rst, call.s2c_rst = call.s2c_rst, None
+                try:
+                    conn.reset_stream(call.down_id, rst)
+                except h2.exceptions.ProtocolError:
+                    pass
+            return
+        q = call.s2c_queue
+        sid = call.down_id
+        try:
+            while q:
+                item = q[0]
+                data = item[0]
+                window = conn.local_flow_control_window(sid)
+                if window <= 0:
+                    return
+                size = min(len(data), window, conn.max_outbound_frame_size)
+                if size < len(data):
+                    conn.send_data(sid, data[:size])
+                    item[0] = data[size:]
+                    continue
+                conn.send_data(sid, data)
+                q.popleft()
+                if call.up_id is not None:
+                    self.uconn.acknowledge_received_data(item[1], call.up_id)
+            if call.s2c_trailers is not None:
+                trailers = call.s2c_trailers
+                conn.send_headers(sid, trailers, end_stream=True)
+                call.client_done = True
+                self._end_with_status(call, trailers)
+            elif call.s2c_end_bare:
+                conn.end_stream(sid)
+                call.client_done = True
+                self._end(call, "error", "INTERNAL", "upstream ended the stream without a grpc-status", None)
+            if call.client_done and call.s2c_rst is not None:
+                conn.reset_stream(sid, call.s2c_rst)
+                call.s2c_rst = None
+        except h2.exceptions.ProtocolError:
+            # The client already closed or reset this stream.
+            call.client_done = True
+
+    # -- messages --------------------------------------------------------------------------------
+
+    def _messages(self, call: Call, direction: int, data: bytes) -> None:
+        """Cut, label and record every complete message in ``data`` (the hot path's one pass)."""
+        asm = call.c2s_asm if direction == 0 else call.s2c_asm
+        done = asm.feed(data)
+        if not done:
+            return
+        mkind = call.mkind
+        payload = self.opts.payload
+        t_ns = time.time_ns()
+        dname = "c2s" if direction == 0 else "s2c"
+        for flag, length, body, truncated, digest in done:
+            idx = call.index[direction]
+            call.index[direction] = idx + 1
+            fields: dict[str, Any] = {}
+            if mkind and not flag:
+                try:
+                    if direction == 0:
+                        fields = labels.request_labels(body, truncated)
+                        call.inflight.sent(fields["request_id"])
+                    else:
+                        if mkind == labels.STREAM:
+                            fields = labels.stream_response_labels(body, truncated)
+                        else:
+                            fields = labels.response_labels(body, truncated)
+                        call.inflight.answered(fields["request_id"], fields["final"])
+                except Exception as e:  # noqa: BLE001 - any decode failure is a fact to record
+                    fields = {"decode_error": f"not a valid {'request' if direction == 0 else 'response'}: {e}"}
+                if "inputs" in fields:
+                    fields["inputs"] = [ev.TensorSpec(**t) for t in fields["inputs"]]
+            elif mkind and flag:
+                fields = {"decode_error": "compressed message: not decoded"}
+            if payload == "full":
+                cap = self.opts.payload_cap
+                fields["payload_sha256"] = digest
+                shown = body if cap is None else body[:cap]
+                fields["payload"] = base64.b64encode(shown).decode("ascii")
+                fields["payload_truncated"] = truncated or len(shown) < length
+            self.emit(
+                ev.MessageSeen(
+                    t_ns=t_ns, call=call.id, dir=dname, index=idx, size=length,
+                    compressed=bool(flag), **fields,
+                )
+            )  # fmt: skip
+
+    # -- endings ---------------------------------------------------------------------------------
+
+    def _end_with_status(self, call: Call, trailers: list[tuple[bytes, bytes]]) -> None:
+        raw = _header(trailers, b"grpc-status")
+        msg = _header(trailers, b"grpc-message")
+        details = unquote(msg.decode("latin-1")) if msg is not None else None
+        if raw is None or not raw.isdigit():
+            self._end(call, "error", "UNKNOWN", details or "upstream trailers without grpc-status", trailers)
+            return
+        code = int(raw)
+        cause = causes.upstream_status_cause(code, call.timeout_ms, call.elapsed_ms())
+        if cause == "deadline":
+            in_flight, executing = call.inflight.snapshot()
+            self.emit(
+                ev.CallCancelled(
+                    t_ns=time.time_ns(), call=call.id, cause="deadline", in_flight=in_flight,
+                    executing=executing, rst_code=None, elapsed_ms=call.elapsed_ms(),
+                    forwarded_upstream=False,
+                )
+            )  # fmt: skip
+        self._end(call, cause, causes.status_name(code), details, trailers)
+
+    def _upstream_reset(self, call: Call, code: int) -> None:
+        """Upstream reset the stream before sending a status."""
+        call.client_done = True
+        try:
+            self.dconn.reset_stream(call.down_id, code)
+        except h2.exceptions.ProtocolError:
+            pass
+        status = causes.RST_TO_STATUS.get(code, "INTERNAL")
+        self._end(call, "error", status, f"upstream reset the stream (HTTP/2 error {code})", None, rst=code)
+
+    def _cancel(self, call: Call, cause: str, rst_code: int | None) -> None:
+        """The call ends by a cancel-like event: record it first, then act on both sides."""
+        in_flight, executing = call.inflight.snapshot()
+        forwarded = False
+        if call.up_id is not None and not call.up_closed and not self.up_lost:
+            try:
+                self.uconn.reset_stream(call.up_id, h2.errors.ErrorCodes.CANCEL)
+                forwarded = True
+            except h2.exceptions.ProtocolError:
+                pass
+        call.up_reset = True
+        self.emit(
+            ev.CallCancelled(
+                t_ns=time.time_ns(), call=call.id, cause=cause, in_flight=in_flight, executing=executing,  # type: ignore[arg-type]
+                rst_code=rst_code, elapsed_ms=call.elapsed_ms(), forwarded_upstream=forwarded,
+            )
+        )  # fmt: skip
+        status = causes.STATUS_FOR_CAUSE[cause]
+        if cause in ("upstream_disconnect", "proxy_shutdown"):
+            msg = (
+                "triton-tap: upstream connection lost"
+                if cause == "upstream_disconnect"
+                else "triton-tap: proxy shutting down"
+            )
+            self._fail_down(call, cause, 14, msg)
+            return
+        call.client_done = True
+        self._end(call, cause, status, None, None)
+
+    def _fail_down(self, call: Call, cause: str, code: int, message: str) -> None:
+        """Give the client a gRPC status of our own (the upstream cannot)."""
+        if not call.client_done and not self.down_lost:
+            call.s2c_queue.clear()
+            call.s2c_trailers = _status_trailers(code, message, call.resp_headers is None)
+            try:
+                self.dconn.send_headers(call.down_id, call.s2c_trailers, end_stream=True)
+            except h2.exceptions.ProtocolError:
+                pass
+            call.client_done = True
+        self._end(call, cause, causes.status_name(code), message, None)
+
+    def _end(
+        self,
+        call: Call,
+        cause: str,
+        status: str,
+        details: str | None,
+        trailers: list[tuple[bytes, bytes]] | None,
+        rst: int | None = None,
+    ) -> None:
+        if call.ended:
+            return
+        call.ended = True
+        self.relay.open_calls -= 1
+        self.emit(
+            ev.CallEnded(
+                t_ns=time.time_ns(), call=call.id, status=status, details=details, cause=cause,  # type: ignore[arg-type]
+                trailers=_pairs(trailers) if trailers is not None else None,
+                initial_metadata=_pairs(call.resp_headers) if call.resp_headers is not None else None,
+                duration_ms=call.elapsed_ms(), messages_c2s=call.index[0], messages_s2c=call.index[1],
+                upstream_rst_code=rst,
+            )
+        )  # fmt: skip
+        if call.client_done and call.up_closed:
+            self._forget(call)
+        self._maybe_close_down()
+
+    def _forget(self, call: Call) -> None:
+        """Drop a finished call's bookkeeping; late frames are acknowledged and ignored."""
+        if not call.ended:
+            return
+        # Bytes still queued were never forwarded: give their window back at connection level.
+        while call.c2s_queue:
+            self.dconn.acknowledge_received_data(call.c2s_queue.popleft()[1], call.down_id)
+        if call.up_id is not None:
+            while call.s2c_queue:
+                self.uconn.acknowledge_received_data(call.s2c_queue.popleft()[1], call.up_id)
+            self.by_up.pop(call.up_id, None)
+        self.by_down.pop(call.down_id, None)
+        self._maybe_close_down()

@@ -1,0 +1,160 @@
+"""Running the recording proxy: start-up checks, the listening socket, signals, drain, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from proxy import __version__
+from proxy.relay import DEFAULT_REDACT, Relay, RelayOptions
+from proxy.writer import CaptureWriter, WriterOptions, prepare_directory
+from replay import events as ev
+from replay.errors import UpstreamError, UserError
+
+log = structlog.get_logger("triton_tap.proxy")
+
+
+def parse_hostport(value: str, what: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too) -> tuple, or :class:`UserError` naming the flag."""
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UserError(f"{what} must be HOST:PORT, got {value!r}")
+    return host, int(port)
+
+
+@dataclass
+class ProxyConfig:
+    """Everything ``triton-tap record`` takes."""
+
+    listen: str = "127.0.0.1:8011"
+    upstream: str = "127.0.0.1:8001"
+    capture_dir: Path = Path("captures")
+    payload: str = "meta"
+    payload_cap: int | None = None
+    rotate_mb: float | None = None
+    gzip_rotated: bool = False
+    drain_timeout: float = 10.0
+    connect_timeout: float = 3.0
+    redact: tuple[str, ...] = DEFAULT_REDACT
+    extra_options: dict[str, Any] = field(default_factory=dict)
+
+
+def check_upstream(host: str, port: int, timeout: float) -> None:
+    """Fail fast, with one line, when nothing listens upstream at start."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as e:
+        raise UpstreamError(f"upstream {host}:{port} is unreachable: {e.strerror or e}") from None
+
+
+class RecordingProxy:
+    """The proxy as an object: ``await start()``, then ``await stop()`` (tests and the CLI)."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.listen_addr = parse_hostport(config.listen, "--listen")
+        self.upstream_addr = parse_hostport(config.upstream, "--upstream")
+        if config.payload not in ("none", "meta", "full"):
+            raise UserError(f"--payload must be none, meta or full, got {config.payload!r}")
+        self.writer: CaptureWriter | None = None
+        self.relay: Relay | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self.port = 0
+
+    @property
+    def capture_path(self) -> Path:
+        """The capture file being written."""
+        assert self.writer is not None
+        return self.writer.path
+
+    async def start(self) -> None:
+        """Check, bind and start recording; raises :class:`UserError`/:class:`UpstreamError`."""
+        cfg = self.config
+        prepare_directory(cfg.capture_dir)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, check_upstream, *self.upstream_addr, cfg.connect_timeout)
+        opts = {
+            "payload": cfg.payload,
+            "payload_cap": cfg.payload_cap,
+            "rotate_mb": cfg.rotate_mb,
+            "gzip_rotated": cfg.gzip_rotated,
+            "drain_timeout_s": cfg.drain_timeout,
+            "redact": list(cfg.redact),
+            **cfg.extra_options,
+        }
+        # Bind before the capture exists so that a busy port leaves no empty capture behind.
+        relay_box: list[Relay] = []
+        host, port = self.listen_addr
+        try:
+            self._server = await loop.create_server(
+                lambda: relay_box[0].protocol_factory(), host, port, reuse_address=True, start_serving=False
+            )
+        except OSError as e:
+            raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        self.port = self._server.sockets[0].getsockname()[1]
+        listen = f"{host}:{self.port}"
+        start = ev.CaptureStarted(
+            t_ns=time.time_ns(), proxy_version=__version__, listen=listen,
+            upstream=f"{self.upstream_addr[0]}:{self.upstream_addr[1]}", options=opts,
+        )  # fmt: skip
+        rotate = int(cfg.rotate_mb * 1024 * 1024) if cfg.rotate_mb else None
+        self.writer = CaptureWriter(
+            WriterOptions(directory=cfg.capture_dir, rotate_bytes=rotate, gzip_rotated=cfg.gzip_rotated), start
+        )
+        try:
+            self.writer.open()
+        except OSError as e:
+            self._server.close()
+            raise UserError(f"cannot create a capture file in {str(cfg.capture_dir)!r}: {e.strerror or e}") from None
+        self.relay = Relay(
+            self.upstream_addr,
+            self.writer.emit,
+            RelayOptions(payload=cfg.payload, payload_cap=cfg.payload_cap, redact=cfg.redact),
+        )
+        relay_box.append(self.relay)
+        await self._server.start_serving()
+        log.info(
+            "recording",
+            listen=listen,
+            upstream=start.upstream,
+            capture=str(self.writer.path),
+            payload=cfg.payload,
+        )
+
+    async def stop(self) -> None:
+        """Drain (bounded by ``drain_timeout``), end what is left as ``proxy_shutdown``, close."""
+        assert self.relay is not None and self.writer is not None and self._server is not None
+        self._server.close()
+        self.relay.begin_shutdown()
+        drained = await self.relay.wait_idle(self.config.drain_timeout)
+        left = self.relay.open_calls
+        if not drained:
+            log.warning("drain_timeout", open_calls=left, timeout_s=self.config.drain_timeout)
+        self.relay.abort_all("proxy_shutdown")
+        await self._server.wait_closed()
+        await self.writer.close({"calls.open_at_shutdown": left})
+        log.info("capture_closed", capture=[str(p) for p in self.writer.paths])
+
+
+async def run(config: ProxyConfig) -> None:
+    """Run until SIGTERM/SIGINT, then drain and close the capture (the CLI's main)."""
+    proxy = RecordingProxy(config)
+    await proxy.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        log.info("shutting_down", open_calls=proxy.relay.open_calls if proxy.relay else 0)
+    finally:
+        await proxy.stop()
