@@ -57,9 +57,9 @@ DEFAULT_REDACT = ("authorization", "proxy-authorization", "cookie", "set-cookie"
 class PatchedH2Connection(h2.connection.H2Connection):
     """``h2`` with the two behaviours a transparent relay cannot accept switched off.
 
-    1. A received GOAWAY moves h2 to CLOSED and rejects every later frame, so streams the peer
-       promised to finish could not drain: we keep the state machine open and stop opening streams
-       ourselves.
+    1. A GOAWAY, received or sent, moves h2 to CLOSED and rejects every later frame, so streams
+       the GOAWAY promised to finish could not drain (neither the upstream's nor ours at shutdown):
+       we keep the state machine open and stop opening streams ourselves.
     2. A frame on a stream closed by END_STREAM is a *connection* error in h2 (RFC 9113 5.1 "MUST"),
        which would kill every other call on the connection because of one late frame (Triton sends
        trailers then RST_STREAM at a server deadline, and a client may still be sending): we
@@ -73,6 +73,14 @@ class PatchedH2Connection(h2.connection.H2Connection):
         if before is not h2.connection.ConnectionState.CLOSED:
             self.state_machine.state = before
         return result
+
+    def close_connection(
+        self, error_code: int = 0, additional_data: bytes | None = None, last_stream_id: int | None = None
+    ) -> None:
+        before = self.state_machine.state
+        super().close_connection(error_code, additional_data, last_stream_id)
+        if before is not h2.connection.ConnectionState.CLOSED:
+            self.state_machine.state = before
 
     def _stream_is_closed_by_reset(self, stream_id: int) -> bool:
         return super()._stream_is_closed_by_reset(stream_id) or self._stream_is_closed_by_end(stream_id)  # type: ignore[misc, no-any-return]

@@ -69,6 +69,13 @@ class RecordingProxy:
         self.relay: Relay | None = None
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
+        self._stopped = False
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the proxy runs on (for callers in other threads)."""
+        assert self._server is not None
+        return self._server.get_loop()
 
     @property
     def capture_path(self) -> Path:
@@ -133,6 +140,9 @@ class RecordingProxy:
     async def stop(self) -> None:
         """Drain (bounded by ``drain_timeout``), end what is left as ``proxy_shutdown``, close."""
         assert self.relay is not None and self.writer is not None and self._server is not None
+        if self._stopped:
+            return
+        self._stopped = True
         self._server.close()
         self.relay.begin_shutdown()
         drained = await self.relay.wait_idle(self.config.drain_timeout)

@@ -104,7 +104,7 @@ def to_dict(record: ev.Record) -> dict[str, Any]:
 def _type_text(tp: Any) -> str:
     text = str(tp).replace("typing.", "").replace("replay.events.", "")
     text = text.replace("<class '", "").replace("'>", "")
-    return text.replace("NoneType", "null")
+    return text.replace("NoneType", "null").replace(" | ", " or ")
 
 
 def markdown() -> str:

@@ -28,7 +28,15 @@ def stream_response(model: str, rid: str, final: bool, text: bytes | None) -> pb
 
 
 class FakeTriton(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    """Answers ModelStreamInfer with N responses per request (N from parameter ``n``, default 3)."""
+    """Answers ModelStreamInfer with N responses per request (N from parameter ``n``, default 3).
+
+    ModelInfer echoes its inputs; request id ``fail`` aborts with INVALID_ARGUMENT, a ``delay_ms``
+    parameter delays the answer (server-side, to create in-flight windows). Every call's
+    metadata is kept in ``seen_metadata`` so tests can prove what reached the upstream.
+    """
+
+    def __init__(self) -> None:
+        self.seen_metadata: list[tuple[tuple[str, Any], ...]] = []
 
     async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
@@ -37,6 +45,13 @@ class FakeTriton(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
         return pb.ServerReadyResponse(ready=True)
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        self.seen_metadata.append(tuple(context.invocation_metadata()))
+        await context.send_initial_metadata((("x-initial", "i1"), ("x-initial-bin", b"\x00\xffi")))
+        context.set_trailing_metadata((("x-trailer", "t1"), ("x-trailer-bin", b"\x01\x02")))
+        if "delay_ms" in request.parameters:
+            await asyncio.sleep(request.parameters["delay_ms"].int64_param / 1000)
+        if request.id == "fail":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "fake: bad request, ünïcode % detail")
         r = pb.ModelInferResponse(model_name=request.model_name, model_version="1", id=request.id)
         for t in request.inputs:
             r.outputs.add(name="OUTPUT", datatype=t.datatype, shape=list(t.shape))
@@ -46,6 +61,7 @@ class FakeTriton(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        self.seen_metadata.append(tuple(context.invocation_metadata()))
         async for req in request_iterator:
             n = req.parameters["n"].int64_param if "n" in req.parameters else 3
             empty_final = (
@@ -59,13 +75,14 @@ class FakeTriton(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
                 yield stream_response(req.model_name, req.id, True, None)
 
 
-async def start_fake(port: int = 0) -> tuple[grpc.aio.Server, int]:
-    """Start the fake on 127.0.0.1; returns the server and its port."""
+async def start_fake(port: int = 0, with_servicer: bool = False) -> Any:
+    """Start the fake on 127.0.0.1; returns ``(server, port)`` (plus the servicer when asked)."""
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(FakeTriton(), server)
+    servicer = FakeTriton()
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     port = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
-    return server, port
+    return (server, port, servicer) if with_servicer else (server, port)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,345 @@
+"""Run a real Triton Inference Server (2.51, CPU only) from the nvidia-pytriton wheel.
+
+The proxy is tested against the genuine server rather than a fake so that streaming,
+cancellation and error semantics are the ones a deployment sees. The wheel ships the
+server binary, the Python backend and one backend stub per Python version; this module
+assembles them into a runnable layout (see /work/shared/triton-cpu.md for why each
+environment detail below is needed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+__all__ = [
+    "TritonNotAvailable",
+    "TritonServer",
+    "TritonStartupError",
+    "free_port",
+    "model_repository",
+]
+
+LOG_FILE_NAME = "tritonserver.log"
+_POLL_INTERVAL_S = 0.1
+_LOG_TAIL_LINES = 30
+
+# No shm-default-byte-size / shm-growth-byte-size override on purpose: the Python
+# backend's shared-memory pool (1 MiB by default) grows on demand, and with the defaults
+# a 64 MiB uint8 tensor round-trips through `echo` on Triton 2.51 (about as fast as with a
+# 64 MiB pool), so the test server keeps the settings a default deployment has. Message
+# size is not a limit either: the same 64 MiB call passes Triton's gRPC server and
+# tritonclient's channel, which both raise gRPC's 4 MiB receive default.
+
+
+class TritonNotAvailable(RuntimeError):
+    """The nvidia-pytriton wheel (server binary, Python backend or stub) is missing."""
+
+
+class TritonStartupError(RuntimeError):
+    """The server exited early or did not become ready; the message holds the log tail."""
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    return _free_ports(1)[0]
+
+
+def _free_ports(count: int) -> list[int]:
+    # Hold all sockets open until every port is chosen: binding them one after another
+    # and closing each immediately can hand the same port out twice.
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def model_repository() -> Path:
+    """Path of the packaged model repository (``proxy/models``)."""
+    return Path(__file__).resolve().parent / "models"
+
+
+@dataclass(frozen=True)
+class _Distribution:
+    binary: Path
+    backend_files: tuple[Path, ...]
+    stub: Path
+    libs_dir: Path
+
+
+def _locate_distribution() -> _Distribution:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise TritonNotAvailable(
+            "nvidia-pytriton is not installed in this interpreter "
+            f"({sys.executable}); pip install nvidia-pytriton==0.7.0"
+        )
+    package_dir = Path(next(iter(spec.submodule_search_locations)))
+    server_dir = package_dir / "tritonserver"
+    binary = server_dir / "bin" / "tritonserver"
+    backend_src = server_dir / "backends" / "python"
+    backend_files = (
+        backend_src / "libtriton_python.so",
+        backend_src / "triton_python_backend_utils.py",
+    )
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = server_dir / "python_backend_stubs" / version / "triton_python_backend_stub"
+    libs_dir = package_dir.parent / "nvidia_pytriton.libs"
+    for required in (binary, *backend_files, stub, libs_dir):
+        if not required.exists():
+            raise TritonNotAvailable(
+                f"nvidia-pytriton at {package_dir} lacks {required} "
+                f"(Python {version}); reinstall nvidia-pytriton==0.7.0"
+            )
+    return _Distribution(binary, backend_files, stub, libs_dir)
+
+
+def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as handle:
+            return "".join(deque(handle, maxlen=lines))
+    except OSError as exc:
+        return f"<cannot read {path}: {exc}>"
+
+
+@dataclass
+class TritonServer:
+    """A tritonserver process bound to loopback, serving ``model_repository``."""
+
+    model_repository: Path
+    workdir: Path
+    log_verbose: int = 1
+    extra_args: Sequence[str] = ()
+    _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _ports: tuple[int, int, int] | None = field(default=None, init=False, repr=False)
+    # A per-instance prefix lets stop()/kill() delete exactly this server's shared-memory
+    # regions, which a SIGKILLed server cannot clean up itself.
+    _shm_prefix: str = field(
+        default_factory=lambda: f"triton_tap_{os.getpid()}_{uuid.uuid4().hex[:8]}_",
+        init=False,
+        repr=False,
+    )
+
+    # -- properties -----------------------------------------------------------------
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self._require_ports()[0]}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self._require_ports()[1]}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self._require_ports()[2]}/metrics"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / LOG_FILE_NAME
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self, timeout: float = 120.0) -> None:
+        """Start on fresh random ports and block until the server and all models are ready."""
+        if self.running:
+            raise RuntimeError(f"tritonserver already running (pid {self.pid})")
+        grpc_port, http_port, metrics_port = _free_ports(3)
+        self._ports = (grpc_port, http_port, metrics_port)
+        self._launch(timeout)
+
+    def restart(self, timeout: float = 120.0) -> None:
+        """Start again on the ports of the first start, e.g. after kill() or stop()."""
+        if self._ports is None:
+            raise RuntimeError("restart() before start(): no ports to reuse")
+        self.stop()
+        self._launch(timeout)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM, wait up to ``timeout``, then SIGKILL. Safe to call repeatedly."""
+        process = self._process
+        if process is None:
+            return
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self._kill_group(process)
+                process.wait()
+        self._reap(process)
+
+    def kill(self) -> None:
+        """SIGKILL immediately, as an upstream crash would look to the proxy."""
+        process = self._process
+        if process is None:
+            return
+        # Kill the whole session, not just the server: orphaned Python stubs would otherwise
+        # linger until their parent-health check notices, holding CPU and shared memory.
+        self._kill_group(process)
+        process.wait()
+        self._reap(process)
+
+    def __enter__(self) -> TritonServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- internals ------------------------------------------------------------------
+
+    def _require_ports(self) -> tuple[int, int, int]:
+        if self._ports is None:
+            raise RuntimeError("tritonserver has not been started: no ports yet")
+        return self._ports
+
+    def _prepare_backends(self, dist: _Distribution) -> Path:
+        backends = self.workdir / "backends"
+        python_dir = backends / "python"
+        python_dir.mkdir(parents=True, exist_ok=True)
+        # The Python backend looks for its stub next to libtriton_python.so, but the wheel
+        # keeps stubs in a per-Python-version directory, hence a private backend dir.
+        for source in (*dist.backend_files, dist.stub):
+            target = python_dir / source.name
+            if not target.exists() or target.stat().st_size != source.stat().st_size:
+                shutil.copy2(source, target)
+        return backends
+
+    def _environment(self, dist: _Distribution) -> dict[str, str]:
+        env = dict(os.environ)
+        libdir = sysconfig.get_config_var("LIBDIR")
+        # The interpreter's own libpython must win over the system one, or the stub runs
+        # a different libpython under this interpreter's stdlib and every model fails.
+        ld_path = [str(libdir)] if libdir else []
+        ld_path.append(str(dist.libs_dir))
+        if env.get("LD_LIBRARY_PATH"):
+            ld_path.append(env["LD_LIBRARY_PATH"])
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(ld_path)
+        # The stub takes sys.prefix from the first python3 on PATH, so this interpreter's
+        # bin dir must come first for models to see the same packages (numpy 1.26).
+        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), *filter(None, [env.get("PATH")])])
+        return env
+
+    def _command(self, dist: _Distribution, backends: Path) -> list[str]:
+        grpc_port, http_port, metrics_port = self._require_ports()
+        return [
+            str(dist.binary),
+            f"--model-repository={self.model_repository}",
+            f"--backend-directory={backends}",
+            "--grpc-address=127.0.0.1",
+            f"--grpc-port={grpc_port}",
+            "--http-address=127.0.0.1",
+            f"--http-port={http_port}",
+            "--metrics-address=127.0.0.1",
+            f"--metrics-port={metrics_port}",
+            f"--log-verbose={self.log_verbose}",
+            # Keep shutdown bounded when a model ignores cancellation and keeps computing.
+            "--exit-timeout-secs=5",
+            f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}",
+            *self.extra_args,
+        ]
+
+    def _launch(self, timeout: float) -> None:
+        dist = _locate_distribution()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        backends = self._prepare_backends(dist)
+        command = self._command(dist, backends)
+        # Append so that a restart keeps the log of the run that crashed.
+        with self.log_path.open("ab") as log:
+            log.write(f"=== triton-tap: starting {' '.join(command)}\n".encode())
+            log.flush()
+            self._process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._environment(dist),
+                # Own session so a Ctrl-C on the test run does not hit the server first and
+                # so kill() can take the backend stubs down with it.
+                start_new_session=True,
+            )
+        self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        process = self._process
+        assert process is not None
+        url = f"{self.http_url}/v2/health/ready"
+        # Never route loopback through an http_proxy from the environment.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        deadline = time.monotonic() + timeout
+        while True:
+            code = process.poll()
+            if code is not None:
+                self._reap(process)
+                raise TritonStartupError(
+                    f"tritonserver exited with code {code} before becoming ready; "
+                    f"last log lines of {self.log_path}:\n{_tail(self.log_path)}"
+                )
+            try:
+                with opener.open(url, timeout=2.0) as response:
+                    if response.status == 200:
+                        return
+            except (OSError, http.client.HTTPException):
+                pass  # not listening yet, or 400 while models are still loading
+            if time.monotonic() >= deadline:
+                self.kill()
+                raise TritonStartupError(
+                    f"tritonserver not ready after {timeout:.0f}s; "
+                    f"last log lines of {self.log_path}:\n{_tail(self.log_path)}"
+                )
+            time.sleep(_POLL_INTERVAL_S)
+
+    @staticmethod
+    def _kill_group(process: subprocess.Popen[bytes]) -> None:
+        # start_new_session=True made the server its session/group leader (pgid == pid).
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+
+    def _reap(self, process: subprocess.Popen[bytes]) -> None:
+        # Stubs normally exit with the server; anything left in its group is stale.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        for region in Path("/dev/shm").glob(f"{self._shm_prefix}*"):
+            with contextlib.suppress(OSError):
+                region.unlink()
+        self._process = None

@@ -1,0 +1,25 @@
+"""Fixtures for end-to-end tests against a real Triton 2.51 server (CPU, Python backend)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from proxy.tritonserver import TritonNotAvailable, TritonServer, model_repository
+
+
+@pytest.fixture(scope="session")
+def triton(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    """One tritonserver for the whole session, serving proxy/models on loopback."""
+    server = TritonServer(model_repository(), workdir=tmp_path_factory.mktemp("triton"))
+    # Registered before start() so a server that starts but then fails readiness, or a
+    # session torn down by an error, never leaves a tritonserver process behind.
+    request.addfinalizer(server.stop)
+    try:
+        server.start()
+    except TritonNotAvailable as exc:
+        # A missing server is a broken environment, not an optional feature: fail loudly.
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.stop()
