@@ -341,6 +341,14 @@ class Relay:
             await asyncio.sleep(0.01)
         return self.open_calls == 0
 
+    def hard_close(self) -> None:
+        """Drop every connection still open without waiting for buffered bytes."""
+        for t in list(self.tunnels):
+            for side in (t.down, t.up):
+                if side.transport is not None:
+                    side.transport.abort()
+        self.tunnels.clear()
+
     def abort_all(self, cause: str) -> None:
         """End every open call with ``cause`` (``proxy_shutdown``) and close every connection."""
         for t in list(self.tunnels):

@@ -150,7 +150,12 @@ class RecordingProxy:
         if not drained:
             log.warning("drain_timeout", open_calls=left, timeout_s=self.config.drain_timeout)
         self.relay.abort_all("proxy_shutdown")
-        await self._server.wait_closed()
+        # Server.wait_closed() semantics differ across Python versions (3.11 may wait on client
+        # connections forever); wait for our own tunnels instead, bounded, then cut what is left.
+        deadline = time.monotonic() + 2.0
+        while self.relay.tunnels and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        self.relay.hard_close()
         await self.writer.close({"calls.open_at_shutdown": left})
         log.info("capture_closed", capture=[str(p) for p in self.writer.paths])
 

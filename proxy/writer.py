@@ -150,15 +150,17 @@ class CaptureWriter:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await self._wake.wait()
-            self._wake.clear()
-            if self._queue:
-                batch = list(self._queue)
-                self._queue.clear()
-                await loop.run_in_executor(self._pool, self._write_batch, batch)
+            if not self._queue:
+                # Check closing before sleeping: close() may have set the wake-up flag that an
+                # earlier batch already consumed.
+                if self._closing:
+                    return
+                await self._wake.wait()
+                self._wake.clear()
                 continue
-            if self._closing:
-                return
+            batch = list(self._queue)
+            self._queue.clear()
+            await loop.run_in_executor(self._pool, self._write_batch, batch)
 
     # -- writer thread -----------------------------------------------------------------------
 

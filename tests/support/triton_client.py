@@ -1,0 +1,96 @@
+"""Small tritonclient drivers shared by end-to-end tests (real tritonclient.grpc, sync)."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+
+def token_inputs(prompt: str, n: int, delay_ms: int | None = None) -> list[grpcclient.InferInput]:
+    """Inputs of the `tokens`-style models."""
+    p = grpcclient.InferInput("PROMPT", [1], "BYTES")
+    p.set_data_from_numpy(np.array([prompt.encode()], dtype=object))
+    m = grpcclient.InferInput("MAX_TOKENS", [1], "INT32")
+    m.set_data_from_numpy(np.array([n], dtype=np.int32))
+    out = [p, m]
+    if delay_ms is not None:
+        d = grpcclient.InferInput("DELAY_MS", [1], "INT32")
+        d.set_data_from_numpy(np.array([delay_ms], dtype=np.int32))
+        out.append(d)
+    return out
+
+
+def echo_inputs(data: np.ndarray, delay_ms: int | None = None) -> list[grpcclient.InferInput]:
+    """Inputs of the `echo` model."""
+    x = grpcclient.InferInput("INPUT", [data.size], "UINT8")
+    x.set_data_from_numpy(data)
+    out = [x]
+    if delay_ms is not None:
+        d = grpcclient.InferInput("DELAY_MS", [1], "INT32")
+        d.set_data_from_numpy(np.array([delay_ms], dtype=np.int32))
+        out.append(d)
+    return out
+
+
+def describe(result: Any, error: Any) -> tuple[Any, ...]:
+    """What a stream callback got, as comparable data."""
+    if error is not None:
+        return ("error", str(error.status()), error.message())
+    r = result.get_response()
+    final = r.parameters["triton_final_response"].bool_param if "triton_final_response" in r.parameters else None
+    texts = tuple(x.decode() for x in result.as_numpy("TEXT")) if any(o.name == "TEXT" for o in r.outputs) else ()
+    return ("result", r.id, final, texts)
+
+
+class StreamSession:
+    """A tritonclient stream whose callback events land in a queue."""
+
+    def __init__(self, url: str, **start_kw: Any) -> None:
+        self.client = grpcclient.InferenceServerClient(url)
+        self.events: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self.client.start_stream(callback=lambda result, error: self.events.put(describe(result, error)), **start_kw)
+
+    def send(self, model: str, inputs: Iterable[grpcclient.InferInput], rid: str, **kw: Any) -> None:
+        """Send one request on the stream."""
+        self.client.async_stream_infer(model, list(inputs), request_id=rid, **kw)
+
+    def take(self, n: int, timeout: float = 30.0) -> list[tuple[Any, ...]]:
+        """The next ``n`` callback events."""
+        return [self.events.get(timeout=timeout) for _ in range(n)]
+
+    def take_until(self, pred: Callable[[tuple[Any, ...]], bool], timeout: float = 30.0) -> list[tuple[Any, ...]]:
+        """Events up to and including the first one matching ``pred``."""
+        out = []
+        deadline = time.monotonic() + timeout
+        while True:
+            e = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
+            out.append(e)
+            if pred(e):
+                return out
+
+    def close(self, cancel_requests: bool = False) -> None:
+        """Stop the stream and close the client."""
+        self.client.stop_stream(cancel_requests=cancel_requests)
+        self.client.close()
+
+
+def per_request(events: list[tuple[Any, ...]]) -> dict[str, list[tuple[Any, ...]]]:
+    """Events grouped by request id (interleaving differs run to run; per-request order does not)."""
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    for e in events:
+        out.setdefault(e[1] if e[0] == "result" else "<error>", []).append(e)
+    return out
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    """Poll ``cond`` until true, or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
