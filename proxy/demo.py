@@ -85,6 +85,8 @@ def _traffic(url: str) -> list[str]:
     finals: set[str] = set()
     while len(finals) < 2:
         result, error = events.get(timeout=60)
+        if error is not None:
+            raise error
         r = result.get_response()
         if r.parameters["triton_final_response"].bool_param:
             finals.add(r.id)

@@ -69,7 +69,7 @@ class PatchedH2Connection(h2.connection.H2Connection):
 
     def _receive_goaway_frame(self, frame: Any) -> Any:
         before = self.state_machine.state
-        result = super()._receive_goaway_frame(frame)  # type: ignore[misc]
+        result = super()._receive_goaway_frame(frame)
         if before is not h2.connection.ConnectionState.CLOSED:
             self.state_machine.state = before
         return result
@@ -83,7 +83,8 @@ class PatchedH2Connection(h2.connection.H2Connection):
             self.state_machine.state = before
 
     def _stream_is_closed_by_reset(self, stream_id: int) -> bool:
-        return super()._stream_is_closed_by_reset(stream_id) or self._stream_is_closed_by_end(stream_id)  # type: ignore[misc, no-any-return]
+        closed: bool = super()._stream_is_closed_by_reset(stream_id) or self._stream_is_closed_by_end(stream_id)
+        return closed
 
 
 def _config(client_side: bool) -> h2.config.H2Configuration:
@@ -120,7 +121,7 @@ def _new_connection(client_side: bool) -> PatchedH2Connection:
 class Assembler:
     """Cuts one direction of a stream's DATA into gRPC messages (5-byte prefix + body)."""
 
-    __slots__ = ("_hdr", "_remaining", "_flag", "_length", "_parts", "_kept", "_keep", "_hash")
+    __slots__ = ("_flag", "_hash", "_hdr", "_keep", "_kept", "_length", "_parts", "_remaining")
 
     def __init__(self, keep: int, hashing: bool) -> None:
         self._hdr = bytearray()
@@ -209,10 +210,29 @@ class Call:
     """One RPC: a client stream and its upstream twin."""
 
     __slots__ = (
-        "id", "down_id", "up_id", "method", "mkind", "t0", "timeout_ms", "inflight",
-        "c2s_queue", "c2s_end", "s2c_queue", "s2c_trailers", "s2c_rst", "s2c_end_bare",
-        "c2s_asm", "s2c_asm", "index", "resp_headers", "ended", "client_done",
-        "up_reset", "up_end_recv", "up_end_sent",
+        "c2s_asm",
+        "c2s_end",
+        "c2s_queue",
+        "client_done",
+        "down_id",
+        "ended",
+        "id",
+        "index",
+        "inflight",
+        "method",
+        "mkind",
+        "resp_headers",
+        "s2c_asm",
+        "s2c_end_bare",
+        "s2c_queue",
+        "s2c_rst",
+        "s2c_trailers",
+        "t0",
+        "timeout_ms",
+        "up_end_recv",
+        "up_end_sent",
+        "up_id",
+        "up_reset",
     )  # fmt: skip
 
     def __init__(self, call_id: str, down_id: int, method: str, timeout_ms: float | None, opts: RelayOptions) -> None:
@@ -723,7 +743,7 @@ class Tunnel:
         mkind = call.mkind
         payload = self.opts.payload
         t_ns = time.time_ns()
-        dname = "c2s" if direction == 0 else "s2c"
+        dname: ev.Direction = "c2s" if direction == 0 else "s2c"
         for flag, length, body, truncated, digest in done:
             idx = call.index[direction]
             call.index[direction] = idx + 1
@@ -739,7 +759,7 @@ class Tunnel:
                         else:
                             fields = labels.response_labels(body, truncated)
                         call.inflight.answered(fields["request_id"], fields["final"])
-                except Exception as e:  # noqa: BLE001 - any decode failure is a fact to record
+                except Exception as e:
                     fields = {"decode_error": f"not a valid {'request' if direction == 0 else 'response'}: {e}"}
                 if "inputs" in fields:
                     fields["inputs"] = [ev.TensorSpec(**t) for t in fields["inputs"]]

@@ -114,9 +114,10 @@ def markdown() -> str:
         "gap-free across the whole capture, rotated files included), `kind`, then the fields below.",
         "",
     ]
-    for cls in (*ev.RECORD_TYPES, ev.TensorSpec):
+    classes: tuple[type[Any], ...] = (*ev.RECORD_TYPES, ev.TensorSpec)
+    for cls in classes:
         hints = typing.get_type_hints(cls, include_extras=True)
-        title = f"`{cls.kind}`" if cls is not ev.TensorSpec else "tensor spec (items of `inputs`)"
+        title = "tensor spec (items of `inputs`)" if cls is ev.TensorSpec else f"`{cls.kind}`"
         out.append(f"#### {title}: {cls.__doc__}")
         out.append("")
         out.append("| field | type | meaning |")
