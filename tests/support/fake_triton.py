@@ -37,6 +37,8 @@ class FakeTriton(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
 
     def __init__(self) -> None:
         self.seen_metadata: list[tuple[tuple[str, Any], ...]] = []
+        #: stream responses handed to grpc so far (grpc.aio's yield blocks on flow control)
+        self.yielded = 0
 
     async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
@@ -64,13 +66,15 @@ class FakeTriton(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
         self.seen_metadata.append(tuple(context.invocation_metadata()))
         async for req in request_iterator:
             n = req.parameters["n"].int64_param if "n" in req.parameters else 3
+            size = req.parameters["size"].int64_param if "size" in req.parameters else 0
             empty_final = (
                 "triton_enable_empty_final_response" in req.parameters
                 and req.parameters["triton_enable_empty_final_response"].bool_param
             )
             for i in range(n):
                 last = i == n - 1 and not empty_final
-                yield stream_response(req.model_name, req.id, last, b"tok%d" % i)
+                self.yielded += 1
+                yield stream_response(req.model_name, req.id, last, b"x" * size if size else b"tok%d" % i)
             if empty_final:
                 yield stream_response(req.model_name, req.id, True, None)
 

@@ -1,0 +1,50 @@
+"""End-to-end backpressure: a client that stops reading stalls the upstream, not the proxy's memory.
+
+Uses the fake upstream: it can stream 400 MB in a second or two, which the real Python-backend
+model cannot, and it counts what grpc let it send.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+from proxy.relay import STREAM_WINDOW
+from proxy.server import RecordingProxy
+
+MESSAGE = 64 * 1024
+TOTAL = 400 * 1024 * 1024
+
+
+def _settled(read: Callable[[], int], quiet_s: float = 1.0, timeout: float = 60.0) -> int:
+    """The value of ``read()`` once it stopped changing for ``quiet_s`` (bounded by ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    last, since = read(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = read()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return now
+    raise AssertionError("upstream never stalled: no backpressure")
+
+
+def test_non_reading_client_stalls_upstream(fake_upstream: Any, start_proxy: Callable[..., RecordingProxy]) -> None:
+    """After one response read, the upstream can send only what the windows hold, not the 400 MB it has."""
+    proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}", payload="none")
+    req = pb.ModelInferRequest(model_name="m", id="slow-reader")
+    req.parameters["n"].int64_param = TOTAL // MESSAGE
+    req.parameters["size"].int64_param = MESSAGE
+    with grpc.insecure_channel(f"127.0.0.1:{proxy.port}") as ch:
+        responses = pb_grpc.GRPCInferenceServiceStub(ch).ModelStreamInfer(iter([req]))
+        assert next(responses).infer_response.id == "slow-reader"
+        sent = _settled(lambda: fake_upstream.servicer.yielded) * MESSAGE
+        # Client window + proxy's two stream windows + upstream/kernel buffers: tens of MB at most.
+        assert sent < 2 * STREAM_WINDOW + 48 * 1024 * 1024 < TOTAL, sent
+        responses.cancel()
