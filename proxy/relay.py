@@ -582,37 +582,52 @@ class Tunnel:
     def _flush_c2s(self, call: Call) -> None:
         if call.up_id is None or call.up_reset or self.up.paused:
             return
-        conn = self.uconn
-        q = call.c2s_queue
-        sid = call.up_id
         try:
-            while q:
-                item = q[0]
-                data = item[0]
-                window = conn.local_flow_control_window(sid)
-                if window <= 0:
-                    return
-                size = min(len(data), window, conn.max_outbound_frame_size)
-                if size < len(data):
-                    conn.send_data(sid, data[:size])
-                    item[0] = data[size:]
-                    continue
-                conn.send_data(sid, data)
-                q.popleft()
-                self.dconn.acknowledge_received_data(item[1], call.down_id)
+            if not self._pump(self.uconn, call.up_id, call.c2s_queue, self.dconn, call.down_id):
+                return
             if call.c2s_end:
                 call.c2s_end = False
-                conn.end_stream(sid)
+                self.uconn.end_stream(call.up_id)
                 call.up_end_sent = True
                 if call.ended and call.up_closed:
                     self._forget(call)
         except h2.exceptions.ProtocolError:
             # Upstream already closed this stream: discard what the client still sends, but keep
             # acknowledging it so the connection window does not leak.
-            while q:
-                self.dconn.acknowledge_received_data(q.popleft()[1], call.down_id)
+            while call.c2s_queue:
+                self.dconn.acknowledge_received_data(call.c2s_queue.popleft()[1], call.down_id)
             call.c2s_end = False
             call.up_reset = True
+
+    @staticmethod
+    def _pump(
+        conn: h2.connection.H2Connection,
+        sid: int,
+        q: collections.deque[list[Any]],
+        source: h2.connection.H2Connection,
+        source_sid: int | None,
+    ) -> bool:
+        """Send queued DATA on ``sid`` as far as its window allows; True when the queue emptied.
+
+        A chunk's bytes are acknowledged to ``source`` only once sent, which is what makes the
+        backpressure end to end.
+        """
+        while q:
+            item = q[0]
+            data = item[0]
+            window = conn.local_flow_control_window(sid)
+            if window <= 0:
+                return False
+            size = min(len(data), window, conn.max_outbound_frame_size)
+            if size < len(data):
+                conn.send_data(sid, data[:size])
+                item[0] = data[size:]
+                continue
+            conn.send_data(sid, data)
+            q.popleft()
+            if source_sid is not None:
+                source.acknowledge_received_data(item[1], source_sid)
+        return True
 
     # -- upstream side events ------------------------------------------------------------------
 
@@ -698,24 +713,10 @@ class Tunnel:
                 except h2.exceptions.ProtocolError:
                     pass
             return
-        q = call.s2c_queue
         sid = call.down_id
         try:
-            while q:
-                item = q[0]
-                data = item[0]
-                window = conn.local_flow_control_window(sid)
-                if window <= 0:
-                    return
-                size = min(len(data), window, conn.max_outbound_frame_size)
-                if size < len(data):
-                    conn.send_data(sid, data[:size])
-                    item[0] = data[size:]
-                    continue
-                conn.send_data(sid, data)
-                q.popleft()
-                if call.up_id is not None:
-                    self.uconn.acknowledge_received_data(item[1], call.up_id)
+            if not self._pump(conn, sid, call.s2c_queue, self.uconn, call.up_id):
+                return
             if call.s2c_trailers is not None:
                 trailers = call.s2c_trailers
                 conn.send_headers(sid, trailers, end_stream=True)
