@@ -370,3 +370,38 @@ def test_describe_helper_reports_errors() -> None:
     """The test driver's callback summary distinguishes errors from results (guards the matrices above)."""
     err = InferenceServerException("boom", status="StatusCode.CANCELLED")
     assert describe(None, err) == ("error", "StatusCode.CANCELLED", "boom")
+
+
+def test_aio_client_equal_direct(triton: TritonServer, recording_proxy: RecordingProxy) -> None:
+    """tritonclient.grpc.aio: unary infer, a decoupled stream and a cancelled stream behave as direct."""
+    import asyncio
+
+    import tritonclient.grpc.aio as aioclient
+
+    async def run(url: str) -> tuple[Any, ...]:
+        c = aioclient.InferenceServerClient(url)
+        unary = (await c.infer("echo", echo_inputs(np.arange(5, dtype=np.uint8)))).as_numpy("OUTPUT").tolist()
+
+        async def one(rid: str, n: int) -> Any:
+            yield {"model_name": "tokens", "inputs": token_inputs("q", n, 2), "request_id": rid,
+                   "enable_empty_final_response": True}  # fmt: skip
+
+        streamed = [describe(result, error) async for result, error in c.stream_infer(one("aio-1", 4))]
+        cancelled = c.stream_infer(one("aio-2", 500))
+        async for _result, _error in cancelled:
+            break
+        cancelled.cancel()  # the aio client's stream cancel
+        await c.close()
+        return unary, streamed
+
+    direct, via = (asyncio.run(run(url)) for url in _urls(triton, recording_proxy))
+    # tritonclient 2.73's aio stream_infer drops enable_empty_final_response from the dict, so the
+    # request never gets a final flag: 4 text responses, all final=false (directly as through us).
+    assert direct == via and via[0] == [0, 1, 2, 3, 4] and [e[2] for e in via[1]] == [False] * 4
+    stop_proxy(recording_proxy)
+    recs = records(recording_proxy.capture_path)
+    ends = {r["call"]: r for r in of_kind(recs, "call_end")}
+    streams = calls_by_method(recs, "ModelStreamInfer")
+    assert [ends[c]["cause"] for c in streams] == ["ok", "client_cancel"]
+    (cancel2,) = of_kind(recs, "cancel", streams[1])
+    assert cancel2["in_flight"] == ["aio-2"] and cancel2["executing"] == ["aio-2"]
