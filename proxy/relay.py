@@ -34,6 +34,8 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack.hpack
+import hyperframe.frame
 import structlog
 
 from replay import causes, labels
@@ -50,6 +52,25 @@ CONNECTION_WINDOW = 256 * 1024 * 1024
 LABEL_KEEP = 1024 * 1024
 MAX_HEADER_LIST = 16 * 1024 * 1024
 
+
+def _frame_repr(self: hyperframe.frame.Frame) -> str:
+    return f"{type(self).__name__}(stream_id={self.stream_id})"
+
+
+# h2 4.x evaluates repr(frame) for a trace log on every received frame, and hyperframe's repr
+# hex-encodes the whole payload before cutting it to 20 characters: 2/3 of the proxy's CPU with
+# 100 MB tensors, ~1.2 us per small frame. Nothing here logs frames.
+hyperframe.frame.Frame.__repr__ = _frame_repr  # type: ignore[method-assign]
+
+
+class _NoLog:
+    def debug(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+# hpack calls log.debug() per header field (~50 calls per unary call) even when nothing listens.
+hpack.hpack.log = _NoLog()  # type: ignore[assignment]
+
 REDACTED = "<redacted>"
 DEFAULT_REDACT = ("authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key")
 
@@ -64,7 +85,7 @@ class PatchedH2Connection(h2.connection.H2Connection):
        which would kill every other call on the connection because of one late frame (Triton sends
        trailers then RST_STREAM at a server deadline, and a client may still be sending): we
        answer it as a stream error instead.
-    Pinned to h2 4.x; tests/proxy/test_h2_patch.py fails if these internals move.
+    Pinned to h2 4.x; tests/proxy/test_framing.py fails if these internals move.
     """
 
     def _receive_goaway_frame(self, frame: Any) -> Any:
@@ -273,6 +294,21 @@ class Call:
         return (time.monotonic_ns() - self.t0) / 1e6
 
 
+def _coalesce(q: collections.deque[list[Any]], limit: int) -> None:
+    """Join the chunks at the head of ``q`` into one of at most ``limit`` bytes: one h2 send_data
+    and one acknowledge instead of one per DATA frame received."""
+    if len(q[0][0]) + len(q[1][0]) > limit:
+        return
+    parts: list[bytes] = []
+    acked = size = 0
+    while q and size + len(q[0][0]) <= limit:
+        data, n = q.popleft()
+        parts.append(data)
+        acked += n
+        size += len(data)
+    q.appendleft([b"".join(parts), acked])
+
+
 def _pairs(headers: list[tuple[bytes, bytes]]) -> list[list[str]]:
     return [[k.decode("latin-1"), v.decode("latin-1")] for k, v in headers]
 
@@ -397,6 +433,8 @@ class Tunnel:
         self.goaway_sent = False
         self.max_down_id = 0
         self._connect_task: asyncio.Task[None] | None = None
+        # calls with upstream DATA queued during the current read: flushed once, after the read
+        self._s2c_dirty: dict[int, Call] = {}
 
     # -- transports ----------------------------------------------------------------------------
 
@@ -435,7 +473,12 @@ class Tunnel:
             else:
                 events = self.uconn.receive_data(data)
                 for e in events:
+                    # Anything but DATA first sends the DATA queued before it: order is kept.
+                    if self._s2c_dirty and type(e) is not h2.events.DataReceived:
+                        self._flush_dirty()
                     self._up_event(e)
+                if self._s2c_dirty:
+                    self._flush_dirty()
         except h2.exceptions.ProtocolError as e:
             # The peer broke HTTP/2: h2 has queued a GOAWAY for it; the other side stays intact.
             log.warning("http2_protocol_error", conn=self.conn_id, upstream=side.upstream, error=str(e))
@@ -451,6 +494,12 @@ class Tunnel:
             return
         self._write(self.up, self.uconn)
         self._write(self.down, self.dconn)
+
+    def _flush_dirty(self) -> None:
+        dirty = list(self._s2c_dirty.values())
+        self._s2c_dirty.clear()
+        for call in dirty:
+            self._flush_s2c(call)
 
     def side_lost(self, side: _Side, exc: Exception | None) -> None:
         if side is self.down:
@@ -575,9 +624,19 @@ class Tunnel:
             self._fail_down(call, "upstream_disconnect", 14, reason)
             return
         up_id = self.uconn.get_next_available_stream_id()
+        try:
+            self.uconn.send_headers(up_id, headers, end_stream=False)
+        except h2.exceptions.TooManyStreamsError:
+            # The upstream's concurrent-stream limit: refuse this stream only (REFUSED_STREAM says
+            # "never processed", so the client may retry it itself); the proxy never queues or
+            # re-sends on its own.
+            call.client_done = True
+            self.dconn.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+            self._end(call, "error", "UNAVAILABLE", "triton-tap: upstream concurrent-stream limit reached", None,
+                      rst=h2.errors.ErrorCodes.REFUSED_STREAM)  # fmt: skip
+            return
         call.up_id = up_id
         self.by_up[up_id] = call
-        self.uconn.send_headers(up_id, headers, end_stream=False)
 
     def _flush_c2s(self, call: Call) -> None:
         if call.up_id is None or call.up_reset or self.up.paused:
@@ -612,6 +671,8 @@ class Tunnel:
         A chunk's bytes are acknowledged to ``source`` only once sent, which is what makes the
         backpressure end to end.
         """
+        if len(q) > 1:
+            _coalesce(q, conn.max_outbound_frame_size)
         while q:
             item = q[0]
             data = item[0]
@@ -639,7 +700,8 @@ class Tunnel:
                 return
             self._messages(call, 1, e.data)
             call.s2c_queue.append([e.data, e.flow_controlled_length])
-            self._flush_s2c(call)
+            # Flushed after the whole read (side_data): the frames of one read leave as one.
+            self._s2c_dirty[call.down_id] = call
         elif isinstance(e, h2.events.WindowUpdated):
             if e.stream_id:
                 call = self.by_up.get(e.stream_id)

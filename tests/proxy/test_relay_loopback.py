@@ -214,3 +214,40 @@ def _wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.01)
+
+
+def test_upstream_stream_limit_refuses_one_stream_not_the_connection(
+    bg: Any, start_proxy: Callable[..., RecordingProxy]
+) -> None:
+    """Upstream allows 2 streams; 6 concurrent calls: excess streams are refused, the connection lives."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.support.fake_triton import start_fake
+
+    server, port = bg.run(start_fake(0, max_streams=2))
+    try:
+        proxy = start_proxy(f"127.0.0.1:{port}")
+        with grpc.insecure_channel(f"127.0.0.1:{proxy.port}") as ch:
+            stub = pb_grpc.GRPCInferenceServiceStub(ch)
+
+            def call(i: int) -> grpc.StatusCode:
+                req = pb.ModelInferRequest(model_name="echo", id=f"lim{i}")
+                req.parameters["delay_ms"].int64_param = 300
+                try:
+                    stub.ModelInfer(req, timeout=20)
+                    return grpc.StatusCode.OK
+                except grpc.RpcError as e:
+                    return e.code()
+
+            with ThreadPoolExecutor(6) as pool:
+                codes = list(pool.map(call, range(6)))
+            assert codes.count(grpc.StatusCode.OK) >= 2, codes
+            assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}, codes
+            assert call(99) == grpc.StatusCode.OK  # same channel, same connection: still usable
+        bg_stop(proxy)
+        ends = of_kind(records(proxy.capture_path), "call_end")
+        refused = [e for e in ends if e["upstream_rst_code"] == 7]
+        assert len(refused) == codes.count(grpc.StatusCode.UNAVAILABLE)
+        assert all(e["cause"] == "error" and "concurrent-stream limit" in e["details"] for e in refused)
+    finally:
+        bg.run(server.stop(None))

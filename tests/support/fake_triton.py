@@ -79,9 +79,12 @@ class FakeTriton(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
                 yield stream_response(req.model_name, req.id, True, None)
 
 
-async def start_fake(port: int = 0, with_servicer: bool = False) -> Any:
+async def start_fake(port: int = 0, with_servicer: bool = False, max_streams: int | None = None) -> Any:
     """Start the fake on 127.0.0.1; returns ``(server, port)`` (plus the servicer when asked)."""
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+    options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+    if max_streams is not None:
+        options.append(("grpc.max_concurrent_streams", max_streams))
+    server = grpc.aio.server(options=options)
     servicer = FakeTriton()
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     port = server.add_insecure_port(f"127.0.0.1:{port}")

@@ -1,0 +1,1 @@
+"""triton-tap benchmark harness: ``python -m bench`` (see bench/README.md)."""

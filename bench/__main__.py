@@ -1,0 +1,7 @@
+"""``python -m bench``: the benchmark harness (see bench/README.md)."""
+
+import sys
+
+from bench.run import main
+
+sys.exit(main())

@@ -1,0 +1,366 @@
+"""In-process micro benchmark of the relay's per-message cost: no sockets, no other processes.
+
+``python -m bench.micro`` drives a real :class:`proxy.relay.Tunnel` with in-memory transports
+between two real ``h2`` peers (a gRPC-like client and a Triton-like server) and times only the
+proxy's own ``side_data`` calls while the server streams small ModelStreamInfer responses; then it
+times the pieces of the per-message path one by one (assembler, labels, record construction,
+JSONL encoding, the h2 receive/send of one DATA frame). It answers "how many microseconds of
+Python does the proxy spend per streamed response, and where" with far less noise than the
+end-to-end benchmark, so a change to proxy/relay.py, replay/labels.py or replay/schema.py can be
+checked in seconds (run it before and after).
+
+It pokes at a few relay internals (``Tunnel.down/up``, ``side_data``); if those change, adapt
+``_Harness`` below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+from tritonclient.grpc import service_pb2 as pb
+
+from proxy import relay as rl
+from replay import events as ev
+from replay import labels
+from replay.inflight import InFlight
+from replay.schema import encode
+
+STREAM_PATH = b"/inference.GRPCInferenceService/ModelStreamInfer"
+
+
+class _Transport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.out: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.out.append(bytes(data))
+
+    def take(self) -> bytes:
+        data = b"".join(self.out)
+        self.out.clear()
+        return data
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def response_bytes(final: bool, rid: str = "s0-r0", text: bytes = b"tok") -> bytes:
+    r = pb.ModelInferResponse(model_name="bench", model_version="1", id=rid)
+    r.parameters["triton_final_response"].bool_param = final
+    r.outputs.add(name="TEXT", datatype="BYTES", shape=[1])
+    r.raw_output_contents.append(len(text).to_bytes(4, "little") + text)
+    out: bytes = pb.ModelStreamInferResponse(infer_response=r).SerializeToString()
+    return out
+
+
+def request_bytes(rid: str = "s0-r0", n: int = 200) -> bytes:
+    req = pb.ModelInferRequest(model_name="bench", id=rid)
+    req.parameters["n"].int64_param = n
+    req.inputs.add(name="TEXT", datatype="BYTES", shape=[1])
+    req.raw_input_contents.append(b"\x03\0\0\0abc")
+    out: bytes = req.SerializeToString()
+    return out
+
+
+def grpc_frame(body: bytes) -> bytes:
+    return b"\0" + len(body).to_bytes(4, "big") + body
+
+
+class _Harness:
+    """client h2 <-> Tunnel (in-memory transports) <-> server h2."""
+
+    def __init__(self, payload: str, emit: Callable[[Any], None]) -> None:
+        self.relay = rl.Relay(("127.0.0.1", 1), emit, rl.RelayOptions(payload=payload))
+        self.t = rl.Tunnel(self.relay, "c1")
+        self.dt, self.ut = _Transport(), _Transport()
+        self.t.down.transport = self.dt
+        self.t.peer = "127.0.0.1:40000"
+        self.t._write(self.t.down, self.t.dconn)
+        self.t.up.connection_made(self.ut)
+        self.client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        self.client.initiate_connection()
+        self.client.increment_flow_control_window(2**30)
+        self.server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+        self.server.initiate_connection()
+        self.server.increment_flow_control_window(2**30)
+        self.proxy_ns = 0
+        self.pump()
+
+    # CPU time of this thread, not wall time: other processes on a busy machine do not count.
+    def _down(self, data: bytes) -> None:
+        a = time.thread_time_ns()
+        self.t.side_data(self.t.down, data)
+        self.proxy_ns += time.thread_time_ns() - a
+
+    def _up(self, data: bytes) -> None:
+        a = time.thread_time_ns()
+        self.t.side_data(self.t.up, data)
+        self.proxy_ns += time.thread_time_ns() - a
+
+    def pump(self) -> list[Any]:
+        """Move bytes until quiet; returns the client's and server's h2 events."""
+        events: list[Any] = []
+        for _ in range(100):
+            moved = False
+            data = self.client.data_to_send()
+            if data:
+                self._down(data)
+                moved = True
+            data = self.server.data_to_send()
+            if data:
+                self._up(data)
+                moved = True
+            data = self.dt.take()
+            if data:
+                for e in self.client.receive_data(data):
+                    if isinstance(e, h2.events.DataReceived):
+                        self.client.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+                    events.append(e)
+                moved = True
+            data = self.ut.take()
+            if data:
+                for e in self.server.receive_data(data):
+                    if isinstance(e, h2.events.DataReceived):
+                        self.server.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+                    events.append(e)
+                moved = True
+            if not moved:
+                return events
+        raise RuntimeError("pump did not settle")
+
+    def open_stream(self) -> int:
+        sid = self.client.get_next_available_stream_id()
+        self.client.send_headers(sid, [(b":method", b"POST"), (b":scheme", b"http"), (b":path", STREAM_PATH),
+                                       (b":authority", b"bench"), (b"content-type", b"application/grpc"),
+                                       (b"te", b"trailers")])  # fmt: skip
+        self.client.send_data(sid, grpc_frame(request_bytes()))
+        events = self.pump()
+        up_sid = next(e.stream_id for e in events if isinstance(e, h2.events.RequestReceived))
+        self.server.send_headers(up_sid, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+        self.pump()
+        return up_sid
+
+    def stream(self, up_sid: int, responses: int, per_write: int) -> float:
+        """Server sends ``responses`` messages, ``per_write`` per proxy read; us of proxy time each."""
+        more, last = grpc_frame(response_bytes(False)), grpc_frame(response_bytes(True))
+        self.proxy_ns = 0
+        sent = 0
+        while sent < responses:
+            k = min(per_write, responses - sent)
+            for i in range(k):
+                self.server.send_data(up_sid, last if sent + i == responses - 1 else more)
+            sent += k
+            self.pump()
+        return self.proxy_ns / 1e3 / responses
+
+
+INFER_PATH = b"/inference.GRPCInferenceService/ModelInfer"
+
+
+def relay_per_unary_call(payload: str, calls: int) -> float:
+    """A whole unary ModelInfer (request HEADERS+DATA+END, response HEADERS+DATA+trailers): us of
+    proxy time per call."""
+    h = _Harness(payload, lambda r: None)
+    req = pb.ModelInferRequest(model_name="bench", id="u")
+    req.inputs.add(name="INPUT", datatype="INT32", shape=[1, 16])
+    req.raw_input_contents.append(bytes(64))
+    req_frame = grpc_frame(req.SerializeToString())
+    resp = pb.ModelInferResponse(model_name="bench", model_version="1", id="u")
+    resp.outputs.add(name="OUTPUT", datatype="INT32", shape=[1, 16])
+    resp.raw_output_contents.append(bytes(64))
+    resp_frame = grpc_frame(resp.SerializeToString())
+    hdrs = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", INFER_PATH), (b":authority", b"bench"),
+            (b"content-type", b"application/grpc"), (b"te", b"trailers"), (b"grpc-accept-encoding", b"identity,deflate,gzip"),
+            (b"user-agent", b"grpc-python/1.85 grpc-c/50.0.0 (linux; chttp2)")]  # fmt: skip
+    total = 0
+    for i in range(calls + 50):
+        h.proxy_ns = 0
+        sid = h.client.get_next_available_stream_id()
+        h.client.send_headers(sid, hdrs)
+        h.client.send_data(sid, req_frame, end_stream=True)
+        events = h.pump()
+        up_sid = next(e.stream_id for e in events if isinstance(e, h2.events.RequestReceived))
+        h.server.send_headers(up_sid, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+        h.server.send_data(up_sid, resp_frame)
+        h.server.send_headers(up_sid, [(b"grpc-status", b"0"), (b"grpc-message", b"")], end_stream=True)
+        h.pump()
+        if i >= 50:
+            total += h.proxy_ns
+    return total / 1e3 / calls
+
+
+def relay_per_response(
+    payload: str, responses: int, per_write: int, emit: Callable[[Any], None] | None = None
+) -> float:
+    sink: list[Any] = []
+    h = _Harness(payload, emit or sink.append)
+    sid = h.open_stream()
+    h.stream(sid, 200, per_write)  # warm-up
+    sink.clear()
+    return h.stream(sid, responses, per_write)
+
+
+def timeit(fn: Callable[[], Any], n: int) -> float:
+    """Best-of-5 microseconds (thread CPU time) per call."""
+    best = float("inf")
+    for _ in range(5):
+        a = time.thread_time_ns()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.thread_time_ns() - a) / 1e3 / n)
+    return best
+
+
+def components(n: int) -> list[tuple[str, float]]:
+    body = response_bytes(False)
+    data = grpc_frame(body)
+    fields = labels.stream_response_labels(body, False)
+    rec = ev.MessageSeen(
+        t_ns=time.time_ns(), call="c1.1", dir="s2c", index=7, size=len(body), compressed=False, **fields
+    )
+
+    @dataclasses.dataclass(kw_only=True, slots=True)
+    class Unfrozen:  # MessageSeen's fields, not frozen
+        t_ns: int
+        call: str
+        dir: str
+        index: int
+        size: int
+        compressed: bool
+        model: str | None = None
+        model_version: str | None = None
+        request_id: str | None = None
+        final: bool | None = None
+        outputs: list[str] | None = None
+        error: str | None = None
+        enable_empty_final: bool | None = None
+        sequence_id: int | str | None = None
+        sequence_start: bool | None = None
+        sequence_end: bool | None = None
+        inputs: list[Any] | None = None
+        payload_sha256: str | None = None
+        payload: str | None = None
+        payload_truncated: bool | None = None
+        decode_error: str | None = None
+
+    asm = rl.Assembler(rl.LABEL_KEEP, False)
+    inflight = InFlight(unary=False)
+    inflight.sent("s0-r0")
+    out = [
+        ("Assembler.feed (one whole message)", timeit(lambda: asm.feed(data), n)),
+        ("ModelStreamInferResponse.FromString only", timeit(lambda: pb.ModelStreamInferResponse.FromString(body), n)),
+        ("labels.stream_response_labels", timeit(lambda: labels.stream_response_labels(body, False), n)),
+        ("InFlight.answered", timeit(lambda: inflight.answered("s0-r0", False), n)),
+        ("MessageSeen(...) as replay.events defines it", timeit(lambda: ev.MessageSeen(t_ns=1, call="c1.1", dir="s2c", index=7, size=40, compressed=False, **fields), n)),
+        ("same fields, a non-frozen slots dataclass", timeit(lambda: Unfrozen(t_ns=1, call="c1.1", dir="s2c", index=7, size=40, compressed=False, **fields), n)),
+        ("schema.encode(MessageSeen) (writer thread)", timeit(lambda: encode(rec, 12345), n)),
+        ("time.time_ns()", timeit(time.time_ns, n)),
+    ]  # fmt: skip
+    # h2 alone: one DATA frame received on one connection and sent on another (the relay's floor).
+    out.append(("h2 receive + send one DATA frame (no relay logic)", _h2_floor(data, n)))
+    return out
+
+
+def _h2_floor(data: bytes, n: int) -> float:
+    """The proxy's two h2 connections relaying one DATA frame, nothing else (the relay's floor)."""
+    import h2.settings
+
+    def peer(client_side: bool) -> h2.connection.H2Connection:
+        c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=client_side, header_encoding=None))
+        c.local_settings = h2.settings.Settings(
+            client=client_side, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**30}
+        )
+        c.initiate_connection()
+        c.increment_flow_control_window(2**30)
+        return c
+
+    def handshake(client: h2.connection.H2Connection, server: h2.connection.H2Connection) -> None:
+        for _ in range(3):
+            server.receive_data(client.data_to_send())
+            client.receive_data(server.data_to_send())
+
+    srv, down = peer(False), peer(True)
+    mid_c, mid_s = rl._new_connection(client_side=True), rl._new_connection(client_side=False)
+    handshake(mid_c, srv)
+    handshake(down, mid_s)
+    hdrs = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", STREAM_PATH), (b":authority", b"x")]
+    mid_c.send_headers(1, hdrs)
+    down.send_headers(1, hdrs)
+    handshake(mid_c, srv)
+    handshake(down, mid_s)
+    srv.send_headers(1, [(b":status", b"200")])
+    mid_s.send_headers(1, [(b":status", b"200")])
+    handshake(mid_c, srv)
+    handshake(down, mid_s)
+    frames = []
+    for _ in range(n):
+        srv.send_data(1, data)
+        frames.append(srv.data_to_send())
+    a = time.thread_time_ns()
+    for f in frames:
+        for e in mid_c.receive_data(f):
+            if isinstance(e, h2.events.DataReceived):
+                mid_s.send_data(1, e.data)
+                mid_c.acknowledge_received_data(e.flow_controlled_length, 1)
+        mid_s.data_to_send()
+        mid_c.data_to_send()
+    return (time.thread_time_ns() - a) / 1e3 / n
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.micro", description=__doc__.split("\n\n")[0])
+    p.add_argument("--responses", type=int, default=20_000)
+    p.add_argument("--reps", type=int, default=5)
+    args = p.parse_args(argv)
+    print("### relay: proxy Python time per streamed response (in-process, medians of", args.reps, "runs)")
+    print("| payload | 1 response per read | 8 responses per read |")
+    print("|---|---|---|")
+    for payload in ("none", "meta", "full"):
+        row = []
+        for per_write in (1, 8):
+            vals = [relay_per_response(payload, args.responses, per_write) for _ in range(args.reps)]
+            row.append(f"{statistics.median(vals):.1f} us")
+        print(f"| {payload} | {' | '.join(row)} |")
+    vals = [relay_per_response("meta", args.responses, 1, emit=lambda r: None) for _ in range(args.reps)]
+    print(f"| meta, records dropped at emit | {statistics.median(vals):.1f} us | |")
+    print()
+    print("### relay: proxy Python time per unary ModelInfer call (in-process)")
+    print("| payload | us per call |")
+    print("|---|---|")
+    for payload in ("none", "meta"):
+        vals = [relay_per_unary_call(payload, max(200, args.responses // 20)) for _ in range(args.reps)]
+        print(f"| {payload} | {statistics.median(vals):.1f} us |")
+    print()
+    print("### pieces of the per-message path (best of 5, us per call)")
+    print("| piece | us |")
+    print("|---|---|")
+    for name, us in components(min(args.responses, 20_000)):
+        print(f"| {name} | {us:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,634 @@
+"""Generates the golden synthetic captures of tests/data (and their README) deterministically.
+
+Run ``python -m tests.data.make_golden`` after changing a scenario; tests/replay/test_golden.py
+fails when the checked-in files differ from what this script produces.
+
+Why generated and not hand-written: every ``message`` record is labelled from real protobuf bytes
+by :mod:`replay.labels` (the proxy's own labeller) and encoded by :func:`replay.schema.encode`, so
+the goldens are exactly what the proxy would write, and stay so when the schema grows.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc import service_pb2 as pb
+
+from replay import events as ev
+from replay import labels
+from replay.causes import STATUS_NAMES
+from replay.inflight import InFlight
+from replay.schema import SCHEMA_VERSION, encode
+
+HERE = Path(__file__).parent
+T0 = 1_780_000_000_000_000_000  # 2026-05-28, fixed so that regeneration is byte-identical
+STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+LIVE = "/inference.GRPCInferenceService/ServerLive"
+
+
+def _bytes_tensor(value: bytes) -> bytes:
+    return len(value).to_bytes(4, "little") + value
+
+
+@dataclass
+class _CallState:
+    method: str
+    t0: int
+    inflight: InFlight
+    c2s: int = 0
+    s2c: int = 0
+
+
+@dataclass
+class Builder:
+    """Writes one capture as the proxy would, one event at a time, on a synthetic clock."""
+
+    payload: str = "meta"
+    t: int = T0
+    records: list[Any] = field(default_factory=list)
+    calls: dict[str, _CallState] = field(default_factory=dict)
+
+    def tick(self, ms: float = 1.0) -> int:
+        self.t += int(ms * 1_000_000)
+        return self.t
+
+    def start(self) -> Builder:
+        self.records.append(
+            ev.CaptureStarted(
+                t_ns=self.t, proxy_version="0.1.0", listen="127.0.0.1:8011", upstream="127.0.0.1:8001",
+                options={"payload": self.payload, "payload_cap": None, "rotate_mb": None, "gzip_rotated": False,
+                         "drain_timeout_s": 10.0, "redact": ["authorization"]},
+            )
+        )  # fmt: skip
+        return self
+
+    def call(self, call: str, method: str = STREAM, timeout_ms: float | None = None) -> None:
+        self.tick()
+        meta = [[":method", "POST"], [":path", method], ["content-type", "application/grpc"], ["te", "trailers"]]
+        if timeout_ms is not None:
+            meta.append(["grpc-timeout", f"{int(timeout_ms)}m"])
+        self.calls[call] = _CallState(method, self.t, InFlight(unary=method == INFER))
+        self.records.append(
+            ev.CallStarted(t_ns=self.t, call=call, conn=call.split(".")[0], method=method, peer="127.0.0.1:50000",
+                           metadata=meta, timeout_ms=timeout_ms)
+        )  # fmt: skip
+
+    def _payload(self, body: bytes) -> dict[str, Any]:
+        if self.payload != "full":
+            return {}
+        return {
+            "payload_sha256": hashlib.sha256(body).hexdigest(),
+            "payload": base64.b64encode(body).decode("ascii"),
+            "payload_truncated": False,
+        }
+
+    def request(
+        self, call: str, rid: str, *, model: str = "tokens", prompt: str = "hi", max_tokens: int = 3,
+        empty_final: bool | None = True, ms: float = 1.0,
+    ) -> None:  # fmt: skip
+        self.tick(ms)
+        r = pb.ModelInferRequest(model_name=model, id=rid)
+        r.inputs.add(name="PROMPT", datatype="BYTES", shape=[1])
+        r.raw_input_contents.append(_bytes_tensor(prompt.encode()))
+        if model != "echo":
+            r.inputs.add(name="MAX_TOKENS", datatype="INT32", shape=[1])
+            r.raw_input_contents.append(np.array([max_tokens], dtype=np.int32).tobytes())
+        if empty_final is not None:
+            r.parameters["triton_enable_empty_final_response"].bool_param = empty_final
+        body = r.SerializeToString()
+        st = self.calls[call]
+        fields = labels.request_labels(body, False)
+        fields["inputs"] = [ev.TensorSpec(**t) for t in fields["inputs"]]
+        st.inflight.sent(fields["request_id"])
+        self.records.append(
+            ev.MessageSeen(t_ns=self.t, call=call, dir="c2s", index=st.c2s, size=len(body), compressed=False,
+                           **fields, **self._payload(body))
+        )  # fmt: skip
+        st.c2s += 1
+
+    def response(
+        self, call: str, rid: str, text: str | None = None, *, final: bool | None = False, error: str | None = None,
+        model: str = "tokens", ms: float = 5.0,
+    ) -> None:  # fmt: skip
+        """A response as Triton 2.51 sends it (empty finals carry model_version "")."""
+        self.tick(ms)
+        st = self.calls[call]
+        r = pb.ModelInferResponse(model_name=model, model_version="1" if text is not None or error else "", id=rid)
+        if final is not None:
+            r.parameters["triton_final_response"].bool_param = final
+        if text is not None:
+            r.outputs.add(name="TEXT" if model != "echo" else "OUTPUT", datatype="BYTES", shape=[1])
+            r.raw_output_contents.append(_bytes_tensor(text.encode()))
+        if st.method == STREAM:
+            body = pb.ModelStreamInferResponse(infer_response=r, error_message=error or "").SerializeToString()
+            fields = labels.stream_response_labels(body, False)
+        else:
+            body = r.SerializeToString()
+            fields = labels.response_labels(body, False)
+        st.inflight.answered(fields["request_id"], fields["final"])
+        self.records.append(
+            ev.MessageSeen(t_ns=self.t, call=call, dir="s2c", index=st.s2c, size=len(body), compressed=False,
+                           **fields, **self._payload(body))
+        )  # fmt: skip
+        st.s2c += 1
+
+    def half_close(self, call: str, ms: float = 1.0) -> None:
+        self.tick(ms)
+        self.records.append(ev.HalfClosed(t_ns=self.t, call=call))
+
+    def cancel(self, call: str, cause: str, *, rst_code: int | None = None, ms: float = 1.0) -> None:
+        self.tick(ms)
+        st = self.calls[call]
+        in_flight, executing = st.inflight.snapshot()
+        self.records.append(
+            ev.CallCancelled(t_ns=self.t, call=call, cause=cause, in_flight=in_flight, executing=executing,  # type: ignore[arg-type]
+                             rst_code=rst_code, elapsed_ms=(self.t - st.t0) / 1e6,
+                             forwarded_upstream=cause not in ("upstream_disconnect",))
+        )  # fmt: skip
+
+    def end(
+        self, call: str, status: str = "OK", cause: str = "ok", details: str | None = None, ms: float = 1.0
+    ) -> None:
+        self.tick(ms)
+        st = self.calls[call]
+        code = {name: str(c) for c, name in STATUS_NAMES.items()}[status]
+        trailers = [["grpc-status", code]] if cause in ("ok", "error") else None
+        if trailers is not None and details is not None:
+            trailers.append(["grpc-message", details])
+        self.records.append(
+            ev.CallEnded(t_ns=self.t, call=call, status=status, details=details, cause=cause,  # type: ignore[arg-type]
+                         trailers=trailers,
+                         initial_metadata=[[":status", "200"], ["content-type", "application/grpc"]],
+                         duration_ms=(self.t - st.t0) / 1e6, messages_c2s=st.c2s, messages_s2c=st.s2c)
+        )  # fmt: skip
+
+    def gap(self, dropped: int, reason: str = "queue_full: the capture disk is slower than the traffic") -> None:
+        self.tick()
+        self.records.append(
+            ev.GapRecorded(t_ns=self.t, dropped=dropped, reason=reason, first_t_ns=self.t - 2_000_000,
+                           last_t_ns=self.t - 1_000_000)
+        )  # fmt: skip
+
+    def finish(self) -> Builder:
+        self.tick()
+        kinds: dict[str, int] = {}
+        for r in self.records:
+            kinds[f"records.{r.kind}"] = kinds.get(f"records.{r.kind}", 0) + 1
+        self.records.append(ev.CaptureEnded(t_ns=self.t, reason="shutdown", counts={**kinds, "dropped": 0}))
+        return self
+
+    def render(self, skip_seqs: tuple[int, ...] = ()) -> bytes:
+        out = []
+        seq = 0
+        for r in self.records:
+            while seq in skip_seqs:
+                seq += 1
+            out.append(encode(r, seq))
+            seq += 1
+        return b"".join(out)
+
+
+# -- scenarios ----------------------------------------------------------------------------------
+
+
+def one_response() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r1", empty_final=None)
+    b.response("c1.1", "r1", "hello", final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
+def many_responses() -> bytes:
+    b = Builder(payload="full").start()
+    b.call("c1.1")
+    b.request("c1.1", "r1", max_tokens=5)
+    for i in range(5):
+        b.response("c1.1", "r1", f"hi-{i}")
+    b.response("c1.1", "r1", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
+def no_text() -> bytes:
+    b = Builder(payload="full").start()
+    b.call("c1.1")
+    b.request("c1.1", "quiet", model="silent")
+    b.response("c1.1", "quiet", None, final=True, model="silent")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
+def interleaved() -> bytes:
+    b = Builder(payload="full").start()
+    b.call("c1.1")
+    b.request("c1.1", "a", prompt="a", max_tokens=3)
+    b.request("c1.1", "b", prompt="b", max_tokens=2)
+    b.response("c1.1", "a", "a-0")
+    b.response("c1.1", "b", "b-0")
+    b.response("c1.1", "a", "a-1")
+    b.response("c1.1", "b", "b-1")
+    b.response("c1.1", "b", None, final=True)
+    b.response("c1.1", "a", "a-2")
+    b.response("c1.1", "a", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
+def error_midstream() -> bytes:
+    b = Builder(payload="full").start()
+    b.call("c1.1")
+    b.request("c1.1", "f1", model="fail_midstream", prompt="f")
+    b.response("c1.1", "f1", "f-0", model="fail_midstream")
+    b.response("c1.1", "f1", "f-1", model="fail_midstream")
+    b.response(
+        "c1.1", "f1", None, final=True, model="fail_midstream",
+        error="fail_midstream: backend failure after 2 responses",
+    )  # fmt: skip
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
+def response_after_final() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r1")
+    b.response("c1.1", "r1", "hi-0")
+    b.response("c1.1", "r1", None, final=True)
+    b.response("c1.1", "r1", "hi-late")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
+def missing_final() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "due", empty_final=True)
+    b.request("c1.1", "not-due", empty_final=None)
+    b.response("c1.1", "due", "d-0")
+    b.response("c1.1", "not-due", "n-0")
+    b.response("c1.1", "due", "d-1")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
+def stream_cancel() -> bytes:
+    b = Builder(payload="full").start()
+    b.call("c1.1")
+    b.request("c1.1", "done", prompt="d", max_tokens=1)
+    b.response("c1.1", "done", "d-0")
+    b.response("c1.1", "done", None, final=True)
+    b.request("c1.1", "a", prompt="a", max_tokens=100)
+    b.request("c1.1", "b", prompt="b", max_tokens=100)
+    b.response("c1.1", "a", "a-0")
+    b.response("c1.1", "a", "a-1")
+    b.cancel("c1.1", "client_cancel", rst_code=8, ms=3)
+    b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
+    return b.finish().render()
+
+
+def deadline() -> bytes:
+    b = Builder().start()
+    b.call("c1.1", timeout_ms=500)
+    b.request("c1.1", "slow", max_tokens=100)
+    b.response("c1.1", "slow", "s-0", ms=200)
+    b.response("c1.1", "slow", "s-1", ms=200)
+    b.cancel("c1.1", "deadline", rst_code=8, ms=99)
+    b.end("c1.1", "DEADLINE_EXCEEDED", "deadline", ms=0)
+    return b.finish().render()
+
+
+def client_disconnect() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r1", max_tokens=100)
+    b.response("c1.1", "r1", "hi-0")
+    b.cancel("c1.1", "client_disconnect", ms=10)
+    b.end("c1.1", "CANCELLED", "client_disconnect", ms=0)
+    return b.finish().render()
+
+
+def upstream_disconnect() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r1", max_tokens=100)
+    b.response("c1.1", "r1", "hi-0")
+    b.cancel("c1.1", "upstream_disconnect", ms=10)
+    b.end("c1.1", "UNAVAILABLE", "upstream_disconnect", details="triton-tap: upstream connection lost", ms=0)
+    return b.finish().render()
+
+
+def proxy_shutdown() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r1", max_tokens=100)
+    b.response("c1.1", "r1", "hi-0")
+    b.cancel("c1.1", "proxy_shutdown", ms=10)
+    b.end("c1.1", "UNAVAILABLE", "proxy_shutdown", details="triton-tap: proxy shutting down", ms=0)
+    return b.finish().render()
+
+
+def unattributable() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "dup", prompt="x", empty_final=None)
+    b.request("c1.1", "dup", prompt="y", empty_final=None)
+    b.response("c1.1", "dup", "which?")
+    b.response("c1.1", "ghost", "nobody asked")
+    b.response("c1.1", "", "no id")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
+def restart_after_cancel() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "job-1", max_tokens=100)
+    b.response("c1.1", "job-1", "j-0")
+    b.cancel("c1.1", "client_cancel", rst_code=8, ms=3)
+    b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
+    b.call("c1.3")
+    b.request("c1.3", "job-1", max_tokens=1)
+    b.response("c1.3", "job-1", "j-0")
+    b.response("c1.3", "job-1", None, final=True)
+    b.half_close("c1.3")
+    b.end("c1.3")
+    return b.finish().render()
+
+
+def unary() -> bytes:
+    b = Builder().start()
+    b.call("c1.1", method=LIVE)
+    b.end("c1.1")
+    b.call("c1.3", method=INFER)
+    b.request("c1.3", "e1", model="echo", empty_final=None)
+    b.response("c1.3", "e1", "hi", final=None, model="echo")
+    b.half_close("c1.3", ms=0)
+    b.end("c1.3")
+    b.call("c1.5", method=INFER)
+    b.request("c1.5", "e2", model="nope", empty_final=None)
+    b.half_close("c1.5", ms=0)
+    b.end("c1.5", "NOT_FOUND", "error", details="Request for unknown model: 'nope' is not found")
+    return b.finish().render()
+
+
+def gaps() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r1", max_tokens=3)
+    # The writer's own report of records it dropped: seq numbers stay gap-free around it.
+    b.gap(3)
+    b.response("c1.1", "r1", "hi-1")
+    b.response("c1.1", "r1", "hi-2")
+    b.response("c1.1", "r1", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    # Lines lost from the file afterwards (seq 6 and 7 never reach the reader): a seq hole.
+    return b.finish().render(skip_seqs=(6, 7))
+
+
+def _lines(data: bytes) -> list[bytes]:
+    return data.splitlines(keepends=True)
+
+
+def truncated_last_line() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r1", max_tokens=1)
+    b.response("c1.1", "r1", "hi-0")
+    b.response("c1.1", "r1", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    lines = _lines(b.finish().render())
+    # The proxy died while writing capture_end: half of the last line made it to disk.
+    last = lines[-1]
+    return b"".join(lines[:-1]) + last[: len(last) // 2]
+
+
+def proxy_killed() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "open", max_tokens=100)
+    b.response("c1.1", "open", "o-0")
+    b.request("c1.1", "done", max_tokens=1)
+    b.response("c1.1", "done", None, final=True)
+    return b.render()
+
+
+def too_new() -> bytes:
+    lines = _lines(one_response())
+    newer = lines[1].replace(b'{"v":%d,' % SCHEMA_VERSION, b'{"v":%d,' % (SCHEMA_VERSION + 1), 1)
+    return b"".join([lines[0], newer, *lines[2:]])
+
+
+def garbled_middle() -> bytes:
+    lines = _lines(one_response())
+    return b"".join([*lines[:2], b'{"v":1,"seq":2,"kind":"message","t_ns":17800000\x00\x00 garbage\n', *lines[3:]])
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A golden file: what it exercises and what ``replay check --json`` must say about it."""
+
+    build: Callable[[], bytes]
+    about: str
+    exit: int
+    #: (request_id, outcome, violations) in capture order
+    requests: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    unattributable: tuple[str, ...] = ()
+    gaps: tuple[str, ...] = ()
+    #: for exit 2: the line the one-line error must name
+    error_line: int | None = None
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "one_response.jsonl": Scenario(
+        one_response,
+        "one request answered by one text response carrying final=true (meta payload)",
+        0,
+        (("r1", "completed", ()),),
+    ),
+    "many_responses.jsonl": Scenario(
+        many_responses,
+        "5 text responses then an empty final (full payload: feedable with text)",
+        0,
+        (("r1", "completed", ()),),
+    ),
+    "no_text.jsonl": Scenario(
+        no_text,
+        "`silent`: the empty final is the only response; completed with 0 text responses",
+        0,
+        (("quiet", "completed", ()),),
+    ),
+    "interleaved.jsonl": Scenario(
+        interleaved,
+        "two requests on one stream, responses interleaved, attributed by request id",
+        0,
+        (("a", "completed", ()), ("b", "completed", ())),
+    ),
+    "error_midstream.jsonl": Scenario(
+        error_midstream,
+        "`fail_midstream`: 2 texts then ONE response with error_message and final=true, "
+        "stream status OK -> outcome error (a fact, no violation)",
+        0,
+        (("f1", "error", ()),),
+    ),
+    "response_after_final.jsonl": Scenario(
+        response_after_final,
+        "a text response after the request's empty final",
+        1,
+        (("r1", "completed", ("response_after_final",)),),
+    ),
+    "missing_final.jsonl": Scenario(
+        missing_final,
+        "stream ends OK: `due` (empty finals enabled) never got its final -> incomplete + "
+        "missing_final; `not-due` (not enabled) -> unconfirmed, no violation",
+        1,
+        (("due", "incomplete", ("missing_final",)), ("not-due", "unconfirmed", ())),
+    ),
+    "stream_cancel.jsonl": Scenario(
+        stream_cancel,
+        "stream-wide client cancel (RST CANCEL) with `a` executing and `b` queued: both "
+        "cancelled; `done`, finished before, stays completed",
+        0,
+        (("done", "completed", ()), ("a", "cancelled", ()), ("b", "cancelled", ())),
+    ),
+    "deadline.jsonl": Scenario(
+        deadline,
+        "grpc-timeout 500m reached mid-stream -> deadline",
+        0,
+        (("slow", "deadline", ()),),
+    ),
+    "client_disconnect.jsonl": Scenario(
+        client_disconnect,
+        "the client's connection dropped mid-stream -> disconnected",
+        0,
+        (("r1", "disconnected", ()),),
+    ),
+    "upstream_disconnect.jsonl": Scenario(
+        upstream_disconnect,
+        "Triton's connection dropped mid-stream (client got UNAVAILABLE) -> disconnected",
+        0,
+        (("r1", "disconnected", ()),),
+    ),
+    "proxy_shutdown.jsonl": Scenario(
+        proxy_shutdown,
+        "the proxy's drain timeout ended an open stream -> interrupted",
+        0,
+        (("r1", "interrupted", ()),),
+    ),
+    "unattributable.jsonl": Scenario(
+        unattributable,
+        "two in-flight requests with id `dup` (ambiguous), a response for an id never sent "
+        "(unknown_id) and one without id (empty_id): listed as unattributable, never merged",
+        1,
+        (("dup", "unconfirmed", ()), ("dup", "unconfirmed", ())),
+        unattributable=("ambiguous", "unknown_id", "empty_id"),
+    ),
+    "restart_after_cancel.jsonl": Scenario(
+        restart_after_cancel,
+        "`job-1` cancelled on one stream, then sent again on a new stream -> restarted_after_cancel on the new request",
+        1,
+        (("job-1", "cancelled", ()), ("job-1", "completed", ("restarted_after_cancel",))),
+    ),
+    "unary.jsonl": Scenario(
+        unary,
+        "ServerLive (a call, not a request), ModelInfer OK -> completed with final null, "
+        "ModelInfer NOT_FOUND without response -> error",
+        0,
+        (("e1", "completed", ()), ("e2", "error", ())),
+    ),
+    "gaps.jsonl": Scenario(
+        gaps,
+        "a `gap` record (the proxy dropped 3 records; seq stays gap-free around it) and 2 seq numbers "
+        "missing (lines lost from the file afterwards): both reported, exit 0",
+        0,
+        (("r1", "completed", ()),),
+        gaps=("gap_record", "seq_gap"),
+    ),
+    "proxy_killed.jsonl": Scenario(
+        proxy_killed,
+        "no capture_end (proxy killed): open request incomplete without violation, the "
+        "finished one completed; missing_capture_end reported",
+        0,
+        (("open", "incomplete", ()), ("done", "completed", ())),
+        gaps=("missing_capture_end",),
+    ),
+    "truncated_last_line.jsonl": Scenario(
+        truncated_last_line,
+        "the last line (capture_end) cut in half: skipped with a warning, exit 0",
+        0,
+        (("r1", "completed", ()),),
+        gaps=("missing_capture_end",),
+    ),
+    "too_new.jsonl": Scenario(
+        too_new,
+        "line 2 written by a newer schema version: exit 2 naming file and line",
+        2,
+        error_line=2,
+    ),
+    "garbled_middle.jsonl": Scenario(
+        garbled_middle,
+        "line 3 is not JSON: exit 2 naming file and line",
+        2,
+        error_line=3,
+    ),
+}
+
+
+def readme() -> str:
+    """tests/data/README.md: one line per golden file."""
+    lines = [
+        "# Golden synthetic captures",
+        "",
+        "Generated by `python -m tests.data.make_golden` (do not edit by hand; "
+        "tests/replay/test_golden.py checks that regeneration gives no diff).",
+        "Each line: file, exit code of `replay check`, what it exercises and the expected outcomes.",
+        "",
+    ]
+    for name, s in SCENARIOS.items():
+        outcomes = ", ".join(
+            f"{rid or '(no id)'}={outcome}" + (f" [{', '.join(v)}]" if v else "") for rid, outcome, v in s.requests
+        )
+        extra = ""
+        if s.unattributable:
+            extra += f"; unattributable: {', '.join(s.unattributable)}"
+        if s.gaps:
+            extra += f"; gaps: {', '.join(s.gaps)}"
+        tail = f" -> {outcomes}{extra}" if outcomes or extra else ""
+        lines.append(f"- `{name}` (exit {s.exit}): {s.about}{tail}")
+    return "\n".join(lines) + "\n"
+
+
+def render() -> dict[str, bytes]:
+    """Every generated file, by name."""
+    files = {name: s.build() for name, s in SCENARIOS.items()}
+    files["README.md"] = readme().encode()
+    return files
+
+
+def main() -> int:
+    for name, data in render().items():
+        (HERE / name).write_bytes(data)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,498 @@
+"""Replay against reality: real tritonclient traffic through our proxy to a real tritonserver.
+
+Two claims are pinned here. ``replay check --json`` reports, per request, the outcome the client
+actually experienced; and a user-style client fed from the capture by ``replay.feed_stream`` ends
+in exactly the state (text per request id, finals, errors) it reached live.
+
+Every wait is a bounded wait on a condition (the machine is small and noisy). Where a race with
+the wire would make a comparison flaky, the traffic leaves a wide quiet window instead: a
+cancelled request's next token is seconds away when the cancel is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from proxy.tritonserver import TritonServer, free_port
+from replay import feed_stream
+from replay.cli import main as replay_main
+from tests.e2e._proxy import ProxyThread
+from tests.replay.user_client import TextAssembler
+
+pytestmark = pytest.mark.timeout(300)
+
+WAIT_S = 60.0
+# The proxy counts a client reset as the deadline when it comes within max(20 ms, 2 %) of the
+# grpc-timeout, measured from when it read the HEADERS. Under heavy CPU load that read lags by tens
+# of ms (seen: RST 929.8 ms after HEADERS carrying 970m at 1.0 s -> client_cancel): deadlines of a
+# few seconds keep the slack above that lag. (Reported: replay/causes.py's 20 ms floor.)
+DEADLINE_S = 3.0
+
+
+def _bytes(name: str, value: bytes) -> grpcclient.InferInput:
+    t = grpcclient.InferInput(name, [1], "BYTES")
+    t.set_data_from_numpy(np.array([value], dtype=np.object_))
+    return t
+
+
+def _int(name: str, value: int) -> grpcclient.InferInput:
+    t = grpcclient.InferInput(name, [1], "INT32")
+    t.set_data_from_numpy(np.array([value], dtype=np.int32))
+    return t
+
+
+def _tokens(prompt: str, max_tokens: int, delay_ms: int | None = None) -> list[grpcclient.InferInput]:
+    inputs = [_bytes("PROMPT", prompt.encode()), _int("MAX_TOKENS", max_tokens)]
+    if delay_ms is not None:
+        inputs.append(_int("DELAY_MS", delay_ms))
+    return inputs
+
+
+def _check(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    """``replay check --json`` on ``path``: exit code and document."""
+    capsys.readouterr()
+    code = replay_main(["check", "--json", str(path)])
+    out, err = capsys.readouterr()
+    assert code != 2, err
+    doc: dict[str, Any] = json.loads(out)
+    return code, doc
+
+
+def _by_id(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    out = {r["request_id"]: r for r in doc["requests"]}
+    assert len(out) == len(doc["requests"]), "request ids are unique in these tests"
+    return out
+
+
+def _replayed(path: Path) -> dict[str, Any]:
+    client = TextAssembler()
+    feed_stream(path, client)
+    return client.state()
+
+
+class _Stream:
+    """A tritonclient stream through the proxy, closed however the test ends."""
+
+    def __init__(self, url: str, live: TextAssembler, **kw: Any) -> None:
+        self.client = grpcclient.InferenceServerClient(url)
+        self.client.start_stream(callback=live, **kw)
+
+    def send(self, model: str, inputs: list[grpcclient.InferInput], request_id: str) -> None:
+        self.client.async_stream_infer(model, inputs, request_id=request_id, enable_empty_final_response=True)
+
+    def close(self, cancel: bool = False) -> None:
+        self.client.stop_stream(cancel_requests=cancel)
+        self.client.close()
+
+
+def test_normal_stream_check_and_replay_equal_live(
+    triton: TritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tokens x4: completed with 4 texts + empty final; the replayed client assembles the same text."""
+    live = TextAssembler()
+    with ProxyThread(triton.grpc_url, tmp_path) as proxy:
+        s = _Stream(proxy.url, live)
+        s.send("tokens", _tokens("n", 4), "n1")
+        live.wait_for(lambda c: "n1" in c.done, WAIT_S)
+        s.close()
+    state = live.state()
+    assert state["text"] == {"n1": "n-0n-1n-2n-3"}
+    code, doc = _check(proxy.capture_path, capsys)
+    assert code == 0
+    r = _by_id(doc)["n1"]
+    assert (r["outcome"], r["responses"], r["text_responses"], r["final"], r["violations"]) == (
+        "completed", state["responses"]["n1"], 4, True, [],
+    )  # fmt: skip
+    assert _replayed(proxy.capture_path) == state
+
+
+def test_interleaved_and_silent_requests(
+    triton: TritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two interleaved requests and a text-less one on one stream: each completed with the client's counts."""
+    live = TextAssembler()
+    with ProxyThread(triton.grpc_url, tmp_path) as proxy:
+        s = _Stream(proxy.url, live)
+        s.send("tokens", _tokens("a", 3, delay_ms=30), "a")
+        s.send("tokens", _tokens("b", 3, delay_ms=30), "b")
+        s.send("silent", [_bytes("PROMPT", b"q")], "q")
+        live.wait_for(lambda c: c.done == {"a", "b", "q"}, WAIT_S)
+        s.close()
+    state = live.state()
+    code, doc = _check(proxy.capture_path, capsys)
+    assert code == 0
+    got = {rid: (r["outcome"], r["responses"], r["text_responses"]) for rid, r in _by_id(doc).items()}
+    assert got == {
+        "a": ("completed", state["responses"]["a"], 3),
+        "b": ("completed", state["responses"]["b"], 3),
+        "q": ("completed", 1, 0),
+    }
+    assert state["text"] == {"a": "a-0a-1a-2", "b": "b-0b-1b-2"}
+    assert doc["unattributable"] == []
+    assert _replayed(proxy.capture_path) == state
+
+
+def test_error_midstream_is_error_and_replays_identically(
+    triton: TritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fail_midstream: the client sees 2 texts then an error; check says error (final=true seen), no violation."""
+    live = TextAssembler()
+    with ProxyThread(triton.grpc_url, tmp_path) as proxy:
+        s = _Stream(proxy.url, live)
+        s.send("fail_midstream", _tokens("f", 5), "f1")
+        live.wait_for(lambda c: bool(c.errors), WAIT_S)
+        s.close()
+    state = live.state()
+    assert state["text"] == {"f1": "f-0f-1"}
+    assert state["errors"] == ["fail_midstream: backend failure after 2 responses"]
+    assert state["done"] == [] and state["stream_error"] is None
+    code, doc = _check(proxy.capture_path, capsys)
+    assert code == 0
+    r = _by_id(doc)["f1"]
+    assert (r["outcome"], r["responses"], r["text_responses"], r["final"], r["error"]) == (
+        "error", 3, 2, True, state["errors"][0],
+    )  # fmt: skip
+    assert _replayed(proxy.capture_path) == state
+
+
+def test_stream_cancel_check_and_replay_equal_live(
+    triton: TritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """stop_stream(cancel_requests=True): the finished request stays completed, the open one is cancelled."""
+    live = TextAssembler()
+    with ProxyThread(triton.grpc_url, tmp_path) as proxy:
+        s = _Stream(proxy.url, live)
+        s.send("tokens", _tokens("d", 1), "done")
+        live.wait_for(lambda c: "done" in c.done, WAIT_S)
+        # The next token of "long" is 3 s away when the cancel goes out: nothing races it.
+        s.send("tokens", _tokens("l", 1000, delay_ms=3000), "long")
+        live.wait_for(lambda c: "long" in c.text, WAIT_S)
+        s.close(cancel=True)
+    state = live.state()
+    assert state["stream_error"] == ("StatusCode.CANCELLED", "Locally cancelled by application!")
+    assert state["text"] == {"done": "d-0", "long": "l-0"}
+    code, doc = _check(proxy.capture_path, capsys)
+    assert code == 0
+    got = {rid: (r["outcome"], r["final"], r["text_responses"]) for rid, r in _by_id(doc).items()}
+    assert got == {"done": ("completed", True, 1), "long": ("cancelled", False, 1)}
+    assert _replayed(proxy.capture_path) == state
+
+
+def test_stream_deadline_is_deadline(triton: TritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A stream_timeout that expires mid-stream: the client gets DEADLINE_EXCEEDED, check says deadline."""
+    live = TextAssembler()
+    with ProxyThread(triton.grpc_url, tmp_path) as proxy:
+        s = _Stream(proxy.url, live, stream_timeout=DEADLINE_S)
+        s.send("tokens", _tokens("t", 1000, delay_ms=300), "slow")
+        live.wait_for(lambda c: c.stream_error is not None, WAIT_S)
+        s.close()
+    state = live.state()
+    assert state["stream_error"][0] == "StatusCode.DEADLINE_EXCEEDED"
+    code, doc = _check(proxy.capture_path, capsys)
+    assert code == 0
+    r = _by_id(doc)["slow"]
+    assert r["outcome"] == "deadline"
+    assert r["status"] == "DEADLINE_EXCEEDED"
+    # The proxy saw every response the client got (one more may have crossed it as the deadline hit).
+    assert r["responses"] >= state["responses"].get("slow", 0)
+
+
+def test_unary_infer_completed_and_deadline(
+    triton: TritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Unary ModelInfer: an answered call is completed (final = the raw flag), a client_timeout is deadline."""
+    with ProxyThread(triton.grpc_url, tmp_path) as proxy:
+        c = grpcclient.InferenceServerClient(proxy.url)
+        data = grpcclient.InferInput("INPUT", [3], "UINT8")
+        data.set_data_from_numpy(np.array([1, 2, 3], dtype=np.uint8))
+        result = c.infer("echo", [data], request_id="ok")
+        params = result.get_response().parameters
+        raw_final = params["triton_final_response"].bool_param if "triton_final_response" in params else None
+        with pytest.raises(InferenceServerException) as info:
+            c.infer("echo", [data, _int("DELAY_MS", 4000)], request_id="late", client_timeout=DEADLINE_S)
+        assert info.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        assert c.is_server_live()
+        c.close()
+    code, doc = _check(proxy.capture_path, capsys)
+    assert code == 0
+    got = {rid: (r["kind"], r["outcome"], r["responses"], r["final"]) for rid, r in _by_id(doc).items()}
+    assert got == {"ok": ("unary", "completed", 1, raw_final), "late": ("unary", "deadline", 0, None)}
+    assert doc["summary"]["calls_by_method"]["ServerLive"] == 1
+
+
+# The proxy closes the client's socket before writing the h2 frames it just queued for the last
+# call of a draining connection (Tunnel._maybe_close_down runs inside _end, before _write), so the
+# client gets "Socket closed" instead of the status the capture records. Reported; strict xfails
+# below turn into failures the day it is fixed, so the markers cannot outlive the bug.
+PROXY_CLOSE_BUG = "proxy closes the client transport before flushing the last call's trailers"
+
+
+# A second proxy bug shows here under CPU load: CaptureWriter._run consumes close()'s wake-up for
+# a batch queued meanwhile, then waits for a wake-up that never comes, so stop() hangs.
+WRITER_CLOSE_RACE = "CaptureWriter.close() can hang when a record is queued while its last batch is written"
+
+
+class ProxyBug(AssertionError):
+    """A failure caused by one of the proxy bugs named above."""
+
+
+class ClientSawOtherEnd(ProxyBug):
+    """The stream's end the client experienced differs from the capture's."""
+
+
+class ProxyStopHung(ProxyBug):
+    """RecordingProxy.stop() did not return."""
+
+
+def _same_end_as_live(capture: Path, live: TextAssembler) -> None:
+    replayed, state = _replayed(capture), live.state()
+    if replayed != state:
+        raise ClientSawOtherEnd(f"replayed {replayed} != live {state}")
+
+
+def _shutdown_mid_stream(triton: TritonServer, tmp_path: Path) -> tuple[TextAssembler, ProxyThread]:
+    live = TextAssembler()
+    proxy = ProxyThread(triton.grpc_url, tmp_path, drain_timeout=0.5).start()
+    try:
+        s = _Stream(proxy.url, live)
+        s.send("tokens", _tokens("i", 1000, delay_ms=3000), "open")
+        live.wait_for(lambda c: "open" in c.text, WAIT_S)
+        proxy.stop()
+        live.wait_for(lambda c: c.stream_error is not None, WAIT_S)
+        s.close()
+    finally:
+        proxy.stop()
+    return live, proxy
+
+
+def test_proxy_shutdown_mid_stream_is_interrupted(
+    triton: TritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Stopping the proxy past its drain timeout: the client gets UNAVAILABLE, check says interrupted."""
+    live, proxy = _shutdown_mid_stream(triton, tmp_path)
+    state = live.state()
+    assert state["stream_error"][0] == "StatusCode.UNAVAILABLE"
+    code, doc = _check(proxy.capture_path, capsys)
+    assert code == 0
+    assert _by_id(doc)["open"]["outcome"] == "interrupted"
+    replayed = _replayed(proxy.capture_path)
+    assert {k: v for k, v in replayed.items() if k != "stream_error"} == {
+        k: v for k, v in state.items() if k != "stream_error"
+    }
+    assert replayed["stream_error"][0] == "StatusCode.UNAVAILABLE"
+
+
+@pytest.mark.xfail(strict=True, raises=ClientSawOtherEnd, reason=PROXY_CLOSE_BUG)
+def test_proxy_shutdown_status_reaches_the_client(triton: TritonServer, tmp_path: Path) -> None:
+    """The UNAVAILABLE 'triton-tap: proxy shutting down' the capture records is what the client gets."""
+    live, proxy = _shutdown_mid_stream(triton, tmp_path)
+    _same_end_as_live(proxy.capture_path, live)
+
+
+@pytest.mark.xfail(strict=True, raises=ProxyBug, reason=f"{PROXY_CLOSE_BUG}; {WRITER_CLOSE_RACE}")
+def test_stream_finishing_during_drain_ends_ok_for_the_client(triton: TritonServer, tmp_path: Path) -> None:
+    """A stream that completes while the proxy drains ends OK for the client, as its capture says."""
+    live = TextAssembler()
+    proxy = ProxyThread(triton.grpc_url, tmp_path, drain_timeout=20).start()
+    stopped = threading.Event()
+    hung: list[AssertionError] = []
+
+    def stop() -> None:
+        try:
+            proxy.stop(timeout=30)
+        except AssertionError as e:
+            hung.append(e)
+        else:
+            stopped.set()
+
+    stopper = threading.Thread(target=stop, daemon=True)
+    try:
+        s = _Stream(proxy.url, live)
+        s.send("tokens", _tokens("d", 3, delay_ms=300), "drained")
+        live.wait_for(lambda c: "drained" in c.text, WAIT_S)
+        stopper.start()
+        live.wait_for(lambda c: "drained" in c.done, WAIT_S)
+        s.close()
+        stopper.join(WAIT_S)
+        if not stopped.is_set():
+            raise ProxyStopHung(f"RecordingProxy.stop() did not return: {hung}")
+    finally:
+        if stopper.is_alive():
+            stopper.join(WAIT_S)
+        proxy.stop()
+    _same_end_as_live(proxy.capture_path, live)
+
+
+# -- the asyncio client style --------------------------------------------------------------------
+
+
+async def _aio_live(
+    url: str, model: str, inputs: list[Any], rid: str, **kw: Any
+) -> tuple[list[Any], BaseException | None]:
+    """(result, error) pairs as tritonclient.grpc.aio's stream_infer yields them, and how it ended."""
+    import tritonclient.grpc.aio as aioclient
+
+    async def requests() -> Any:
+        yield {"model_name": model, "inputs": inputs, "request_id": rid}
+
+    client = aioclient.InferenceServerClient(url)
+    pairs: list[Any] = []
+    try:
+        async for pair in client.stream_infer(requests(), **kw):
+            pairs.append(pair)
+    except Exception as e:  # the terminal status is what is compared
+        return pairs, e
+    finally:
+        await client.close()
+    return pairs, None
+
+
+async def _aio_replayed(path: Path) -> tuple[list[Any], BaseException | None]:
+    from replay import feed_stream_aio
+
+    pairs: list[Any] = []
+    try:
+        async for pair in feed_stream_aio(path):
+            pairs.append(pair)
+    except Exception as e:  # the terminal status is what is compared
+        return pairs, e
+    return pairs, None
+
+
+def _pairs(pairs: list[Any]) -> list[tuple[Any, Any]]:
+    return [
+        (None if r is None else r.get_response().SerializeToString(), None if e is None else (e.status(), e.message()))
+        for r, e in pairs
+    ]
+
+
+@pytest.mark.parametrize(
+    ("model", "inputs", "kw", "outcome"),
+    [
+        # aio cannot ask for empty finals: the stream ends OK with no final flag -> unconfirmed.
+        ("tokens", lambda: _tokens("a", 3), {}, "unconfirmed"),
+        ("fail_midstream", lambda: _tokens("f", 5), {}, "error"),
+        ("tokens", lambda: _tokens("t", 1000, delay_ms=300), {"stream_timeout": DEADLINE_S}, "deadline"),
+    ],
+    ids=["unconfirmed", "error", "deadline"],
+)
+def test_aio_client_live_equals_feed_stream_aio(
+    triton: TritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    model: str, inputs: Any, kw: dict[str, Any], outcome: str,
+) -> None:  # fmt: skip
+    """tritonclient.grpc.aio through the proxy vs feed_stream_aio: same pairs, same terminal exception; check agrees."""
+    with ProxyThread(triton.grpc_url, tmp_path) as proxy:
+        live_pairs, live_end = asyncio.run(_aio_live(proxy.url, model, inputs(), "r", **kw))
+    pairs, end = asyncio.run(_aio_replayed(proxy.capture_path))
+    code, doc = _check(proxy.capture_path, capsys)
+    assert (code, _by_id(doc)["r"]["outcome"]) == (0, outcome)
+    if outcome == "deadline":
+        # A response may cross the proxy as the deadline fires: the client saw a prefix of the capture.
+        assert _pairs(pairs)[: len(live_pairs)] == _pairs(live_pairs)
+        assert isinstance(live_end, grpc.aio.AioRpcError) and isinstance(end, grpc.aio.AioRpcError)
+        # gRPC's own text races between "Deadline Exceeded" and "Stream removed (Deadline Exceeded)"
+        # (seen directly against Triton too); replay gives the first.
+        assert (end.code(), end.details()) == (live_end.code(), "Deadline Exceeded")
+        assert "Deadline Exceeded" in (live_end.details() or "")
+    else:
+        assert _pairs(pairs) == _pairs(live_pairs)
+        assert (live_end, end) == (None, None)
+
+
+def _wait_listening(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            # Condition polling: a separate process has no event to wait on.
+            time.sleep(0.05)
+
+
+def _wait_for_text(path_glob: Path, needle: bytes, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if any(needle in p.read_bytes() for p in path_glob.glob("*.jsonl")):
+            return
+        assert time.monotonic() < deadline, f"{needle!r} never reached the capture"
+        time.sleep(0.05)
+
+
+def test_proxy_killed_leaves_the_request_incomplete(
+    triton: TritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGKILL of the proxy mid-stream: client gets UNAVAILABLE; check: incomplete, no violation, capture_end missing."""
+    port = free_port()
+    captures = tmp_path / "captures"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "--listen", f"127.0.0.1:{port}", "--upstream", triton.grpc_url,
+         "--capture-dir", str(captures), "--payload", "full", "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    live = TextAssembler()
+    try:
+        _wait_listening(port, WAIT_S)
+        s = _Stream(f"127.0.0.1:{port}", live)
+        s.send("tokens", _tokens("k", 1000, delay_ms=200), "killed")
+        live.wait_for(lambda c: c.responses.get("killed", 0) >= 2, WAIT_S)
+        _wait_for_text(captures, b'"index":1,', WAIT_S)
+        proc.kill()
+        proc.wait(timeout=WAIT_S)
+        live.wait_for(lambda c: c.stream_error is not None, WAIT_S)
+        s.close()
+    finally:
+        proc.kill()
+        proc.wait(timeout=WAIT_S)
+    assert live.state()["stream_error"][0] == "StatusCode.UNAVAILABLE"
+    code, doc = _check(captures, capsys)
+    assert code == 0
+    r = _by_id(doc)["killed"]
+    assert (r["outcome"], r["violations"], r["status"]) == ("incomplete", [], None)
+    assert "missing_capture_end" in [g["kind"] for g in doc["gaps"]]
+    assert doc["summary"]["complete"] is False
+
+
+def test_upstream_killed_is_disconnected(
+    triton: TritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tritonserver SIGKILLed mid-stream: the client gets UNAVAILABLE, check says disconnected; replay agrees."""
+    live = TextAssembler()
+    try:
+        with ProxyThread(triton.grpc_url, tmp_path) as proxy:
+            s = _Stream(proxy.url, live)
+            s.send("tokens", _tokens("u", 1000, delay_ms=3000), "cut")
+            live.wait_for(lambda c: "cut" in c.text, WAIT_S)
+            triton.kill()
+            live.wait_for(lambda c: c.stream_error is not None, WAIT_S)
+            s.close()
+    finally:
+        if not triton.running:
+            triton.restart()
+    state = live.state()
+    code, doc = _check(proxy.capture_path, capsys)
+    assert code == 0
+    assert _by_id(doc)["cut"]["outcome"] == "disconnected"
+    replayed = _replayed(proxy.capture_path)
+    assert replayed["stream_error"] == ("StatusCode.UNAVAILABLE", "triton-tap: upstream connection lost")
+    # Usually the client gets exactly that; about 1 run in 25 under load it gets "Socket closed"
+    # instead, because the proxy closes the client socket right after its last frames (see
+    # PROXY_CLOSE_BUG). Text, finals and the status code must match either way.
+    assert state["stream_error"][0] == "StatusCode.UNAVAILABLE"
+    assert {**replayed, "stream_error": None} == {**state, "stream_error": None}

@@ -1,0 +1,29 @@
+"""The package's public API: names, and that they stay functions whatever was imported before."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+
+def test_public_names_are_the_documented_callables() -> None:
+    """`replay.track/feed_stream/feed_stream_aio/read_capture` are functions, even after every submodule is imported."""
+    for sub in ("reader", "requests", "feed", "check", "cli"):
+        importlib.import_module(f"replay.{sub}")
+    import replay
+
+    assert sorted(replay.__all__) == ["feed_stream", "feed_stream_aio", "read_capture", "track"]
+    for name in replay.__all__:
+        assert inspect.isfunction(getattr(replay, name)), name
+    assert inspect.isasyncgenfunction(replay.feed_stream_aio)
+
+
+def test_replay_does_not_import_the_proxy() -> None:
+    """Offline code never needs the live shell: no module of replay imports proxy."""
+    from pathlib import Path
+
+    import replay
+
+    for path in Path(replay.__file__).parent.glob("*.py"):
+        text = path.read_text()
+        assert "from proxy" not in text and "import proxy" not in text, path.name

@@ -1,0 +1,19 @@
+"""The benchmark harness still runs end to end (seconds; checks it works, not the figures)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_smoke(tmp_path: Path) -> None:
+    """`python -m bench --smoke` exits 0 and prints the ratio table."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--workdir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "direct" in proc.stdout and "proxy-meta" in proc.stdout
