@@ -546,6 +546,8 @@ class Tunnel:
 
     def _maybe_close_down(self) -> None:
         if self.goaway_sent and not self.by_down and self.down.transport is not None:
+            # Frames h2 queued just now (the last call's trailers) must leave before the close.
+            self._write(self.down, self.dconn)
             self.down.transport.close()
 
     def abort(self, cause: str) -> None:

@@ -44,12 +44,11 @@ def _varint(buf: bytes, i: int) -> tuple[int, int]:
         shift += 7
 
 
-def complete_prefix(buf: bytes, stop_field: int, nested: int = 0) -> tuple[bytes, bool]:
+def complete_prefix(buf: bytes, stop_field: int, cut: bool = True) -> tuple[bytes, bool]:
     """The longest run of complete top-level fields of ``buf`` before field ``stop_field``.
 
-    When ``nested`` names a length-delimited field that is cut, its own complete prefix (with
-    ``stop_field - 1`` ... the caller's rule) cannot be expressed here; returns ``(prefix, lost)``
-    where ``lost`` says whether some field before ``stop_field`` was incomplete.
+    Returns ``(prefix, lost)``: ``lost`` says that fields before ``stop_field`` may be missing —
+    a field was cut, or ``buf`` (``cut``: known to be cut short) ended before ``stop_field`` began.
     """
     i = 0
     n = len(buf)
@@ -75,7 +74,7 @@ def complete_prefix(buf: bytes, stop_field: int, nested: int = 0) -> tuple[bytes
                 return buf[:start], True
     except IndexError:
         return buf[:start], True
-    return buf, False
+    return buf, cut
 
 
 def _params(params: Any) -> dict[str, Any]:
@@ -163,7 +162,7 @@ def stream_response_labels(body: bytes, truncated: bool) -> dict[str, Any]:
                 error = chunk.decode("utf-8", "replace") or None
                 lost = lost or len(chunk) < length
             elif tag >> 3 == 2:
-                inner, cut = complete_prefix(chunk, 6)
+                inner, cut = complete_prefix(chunk, 6, cut=len(chunk) < length)
                 lost = lost or cut
             i += length
     except IndexError:

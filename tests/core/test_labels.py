@@ -77,7 +77,7 @@ def test_truncated_stream_response_keeps_labels(cut: int) -> None:
 def test_complete_prefix_stops_at_field() -> None:
     """complete_prefix keeps whole fields before the stop field only."""
     body = _request().SerializeToString()
-    prefix, lost = labels.complete_prefix(body, 7)
+    prefix, lost = labels.complete_prefix(body, 7, cut=False)
     assert not lost
     assert pb.ModelInferRequest.FromString(prefix).id == "r1"
     assert len(prefix) < len(body)

@@ -234,16 +234,11 @@ def test_unary_infer_completed_and_deadline(
     assert doc["summary"]["calls_by_method"]["ServerLive"] == 1
 
 
-# The proxy closes the client's socket before writing the h2 frames it just queued for the last
-# call of a draining connection (Tunnel._maybe_close_down runs inside _end, before _write), so the
-# client gets "Socket closed" instead of the status the capture records. Reported; strict xfails
-# below turn into failures the day it is fixed, so the markers cannot outlive the bug.
-PROXY_CLOSE_BUG = "proxy closes the client transport before flushing the last call's trailers"
-
-
-# A second proxy bug shows here under CPU load: CaptureWriter._run consumes close()'s wake-up for
-# a batch queued meanwhile, then waits for a wake-up that never comes, so stop() hangs.
-WRITER_CLOSE_RACE = "CaptureWriter.close() can hang when a record is queued while its last batch is written"
+# Regressions pinned below: the proxy once closed a draining client connection before writing the
+# last call's trailers (the client saw "Socket closed"), and the capture writer's close() could
+# hang on a consumed wake-up. Both tests failed then.
+PROXY_CLOSE_BUG = "proxy closed the client transport before flushing the last call's trailers"
+WRITER_CLOSE_RACE = "CaptureWriter.close() could hang when a record was queued while its last batch was written"
 
 
 class ProxyBug(AssertionError):
@@ -296,14 +291,12 @@ def test_proxy_shutdown_mid_stream_is_interrupted(
     assert replayed["stream_error"][0] == "StatusCode.UNAVAILABLE"
 
 
-@pytest.mark.xfail(strict=True, raises=ClientSawOtherEnd, reason=PROXY_CLOSE_BUG)
 def test_proxy_shutdown_status_reaches_the_client(triton: TritonServer, tmp_path: Path) -> None:
     """The UNAVAILABLE 'triton-tap: proxy shutting down' the capture records is what the client gets."""
     live, proxy = _shutdown_mid_stream(triton, tmp_path)
     _same_end_as_live(proxy.capture_path, live)
 
 
-@pytest.mark.xfail(strict=True, raises=ProxyBug, reason=f"{PROXY_CLOSE_BUG}; {WRITER_CLOSE_RACE}")
 def test_stream_finishing_during_drain_ends_ok_for_the_client(triton: TritonServer, tmp_path: Path) -> None:
     """A stream that completes while the proxy drains ends OK for the client, as its capture says."""
     live = TextAssembler()
