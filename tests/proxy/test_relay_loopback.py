@@ -247,7 +247,9 @@ def test_upstream_stream_limit_refuses_one_stream_not_the_connection(
         bg_stop(proxy)
         ends = of_kind(records(proxy.capture_path), "call_end")
         refused = [e for e in ends if e["upstream_rst_code"] == 7]
-        assert len(refused) == codes.count(grpc.StatusCode.UNAVAILABLE)
+        # gRPC clients retry a REFUSED_STREAM transparently (it was never processed), so the capture
+        # may hold more refusals than calls that finally failed.
+        assert len(refused) >= codes.count(grpc.StatusCode.UNAVAILABLE)
         assert all(e["cause"] == "error" and "concurrent-stream limit" in e["details"] for e in refused)
     finally:
         bg.run(server.stop(None))
