@@ -6,7 +6,7 @@ Why frames and not a gRPC proxy: only at the HTTP/2 level can the proxy tell an 
 
 Shape: :class:`Tunnel` owns two sans-IO ``h2`` connections (server role towards the client,
 client role towards Triton) and the two asyncio transports. Bytes in -> h2 events -> forwarded
-frames + capture records. All per-message work is one pass in :meth:`_Side.messages`.
+frames + capture records. All per-message work is one pass in :meth:`Tunnel._messages`.
 
 Flow control (end-to-end backpressure): DATA received on one side is acknowledged to its sender
 only once it has been handed to the other side's h2 connection, i.e. once the receiver granted
@@ -309,6 +309,14 @@ def _coalesce(q: collections.deque[list[Any]], limit: int) -> None:
     q.appendleft([b"".join(parts), acked])
 
 
+#: Causes for which the proxy itself gives the client a status (the upstream cannot): code, message.
+_PROXY_ANSWERS: dict[str, tuple[int, str]] = {
+    "upstream_disconnect": (14, "triton-tap: upstream connection lost"),
+    "proxy_shutdown": (14, "triton-tap: proxy shutting down"),
+    "proxy_error": (13, "triton-tap: internal error (see the proxy's log)"),
+}
+
+
 def _pairs(headers: list[tuple[bytes, bytes]]) -> list[list[str]]:
     return [[k.decode("latin-1"), v.decode("latin-1")] for k, v in headers]
 
@@ -373,7 +381,6 @@ class Relay:
         self.options = options or RelayOptions()
         self.tunnels: set[Tunnel] = set()
         self._conn_ids = itertools.count(1)
-        self.shutting_down = False
         self.open_calls = 0
 
     def protocol_factory(self) -> asyncio.Protocol:
@@ -384,7 +391,6 @@ class Relay:
 
     def begin_shutdown(self) -> None:
         """Stop taking new calls: GOAWAY to every client, in-flight calls go on."""
-        self.shutting_down = True
         for t in list(self.tunnels):
             t.goaway_down()
 
@@ -488,9 +494,9 @@ class Tunnel:
                 side.transport.close()
             return
         except Exception:
-            # A bug of ours must cost one connection, never the proxy.
+            # A bug of ours must cost one connection, never the proxy, and be recorded as ours.
             log.exception("relay_internal_error", conn=self.conn_id)
-            self.abort("client_disconnect")
+            self.abort("proxy_error")
             return
         self._write(self.up, self.uconn)
         self._write(self.down, self.dconn)
@@ -683,8 +689,10 @@ class Tunnel:
                 return False
             size = min(len(data), window, conn.max_outbound_frame_size)
             if size < len(data):
-                conn.send_data(sid, data[:size])
-                item[0] = data[size:]
+                # A memoryview keeps the rest without copying it once per frame sent.
+                view = data if isinstance(data, memoryview) else memoryview(data)
+                conn.send_data(sid, view[:size])
+                item[0] = view[size:]
                 continue
             conn.send_data(sid, data)
             q.popleft()
@@ -892,22 +900,16 @@ class Tunnel:
                 rst_code=rst_code, elapsed_ms=call.elapsed_ms(), forwarded_upstream=forwarded,
             )
         )  # fmt: skip
-        status = causes.STATUS_FOR_CAUSE[cause]
-        if cause in ("upstream_disconnect", "proxy_shutdown"):
-            msg = (
-                "triton-tap: upstream connection lost"
-                if cause == "upstream_disconnect"
-                else "triton-tap: proxy shutting down"
-            )
-            self._fail_down(call, cause, 14, msg)
+        answer = _PROXY_ANSWERS.get(cause)
+        if answer is not None:
+            self._fail_down(call, cause, *answer)
             return
         call.client_done = True
-        self._end(call, cause, status, None, None)
+        self._end(call, cause, causes.STATUS_FOR_CAUSE[cause], None, None)
 
     def _fail_down(self, call: Call, cause: str, code: int, message: str) -> None:
         """Give the client a gRPC status of our own (the upstream cannot)."""
         if not call.client_done and not self.down_lost:
-            call.s2c_queue.clear()
             call.s2c_trailers = _status_trailers(code, message, call.resp_headers is None)
             try:
                 self.dconn.send_headers(call.down_id, call.s2c_trailers, end_stream=True)
@@ -936,6 +938,7 @@ class Tunnel:
                 initial_metadata=_pairs(call.resp_headers) if call.resp_headers is not None else None,
                 duration_ms=call.elapsed_ms(), messages_c2s=call.index[0], messages_s2c=call.index[1],
                 upstream_rst_code=rst,
+                s2c_undelivered_bytes=sum(len(i[0]) for i in call.s2c_queue) if call.s2c_queue else 0,
             )
         )  # fmt: skip
         if call.client_done and call.up_closed:

@@ -36,6 +36,7 @@ STATUS_FOR_CAUSE: dict[str, str] = {
     "deadline": "DEADLINE_EXCEEDED",
     "upstream_disconnect": "UNAVAILABLE",
     "proxy_shutdown": "UNAVAILABLE",
+    "proxy_error": "INTERNAL",
 }
 
 #: HTTP/2 RST_STREAM code -> gRPC status, as gRPC clients map a reset without trailers.

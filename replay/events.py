@@ -26,6 +26,7 @@ Cause = Literal[
     "client_disconnect",
     "upstream_disconnect",
     "proxy_shutdown",
+    "proxy_error",
 ]
 CAUSES: tuple[str, ...] = (
     "ok",
@@ -35,6 +36,7 @@ CAUSES: tuple[str, ...] = (
     "client_disconnect",
     "upstream_disconnect",
     "proxy_shutdown",
+    "proxy_error",
 )
 
 
@@ -131,7 +133,10 @@ class CallCancelled:
     kind: ClassVar[str] = "cancel"
     t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]
     call: Annotated[str, "the RPC"]
-    cause: Annotated[Cause, "`client_cancel`, `deadline`, `client_disconnect`, `upstream_disconnect` or `proxy_shutdown`"]
+    cause: Annotated[
+        Cause,
+        "`client_cancel`, `deadline`, `client_disconnect`, `upstream_disconnect`, `proxy_shutdown` or `proxy_error`",
+    ]
     in_flight: Annotated[list[str], "Triton request ids sent on this call that had not received a final response"]
     executing: Annotated[
         list[str], "the subset of `in_flight` that had already received at least one response"
@@ -162,6 +167,11 @@ class CallEnded:
     messages_c2s: Annotated[int, "messages the client sent on this call"]
     messages_s2c: Annotated[int, "messages the server sent on this call"]
     upstream_rst_code: Annotated[int | None, "HTTP/2 error code of an upstream RST_STREAM, when one ended the call"] = None
+    s2c_undelivered_bytes: Annotated[
+        int,
+        "bytes of server messages the proxy received (and recorded as `message`) but never delivered to "
+        "the client, e.g. a client that stopped reading and then cancelled",
+    ] = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -125,6 +125,8 @@ END_BY_CAUSE: dict[str, Input] = {
     "client_disconnect": In.END_CLIENT_DISCONNECT,
     "upstream_disconnect": In.END_UPSTREAM_DISCONNECT,
     "proxy_shutdown": In.END_PROXY_SHUTDOWN,
+    # The proxy's own failure: the client got INTERNAL from the proxy; not a success either.
+    "proxy_error": In.END_ERROR,
 }
 
 # What an open request becomes when its call ends by each cause (an OK end is per state).

@@ -16,6 +16,8 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from proxy.relay import STREAM_WINDOW
 from proxy.server import RecordingProxy
+from tests.support.capture import of_kind, records
+from tests.support.proxy import stop_proxy
 
 MESSAGE = 64 * 1024
 TOTAL = 400 * 1024 * 1024
@@ -48,3 +50,7 @@ def test_non_reading_client_stalls_upstream(fake_upstream: Any, start_proxy: Cal
         # Client window + proxy's two stream windows + upstream/kernel buffers: tens of MB at most.
         assert sent < 2 * STREAM_WINDOW + 48 * 1024 * 1024 < TOTAL, sent
         responses.cancel()
+    stop_proxy(proxy)
+    (end,) = of_kind(records(proxy.capture_path), "call_end")
+    # Received and recorded, never delivered: the capture says so instead of implying delivery.
+    assert end["cause"] == "client_cancel" and end["s2c_undelivered_bytes"] > MESSAGE

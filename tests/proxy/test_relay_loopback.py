@@ -253,3 +253,32 @@ def test_upstream_stream_limit_refuses_one_stream_not_the_connection(
         assert all(e["cause"] == "error" and "concurrent-stream limit" in e["details"] for e in refused)
     finally:
         bg.run(server.stop(None))
+
+
+def test_internal_error_costs_one_connection_and_is_recorded_as_ours(
+    fake_upstream: Any, start_proxy: Callable[..., RecordingProxy], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in the relay ends that connection's calls as proxy_error (client gets INTERNAL); others go on."""
+    from proxy.relay import Tunnel
+
+    proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}")
+    original = Tunnel._flush_c2s
+    armed = {"on": True}
+
+    def broken(self: Tunnel, call: Any) -> None:
+        if armed["on"] and call.c2s_queue:
+            armed["on"] = False
+            raise RuntimeError("injected relay bug")
+        original(self, call)
+
+    monkeypatch.setattr(Tunnel, "_flush_c2s", broken)
+    failed = _infer_with_call(f"127.0.0.1:{proxy.port}", "victim", [])
+    assert failed[0] is None and failed[1].code() == grpc.StatusCode.INTERNAL
+    ok = _infer_with_call(f"127.0.0.1:{proxy.port}", "next", [])
+    assert ok[0] is not None
+    bg_stop(proxy)
+    recs = records(proxy.capture_path)
+    (cancel,) = of_kind(recs, "cancel")
+    assert cancel["cause"] == "proxy_error" and cancel["in_flight"] == ["victim"]
+    (end,) = of_kind(recs, "call_end", cancel["call"])
+    assert (end["status"], end["cause"]) == ("INTERNAL", "proxy_error")
