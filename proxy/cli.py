@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from proxy import __version__, logs
-from replay.errors import TritonTapError
+from replay.errors import CaptureError, TritonTapError, UserError
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -106,29 +106,27 @@ def _run_demo(args: argparse.Namespace) -> int:
     return demo_main(args.workdir)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``triton-tap`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _run_guarded(args: argparse.Namespace) -> int:
+    """Run a command; errors a user can meet become one line on stderr and an exit code."""
     try:
         code: int = args.func(args)
     except TritonTapError as e:
         print(f"triton-tap: error: {e}", file=sys.stderr)
-        return EXIT_USAGE if type(e).__name__ in ("UserError", "CaptureError", "CaptureTooNew") else EXIT_FAILURE
+        # The user's input (flags, paths, captures) is at fault: usage exit; otherwise a failure.
+        return EXIT_USAGE if isinstance(e, (UserError, CaptureError)) else EXIT_FAILURE
     except KeyboardInterrupt:
         return 130
     return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``triton-tap`` console script."""
+    return _run_guarded(build_parser().parse_args(argv))
 
 
 def record_main(argv: Sequence[str] | None = None) -> int:
     """``python -m proxy``: the same as ``triton-tap record``."""
     parser = _Parser(prog="python -m proxy", description="Run the triton-tap recording proxy.")
     add_record_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_record(args)
-    except TritonTapError as e:
-        print(f"triton-tap: error: {e}", file=sys.stderr)
-        return EXIT_USAGE if type(e).__name__ == "UserError" else EXIT_FAILURE
-    except KeyboardInterrupt:
-        return 130
+    parser.set_defaults(func=run_record)
+    return _run_guarded(parser.parse_args(argv))

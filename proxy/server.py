@@ -6,9 +6,8 @@ import asyncio
 import signal
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -44,7 +43,6 @@ class ProxyConfig:
     drain_timeout: float = 10.0
     connect_timeout: float = 3.0
     redact: tuple[str, ...] = DEFAULT_REDACT
-    extra_options: dict[str, Any] = field(default_factory=dict)
 
 
 def check_upstream(host: str, port: int, timeout: float) -> None:
@@ -96,7 +94,6 @@ class RecordingProxy:
             "gzip_rotated": cfg.gzip_rotated,
             "drain_timeout_s": cfg.drain_timeout,
             "redact": list(cfg.redact),
-            **cfg.extra_options,
         }
         # Bind before the capture exists so that a busy port leaves no empty capture behind.
         relay_box: list[Relay] = []

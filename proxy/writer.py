@@ -149,8 +149,13 @@ class CaptureWriter:
         if self._task is not None:
             await self._task
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._pool, self._finish, counts_extra or {})
+        await loop.run_in_executor(self._pool, self._finish, counts_extra or {}, self._take_queue_gap())
         self._pool.shutdown(wait=True)
+
+    def _take_queue_gap(self) -> _Gap:
+        # Swapped on the loop thread, where emit() adds to it, so no drop is lost between threads.
+        qg, self._queue_gap = self._queue_gap, _Gap()
+        return qg
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -171,7 +176,7 @@ class CaptureWriter:
                 continue
             batch = list(self._queue)
             self._queue.clear()
-            await loop.run_in_executor(self._pool, self._write_batch, batch)
+            await loop.run_in_executor(self._pool, self._write_batch, batch, self._take_queue_gap())
 
     # -- writer thread -----------------------------------------------------------------------
 
@@ -193,15 +198,15 @@ class CaptureWriter:
             seq += 1
         return b"".join(lines)
 
-    def _write_batch(self, records: list[Any]) -> None:
-        if self._queue_gap.dropped:
-            # Move queue-overflow drops into the gap that the next successful write reports.
-            qg, self._queue_gap = self._queue_gap, _Gap()
+    def _write_batch(self, records: list[Any], queue_gap: _Gap | None = None, may_rotate: bool = True) -> None:
+        if queue_gap is not None and queue_gap.dropped:
+            # Queue-overflow drops join the gap that this (or the next successful) write reports.
+            self._counts.dropped += queue_gap.dropped
             if not self._gap.dropped:
-                self._gap = qg
+                self._gap = queue_gap
             else:
-                self._gap.dropped += qg.dropped
-                self._gap.last_t_ns = qg.last_t_ns
+                self._gap.dropped += queue_gap.dropped
+                self._gap.last_t_ns = queue_gap.last_t_ns
         pending: list[Any] = []
         if self._gap.dropped:
             g = self._gap
@@ -222,9 +227,8 @@ class CaptureWriter:
             self._write_all(data)
         except OSError as e:
             self._rollback()
-            real = records
-            self._gap.add(real, f"write_error: {e}")
-            self._counts.dropped += len(real)
+            self._gap.add(records, f"write_error: {e}")
+            self._counts.dropped += len(records)
             if not self._failing:
                 self._failing = True
                 log.warning("capture_write_failed", error=str(e), path=str(self.path),
@@ -242,7 +246,7 @@ class CaptureWriter:
             if r.kind == "call_end":
                 causes = self._counts.causes
                 causes[r.cause] = causes.get(r.cause, 0) + 1
-        if self._opt.rotate_bytes is not None and self._offset >= self._opt.rotate_bytes and not self._closing:
+        if may_rotate and self._opt.rotate_bytes is not None and self._offset >= self._opt.rotate_bytes:
             self._rotate()
 
     def _write_all(self, data: bytes) -> None:
@@ -261,14 +265,14 @@ class CaptureWriter:
     def _end_record(self, reason: str, extra: dict[str, int], next_file: str | None) -> ev.CaptureEnded:
         counts: dict[str, int] = {f"records.{k}": v for k, v in sorted(self._counts.kinds.items())}
         counts.update({f"calls.{k}": v for k, v in sorted(self._counts.causes.items())})
-        counts["dropped"] = self._counts.dropped + self._queue_gap.dropped
+        counts["dropped"] = self._counts.dropped
         counts.update(extra)
         return ev.CaptureEnded(t_ns=time.time_ns(), reason=reason, counts=counts, next_file=next_file)
 
     def _rotate(self) -> None:
         self._file_index += 1
         next_name = self._file_name()
-        self._write_batch_raw([self._end_record("rotate", {}, next_name)])
+        self._write_batch([self._end_record("rotate", {}, next_name)], may_rotate=False)
         old = self.path
         os.close(self._fd)
         if self._opt.gzip_rotated:
@@ -286,26 +290,13 @@ class CaptureWriter:
             options=self._start.options,
             file_index=self._file_index,
         )
-        self._write_batch_raw([start])
+        self._write_batch([start], may_rotate=False)
 
-    def _write_batch_raw(self, records: list[Any]) -> None:
-        data = self._encode(records)
-        try:
-            self._write_all(data)
-        except OSError:
-            self._rollback()
-            self._counts.dropped += len(records)
-            return
-        self._seq += len(records)
-        self._offset += len(data)
-
-    def _finish(self, extra: dict[str, int]) -> None:
-        if self._queue:
-            self._write_batch(list(self._queue))
-            self._queue.clear()
-        if self._queue_gap.dropped or self._gap.dropped:
-            self._write_batch([])
-        self._write_batch_raw([self._end_record("shutdown", extra, None)])
+    def _finish(self, extra: dict[str, int], queue_gap: _Gap) -> None:
+        # The writer task has returned, so the queue is empty; a pending gap goes out first.
+        if queue_gap.dropped or self._gap.dropped:
+            self._write_batch([], queue_gap, may_rotate=False)
+        self._write_batch([self._end_record("shutdown", extra, None)], may_rotate=False)
         try:
             os.fsync(self._fd)
         except OSError:

@@ -80,6 +80,7 @@ def test_queue_overflow_is_counted_not_silent(tmp_path: Path) -> None:
     recs = _lines(asyncio.run(run()).paths)
     (gap,) = [r for r in recs if r["kind"] == "gap"]
     assert gap["dropped"] == 7 and gap["reason"].startswith("queue_full")
+    assert recs[-1]["kind"] == "capture_end" and recs[-1]["counts"]["dropped"] == 7
     assert len([r for r in recs if r["kind"] == "half_close"]) == 3
 
 
