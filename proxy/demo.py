@@ -7,37 +7,18 @@ thread it starts is stopped on the way out, Ctrl-C included.
 
 from __future__ import annotations
 
-import asyncio
 import queue
 import tempfile
-import threading
 import time
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from proxy.server import ProxyConfig, RecordingProxy
+from proxy.background import ProxyThread
 from proxy.tritonserver import TritonServer, model_repository
 
 T = TypeVar("T")
-
-
-class _Loop:
-    """The proxy's event loop in a thread, so the demo's tritonclient calls can stay synchronous."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="triton-tap-demo-loop", daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 def _inputs(prompt: str, n: int, delay_ms: int) -> list[Any]:
@@ -121,27 +102,20 @@ def main(workdir: Path | None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     print(f"demo workdir: {root}")
     server = TritonServer(model_repository(), workdir=root / "triton")
-    loop: _Loop | None = None
-    proxy: RecordingProxy | None = None
+    proxy: ProxyThread | None = None
     try:
         print("starting tritonserver (CPU, Python backend) ...", flush=True)
         t0 = time.monotonic()
         server.start()
         print(f"tritonserver ready on {server.grpc_url} in {time.monotonic() - t0:.1f}s")
-        loop = _Loop()
-        proxy = RecordingProxy(
-            ProxyConfig(listen="127.0.0.1:0", upstream=server.grpc_url, capture_dir=root / "captures", drain_timeout=5)
-        )
-        loop.run(proxy.start())
-        print(f"proxy on 127.0.0.1:{proxy.port} -> {server.grpc_url}; capture {proxy.capture_path}")
-        for line in _traffic(f"127.0.0.1:{proxy.port}"):
+        proxy = ProxyThread(server.grpc_url, root / "captures", payload="meta", drain_timeout=5).start()
+        print(f"proxy on {proxy.url} -> {server.grpc_url}; capture {proxy.capture_path}")
+        for line in _traffic(proxy.url):
             print("  client:", line)
-        loop.run(proxy.stop())
-        print(f"\ncapture: {proxy.capture_path}\n\nreplay check (offline, from the capture):")
-        return check([str(proxy.capture_path)])
+        capture = proxy.stop()
+        print(f"\ncapture: {capture}\n\nreplay check (offline, from the capture):")
+        return check([str(capture)])
     finally:
-        if proxy is not None and loop is not None and not getattr(proxy, "_stopped", True):
-            loop.run(proxy.stop())
-        if loop is not None:
-            loop.close()
+        if proxy is not None:
+            proxy.stop()  # idempotent: also on Ctrl-C or a failed step
         server.stop()

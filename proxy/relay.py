@@ -834,8 +834,6 @@ class Tunnel:
                         call.inflight.answered(fields["request_id"], fields["final"])
                 except Exception as e:
                     fields = {"decode_error": f"not a valid {'request' if direction == 0 else 'response'}: {e}"}
-                if "inputs" in fields:
-                    fields["inputs"] = [ev.TensorSpec(**t) for t in fields["inputs"]]
             elif mkind and flag:
                 fields = {"decode_error": "compressed message: not decoded"}
             if payload == "full":

@@ -14,6 +14,8 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
+from replay.events import TensorSpec
+
 SERVICE = "/inference.GRPCInferenceService/"
 STREAM_INFER = SERVICE + "ModelStreamInfer"
 INFER = SERVICE + "ModelInfer"
@@ -96,9 +98,7 @@ def request_labels(body: bytes, truncated: bool) -> dict[str, Any]:
         "model": r.model_name,
         "model_version": r.model_version,
         "request_id": r.id,
-        "inputs": [
-            {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in r.inputs
-        ],
+        "inputs": [TensorSpec(name=t.name, datatype=t.datatype, shape=list(t.shape)) for t in r.inputs],
     }
     if params:
         p = _params(params)

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2 as pb
 
 from replay import labels
+from replay.events import TensorSpec
 
 
 def _request(rid: str = "r1", data: bytes = b"x" * 1000) -> pb.ModelInferRequest:
@@ -34,7 +35,7 @@ def test_request_labels() -> None:
     got = labels.request_labels(_request().SerializeToString(), truncated=False)
     assert got["model"] == "tokens" and got["request_id"] == "r1"
     assert got["enable_empty_final"] is True and got["sequence_id"] == 42
-    assert got["inputs"] == [{"name": "PROMPT", "datatype": "BYTES", "shape": [1]}]
+    assert got["inputs"] == [TensorSpec(name="PROMPT", datatype="BYTES", shape=[1])]
 
 
 def test_final_flag_is_raw() -> None:

@@ -106,7 +106,6 @@ class Builder:
         body = r.SerializeToString()
         st = self.calls[call]
         fields = labels.request_labels(body, False)
-        fields["inputs"] = [ev.TensorSpec(**t) for t in fields["inputs"]]
         st.inflight.sent(fields["request_id"])
         self.records.append(
             ev.MessageSeen(t_ns=self.t, call=call, dir="c2s", index=st.c2s, size=len(body), compressed=False,

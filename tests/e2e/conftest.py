@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.server import ProxyConfig, RecordingProxy
+from proxy.background import ProxyThread
 from proxy.tritonserver import TritonNotAvailable, TritonServer, model_repository
-from tests.support.loop_thread import BackgroundLoop
-from tests.support.proxy import stop_proxy
 
 
 @pytest.fixture(scope="session")
@@ -30,13 +28,7 @@ def triton(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture
-def recording_proxy(triton: TritonServer, tmp_path: Path) -> Iterator[RecordingProxy]:
-    """Our proxy in front of the session's tritonserver, on its own loop; stopped at teardown."""
-    bg = BackgroundLoop()
-    proxy = RecordingProxy(
-        ProxyConfig(listen="127.0.0.1:0", upstream=triton.grpc_url, capture_dir=tmp_path / "captures", drain_timeout=5)
-    )
-    bg.run(proxy.start())
-    yield proxy
-    stop_proxy(proxy)
-    bg.close()
+def recording_proxy(triton: TritonServer, tmp_path: Path) -> Iterator[ProxyThread]:
+    """Our proxy (payload meta) in front of the session's tritonserver; stopped at teardown."""
+    with ProxyThread(triton.grpc_url, tmp_path / "captures", payload="meta", drain_timeout=5) as proxy:
+        yield proxy

@@ -21,10 +21,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from proxy.server import RecordingProxy
+from proxy.background import ProxyThread
 from proxy.tritonserver import TritonServer, free_port
 from tests.support.capture import calls_by_method, of_kind, records
-from tests.support.proxy import stop_proxy
 from tests.support.triton_client import (
     StreamSession,
     describe,
@@ -37,11 +36,11 @@ from tests.support.triton_client import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _urls(triton: TritonServer, proxy: RecordingProxy) -> list[str]:
+def _urls(triton: TritonServer, proxy: ProxyThread) -> list[str]:
     return [triton.grpc_url, f"127.0.0.1:{proxy.port}"]
 
 
-def _live(proxy: RecordingProxy) -> list[dict[str, Any]]:
+def _live(proxy: ProxyThread) -> list[dict[str, Any]]:
     """Records written so far (a half-written last line is skipped)."""
     out = []
     import orjson
@@ -57,7 +56,7 @@ def _live(proxy: RecordingProxy) -> list[dict[str, Any]]:
 # -- transparency ----------------------------------------------------------------------------------
 
 
-def test_metadata_readiness_and_health_equal_direct(triton: TritonServer, recording_proxy: RecordingProxy) -> None:
+def test_metadata_readiness_and_health_equal_direct(triton: TritonServer, recording_proxy: ProxyThread) -> None:
     """Server/model metadata, readiness, config, repository index and gRPC health equal direct."""
     seen = []
     for url in _urls(triton, recording_proxy):
@@ -80,7 +79,7 @@ def test_metadata_readiness_and_health_equal_direct(triton: TritonServer, record
     assert seen[0][0][0] is True
 
 
-def test_unary_20mb_tensor_equal_direct(triton: TritonServer, recording_proxy: RecordingProxy) -> None:
+def test_unary_20mb_tensor_equal_direct(triton: TritonServer, recording_proxy: ProxyThread) -> None:
     """A 20 MB tensor through ModelInfer comes back identical, directly and through the proxy."""
     data = np.random.default_rng(7).integers(0, 255, 20 * 1024 * 1024, dtype=np.uint8)
     outs = []
@@ -89,7 +88,7 @@ def test_unary_20mb_tensor_equal_direct(triton: TritonServer, recording_proxy: R
         outs.append(c.infer("echo", echo_inputs(data), request_id="big", client_timeout=120).as_numpy("OUTPUT"))
         c.close()
     assert np.array_equal(outs[0], data) and np.array_equal(outs[1], data)
-    stop_proxy(recording_proxy)
+    recording_proxy.stop()
     msgs = of_kind(records(recording_proxy.capture_path), "message")
     assert [(m["dir"], m["request_id"], m["size"] > data.size) for m in msgs] == [
         ("c2s", "big", True),
@@ -97,7 +96,7 @@ def test_unary_20mb_tensor_equal_direct(triton: TritonServer, recording_proxy: R
     ]
 
 
-def test_streaming_with_empty_final_equal_direct(triton: TritonServer, recording_proxy: RecordingProxy) -> None:
+def test_streaming_with_empty_final_equal_direct(triton: TritonServer, recording_proxy: ProxyThread) -> None:
     """Decoupled streaming with enable_empty_final_response: same responses, same raw flags in the capture."""
     runs = []
     for url in _urls(triton, recording_proxy):
@@ -107,7 +106,7 @@ def test_streaming_with_empty_final_equal_direct(triton: TritonServer, recording
         s.close()
     assert runs[0] == runs[1]
     assert [e[2] for e in runs[1]] == [False] * 5 + [True] and runs[1][-1][3] == ()
-    stop_proxy(recording_proxy)
+    recording_proxy.stop()
     recs = records(recording_proxy.capture_path)
     (call,) = calls_by_method(recs, "ModelStreamInfer")
     s2c = [m for m in of_kind(recs, "message", call) if m["dir"] == "s2c"]
@@ -117,7 +116,7 @@ def test_streaming_with_empty_final_equal_direct(triton: TritonServer, recording
     assert s2c[-1]["model_version"] == ""  # Triton's empty final carries no version (wire fact)
 
 
-def test_two_interleaved_requests_are_attributed(triton: TritonServer, recording_proxy: RecordingProxy) -> None:
+def test_two_interleaved_requests_are_attributed(triton: TritonServer, recording_proxy: ProxyThread) -> None:
     """Two requests on one stream interleave; the capture attributes each response to its request id."""
     runs = []
     for url in _urls(triton, recording_proxy):
@@ -128,7 +127,7 @@ def test_two_interleaved_requests_are_attributed(triton: TritonServer, recording
         s.close()
         runs.append(got)
     assert per_request(runs[0]) == per_request(runs[1])
-    stop_proxy(recording_proxy)
+    recording_proxy.stop()
     recs = records(recording_proxy.capture_path)
     (call,) = calls_by_method(recs, "ModelStreamInfer")
     s2c = [(m["request_id"], m["final"]) for m in of_kind(recs, "message", call) if m["dir"] == "s2c"]
@@ -140,7 +139,7 @@ def test_two_interleaved_requests_are_attributed(triton: TritonServer, recording
     assert text_prefix == {"ra": {"a"}, "rb": {"b"}}
 
 
-def test_errors_arrive_intact(triton: TritonServer, recording_proxy: RecordingProxy) -> None:
+def test_errors_arrive_intact(triton: TritonServer, recording_proxy: ProxyThread) -> None:
     """Unknown model (unary and stream) and a mid-stream backend error: same error text as direct."""
     seen = []
     for url in _urls(triton, recording_proxy):
@@ -157,7 +156,7 @@ def test_errors_arrive_intact(triton: TritonServer, recording_proxy: RecordingPr
         seen.append((str(info.value.status()), info.value.message(), unknown_stream, failing))
     assert seen[0] == seen[1]
     assert "no_such_model" in seen[1][1] and seen[1][3][-1][0] == "error"
-    stop_proxy(recording_proxy)
+    recording_proxy.stop()
     recs = records(recording_proxy.capture_path)
     infer_call = calls_by_method(recs, "/ModelInfer")[0]
     (end,) = of_kind(recs, "call_end", infer_call)
@@ -170,7 +169,7 @@ def test_errors_arrive_intact(triton: TritonServer, recording_proxy: RecordingPr
     assert stream_end["status"] == "OK"
 
 
-def test_custom_and_bin_metadata_pass(triton: TritonServer, recording_proxy: RecordingProxy) -> None:
+def test_custom_and_bin_metadata_pass(triton: TritonServer, recording_proxy: ProxyThread) -> None:
     """Custom and -bin request metadata reach Triton through the proxy and are captured as sent."""
     c = grpcclient.InferenceServerClient(f"127.0.0.1:{recording_proxy.port}")
     out = c.infer(
@@ -178,14 +177,14 @@ def test_custom_and_bin_metadata_pass(triton: TritonServer, recording_proxy: Rec
     )
     c.close()
     assert out.as_numpy("OUTPUT").tolist() == [0, 1, 2, 3]
-    stop_proxy(recording_proxy)
+    recording_proxy.stop()
     (start,) = [r for r in of_kind(records(recording_proxy.capture_path), "call_start") if "ModelInfer" in r["method"]]
     meta = dict(start["metadata"])
     assert meta["x-team"] == "search" and meta["x-trace-bin"] == "AAE"
     assert meta["user-agent"].startswith("grpc-python/")
 
 
-def test_timeouts_behave_as_direct(triton: TritonServer, recording_proxy: RecordingProxy) -> None:
+def test_timeouts_behave_as_direct(triton: TritonServer, recording_proxy: ProxyThread) -> None:
     """client_timeout and stream_timeout give the client DEADLINE_EXCEEDED through the proxy as directly."""
     seen = []
     for url in _urls(triton, recording_proxy):
@@ -205,14 +204,14 @@ def test_timeouts_behave_as_direct(triton: TritonServer, recording_proxy: Record
 # -- causes ----------------------------------------------------------------------------------------
 
 
-def test_stop_stream_cancel_is_client_cancel(triton: TritonServer, recording_proxy: RecordingProxy) -> None:
+def test_stop_stream_cancel_is_client_cancel(triton: TritonServer, recording_proxy: ProxyThread) -> None:
     """stop_stream(cancel_requests=True) -> cancel(client_cancel) with both in-flight ids, no half_close."""
     s = StreamSession(f"127.0.0.1:{recording_proxy.port}")
     s.send("tokens", token_inputs("a", 500, 20), "ca", enable_empty_final_response=True)
     s.send("tokens", token_inputs("b", 500, 20), "cb", enable_empty_final_response=True)
     s.take(2)
     s.close(cancel_requests=True)
-    stop_proxy(recording_proxy)
+    recording_proxy.stop()
     recs = records(recording_proxy.capture_path)
     (call,) = calls_by_method(recs, "ModelStreamInfer")
     (cancel,) = of_kind(recs, "cancel", call)
@@ -223,7 +222,7 @@ def test_stop_stream_cancel_is_client_cancel(triton: TritonServer, recording_pro
     assert (end["status"], end["cause"]) == ("CANCELLED", "client_cancel")
 
 
-def test_async_infer_cancel_is_client_cancel(triton: TritonServer, recording_proxy: RecordingProxy) -> None:
+def test_async_infer_cancel_is_client_cancel(triton: TritonServer, recording_proxy: ProxyThread) -> None:
     """async_infer(...).cancel() on a running unary call -> client_cancel with its request id."""
     c = grpcclient.InferenceServerClient(f"127.0.0.1:{recording_proxy.port}")
     q: queue.Queue[Any] = queue.Queue()
@@ -236,7 +235,7 @@ def test_async_infer_cancel_is_client_cancel(triton: TritonServer, recording_pro
     err = q.get(timeout=10)
     c.close()
     assert "CANCELLED" in str(err.status())
-    stop_proxy(recording_proxy)
+    recording_proxy.stop()
     recs = records(recording_proxy.capture_path)
     (cancel,) = of_kind(recs, "cancel")
     assert (cancel["cause"], cancel["in_flight"], cancel["executing"]) == ("client_cancel", ["u-cancel"], [])
@@ -244,13 +243,13 @@ def test_async_infer_cancel_is_client_cancel(triton: TritonServer, recording_pro
     assert end["status"] == "CANCELLED"
 
 
-def test_client_timeout_is_deadline(triton: TritonServer, recording_proxy: RecordingProxy) -> None:
+def test_client_timeout_is_deadline(triton: TritonServer, recording_proxy: ProxyThread) -> None:
     """client_timeout expiring -> cause deadline, status DEADLINE_EXCEEDED, whichever side ended it."""
     c = grpcclient.InferenceServerClient(f"127.0.0.1:{recording_proxy.port}")
     with pytest.raises(InferenceServerException):
         c.infer("echo", echo_inputs(np.zeros(1, np.uint8), delay_ms=3000), client_timeout=0.5, request_id="dl")
     c.close()
-    stop_proxy(recording_proxy)
+    recording_proxy.stop()
     recs = records(recording_proxy.capture_path)
     (start,) = [r for r in of_kind(recs, "call_start") if r["method"].endswith("/ModelInfer")]
     (end,) = of_kind(recs, "call_end", start["call"])
@@ -278,7 +277,7 @@ def _client_script(url: str) -> str:
     )
 
 
-def test_client_sigkill_is_client_disconnect(triton: TritonServer, recording_proxy: RecordingProxy) -> None:
+def test_client_sigkill_is_client_disconnect(triton: TritonServer, recording_proxy: ProxyThread) -> None:
     """A client process killed with SIGKILL mid-stream -> client_disconnect with its request in flight."""
     proc = subprocess.Popen(
         [sys.executable, "-c", _client_script(f"127.0.0.1:{recording_proxy.port}")],
@@ -293,7 +292,7 @@ def test_client_sigkill_is_client_disconnect(triton: TritonServer, recording_pro
     finally:
         proc.kill()
         proc.wait(10)
-    stop_proxy(recording_proxy)
+    recording_proxy.stop()
     recs = records(recording_proxy.capture_path)
     (cancel,) = of_kind(recs, "cancel")
     assert cancel["cause"] == "client_disconnect" and cancel["in_flight"] == ["killed"]
@@ -302,7 +301,7 @@ def test_client_sigkill_is_client_disconnect(triton: TritonServer, recording_pro
     assert (end["status"], end["cause"]) == ("CANCELLED", "client_disconnect")
 
 
-def test_upstream_killed_is_upstream_disconnect(triton: TritonServer, recording_proxy: RecordingProxy) -> None:
+def test_upstream_killed_is_upstream_disconnect(triton: TritonServer, recording_proxy: ProxyThread) -> None:
     """tritonserver SIGKILLed mid-stream -> client gets UNAVAILABLE, capture upstream_disconnect; later calls work."""
     s = StreamSession(f"127.0.0.1:{recording_proxy.port}")
     s.send("tokens", token_inputs("u", 500, 20), "up1")
@@ -317,7 +316,7 @@ def test_upstream_killed_is_upstream_disconnect(triton: TritonServer, recording_
     c = grpcclient.InferenceServerClient(f"127.0.0.1:{recording_proxy.port}")
     wait_for(lambda: _ready(c), timeout=60, what="calls through the proxy after the restart")
     c.close()
-    stop_proxy(recording_proxy)
+    recording_proxy.stop()
     recs = records(recording_proxy.capture_path)
     (call,) = calls_by_method(recs, "ModelStreamInfer")
     (cancel,) = of_kind(recs, "cancel", call)
@@ -372,7 +371,7 @@ def test_describe_helper_reports_errors() -> None:
     assert describe(None, err) == ("error", "StatusCode.CANCELLED", "boom")
 
 
-def test_aio_client_equal_direct(triton: TritonServer, recording_proxy: RecordingProxy) -> None:
+def test_aio_client_equal_direct(triton: TritonServer, recording_proxy: ProxyThread) -> None:
     """tritonclient.grpc.aio: unary infer, a decoupled stream and a cancelled stream behave as direct."""
     import asyncio
 
@@ -398,7 +397,7 @@ def test_aio_client_equal_direct(triton: TritonServer, recording_proxy: Recordin
     # tritonclient 2.73's aio stream_infer drops enable_empty_final_response from the dict, so the
     # request never gets a final flag: 4 text responses, all final=false (directly as through us).
     assert direct == via and via[0] == [0, 1, 2, 3, 4] and [e[2] for e in via[1]] == [False] * 4
-    stop_proxy(recording_proxy)
+    recording_proxy.stop()
     recs = records(recording_proxy.capture_path)
     ends = {r["call"]: r for r in of_kind(recs, "call_end")}
     streams = calls_by_method(recs, "ModelStreamInfer")

@@ -27,10 +27,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from proxy.background import ProxyThread
 from proxy.tritonserver import TritonServer, free_port
 from replay import feed_stream
 from replay.cli import main as replay_main
-from tests.e2e._proxy import ProxyThread
 from tests.replay.user_client import TextAssembler
 
 pytestmark = pytest.mark.timeout(300)

@@ -1,6 +1,6 @@
-"""Our recording proxy running in-process on its own event loop thread, for sync tritonclient tests.
+"""The recording proxy on its own event-loop thread, for synchronous callers (the demo, tests).
 
-tritonclient's sync API blocks, so the proxy cannot share the test's thread: it gets a private
+tritonclient's sync API blocks, so the proxy cannot share the caller's thread: it gets a private
 asyncio loop in a daemon thread, and every start/stop is a bounded wait on that loop.
 """
 
@@ -19,7 +19,7 @@ T = TypeVar("T")
 
 
 async def _cancel_leftovers() -> None:
-    # Tunnel tasks of connections the clients already dropped: end them before the loop closes.
+    # Tasks of connections the clients already dropped: end them before the loop closes.
     tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     for t in tasks:
         t.cancel()
@@ -49,7 +49,14 @@ class ProxyThread:
     def start(self, timeout: float = 60.0) -> ProxyThread:
         """Bind, open the capture and serve; returns self."""
         self._thread.start()
-        self._run(self.proxy.start(), timeout)
+        try:
+            self._run(self.proxy.start(), timeout)
+        except BaseException:
+            # A proxy that could not start (busy port, unreachable upstream) leaves no thread behind.
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout)
+            self._loop.close()
+            raise
         self._started = True
         return self
 
@@ -57,6 +64,11 @@ class ProxyThread:
     def url(self) -> str:
         """``host:port`` for tritonclient."""
         return f"127.0.0.1:{self.proxy.port}"
+
+    @property
+    def port(self) -> int:
+        """The port the proxy listens on."""
+        return self.proxy.port
 
     @property
     def capture_path(self) -> Path:
