@@ -205,6 +205,21 @@ class _Pacer:
         return max(0.0, due - time.monotonic())
 
 
+def _paced(
+    capture: CaptureSource, call: str | None, speed: float | None
+) -> Iterator[tuple[float, _Response | _End]]:
+    """The stream's items with how long to wait before each (0 without pacing); sync and async
+    feeders differ only in how they wait."""
+    _check_speed(speed)
+    pacer: _Pacer | None = None
+    for item in _stream(capture, call):
+        if isinstance(item, int):
+            pacer = _Pacer(speed, item)
+            continue
+        assert pacer is not None
+        yield pacer.delay(item.t_ns), item
+
+
 def feed_stream(
     capture: CaptureSource,
     callback: Callable[..., Any],
@@ -221,14 +236,7 @@ def feed_stream(
     :class:`~replay.errors.CaptureError` for unreadable files. See the module docstring for exactly
     what the callback receives.
     """
-    _check_speed(speed)
-    pacer: _Pacer | None = None
-    for item in _stream(capture, call):
-        if isinstance(item, int):
-            pacer = _Pacer(speed, item)
-            continue
-        assert pacer is not None
-        wait = pacer.delay(item.t_ns)
+    for wait, item in _paced(capture, call, speed):
         if wait:
             time.sleep(wait)
         if isinstance(item, _Response):
@@ -268,14 +276,7 @@ async def feed_stream_aio(
     ``asyncio.CancelledError``, as the real iterator does. Reading the capture happens in this
     task (it is fast local I/O; pass records to avoid it).
     """
-    _check_speed(speed)
-    pacer: _Pacer | None = None
-    for item in _stream(capture, call):
-        if isinstance(item, int):
-            pacer = _Pacer(speed, item)
-            continue
-        assert pacer is not None
-        wait = pacer.delay(item.t_ns)
+    for wait, item in _paced(capture, call, speed):
         if wait:
             await asyncio.sleep(wait)
         if isinstance(item, _Response):

@@ -32,6 +32,7 @@ from proxy.tritonserver import TritonServer, free_port
 from replay import feed_stream
 from replay.cli import main as replay_main
 from tests.replay.user_client import TextAssembler
+from tests.support.triton_client import bytes_input, int_input, token_inputs
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -43,23 +44,10 @@ WAIT_S = 60.0
 DEADLINE_S = 3.0
 
 
-def _bytes(name: str, value: bytes) -> grpcclient.InferInput:
-    t = grpcclient.InferInput(name, [1], "BYTES")
-    t.set_data_from_numpy(np.array([value], dtype=np.object_))
-    return t
 
 
-def _int(name: str, value: int) -> grpcclient.InferInput:
-    t = grpcclient.InferInput(name, [1], "INT32")
-    t.set_data_from_numpy(np.array([value], dtype=np.int32))
-    return t
 
 
-def _tokens(prompt: str, max_tokens: int, delay_ms: int | None = None) -> list[grpcclient.InferInput]:
-    inputs = [_bytes("PROMPT", prompt.encode()), _int("MAX_TOKENS", max_tokens)]
-    if delay_ms is not None:
-        inputs.append(_int("DELAY_MS", delay_ms))
-    return inputs
 
 
 def _check(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
@@ -106,7 +94,7 @@ def test_normal_stream_check_and_replay_equal_live(
     live = TextAssembler()
     with ProxyThread(triton.grpc_url, tmp_path) as proxy:
         s = _Stream(proxy.url, live)
-        s.send("tokens", _tokens("n", 4), "n1")
+        s.send("tokens", token_inputs("n", 4), "n1")
         live.wait_for(lambda c: "n1" in c.done, WAIT_S)
         s.close()
     state = live.state()
@@ -127,9 +115,9 @@ def test_interleaved_and_silent_requests(
     live = TextAssembler()
     with ProxyThread(triton.grpc_url, tmp_path) as proxy:
         s = _Stream(proxy.url, live)
-        s.send("tokens", _tokens("a", 3, delay_ms=30), "a")
-        s.send("tokens", _tokens("b", 3, delay_ms=30), "b")
-        s.send("silent", [_bytes("PROMPT", b"q")], "q")
+        s.send("tokens", token_inputs("a", 3, delay_ms=30), "a")
+        s.send("tokens", token_inputs("b", 3, delay_ms=30), "b")
+        s.send("silent", [bytes_input("PROMPT", b"q")], "q")
         live.wait_for(lambda c: c.done == {"a", "b", "q"}, WAIT_S)
         s.close()
     state = live.state()
@@ -153,7 +141,7 @@ def test_error_midstream_is_error_and_replays_identically(
     live = TextAssembler()
     with ProxyThread(triton.grpc_url, tmp_path) as proxy:
         s = _Stream(proxy.url, live)
-        s.send("fail_midstream", _tokens("f", 5), "f1")
+        s.send("fail_midstream", token_inputs("f", 5), "f1")
         live.wait_for(lambda c: bool(c.errors), WAIT_S)
         s.close()
     state = live.state()
@@ -176,10 +164,10 @@ def test_stream_cancel_check_and_replay_equal_live(
     live = TextAssembler()
     with ProxyThread(triton.grpc_url, tmp_path) as proxy:
         s = _Stream(proxy.url, live)
-        s.send("tokens", _tokens("d", 1), "done")
+        s.send("tokens", token_inputs("d", 1), "done")
         live.wait_for(lambda c: "done" in c.done, WAIT_S)
         # The next token of "long" is 3 s away when the cancel goes out: nothing races it.
-        s.send("tokens", _tokens("l", 1000, delay_ms=3000), "long")
+        s.send("tokens", token_inputs("l", 1000, delay_ms=3000), "long")
         live.wait_for(lambda c: "long" in c.text, WAIT_S)
         s.close(cancel=True)
     state = live.state()
@@ -197,7 +185,7 @@ def test_stream_deadline_is_deadline(triton: TritonServer, tmp_path: Path, capsy
     live = TextAssembler()
     with ProxyThread(triton.grpc_url, tmp_path) as proxy:
         s = _Stream(proxy.url, live, stream_timeout=DEADLINE_S)
-        s.send("tokens", _tokens("t", 1000, delay_ms=300), "slow")
+        s.send("tokens", token_inputs("t", 1000, delay_ms=300), "slow")
         live.wait_for(lambda c: c.stream_error is not None, WAIT_S)
         s.close()
     state = live.state()
@@ -223,7 +211,7 @@ def test_unary_infer_completed_and_deadline(
         params = result.get_response().parameters
         raw_final = params["triton_final_response"].bool_param if "triton_final_response" in params else None
         with pytest.raises(InferenceServerException) as info:
-            c.infer("echo", [data, _int("DELAY_MS", 4000)], request_id="late", client_timeout=DEADLINE_S)
+            c.infer("echo", [data, int_input("DELAY_MS", 4000)], request_id="late", client_timeout=DEADLINE_S)
         assert info.value.status() == "StatusCode.DEADLINE_EXCEEDED"
         assert c.is_server_live()
         c.close()
@@ -264,7 +252,7 @@ def _shutdown_mid_stream(triton: TritonServer, tmp_path: Path) -> tuple[TextAsse
     proxy = ProxyThread(triton.grpc_url, tmp_path, drain_timeout=0.5).start()
     try:
         s = _Stream(proxy.url, live)
-        s.send("tokens", _tokens("i", 1000, delay_ms=3000), "open")
+        s.send("tokens", token_inputs("i", 1000, delay_ms=3000), "open")
         live.wait_for(lambda c: "open" in c.text, WAIT_S)
         proxy.stop()
         live.wait_for(lambda c: c.stream_error is not None, WAIT_S)
@@ -315,7 +303,7 @@ def test_stream_finishing_during_drain_ends_ok_for_the_client(triton: TritonServ
     stopper = threading.Thread(target=stop, daemon=True)
     try:
         s = _Stream(proxy.url, live)
-        s.send("tokens", _tokens("d", 3, delay_ms=300), "drained")
+        s.send("tokens", token_inputs("d", 3, delay_ms=300), "drained")
         live.wait_for(lambda c: "drained" in c.text, WAIT_S)
         stopper.start()
         live.wait_for(lambda c: "drained" in c.done, WAIT_S)
@@ -377,9 +365,9 @@ def _pairs(pairs: list[Any]) -> list[tuple[Any, Any]]:
     ("model", "inputs", "kw", "outcome"),
     [
         # aio cannot ask for empty finals: the stream ends OK with no final flag -> unconfirmed.
-        ("tokens", lambda: _tokens("a", 3), {}, "unconfirmed"),
-        ("fail_midstream", lambda: _tokens("f", 5), {}, "error"),
-        ("tokens", lambda: _tokens("t", 1000, delay_ms=300), {"stream_timeout": DEADLINE_S}, "deadline"),
+        ("tokens", lambda: token_inputs("a", 3), {}, "unconfirmed"),
+        ("fail_midstream", lambda: token_inputs("f", 5), {}, "error"),
+        ("tokens", lambda: token_inputs("t", 1000, delay_ms=300), {"stream_timeout": DEADLINE_S}, "deadline"),
     ],
     ids=["unconfirmed", "error", "deadline"],
 )
@@ -443,7 +431,7 @@ def test_proxy_killed_leaves_the_request_incomplete(
     try:
         _wait_listening(port, WAIT_S)
         s = _Stream(f"127.0.0.1:{port}", live)
-        s.send("tokens", _tokens("k", 1000, delay_ms=200), "killed")
+        s.send("tokens", token_inputs("k", 1000, delay_ms=200), "killed")
         live.wait_for(lambda c: c.responses.get("killed", 0) >= 2, WAIT_S)
         _wait_for_text(captures, b'"index":1,', WAIT_S)
         proc.kill()
@@ -470,7 +458,7 @@ def test_upstream_killed_is_disconnected(
     try:
         with ProxyThread(triton.grpc_url, tmp_path) as proxy:
             s = _Stream(proxy.url, live)
-            s.send("tokens", _tokens("u", 1000, delay_ms=3000), "cut")
+            s.send("tokens", token_inputs("u", 1000, delay_ms=3000), "cut")
             live.wait_for(lambda c: "cut" in c.text, WAIT_S)
             triton.kill()
             live.wait_for(lambda c: c.stream_error is not None, WAIT_S)

@@ -19,6 +19,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from proxy.tritonserver import TritonServer
+from tests.support.triton_client import token_inputs
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -73,27 +74,10 @@ def stream(client: grpcclient.InferenceServerClient) -> Iterator[StreamRecorder]
         client.stop_stream(cancel_requests=True)
 
 
-def _bytes_input(name: str, value: bytes) -> grpcclient.InferInput:
-    tensor = grpcclient.InferInput(name, [1], "BYTES")
-    tensor.set_data_from_numpy(np.array([value], dtype=np.object_))
-    return tensor
 
 
-def _int_input(name: str, value: int) -> grpcclient.InferInput:
-    tensor = grpcclient.InferInput(name, [1], "INT32")
-    tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
-    return tensor
 
 
-def _token_inputs(
-    prompt: str, max_tokens: int | None = None, delay_ms: int | None = None
-) -> list[grpcclient.InferInput]:
-    inputs = [_bytes_input("PROMPT", prompt.encode())]
-    if max_tokens is not None:
-        inputs.append(_int_input("MAX_TOKENS", max_tokens))
-    if delay_ms is not None:
-        inputs.append(_int_input("DELAY_MS", delay_ms))
-    return inputs
 
 
 def _is_final(result: grpcclient.InferResult) -> bool:
@@ -135,7 +119,7 @@ def test_tokens_streams_texts_then_one_empty_final(
     """tokens sends MAX_TOKENS non-final texts, then one empty final, all with the request id."""
     client.async_stream_infer(
         "tokens",
-        _token_inputs("hi", max_tokens=4),
+        token_inputs("hi", max_tokens=4),
         request_id="req-tokens",
         enable_empty_final_response=True,
     )
@@ -165,7 +149,7 @@ def test_two_requests_on_one_stream_interleave(
     for request_id in ("a", "b"):
         client.async_stream_infer(
             "tokens",
-            _token_inputs(request_id, max_tokens=20, delay_ms=25),
+            token_inputs(request_id, max_tokens=20, delay_ms=25),
             request_id=request_id,
             enable_empty_final_response=True,
         )
@@ -196,7 +180,7 @@ def test_silent_gives_exactly_one_empty_final(client: grpcclient.InferenceServer
     """silent produces no data: exactly one empty, final response carrying the request id."""
     client.async_stream_infer(
         "silent",
-        _token_inputs("quiet"),
+        token_inputs("quiet"),
         request_id="req-silent",
         enable_empty_final_response=True,
     )
@@ -216,7 +200,7 @@ def test_fail_midstream_texts_then_error_without_final_result(
     """fail_midstream: 2 texts, then error=InferenceServerException(message) and no final result."""
     client.async_stream_infer(
         "fail_midstream",
-        _token_inputs("x", max_tokens=5),
+        token_inputs("x", max_tokens=5),
         request_id="req-fail",
         enable_empty_final_response=True,
     )
@@ -286,7 +270,7 @@ def test_cancel_mid_stream_stops_tokens_model(
     request_id = f"cancel-{uuid.uuid4().hex[:8]}"
     client.async_stream_infer(
         "tokens",
-        _token_inputs("c", max_tokens=100_000, delay_ms=10),
+        token_inputs("c", max_tokens=100_000, delay_ms=10),
         request_id=request_id,
         enable_empty_final_response=True,
     )
@@ -313,7 +297,7 @@ def test_cancel_does_not_stop_tokens_ignore_cancel(
     request_id = f"ignore-{uuid.uuid4().hex[:8]}"
     client.async_stream_infer(
         "tokens_ignore_cancel",
-        _token_inputs("i", max_tokens=30, delay_ms=10),
+        token_inputs("i", max_tokens=30, delay_ms=10),
         request_id=request_id,
         enable_empty_final_response=True,
     )

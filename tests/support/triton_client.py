@@ -11,17 +11,27 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 
-def token_inputs(prompt: str, n: int, delay_ms: int | None = None) -> list[grpcclient.InferInput]:
-    """Inputs of the `tokens`-style models."""
-    p = grpcclient.InferInput("PROMPT", [1], "BYTES")
-    p.set_data_from_numpy(np.array([prompt.encode()], dtype=object))
-    m = grpcclient.InferInput("MAX_TOKENS", [1], "INT32")
-    m.set_data_from_numpy(np.array([n], dtype=np.int32))
-    out = [p, m]
+def bytes_input(name: str, value: bytes) -> grpcclient.InferInput:
+    """A BYTES [1] input."""
+    t = grpcclient.InferInput(name, [1], "BYTES")
+    t.set_data_from_numpy(np.array([value], dtype=np.object_))
+    return t
+
+
+def int_input(name: str, value: int) -> grpcclient.InferInput:
+    """An INT32 [1] input."""
+    t = grpcclient.InferInput(name, [1], "INT32")
+    t.set_data_from_numpy(np.array([value], dtype=np.int32))
+    return t
+
+
+def token_inputs(prompt: str, max_tokens: int | None = None, delay_ms: int | None = None) -> list[grpcclient.InferInput]:
+    """Inputs of the `tokens`-style models (`silent` takes only PROMPT)."""
+    out = [bytes_input("PROMPT", prompt.encode())]
+    if max_tokens is not None:
+        out.append(int_input("MAX_TOKENS", max_tokens))
     if delay_ms is not None:
-        d = grpcclient.InferInput("DELAY_MS", [1], "INT32")
-        d.set_data_from_numpy(np.array([delay_ms], dtype=np.int32))
-        out.append(d)
+        out.append(int_input("DELAY_MS", delay_ms))
     return out
 
 
@@ -29,12 +39,7 @@ def echo_inputs(data: np.ndarray, delay_ms: int | None = None) -> list[grpcclien
     """Inputs of the `echo` model."""
     x = grpcclient.InferInput("INPUT", [data.size], "UINT8")
     x.set_data_from_numpy(data)
-    out = [x]
-    if delay_ms is not None:
-        d = grpcclient.InferInput("DELAY_MS", [1], "INT32")
-        d.set_data_from_numpy(np.array([delay_ms], dtype=np.int32))
-        out.append(d)
-    return out
+    return [x] if delay_ms is None else [x, int_input("DELAY_MS", delay_ms)]
 
 
 def describe(result: Any, error: Any) -> tuple[Any, ...]:
