@@ -94,8 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workdir", type=Path, default=None, help="where to keep the capture and logs (default: a new temp dir)")
     demo.set_defaults(func=_run_demo)
     from replay.cli import add_replay_commands
+    from replay.report_cmd import add_report_command
 
     add_replay_commands(sub)
+    add_report_command(sub)
     return parser
 
 
