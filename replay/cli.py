@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from replay.check import add_check_command
-from replay.report_cmd import add_report_command
 from replay.errors import CaptureError, TritonTapError, UserError
+from replay.report_cmd import add_report_command
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1

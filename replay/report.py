@@ -17,6 +17,7 @@ a canvas from those arrays instead of creating a DOM node per record.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -237,7 +238,7 @@ class ReportBuilder:
             for r in reqs:
                 items = self._ticks.get((call.id, r.seq), [])
                 times = [t for t, _, _ in items]
-                inter = [(b - a) / 1e6 for a, b in zip(times, times[1:], strict=False)]
+                inter = [(b - a) / 1e6 for a, b in itertools.pairwise(times)]
                 t_sent = self._sent.get((call.id, r.seq), call.t_start)
                 end_ns = t_sent + int(r.duration_ms * 1e6) if r.duration_ms is not None else None
                 lane = add_lane(
@@ -269,14 +270,14 @@ class ReportBuilder:
                 add_ticks(lane, call.unattributed)
 
         cancels = []
-        for c in self._cancels:
-            if c.call not in call_index:
+        for k in self._cancels:
+            if k.call not in call_index:
                 continue
-            hit = [ln for rid in c.in_flight for ln in lane_of.get((c.call, rid), [])]
-            executing = [ln for rid in c.executing for ln in lane_of.get((c.call, rid), [])]
-            cancels.append({"call": call_index[c.call], "t": us(c.t_ns), "cause": c.cause, "in_flight": c.in_flight,
+            hit = [ln for rid in k.in_flight for ln in lane_of.get((k.call, rid), [])]
+            executing = [ln for rid in k.executing for ln in lane_of.get((k.call, rid), [])]
+            cancels.append({"call": call_index[k.call], "t": us(k.t_ns), "cause": k.cause, "in_flight": k.in_flight,
                             "lanes": sorted(set(hit)), "executing_lanes": sorted(set(executing)),
-                            "rst_code": c.rst_code, "ri": c.ri})  # fmt: skip
+                            "rst_code": k.rst_code, "ri": k.ri})  # fmt: skip
 
         models = []
         for name in sorted(model_counts):

@@ -51,7 +51,8 @@ def build_report(paths: Sequence[str], output: Path, *, err: TextIO | None = Non
         output.write_bytes(page)
     except OSError as e:
         raise UserError(f"cannot write {str(output)!r}: {e.strerror or e}") from None
-    print(f"wrote {output} ({len(page) / 1e6:.1f} MB): {model['records']} records, "
+    size = f"{len(page) / 1e6:.1f} MB" if len(page) >= 1e6 else f"{len(page) / 1e3:.0f} kB"
+    print(f"wrote {output} ({size}): {model['records']} records, "
           f"{len(model['lanes']['call'])} lanes, {len(model['ticks']['t'])} response ticks", file=err)  # fmt: skip
     return model
 
