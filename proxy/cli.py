@@ -100,11 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="real CPU Triton + proxy + traffic (incl. a cancel) + capture summary")
     demo.add_argument("--workdir", type=Path, default=None, help="where to keep the capture and logs (default: a new temp dir)")
     demo.set_defaults(func=_run_demo)
+    from proxy.health import add_health_command
     from replay.cli import add_replay_commands
     from replay.report_cmd import add_report_command
 
     add_replay_commands(sub)
     add_report_command(sub)
+    add_health_command(sub)
     return parser
 
 

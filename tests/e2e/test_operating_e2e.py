@@ -1,7 +1,10 @@
-"""`record --metrics`: the Prometheus endpoint scraped while real tritonclient traffic runs through the proxy."""
+"""Operating the proxy against a real Triton: `record --metrics` scraped under real tritonclient traffic,
+and `triton-tap health` (the container HEALTHCHECK)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -10,9 +13,11 @@ import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.background import ProxyThread
-from proxy.tritonserver import TritonServer
+from proxy.tritonserver import TritonServer, free_port
 from tests.support.capture import of_kind, records
 from tests.support.triton_client import StreamSession, echo_inputs, token_inputs, wait_for
+
+TRITON_TAP = Path(sys.executable).parent / "triton-tap"
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -71,3 +76,22 @@ def test_metrics_follow_real_traffic(triton: TritonServer, tmp_path: Path) -> No
     assert after["triton_tap_forwarding_latency_seconds_count", ()] == len(recs)
     assert after["triton_tap_forwarding_latency_seconds_bucket", (("le", "1.0"),)] == len(recs)
     assert 0 < after["triton_tap_forwarding_latency_seconds_sum", ()] < len(recs) * 0.5
+
+
+def test_health_command_through_the_proxy(triton: TritonServer, recording_proxy: ProxyThread) -> None:
+    """`triton-tap health` passes via a proxy in front of a ready Triton and is recorded as a call."""
+    proc = subprocess.run([str(TRITON_TAP), "health", "--target", recording_proxy.url], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    capture = recording_proxy.stop()
+    assert [r["method"] for r in of_kind(records(capture), "call_start")] == ["/grpc.health.v1.Health/Check"]
+
+
+def test_health_command_fails_in_one_line_without_a_proxy() -> None:
+    """Nothing listening: one line naming the target, exit 1."""
+    port = free_port()
+    proc = subprocess.run([str(TRITON_TAP), "health", "--target", f"127.0.0.1:{port}", "--timeout", "2"],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"health check via 127.0.0.1:{port} failed: UNAVAILABLE" in lines[0], proc.stderr
