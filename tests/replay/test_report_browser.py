@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,3 +197,106 @@ def test_report_to_an_unwritable_path_is_one_line(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "cannot write" in proc.stderr
+
+
+class DevTools:
+    """One headless Chromium driven over the DevTools protocol (websocket-client); closed by the test."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        import urllib.request
+
+        import websocket
+
+        self.profile = tmp_path / "cdp-profile"
+        self.proc = subprocess.Popen(
+            [str(CHROMIUM), *FLAGS, "--remote-debugging-port=0", f"--user-data-dir={self.profile}", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            active = self.profile / "DevToolsActivePort"
+            deadline = time.monotonic() + 60
+            while not (active.exists() and active.read_text().count("\n") >= 1):
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise AssertionError("chromium did not open its DevTools port")
+                time.sleep(0.05)
+            port = int(active.read_text().splitlines()[0])
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as resp:
+                targets = json.loads(resp.read())
+            url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+            self.ws = websocket.create_connection(url, timeout=30, suppress_origin=True)
+        except BaseException:
+            self.close()
+            raise
+        self._id = 0
+        self.events: list[dict[str, Any]] = []
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        self._id += 1
+        self.ws.send(json.dumps({"id": self._id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == self._id:
+                assert "error" not in msg, msg
+                result: dict[str, Any] = msg["result"]
+                return result
+            self.events.append(msg)
+
+    def wait_event(self, method: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(e.get("method") == method for e in self.events):
+            assert time.monotonic() < deadline, f"no {method}"
+            self.events.append(json.loads(self.ws.recv()))
+
+    def eval(self, expression: str) -> Any:
+        out = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        assert "exceptionDetails" not in out, out
+        return out["result"].get("value")
+
+    def hover(self, point: dict[str, float]) -> str:
+        self.call("Input.dispatchMouseEvent", type="mouseMoved", x=point["x"], y=point["y"])
+        # the tooltip is set synchronously in the mousemove handler
+        return str(self.eval("document.getElementById('tip').style.display === 'block' ? "
+                             "document.getElementById('tip').textContent : ''"))  # fmt: skip
+
+    def close(self) -> None:
+        ws = getattr(self, "ws", None)
+        if ws is not None:
+            ws.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(20)
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+@needs_chromium
+def test_hover_shows_the_record_and_click_selects_a_cancel(tmp_path: Path) -> None:
+    """Through the DevTools protocol: hovering a tick shows its capture record, hovering the cancel
+    shows the cancel record, clicking the cancel's row highlights exactly its in-flight set."""
+    page = tmp_path / "report.html"
+    assert triton_tap_main(["report", str(DATA / "stream_cancel.jsonl"), "-o", str(page)]) == 0
+    dt = DevTools(tmp_path)
+    try:
+        dt.call("Page.enable")
+        dt.call("Emulation.setDeviceMetricsOverride", width=1400, height=1000, deviceScaleFactor=1, mobile=False)
+        dt.call("Page.navigate", url=page.as_uri())
+        dt.wait_event("Page.loadEventFired")
+        assert dt.eval("document.body.dataset.render") == "ok"
+        tip = dt.hover(dt.eval("tritonTapReport.tickPoint(0)"))
+        record = json.loads(tip)
+        assert (record["kind"], record["seq"], record["request_id"], record["dir"]) == ("message", 3, "done", "s2c")
+        assert "omitted" in record["payload"]  # tensor bytes are not shown
+        tip = dt.hover(dt.eval("tritonTapReport.cancelPoint(0)"))
+        cancel = json.loads(tip)
+        assert (cancel["kind"], cancel["cause"], cancel["in_flight"]) == ("cancel", "client_cancel", ["a", "b"])
+        dt.hover({"x": 5, "y": 5})
+        assert dt.eval("document.getElementById('tip').style.display") == "none"
+        dt.eval("document.querySelector('#cancels tbody tr').click()")
+        assert dt.eval("document.querySelector('#cancels tbody tr').className") == "sel"
+        lit = json.loads(dt.eval("document.getElementById('tl').dataset.highlightedLanes"))
+        assert lit == ["c1 · c1.1 · a", "c1 · c1.1 · b"]
+        assert dt.eval("window.__errors.length") == 0
+    finally:
+        dt.close()
