@@ -9,15 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from replay.errors import UserError
+from replay.progress import with_progress
 from replay.reader import read_capture
 from replay.report import ReportBuilder, render_html
-
-#: Progress is refreshed every this many records (a rich update per record would dominate).
-PROGRESS_EVERY = 5000
 
 
 def build_report(paths: Sequence[str], output: Path, *, err: TextIO | None = None, title: str | None = None) -> dict[str, Any]:
@@ -25,23 +20,8 @@ def build_report(paths: Sequence[str], output: Path, *, err: TextIO | None = Non
     err = err or sys.stderr
     reader = read_capture(list(paths))
     builder = ReportBuilder()
-    console = Console(file=err)
-    total = 0
-    for p in reader.files:
-        try:
-            total += p.stat().st_size
-        except OSError:
-            pass
-    # Progress by bytes would need the reader's file offsets; records read against a size estimate
-    # is honest enough for "is it still going", and shows nothing when stderr is not a terminal.
-    with Progress(TextColumn("reading captures"), BarColumn(), MofNCompleteColumn(), TextColumn("records"),
-                  TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as progress:  # fmt: skip
-        task = progress.add_task("read", total=None)
-        for seq, record in reader:
-            builder.feed(seq, record)
-            if builder.records % PROGRESS_EVERY == 0:
-                progress.update(task, completed=builder.records)
-        progress.update(task, completed=builder.records)
+    for seq, record in with_progress(reader, err):
+        builder.feed(seq, record)
     for w in reader.warnings:
         print(f"triton-tap: warning: {w}", file=err)
     model = builder.finish(files=[str(p) for p in reader.files], gaps=reader.gaps, warnings=reader.warnings,
