@@ -273,8 +273,15 @@ class ReportBuilder:
         for k in self._cancels:
             if k.call not in call_index:
                 continue
-            hit = [ln for rid in k.in_flight for ln in lane_of.get((k.call, rid), [])]
-            executing = [ln for rid in k.executing for ln in lane_of.get((k.call, rid), [])]
+            t_cancel = us(k.t_ns)
+
+            def open_lanes(ids: list[str], call: str = k.call, at: int | None = t_cancel) -> list[int]:
+                # An id re-used on the call: only its occurrence still open at the cancel counts.
+                return [ln for rid in ids for ln in lane_of.get((call, rid), [])
+                        if at is None or lanes["end"][ln] is None or lanes["end"][ln] >= at]  # fmt: skip
+
+            hit = open_lanes(k.in_flight)
+            executing = open_lanes(k.executing)
             cancels.append({"call": call_index[k.call], "t": us(k.t_ns), "cause": k.cause, "in_flight": k.in_flight,
                             "lanes": sorted(set(hit)), "executing_lanes": sorted(set(executing)),
                             "rst_code": k.rst_code, "ri": k.ri})  # fmt: skip
@@ -339,8 +346,9 @@ def _template() -> str:
 def render_html(model: dict[str, Any]) -> bytes:
     """The self-contained page: the template with the model embedded as JSON (no network needed)."""
     data = orjson.dumps(model)
-    # Inside <script> only "</" can end the element early; JSON allows the escaped form.
-    data = data.replace(b"</", b"<\\/")
+    # Inside <script> "</script" or "<!--" could end or confuse the element; "<" occurs in JSON only
+    # inside strings, where its escaped form means the same.
+    data = data.replace(b"<", b"\\u003c")
     page = _template().encode("utf-8")
     title = str(model.get("title", "triton-tap report")).replace("&", "&amp;").replace("<", "&lt;")
     return page.replace(b"__TITLE__", title.encode("utf-8")).replace(b"__REPORT_DATA__", data)

@@ -132,3 +132,35 @@ def test_page_embeds_the_model_safely() -> None:
     assert page.count("</script>") == 3  # the error collector, the data, the page script
     assert "x&lt;/script>" in page
     assert "__REPORT_DATA__" not in page
+
+
+def test_cancel_highlights_only_the_open_occurrence_of_a_reused_id() -> None:
+    """Id `x` completes, is sent again on the same stream and cancelled: only the second lane is in flight."""
+    from tests.data.make_golden import Builder
+
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "x")
+    b.response("c1.1", "x", "t0", final=True)
+    b.request("c1.1", "x")
+    b.response("c1.1", "x", "t1")
+    b.cancel("c1.1", "client_cancel", rst_code=8)
+    b.end("c1.1", "CANCELLED", "client_cancel")
+    b.finish()
+    m = ReportBuilder()
+    for seq, rec in enumerate(b.records):
+        m.feed(seq, rec)
+    model = m.finish()
+    assert model["lanes"]["outcome"] == ["completed", "cancelled"]
+    (cancel,) = model["cancels"]
+    assert cancel["in_flight"] == ["x"]
+    assert cancel["lanes"] == [1] and cancel["executing_lanes"] == [1]
+
+
+def test_page_escapes_every_angle_bracket_in_the_data() -> None:
+    """`<!--` and `</script` inside captured strings never reach the page raw."""
+    m = model_of("one_response.jsonl")
+    m["warnings"] = ["<!--<script>", "</script>"]
+    page = render_html(m).decode()
+    data = page.split('type="application/json">', 1)[1].split("</script>", 1)[0]
+    assert "<" not in data and "\\u003c!--\\u003cscript>" in data
