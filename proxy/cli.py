@@ -61,7 +61,7 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics", default=None, metavar="HOST:PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
-                   help="info: one line per call end; debug adds the relay's details (default %(default)s)")
+                   help="info: start-up/shutdown, one line per call end, warnings (default %(default)s)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
                    help="read these settings from a TOML file (keys = flag names without --); flags override it")
 
