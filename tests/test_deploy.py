@@ -168,3 +168,58 @@ def test_image_builds() -> None:
     run = subprocess.run(["docker", "run", "--rm", tag, "--help"], capture_output=True, text=True, timeout=120,
                          check=False)  # fmt: skip
     assert run.returncode == 0 and "--metrics" in run.stdout
+
+
+def test_the_wheel_the_image_installs_has_the_report_template_and_models(tmp_path: Path) -> None:
+    """The Dockerfile's build stage, without Docker: the same COPYs, `pip wheel .`, then the wheel's contents."""
+    import zipfile
+
+    src = tmp_path / "src"
+    src.mkdir()
+    docker = (DEPLOY / "Dockerfile").read_text()
+    build_stage = docker.split("\nFROM ", 2)[1]
+    for line in build_stage.splitlines():
+        if line.startswith("COPY ") and "--from" not in line:
+            *parts, _ = line.split()[1:]
+            for part in parts:
+                if (ROOT / part).is_dir():
+                    shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    shutil.copy(ROOT / part, src / part)
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "w"), str(src)],
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = (tmp_path / "w").glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "replay/report_template.html" in names
+    assert {"proxy/models/tokens/config.pbtxt", "proxy/models/echo/1/model.py"} <= names
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "triton-tap = proxy.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+
+
+def test_embedded_scripts_in_the_kubernetes_manifest_work(tmp_path: Path) -> None:
+    """The init container's Python copies the example models; the sidecar's shell waits for Triton's
+    port and then execs the proxy with the container's args (run here with the port and the proxy
+    swapped for a local listener and `echo`)."""
+    import socket
+
+    (dep,) = _k8s("Deployment")
+    (init,) = dep["spec"]["template"]["spec"]["initContainers"]
+    assert init["command"][:2] == ["python", "-c"]
+    code = init["command"][2]
+    assert "'/models'" in code
+    subprocess.run([sys.executable, "-c", code.replace("'/models'", repr(str(tmp_path / "models")))],
+                   check=True, timeout=60)  # fmt: skip
+    assert (tmp_path / "models" / "tokens" / "config.pbtxt").exists()
+    c = _proxy_container()
+    assert c["command"][:2] == ["sh", "-c"] and "8001" in c["command"][2]
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        script = c["command"][2].replace("8001", str(port)).replace("exec triton-tap record", "exec echo record")
+        script = script.replace("python -c", f"{sys.executable} -c")
+        proc = subprocess.run(["sh", "-c", script, *c["command"][3:], *c["args"]], capture_output=True, text=True,
+                              timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["record", *c["args"]]
