@@ -116,6 +116,7 @@ class ReportBuilder:
         self._sent: dict[tuple[str, int], int] = {}  # (call, request seq) -> t_ns
         self._ticks: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
         self._cancels: list[_Cancel] = []
+        self._dropped: list[tuple[int, int, int, str, int]] = []  # gap records: first, last t_ns, count, reason, ri
         self._conn_prefix = ""
         self._captures = 0
         self._attributed = False  # set by _response while the tracker takes the current record
@@ -173,6 +174,8 @@ class ReportBuilder:
             if call is not None:
                 call.t_end, call.status, call.cause, call.details = record.t_ns, record.status, record.cause, record.details
                 call.end_ri = ri
+        elif isinstance(record, ev.GapRecorded):
+            self._dropped.append((record.first_t_ns, record.last_t_ns, record.dropped, record.reason, ri))
         elif isinstance(record, ev.CaptureStarted) and record.file_index == 0:
             self._captures += 1
             # The tracker keeps a second capture's call ids apart; connection ids restart too.
@@ -326,6 +329,10 @@ class ReportBuilder:
             "summary": result.summary(),
             "unattributable": len(result.unattributable),
             "gaps": [g.to_json() for g in gaps],
+            # Spans of time in which the proxy dropped records (from `gap` records): drawn across
+            # every lane, since what was lost there is unknown.
+            "dropped": [{"t0": us(a), "t1": us(b), "count": n, "reason": why, "ri": ri}
+                        for a, b, n, why, ri in self._dropped],
             "warnings": list(result.warnings),
             "record_view": self._records,
         }

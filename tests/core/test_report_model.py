@@ -164,3 +164,12 @@ def test_page_escapes_every_angle_bracket_in_the_data() -> None:
     page = render_html(m).decode()
     data = page.split('type="application/json">', 1)[1].split("</script>", 1)[0]
     assert "<" not in data and "\\u003c!--\\u003cscript>" in data
+
+
+def test_dropped_records_are_a_span_across_the_timeline() -> None:
+    """gaps.jsonl: the `gap` record becomes a dropped-records span (its time range, count and reason)."""
+    m = model_of("gaps.jsonl")
+    (span,) = m["dropped"]
+    assert span["count"] == 3 and span["reason"].startswith("queue_full")
+    assert span["t1"] - span["t0"] == 1000  # first_t_ns .. last_t_ns, in µs
+    assert [g["kind"] for g in m["gaps"]] == ["gap_record", "seq_gap"]

@@ -129,6 +129,20 @@ def test_golden_capture_renders_expected_lanes_and_screenshot(tmp_path: Path) ->
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@needs_chromium
+def test_captures_with_holes_render_and_list_them(tmp_path: Path) -> None:
+    """Dropped records, missing seq numbers, a killed proxy, a cut last line: drawn and listed, no errors."""
+    page = tmp_path / "holes.html"
+    captures = ["gaps.jsonl", "proxy_killed.jsonl", "truncated_last_line.jsonl", "unattributable.jsonl"]
+    assert triton_tap_main(["report", *(str(DATA / c) for c in captures), "-o", str(page)]) == 0
+    dom, text, stderr = rendered(page, tmp_path)
+    assert_clean(dom, stderr)
+    for hole in ("gap_record at", "seq_gap at", "missing_capture_end at", "last line cut short"):
+        assert hole in text
+    drawn = json.loads(dom.attrs["tl"]["data-drawn-lanes"] or "[]")
+    assert "4:c1 · 4:c1.1 · (unattributed)" in drawn
+
+
 def big_capture(path: Path) -> int:
     """~100k records: 520 streams on 50 connections, 4 requests x 48 responses each, every 7th cancelled."""
     b = Builder().start()
