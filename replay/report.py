@@ -1,9 +1,8 @@
 """The data behind ``triton-tap report``: a capture turned into one compact, self-describing model.
 
 Pure: fed ``(seq, record)`` one at a time (:meth:`ReportBuilder.feed`), never reads a file and
-never awaits; :func:`render_html` pours the model into the self-contained page
-(``report_template.html``). The shell that reads files and shows progress is
-:mod:`replay.report_cmd`.
+never awaits. The shell (:mod:`replay.report_cmd`) reads the captures with progress and pours the
+model into the self-contained page (``report_template.html``, :func:`~replay.report_cmd.render_html`).
 
 Nothing here decides what a record means on its own: requests, their outcomes and which request
 each response belongs to come from :class:`~replay.requests.Tracker` (its ``on_response`` hook),
@@ -21,7 +20,6 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 import orjson
@@ -336,26 +334,3 @@ class ReportBuilder:
             "warnings": list(result.warnings),
             "record_view": self._records,
         }
-
-
-def build_model(records: Iterable[tuple[int, ev.Record]], **finish: Any) -> dict[str, Any]:
-    """The report model of ``(seq, record)`` pairs (tests and small captures)."""
-    builder = ReportBuilder()
-    for seq, record in records:
-        builder.feed(seq, record)
-    return builder.finish(**finish)
-
-
-def _template() -> str:
-    return resources.files("replay").joinpath("report_template.html").read_text(encoding="utf-8")
-
-
-def render_html(model: dict[str, Any]) -> bytes:
-    """The self-contained page: the template with the model embedded as JSON (no network needed)."""
-    data = orjson.dumps(model)
-    # Inside <script> "</script" or "<!--" could end or confuse the element; "<" occurs in JSON only
-    # inside strings, where its escaped form means the same.
-    data = data.replace(b"<", b"\\u003c")
-    page = _template().encode("utf-8")
-    title = str(model.get("title", "triton-tap report")).replace("&", "&amp;").replace("<", "&lt;")
-    return page.replace(b"__TITLE__", title.encode("utf-8")).replace(b"__REPORT_DATA__", data)

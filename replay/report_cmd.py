@@ -6,13 +6,31 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
+
+import orjson
 
 from replay.errors import UserError
 from replay.progress import with_progress
 from replay.reader import read_capture
-from replay.report import ReportBuilder, render_html
+from replay.report import ReportBuilder
+
+
+def _template() -> str:
+    return resources.files("replay").joinpath("report_template.html").read_text(encoding="utf-8")
+
+
+def render_html(model: dict[str, Any]) -> bytes:
+    """The self-contained page: the template with the model embedded as JSON (no network needed)."""
+    data = orjson.dumps(model)
+    # Inside <script> "</script" or "<!--" could end or confuse the element; "<" occurs in JSON only
+    # inside strings, where its escaped form means the same.
+    data = data.replace(b"<", b"\\u003c")
+    page = _template().encode("utf-8")
+    title = str(model.get("title", "triton-tap report")).replace("&", "&amp;").replace("<", "&lt;")
+    return page.replace(b"__TITLE__", title.encode("utf-8")).replace(b"__REPORT_DATA__", data)
 
 
 def build_report(paths: Sequence[str], output: Path, *, err: TextIO | None = None, title: str | None = None) -> dict[str, Any]:

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from replay.reader import read_capture
-from replay.report import ERROR, FINAL, TEXT, UNATTRIBUTED, ReportBuilder, percentile, render_html
+from replay.report import ERROR, FINAL, TEXT, UNATTRIBUTED, ReportBuilder, percentile
+from replay.report_cmd import render_html
 
 DATA = Path(__file__).parent.parent / "data"
 
