@@ -58,7 +58,12 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                    help="on SIGTERM/SIGINT, wait this long for open calls before ending them (default %(default)s)")
     p.add_argument("--redact", action="append", default=[], metavar="KEY",
                    help="also redact this metadata key's value (repeatable; authorization, cookie, x-api-key, *-token are always redacted)")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--metrics", default=None, metavar="HOST:PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                   help="info: start-up/shutdown, one line per call end, warnings (default %(default)s)")
+    p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
+                   help="read these settings from a TOML file (keys = flag names without --); flags override it")
 
 
 def run_record(args: argparse.Namespace) -> int:
@@ -77,25 +82,31 @@ def run_record(args: argparse.Namespace) -> int:
         gzip_rotated=args.gzip_rotated,
         drain_timeout=args.drain_timeout,
         redact=DEFAULT_REDACT + tuple(k.lower() for k in args.redact),
+        metrics=args.metrics,
     )
     asyncio.run(run(cfg))
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command tree."""
+    """The whole command tree (the ``record`` subparser is also ``parser.record_parser``)."""
     parser = _Parser(prog="triton-tap", description="Record and replay Triton Inference Server gRPC traffic.")
     parser.add_argument("--version", action="version", version=f"triton-tap {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     rec = sub.add_parser("record", help="run the recording proxy")
     add_record_arguments(rec)
     rec.set_defaults(func=run_record)
+    parser.set_defaults(record_parser=rec)
     demo = sub.add_parser("demo", help="real CPU Triton + proxy + traffic (incl. a cancel) + capture summary")
     demo.add_argument("--workdir", type=Path, default=None, help="where to keep the capture and logs (default: a new temp dir)")
     demo.set_defaults(func=_run_demo)
+    from proxy.health import add_health_command
     from replay.cli import add_replay_commands
+    from replay.report_cmd import add_report_command
 
     add_replay_commands(sub)
+    add_report_command(sub)
+    add_health_command(sub)
     return parser
 
 
@@ -106,9 +117,23 @@ def _run_demo(args: argparse.Namespace) -> int:
     return demo_main(args.workdir)
 
 
-def _run_guarded(args: argparse.Namespace) -> int:
-    """Run a command; errors a user can meet become one line on stderr and an exit code."""
+def _parse(parser: argparse.ArgumentParser, record_parser: argparse.ArgumentParser,
+           argv: Sequence[str] | None) -> argparse.Namespace:  # fmt: skip
+    """Parse; with ``record --config FILE`` the file's settings become defaults and argv is parsed again."""
+    args = parser.parse_args(argv)
+    if getattr(args, "config", None) is not None:
+        from proxy.config import load_config
+
+        record_parser.set_defaults(**load_config(args.config, record_parser))
+        args = parser.parse_args(argv)
+    return args
+
+
+def _run_guarded(parser: argparse.ArgumentParser, record_parser: argparse.ArgumentParser,
+                 argv: Sequence[str] | None) -> int:  # fmt: skip
+    """Parse and run a command; errors a user can meet become one line on stderr and an exit code."""
     try:
+        args = _parse(parser, record_parser, argv)
         code: int = args.func(args)
     except TritonTapError as e:
         print(f"triton-tap: error: {e}", file=sys.stderr)
@@ -121,7 +146,8 @@ def _run_guarded(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``triton-tap`` console script."""
-    return _run_guarded(build_parser().parse_args(argv))
+    parser = build_parser()
+    return _run_guarded(parser, parser.get_default("record_parser"), argv)
 
 
 def record_main(argv: Sequence[str] | None = None) -> int:
@@ -129,4 +155,4 @@ def record_main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(prog="python -m proxy", description="Run the triton-tap recording proxy.")
     add_record_arguments(parser)
     parser.set_defaults(func=run_record)
-    return _run_guarded(parser.parse_args(argv))
+    return _run_guarded(parser, parser, argv)

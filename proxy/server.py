@@ -12,6 +12,7 @@ from pathlib import Path
 import structlog
 
 from proxy import __version__
+from proxy.observe import MetricsServer, ProxyMetrics, RecordObserver
 from proxy.relay import DEFAULT_REDACT, Relay, RelayOptions
 from proxy.writer import CaptureWriter, WriterOptions, prepare_directory
 from replay import events as ev
@@ -43,6 +44,7 @@ class ProxyConfig:
     drain_timeout: float = 10.0
     connect_timeout: float = 3.0
     redact: tuple[str, ...] = DEFAULT_REDACT
+    metrics: str | None = None  # HOST:PORT for the Prometheus /metrics endpoint, or None
 
 
 def check_upstream(host: str, port: int, timeout: float) -> None:
@@ -61,6 +63,9 @@ class RecordingProxy:
         self.config = config
         self.listen_addr = parse_hostport(config.listen, "--listen")
         self.upstream_addr = parse_hostport(config.upstream, "--upstream")
+        self.metrics_addr = parse_hostport(config.metrics, "--metrics") if config.metrics else None
+        self.metrics_server: MetricsServer | None = None
+        self.metrics: ProxyMetrics | None = None
         if config.payload not in ("none", "meta", "full"):
             raise UserError(f"--payload must be none, meta or full, got {config.payload!r}")
         self.writer: CaptureWriter | None = None
@@ -105,6 +110,14 @@ class RecordingProxy:
         except OSError as e:
             raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
         self.port = self._server.sockets[0].getsockname()[1]
+        metrics: ProxyMetrics | None = None
+        if self.metrics_addr is not None:
+            metrics = self.metrics = ProxyMetrics()
+            try:
+                self.metrics_server = MetricsServer(metrics, *self.metrics_addr)
+            except OSError as e:
+                self._server.close()
+                raise UserError(f"cannot serve metrics on {cfg.metrics}: {e.strerror or e}") from None
         listen = f"{host}:{self.port}"
         start = ev.CaptureStarted(
             t_ns=time.time_ns(), proxy_version=__version__, listen=listen,
@@ -118,20 +131,28 @@ class RecordingProxy:
             self.writer.open()
         except OSError as e:
             self._server.close()
+            self._close_metrics()
             raise UserError(f"cannot create a capture file in {str(cfg.capture_dir)!r}: {e.strerror or e}") from None
+        if metrics is not None:
+            metrics.attach_writer(self.writer.stats)
         self.relay = Relay(
             self.upstream_addr,
-            self.writer.emit,
+            # One observer between the relay and the writer: the call-end log line and the metrics.
+            RecordObserver(self.writer.emit, metrics),
             RelayOptions(payload=cfg.payload, payload_cap=cfg.payload_cap, redact=cfg.redact),
         )
         relay_box.append(self.relay)
         await self._server.start_serving()
+        extra = {}
+        if self.metrics_server is not None and self.metrics_addr is not None:
+            extra["metrics"] = f"{self.metrics_addr[0]}:{self.metrics_server.port}"
         log.info(
             "recording",
             listen=listen,
             upstream=start.upstream,
             capture=str(self.writer.path),
             payload=cfg.payload,
+            **extra,
         )
 
     async def stop(self) -> None:
@@ -154,7 +175,13 @@ class RecordingProxy:
             await asyncio.sleep(0.01)
         self.relay.hard_close()
         await self.writer.close({"calls.open_at_shutdown": left})
+        self._close_metrics()
         log.info("capture_closed", capture=[str(p) for p in self.writer.paths])
+
+    def _close_metrics(self) -> None:
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+            self.metrics_server = None
 
 
 async def run(config: ProxyConfig) -> None:

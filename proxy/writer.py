@@ -107,6 +107,7 @@ class CaptureWriter:
         self._queue_gap = _Gap()
         self._failing = False
         self._counts = _Counts()
+        self.written = 0  # records written (writer thread); read by the metrics at scrape time
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(start.t_ns / 1e9))
         self._stem = f"capture-{stamp}-{os.getpid()}"
         self.paths: list[Path] = []
@@ -128,6 +129,10 @@ class CaptureWriter:
     def backlog(self) -> int:
         """Records waiting to be written."""
         return len(self._queue)
+
+    def stats(self) -> tuple[int, int, int]:
+        """(records written, records dropped, backlog), for the metrics (any thread; a snapshot)."""
+        return self.written, self._counts.dropped + self._queue_gap.dropped, len(self._queue)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -236,6 +241,7 @@ class CaptureWriter:
             return
         self._seq += len(pending)
         self._offset += len(data)
+        self.written += len(pending)
         if self._failing or self._gap.dropped:
             log.warning("capture_write_resumed", dropped=self._gap.dropped, reason=self._gap.reason)
             self._failing = False

@@ -18,7 +18,9 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from replay.requests import RequestOutcome, TrackResult, track
+from replay.progress import with_progress
+from replay.reader import read_capture
+from replay.requests import RequestOutcome, Tracker, TrackResult
 
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1
@@ -107,7 +109,11 @@ def check(paths: Sequence[str], *, as_json: bool = False, rows: int = 100,
     """Run ``replay check`` on ``paths``; returns the exit code (raises CaptureError when unreadable)."""
     out = out or sys.stdout
     err = err or sys.stderr
-    result = track(list(paths))
+    reader = read_capture(list(paths))
+    tracker = Tracker()
+    for seq, record in with_progress(reader, err):
+        tracker.feed(seq, record)
+    result = tracker.finish(reader.gaps, reader.warnings)
     for w in result.warnings:
         print(f"triton-tap: warning: {w}", file=err)
     if as_json:

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 from replay.check import add_check_command
 from replay.errors import CaptureError, TritonTapError, UserError
+from replay.report_cmd import add_report_command
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -33,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(prog="python -m replay", description="Offline commands on triton-tap captures.")
     sub = parser.add_subparsers(dest="replay_command", required=True, parser_class=_Parser)
     add_check_command(sub)
+    add_report_command(sub)
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import enum
 import itertools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -467,10 +467,16 @@ def _ms(start: int | None, end: int | None) -> float | None:
     return round((end - start) / 1e6, 3)
 
 
+#: ``on_response(call, request_seq, seq, record)``: a response was attributed to the request whose
+#: request record is ``request_seq`` on ``call`` (the report draws it on that request's lane).
+ResponseObserver = Callable[[str, int, int, ev.MessageSeen], None]
+
+
 class Tracker:
     """Feeds every request's state machine from capture records; never awaits, never raises."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_response: ResponseObserver | None = None) -> None:
+        self._on_response = on_response
         self._calls: dict[str, _Call] = {}
         self._order: list[_Call] = []
         self._unattributable: list[Unattributable] = []
@@ -520,6 +526,10 @@ class Tracker:
                     self._capture_over(seq)
                     self._prefix = f"{self._captures + 1}:"
                 self._captures += 1
+
+    def qualified(self, raw_id: str) -> str:
+        """The call id as reported (a second capture in one run prefixes its ids, see :meth:`feed`)."""
+        return self._prefix + raw_id
 
     def _call(self, raw_id: str, seq: int) -> _Call | None:
         cid = self._prefix + raw_id
@@ -612,6 +622,8 @@ class Tracker:
             target.error = rec.error
         if target.t_done is None and target.machine.state in (State.FINAL_RECEIVED, State.ERROR):
             target.t_done = rec.t_ns
+        if self._on_response is not None:
+            self._on_response(call.id, target.seq, seq, rec)
 
     def _unattributed(self, call: _Call, seq: int, rec: ev.MessageSeen, reason: str) -> None:
         self._unattributable.append(

@@ -1,0 +1,196 @@
+"""What the proxy tells operators: the call-end log line and Prometheus metrics, from capture records.
+
+One observer sits between the relay and the capture writer (:class:`RecordObserver`): it sees
+every record the relay hands to the writer, so metrics and logs say exactly what the capture says
+and the relay carries no counters of its own. Per message it only bumps plain ints; Prometheus
+reads them at scrape time through a custom collector (:class:`ProxyMetrics`), so the data plane
+never takes a prometheus-client lock.
+
+Forwarding latency: a message record is emitted when its last byte was read, and the relay writes
+the relayed bytes at the end of the same event-loop callback. A ``call_soon`` callback (one per
+batch of messages, not per message) therefore runs just after the bytes were handed to the other
+side's transport; the histogram is the time from the message being observed to that point (h2
+processing of the whole read included; time spent waiting for the peer's flow-control window or
+in the kernel's socket buffer is not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import structlog
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+log = structlog.get_logger("triton_tap.calls")
+
+#: Forwarding latency buckets, seconds (the relay adds tens of µs; a loaded loop milliseconds).
+LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+_PREFIX = "/inference.GRPCInferenceService/"
+
+
+def short_method(method: str) -> str:
+    """``/inference.GRPCInferenceService/ModelInfer`` -> ``ModelInfer`` (other services stay whole)."""
+    return method.removeprefix(_PREFIX)
+
+
+class ProxyMetrics(Collector):
+    """Counters fed by :class:`RecordObserver` on the loop thread, exported at scrape time."""
+
+    def __init__(self) -> None:
+        self._writer_stats: Callable[[], tuple[int, int, int]] | None = None
+        self.started: dict[str, int] = {}
+        self.ended: dict[tuple[str, str], int] = {}
+        self.open: dict[str, int] = {}
+        self.messages = [0, 0]  # c2s, s2c
+        self.bytes = [0, 0]
+        self.latency_counts = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.latency_sum = 0.0
+        self._pending: list[int] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def attach_writer(self, stats: Callable[[], tuple[int, int, int]]) -> None:
+        """``stats() -> (records written, records dropped, backlog)`` of the capture writer."""
+        self._writer_stats = stats
+
+    # -- fed on the loop thread ---------------------------------------------------------------------
+
+    def call_started(self, method: str) -> None:
+        """A call began."""
+        self.started[method] = self.started.get(method, 0) + 1
+        self.open[method] = self.open.get(method, 0) + 1
+
+    def call_ended(self, method: str, cause: str) -> None:
+        """A call ended with ``cause``."""
+        key = (method, cause)
+        self.ended[key] = self.ended.get(key, 0) + 1
+        self.open[method] = self.open.get(method, 1) - 1
+
+    def message(self, direction: str, size: int, t_ns: int) -> None:
+        """A message crossed the proxy."""
+        i = 0 if direction == "c2s" else 1
+        self.messages[i] += 1
+        self.bytes[i] += size
+        pending = self._pending
+        pending.append(t_ns)
+        if len(pending) == 1:
+            loop = self._loop
+            if loop is None:
+                try:
+                    loop = self._loop = asyncio.get_running_loop()
+                except RuntimeError:
+                    pending.clear()
+                    return
+            loop.call_soon(self._forwarded)
+
+    def _forwarded(self) -> None:
+        now = time.time_ns()
+        counts = self.latency_counts
+        total = 0.0
+        for t in self._pending:
+            s = max(0, now - t) / 1e9
+            counts[bisect.bisect_left(LATENCY_BUCKETS, s)] += 1
+            total += s
+        self.latency_sum += total
+        self._pending.clear()
+
+    # -- read by the scrape thread --------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Any]:
+        """The metric families (ints are read without locking: a scrape may be one message stale)."""
+        started = CounterMetricFamily("triton_tap_calls_started", "RPCs opened through the proxy", labels=["method"])
+        for m, n in sorted(dict(self.started).items()):
+            started.add_metric([m], n)
+        yield started
+        ended = CounterMetricFamily("triton_tap_calls", "RPCs ended, by method and cause (see the README's Causes)",
+                                    labels=["method", "cause"])  # fmt: skip
+        for (m, c), n in sorted(dict(self.ended).items()):
+            ended.add_metric([m, c], n)
+        yield ended
+        open_ = GaugeMetricFamily("triton_tap_open_calls", "RPCs (streams) in flight", labels=["method"])
+        for m, n in sorted(dict(self.open).items()):
+            open_.add_metric([m], n)
+        yield open_
+        msgs = CounterMetricFamily("triton_tap_messages", "gRPC messages relayed", labels=["direction"])
+        size = CounterMetricFamily("triton_tap_message_bytes", "gRPC message bytes relayed (without the 5-byte prefix)",
+                                   labels=["direction"])  # fmt: skip
+        for i, d in enumerate(("c2s", "s2c")):
+            msgs.add_metric([d], self.messages[i])
+            size.add_metric([d], self.bytes[i])
+        yield msgs
+        yield size
+        counts = list(self.latency_counts)
+        cumulative, buckets = 0, []
+        for bound, n in zip((*LATENCY_BUCKETS, float("inf")), counts, strict=True):
+            cumulative += n
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+        yield HistogramMetricFamily(
+            "triton_tap_forwarding_latency_seconds",
+            "time from a message being observed to the end of the loop callback that relayed it",
+            buckets=buckets, sum_value=self.latency_sum,
+        )  # fmt: skip
+        if self._writer_stats is not None:
+            written, dropped, backlog = self._writer_stats()
+            yield CounterMetricFamily("triton_tap_capture_records_written", "capture records written", value=written)
+            yield CounterMetricFamily("triton_tap_capture_records_dropped", "capture records dropped (gap records say "
+                                      "when and why)", value=dropped)  # fmt: skip
+            yield GaugeMetricFamily("triton_tap_capture_writer_backlog", "records queued for the writer", value=backlog)
+
+
+class RecordObserver:
+    """Sits in front of the writer's ``emit``: logs each call's end, feeds the metrics, passes records on."""
+
+    __slots__ = ("_calls", "_metrics", "_sink")
+
+    def __init__(self, sink: Callable[[Any], None], metrics: ProxyMetrics | None = None) -> None:
+        self._sink = sink
+        self._metrics = metrics
+        self._calls: dict[str, tuple[str, str]] = {}  # call -> (method, peer), while open
+
+    def __call__(self, record: Any) -> None:
+        """One record on its way to the capture (the relay's ``emit``)."""
+        kind = record.kind
+        m = self._metrics
+        if kind == "message":
+            if m is not None:
+                m.message(record.dir, record.size, record.t_ns)
+        elif kind == "call_start":
+            method = short_method(record.method)
+            self._calls[record.call] = (method, record.peer)
+            if m is not None:
+                m.call_started(method)
+        elif kind == "call_end":
+            method, peer = self._calls.pop(record.call, ("?", "?"))
+            if m is not None:
+                m.call_ended(method, record.cause)
+            # The one info line per call; nothing per message is logged above debug.
+            log.info("call_end", call=record.call, method=method, peer=peer, cause=record.cause,
+                     status=record.status, duration_ms=round(record.duration_ms, 3),
+                     messages_c2s=record.messages_c2s, messages_s2c=record.messages_s2c,
+                     **({"details": record.details} if record.details else {}))  # fmt: skip
+        self._sink(record)
+
+
+class MetricsServer:
+    """The ``/metrics`` HTTP endpoint on its own daemon thread (prometheus-client's WSGI server)."""
+
+    def __init__(self, metrics: ProxyMetrics, host: str, port: int) -> None:
+        from prometheus_client import start_http_server
+
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(metrics)
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        self._server: Any = server
+        self._thread: threading.Thread = thread
+        self.port: int = server.server_port
+
+    def close(self) -> None:
+        """Stop serving and join the thread."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
