@@ -336,6 +336,22 @@ def _status_trailers(code: int, message: str, with_response_headers: bool) -> li
     return out
 
 
+# How long a client may take to close the connection itself after its last call ended.
+_LINGER_S = 2.0
+
+
+def _close_after_peer(transport: asyncio.Transport) -> None:
+    """Let the client close the connection; close it ourselves only if it has not after a while.
+
+    gRPC C-core clients drop bytes that arrive in the same read as the connection's end (TCP FIN,
+    or RST when we close with their last frames unread): closing right after the final trailers
+    made the client report "Socket closed (GOAWAY received)" instead of the status we sent, about
+    one run in five. A client that got GOAWAY and has no calls left closes on its own.
+    """
+    if not transport.is_closing():
+        asyncio.get_running_loop().call_later(_LINGER_S, transport.close)
+
+
 class _Side(asyncio.Protocol):
     """One transport of a tunnel; forwards everything to the tunnel."""
 
@@ -554,7 +570,7 @@ class Tunnel:
         if self.goaway_sent and not self.by_down and self.down.transport is not None:
             # Frames h2 queued just now (the last call's trailers) must leave before the close.
             self._write(self.down, self.dconn)
-            self.down.transport.close()
+            _close_after_peer(self.down.transport)
 
     def abort(self, cause: str) -> None:
         """End every open call with ``cause`` and close both connections."""
@@ -565,7 +581,7 @@ class Tunnel:
         self._write(self.up, self.uconn)
         self._write(self.down, self.dconn)
         if self.down.transport is not None:
-            self.down.transport.close()
+            _close_after_peer(self.down.transport)
         if self.up.transport is not None:
             self.up.transport.close()
 
