@@ -482,6 +482,12 @@ class Tracker:
         self._cancelled_hashes: dict[str, str] = {}
         self._unlabelled = 0
         self._records = 0
+        #: (call, response seq) -> seq of the request the response was attributed to (for serve/diff).
+        self.attribution: dict[tuple[str, int], int] = {}
+
+    def call_id(self, raw_id: str) -> str:
+        """The id this tracker gives the call ``raw_id`` of the capture being fed (prefixed from the 2nd capture on)."""
+        return self._prefix + raw_id
 
     # -- feeding ---------------------------------------------------------------------------------
 
@@ -599,6 +605,7 @@ class Tracker:
             err, fin = bool(rec.error), rec.final is True
             inp = Input.ERROR_FINAL if err and fin else Input.ERROR if err else Input.FINAL if fin else Input.RESPONSE
         target.machine.feed(inp, seq)
+        self.attribution[call.id, seq] = target.seq
         target.responses += 1
         if rec.outputs:
             target.text += 1
