@@ -37,7 +37,9 @@ def parse_strategies(text: str) -> tuple[str, ...]:
     out = tuple(s.strip() for s in text.split(",") if s.strip())
     bad = [s for s in out if s not in STRATEGIES]
     if bad or not out:
-        raise ValueError(f"unknown match strategy {', '.join(bad) or text!r} (choose from {', '.join(STRATEGIES)})")
+        raise ValueError(
+            f"unknown match strategy {', '.join(map(repr, bad)) or repr(text)} (choose from {', '.join(STRATEGIES)})"
+        )
     return out
 
 

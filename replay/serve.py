@@ -43,7 +43,7 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from replay import events as ev
 from replay.captured import CapturedCall, LoadedCapture, Response
 from replay.errors import UserError
-from replay.feed import _metadata
+from replay.feed import _DEFAULT_DETAILS, _metadata
 from replay.match import STRATEGIES, Key, Matcher, input_hash
 
 log = logging.getLogger("triton_tap.serve")
@@ -69,6 +69,11 @@ def parse_timing(text: str) -> float | None:
         if speed > 0 and math.isfinite(speed):
             return speed
     raise ValueError(f"timing must be as-captured, fast or xN with N > 0 (e.g. x2, x0.5): {text!r}")
+
+
+def _details(status: str, details: str | None) -> str:
+    # What the client's gRPC would have reported for a status that came without a message.
+    return details if details is not None else _DEFAULT_DETAILS.get(status, "")
 
 
 def _status(name: str) -> grpc.StatusCode:
@@ -163,15 +168,21 @@ class _Stream:
             at = now if speed is None else now + (resp.record.t_ns - req_t) / 1e9 / speed
             heapq.heappush(self.pending, _Due(at, resp.seq, next(self.counter), msg, call.id))
 
-    def _end_ready(self, now: float) -> bool:
+    def _end_reachable(self) -> bool:
+        """A captured non-OK end is next once the requests captured before it arrived (or can no longer)."""
         call = self.primary
         if call is None or call.end is None or call.end.status == "OK":
             return False
         end = call.end
         before = [seq for seq, rec in call.requests if seq < end.seq and rec.request_id is not None]
-        if not self.half_closed and any(seq not in self.arrived for seq in before):
-            return False  # the client may still send what was sent before the captured end
-        if any(d.call == call.id and d.seq < end.seq for d in self.pending):
+        # The client may still send what was sent before the captured end.
+        return self.half_closed or all(seq in self.arrived for seq in before)
+
+    def _end_ready(self, now: float) -> bool:
+        call = self.primary
+        if not self._end_reachable() or call is None or call.end is None:
+            return False
+        if any(d.call == call.id and d.seq < call.end.seq for d in self.pending):
             return False
         return now >= self._end_at()
 
@@ -203,13 +214,18 @@ class _Stream:
             wake: float | None = None
             if self.pending:
                 wake = self.pending[0].at
-            elif self.primary is not None and self.primary.end is not None and self.primary.end.status != "OK":
+            elif self._end_reachable():
                 wake = self._end_at()
-            timeout = None if wake is None else max(0.0, wake - time.monotonic())
-            try:
-                item = await asyncio.wait_for(incoming.get(), timeout)
-            except TimeoutError:
+            if not incoming.empty():
+                item = incoming.get_nowait()
+            elif wake is not None and wake <= time.monotonic():
                 continue
+            else:
+                try:
+                    timeout = None if wake is None else wake - time.monotonic()
+                    item = await asyncio.wait_for(incoming.get(), timeout)
+                except TimeoutError:
+                    continue
             if item is None:
                 self.half_closed = True
                 continue
@@ -235,7 +251,7 @@ class _Stream:
         assert self.primary is not None and self.primary.end is not None
         end = self.primary.end
         log.info("%s: ending as captured call %s did: %s (%s)", self.name, self.primary.id, end.status, end.cause)
-        await self.context.abort(_status(end.status), end.details or "", tuple(_metadata(end.trailers)))
+        await self.context.abort(_status(end.status), _details(end.status, end.details), tuple(_metadata(end.trailers)))
 
 
 class _Servicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
@@ -251,10 +267,10 @@ class _Servicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
 
         return handler
 
-    async def ModelInfer(self, request: Any, context: Any) -> Any:  # noqa: N802 - the gRPC method name
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
         return await self._server.model_infer(request, context)
 
-    async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any) -> None:  # noqa: N802
+    async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any) -> None:
         await self._server.stream_infer(request_iterator, context)
 
 
@@ -283,7 +299,7 @@ class MockTriton:
         server = grpc.aio.server()
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(_Servicer(self), server)
         try:
-            port = server.add_insecure_port(listen)
+            port: int = int(server.add_insecure_port(listen))
         except RuntimeError as e:
             port, why = 0, str(e)
         else:
@@ -364,7 +380,7 @@ class MockTriton:
         end = call.end
         await self._pause(t0, end.t_ns if end is not None else t0)
         if end is not None and end.status != "OK":
-            await context.abort(_status(end.status), end.details or "", tuple(_metadata(end.trailers)))
+            await context.abort(_status(end.status), _details(end.status, end.details), tuple(_metadata(end.trailers)))
         if not call.responses:
             await context.abort(grpc.StatusCode.UNKNOWN, f"triton-tap serve: captured call {call.id} has no response")
         if end is not None and end.trailers:
