@@ -116,7 +116,9 @@ def load(capture: CaptureSource) -> LoadedCapture:
             if rec.dir == "c2s":
                 call.requests.append((seq, rec))
             else:
-                call.responses.append(Response(seq=seq, record=rec, request_seq=tracker.attribution.get((call.id, seq))))
+                call.responses.append(
+                    Response(seq=seq, record=rec, request_seq=tracker.attribution.get((call.id, seq)))
+                )
         elif isinstance(rec, ev.CallCancelled):
             cancels[call.id] = (seq, rec)
         elif isinstance(rec, ev.CallEnded):

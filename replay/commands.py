@@ -95,11 +95,19 @@ def add_serve_command(sub: Any) -> None:
     )
     p.add_argument("capture", nargs="+", metavar="CAPTURE", help="capture files (.jsonl, .jsonl.gz) and/or directories")
     p.add_argument("--listen", default="127.0.0.1:8001", help="HOST:PORT to serve on (default %(default)s)")
-    p.add_argument("--timing", type=_timing, default=1.0, metavar="as-captured|fast|xN",
-                   help="response delays: as captured relative to each request (default), none, or N times faster")
+    p.add_argument(
+        "--timing",
+        type=_timing,
+        default=1.0,
+        metavar="as-captured|fast|xN",
+        help="response delays: as captured relative to each request (default), none, or N times faster",
+    )
     p.add_argument("--match", type=_strategies, default=STRATEGIES, metavar="STRATEGIES", help=_MATCH_HELP)
-    p.add_argument("--keep-ids", action="store_true",
-                   help="answer with the captured request ids instead of echoing the incoming ones")
+    p.add_argument(
+        "--keep-ids",
+        action="store_true",
+        help="answer with the captured request ids instead of echoing the incoming ones",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=run_serve)
 
@@ -181,7 +189,12 @@ def add_diff_command(sub: Any) -> None:
     p.add_argument("b", metavar="B", help="the capture to compare with it")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the report")
     p.add_argument("--match", type=_strategies, default=STRATEGIES, metavar="STRATEGIES", help=_MATCH_HELP)
-    p.add_argument("--timing-threshold", type=_threshold, default=DEFAULT_THRESHOLD_MS, metavar="MS",
-                   help="report first-response and total times that moved by more than MS (default %(default)g)")
+    p.add_argument(
+        "--timing-threshold",
+        type=_threshold,
+        default=DEFAULT_THRESHOLD_MS,
+        metavar="MS",
+        help="report first-response and total times that moved by more than MS (default %(default)g)",
+    )
     p.set_defaults(func=lambda args: run_diff([args.a], [args.b], as_json=args.json, strategies=args.match,
                                               threshold_ms=args.timing_threshold))  # fmt: skip

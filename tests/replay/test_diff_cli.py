@@ -34,7 +34,9 @@ def test_changed_requests_are_shown_field_by_field_and_exit_1(capsys: pytest.Cap
 
 def test_json_document(capsys: pytest.CaptureFixture[str]) -> None:
     """--json: one document with per-request changes, unpaired requests and a summary."""
-    code = main(["diff", "--json", "--match", "id", str(DATA / "missing_final.jsonl"), str(DATA / "one_response.jsonl")])
+    code = main(
+        ["diff", "--json", "--match", "id", str(DATA / "missing_final.jsonl"), str(DATA / "one_response.jsonl")]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert code == 1 and doc["equivalent"] is False
     assert [r["request_id"] for r in doc["only_a"]] == ["due", "not-due"]

@@ -59,7 +59,9 @@ def _fed(name: str) -> dict[str, Any]:
     return client.state()
 
 
-def _stream(url: str, sends: list[tuple[str, str, list[Any]]], until: Callable[[TextAssembler], bool]) -> dict[str, Any]:
+def _stream(
+    url: str, sends: list[tuple[str, str, list[Any]]], until: Callable[[TextAssembler], bool]
+) -> dict[str, Any]:
     client = TextAssembler()
     c = grpcclient.InferenceServerClient(url)
     try:
