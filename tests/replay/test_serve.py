@@ -211,3 +211,35 @@ def test_unary_meta_capture_zero_fills_outputs_and_reproduces_the_error_status(
         assert "no captured request matches unary request id 'x' of model 'other'" in err.value.message()
     finally:
         c.close()
+
+
+def test_serve_command_runs_until_sigterm_and_logs_unmatched_requests(tmp_path: Path) -> None:
+    """`triton-tap serve` as a process: answers a client, logs a NOT_FOUND, exits 0 on SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+
+    from proxy.tritonserver import free_port
+    from tests.support.triton_client import wait_for
+
+    port = free_port()
+    log = tmp_path / "serve.log"
+    exe = Path(sys.executable).parent / "triton-tap"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([str(exe), "serve", "--listen", f"127.0.0.1:{port}", "--timing", "fast",
+                                 "--match", "id", str(DATA / "interleaved.jsonl")], stderr=f)  # fmt: skip
+    try:
+        wait_for(lambda: b"serving" in log.read_bytes(), WAIT_S, "serve to listen")
+        sends = [("tokens", "a", token_inputs("a", 3)), ("tokens", "b", token_inputs("b", 2))]
+        assert _stream(f"127.0.0.1:{port}", sends, lambda c: c.done == {"a", "b"}) == _fed("interleaved.jsonl")
+        state = _stream(f"127.0.0.1:{port}", [("tokens", "nobody", token_inputs("a", 3))], _ended)
+        assert state["stream_error"] is not None and state["stream_error"][0] == "StatusCode.NOT_FOUND"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(WAIT_S) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert "no captured request matches stream request id 'nobody'" in text
+    assert "Traceback" not in text
