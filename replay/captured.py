@@ -50,6 +50,16 @@ class CapturedCall:
     requests: list[tuple[int, ev.MessageSeen]] = field(default_factory=list)
     responses: list[Response] = field(default_factory=list)
     end: CallEnd | None = None
+    _by_request: dict[int, list[Response]] | None = field(default=None, repr=False)
+
+    def responses_of(self, request_seq: int) -> list[Response]:
+        """The responses attributed to the request recorded at ``request_seq``, in capture order."""
+        if self._by_request is None:
+            self._by_request = {}
+            for r in self.responses:
+                if r.request_seq is not None:
+                    self._by_request.setdefault(r.request_seq, []).append(r)
+        return self._by_request.get(request_seq, [])
 
     @property
     def short_method(self) -> str:
@@ -93,7 +103,7 @@ def request_key(rec: ev.MessageSeen, kind: str) -> Key:
 def load(capture: CaptureSource) -> LoadedCapture:
     """Read a capture (paths or records) whole; raises :class:`~replay.errors.CaptureError` when unreadable."""
     records, reader = open_source(capture)
-    tracker = Tracker()
+    tracker = Tracker(attribute=True)
     calls: dict[str, CapturedCall] = {}
     cancels: dict[str, tuple[int, ev.CallCancelled]] = {}
     modes: set[str] = set()

@@ -470,7 +470,8 @@ def _ms(start: int | None, end: int | None) -> float | None:
 class Tracker:
     """Feeds every request's state machine from capture records; never awaits, never raises."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, attribute: bool = False) -> None:
+        self._attribute = attribute
         self._calls: dict[str, _Call] = {}
         self._order: list[_Call] = []
         self._unattributable: list[Unattributable] = []
@@ -482,7 +483,8 @@ class Tracker:
         self._cancelled_hashes: dict[str, str] = {}
         self._unlabelled = 0
         self._records = 0
-        #: (call, response seq) -> seq of the request the response was attributed to (for serve/diff).
+        #: With ``attribute``: (call, response seq) -> seq of the request the response was attributed
+        #: to (serve needs it; check does not, and keeps no per-response state).
         self.attribution: dict[tuple[str, int], int] = {}
 
     def call_id(self, raw_id: str) -> str:
@@ -605,7 +607,8 @@ class Tracker:
             err, fin = bool(rec.error), rec.final is True
             inp = Input.ERROR_FINAL if err and fin else Input.ERROR if err else Input.FINAL if fin else Input.RESPONSE
         target.machine.feed(inp, seq)
-        self.attribution[call.id, seq] = target.seq
+        if self._attribute:
+            self.attribution[call.id, seq] = target.seq
         target.responses += 1
         if rec.outputs:
             target.text += 1

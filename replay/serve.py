@@ -158,9 +158,7 @@ class _Stream:
 
     def _schedule(self, call: CapturedCall, req_seq: int, req_t: int, incoming_id: str, now: float) -> None:
         speed = self.server.speed
-        for resp in call.responses:
-            if resp.request_seq != req_seq:
-                continue
+        for resp in call.responses_of(req_seq):
             msg, real = stream_response(resp.record)
             self.server.note_dataless(real, "ModelStreamInfer")
             if not self.server.keep_ids:
