@@ -163,7 +163,9 @@ class _Stream:
             self.server.note_dataless(real, "ModelStreamInfer")
             if not self.server.keep_ids:
                 msg.infer_response.id = incoming_id
-            at = now if speed is None else now + (resp.record.t_ns - req_t) / 1e9 / speed
+            # fast: everything is due at once, so the heap orders what is pending by captured seq,
+            # which keeps the captured interleaving among the requests that have arrived.
+            at = 0.0 if speed is None else now + (resp.record.t_ns - req_t) / 1e9 / speed
             heapq.heappush(self.pending, _Due(at, resp.seq, next(self.counter), msg, call.id))
 
     def _end_reachable(self) -> bool:
@@ -192,13 +194,26 @@ class _Stream:
         t = {seq: rec.t_ns for seq, rec in call.requests}
         return max(at + (call.end.t_ns - t[seq]) / 1e9 / speed for seq, at in self.arrived.items())
 
+    async def _take(self, item: Any) -> None:
+        if item is None:
+            self.half_closed = True
+        else:
+            await self._request(item, time.monotonic())
+
+    async def _drain(self, incoming: asyncio.Queue[Any]) -> None:
+        # Everything the client already sent is matched before anything more is written, so that
+        # responses due together go out in captured order across requests.
+        while not incoming.empty():
+            await self._take(incoming.get_nowait())
+
     async def run(self, incoming: asyncio.Queue[Any]) -> None:
+        """Match, schedule and write until the call ends as captured (or by the client)."""
         while True:
-            now = time.monotonic()
-            while self.pending and self.pending[0].at <= now:
+            await self._drain(incoming)
+            while self.pending and self.pending[0].at <= time.monotonic():
                 await self.context.write(heapq.heappop(self.pending).message)
-            now = time.monotonic()
-            if self._end_ready(now):
+                await self._drain(incoming)
+            if self._end_ready(time.monotonic()):
                 await self._abort_as_captured()
             if self.half_closed and not self.pending:
                 call = self.primary
@@ -214,20 +229,14 @@ class _Stream:
                 wake = self.pending[0].at
             elif self._end_reachable():
                 wake = self._end_at()
-            if not incoming.empty():
-                item = incoming.get_nowait()
-            elif wake is not None and wake <= time.monotonic():
+            if wake is not None and wake <= time.monotonic():
                 continue
-            else:
-                try:
-                    timeout = None if wake is None else wake - time.monotonic()
-                    item = await asyncio.wait_for(incoming.get(), timeout)
-                except TimeoutError:
-                    continue
-            if item is None:
-                self.half_closed = True
+            try:
+                timeout = None if wake is None else wake - time.monotonic()
+                item = await asyncio.wait_for(incoming.get(), timeout)
+            except TimeoutError:
                 continue
-            await self._request(item, time.monotonic())
+            await self._take(item)
 
     async def _request(self, request: Any, now: float) -> None:
         key = _request_key("stream", request)

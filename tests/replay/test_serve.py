@@ -243,3 +243,28 @@ def test_serve_command_runs_until_sigterm_and_logs_unmatched_requests(tmp_path: 
     text = log.read_text()
     assert "no captured request matches stream request id 'nobody'" in text
     assert "Traceback" not in text
+
+
+def test_timed_replay_keeps_the_captured_interleaving_across_requests(serve: Serve) -> None:
+    """x0.1 (captured 5 ms gaps become 50 ms): responses of a and b arrive in the captured order a b a b b a a."""
+    from tests.support.triton_client import StreamSession
+
+    url = serve("interleaved.jsonl", speed=0.1)
+    s = StreamSession(url)
+    try:
+        s.send("tokens", token_inputs("a", 3), "a", enable_empty_final_response=True)
+        s.send("tokens", token_inputs("b", 2), "b", enable_empty_final_response=True)
+        events = s.take(7, timeout=WAIT_S)
+    finally:
+        s.close()
+    assert [e[1] for e in events] == ["a", "b", "a", "b", "b", "a", "a"]
+
+
+def test_new_ids_with_the_captured_inputs_match_by_payload(serve: Serve) -> None:
+    """--match payload: requests under other ids but with the captured inputs get the captured answers, under their ids."""
+    url = serve("interleaved.jsonl", speed=None, strategies=("payload",))
+    sends = [("tokens", "x-a", token_inputs("a", 3)), ("tokens", "x-b", token_inputs("b", 2))]
+    state = _stream(url, sends, lambda c: c.done == {"x-a", "x-b"})
+    assert state["text"] == {"x-a": "a-0a-1a-2", "x-b": "b-0b-1"}
+    other = _stream(url, [("tokens", "x-c", token_inputs("c", 2))], _ended)
+    assert other["stream_error"] is not None and "payload: inputs differ" in other["stream_error"][1]
