@@ -149,11 +149,19 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
     for label, rows, style in (("only in A", result.only_a, "red"), ("only in B", result.only_b, "green")):
         for r in rows:
             console.print(f"[{style}]{label}[/]: {escape(_rid(r))} (call {r.call}, seq {r.seq}, {r.outcome})")
+    if result.calls:
+        calls = Table(title="other calls", title_justify="left")
+        for col in ("method status", "A", "B"):
+            calls.add_column(col)
+        for c in result.calls:
+            calls.add_row(escape(c.field), f"[red]{c.a}[/]", f"[green]{c.b}[/]")
+        console.print(calls)
     s = result.to_json()["summary"]
     verdict = "[bold green]equivalent[/]" if result.equivalent else "[bold red]different[/]"
     console.print(
         f"{verdict}: {s['paired']} request(s) paired, {s['changed']} changed, {s['only_a']} only in A, "
-        f"{s['only_b']} only in B (timing threshold {result.threshold_ms:g} ms)"
+        f"{s['only_b']} only in B, {s['calls_changed']} other call count(s) changed "
+        f"(timing threshold {result.threshold_ms:g} ms)"
     )
 
 

@@ -5,18 +5,20 @@ Pure over two :class:`~replay.captured.LoadedCapture` objects: B's requests are 
 is compared on what the client experienced: outcome, responses and text responses, final flag, error
 text, the call's status and cause, protocol violations, and the time to the first response and to
 the end when they moved by more than a threshold. Requests only in A or only in B are listed.
-Equivalent means: every request paired, and no pair changed.
+Other calls (readiness, metadata...) carry no request to pair: they are compared as counts per
+method and status. Equivalent means: every request paired, no pair changed, the same other calls.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from replay.captured import LoadedCapture
 from replay.match import STRATEGIES, Matcher
-from replay.requests import RequestOutcome
+from replay.requests import INFER, STREAM_INFER, RequestOutcome
 
 DEFAULT_THRESHOLD_MS = 100.0
 #: Compared as they are (``violations`` as the list of names).
@@ -60,6 +62,8 @@ class DiffResult:
     only_b: tuple[RequestOutcome, ...]
     threshold_ms: float
     strategies: tuple[str, ...]
+    #: Calls that are not inference requests (readiness, metadata...): count per "<method> <status>" that differs.
+    calls: tuple[Change, ...] = ()
 
     @property
     def changed(self) -> list[Pair]:
@@ -69,7 +73,7 @@ class DiffResult:
     @property
     def equivalent(self) -> bool:
         """Every request paired and none changed."""
-        return not self.only_a and not self.only_b and not self.changed
+        return not self.only_a and not self.only_b and not self.changed and not self.calls
 
     def to_json(self) -> dict[str, Any]:
         """The ``diff --json`` document."""
@@ -83,11 +87,13 @@ class DiffResult:
             ],
             "only_a": [_ref(r) for r in self.only_a],
             "only_b": [_ref(r) for r in self.only_b],
+            "calls": [c.to_json() for c in self.calls],
             "summary": {
                 "paired": len(self.pairs),
                 "changed": len(self.changed),
                 "only_a": len(self.only_a),
                 "only_b": len(self.only_b),
+                "calls_changed": len(self.calls),
             },
         }
 
@@ -146,4 +152,18 @@ def diff(
         pairs.append(Pair(a=ra, b=rb, by=m.by, changes=compare(ra, rb, causes_a, causes_b, threshold_ms)))
     only_a = tuple(r for r in a.outcomes.requests if (r.call, r.seq) not in paired_a)
     return DiffResult(pairs=tuple(pairs), only_a=only_a, only_b=tuple(only_b), threshold_ms=threshold_ms,
-                      strategies=tuple(strategies))  # fmt: skip
+                      strategies=tuple(strategies), calls=other_calls(a, b))  # fmt: skip
+
+
+def _other_counts(c: LoadedCapture) -> Counter[str]:
+    return Counter(
+        f"{call.method.rsplit('/', 1)[-1]} {call.status or 'open'}"
+        for call in c.outcomes.calls
+        if call.method not in (STREAM_INFER, INFER)
+    )
+
+
+def other_calls(a: LoadedCapture, b: LoadedCapture) -> tuple[Change, ...]:
+    """Non-inference calls (readiness, metadata...) compared as counts per method and status."""
+    ca, cb = _other_counts(a), _other_counts(b)
+    return tuple(Change(field=k, a=ca[k], b=cb[k]) for k in sorted(ca.keys() | cb.keys()) if ca[k] != cb[k])

@@ -245,7 +245,7 @@ class _Stream:
             await self.server.not_found(self.context, key, f"ModelStreamInfer {self.name}")
             return
         call = self.server.capture.calls[m.candidate.call]
-        log.info("%s: %s matched %s (call %s, seq %d) by %s%s", self.name, key.describe(),
+        log.debug("%s: %s matched %s (call %s, seq %d) by %s%s", self.name, key.describe(),
                  m.candidate.key.describe(), call.id, m.candidate.seq, m.by, " (again)" if m.reused else "")  # fmt: skip
         if self.primary is None:
             self.primary = call
@@ -295,6 +295,7 @@ class MockTriton:
         self.keep_ids = keep_ids
         self.matcher = Matcher(capture.candidates, strategies)
         self.unmatched: list[str] = []  # NOT_FOUND messages, in order (for callers and tests)
+        self.open_streams = 0  # ModelStreamInfer calls being served (their reader tasks included)
         self._warned: set[str] = set()
         self._other_used: set[str] = set()
         self._streams = itertools.count(1)
@@ -358,11 +359,13 @@ class MockTriton:
                 incoming.put_nowait(None)
 
         reader = asyncio.create_task(read(), name=f"serve-{stream.name}-reader")
+        self.open_streams += 1
         try:
             await stream.run(incoming)
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
+            self.open_streams -= 1
 
     async def model_infer(self, request: Any, context: Any) -> Any:
         """ModelInfer (see the module docstring)."""
@@ -372,7 +375,7 @@ class MockTriton:
             await self.not_found(context, key, "ModelInfer")
             return None
         call = self.capture.calls[m.candidate.call]
-        log.info("ModelInfer: %s matched call %s by %s", key.describe(), call.id, m.by)
+        log.debug("ModelInfer: %s matched call %s by %s", key.describe(), call.id, m.by)
         req = self.capture.request(call.id, m.candidate.seq)
         return await self._answer(call, req.t_ns, context, lambda r: self._unary(r, request.id))
 
@@ -417,8 +420,9 @@ class MockTriton:
         unknown = [c for c, v in verdicts if v is None]
         pool = exact or unknown
         if not pool:
-            message = (f"triton-tap serve: no captured {name} call had this request ({request!s}".rstrip()
-                       + f"); {len(calls)} captured {name} call(s) asked something else")  # fmt: skip
+            asked = " ".join(str(request).split()) or "empty request"
+            message = (f"triton-tap serve: no captured {name} call had this request ({asked}); "
+                       f"{len(calls)} captured {name} call(s) asked something else")  # fmt: skip
             self.unmatched.append(message)
             log.warning("%s: %s", name, message)
             await context.abort(grpc.StatusCode.NOT_FOUND, message)

@@ -90,5 +90,28 @@ def test_json_document_lists_changes_per_request() -> None:
     """The --json document carries each pair's changes and a summary."""
     doc = _diff(_stream(), _stream(final=False)).to_json()
     assert doc["equivalent"] is False
-    assert doc["summary"] == {"paired": 1, "changed": 1, "only_a": 0, "only_b": 0}
+    assert doc["summary"] == {"paired": 1, "changed": 1, "only_a": 0, "only_b": 0, "calls_changed": 0}
     assert {"field": "final", "a": True, "b": False} in doc["requests"][0]["changes"]
+
+
+def test_other_calls_are_compared_as_counts_per_method_and_status() -> None:
+    """A ServerLive that failed in B (and one more ModelMetadata) makes the captures different."""
+
+    def with_calls(live_status: str, metadata_calls: int) -> Builder:
+        b = _stream()
+        b.records.pop()  # reopen: drop capture_end
+        b.call("c2.1", method="/inference.GRPCInferenceService/ServerLive")
+        b.end("c2.1", live_status, "ok" if live_status == "OK" else "error")
+        for i in range(metadata_calls):
+            b.call(f"c3.{i}", method="/inference.GRPCInferenceService/ModelMetadata")
+            b.end(f"c3.{i}")
+        return b.finish()
+
+    assert _diff(with_calls("OK", 1), with_calls("OK", 1)).equivalent
+    result = _diff(with_calls("OK", 1), with_calls("UNAVAILABLE", 2))
+    assert not result.equivalent and not result.changed
+    assert {c.field: (c.a, c.b) for c in result.calls} == {
+        "ServerLive OK": (1, 0),
+        "ServerLive UNAVAILABLE": (0, 1),
+        "ModelMetadata OK": (1, 2),
+    }

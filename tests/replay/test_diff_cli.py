@@ -41,7 +41,7 @@ def test_json_document(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 1 and doc["equivalent"] is False
     assert [r["request_id"] for r in doc["only_a"]] == ["due", "not-due"]
     assert [r["request_id"] for r in doc["only_b"]] == ["r1"]
-    assert doc["summary"] == {"paired": 0, "changed": 0, "only_a": 2, "only_b": 1}
+    assert doc["summary"] == {"paired": 0, "changed": 0, "only_a": 2, "only_b": 1, "calls_changed": 0}
 
 
 def test_unreadable_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -33,17 +33,26 @@ WAIT_S = 30.0
 Serve = Callable[..., str]
 
 
-@pytest.fixture
-def serve() -> Iterator[Serve]:
-    """Start MockTriton(s) on a background loop: ``serve(capture, **kw) -> url``; all stopped at teardown."""
-    loop = BackgroundLoop()
-    servers: list[MockTriton] = []
+class _Serve:
+    """``serve(capture, **kw) -> url``; ``.servers`` are the started MockTritons."""
 
-    def start(name: str, **kw: Any) -> str:
+    def __init__(self, loop: BackgroundLoop) -> None:
+        self.loop = loop
+        self.servers: list[MockTriton] = []
+
+    def __call__(self, name: str, **kw: Any) -> str:
         server = MockTriton(load(DATA / name), **kw)
-        port = loop.run(server.start("127.0.0.1:0"))
-        servers.append(server)
+        port = self.loop.run(server.start("127.0.0.1:0"))
+        self.servers.append(server)
         return f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+def serve() -> Iterator[_Serve]:
+    """Start MockTriton(s) on a background loop; all stopped at teardown."""
+    loop = BackgroundLoop()
+    start = _Serve(loop)
+    servers = start.servers
 
     try:
         yield start
@@ -268,3 +277,16 @@ def test_new_ids_with_the_captured_inputs_match_by_payload(serve: Serve) -> None
     assert state["text"] == {"x-a": "a-0a-1a-2", "x-b": "b-0b-1"}
     other = _stream(url, [("tokens", "x-c", token_inputs("c", 2))], _ended)
     assert other["stream_error"] is not None and "payload: inputs differ" in other["stream_error"][1]
+
+
+def test_a_client_cancel_mid_replay_ends_the_served_stream_and_its_reader(serve: _Serve) -> None:
+    """The client cancels while serve waits to send the next captured response: the handler and its reader task end."""
+    from tests.support.triton_client import StreamSession, wait_for
+
+    url = serve("deadline.jsonl", speed=0.2)  # the second response is ~1 s away
+    s = StreamSession(url)
+    s.send("tokens", token_inputs("s", 100), "slow", enable_empty_final_response=True)
+    assert s.take(1, timeout=WAIT_S)[0][1] == "slow"
+    assert serve.servers[0].open_streams == 1
+    s.close(cancel_requests=True)
+    wait_for(lambda: serve.servers[0].open_streams == 0, WAIT_S, "the served stream to end")
