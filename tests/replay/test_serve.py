@@ -290,3 +290,15 @@ def test_a_client_cancel_mid_replay_ends_the_served_stream_and_its_reader(serve:
     assert serve.servers[0].open_streams == 1
     s.close(cancel_requests=True)
     wait_for(lambda: serve.servers[0].open_streams == 0, WAIT_S, "the served stream to end")
+
+
+def test_a_payload_none_capture_is_refused_in_one_line() -> None:
+    """A capture without labels or payloads has nothing to answer with: UserError, not a server that 404s everything."""
+    from replay.errors import UserError
+    from tests.data.make_golden import Builder
+
+    b = Builder(payload="none").start()
+    b.call("c1.1")
+    b.end("c1.1")
+    with pytest.raises(UserError, match="--payload none"):
+        MockTriton(load(b.finish().records))
