@@ -155,6 +155,8 @@ class _Stream:
         self.primary: CapturedCall | None = None
         self.arrived: dict[int, float] = {}  # captured request seq (primary call) -> arrival (monotonic)
         self.half_closed = False
+        self._before_end: list[int] = []  # the primary call's requests captured before its end
+        self._sent_at: dict[int, int] = {}  # the primary call's request seq -> captured t_ns
 
     def _schedule(self, call: CapturedCall, req_seq: int, req_t: int, incoming_id: str, now: float) -> None:
         speed = self.server.speed
@@ -173,10 +175,8 @@ class _Stream:
         call = self.primary
         if call is None or call.end is None or call.end.status == "OK":
             return False
-        end = call.end
-        before = [seq for seq, rec in call.requests if seq < end.seq and rec.request_id is not None]
         # The client may still send what was sent before the captured end.
-        return self.half_closed or all(seq in self.arrived for seq in before)
+        return self.half_closed or all(seq in self.arrived for seq in self._before_end)
 
     def _end_ready(self, now: float) -> bool:
         call = self.primary
@@ -191,7 +191,7 @@ class _Stream:
         speed = self.server.speed
         if speed is None or call is None or call.end is None or not self.arrived:
             return 0.0
-        t = {seq: rec.t_ns for seq, rec in call.requests}
+        t = self._sent_at
         return max(at + (call.end.t_ns - t[seq]) / 1e9 / speed for seq, at in self.arrived.items())
 
     async def _take(self, item: Any) -> None:
@@ -249,6 +249,9 @@ class _Stream:
                  m.candidate.key.describe(), call.id, m.candidate.seq, m.by, " (again)" if m.reused else "")  # fmt: skip
         if self.primary is None:
             self.primary = call
+            end_seq = call.end.seq if call.end is not None else -1
+            self._before_end = [seq for seq, rec in call.requests if seq < end_seq and rec.request_id is not None]
+            self._sent_at = {seq: rec.t_ns for seq, rec in call.requests}
         if call is self.primary:
             self.arrived[m.candidate.seq] = now
         req_t = self.server.capture.request(call.id, m.candidate.seq).t_ns
@@ -294,6 +297,9 @@ class MockTriton:
         self.speed = speed
         self.keep_ids = keep_ids
         self.matcher = Matcher(capture.candidates, strategies)
+        if capture.outcomes.unattributable:
+            log.warning("%d captured response(s) cannot be attributed to a request (see `replay check`): "
+                        "they are not replayed", len(capture.outcomes.unattributable))  # fmt: skip
         self.unmatched: list[str] = []  # NOT_FOUND messages, in order (for callers and tests)
         self.open_streams = 0  # ModelStreamInfer calls being served (their reader tasks included)
         self._warned: set[str] = set()
