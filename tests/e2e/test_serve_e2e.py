@@ -155,3 +155,32 @@ def test_meta_capture_serves_same_ids_finals_errors_with_zero_filled_data(
     # Metadata answers are not in a meta capture: said so, not invented.
     assert served["metadata"][0] == "StatusCode.FAILED_PRECONDITION" and "--payload full" in served["metadata"][1]
     assert served["echo"] == ("e1", [0] * 7)
+
+
+def test_a_live_cancel_is_reproduced_by_serve_for_a_client_that_does_not_cancel(
+    triton: TritonServer, tmp_path: Path, loop: BackgroundLoop, request: pytest.FixtureRequest
+) -> None:
+    """Live: the client cancels its stream after the first token. Served: a client that only waits sees the same CANCELLED."""
+    live = TextAssembler()
+    with ProxyThread(triton.grpc_url, tmp_path, payload="full", drain_timeout=5) as proxy:
+        c = grpcclient.InferenceServerClient(proxy.url)
+        c.start_stream(callback=live)
+        c.async_stream_infer("tokens", token_inputs("k", 3, delay_ms=3000), request_id="k1",
+                             enable_empty_final_response=True)  # fmt: skip
+        live.wait_for(lambda s: "k1" in s.text, WAIT_S)
+        c.stop_stream(cancel_requests=True)
+        c.close()
+    served = TextAssembler()
+    c = grpcclient.InferenceServerClient(_served(loop, proxy.capture_path, request, speed=1.0))
+    try:
+        c.start_stream(callback=served)
+        c.async_stream_infer("tokens", token_inputs("k", 3, delay_ms=3000), request_id="k1",
+                             enable_empty_final_response=True)  # fmt: skip
+        served.wait_for(lambda s: s.stream_error is not None, WAIT_S)
+    finally:
+        c.stop_stream()
+        c.close()
+    want = live.state()
+    assert want["text"] == {"k1": "k-0"} and want["done"] == []
+    assert want["stream_error"] == ("StatusCode.CANCELLED", "Locally cancelled by application!")
+    assert served.state() == want
