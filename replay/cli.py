@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from replay.check import add_check_command
+from replay.commands import add_diff_command, add_serve_command
 from replay.errors import CaptureError, TritonTapError, UserError
 from replay.report_cmd import add_report_command
 
@@ -23,10 +24,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def add_replay_commands(sub: Any) -> None:
-    """Register ``replay ...`` under the ``triton-tap`` command tree."""
+    """Register ``replay ...``, ``serve`` and ``diff`` under the ``triton-tap`` command tree."""
     rp = sub.add_parser("replay", help="offline commands on captures")
     rsub = rp.add_subparsers(dest="replay_command", required=True, parser_class=type(rp))
     add_check_command(rsub)
+    add_serve_command(sub)
+    add_diff_command(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="replay_command", required=True, parser_class=_Parser)
     add_check_command(sub)
     add_report_command(sub)
+    add_serve_command(sub)
+    add_diff_command(sub)
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)

@@ -73,10 +73,10 @@ class CallStarted:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TensorSpec:
-    """Name, datatype and shape of one input tensor of a request (no data)."""
+    """Name, datatype and shape of one tensor of a request or response (no data)."""
 
     kind: ClassVar[str] = "tensor"
-    name: Annotated[str, "input name"]
+    name: Annotated[str, "tensor name"]
     datatype: Annotated[str, "Triton datatype, e.g. `BYTES`, `INT32`"]
     shape: Annotated[list[int], "shape"]
 
@@ -100,6 +100,11 @@ class MessageSeen:
         "responses: the raw `triton_final_response` parameter, null when absent; requests: null",
     ] = None
     outputs: Annotated[list[str] | None, "responses: output names, `[]` for an empty response"] = None
+    output_tensors: Annotated[
+        list[TensorSpec] | None,
+        "responses: output tensors (name, datatype, shape) in `outputs` order, so `serve` can answer "
+        "`meta` captures with data of the right shape",
+    ] = None
     error: Annotated[str | None, "ModelStreamInfer responses: the in-band `error_message`, else null"] = None
     enable_empty_final: Annotated[
         bool | None, "requests: the raw `triton_enable_empty_final_response` parameter, null when absent"

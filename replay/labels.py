@@ -126,6 +126,7 @@ def _response_labels(r: Any) -> dict[str, Any]:
         "request_id": r.id,
         "final": final,
         "outputs": [o.name for o in r.outputs],
+        "output_tensors": [TensorSpec(name=o.name, datatype=o.datatype, shape=list(o.shape)) for o in r.outputs],
     }
 
 

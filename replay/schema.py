@@ -84,11 +84,13 @@ def decode(raw: Any, *, path: str = "<capture>", line: int | None = None) -> tup
     if missing:
         raise CaptureError(path, line, f"{kind} record lacks field(s) {', '.join(sorted(missing))}")
     fields = {k: raw[k] for k in _FIELDS[kind] if k in raw}
-    if cls is ev.MessageSeen and fields.get("inputs") is not None:
-        try:
-            fields["inputs"] = [ev.TensorSpec(**t) for t in fields["inputs"]]
-        except TypeError as e:
-            raise CaptureError(path, line, f"bad 'inputs' in message record: {e}") from None
+    if cls is ev.MessageSeen:
+        for name in ("inputs", "output_tensors"):
+            if fields.get(name) is not None:
+                try:
+                    fields[name] = [ev.TensorSpec(**t) for t in fields[name]]
+                except TypeError as e:
+                    raise CaptureError(path, line, f"bad {name!r} in message record: {e}") from None
     try:
         return seq, cls(**fields)
     except TypeError as e:  # pragma: no cover - guarded by the field checks above
@@ -117,7 +119,7 @@ def markdown() -> str:
     classes: tuple[type[Any], ...] = (*ev.RECORD_TYPES, ev.TensorSpec)
     for cls in classes:
         hints = typing.get_type_hints(cls, include_extras=True)
-        title = "tensor spec (items of `inputs`)" if cls is ev.TensorSpec else f"`{cls.kind}`"
+        title = "tensor spec (items of `inputs` and `output_tensors`)" if cls is ev.TensorSpec else f"`{cls.kind}`"
         out.append(f"#### {title}: {cls.__doc__}")
         out.append("")
         out.append("| field | type | meaning |")

@@ -1,0 +1,191 @@
+"""Which captured request an incoming (or another capture's) request stands for: shared by serve and diff.
+
+Pure: a :class:`Matcher` is built from the :class:`Candidate` requests of a capture and asked, one
+request at a time, for the candidate that matches a :class:`Key`. It keeps which candidates were
+already used, so the same script sent twice meets the captured requests in order.
+
+Strategies, tried in the order given (default ``id,payload,order``):
+
+* ``id``: same kind (stream/unary), model and non-empty Triton request id.
+* ``payload``: same kind, model and *input* hash: model version, every input's name, datatype, shape
+  and contents, and the parameters other than ids. The request id is left out on purpose: the
+  fallback exists for clients whose ids change from run to run. Needs a ``--payload full`` capture.
+* ``order``: the next unused request of the same kind and model, in capture order.
+
+Within a strategy, candidates of the call already paired with the incoming one's call come first
+(so a stream keeps following one captured stream), then unused ones before reused ones (``id``
+and ``payload`` may replay a candidate again, ``order`` never does), then capture order.
+When nothing matches, :meth:`Matcher.explain` names the closest candidate and why it failed, in
+the spirit of vcrpy's "can't find a match" message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tritonclient.grpc import service_pb2 as pb
+
+STRATEGIES: tuple[str, ...] = ("id", "payload", "order")
+_IGNORED_PARAMS = frozenset({"sequence_id"})
+
+
+def parse_strategies(text: str) -> tuple[str, ...]:
+    """``"id,payload"`` -> ``("id", "payload")``; raises ValueError naming a bad one."""
+    out = tuple(s.strip() for s in text.split(",") if s.strip())
+    bad = [s for s in out if s not in STRATEGIES]
+    if bad or not out:
+        raise ValueError(
+            f"unknown match strategy {', '.join(map(repr, bad)) or repr(text)} (choose from {', '.join(STRATEGIES)})"
+        )
+    return out
+
+
+def input_hash(request: Any) -> str:
+    """Hex SHA-256 of what a ``ModelInferRequest`` asks for, without its id (see the module docstring)."""
+    h = hashlib.sha256()
+
+    def put(b: bytes) -> None:
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+
+    put(request.model_name.encode())
+    put(request.model_version.encode())
+    for i, t in enumerate(request.inputs):
+        put(t.name.encode())
+        put(t.datatype.encode())
+        put(",".join(str(d) for d in t.shape).encode())
+        put(t.contents.SerializeToString(deterministic=True))
+        put(request.raw_input_contents[i] if i < len(request.raw_input_contents) else b"")
+    for key in sorted(request.parameters):
+        if key not in _IGNORED_PARAMS:
+            put(key.encode())
+            put(request.parameters[key].SerializeToString(deterministic=True))
+    return h.hexdigest()
+
+
+def input_hash_of_bytes(body: bytes) -> str:
+    """:func:`input_hash` of a serialized ``ModelInferRequest``."""
+    return input_hash(pb.ModelInferRequest.FromString(body))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Key:
+    """What matching knows about one request."""
+
+    kind: str  # "stream" or "unary"
+    model: str | None
+    request_id: str | None
+    input_hash: str | None  # null when the payload was not captured (or cut)
+
+    def describe(self) -> str:
+        """``request id 'x' of model 'tokens'`` for messages."""
+        rid = "without id" if not self.request_id else f"id {self.request_id!r}"
+        return f"{self.kind} request {rid} of model {self.model!r}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Candidate:
+    """A captured request that can be matched."""
+
+    key: Key
+    call: str  # call id as ``replay check`` names it
+    seq: int  # the request's record
+    position: int  # 0-based index among the capture's requests of the same kind and model
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Match:
+    """The outcome of one :meth:`Matcher.match`."""
+
+    candidate: Candidate | None
+    by: str | None  # the strategy that matched
+    reused: bool = False  # the candidate had been matched before
+
+
+class Matcher:
+    """Pairs requests with captured candidates; pure, keeps which candidates were used."""
+
+    def __init__(
+        self, candidates: Iterable[Candidate], strategies: Sequence[str] = STRATEGIES, *, reuse: bool = True
+    ) -> None:
+        self.candidates: tuple[Candidate, ...] = tuple(candidates)
+        self.strategies = tuple(strategies)
+        self.reuse = reuse  # id/payload may match an already used candidate again (a script replayed twice)
+        self.used: set[int] = set()  # indexes into candidates
+        self._by_model: dict[tuple[str, str | None], list[int]] = {}
+        for i, c in enumerate(self.candidates):
+            self._by_model.setdefault((c.key.kind, c.key.model), []).append(i)
+
+    def match(self, key: Key, prefer_call: str | None = None) -> Match:
+        """The candidate ``key`` stands for (and mark it used), or ``Match(None, None)``."""
+        pool = self._by_model.get((key.kind, key.model), [])
+        for strategy in self.strategies:
+            if strategy == "id":
+                if not key.request_id:
+                    continue
+                hits = [i for i in pool if self.candidates[i].key.request_id == key.request_id]
+            elif strategy == "payload":
+                if key.input_hash is None:
+                    continue
+                hits = [i for i in pool if self.candidates[i].key.input_hash == key.input_hash]
+            else:
+                hits = [i for i in pool if i not in self.used]
+            if not self.reuse:
+                hits = [i for i in hits if i not in self.used]
+            if not hits:
+                continue
+            best = min(hits, key=lambda i: (self.candidates[i].call != prefer_call, i in self.used, i))
+            reused = best in self.used
+            self.used.add(best)
+            return Match(candidate=self.candidates[best], by=strategy, reused=reused)
+        return Match(candidate=None, by=None)
+
+    def explain(self, key: Key) -> str:
+        """Why ``key`` matched nothing: the closest candidate and what differs (one line)."""
+        tried = ", ".join(self.strategies)
+        head = f"no captured request matches {key.describe()} (match strategies: {tried})"
+        same_kind = [i for i, c in enumerate(self.candidates) if c.key.kind == key.kind]
+        if not same_kind:
+            return f"{head}; the capture has no {key.kind} requests"
+
+        def score(i: int) -> tuple[int, int, int, int]:
+            c = self.candidates[i].key
+            return (
+                c.model == key.model,
+                bool(key.request_id) and c.request_id == key.request_id,
+                key.input_hash is not None and c.input_hash == key.input_hash,
+                i not in self.used,
+            )
+
+        best = max(same_kind, key=lambda i: (score(i), -i))
+        c = self.candidates[best]
+        why = _differences(key, c, best in self.used, self.strategies, self)
+        return f"{head}; closest: {c.key.describe()} (call {c.call}, seq {c.seq}): {'; '.join(why)}"
+
+
+def _differences(key: Key, c: Candidate, used: bool, strategies: Sequence[str], m: Matcher) -> list[str]:
+    out: list[str] = []
+    if c.key.model != key.model:
+        out.append(f"model differs ({c.key.model!r} captured)")
+        return out
+    if "id" in strategies:
+        if not key.request_id:
+            out.append("id: the request has no id")
+        elif c.key.request_id != key.request_id:
+            out.append(f"id differs ({c.key.request_id!r} captured)")
+    if "payload" in strategies:
+        if key.input_hash is None:
+            out.append("payload: the request's inputs are unknown")
+        elif c.key.input_hash is None:
+            out.append("payload: not captured (record with --payload full to match on inputs)")
+        elif c.key.input_hash != key.input_hash:
+            out.append("payload: inputs differ")
+    if "order" in strategies:
+        pool = m._by_model.get((key.kind, key.model), [])
+        out.append(f"order: all {len(pool)} captured {key.kind} request(s) of model {key.model!r} already used")
+    elif used:
+        out.append("already used")
+    return out
