@@ -148,6 +148,9 @@ class _StreamClient:
         self.book.sent(rid)
         self.client.async_stream_infer(model, inputs, request_id=rid, enable_empty_final_response=True)
 
+    def done_sending(self) -> None:
+        """No more requests on this client (the sync stream stays open until cancel/close)."""
+
     def cancel(self, rid: str) -> None:
         self.client.stop_stream(cancel_requests=True)
         # tritonclient does not always call back for a cancelled stream: the book must still end.
@@ -183,6 +186,9 @@ class _FutureClient:
                 self.book.response(rid, True)
 
         self.ctx[rid] = self.client.async_infer(model, inputs, callback=done, request_id=rid)
+
+    def done_sending(self) -> None:
+        """No more requests on this client."""
 
     def cancel(self, rid: str) -> None:
         self.ctx[rid].cancel()
@@ -254,7 +260,8 @@ class _AioClient:
             item = {"model_name": model, "inputs": inputs, "request_id": rid}
             self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
-    def _half_close(self) -> None:
+    def done_sending(self) -> None:
+        """Half-close the stream: it then ends (OK) once the server finished every request."""
         if self.queue is not None:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, None)
 
@@ -434,6 +441,7 @@ def _baseline(setup: _Setup) -> float:
     c = _client(setup, book)
     try:
         c.send(setup.opts.model, setup.probe_inputs(), "cc-baseline")
+        c.done_sending()
         if not book.wait(lambda: book.get("cc-baseline").done is not None, setup.opts.window_s * 2):
             raise UpstreamError(f"the probe request to {setup.opts.model!r} did not finish within {setup.opts.window_s * 2:.0f} s")
         s = book.get("cc-baseline")
@@ -505,6 +513,7 @@ def _executing_case(setup: _Setup) -> vd.CaseObservation:
         main.send(opts.model, setup.long_inputs(), rid)
         if main.scope == "stream":
             main.send(opts.model, setup.long_inputs(), sibling)
+        main.done_sending()
         if not _wait_started(setup, book, rid) or book.get(rid).done is not None:
             return vd.CaseObservation(
                 case="executing", request_id=rid, allowance_ms=opts.allowance_ms,
@@ -512,11 +521,16 @@ def _executing_case(setup: _Setup) -> vd.CaseObservation:
                         f"({book.get(rid).error or 'completed'}): use a larger --length or --inputs",
             )  # fmt: skip
         neighbour.send(opts.model, setup.probe_inputs(), probe)
+        neighbour.done_sending()
         time.sleep(_settle_ms(setup) / 1000.0)
         blocked = book.get(probe).first is None and book.get(probe).done is None
-        responses = book.get(rid).responses
+        pre = book.get(rid)
+        responses = pre.responses
         tail, before = _server_evidence_start(setup)
         t_cancel = time.monotonic()
+        rate = None
+        if responses >= 2 and pre.first is not None and t_cancel > pre.first:
+            rate = (responses - 1) / (t_cancel - pre.first)
         main.cancel(rid)
         book.wait(lambda: book.get(probe).done is not None, opts.window_s * 3)
         p = book.get(probe)
@@ -541,7 +555,8 @@ def _executing_case(setup: _Setup) -> vd.CaseObservation:
         )
         return vd.CaseObservation(
             case="executing", request_id=rid, allowance_ms=opts.allowance_ms, client_status=s.error,
-            responses_before_cancel=responses,
+            responses_before_cancel=responses, unary=opts.method == "future", rate_per_s=rate,
+            remaining=max(0, opts.length - responses) if opts.inputs is None else None,
             probe=vd.ProbeObservation(baseline_ms=setup.baseline_ms, blocked_before_cancel=blocked,
                                       after_cancel_ms=after, window_ms=opts.window_s * 3000.0),
             log=log, metrics=deltas, neighbour_ok=neighbour_ok, neighbour_detail=detail,
@@ -559,12 +574,14 @@ def _queued_case(setup: _Setup) -> vd.CaseObservation:
     rid, block, probe = "cc-queued", "cc-queued-blocker", "cc-queued-probe"
     try:
         blocker.send(opts.model, setup.long_inputs(), block)
+        blocker.done_sending()
         if not _wait_started(setup, book, block) or book.get(block).done is not None:
             return vd.CaseObservation(
                 case="queued", request_id=rid, allowance_ms=opts.allowance_ms,
                 skipped="the blocker request gave no response or finished at once: use a larger --length or --inputs",
             )
         queued.send(opts.model, setup.long_inputs(), rid)
+        queued.done_sending()
         time.sleep(_settle_ms(setup) / 1000.0)
         q = book.get(rid)
         if q.first is not None or q.done is not None:
@@ -574,6 +591,7 @@ def _queued_case(setup: _Setup) -> vd.CaseObservation:
                         "or it works off its instance): there is no queued state to cancel",
             )  # fmt: skip
         prober.send(opts.model, setup.probe_inputs(), probe)
+        prober.done_sending()
         tail, before = _server_evidence_start(setup)
         t_cancel = time.monotonic()
         queued.cancel(rid)
@@ -591,7 +609,7 @@ def _queued_case(setup: _Setup) -> vd.CaseObservation:
         )
         return vd.CaseObservation(
             case="queued", request_id=rid, allowance_ms=opts.allowance_ms, client_status=book.get(rid).error,
-            responses_before_cancel=0,
+            responses_before_cancel=0, unary=opts.method == "future",
             probe=vd.ProbeObservation(baseline_ms=setup.baseline_ms, blocked_before_cancel=True,
                                       after_cancel_ms=after, window_ms=opts.window_s * 4000.0,
                                       reference=f"the end of {block}, which ran ahead of it"),

@@ -155,7 +155,12 @@ def _run_check_cancel(args: argparse.Namespace) -> int:
         length=args.length, allowance_ms=args.allowance_ms, window_s=args.window, cases=cases,
         log_path=args.log, metrics_url=args.metrics, through_proxy=args.through_proxy, capture_dir=args.capture_dir,
     )  # fmt: skip
-    report = run_check(opts)
+    try:
+        report = run_check(opts)
+    except TritonTapError as e:
+        # The test could not be run (unreachable, unknown model, bad inputs): exit 2, per the protocol.
+        print(f"triton-tap: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     text = verdict.to_markdown(report)
     if args.report is not None:
         try:

@@ -142,6 +142,9 @@ class CaseObservation:
     skipped: str | None = None  # the case could not be exercised: why
     client_status: str | None = None  # what the client got for the cancelled request
     responses_before_cancel: int = 0
+    unary: bool = False  # a unary call: no partial responses, so "executing" is not visible on the wire
+    rate_per_s: float | None = None  # responses per second the request streamed before the cancel
+    remaining: int | None = None  # responses it still had to produce, when known (built-in recipe)
     probe: ProbeObservation | None = None
     log: LogObservation | None = None
     metrics: dict[str, float] | None = None  # nv_inference_* deltas over the window (None: not sampled)
@@ -170,7 +173,10 @@ def decide(obs: CaseObservation) -> Verdict:
     out: list[str] = []
     stopped = continued = False
     allowance = obs.allowance_ms
-    where = "executing" if obs.responses_before_cancel else "queued (no response yet)"
+    if obs.unary:
+        where = "a unary call: no partial responses, so the wire cannot show whether it was executing"
+    else:
+        where = "executing" if obs.responses_before_cancel else "queued (no response yet)"
     if obs.client_status != "CANCELLED":
         out.append(f"[info] the client got {obs.client_status or 'nothing'} instead of CANCELLED: the cancel did not act")
         return Verdict(work_stopped=None, evidence=tuple(out))
@@ -232,6 +238,10 @@ def decide(obs: CaseObservation) -> Verdict:
                 out.append(
                     f"[info] log: no RELEASED line for {obs.request_id!r} within {lg.window_ms:.0f} ms of the notification"
                 )
+            quiet = lg.window_ms - allowance
+            expected = obs.rate_per_s * quiet / 1000.0 if obs.rate_per_s else 0.0
+            if obs.remaining is not None:
+                expected = min(expected, float(obs.remaining))
             if lg.skipped_after_allowance:
                 continued = True
                 out.append(
@@ -243,6 +253,13 @@ def decide(obs: CaseObservation) -> Verdict:
                 out.append(
                     f"[info] log: {lg.skipped_total} response(s) produced and dropped within the allowance"
                 )
+                if obs.case == "executing" and expected >= 3:
+                    stopped = True
+                    out.append(
+                        f"[stopped] log: no response produced from {allowance:.0f} to {lg.window_ms:.0f} ms after the "
+                        f"notification, where the request, streaming {obs.rate_per_s:.0f}/s before the cancel, would "
+                        f"have produced about {expected:.0f} (Triton logs each as 'skipping response generation')"
+                    )
     if obs.metrics is not None:
         if obs.metrics:
             moved = ", ".join(f"{k} {v:+g}" for k, v in sorted(obs.metrics.items()))
