@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from proxy.evidence import EvidenceSpec
 from proxy.server import ProxyConfig, RecordingProxy
 
 T = TypeVar("T")
@@ -29,13 +30,22 @@ async def _cancel_leftovers() -> None:
 class ProxyThread:
     """A :class:`RecordingProxy` in front of ``upstream``, on ``127.0.0.1:<random port>``."""
 
-    def __init__(self, upstream: str, capture_dir: Path, *, payload: str = "full", drain_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        capture_dir: Path,
+        *,
+        payload: str = "full",
+        drain_timeout: float = 10.0,
+        evidence: EvidenceSpec | None = None,
+    ) -> None:
         self.config = ProxyConfig(
             listen="127.0.0.1:0",
             upstream=upstream,
             capture_dir=capture_dir,
             payload=payload,
             drain_timeout=drain_timeout,
+            evidence=evidence,
         )
         self.proxy = RecordingProxy(self.config)
         self._loop = asyncio.new_event_loop()

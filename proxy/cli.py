@@ -58,11 +58,17 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                    help="on SIGTERM/SIGINT, wait this long for open calls before ending them (default %(default)s)")
     p.add_argument("--redact", action="append", default=[], metavar="KEY",
                    help="also redact this metadata key's value (repeatable; authorization, cookie, x-api-key, *-token are always redacted)")
+    p.add_argument("--evidence", default=None, metavar="metrics=URL,log=PATH",
+                   help="after each cancel forwarded upstream, sample Triton's metrics endpoint (nv_inference_*) "
+                   "and/or the lines appended to its verbose log, and record them as `evidence` records")
+    p.add_argument("--evidence-window", type=_positive_float, default=5.0, metavar="SECONDS",
+                   help="how long to watch after each cancel (default %(default)s)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
 def run_record(args: argparse.Namespace) -> int:
     """``triton-tap record``."""
+    from proxy.evidence import parse_evidence
     from proxy.relay import DEFAULT_REDACT
     from proxy.server import ProxyConfig, run
 
@@ -77,6 +83,7 @@ def run_record(args: argparse.Namespace) -> int:
         gzip_rotated=args.gzip_rotated,
         drain_timeout=args.drain_timeout,
         redact=DEFAULT_REDACT + tuple(k.lower() for k in args.redact),
+        evidence=parse_evidence(args.evidence, args.evidence_window) if args.evidence else None,
     )
     asyncio.run(run(cfg))
     return 0

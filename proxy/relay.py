@@ -429,6 +429,9 @@ class Relay:
         self.tunnels: set[Tunnel] = set()
         self._conn_ids = itertools.count(1)
         self.open_calls = 0
+        #: Called with the call id just before a cancel is forwarded upstream (``record --evidence``
+        #: marks the end of Triton's log there: Triton may log the cancel before the record exists).
+        self.before_cancel: Callable[[str], None] | None = None
 
     def protocol_factory(self) -> asyncio.Protocol:
         """For ``loop.create_server``: a new tunnel per client connection."""
@@ -945,6 +948,8 @@ class Tunnel:
         forwarded = False
         rst_us: float | None = None
         if call.up_id is not None and not call.up_closed and not self.up_lost:
+            if self.relay.before_cancel is not None:
+                self.relay.before_cancel(call.id)
             try:
                 self.uconn.reset_stream(call.up_id, h2.errors.ErrorCodes.CANCEL)
                 forwarded = True

@@ -141,3 +141,35 @@ def test_unreachable_target_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["check-cancel", "--target", f"127.0.0.1:{free_port()}", "--model", "tokens"])
     err = capsys.readouterr().err
     assert code == 2 and "unreachable" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("model", "went_on"), [("tokens", False), ("tokens_ignore_cancel", True)])
+def test_record_evidence_after_a_cancel(triton: TritonServer, tmp_path: Path, model: str, went_on: bool) -> None:
+    """`record --evidence metrics=,log=`: each forwarded cancel gets log and metrics records; the log shows work going on."""
+    from proxy.background import ProxyThread
+    from proxy.evidence import EvidenceSpec
+    from tests.support.capture import of_kind, records
+    from tests.support.triton_client import StreamSession, token_inputs, wait_for
+
+    spec = EvidenceSpec(metrics_url=triton.metrics_url, log_path=triton.log_path, window_s=1.5)
+    with ProxyThread(triton.grpc_url, tmp_path, payload="meta", drain_timeout=2, evidence=spec) as proxy:
+        s = StreamSession(f"127.0.0.1:{proxy.proxy.port}")
+        s.send(model, token_inputs("e", 300, 5), "ev-1")
+        s.take(3)
+        s.client.stop_stream(cancel_requests=True)
+
+        def evidence() -> list[dict[str, Any]]:
+            return of_kind(records(proxy.proxy.capture_path), "evidence")
+
+        # The writer flushes on its own tick; the window is 1.5 s.
+        wait_for(lambda: len(evidence()) == 2, 20, "both evidence records")
+        s.client.close()
+    recs = records(proxy.proxy.capture_path)
+    (cancel,) = of_kind(recs, "cancel")
+    by_source = {r["source"]: r for r in of_kind(recs, "evidence")}
+    lg = by_source["log"]
+    assert lg["call"] == cancel["call"] and lg["in_flight"] == ["ev-1"] and lg["error"] is None
+    assert any("Cancellation notification received" in line for line in lg["lines"]), str(lg)[:3000]
+    # The ignoring model produces ~1 response per 6 ms for the rest of the window; the honouring one stops.
+    assert (lg["skipped_responses"] > 20) is went_on, lg["skipped_responses"]
+    assert by_source["metrics"]["error"] is None and isinstance(by_source["metrics"]["counters"], dict)

@@ -7,6 +7,7 @@ a real tritonserver stops at once, so late frames only exist in a short race win
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,3 +84,40 @@ def test_proxy_never_resends_a_cancelled_request(stubborn: Stubborn, start_proxy
     _cancel_two(stubborn, start_proxy)
     assert stubborn.requests == ["run-1", "wait-1"]
     assert len(stubborn.resets) == 1
+
+
+def test_evidence_window_ends_early_at_shutdown(
+    stubborn: Stubborn, start_proxy: Callable[..., RecordingProxy], tmp_path: Path
+) -> None:
+    """`--evidence`: log lines appended after the cancel are kept; a stop ends the window; a dead metrics URL is an error."""
+    from proxy.evidence import EvidenceSpec
+    from proxy.tritonserver import free_port
+
+    triton_log = tmp_path / "triton.log"
+    triton_log.write_text("I1130 08:00:00.000000 1 x.cc:1] \"before the cancel: not evidence\"\n")
+    spec = EvidenceSpec(metrics_url=f"http://127.0.0.1:{free_port()}/metrics", log_path=triton_log, window_s=60.0)
+    proxy = start_proxy(f"127.0.0.1:{stubborn.port}", evidence=spec)
+    s = StreamSession(f"127.0.0.1:{proxy.port}")
+    s.send("m", token_inputs("p"), "run-9")
+    s.take(1)
+    s.client.stop_stream(cancel_requests=True)
+    wait_for(lambda: len(stubborn.resets) == 1, 10, "the reset to reach the upstream")
+    with triton_log.open("a") as f:
+        f.write('I1130 08:00:01.000000 1 h.h:850] "Cancellation notification received for ModelStreamInferHandler"\n')
+        f.write('I1130 08:00:01.100000 1 r.cc:132] "[request id: run-9] Setting state from EXECUTING to RELEASED"\n')
+        f.write('I1130 08:00:01.200000 1 s.cc:664] "x, skipping response generation as grpc transaction was cancelled... "\n')
+        f.write('I1130 08:00:01.300000 1 z.cc:1] "unrelated"\n')
+    s.client.close()
+    stop_proxy(proxy)
+    recs = records(proxy.capture_path)
+    cancel = of_kind(recs, "cancel")[0]
+    evidence = {r["source"]: r for r in of_kind(recs, "evidence")}
+    assert set(evidence) == {"metrics", "log"}
+    lg, mt = evidence["log"], evidence["metrics"]
+    assert lg["call"] == cancel["call"] and lg["cancel_t_ns"] == cancel["t_ns"] and lg["in_flight"] == ["run-9"]
+    assert len(lg["lines"]) == 3 and lg["skipped_responses"] == 1 and lg["error"] is None
+    assert lg["window_ms"] < 60000
+    assert mt["counters"] is None and "metrics endpoint unreadable" in mt["error"]
+    # Evidence records come before the capture's end, after the cancel they belong to.
+    kinds = [r["kind"] for r in recs]
+    assert kinds.index("cancel") < kinds.index("evidence") < kinds.index("capture_end")
