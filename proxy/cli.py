@@ -135,6 +135,9 @@ def add_check_cancel(sub: Any) -> None:
                     "work that went on (default %(default)s)")
     cc.add_argument("--window", type=_positive_float, default=6.0, metavar="SECONDS",
                     help="how long to watch the log/metrics after each cancel (default %(default)s)")
+    cc.add_argument("--start-wait-ms", type=_positive_float, default=300.0,
+                    help="--method future: how long after sending to assume the unary call is executing "
+                    "(it shows no partial response) (default %(default)s)")
     cc.add_argument("--log", type=Path, default=None, metavar="PATH", help="Triton's log file, written with --log-verbose=1")
     cc.add_argument("--metrics", default=None, metavar="URL", help="Triton's metrics endpoint, e.g. http://HOST:8002/metrics")
     cc.add_argument("--through-proxy", action="store_true",
@@ -160,6 +163,7 @@ def _run_check_cancel(args: argparse.Namespace) -> int:
         inputs=parse_json_inputs(args.inputs, "--inputs") if args.inputs else None,
         probe_inputs=parse_json_inputs(args.probe_inputs, "--probe-inputs") if args.probe_inputs else None,
         length=args.length, allowance_ms=args.allowance_ms, window_s=args.window, cases=cases,
+        start_wait_ms=args.start_wait_ms,
         log_path=args.log, metrics_url=args.metrics, through_proxy=args.through_proxy, capture_dir=args.capture_dir,
     )  # fmt: skip
     try:
