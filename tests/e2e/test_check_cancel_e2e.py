@@ -9,12 +9,13 @@ single-instance variant for request-scope (future) cancels.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from proxy import cli
 from proxy.check_cancel import LogTail
 from proxy.tritonserver import TritonServer
 
@@ -23,10 +24,18 @@ from proxy.tritonserver import TritonServer
 FAST = ["--length", "150", "--window", "3"]
 
 
-def _check(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
-    code = cli.main(["check-cancel", *args, "--json"])
-    out = capsys.readouterr().out
-    return code, json.loads(out)
+def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    # A process of its own, as a user runs it (and the CLI's logging set-up stays out of pytest).
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from proxy.cli import main; sys.exit(main(sys.argv[1:]))", *args],
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def _check(*args: str) -> tuple[int, dict[str, Any]]:
+    proc = _cli("check-cancel", *args, "--json")
+    assert proc.stdout, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
 
 
 def _cases(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -34,13 +43,13 @@ def _cases(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_honouring_model_stops_executing_and_queued(
-    triton: TritonServer, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    triton: TritonServer, tmp_path: Path
 ) -> None:
     """steps_serial through the proxy: both cases work_stopped true, neighbours fine, nothing re-sent."""
     tail = LogTail(triton.log_path)
     tail.mark()
     code, doc = _check(
-        capsys, "--target", triton.grpc_url, "--model", "steps_serial", "--log", str(triton.log_path),
+        "--target", triton.grpc_url, "--model", "steps_serial", "--log", str(triton.log_path),
         "--metrics", triton.metrics_url, "--through-proxy", "--capture-dir", str(tmp_path), *FAST,
     )  # fmt: skip
     cases = _cases(doc)
@@ -62,10 +71,10 @@ def test_honouring_model_stops_executing_and_queued(
     assert list(tmp_path.glob("*.jsonl"))
 
 
-def test_ignoring_model_reports_work_that_went_on(triton: TritonServer, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ignoring_model_reports_work_that_went_on(triton: TritonServer) -> None:
     """steps_serial_ignore_cancel: both cases false, with the probe and log evidence behind it; exit 1."""
     code, doc = _check(
-        capsys, "--target", triton.grpc_url, "--model", "steps_serial_ignore_cancel", "--log", str(triton.log_path), *FAST,
+        "--target", triton.grpc_url, "--model", "steps_serial_ignore_cancel", "--log", str(triton.log_path), *FAST,
     )  # fmt: skip
     cases = _cases(doc)
     assert code == 1, doc
@@ -77,10 +86,10 @@ def test_ignoring_model_reports_work_that_went_on(triton: TritonServer, capsys: 
     assert any("still handed to the backend" in e for e in cases["queued"]["evidence"])
 
 
-def test_threaded_ignoring_model_is_caught_by_the_log(triton: TritonServer, capsys: pytest.CaptureFixture[str]) -> None:
+def test_threaded_ignoring_model_is_caught_by_the_log(triton: TritonServer) -> None:
     """tokens_ignore_cancel serves requests concurrently (probe blind): the verbose log still shows it went on."""
     code, doc = _check(
-        capsys, "--target", triton.grpc_url, "--model", "tokens_ignore_cancel", "--log", str(triton.log_path),
+        "--target", triton.grpc_url, "--model", "tokens_ignore_cancel", "--log", str(triton.log_path),
         "--cases", "executing", *FAST,
     )  # fmt: skip
     (case,) = doc["cases"]
@@ -89,10 +98,10 @@ def test_threaded_ignoring_model_is_caught_by_the_log(triton: TritonServer, caps
     assert any(e.startswith("[continued] log") for e in case["evidence"])
 
 
-def test_threaded_honouring_model_with_aio_and_no_queue(triton: TritonServer, capsys: pytest.CaptureFixture[str]) -> None:
+def test_threaded_honouring_model_with_aio_and_no_queue(triton: TritonServer) -> None:
     """tokens via the aio client: executing true from the log's silence; queued not exercisable -> null, exit 2."""
     code, doc = _check(
-        capsys, "--target", triton.grpc_url, "--model", "tokens", "--method", "aio", "--log", str(triton.log_path), *FAST,
+        "--target", triton.grpc_url, "--model", "tokens", "--method", "aio", "--log", str(triton.log_path), *FAST,
     )  # fmt: skip
     cases = _cases(doc)
     assert (doc["method"], doc["scope"]) == ("aio", "stream")
@@ -102,10 +111,10 @@ def test_threaded_honouring_model_with_aio_and_no_queue(triton: TritonServer, ca
     assert code == 2
 
 
-def test_request_scope_cancel_spares_the_neighbour(triton: TritonServer, capsys: pytest.CaptureFixture[str]) -> None:
+def test_request_scope_cancel_spares_the_neighbour(triton: TritonServer) -> None:
     """steps_unary with --method future: request scope, no casualties, the neighbour completes; work stopped."""
     code, doc = _check(
-        capsys, "--target", triton.grpc_url, "--model", "steps_unary", "--method", "future", *FAST,
+        "--target", triton.grpc_url, "--model", "steps_unary", "--method", "future", *FAST,
     )  # fmt: skip
     cases = _cases(doc)
     assert code == 0, doc
@@ -125,21 +134,21 @@ def test_request_scope_cancel_spares_the_neighbour(triton: TritonServer, capsys:
     ],
 )
 def test_cannot_run_exits_2_with_one_line(
-    triton: TritonServer, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+    triton: TritonServer, args: list[str], message: str
 ) -> None:
     """Unknown model, inputs the recipe cannot build, bad --inputs, wrong method: one line, exit 2."""
-    code = cli.main(["check-cancel", "--target", triton.grpc_url, *args])
-    err = capsys.readouterr().err
+    proc = _cli("check-cancel", "--target", triton.grpc_url, *args)
+    code, err = proc.returncode, proc.stderr
     assert code == 2
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
 
 
-def test_unreachable_target_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+def test_unreachable_target_exits_2() -> None:
     """Nothing listening at --target: one line, exit 2."""
     from proxy.tritonserver import free_port
 
-    code = cli.main(["check-cancel", "--target", f"127.0.0.1:{free_port()}", "--model", "tokens"])
-    err = capsys.readouterr().err
+    proc = _cli("check-cancel", "--target", f"127.0.0.1:{free_port()}", "--model", "tokens")
+    code, err = proc.returncode, proc.stderr
     assert code == 2 and "unreachable" in err and err.count("\n") == 1
 
 

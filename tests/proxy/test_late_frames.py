@@ -121,3 +121,18 @@ def test_evidence_window_ends_early_at_shutdown(
     # Evidence records come before the capture's end, after the cancel they belong to.
     kinds = [r["kind"] for r in recs]
     assert kinds.index("cancel") < kinds.index("evidence") < kinds.index("capture_end")
+
+
+def test_replay_reads_a_capture_with_late_records(
+    stubborn: Stubborn, start_proxy: Callable[..., RecordingProxy], tmp_path: Path
+) -> None:
+    """`late` records are not responses to replay: the cancelled request stays cancelled, nothing unattributable."""
+    from replay import track
+
+    _, _, recs = _cancel_two(stubborn, start_proxy)
+    assert of_kind(recs, "late")
+    result = track(tmp_path / "captures")
+    assert sorted((r.request_id, r.outcome, r.responses) for r in result.requests) == [
+        ("run-1", "cancelled", 2), ("wait-1", "cancelled", 0),
+    ]  # fmt: skip
+    assert result.unattributable == () and not any(r.violations for r in result.requests)
