@@ -325,21 +325,7 @@ class LogTail:
 def sample_metrics(url: str, timeout: float = 5.0) -> dict[str, float]:
     """Every ``nv_inference_*`` series of the Prometheus endpoint."""
     with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return vd_parse_metrics(resp.read().decode("utf-8", "replace"))
-
-
-def vd_parse_metrics(text: str) -> dict[str, float]:
-    """``name{labels}`` -> value for the ``nv_inference_*`` lines of a Prometheus text page."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith("nv_inference_"):
-            continue
-        key, _, value = line.rpartition(" ")
-        try:
-            out[key] = float(value)
-        except ValueError:
-            continue
-    return out
+        return vd.parse_metrics(resp.read().decode("utf-8", "replace"))
 
 
 def metric_deltas(before: dict[str, float], after: dict[str, float], model: str | None = None) -> dict[str, float]:

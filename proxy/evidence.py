@@ -23,7 +23,7 @@ import structlog
 
 from replay import events as ev
 from replay.errors import UserError
-from replay.verdict import NOTIFIED, SKIPPED
+from replay.verdict import NOTIFIED, SKIPPED, parse_metrics
 
 log = structlog.get_logger("triton_tap.evidence")
 
@@ -64,16 +64,8 @@ def parse_evidence(text: str, window_s: float) -> EvidenceSpec:
 
 
 def _metrics(url: str) -> dict[str, float]:
-    out: dict[str, float] = {}
     with urllib.request.urlopen(url, timeout=5) as resp:
-        for line in resp.read().decode("utf-8", "replace").splitlines():
-            if line.startswith("nv_inference_"):
-                key, _, value = line.rpartition(" ")
-                try:
-                    out[key] = float(value)
-                except ValueError:
-                    continue
-    return out
+        return parse_metrics(resp.read().decode("utf-8", "replace"))
 
 
 def _log_lines(path: Path, offset: int, ids: list[str]) -> tuple[list[str], int]:

@@ -43,6 +43,20 @@ NOTIFIED = "Cancellation notification received"
 SKIPPED = "skipping response generation as grpc transaction was cancelled"
 
 
+def parse_metrics(text: str) -> dict[str, float]:
+    """``name{labels}`` -> value for the ``nv_inference_*`` lines of a Prometheus text page."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("nv_inference_"):
+            continue
+        key, _, value = line.rpartition(" ")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
 def log_time_s(line: str) -> float | None:
     """Seconds since midnight of a Triton log line (server clock), or None for other lines."""
     m = _LOG_TIME.match(line)

@@ -174,3 +174,16 @@ def test_json_and_markdown_report() -> None:
     assert "not a promise that work is preempted at once" in md
     for text in (md, str(doc)):
         assert "instant" not in text.lower() and "immediately" not in text.lower()
+
+
+def test_parse_metrics_keeps_nv_inference_series() -> None:
+    """Only `nv_inference_*` samples, keyed by name and labels; comments and other families are skipped."""
+    page = (
+        "# HELP nv_inference_count Number of inferences\n# TYPE nv_inference_count counter\n"
+        'nv_inference_count{model="m",version="1"} 3\nnv_gpu_utilization{gpu="0"} 0.5\n'
+        'nv_inference_request_failure{model="m",reason="CANCELED",version="1"} 1.5e+01\nnv_inference_bad x\n'
+    )
+    assert vd.parse_metrics(page) == {
+        'nv_inference_count{model="m",version="1"}': 3.0,
+        'nv_inference_request_failure{model="m",reason="CANCELED",version="1"}': 15.0,
+    }
