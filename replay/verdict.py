@@ -286,6 +286,10 @@ def decide(obs: CaseObservation) -> Verdict:
             f"[info] proxy: cancel forwarded upstream {rst} after the client's RST_STREAM; "
             f"{obs.late_frames or 0} late frame(s) from Triton after it (no frames is not proof the work stopped)"
         )
+    if obs.proxy_in_flight is not None:
+        executing = set(obs.proxy_executing or ())
+        ids = ", ".join(f"{r} ({'executing' if r in executing else 'queued'})" for r in obs.proxy_in_flight)
+        out.append(f"[info] proxy: the cancel ended {len(obs.proxy_in_flight)} request(s) in flight on the call: {ids}")
     if stopped is False and continued is False:
         out.append("[info] no server-side evidence either way: give --log (verbose) or use a single-instance model")
     return Verdict(work_stopped=False if continued else (True if stopped else None), evidence=tuple(out))
