@@ -587,6 +587,9 @@ def _queued_case(setup: _Setup) -> vd.CaseObservation:
         first = p.first if p.first is not None else (p.done if p.error is None else None)
         # The probe waits for the blocker anyway: measured from the blocker's end.
         after = _ms(first, max(b.done or t_cancel, t_cancel))
+        if after is not None:
+            # Both stamps come from callback threads: a probe answered "before" the blocker's end is 0.
+            after = max(0.0, after)
         log, deltas = _server_evidence_end(setup, tail, before, rid, t_cancel, "queued")
         neighbour_ok = b.done is not None and b.error is None and p.error is None and p.done is not None
         detail = (
