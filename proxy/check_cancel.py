@@ -610,7 +610,7 @@ def _queued_case(setup: _Setup) -> vd.CaseObservation:
             c.close()
 
 
-def _connect(opts: CheckOptions) -> tuple[Any, Any, str | None]:
+def _connect(opts: CheckOptions) -> tuple[Any, str | None]:
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
@@ -629,7 +629,7 @@ def _connect(opts: CheckOptions) -> tuple[Any, Any, str | None]:
             raise UserError(f"model {opts.model!r} is not available on {opts.target}: {e.message()}") from None
     finally:
         client.close()
-    return meta, config, meta.version or None
+    return config, meta.version or None
 
 
 def _scope_for(method: str) -> str:
@@ -642,7 +642,7 @@ def run_check(opts: CheckOptions) -> vd.Report:
 
     if opts.method not in _CLIENTS:
         raise UserError(f"--method must be stream, future or aio, got {opts.method!r}")
-    _meta, config, server_version = _connect(opts)
+    config, server_version = _connect(opts)
     decoupled = bool(config.model_transaction_policy.decoupled)
     if opts.method == "future" and decoupled:
         raise UserError(f"model {opts.model!r} is decoupled: Triton refuses unary calls to it; use --method stream or aio")
