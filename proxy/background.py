@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from proxy.evidence import EvidenceSpec
 from proxy.server import ProxyConfig, RecordingProxy
 
 T = TypeVar("T")
@@ -31,7 +32,7 @@ class ProxyThread:
 
     def __init__(
         self, upstream: str, capture_dir: Path, *, payload: str = "full", drain_timeout: float = 10.0,
-        metrics: str | None = None,
+        metrics: str | None = None, evidence: EvidenceSpec | None = None,
     ) -> None:  # fmt: skip
         self.config = ProxyConfig(
             listen="127.0.0.1:0",
@@ -40,6 +41,7 @@ class ProxyThread:
             payload=payload,
             drain_timeout=drain_timeout,
             metrics=metrics,
+            evidence=evidence,
         )
         self.proxy = RecordingProxy(self.config)
         self._loop = asyncio.new_event_loop()

@@ -11,7 +11,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from proxy import __version__, logs
 from replay.errors import CaptureError, TritonTapError, UserError
@@ -58,6 +58,11 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                    help="on SIGTERM/SIGINT, wait this long for open calls before ending them (default %(default)s)")
     p.add_argument("--redact", action="append", default=[], metavar="KEY",
                    help="also redact this metadata key's value (repeatable; authorization, cookie, x-api-key, *-token are always redacted)")
+    p.add_argument("--evidence", default=None, metavar="metrics=URL,log=PATH",
+                   help="after each cancel forwarded upstream, sample Triton's metrics endpoint (nv_inference_*) "
+                   "and/or the lines appended to its verbose log, and record them as `evidence` records")
+    p.add_argument("--evidence-window", type=_positive_float, default=5.0, metavar="SECONDS",
+                   help="how long to watch after each cancel (default %(default)s)")
     p.add_argument("--metrics", default=None, metavar="HOST:PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
@@ -68,6 +73,7 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_record(args: argparse.Namespace) -> int:
     """``triton-tap record``."""
+    from proxy.evidence import parse_evidence
     from proxy.relay import DEFAULT_REDACT
     from proxy.server import ProxyConfig, run
 
@@ -83,6 +89,7 @@ def run_record(args: argparse.Namespace) -> int:
         drain_timeout=args.drain_timeout,
         redact=DEFAULT_REDACT + tuple(k.lower() for k in args.redact),
         metrics=args.metrics,
+        evidence=parse_evidence(args.evidence, args.evidence_window) if args.evidence else None,
     )
     asyncio.run(run(cfg))
     return 0
@@ -100,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="real CPU Triton + proxy + traffic (incl. a cancel) + capture summary")
     demo.add_argument("--workdir", type=Path, default=None, help="where to keep the capture and logs (default: a new temp dir)")
     demo.set_defaults(func=_run_demo)
+    add_check_cancel(sub)
     from proxy.health import add_health_command
     from replay.cli import add_replay_commands
     from replay.report_cmd import add_report_command
@@ -108,6 +116,81 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_command(sub)
     add_health_command(sub)
     return parser
+
+
+def add_check_cancel(sub: Any) -> None:
+    """``triton-tap check-cancel``: does the work stop after a cancel? (see proxy/check_cancel.py)."""
+    cc = sub.add_parser(
+        "check-cancel",
+        help="run the cancellation acceptance protocol against a Triton model and print a guarantee report",
+        description="Cancel an executing and a queued request with a tritonclient method and gather evidence "
+        "(client status, queue-service probe, Triton's verbose log, metrics, the proxy's view) of whether the "
+        "work stopped. Exit 0: every case work_stopped true; 1: some work went on or a neighbour was hurt; "
+        "2: could not run, or a case could not be exercised or decided.",
+    )
+    cc.add_argument("--target", required=True, help="HOST:PORT of Triton's gRPC endpoint (or of a triton-tap proxy)")
+    cc.add_argument("--model", required=True, help="model to test")
+    cc.add_argument("--method", choices=("stream", "future", "aio"), default="stream",
+                    help="stream: stop_stream(cancel_requests=True) (stream scope, decoupled models); future: "
+                    "async_infer CallContext.cancel() (request scope, unary models); aio: tritonclient.grpc.aio "
+                    "stream cancel() (stream scope) (default %(default)s)")
+    cc.add_argument("--inputs", default=None, metavar="JSON",
+                    help='inputs of the long request as {"NAME": array, ...} or @FILE (default: built-in recipe '
+                    "for one BYTES prompt + one INT32 length input, with --length)")
+    cc.add_argument("--probe-inputs", default=None, metavar="JSON",
+                    help="inputs of the short probe/neighbour request (default: the recipe with length 1, or --inputs)")
+    cc.add_argument("--length", type=_positive_int, default=300, help="recipe: length of the long request (default %(default)s)")
+    cc.add_argument("--cases", default="executing,queued", help="which cases to run (default %(default)s)")
+    cc.add_argument("--allowance-ms", type=_positive_float, default=300.0,
+                    help="observation-delay allowance: evidence later than this after the cancel counts as "
+                    "work that went on (default %(default)s)")
+    cc.add_argument("--window", type=_positive_float, default=6.0, metavar="SECONDS",
+                    help="how long to watch the log/metrics after each cancel (default %(default)s)")
+    cc.add_argument("--start-wait-ms", type=_positive_float, default=300.0,
+                    help="--method future: how long after sending to assume the unary call is executing "
+                    "(it shows no partial response) (default %(default)s)")
+    cc.add_argument("--log", type=Path, default=None, metavar="PATH", help="Triton's log file, written with --log-verbose=1")
+    cc.add_argument("--metrics", default=None, metavar="URL", help="Triton's metrics endpoint, e.g. http://HOST:8002/metrics")
+    cc.add_argument("--through-proxy", action="store_true",
+                    help="run the traffic through an in-process recording proxy and add its view of each cancel")
+    cc.add_argument("--capture-dir", type=Path, default=None, help="with --through-proxy: keep the capture here")
+    cc.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    cc.add_argument("--report", type=Path, default=None, metavar="FILE.md", help="also write the Markdown report here")
+    cc.set_defaults(func=_run_check_cancel)
+
+
+def _run_check_cancel(args: argparse.Namespace) -> int:
+    import json
+
+    from proxy.check_cancel import CheckOptions, parse_json_inputs, run_check
+    from replay import verdict
+
+    logs.configure("warning")
+    cases = tuple(c.strip() for c in args.cases.split(",") if c.strip())
+    if not cases or set(cases) - {"executing", "queued"}:
+        raise UserError(f"--cases must list executing and/or queued, got {args.cases!r}")
+    opts = CheckOptions(
+        target=args.target, model=args.model, method=args.method,
+        inputs=parse_json_inputs(args.inputs, "--inputs") if args.inputs else None,
+        probe_inputs=parse_json_inputs(args.probe_inputs, "--probe-inputs") if args.probe_inputs else None,
+        length=args.length, allowance_ms=args.allowance_ms, window_s=args.window, cases=cases,
+        start_wait_ms=args.start_wait_ms,
+        log_path=args.log, metrics_url=args.metrics, through_proxy=args.through_proxy, capture_dir=args.capture_dir,
+    )  # fmt: skip
+    try:
+        report = run_check(opts)
+    except TritonTapError as e:
+        # The test could not be run (unreachable, unknown model, bad inputs): exit 2, per the protocol.
+        print(f"triton-tap: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    text = verdict.to_markdown(report)
+    if args.report is not None:
+        try:
+            args.report.write_text(text)
+        except OSError as e:
+            raise UserError(f"--report {str(args.report)!r}: {e.strerror or e}") from None
+    print(json.dumps(verdict.to_json(report), indent=2) if args.json else text)
+    return verdict.exit_code(report)
 
 
 def _run_demo(args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import h2.stream
 import hpack.hpack
 import hyperframe.frame
 import structlog
@@ -51,6 +52,10 @@ CONNECTION_WINDOW = 256 * 1024 * 1024
 #: Bytes of a message kept for labelling in ``meta``/``none`` mode (tensor bytes come last).
 LABEL_KEEP = 1024 * 1024
 MAX_HEADER_LIST = 16 * 1024 * 1024
+#: Cancelled upstream streams per connection still watched for late frames (oldest forgotten first).
+LATE_WATCH = 256
+#: ``late`` records per cancelled call; then one ``overflow`` record and the call is no longer watched.
+LATE_RECORDS = 64
 
 
 def _frame_repr(self: hyperframe.frame.Frame) -> str:
@@ -106,6 +111,35 @@ class PatchedH2Connection(h2.connection.H2Connection):
     def _stream_is_closed_by_reset(self, stream_id: int) -> bool:
         closed: bool = super()._stream_is_closed_by_reset(stream_id) or self._stream_is_closed_by_end(stream_id)
         return closed
+
+    # Frames on a stream we reset never become h2 events (h2 answers them itself), so a cancelled
+    # call's late responses would vanish unseen. ``late_hook(stream_id, kind, data, end_stream)``
+    # sees them (kind ``data``/``headers``/``rst``); h2 then drops them as before, so they are
+    # never forwarded. Only frames on closed streams and RST_STREAMs reach the hook: not the hot path.
+    late_hook: Callable[[int, str, Any, bool], None] | None = None
+
+    def _handle_data_on_closed_stream(self, events: Any, exc: Any, frame: Any) -> Any:
+        if self.late_hook is not None:
+            self.late_hook(frame.stream_id, "data", frame.data, "END_STREAM" in frame.flags)
+        return super()._handle_data_on_closed_stream(events, exc, frame)
+
+    def _receive_headers_frame(self, frame: Any) -> Any:
+        if (
+            self.late_hook is not None
+            and self._stream_closed_by(frame.stream_id) is h2.stream.StreamClosedBy.SEND_RST_STREAM
+        ):
+            # Decoded here (once) so the HPACK table stays in step; then what h2 does for a frame on
+            # a stream it reset: a stream error, answered with RST_STREAM, no event.
+            headers = h2.connection._decode_headers(self.decoder, frame.data)
+            self.state_machine.process_input(h2.connection.ConnectionInputs.RECV_HEADERS)
+            self.late_hook(frame.stream_id, "headers", headers, "END_STREAM" in frame.flags)
+            raise h2.exceptions.StreamClosedError(frame.stream_id)
+        return super()._receive_headers_frame(frame)
+
+    def _receive_rst_stream_frame(self, frame: Any) -> Any:
+        if self.late_hook is not None:
+            self.late_hook(frame.stream_id, "rst", frame.error_code, True)
+        return super()._receive_rst_stream_frame(frame)
 
 
 def _config(client_side: bool) -> h2.config.H2Configuration:
@@ -294,6 +328,19 @@ class Call:
         return (time.monotonic_ns() - self.t0) / 1e6
 
 
+class _Late:
+    """A call whose cancel the proxy forwarded upstream, watched for frames the upstream still sends."""
+
+    __slots__ = ("asm", "call_id", "mkind", "records", "t_rst")
+
+    def __init__(self, call: Call) -> None:
+        self.call_id = call.id
+        self.mkind = call.mkind
+        self.t_rst = time.monotonic_ns()
+        self.asm = Assembler(LABEL_KEEP, False)
+        self.records = 0
+
+
 def _coalesce(q: collections.deque[list[Any]], limit: int) -> None:
     """Join the chunks at the head of ``q`` into one of at most ``limit`` bytes: one h2 send_data
     and one acknowledge instead of one per DATA frame received."""
@@ -398,6 +445,9 @@ class Relay:
         self.tunnels: set[Tunnel] = set()
         self._conn_ids = itertools.count(1)
         self.open_calls = 0
+        #: Called with the call id just before a cancel is forwarded upstream (``record --evidence``
+        #: marks the end of Triton's log there: Triton may log the cancel before the record exists).
+        self.before_cancel: Callable[[str], None] | None = None
 
     def protocol_factory(self) -> asyncio.Protocol:
         """For ``loop.create_server``: a new tunnel per client connection."""
@@ -457,6 +507,11 @@ class Tunnel:
         self._connect_task: asyncio.Task[None] | None = None
         # calls with upstream DATA queued during the current read: flushed once, after the read
         self._s2c_dirty: dict[int, Call] = {}
+        # upstream stream id -> cancelled call still watched for late frames (insertion = age order)
+        self._late: dict[int, _Late] = {}
+        self.uconn.late_hook = self._late_frame
+        # when the current client read arrived: the start of a cancel's way upstream
+        self._down_read_ns = 0
 
     # -- transports ----------------------------------------------------------------------------
 
@@ -489,6 +544,7 @@ class Tunnel:
     def side_data(self, side: _Side, data: bytes) -> None:
         try:
             if side is self.down:
+                self._down_read_ns = time.monotonic_ns()
                 events = self.dconn.receive_data(data)
                 for e in events:
                     self._down_event(e)
@@ -616,7 +672,7 @@ class Tunnel:
             call = self.by_down.get(e.stream_id)
             if call is not None and not call.ended:
                 cause = causes.client_reset_cause(call.timeout_ms, call.elapsed_ms())
-                self._cancel(call, cause, e.error_code)
+                self._cancel(call, cause, e.error_code, self._down_read_ns)
             elif call is not None:
                 self._forget(call)
         elif isinstance(e, h2.events.RemoteSettingsChanged):
@@ -897,21 +953,36 @@ class Tunnel:
         status = causes.RST_TO_STATUS.get(code, "INTERNAL")
         self._end(call, "error", status, f"upstream reset the stream (HTTP/2 error {code})", None, rst=code)
 
-    def _cancel(self, call: Call, cause: str, rst_code: int | None) -> None:
-        """The call ends by a cancel-like event: record it first, then act on both sides."""
+    def _cancel(self, call: Call, cause: str, rst_code: int | None, learned_ns: int = 0) -> None:
+        """The call ends by a cancel-like event: record it first, then act on both sides.
+
+        ``learned_ns`` (monotonic) is when the proxy learned of it, if earlier than now (the read
+        that carried the client's RST_STREAM).
+        """
+        learned_ns = learned_ns or time.monotonic_ns()
         in_flight, executing = call.inflight.snapshot()
         forwarded = False
+        rst_us: float | None = None
         if call.up_id is not None and not call.up_closed and not self.up_lost:
+            if self.relay.before_cancel is not None:
+                self.relay.before_cancel(call.id)
             try:
                 self.uconn.reset_stream(call.up_id, h2.errors.ErrorCodes.CANCEL)
                 forwarded = True
             except h2.exceptions.ProtocolError:
                 pass
+            if forwarded:
+                # Written now rather than after the whole read: the cancel is what Triton must see
+                # first, and its latency is measured to the socket.
+                self._write(self.up, self.uconn)
+                rst_us = (time.monotonic_ns() - learned_ns) / 1e3
+                self._watch_late(call)
         call.up_reset = True
         self.emit(
             ev.CallCancelled(
                 t_ns=time.time_ns(), call=call.id, cause=cause, in_flight=in_flight, executing=executing,  # type: ignore[arg-type]
                 rst_code=rst_code, elapsed_ms=call.elapsed_ms(), forwarded_upstream=forwarded,
+                upstream_rst_us=rst_us,
             )
         )  # fmt: skip
         answer = _PROXY_ANSWERS.get(cause)
@@ -920,6 +991,65 @@ class Tunnel:
             return
         call.client_done = True
         self._end(call, cause, causes.STATUS_FOR_CAUSE[cause], None, None)
+
+    # -- late frames after a forwarded cancel ------------------------------------------------------
+
+    def _watch_late(self, call: Call) -> None:
+        assert call.up_id is not None
+        if len(self._late) >= LATE_WATCH:
+            # Triton usually sends nothing after our RST: old entries would otherwise live as long
+            # as the connection.
+            del self._late[next(iter(self._late))]
+        self._late[call.up_id] = _Late(call)
+        if call.s2c_asm.partial:
+            # A message cut by the cancel: its tail arrives late and must not be read as a new one.
+            self._late[call.up_id].asm = call.s2c_asm
+
+    def _late_frame(self, sid: int, kind: str, data: Any, end_stream: bool) -> None:
+        """A frame the upstream sent on a stream the proxy reset: recorded as ``late``, never forwarded."""
+        late = self._late.get(sid)
+        if late is None:
+            return
+        since = (time.monotonic_ns() - late.t_rst) / 1e6
+        if kind == "data":
+            for flag, length, body, truncated, _ in late.asm.feed(data):
+                fields: dict[str, Any] = {}
+                if late.mkind and not flag:
+                    try:
+                        if late.mkind == labels.STREAM:
+                            got = labels.stream_response_labels(body, truncated)
+                        else:
+                            got = labels.response_labels(body, truncated)
+                        fields = {"request_id": got["request_id"], "final": got["final"], "error": got.get("error")}
+                    except Exception:
+                        # A late message that does not decode is still recorded, by size.
+                        pass
+                self._late_emit(sid, late, "message", length, since, **fields)
+        elif kind == "headers":
+            headers: list[tuple[bytes, bytes]] = data
+            size = sum(len(k) + len(v) for k, v in headers)
+            error = None
+            status = _header(headers, b"grpc-status")
+            if status is not None:
+                msg = _header(headers, b"grpc-message")
+                error = status.decode("latin-1") + (" " + unquote(msg.decode("latin-1")) if msg else "")
+            self._late_emit(sid, late, "trailers" if end_stream else "headers", size, since, error=error)
+        else:
+            self._late_emit(sid, late, "rst", 0, since, rst_code=int(data))
+        if end_stream:
+            self._late.pop(sid, None)
+
+    def _late_emit(self, sid: int, late: _Late, frame: str, size: int, since: float, **fields: Any) -> None:
+        if sid not in self._late:
+            return
+        late.records += 1
+        if late.records > LATE_RECORDS:
+            frame, size, fields = "overflow", 0, {}
+            del self._late[sid]
+        self.emit(
+            ev.LateFrameSeen(t_ns=time.time_ns(), call=late.call_id, frame=frame, size=size,  # type: ignore[arg-type]
+                             since_cancel_ms=since, **fields)
+        )  # fmt: skip
 
     def _fail_down(self, call: Call, cause: str, code: int, message: str) -> None:
         """Give the client a gRPC status of our own (the upstream cannot)."""

@@ -6,13 +6,16 @@ import asyncio
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from proxy import __version__
 from proxy.observe import MetricsServer, ProxyMetrics, RecordObserver
+from proxy.evidence import EvidenceCollector, EvidenceSpec
 from proxy.relay import DEFAULT_REDACT, Relay, RelayOptions
 from proxy.writer import CaptureWriter, WriterOptions, prepare_directory
 from replay import events as ev
@@ -45,6 +48,18 @@ class ProxyConfig:
     connect_timeout: float = 3.0
     redact: tuple[str, ...] = DEFAULT_REDACT
     metrics: str | None = None  # HOST:PORT for the Prometheus /metrics endpoint, or None
+    evidence: EvidenceSpec | None = None
+
+
+def _with_evidence(emit: Callable[[Any], None], notify: Callable[[ev.CallCancelled], None]) -> Callable[[Any], None]:
+    """The capture sink, also telling the evidence collector about every cancel forwarded upstream."""
+
+    def sink(record: Any) -> None:
+        emit(record)
+        if type(record) is ev.CallCancelled and record.forwarded_upstream:
+            notify(record)
+
+    return sink
 
 
 def check_upstream(host: str, port: int, timeout: float) -> None:
@@ -70,6 +85,7 @@ class RecordingProxy:
             raise UserError(f"--payload must be none, meta or full, got {config.payload!r}")
         self.writer: CaptureWriter | None = None
         self.relay: Relay | None = None
+        self.evidence: EvidenceCollector | None = None
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
         self._stopped = False
@@ -92,7 +108,7 @@ class RecordingProxy:
         prepare_directory(cfg.capture_dir)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, check_upstream, *self.upstream_addr, cfg.connect_timeout)
-        opts = {
+        opts: dict[str, Any] = {
             "payload": cfg.payload,
             "payload_cap": cfg.payload_cap,
             "rotate_mb": cfg.rotate_mb,
@@ -100,6 +116,12 @@ class RecordingProxy:
             "drain_timeout_s": cfg.drain_timeout,
             "redact": list(cfg.redact),
         }
+        if cfg.evidence is not None:
+            opts["evidence"] = {
+                "metrics": cfg.evidence.metrics_url,
+                "log": str(cfg.evidence.log_path) if cfg.evidence.log_path else None,
+                "window_s": cfg.evidence.window_s,
+            }
         # Bind before the capture exists so that a busy port leaves no empty capture behind.
         relay_box: list[Relay] = []
         host, port = self.listen_addr
@@ -135,12 +157,18 @@ class RecordingProxy:
             raise UserError(f"cannot create a capture file in {str(cfg.capture_dir)!r}: {e.strerror or e}") from None
         if metrics is not None:
             metrics.attach_writer(self.writer.stats)
+        # One observer between the relay and the writer: the call-end log line and the metrics.
+        emit: Callable[[Any], None] = RecordObserver(self.writer.emit, metrics)
+        if cfg.evidence is not None:
+            self.evidence = EvidenceCollector(cfg.evidence, self.writer.emit)
+            emit = _with_evidence(emit, self.evidence.notify)
         self.relay = Relay(
             self.upstream_addr,
-            # One observer between the relay and the writer: the call-end log line and the metrics.
-            RecordObserver(self.writer.emit, metrics),
+            emit,
             RelayOptions(payload=cfg.payload, payload_cap=cfg.payload_cap, redact=cfg.redact),
         )
+        if self.evidence is not None:
+            self.relay.before_cancel = self.evidence.mark
         relay_box.append(self.relay)
         await self._server.start_serving()
         extra = {}
@@ -174,6 +202,8 @@ class RecordingProxy:
         while self.relay.tunnels and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         self.relay.hard_close()
+        if self.evidence is not None:
+            await self.evidence.close()
         await self.writer.close({"calls.open_at_shutdown": left})
         self._close_metrics()
         log.info("capture_closed", capture=[str(p) for p in self.writer.paths])

@@ -39,6 +39,25 @@ __all__ = [
 LOG_FILE_NAME = "tritonserver.log"
 _POLL_INTERVAL_S = 0.1
 _LOG_TAIL_LINES = 30
+_GROUP_EXIT_TIMEOUT_S = 10.0
+
+
+def _group_alive(pgid: int) -> bool:
+    """Some process of group ``pgid`` is still running (zombies, which a container's init may
+    never reap, do not count: they hold no memory or shared-memory mappings)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid pgrp ...": comm may hold spaces, so split after its ')'.
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
+
+
+def _new_shm_prefix() -> str:
+    return f"triton_tap_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
 
 # No shm-default-byte-size / shm-growth-byte-size override on purpose: the Python
 # backend's shared-memory pool (1 MiB by default) grows on demand, and with the defaults
@@ -134,13 +153,10 @@ class TritonServer:
     extra_args: Sequence[str] = ()
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _ports: tuple[int, int, int] | None = field(default=None, init=False, repr=False)
-    # A per-instance prefix lets stop()/kill() delete exactly this server's shared-memory
-    # regions, which a SIGKILLed server cannot clean up itself.
-    _shm_prefix: str = field(
-        default_factory=lambda: f"triton_tap_{os.getpid()}_{uuid.uuid4().hex[:8]}_",
-        init=False,
-        repr=False,
-    )
+    # A per-launch prefix lets stop()/kill() delete exactly this server's shared-memory regions,
+    # which a SIGKILLed server cannot clean up itself, and keeps a restarted server from ever
+    # meeting a region (and its interprocess mutexes) of the killed one.
+    _shm_prefix: str = field(default_factory=lambda: _new_shm_prefix(), init=False, repr=False)
 
     # -- properties -----------------------------------------------------------------
 
@@ -277,6 +293,7 @@ class TritonServer:
         ]
 
     def _launch(self, timeout: float) -> None:
+        self._shm_prefix = _new_shm_prefix()
         dist = _locate_distribution()
         self.workdir.mkdir(parents=True, exist_ok=True)
         backends = self._prepare_backends(dist)
@@ -336,9 +353,14 @@ class TritonServer:
                 process.kill()
 
     def _reap(self, process: subprocess.Popen[bytes]) -> None:
-        # Stubs normally exit with the server; anything left in its group is stale.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
+        # Stubs normally exit with the server; anything left in its group is stale. Wait until
+        # the group is gone: a restart while killed stubs still hold the backend's shared memory
+        # crashed the new server's stub loading (boost::interprocess::lock_exception) under load.
+        deadline = time.monotonic() + _GROUP_EXIT_TIMEOUT_S
+        while _group_alive(process.pid) and time.monotonic() < deadline:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            time.sleep(_POLL_INTERVAL_S / 10)
         for region in Path("/dev/shm").glob(f"{self._shm_prefix}*"):
             with contextlib.suppress(OSError):
                 region.unlink()

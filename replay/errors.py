@@ -28,3 +28,12 @@ class CaptureError(TritonTapError):
 
 class CaptureTooNew(CaptureError):
     """The capture was written by a newer triton-tap whose schema this version does not know."""
+
+
+class UnknownKind(CaptureError):
+    """A record of a kind this version does not know (written by a newer triton-tap of the same schema)."""
+
+    def __init__(self, path: str, line: int | None, kind: str, seq: int) -> None:
+        super().__init__(path, line, f"unknown record kind {kind!r}")
+        self.kind = kind
+        self.seq = seq

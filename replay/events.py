@@ -144,11 +144,73 @@ class CallCancelled:
     ]
     in_flight: Annotated[list[str], "Triton request ids sent on this call that had not received a final response"]
     executing: Annotated[
-        list[str], "the subset of `in_flight` that had already received at least one response"
+        list[str],
+        "the subset of `in_flight` that had already received at least one response; the others were "
+        "queued or not yet answering, as far as the wire shows",
     ]
     rst_code: Annotated[int | None, "HTTP/2 error code of the client's RST_STREAM, when that was the trigger"]
     elapsed_ms: Annotated[float, "time from the call's request HEADERS to this event"]
     forwarded_upstream: Annotated[bool, "the proxy reset the upstream stream so Triton cancels the work"]
+    upstream_rst_us: Annotated[
+        float | None,
+        "microseconds from the proxy learning of the ending (reading the client's RST_STREAM off its "
+        "socket, the client connection closing, ...) to its own RST_STREAM handed to the upstream socket; "
+        "null when not forwarded",
+    ] = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LateFrameSeen:
+    """The upstream still sent something on a call after the proxy forwarded its cancel (never forwarded)."""
+
+    kind: ClassVar[str] = "late"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the frame was read"]
+    call: Annotated[str, "the cancelled RPC"]
+    frame: Annotated[
+        Literal["message", "headers", "trailers", "rst", "overflow"],
+        "`message`: a gRPC message completed by late DATA; `headers`/`trailers`: a HEADERS frame without/with "
+        "END_STREAM; `rst`: an RST_STREAM; `overflow`: the per-call limit of late records was reached and "
+        "later frames of this call are not recorded",
+    ]
+    size: Annotated[int, "bytes: the message (without its 5-byte prefix) or the header block"]
+    since_cancel_ms: Annotated[float, "time since the proxy sent its RST_STREAM upstream"]
+    request_id: Annotated[str | None, "`message`: the Triton request id of the late response, when it decodes"] = None
+    final: Annotated[bool | None, "`message`: its raw `triton_final_response` flag"] = None
+    error: Annotated[str | None, "`message`: its in-band `error_message`; `trailers`: `grpc-status grpc-message`"] = None
+    rst_code: Annotated[int | None, "`rst`: the HTTP/2 error code"] = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EvidenceRecorded:
+    """Server-side evidence sampled for a window after a cancel (`record --evidence`), tied to that cancel."""
+
+    kind: ClassVar[str] = "evidence"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the window closed"]
+    call: Annotated[str, "the cancelled RPC"]
+    cancel_t_ns: Annotated[int, "`t_ns` of the `cancel` record this evidence follows"]
+    source: Annotated[Literal["metrics", "log"], "`metrics` (the Prometheus endpoint) or `log` (Triton's verbose log)"]
+    window_ms: Annotated[float, "how long after the cancel the source was watched"]
+    in_flight: Annotated[list[str], "request ids of the cancel record (what the evidence is about)"]
+    counters: Annotated[
+        dict[str, float] | None,
+        "`metrics`: change of every `nv_inference_*` series over the window (`name{labels}` -> delta), only "
+        "the series that moved; `{}` when none moved (not every backend moves them)",
+    ] = None
+    lines: Annotated[
+        list[str] | None,
+        "`log`: lines appended during the window that mention cancellation, a request id of `in_flight`, or "
+        "skipped responses (at most 200)",
+    ] = None
+    skipped_responses: Annotated[
+        int | None,
+        "`log`: `skipping response generation` lines in the window: responses the backend still produced "
+        "after the cancel (the lines carry no request id)",
+    ] = None
+    overlapping: Annotated[
+        list[str] | None,
+        "other calls cancelled during this window: unattributed lines and counters may belong to them",
+    ] = None
+    error: Annotated[str | None, "why the source could not be read, else null"] = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -209,6 +271,8 @@ RECORD_TYPES: tuple[type[Any], ...] = (
     MessageSeen,
     HalfClosed,
     CallCancelled,
+    LateFrameSeen,
+    EvidenceRecorded,
     CallEnded,
     GapRecorded,
     CaptureEnded,
@@ -220,6 +284,8 @@ Record = (
     | MessageSeen
     | HalfClosed
     | CallCancelled
+    | LateFrameSeen
+    | EvidenceRecorded
     | CallEnded
     | GapRecorded
     | CaptureEnded

@@ -31,7 +31,7 @@ from typing import IO
 import orjson
 
 from replay import events as ev
-from replay.errors import CaptureError
+from replay.errors import CaptureError, UnknownKind
 from replay.schema import decode
 
 PathLike = str | os.PathLike[str]
@@ -83,8 +83,8 @@ class SeqWatch:
         """A record was seen."""
         return self._last is not None
 
-    def record(self, seq: int, record: ev.Record, file: str, line: int | None) -> None:
-        """One record of the capture, in file order."""
+    def record(self, seq: int, record: ev.Record | None, file: str, line: int | None) -> None:
+        """One record of the capture, in file order (``None``: a record of a kind this reader skips)."""
         self._file, self._line = file, line
         if isinstance(record, ev.CaptureStarted) and not self._seen_start:
             self._seen_start = True
@@ -110,6 +110,8 @@ class SeqWatch:
                 )  # fmt: skip
         if expected is None or seq >= expected:
             self._expected = seq + 1
+        if record is None:
+            return
         if isinstance(record, ev.GapRecorded):
             self.gaps.append(
                 Gap(kind="gap_record", file=file, line=line, first_seq=seq, last_seq=seq, count=record.dropped,
@@ -205,6 +207,7 @@ class CaptureReader:
     def _file(self, path: Path, *, last: bool, watch: SeqWatch) -> Iterator[tuple[int, ev.Record]]:
         name = str(path)
         lineno = 0
+        unknown: set[str] = set()
         try:
             with _open(path) as f:
                 for lineno, line in enumerate(f, 1):
@@ -228,7 +231,19 @@ class CaptureReader:
                             raw = orjson.loads(line)
                         except orjson.JSONDecodeError as e:
                             raise CaptureError(name, lineno, f"not valid JSON: {e}") from None
-                    seq, record = decode(raw, path=name, line=lineno)
+                    try:
+                        seq, record = decode(raw, path=name, line=lineno)
+                    except UnknownKind as e:
+                        # Same schema version, newer writer: new kinds are additions, so the rest
+                        # of the capture still means what it says; the seq still counts (no hole).
+                        watch.record(e.seq, None, name, lineno)
+                        if e.kind not in unknown:
+                            self.warnings.append(
+                                f"{name}:{lineno}: record kind {e.kind!r} is unknown to this triton-tap "
+                                "(written by a newer version?): such records are skipped"
+                            )
+                        unknown.add(e.kind)
+                        continue
                     watch.record(seq, record, name, lineno)
                     self.records += 1
                     yield seq, record

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from replay import events as ev
-from replay.errors import CaptureError, CaptureTooNew
+from replay.errors import CaptureError, CaptureTooNew, UnknownKind
 
 SCHEMA_VERSION = 1
 
@@ -79,7 +79,9 @@ def decode(raw: Any, *, path: str = "<capture>", line: int | None = None) -> tup
     kind = raw.get("kind")
     cls = KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise CaptureError(path, line, f"unknown record kind {kind!r}")
+        if isinstance(kind, str) and kind:
+            raise UnknownKind(path, line, kind, seq)
+        raise CaptureError(path, line, f"missing or invalid record kind {kind!r}")
     missing = _REQUIRED[kind] - raw.keys()
     if missing:
         raise CaptureError(path, line, f"{kind} record lacks field(s) {', '.join(sorted(missing))}")

@@ -39,7 +39,12 @@ def test_round_trip_every_kind() -> None:
         ev.HalfClosed(t_ns=3, call="c1.1"),
         ev.CallCancelled(
             t_ns=4, call="c1.1", cause="client_cancel", in_flight=["r"], executing=[], rst_code=8,
-            elapsed_ms=1.5, forwarded_upstream=True,
+            elapsed_ms=1.5, forwarded_upstream=True, upstream_rst_us=80.5,
+        ),
+        ev.LateFrameSeen(t_ns=5, call="c1.1", frame="message", size=10, since_cancel_ms=0.4, request_id="r", final=False),
+        ev.EvidenceRecorded(
+            t_ns=6, call="c1.1", cancel_t_ns=4, source="log", window_ms=500.0, in_flight=["r"],
+            lines=["I1130 ... Cancellation notification received"], skipped_responses=2, overlapping=[],
         ),
         ev.CallEnded(
             t_ns=5, call="c1.1", status="CANCELLED", details=None, cause="client_cancel", trailers=None,

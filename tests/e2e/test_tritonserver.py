@@ -23,7 +23,10 @@ from tests.support.triton_client import token_inputs
 
 pytestmark = pytest.mark.timeout(300)
 
-MODELS = ("echo", "fail_midstream", "silent", "tokens", "tokens_ignore_cancel")
+MODELS = (
+    "echo", "fail_midstream", "silent", "steps_serial", "steps_serial_ignore_cancel", "steps_unary", "tokens",
+    "tokens_ignore_cancel",
+)  # fmt: skip
 EVENT_TIMEOUT_S = 30.0
 LOG_TIMEOUT_S = 30.0
 

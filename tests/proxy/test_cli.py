@@ -89,3 +89,21 @@ def test_console_script_has_the_same_record_flags() -> None:
     ).stdout  # fmt: skip
     flags = {w for w in a.split() if w.startswith("--")}
     assert flags and flags == {w for w in b.split() if w.startswith("--")}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("metrics", "takes metrics=URL and/or log=PATH"),
+        ("metrics=localhost:8002", "must be an http(s) URL"),
+        ("log=/no/such/triton.log", "is not a readable file"),
+        ("gpu=1", "unknown source 'gpu'"),
+    ],
+)
+def test_bad_evidence_flag(tmp_path: Path, listening: int, value: str, message: str) -> None:
+    """A malformed --evidence: one line, exit 2, before anything is recorded."""
+    proc = _run("--upstream", f"127.0.0.1:{listening}", "--listen", "127.0.0.1:0", "--capture-dir", str(tmp_path),
+                "--evidence", value)  # fmt: skip
+    assert proc.returncode == 2
+    assert message in _one_line(proc)
+    assert list(tmp_path.glob("*.jsonl")) == []

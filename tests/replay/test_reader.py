@@ -203,3 +203,30 @@ def test_reader_streams_without_reading_the_whole_file_first(tmp_path: Path) -> 
     rest = list(reader)
     t.join(timeout=30)
     assert len(rest) == len(lines) - 1
+
+
+def test_unknown_record_kind_is_skipped_with_one_warning(tmp_path: Path) -> None:
+    """A record kind from a newer writer of the same schema is skipped, warned once, and leaves no hole."""
+    b = _sample()
+    body, seq = [], 0
+    for i, r in enumerate(b.records):
+        if i in (4, 5):  # one unknown record before each of these
+            body.append(b'{"v":1,"seq":%d,"kind":"from_the_future","x":1}\n' % seq)
+            seq += 1
+        body.append(encode(r, seq))
+        seq += 1
+    path = tmp_path / "future.jsonl"
+    path.write_bytes(b"".join(body))
+    reader = read_capture(path)
+    got = list(reader)
+    assert [type(r) for _, r in got] == [type(r) for r in b.records]
+    assert reader.gaps == []
+    assert len(reader.warnings) == 1 and "'from_the_future' is unknown" in reader.warnings[0]
+
+
+def test_record_without_kind_is_still_an_error(tmp_path: Path) -> None:
+    """A line with no kind at all is damage, not a newer writer: the reader names file and line."""
+    path = tmp_path / "nokind.jsonl"
+    path.write_bytes(encode(_sample().records[0], 0) + b'{"v":1,"seq":1}\n')
+    with pytest.raises(CaptureError, match=r"nokind.jsonl:2: missing or invalid record kind"):
+        list(read_capture(path))
