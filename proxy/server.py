@@ -14,8 +14,8 @@ from typing import Any
 import structlog
 
 from proxy import __version__
-from proxy.observe import MetricsServer, ProxyMetrics, RecordObserver
 from proxy.evidence import EvidenceCollector, EvidenceSpec
+from proxy.observe import MetricsServer, ProxyMetrics, RecordObserver
 from proxy.relay import DEFAULT_REDACT, Relay, RelayOptions
 from proxy.writer import CaptureWriter, WriterOptions, prepare_directory
 from replay import events as ev

@@ -144,6 +144,7 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         'listen = "0.0.0.0:9011"\nupstream = "triton:8001"\ncapture-dir = "/captures"\npayload = "full"\n'
         "payload-cap = 4096\nrotate-mb = 64\ngzip-rotated = true\ndrain-timeout = 25\n"
         'redact = ["x-team-key"]\nmetrics = "0.0.0.0:9090"\nlog_level = "warning"\n'
+        'evidence = "metrics=http://triton:8002/metrics"\nevidence-window = 3\n'
     )
     values = load_config(cfg, parser)
     assert {a.dest for a in parser._actions if a.dest in values} == {config_keys(parser)[f].dest for f in flags}
@@ -151,6 +152,7 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         "listen": "0.0.0.0:9011", "upstream": "triton:8001", "capture_dir": Path("/captures"), "payload": "full",
         "payload_cap": 4096, "rotate_mb": 64.0, "gzip_rotated": True, "drain_timeout": 25.0,
         "redact": ["x-team-key"], "metrics": "0.0.0.0:9090", "log_level": "warning",
+        "evidence": "metrics=http://triton:8002/metrics", "evidence_window": 3.0,
     }  # fmt: skip
 
 
