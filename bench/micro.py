@@ -242,29 +242,13 @@ def components(n: int) -> list[tuple[str, float]]:
         t_ns=time.time_ns(), call="c1.1", dir="s2c", index=7, size=len(body), compressed=False, **fields
     )
 
-    @dataclasses.dataclass(kw_only=True, slots=True)
-    class Unfrozen:  # MessageSeen's fields, not frozen
-        t_ns: int
-        call: str
-        dir: str
-        index: int
-        size: int
-        compressed: bool
-        model: str | None = None
-        model_version: str | None = None
-        request_id: str | None = None
-        final: bool | None = None
-        outputs: list[str] | None = None
-        error: str | None = None
-        enable_empty_final: bool | None = None
-        sequence_id: int | str | None = None
-        sequence_start: bool | None = None
-        sequence_end: bool | None = None
-        inputs: list[Any] | None = None
-        payload_sha256: str | None = None
-        payload: str | None = None
-        payload_truncated: bool | None = None
-        decode_error: str | None = None
+    # MessageSeen's fields, not frozen (built from the schema so a new field cannot break this)
+    Unfrozen = dataclasses.make_dataclass(
+        "Unfrozen",
+        [(f.name, Any, f) for f in dataclasses.fields(ev.MessageSeen)],
+        kw_only=True,
+        slots=True,
+    )
 
     asm = rl.Assembler(rl.LABEL_KEEP, False)
     inflight = InFlight(unary=False)

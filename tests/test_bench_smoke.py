@@ -17,3 +17,13 @@ def test_bench_smoke(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "direct" in proc.stdout and "proxy-meta" in proc.stdout
+
+
+def test_bench_micro_smoke() -> None:
+    """`python -m bench.micro` still runs against the current relay and schema (it pokes internals)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.micro", "--responses", "300", "--reps", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "per unary ModelInfer call" in proc.stdout and "h2 receive + send" in proc.stdout
