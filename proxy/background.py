@@ -27,15 +27,21 @@ async def _cancel_leftovers() -> None:
 
 
 class ProxyThread:
-    """A :class:`RecordingProxy` in front of ``upstream``, on ``127.0.0.1:<random port>``."""
+    """A :class:`RecordingProxy` in front of ``upstream``, on ``127.0.0.1:<random port>``.
 
-    def __init__(self, upstream: str, capture_dir: Path, *, payload: str = "full", drain_timeout: float = 10.0) -> None:
+    Extra keyword arguments are :class:`ProxyConfig` fields (TLS, redaction, ...).
+    """
+
+    def __init__(
+        self, upstream: str, capture_dir: Path, *, payload: str = "full", drain_timeout: float = 10.0, **config: Any
+    ) -> None:
         self.config = ProxyConfig(
             listen="127.0.0.1:0",
             upstream=upstream,
             capture_dir=capture_dir,
             payload=payload,
             drain_timeout=drain_timeout,
+            **config,
         )
         self.proxy = RecordingProxy(self.config)
         self._loop = asyncio.new_event_loop()

@@ -58,6 +58,21 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                    help="on SIGTERM/SIGINT, wait this long for open calls before ending them (default %(default)s)")
     p.add_argument("--redact", action="append", default=[], metavar="KEY",
                    help="also redact this metadata key's value (repeatable; authorization, cookie, x-api-key, *-token are always redacted)")
+    p.add_argument("--redact-input", action="append", default=[], metavar="NAME",
+                   help="with --payload full: cut this input tensor's data out of stored requests, keeping name, "
+                        "datatype, shape, size and an HMAC-SHA256 (repeatable)")
+    p.add_argument("--redact-salt", default=None, metavar="TEXT",
+                   help="HMAC key for --redact-input hashes: the same salt gives comparable hashes across captures "
+                        "(not recorded); default: random per capture, recorded in capture_start")
+    tls = p.add_argument_group("TLS (default: h2c, plaintext HTTP/2, on both sides)")
+    tls.add_argument("--tls-cert", type=Path, default=None, metavar="PEM", help="serve clients over TLS with this certificate chain (ALPN h2)")
+    tls.add_argument("--tls-key", type=Path, default=None, metavar="PEM", help="private key of --tls-cert")
+    tls.add_argument("--upstream-tls", action="store_true", help="connect to Triton over TLS (certificate and name verified)")
+    tls.add_argument("--upstream-ca", type=Path, default=None, metavar="PEM", help="CA bundle for the upstream certificate (default: system store)")
+    tls.add_argument("--upstream-cert", type=Path, default=None, metavar="PEM", help="client certificate for mutual TLS to Triton")
+    tls.add_argument("--upstream-key", type=Path, default=None, metavar="PEM", help="private key of --upstream-cert")
+    tls.add_argument("--upstream-server-name", default=None, metavar="NAME",
+                     help="SNI and certificate name of the upstream, also sent as :authority (default: the --upstream host)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
@@ -77,6 +92,15 @@ def run_record(args: argparse.Namespace) -> int:
         gzip_rotated=args.gzip_rotated,
         drain_timeout=args.drain_timeout,
         redact=DEFAULT_REDACT + tuple(k.lower() for k in args.redact),
+        redact_inputs=tuple(args.redact_input),
+        redact_salt=args.redact_salt,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        upstream_tls=args.upstream_tls,
+        upstream_ca=args.upstream_ca,
+        upstream_cert=args.upstream_cert,
+        upstream_key=args.upstream_key,
+        upstream_server_name=args.upstream_server_name,
     )
     asyncio.run(run(cfg))
     return 0

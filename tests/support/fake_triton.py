@@ -79,15 +79,29 @@ class FakeTriton(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
                 yield stream_response(req.model_name, req.id, True, None)
 
 
-async def start_fake(port: int = 0, with_servicer: bool = False, max_streams: int | None = None) -> Any:
-    """Start the fake on 127.0.0.1; returns ``(server, port)`` (plus the servicer when asked)."""
+async def start_fake(
+    port: int = 0, with_servicer: bool = False, max_streams: int | None = None, tls: Any = None, mtls: bool = False
+) -> Any:
+    """Start the fake on 127.0.0.1; returns ``(server, port)`` (plus the servicer when asked).
+
+    ``tls`` (a :class:`tests.support.tls.Pki`) serves TLS with its server certificate; ``mtls``
+    also requires a client certificate signed by its CA.
+    """
     options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
     if max_streams is not None:
         options.append(("grpc.max_concurrent_streams", max_streams))
     server = grpc.aio.server(options=options)
     servicer = FakeTriton()
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
-    port = server.add_insecure_port(f"127.0.0.1:{port}")
+    if tls is None:
+        port = server.add_insecure_port(f"127.0.0.1:{port}")
+    else:
+        creds = grpc.ssl_server_credentials(
+            [(tls.read("server_key"), tls.read("server_cert"))],
+            root_certificates=tls.read("ca") if mtls else None,
+            require_client_auth=mtls,
+        )
+        port = server.add_secure_port(f"127.0.0.1:{port}", creds)
     await server.start()
     return (server, port, servicer) if with_servicer else (server, port)
 
