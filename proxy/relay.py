@@ -474,6 +474,7 @@ class Tunnel:
         self.up_lost = False
         self.down_lost = False
         self.goaway_sent = False
+        self.up_goaway = False  # the upstream sent GOAWAY: no new streams towards it
         self.max_down_id = 0
         self._connect_task: asyncio.Task[None] | None = None
         # calls with upstream DATA queued during the current read: flushed once, after the read
@@ -692,6 +693,14 @@ class Tunnel:
             reason = self.up_failed or "triton-tap: upstream connection lost"
             self._fail_down(call, "upstream_disconnect", 14, reason)
             return
+        if self.up_goaway:
+            # The upstream is going away and will not take this stream; the client has (or is about
+            # to get) our GOAWAY: refused, never processed, so the client retries on a new connection.
+            call.client_done = True
+            self.dconn.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+            self._end(call, "error", "UNAVAILABLE", "triton-tap: upstream connection is shutting down (GOAWAY)", None,
+                      rst=h2.errors.ErrorCodes.REFUSED_STREAM)  # fmt: skip
+            return
         up_id = self.uconn.get_next_available_stream_id()
         authority = self.relay.authority
         if authority is not None:
@@ -832,6 +841,13 @@ class Tunnel:
         elif isinstance(e, h2.events.ConnectionTerminated):
             # Upstream GOAWAY: pass it on so the client opens new calls on a new connection (and
             # so a new upstream connection); calls in flight drain.
+            self.up_goaway = True
+            last = e.last_stream_id if e.last_stream_id is not None else 2**31 - 1
+            for call in list(self.by_up.values()):
+                if call.up_id is not None and call.up_id > last and not call.ended:
+                    # Never processed upstream (RFC 9113 6.8): REFUSED_STREAM lets the client retry it.
+                    call.up_reset = True
+                    self._upstream_reset(call, h2.errors.ErrorCodes.REFUSED_STREAM)
             self.goaway_down()
         elif isinstance(e, h2.events.RemoteSettingsChanged):
             for call in list(self.by_down.values()):

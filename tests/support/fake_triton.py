@@ -31,7 +31,8 @@ class FakeTriton(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
     """Answers ModelStreamInfer with N responses per request (N from parameter ``n``, default 3).
 
     ModelInfer echoes its inputs; request id ``fail`` aborts with INVALID_ARGUMENT, a ``delay_ms``
-    parameter delays the answer (server-side, to create in-flight windows). Every call's
+    parameter delays the answer (server-side, to create in-flight windows); on streams ``gap_ms``
+    waits before each response. Every call's
     metadata is kept in ``seen_metadata`` so tests can prove what reached the upstream.
     """
 
@@ -71,7 +72,10 @@ class FakeTriton(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
                 "triton_enable_empty_final_response" in req.parameters
                 and req.parameters["triton_enable_empty_final_response"].bool_param
             )
+            gap_ms = req.parameters["gap_ms"].int64_param if "gap_ms" in req.parameters else 0
             for i in range(n):
+                if gap_ms:
+                    await asyncio.sleep(gap_ms / 1000)
                 last = i == n - 1 and not empty_final
                 self.yielded += 1
                 yield stream_response(req.model_name, req.id, last, b"x" * size if size else b"tok%d" % i)
