@@ -89,3 +89,63 @@ def test_console_script_has_the_same_record_flags() -> None:
     ).stdout  # fmt: skip
     flags = {w for w in a.split() if w.startswith("--")}
     assert flags and flags == {w for w in b.split() if w.startswith("--")}
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--tls-cert", "/nonexistent.pem"], "--tls-cert and --tls-key go together"),
+        (["--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"], "cannot load --tls-cert/--tls-key"),
+        (["--upstream-ca", "/nonexistent.pem"], "need --upstream-tls"),
+        (["--upstream-tls", "--upstream-ca", "/nonexistent.pem"], "cannot load --upstream-ca"),
+        (["--upstream-tls", "--upstream-cert", "/c.pem"], "--upstream-cert and --upstream-key go together"),
+        (["--redact-salt"], "expected one argument"),
+    ],
+)
+def test_bad_tls_and_redaction_flags(args: list[str], needle: str, tmp_path: Path, listening: int) -> None:
+    """TLS/redaction flags given wrong: one line naming the flag, exit 2, no capture file."""
+    proc = _run("--upstream", f"127.0.0.1:{listening}", "--listen", "127.0.0.1:0", "--capture-dir", str(tmp_path), *args)
+    assert proc.returncode == 2
+    assert needle in _one_line(proc)
+    assert list(tmp_path.glob("*.jsonl")) == []
+
+
+def test_unresolvable_upstream_host(tmp_path: Path) -> None:
+    """An upstream host name that does not resolve: one line naming it, exit 1."""
+    proc = _run("--upstream", "no-such-host.invalid:8001", "--listen", "127.0.0.1:0", "--capture-dir", str(tmp_path))
+    assert proc.returncode == 1
+    assert "upstream no-such-host.invalid:8001 is unreachable" in _one_line(proc)
+
+
+def test_listen_address_not_on_this_machine(tmp_path: Path, listening: int) -> None:
+    """A --listen address no interface has (TEST-NET-3): one line, exit 2, no capture."""
+    proc = _run("--upstream", f"127.0.0.1:{listening}", "--listen", "203.0.113.7:0", "--capture-dir", str(tmp_path))
+    assert proc.returncode == 2
+    assert "cannot listen on 203.0.113.7:0" in _one_line(proc)
+    assert list(tmp_path.glob("*.jsonl")) == []
+
+
+def test_upstream_tls_against_a_plaintext_port_is_one_line(tmp_path: Path) -> None:
+    """--upstream-tls towards something that answers in plaintext HTTP/2: one line about TLS, exit 1."""
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+
+    def answer() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")  # an h2c SETTINGS frame, not a TLS record
+
+    t = threading.Thread(target=answer, name="plaintext-upstream", daemon=True)
+    t.start()
+    try:
+        port = srv.getsockname()[1]
+        proc = _run("--upstream", f"127.0.0.1:{port}", "--upstream-tls", "--listen", "127.0.0.1:0", "--capture-dir", str(tmp_path))
+    finally:
+        t.join(10)
+        srv.close()
+    assert proc.returncode == 1
+    assert "TLS handshake failed" in _one_line(proc)
