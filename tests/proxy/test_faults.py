@@ -142,3 +142,104 @@ def test_upstream_restarts_leak_no_connection_task_or_fd(
     # status the capture records as the upstream's); a SIGKILLed tritonserver is in tests/e2e.
     assert sorted(e["status"] for e in ends) == ["OK"] * rounds + ["UNAVAILABLE"] * rounds
     assert {e["cause"] for e in ends} <= {"ok", "error", "upstream_disconnect"}
+
+
+def _echo_calls(port: int, n: int, tag: str) -> float:
+    """n unary echo calls on one channel; returns the slowest call's seconds."""
+    import time
+
+    worst = 0.0
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = pb_grpc.GRPCInferenceServiceStub(ch)
+        for i in range(n):
+            req = pb.ModelInferRequest(model_name="echo", id=f"{tag}{i}")
+            req.inputs.add(name="INPUT", datatype="UINT8", shape=[2])
+            req.raw_input_contents.append(bytes([i % 256, 7]))
+            t = time.monotonic()
+            assert stub.ModelInfer(req, timeout=10).raw_output_contents[0] == bytes([i % 256, 7])
+            worst = max(worst, time.monotonic() - t)
+    return worst
+
+
+def test_disk_full_and_slow_disk_never_slow_traffic(
+    fake_upstream: Any, start_proxy: Callable[..., RecordingProxy]
+) -> None:
+    """Injected ENOSPC, then a disk taking 0.3 s per write: calls keep flowing fast; one gap record with counts, one log line.
+
+    The fault is injected in the writer thread (WriterOptions.before_write); the fake upstream keeps
+    the calls fast enough for a writer stall to show up as latency if it leaked into the data plane.
+    """
+    import errno
+    import time
+
+    import structlog
+
+    proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}")
+    writer = proxy.writer
+    assert writer is not None
+    _echo_calls(proxy.port, 5, "before")
+    full = {"on": True, "failures": 0}
+
+    def fault(data: bytes) -> None:
+        if full["on"]:
+            full["failures"] += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        time.sleep(0.3)  # then a very slow disk
+
+    with structlog.testing.capture_logs() as logs:
+        writer._opt.before_write = fault
+        worst_full = _echo_calls(proxy.port, 40, "full")
+        wait_for(lambda: full["failures"] > 0, timeout=10, what="a failed write")
+        full["on"] = False
+        worst_slow = _echo_calls(proxy.port, 40, "slow")
+        wait_for(lambda: any(e["event"] == "capture_write_resumed" for e in logs), timeout=10, what="a resumed write")
+        writer._opt.before_write = None
+        _echo_calls(proxy.port, 3, "after")
+    # Each call is a fast loopback round trip: a writer stall (0.3 s per batch) must not show up here.
+    assert worst_full < 0.25 and worst_slow < 0.25, (worst_full, worst_slow)
+    stop_proxy(proxy)
+    failed = [e for e in logs if e["event"] == "capture_write_failed"]
+    resumed = [e for e in logs if e["event"] == "capture_write_resumed"]
+    assert len(failed) == 1 and len(resumed) == 1, logs
+    recs = records(proxy.capture_path)  # every line parses: nothing written was corrupted
+    assert [r["seq"] for r in recs] == list(range(len(recs)))
+    (gap,) = of_kind(recs, "gap")
+    assert gap["dropped"] > 0 and "No space left" in gap["reason"]
+    ends = of_kind(recs, "call_end")
+    # Calls during the disk-full phase are (partly) missing, accounted for by the gap; all others are there.
+    ids = {m["request_id"] for m in of_kind(recs, "message")}
+    assert {f"slow{i}" for i in range(40)} | {"after0", "after1", "after2"} <= ids
+    assert recs[-1]["kind"] == "capture_end" and recs[-1]["counts"]["dropped"] == gap["dropped"]
+    assert all(e["cause"] == "ok" for e in ends)
+
+
+def test_client_tcp_half_close_is_client_disconnect(
+    fake_upstream: Any, start_proxy: Callable[..., RecordingProxy]
+) -> None:
+    """A client that sends a request then shuts down its sending side (TCP FIN, half-open): client_disconnect, upstream reset."""
+    import socket
+
+    import h2.config
+    import h2.connection
+
+    proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}")
+    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    c.initiate_connection()
+    c.send_headers(1, [
+        (b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/inference.GRPCInferenceService/ModelInfer"),
+        (b":authority", b"x"), (b"content-type", b"application/grpc"), (b"te", b"trailers"),
+    ])  # fmt: skip
+    req = pb.ModelInferRequest(model_name="echo", id="half-open")
+    req.parameters["delay_ms"].int64_param = 5000
+    body = req.SerializeToString()
+    c.send_data(1, b"\x00" + len(body).to_bytes(4, "big") + body, end_stream=True)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as s:
+        s.sendall(c.data_to_send())
+        wait_for(lambda: proxy.relay is not None and proxy.relay.open_calls == 1, timeout=10, what="the call")
+        s.shutdown(socket.SHUT_WR)
+        wait_for(lambda: proxy.relay is not None and proxy.relay.open_calls == 0, timeout=10, what="the call to end")
+    stop_proxy(proxy)
+    recs = records(proxy.capture_path)
+    (cancel,) = of_kind(recs, "cancel")
+    assert cancel["cause"] == "client_disconnect" and cancel["in_flight"] == ["half-open"]
+    assert cancel["forwarded_upstream"] is True
