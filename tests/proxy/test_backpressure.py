@@ -58,6 +58,8 @@ def test_non_reading_client_stalls_upstream(fake_upstream: Any, start_proxy: Cal
             assert [r.infer_response.id for r in neighbour] == ["neighbour"] * 3
         responses.cancel()
     stop_proxy(proxy)
-    (end,) = of_kind(records(proxy.capture_path), "call_end")
+    recs = records(proxy.capture_path)
+    slow = of_kind(recs, "call_start")[0]["call"]
+    (end,) = of_kind(recs, "call_end", slow)
     # Received and recorded, never delivered: the capture says so instead of implying delivery.
     assert end["cause"] == "client_cancel" and end["s2c_undelivered_bytes"] > MESSAGE
