@@ -228,3 +228,22 @@ def _frames(data: bytes) -> list[Any]:
         out.append(frame)
         i += 9 + length
     return out
+
+
+def test_capture_directory_0700_files_0600_and_inside_it(
+    fake_upstream: Any, start_proxy: Callable[..., RecordingProxy], tmp_path: Any
+) -> None:
+    """A new capture directory is 0700, every capture file (rotated and gzipped too) 0600 and directly inside it."""
+    import stat
+
+    capdir = tmp_path / "new" / "captures"
+    proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}", capture_dir=capdir, rotate_mb=0.001, gzip_rotated=True)
+    _stream_prompts(proxy.port, ["a", "b", "c"])
+    stop_proxy(proxy)
+    writer = proxy.writer
+    assert writer is not None and len(writer.paths) > 1
+    assert stat.S_IMODE(capdir.stat().st_mode) == 0o700
+    for p in writer.paths:
+        assert p.resolve().parent == capdir.resolve()
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600
+    assert sorted(capdir.iterdir()) == sorted(writer.paths)
