@@ -61,7 +61,7 @@ ops = st.one_of(
     st.tuples(st.just("headers"), sids, st.sampled_from(PATHS), st.booleans()),
     # DATA carrying a gRPC message whose prefix may lie about its length, maybe compressed
     st.tuples(st.just("grpc"), sids, st.integers(0, 1), st.integers(0, 2**32 - 1) | st.integers(0, 64),
-              st.binary(max_size=64), st.booleans()),  # fmt: skip
+              st.binary(max_size=64), st.booleans()),
     st.tuples(st.just("rst"), st.integers(0, 21), st.integers(0, 15)),
     st.tuples(st.just("goaway"), st.integers(0, 21), st.integers(0, 15)),
     # a header block beyond the proxy's 1 MiB frame limit, or a header list beyond 16 MiB in CONTINUATIONs

@@ -120,7 +120,7 @@ def test_redact_input_keeps_shape_and_keyed_hash_never_the_data(
         assert msg.inputs[0].parameters[MARK].string_param.startswith("hmac-sha256:")
         prompt_spec, n_spec = r["inputs"]
         assert n_spec["hmac_sha256"] is None and n_spec["size"] is None
-        assert prompt_spec["size"] == 4 + len(r["request_id"] == "r2" and "another prompt" or PROMPT)
+        assert prompt_spec["size"] == 4 + len("another prompt" if r["request_id"] == "r2" else PROMPT)
     # The hash is HMAC(salt, tensor bytes as sent): recomputable from live traffic, equal for equal data.
     sent = len(PROMPT).to_bytes(4, "little") + PROMPT.encode()
     expected = hmac.new(salt.encode(), sent, hashlib.sha256).hexdigest()
