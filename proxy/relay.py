@@ -560,6 +560,13 @@ class Tunnel:
         )  # fmt: skip
         self._write(self.down, self.dconn)
         self._write(self.up, self.uconn)
+        # That h2 connection is CLOSED from now on, but the transport's connection_lost comes
+        # later: until then nothing may be sent on it, or the other side would be blamed for the
+        # error h2 raises.
+        if side.upstream:
+            self.up_lost = True
+        else:
+            self.down_lost = True
         if side.transport is not None:
             side.transport.close()
 

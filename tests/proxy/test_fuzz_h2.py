@@ -56,7 +56,7 @@ def _grpc_message(flag: int, declared: int, body: bytes) -> bytes:
 
 
 sids = st.integers(0, 9).map(lambda n: 2 * n + 1)
-ops = st.one_of(
+framed = st.one_of(
     # a well-formed request HEADERS (END_HEADERS), maybe END_STREAM
     st.tuples(st.just("headers"), sids, st.sampled_from(PATHS), st.booleans()),
     # DATA carrying a gRPC message whose prefix may lie about its length, maybe compressed
@@ -68,8 +68,8 @@ ops = st.one_of(
     st.tuples(st.just("oversized"), sids, st.sampled_from([1024 * 1024 + 1, 17 * 1024 * 1024])),
     st.tuples(st.just("frame"), st.integers(0, 12), st.integers(0, 255), st.integers(0, 21), st.binary(max_size=40)),
 )
-# Misaligned bytes are the slow case (see _exchange): rarer than the framed ones.
-ops = ops | st.tuples(st.just("garbage"), st.binary(min_size=1, max_size=40)).filter(lambda _: True)
+# Misaligned bytes are the slow case (see _exchange): about one op in 19.
+ops = st.one_of(framed, framed, framed, st.tuples(st.just("garbage"), st.binary(min_size=1, max_size=40)))
 
 
 def _encode(op: tuple[Any, ...]) -> bytes:
@@ -203,6 +203,8 @@ def test_fuzzed_connections_never_hurt_the_proxy_or_a_neighbour(
     assert healthy.calls == errors["examples"] + 2
     violations = [r for r in of_kind(recs, "protocol_error") if r["side"] == "client"]
     assert len(violations) == errors["goaway_error"] > 0
+    # The fake upstream never breaks HTTP/2: a client's error must not be blamed on it.
+    assert not [r for r in of_kind(recs, "protocol_error") if r["side"] == "upstream"]
     assert [r["seq"] for r in recs] == list(range(len(recs)))
 
 
@@ -259,5 +261,5 @@ def test_upstream_breaking_http2_is_recorded_and_calls_fail_unavailable(
         srv.close()
     recs = records(proxy.capture_path)
     errs = of_kind(recs, "protocol_error")
-    assert errs and all(r["side"] == "upstream" for r in errs)
+    assert errs and all(r["side"] == "upstream" for r in errs), errs
     assert {r["cause"] for r in of_kind(recs, "call_end")} <= {"upstream_disconnect"}
