@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,7 +64,7 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                         "datatype, shape, size and an HMAC-SHA256 (repeatable)")
     p.add_argument("--redact-salt", default=None, metavar="TEXT",
                    help="HMAC key for --redact-input hashes: the same salt gives comparable hashes across captures "
-                        "(not recorded); default: random per capture, recorded in capture_start")
+                        "(not recorded; or env TRITON_TAP_REDACT_SALT); default: random per capture, recorded in capture_start")
     tls = p.add_argument_group("TLS (default: h2c, plaintext HTTP/2, on both sides)")
     tls.add_argument("--tls-cert", type=Path, default=None, metavar="PEM", help="serve clients over TLS with this certificate chain (ALPN h2)")
     tls.add_argument("--tls-key", type=Path, default=None, metavar="PEM", help="private key of --tls-cert")
@@ -93,7 +94,8 @@ def run_record(args: argparse.Namespace) -> int:
         drain_timeout=args.drain_timeout,
         redact=DEFAULT_REDACT + tuple(k.lower() for k in args.redact),
         redact_inputs=tuple(args.redact_input),
-        redact_salt=args.redact_salt,
+        # The environment keeps a shared salt out of `ps` output and shell history.
+        redact_salt=args.redact_salt if args.redact_salt is not None else os.environ.get("TRITON_TAP_REDACT_SALT"),
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         upstream_tls=args.upstream_tls,

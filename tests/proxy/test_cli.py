@@ -149,3 +149,60 @@ def test_upstream_tls_against_a_plaintext_port_is_one_line(tmp_path: Path) -> No
         srv.close()
     assert proc.returncode == 1
     assert "TLS handshake failed" in _one_line(proc)
+
+
+def test_redact_salt_from_environment(tmp_path: Path) -> None:
+    """TRITON_TAP_REDACT_SALT keys the HMAC of --redact-input tensors, is not recorded, and the data is not stored."""
+    import base64
+    import hashlib
+    import hmac
+    import os
+    import signal
+
+    import grpc
+    import orjson
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+    from tests.support.triton_client import wait_for
+
+    up = subprocess.Popen([sys.executable, "-m", "tests.support.fake_triton", "0"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proxy = None
+    try:
+        assert up.stdout is not None
+        up_port = int(up.stdout.readline())
+        port = free_port()
+        env = {**os.environ, "TRITON_TAP_REDACT_SALT": "from-env"}
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "--listen", f"127.0.0.1:{port}", "--upstream", f"127.0.0.1:{up_port}",
+             "--capture-dir", str(tmp_path), "--payload", "full", "--redact-input", "INPUT"],
+            cwd=ROOT, env=env, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+        def serving() -> bool:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return True
+            except OSError:
+                return False
+
+        wait_for(serving, timeout=30, what="the proxy")
+        req = pb.ModelInferRequest(model_name="echo", id="env")
+        req.inputs.add(name="INPUT", datatype="BYTES", shape=[1])
+        req.raw_input_contents.append(b"SECRET-PAYLOAD")
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            pb_grpc.GRPCInferenceServiceStub(ch).ModelInfer(req, timeout=10)
+        proxy.send_signal(signal.SIGTERM)
+        assert proxy.wait(30) == 0
+    finally:
+        for p in (proxy, up):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(10)
+    (path,) = tmp_path.glob("*.jsonl")
+    recs = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    assert recs[0]["options"]["redact_salt"] is None and recs[0]["options"]["redact_salt_given"] is True
+    assert b"from-env" not in path.read_bytes()
+    (c2s,) = [r for r in recs if r["kind"] == "message" and r["dir"] == "c2s"]
+    assert c2s["inputs"][0]["hmac_sha256"] == hmac.new(b"from-env", b"SECRET-PAYLOAD", hashlib.sha256).hexdigest()
+    assert b"SECRET-PAYLOAD" not in base64.b64decode(c2s["payload"])
