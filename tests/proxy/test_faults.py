@@ -164,7 +164,7 @@ def _echo_calls(port: int, n: int, tag: str) -> float:
 def test_disk_full_and_slow_disk_never_slow_traffic(
     fake_upstream: Any, start_proxy: Callable[..., RecordingProxy]
 ) -> None:
-    """Injected ENOSPC, then a disk taking 0.3 s per write: calls keep flowing fast; one gap record with counts, one log line.
+    """Injected ENOSPC, then a disk taking 1 s per write: calls keep flowing fast; one gap record with counts, one log line.
 
     The fault is injected in the writer thread (WriterOptions.before_write); the fake upstream keeps
     the calls fast enough for a writer stall to show up as latency if it leaked into the data plane.
@@ -184,7 +184,7 @@ def test_disk_full_and_slow_disk_never_slow_traffic(
         if full["on"]:
             full["failures"] += 1
             raise OSError(errno.ENOSPC, "No space left on device")
-        time.sleep(0.3)  # then a very slow disk
+        time.sleep(1.0)  # then a very slow disk
 
     with structlog.testing.capture_logs() as logs:
         writer._opt.before_write = fault
@@ -195,8 +195,8 @@ def test_disk_full_and_slow_disk_never_slow_traffic(
         wait_for(lambda: any(e["event"] == "capture_write_resumed" for e in logs), timeout=10, what="a resumed write")
         writer._opt.before_write = None
         _echo_calls(proxy.port, 3, "after")
-    # Each call is a fast loopback round trip: a writer stall (0.3 s per batch) must not show up here.
-    assert worst_full < 0.25 and worst_slow < 0.25, (worst_full, worst_slow)
+    # Each call is a fast loopback round trip: a writer stall (1 s per batch) must not show up here.
+    assert worst_full < 0.5 and worst_slow < 0.5, (worst_full, worst_slow)
     stop_proxy(proxy)
     failed = [e for e in logs if e["event"] == "capture_write_failed"]
     resumed = [e for e in logs if e["event"] == "capture_write_resumed"]
