@@ -197,14 +197,16 @@ def _soak(tmp_path: Path, streams: int, seconds: float, rotate: bool) -> dict[st
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait(10)
+    figures["messages_per_s"] = (figures["sent"] + figures["received"]) / figures["elapsed_s"]
+    report = os.environ.get("SOAK_REPORT")
+    if report:  # written before any check, so a failed run still leaves its figures and samples
+        Path(report).write_text(json.dumps(figures, indent=1))
     assert figures["not_ok"] == [] and figures["client_bad_hashes"] == 0
     assert figures["upstream"] == {"requests": figures["sent"], "bad": 0, "responses": figures["received"]}
     assert figures["sent"] >= streams
     figures["capture"] = _check_capture(tmp_path / "cap", figures)
     figures["memory"] = _flat(figures.pop("samples"), seconds)
-    figures["messages_per_s"] = (figures["sent"] + figures["received"]) / figures["elapsed_s"]
     print(json.dumps(figures, indent=1))
-    report = os.environ.get("SOAK_REPORT")
     if report:
         Path(report).write_text(json.dumps(figures, indent=1))
     return figures
