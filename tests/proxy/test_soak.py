@@ -22,6 +22,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -158,15 +159,28 @@ def _check_capture(capture_dir: Path, figures: dict[str, Any]) -> dict[str, Any]
 
 
 def _flat(samples: list[tuple[float, int, int]], seconds: float) -> dict[str, Any]:
+    """RSS and fds after warm-up (the first 30 %): no upward trend, and swings bounded.
+
+    The proxy's RSS swings by tens of MB with the capture writer's queue between batches, so a
+    single high sample is not growth: the trend is the median of the last third of the samples
+    against the median of the first third (<= 16 MB), and the largest swing above the warm value
+    is bounded separately (<= 64 MB). fds must not move by more than a few.
+    """
     warm = [s for s in samples if s[0] >= 0.3 * seconds]
-    assert len(warm) >= 3, samples
+    assert len(warm) >= 6, samples
+    third = len(warm) // 3
     rss0, fd0 = warm[0][1], warm[0][2]
+    first = statistics.median(s[1] for s in warm[:third])
+    last = statistics.median(s[1] for s in warm[-third:])
     rss_max, fd_max = max(s[1] for s in warm), max(s[2] for s in warm)
+    mb = 2**20
     out = {
-        "rss_start_mb": samples[0][1] / 2**20, "rss_warm_mb": rss0 / 2**20, "rss_max_mb": rss_max / 2**20,
-        "rss_end_mb": warm[-1][1] / 2**20, "fds_warm": fd0, "fds_max": fd_max, "fds_end": warm[-1][2],
+        "rss_start_mb": samples[0][1] / mb, "rss_warm_mb": rss0 / mb, "rss_max_mb": rss_max / mb,
+        "rss_end_mb": warm[-1][1] / mb, "rss_first_third_median_mb": first / mb,
+        "rss_last_third_median_mb": last / mb, "fds_warm": fd0, "fds_max": fd_max, "fds_end": warm[-1][2],
     }  # fmt: skip
-    assert rss_max - rss0 <= max(32 * 2**20, 0.15 * rss0), out
+    assert last - first <= 16 * mb, out
+    assert rss_max - rss0 <= 64 * mb, out
     assert fd_max - fd0 <= 5, out
     return out
 
