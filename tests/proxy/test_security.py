@@ -33,18 +33,12 @@ from tests.support.triton_client import wait_for
 PROMPT = "tell me the launch code 0451-XYZZY"
 
 
-def _start_logged(bg: BackgroundLoop, start_proxy: Callable[..., RecordingProxy], **kw: Any) -> list[dict[str, Any]]:
-    with structlog.testing.capture_logs() as logs:
-        start_proxy(**kw)
-    return logs
-
-
 @pytest.mark.parametrize(
-    ("listen", "tls", "warned"),
-    [("0.0.0.0:0", False, True), ("127.0.0.1:0", False, False)],
+    ("listen", "warned"),
+    [("0.0.0.0:0", True), ("127.0.0.1:0", False)],
 )
 def test_public_listen_without_tls_warns(
-    listen: str, tls: bool, warned: bool, fake_upstream: Any, bg: BackgroundLoop, tmp_path: Any
+    listen: str, warned: bool, fake_upstream: Any, bg: BackgroundLoop, tmp_path: Any
 ) -> None:
     """Binding a non-loopback address without TLS logs one `listening_without_tls` warning; loopback does not."""
     from proxy.server import ProxyConfig
