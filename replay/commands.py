@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 import orjson
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from replay.captured import load
 from replay.diff import DEFAULT_THRESHOLD_MS, DiffResult, diff
 from replay.match import STRATEGIES, parse_strategies
+from replay.output import QuietConsole, write_result
 from replay.requests import RequestOutcome
 from replay.serve import MockTriton, parse_timing
 
@@ -132,7 +132,7 @@ def _text(value: Any) -> str:
 
 def render_diff(result: DiffResult, out: TextIO) -> None:
     """The rich report: changed requests field by field, unpaired requests, a verdict."""
-    console = Console(file=out, width=None if out.isatty() else 160, highlight=False)
+    console = QuietConsole(file=out, width=None if out.isatty() else 160, highlight=False)
     if result.changed:
         table = Table(title="changed requests", title_justify="left")
         for col in ("request (A call -> B call)", "matched by", "field", "A", "B"):
@@ -177,9 +177,9 @@ def run_diff(paths_a: Sequence[str], paths_b: Sequence[str], *, as_json: bool = 
             print(f"triton-tap: warning: {side}: {w}", file=err)
     result = diff(a, b, strategies=strategies, threshold_ms=threshold_ms)
     if as_json:
-        out.write(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        write_result(out, lambda: out.write(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n"))
     else:
-        render_diff(result, out)
+        write_result(out, lambda: render_diff(result, out))
     return EXIT_EQUIVALENT if result.equivalent else EXIT_DIFFERENT
 
 
