@@ -94,9 +94,6 @@ def run_serve(args: argparse.Namespace) -> int:
     log = logging.getLogger("triton_tap.serve")
     for w in capture.outcomes.warnings:
         log.warning("capture: %s", w)
-    for g in capture.outcomes.gaps:
-        where = f"{g.file}:{g.line}" if g.line is not None else g.file
-        log.warning("capture hole: %s at %s: %s", g.kind, where, g.detail)
     payload_hint(capture, args.match, "the capture", sys.stderr)
     server = MockTriton(capture, speed=args.timing, strategies=args.match, keep_ids=args.keep_ids)
     what = f"{len(capture.calls)} captured call(s), {len(capture.candidates)} request(s)"
