@@ -173,8 +173,8 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
         for c in result.calls:
             calls.add_row(escape(c.field), f"[red]{c.a}[/]", f"[green]{c.b}[/]")
         console.print(calls)
-    for side, holes in (("A", result.holes_a), ("B", result.holes_b)):
-        for g in holes:
+    for side, side_holes in (("A", result.holes_a), ("B", result.holes_b)):
+        for g in side_holes:
             where = f"{g.file}:{g.line}" if g.line is not None else g.file
             console.print(f"[bold yellow]hole in {side}[/] {g.kind} at {escape(where)}: {escape(g.detail)}")
     s = result.to_json()["summary"]

@@ -204,7 +204,7 @@ def _compile(checks: _Checks) -> Callable[[dict[str, Any]], dict[str, Any] | Non
             src.append(f"        if v is not None and D{i}(v) is not None: return None")
         src.append(f"        out[{name!r}] = v")
     src.append("    return out")
-    exec("\n".join(src), env)  # noqa: S102 - source built above from the dataclass fields only
+    exec("\n".join(src), env)  # the source is built above from the dataclass fields only
     fn: Callable[[dict[str, Any]], dict[str, Any] | None] = env["check"]
     return fn
 
