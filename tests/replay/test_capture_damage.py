@@ -160,3 +160,12 @@ def test_a_repeated_seq_with_other_content_is_kept_and_reported(tmp_path: Path) 
     reader = read_capture(path)
     assert len(list(reader)) == len(lines) + 1
     assert [(g.kind, "skipped" in g.detail) for g in reader.gaps] == [("duplicate_seq", False)]
+
+
+@pytest.mark.parametrize("value", [True, 7, 2.5, "yes"])
+def test_request_parameters_of_any_triton_type_are_accepted(value: object) -> None:
+    """Request parameters are recorded raw: a bool, int, double or string parameter value all decode."""
+    base = orjson.loads((DATA / "unary.jsonl").read_bytes().splitlines()[4])
+    fields = ("enable_empty_final", "sequence_id", "sequence_start", "sequence_end")
+    _, rec = decode({**base, **dict.fromkeys(fields, value)})
+    assert [getattr(rec, f) for f in fields] == [value] * 4
