@@ -82,7 +82,8 @@ class SeqWatch:
         self._file = ""
         self._line: int | None = None
         self._seen_start = False
-        self._recent: dict[int, ev.Record] = {}
+        # seq % RECENT -> (seq, record): a ring, so keeping it costs O(1) per record.
+        self._recent: list[tuple[int, ev.Record | None]] = [(-1, None)] * self.RECENT
 
     @property
     def started(self) -> bool:
@@ -114,8 +115,8 @@ class SeqWatch:
                         count=seq - expected, detail=f"{seq - expected} record(s) missing before seq {seq}")
                 )  # fmt: skip
             else:
-                earlier = self._recent.get(seq)
-                exact = record is not None and earlier is not None and earlier == record
+                kept_seq, earlier = self._recent[seq % self.RECENT]
+                exact = record is not None and kept_seq == seq and earlier == record
                 detail = (f"seq {seq} repeated exactly (a duplicated line): the repeat is skipped" if exact
                           else f"seq {seq} again (or out of order) where {expected} was expected")  # fmt: skip
                 self.gaps.append(
@@ -127,11 +128,8 @@ class SeqWatch:
             self._expected = seq + 1
         if record is None:
             return False
-        recent = self._recent
-        if seq not in recent:
-            recent[seq] = record
-            if len(recent) > self.RECENT:
-                del recent[next(iter(recent))]
+        if self._expected == seq + 1:  # the newest record of its seq, not a conflicting repeat
+            self._recent[seq % self.RECENT] = (seq, record)
         if isinstance(record, ev.GapRecorded):
             self.gaps.append(
                 Gap(kind="gap_record", file=file, line=line, first_seq=seq, last_seq=seq, count=record.dropped,
