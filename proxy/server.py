@@ -14,23 +14,15 @@ from typing import Any
 import structlog
 
 from proxy import __version__
-from proxy.evidence import EvidenceCollector, EvidenceSpec
+from proxy.evidence import EvidenceCollector, EvidenceSpec, probe_metrics
 from proxy.observe import MetricsServer, ProxyMetrics, RecordObserver
 from proxy.relay import DEFAULT_REDACT, Relay, RelayOptions
 from proxy.writer import CaptureWriter, WriterOptions, prepare_directory
 from replay import events as ev
 from replay.errors import UpstreamError, UserError
+from replay.hostport import parse_hostport
 
 log = structlog.get_logger("triton_tap.proxy")
-
-
-def parse_hostport(value: str, what: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` too) -> tuple, or :class:`UserError` naming the flag."""
-    host, sep, port = value.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise UserError(f"{what} must be HOST:PORT, got {value!r}")
-    return host, int(port)
 
 
 @dataclass
@@ -57,9 +49,24 @@ def _with_evidence(emit: Callable[[Any], None], notify: Callable[[ev.CallCancell
     def sink(record: Any) -> None:
         emit(record)
         if type(record) is ev.CallCancelled and record.forwarded_upstream:
-            notify(record)
+            try:
+                notify(record)
+            except Exception as e:  # evidence is an observer: it must never fail the call
+                log.warning("evidence_failed", call=record.call, error=f"{type(e).__name__}: {e}")
 
     return sink
+
+
+def _guarded_mark(mark: Callable[[str], None]) -> Callable[[str], None]:
+    """The evidence collector's pre-cancel hook, unable to break the relay's cancel path."""
+
+    def before_cancel(call: str) -> None:
+        try:
+            mark(call)
+        except Exception as e:  # as in the sink above
+            log.warning("evidence_failed", call=call, error=f"{type(e).__name__}: {e}")
+
+    return before_cancel
 
 
 def check_upstream(host: str, port: int, timeout: float) -> None:
@@ -76,9 +83,14 @@ class RecordingProxy:
 
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
-        self.listen_addr = parse_hostport(config.listen, "--listen")
+        self.listen_addr = parse_hostport(config.listen, "--listen", allow_port_zero=True)
         self.upstream_addr = parse_hostport(config.upstream, "--upstream")
-        self.metrics_addr = parse_hostport(config.metrics, "--metrics") if config.metrics else None
+        self.metrics_addr = (
+            parse_hostport(config.metrics, "--metrics", allow_port_zero=True) if config.metrics else None
+        )
+        if self.metrics_addr is not None and self.metrics_addr[1] and self.metrics_addr[1] == self.listen_addr[1]:
+            # Caught here, before anything is bound or created: the two servers cannot share a port.
+            raise UserError(f"--metrics {config.metrics} and --listen {config.listen} use the same port")
         self.metrics_server: MetricsServer | None = None
         self.metrics: ProxyMetrics | None = None
         if config.payload not in ("none", "meta", "full"):
@@ -108,6 +120,11 @@ class RecordingProxy:
         prepare_directory(cfg.capture_dir)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, check_upstream, *self.upstream_addr, cfg.connect_timeout)
+        if cfg.evidence is not None and cfg.evidence.metrics_url is not None:
+            why = await loop.run_in_executor(None, probe_metrics, cfg.evidence.metrics_url, cfg.connect_timeout)
+            if why is not None:
+                # Only a warning: Triton's metrics may come up later; each evidence record says what it saw.
+                log.warning("evidence_metrics_unreachable", url=cfg.evidence.metrics_url, error=why)
         opts: dict[str, Any] = {
             "payload": cfg.payload,
             "payload_cap": cfg.payload_cap,
@@ -168,7 +185,7 @@ class RecordingProxy:
             RelayOptions(payload=cfg.payload, payload_cap=cfg.payload_cap, redact=cfg.redact),
         )
         if self.evidence is not None:
-            self.relay.before_cancel = self.evidence.mark
+            self.relay.before_cancel = _guarded_mark(self.evidence.mark)
         relay_box.append(self.relay)
         await self._server.start_serving()
         extra = {}

@@ -144,7 +144,14 @@ class CaptureWriter:
     def open(self) -> None:
         """Create the first capture file and write ``capture_start`` (synchronously, at start-up)."""
         self._open_file()
-        self._write_batch([self._start])
+        try:
+            self._write_batch([self._start])
+        except BaseException:
+            # A capture that cannot even hold capture_start is no evidence of anything: remove it.
+            os.close(self._fd)
+            self._fd = -1
+            self.paths.pop().unlink(missing_ok=True)
+            raise
         self._task = asyncio.get_running_loop().create_task(self._run(), name="triton-tap-capture-writer")
 
     async def close(self, counts_extra: dict[str, int] | None = None) -> None:
