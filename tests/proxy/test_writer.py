@@ -99,3 +99,20 @@ def test_rotation_continues_seq_and_compresses(tmp_path: Path) -> None:
     assert starts == list(range(len(w.paths)))
     for p in w.paths:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600
+
+
+def test_unencodable_capture_start_leaves_no_file(tmp_path: Path) -> None:
+    """A capture_start that cannot be written (an int beyond 64 bits): the error propagates, no file stays."""
+    start = ev.CaptureStarted(t_ns=1, proxy_version="t", listen="l", upstream="u", options={"payload_cap": 2**80})
+
+    async def go() -> None:
+        w = CaptureWriter(WriterOptions(directory=tmp_path), start)
+        w.open()
+
+    try:
+        asyncio.run(go())
+    except Exception as e:  # orjson's error type is an implementation detail
+        assert "64-bit" in str(e) or "Integer" in str(e)
+    else:
+        raise AssertionError("an unencodable capture_start was written")
+    assert list(tmp_path.iterdir()) == []
