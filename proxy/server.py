@@ -172,22 +172,28 @@ class RecordingProxy:
             self._server.close()
             self._close_metrics()
             raise UserError(f"cannot create a capture file in {str(cfg.capture_dir)!r}: {e.strerror or e}") from None
-        if metrics is not None:
-            metrics.attach_writer(self.writer.stats)
-        # One observer between the relay and the writer: the call-end log line and the metrics.
-        emit: Callable[[Any], None] = RecordObserver(self.writer.emit, metrics)
-        if cfg.evidence is not None:
-            self.evidence = EvidenceCollector(cfg.evidence, self.writer.emit)
-            emit = _with_evidence(emit, self.evidence.notify)
-        self.relay = Relay(
-            self.upstream_addr,
-            emit,
-            RelayOptions(payload=cfg.payload, payload_cap=cfg.payload_cap, redact=cfg.redact),
-        )
-        if self.evidence is not None:
-            self.relay.before_cancel = _guarded_mark(self.evidence.mark)
-        relay_box.append(self.relay)
-        await self._server.start_serving()
+        try:
+            if metrics is not None:
+                metrics.attach_writer(self.writer.stats)
+            # One observer between the relay and the writer: the call-end log line and the metrics.
+            emit: Callable[[Any], None] = RecordObserver(self.writer.emit, metrics)
+            if cfg.evidence is not None:
+                self.evidence = EvidenceCollector(cfg.evidence, self.writer.emit)
+                emit = _with_evidence(emit, self.evidence.notify)
+            self.relay = Relay(
+                self.upstream_addr,
+                emit,
+                RelayOptions(payload=cfg.payload, payload_cap=cfg.payload_cap, redact=cfg.redact),
+            )
+            if self.evidence is not None:
+                self.relay.before_cancel = _guarded_mark(self.evidence.mark)
+            relay_box.append(self.relay)
+            await self._server.start_serving()
+        except BaseException:
+            self.writer.abandon()
+            self._server.close()
+            self._close_metrics()
+            raise
         extra = {}
         if self.metrics_server is not None and self.metrics_addr is not None:
             extra["metrics"] = f"{self.metrics_addr[0]}:{self.metrics_server.port}"

@@ -147,12 +147,21 @@ class CaptureWriter:
         try:
             self._write_batch([self._start])
         except BaseException:
-            # A capture that cannot even hold capture_start is no evidence of anything: remove it.
-            os.close(self._fd)
-            self._fd = -1
-            self.paths.pop().unlink(missing_ok=True)
+            self.abandon()
             raise
         self._task = asyncio.get_running_loop().create_task(self._run(), name="triton-tap-capture-writer")
+
+    def abandon(self) -> None:
+        """Start-up failed before any call: remove the file (a capture_start alone is no evidence of anything)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        while self.paths:
+            self.paths.pop().unlink(missing_ok=True)
+        self._pool.shutdown(wait=False)
 
     async def close(self, counts_extra: dict[str, int] | None = None) -> None:
         """Write everything queued, then ``capture_end``, and close the file."""

@@ -116,3 +116,30 @@ def test_unencodable_capture_start_leaves_no_file(tmp_path: Path) -> None:
     else:
         raise AssertionError("an unencodable capture_start was written")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_startup_failure_after_the_capture_opened_removes_it(tmp_path: Path, monkeypatch: Any) -> None:
+    """A start-up failure after the capture file was created (here: the relay) leaves no capture_start-only file."""
+    import socket
+
+    import pytest
+
+    from proxy import server
+
+    upstream = socket.socket()
+    upstream.bind(("127.0.0.1", 0))
+    upstream.listen()
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("relay failed to start")
+
+    monkeypatch.setattr(server, "Relay", broken)
+    proxy = server.RecordingProxy(server.ProxyConfig(
+        listen="127.0.0.1:0", upstream=f"127.0.0.1:{upstream.getsockname()[1]}", capture_dir=tmp_path / "c",
+    ))  # fmt: skip
+    try:
+        with pytest.raises(RuntimeError, match="relay failed"):
+            asyncio.run(proxy.start())
+    finally:
+        upstream.close()
+    assert list((tmp_path / "c").iterdir()) == []
