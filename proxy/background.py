@@ -13,7 +13,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from proxy.evidence import EvidenceSpec
 from proxy.server import ProxyConfig, RecordingProxy
 
 T = TypeVar("T")
@@ -28,20 +27,21 @@ async def _cancel_leftovers() -> None:
 
 
 class ProxyThread:
-    """A :class:`RecordingProxy` in front of ``upstream``, on ``127.0.0.1:<random port>``."""
+    """A :class:`RecordingProxy` in front of ``upstream``, on ``127.0.0.1:<random port>``.
+
+    Extra keyword arguments are :class:`ProxyConfig` fields (TLS, redaction, ...).
+    """
 
     def __init__(
-        self, upstream: str, capture_dir: Path, *, payload: str = "full", drain_timeout: float = 10.0,
-        metrics: str | None = None, evidence: EvidenceSpec | None = None,
-    ) -> None:  # fmt: skip
+        self, upstream: str, capture_dir: Path, *, payload: str = "full", drain_timeout: float = 10.0, **config: Any
+    ) -> None:
         self.config = ProxyConfig(
             listen="127.0.0.1:0",
             upstream=upstream,
             capture_dir=capture_dir,
             payload=payload,
             drain_timeout=drain_timeout,
-            metrics=metrics,
-            evidence=evidence,
+            **config,
         )
         self.proxy = RecordingProxy(self.config)
         self._loop = asyncio.new_event_loop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -102,6 +103,21 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                    help="on SIGTERM/SIGINT, wait this long for open calls before ending them (default %(default)s)")
     p.add_argument("--redact", action="append", default=[], metavar="KEY",
                    help=f"also redact this metadata key's value (repeatable; {_ALWAYS_REDACTED} are always redacted)")
+    p.add_argument("--redact-input", action="append", default=[], metavar="NAME",
+                   help="with --payload full: cut this input tensor's data out of stored requests, keeping name, "
+                        "datatype, shape, size and an HMAC-SHA256 (repeatable)")
+    p.add_argument("--redact-salt", default=None, metavar="TEXT",
+                   help="HMAC key for --redact-input hashes: the same salt gives comparable hashes across captures "
+                        "(not recorded; or env TRITON_TAP_REDACT_SALT); default: random per capture, recorded in capture_start")
+    tls = p.add_argument_group("TLS (default: h2c, plaintext HTTP/2, on both sides)")
+    tls.add_argument("--tls-cert", type=Path, default=None, metavar="PEM", help="serve clients over TLS with this certificate chain (ALPN h2)")
+    tls.add_argument("--tls-key", type=Path, default=None, metavar="PEM", help="private key of --tls-cert")
+    tls.add_argument("--upstream-tls", action="store_true", help="connect to Triton over TLS (certificate and name verified)")
+    tls.add_argument("--upstream-ca", type=Path, default=None, metavar="PEM", help="CA bundle for the upstream certificate (default: system store)")
+    tls.add_argument("--upstream-cert", type=Path, default=None, metavar="PEM", help="client certificate for mutual TLS to Triton")
+    tls.add_argument("--upstream-key", type=Path, default=None, metavar="PEM", help="private key of --upstream-cert")
+    tls.add_argument("--upstream-server-name", default=None, metavar="NAME",
+                     help="SNI and certificate name of the upstream, also sent as :authority (default: the --upstream host)")
     p.add_argument("--evidence", type=_evidence, default=None, metavar="metrics=URL,log=PATH",
                    help="after each cancel forwarded upstream, sample Triton's metrics endpoint (nv_inference_*) "
                    "and/or the lines appended to its verbose log, and record them as `evidence` records")
@@ -134,6 +150,16 @@ def run_record(args: argparse.Namespace) -> int:
         redact=DEFAULT_REDACT + tuple(k.lower() for k in args.redact),
         metrics=args.metrics,
         evidence=parse_evidence(args.evidence, args.evidence_window) if args.evidence is not None else None,
+        redact_inputs=tuple(args.redact_input),
+        # The environment keeps a shared salt out of `ps` output and shell history.
+        redact_salt=args.redact_salt if args.redact_salt is not None else os.environ.get("TRITON_TAP_REDACT_SALT"),
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        upstream_tls=args.upstream_tls,
+        upstream_ca=args.upstream_ca,
+        upstream_cert=args.upstream_cert,
+        upstream_key=args.upstream_key,
+        upstream_server_name=args.upstream_server_name,
     )
     asyncio.run(run(cfg))
     return 0

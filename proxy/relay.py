@@ -22,6 +22,7 @@ import base64
 import collections
 import hashlib
 import itertools
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,12 +37,14 @@ import h2.exceptions
 import h2.settings
 import h2.stream
 import hpack.hpack
+import hyperframe.exceptions
 import hyperframe.frame
 import structlog
 
 from replay import causes, labels
 from replay import events as ev
 from replay.inflight import InFlight
+from replay.redact import redact_request
 
 log = structlog.get_logger("triton_tap.relay")
 
@@ -111,6 +114,30 @@ class PatchedH2Connection(h2.connection.H2Connection):
         super().close_connection(error_code, additional_data, last_stream_id)
         if before is not h2.connection.ConnectionState.CLOSED:
             self.state_machine.state = before
+
+    def receive_data(self, data: Any) -> list[Any]:
+        """h2's ``receive_data``, except that a protocol error keeps the events of the frames before it.
+
+        h2 raises out of its frame loop and drops what the earlier frames of the same read produced
+        (a request's HEADERS and DATA arriving in one segment with a bad frame after them): the
+        capture would lose calls that did happen. They ride on the exception as ``events_before``.
+        """
+        events: list[Any] = []
+        self.incoming_buffer.add_data(data)
+        self.incoming_buffer.max_frame_size = self.max_inbound_frame_size
+        try:
+            for frame in self.incoming_buffer:
+                events.extend(self._receive_frame(frame))
+        except hyperframe.exceptions.InvalidPaddingError as e:
+            self._terminate_connection(h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            err = h2.exceptions.ProtocolError("Received frame with invalid padding.")
+            err.events_before = events  # type: ignore[attr-defined]
+            raise err from e
+        except h2.exceptions.ProtocolError as e:
+            self._terminate_connection(e.error_code)
+            e.events_before = events  # type: ignore[attr-defined]
+            raise
+        return events
 
     def _stream_is_closed_by_reset(self, stream_id: int) -> bool:
         closed: bool = super()._stream_is_closed_by_reset(stream_id) or self._stream_is_closed_by_end(stream_id)
@@ -259,6 +286,10 @@ class RelayOptions:
     payload: str = "meta"  # none | meta | full
     payload_cap: int | None = None
     redact: tuple[str, ...] = DEFAULT_REDACT
+    #: ``--redact-input``: input tensors whose data never reaches the capture (``full`` mode).
+    redact_inputs: frozenset[str] = frozenset()
+    #: HMAC key for redacted tensors' hashes (the capture's redaction salt).
+    redact_key: bytes = b""
 
     def redacts(self, name: str) -> bool:
         """Whether a metadata key's value must not reach the capture in clear."""
@@ -442,10 +473,16 @@ class Relay:
         upstream: tuple[str, int],
         emit: Callable[[Any], None],
         options: RelayOptions | None = None,
+        upstream_tls: ssl.SSLContext | None = None,
+        upstream_server_name: str | None = None,
     ) -> None:
         self.upstream = upstream
         self.emit = emit
         self.options = options or RelayOptions()
+        self.upstream_tls = upstream_tls
+        self.upstream_server_name = upstream_server_name
+        #: ``:authority`` sent upstream instead of the client's (a TLS upstream may route on it).
+        self.authority = upstream_server_name.encode() if upstream_server_name else None
         self.tunnels: set[Tunnel] = set()
         self._conn_ids = itertools.count(1)
         self.open_calls = 0
@@ -507,6 +544,7 @@ class Tunnel:
         self.up_lost = False
         self.down_lost = False
         self.goaway_sent = False
+        self.up_goaway = False  # the upstream sent GOAWAY: no new streams towards it
         self.max_down_id = 0
         self._connect_task: asyncio.Task[None] | None = None
         # calls with upstream DATA queued during the current read: flushed once, after the read
@@ -537,37 +575,33 @@ class Tunnel:
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
         host, port = self.relay.upstream
+        tls = self.relay.upstream_tls
         try:
-            await loop.create_connection(lambda: self.up, host, port)
-        except OSError as e:
+            await loop.create_connection(
+                lambda: self.up, host, port, ssl=tls,
+                server_hostname=(self.relay.upstream_server_name or host) if tls is not None else None,
+            )  # fmt: skip
+        except OSError as e:  # ssl.SSLError and certificate errors included
             self.up_failed = f"triton-tap: upstream {host}:{port} unreachable: {e.strerror or e}"
             log.warning("upstream_connect_failed", conn=self.conn_id, error=self.up_failed)
         if self.down.transport is not None and not self.down_lost:
             self.down.transport.resume_reading()
 
     def side_data(self, side: _Side, data: bytes) -> None:
+        conn = self.dconn if side is self.down else self.uconn
         try:
             if side is self.down:
                 self._down_read_ns = time.monotonic_ns()
-                events = self.dconn.receive_data(data)
-                for e in events:
-                    self._down_event(e)
-            else:
-                events = self.uconn.receive_data(data)
-                for e in events:
-                    # Anything but DATA first sends the DATA queued before it: order is kept.
-                    if self._s2c_dirty and type(e) is not h2.events.DataReceived:
-                        self._flush_dirty()
-                    self._up_event(e)
-                if self._s2c_dirty:
-                    self._flush_dirty()
+            try:
+                events = conn.receive_data(data)
+            except h2.exceptions.ProtocolError as e:
+                # What the frames before the bad one said did happen: handle it, then the error.
+                self._handle(side, getattr(e, "events_before", []))
+                raise
+            self._handle(side, events)
         except h2.exceptions.ProtocolError as e:
             # The peer broke HTTP/2: h2 has queued a GOAWAY for it; the other side stays intact.
-            log.warning("http2_protocol_error", conn=self.conn_id, upstream=side.upstream, error=str(e))
-            self._write(self.down, self.dconn)
-            self._write(self.up, self.uconn)
-            if side.transport is not None:
-                side.transport.close()
+            self._protocol_error(side, e)
             return
         except Exception:
             # A bug of ours must cost one connection, never the proxy, and be recorded as ours.
@@ -576,6 +610,42 @@ class Tunnel:
             return
         self._write(self.up, self.uconn)
         self._write(self.down, self.dconn)
+
+    def _handle(self, side: _Side, events: list[Any]) -> None:
+        if side is self.down:
+            for e in events:
+                self._down_event(e)
+        else:
+            for e in events:
+                # Anything but DATA first sends the DATA queued before it: order is kept.
+                if self._s2c_dirty and type(e) is not h2.events.DataReceived:
+                    self._flush_dirty()
+                self._up_event(e)
+            if self._s2c_dirty:
+                self._flush_dirty()
+
+    def _protocol_error(self, side: _Side, e: h2.exceptions.ProtocolError) -> None:
+        """Record the violation, send h2's GOAWAY, close that side; its calls end when it is lost."""
+        code = int(getattr(e, "error_code", None) or h2.errors.ErrorCodes.PROTOCOL_ERROR)
+        log.warning("http2_protocol_error", conn=self.conn_id, upstream=side.upstream, error=str(e))
+        self.emit(
+            ev.ProtocolViolated(
+                t_ns=time.time_ns(), conn=self.conn_id, side="upstream" if side.upstream else "client",
+                error=str(e) or type(e).__name__, error_code=code,
+                open_calls=[c.id for c in self.by_down.values() if not c.ended],
+            )
+        )  # fmt: skip
+        self._write(self.down, self.dconn)
+        self._write(self.up, self.uconn)
+        # That h2 connection is CLOSED from now on, but the transport's connection_lost comes
+        # later: until then nothing may be sent on it, or the other side would be blamed for the
+        # error h2 raises.
+        if side.upstream:
+            self.up_lost = True
+        else:
+            self.down_lost = True
+        if side.transport is not None:
+            side.transport.close()
 
     def _flush_dirty(self) -> None:
         dirty = list(self._s2c_dirty.values())
@@ -707,7 +777,18 @@ class Tunnel:
             reason = self.up_failed or "triton-tap: upstream connection lost"
             self._fail_down(call, "upstream_disconnect", 14, reason)
             return
+        if self.up_goaway:
+            # The upstream is going away and will not take this stream; the client has (or is about
+            # to get) our GOAWAY: refused, never processed, so the client retries on a new connection.
+            call.client_done = True
+            self.dconn.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+            self._end(call, "error", "UNAVAILABLE", "triton-tap: upstream connection is shutting down (GOAWAY)", None,
+                      rst=h2.errors.ErrorCodes.REFUSED_STREAM)  # fmt: skip
+            return
         up_id = self.uconn.get_next_available_stream_id()
+        authority = self.relay.authority
+        if authority is not None:
+            headers = [(k, authority) if k == b":authority" else (k, v) for k, v in headers]
         try:
             self.uconn.send_headers(up_id, headers, end_stream=False)
         except h2.exceptions.TooManyStreamsError:
@@ -844,6 +925,13 @@ class Tunnel:
         elif isinstance(e, h2.events.ConnectionTerminated):
             # Upstream GOAWAY: pass it on so the client opens new calls on a new connection (and
             # so a new upstream connection); calls in flight drain.
+            self.up_goaway = True
+            last = e.last_stream_id if e.last_stream_id is not None else 2**31 - 1
+            for call in list(self.by_up.values()):
+                if call.up_id is not None and call.up_id > last and not call.ended:
+                    # Never processed upstream (RFC 9113 6.8): REFUSED_STREAM lets the client retry it.
+                    call.up_reset = True
+                    self._upstream_reset(call, h2.errors.ErrorCodes.REFUSED_STREAM)
             self.goaway_down()
         elif isinstance(e, h2.events.RemoteSettingsChanged):
             for call in list(self.by_down.values()):
@@ -920,11 +1008,22 @@ class Tunnel:
                 if fields.get("error"):
                     fields["error"] = NONE_ERROR_TEXT
             if payload == "full":
+                cut, withheld = truncated, False
+                if direction == 0 and mkind and self.opts.redact_inputs:
+                    red = None if flag or truncated else redact_request(body, self.opts.redact_inputs, self.opts.redact_key)
+                    if red is None:
+                        # Cannot prove the named tensors are out of it: store no bytes at all.
+                        body, digest, cut, withheld = b"", None, True, True
+                        fields.setdefault("decode_error", "payload withheld: cannot redact a cut, compressed or undecodable request")
+                    elif red[0] is not body:
+                        body = red[0]
+                        digest = hashlib.sha256(body).hexdigest()
+                        fields["inputs"] = red[1]
                 cap = self.opts.payload_cap
                 fields["payload_sha256"] = digest
                 shown = body if cap is None else body[:cap]
-                fields["payload"] = base64.b64encode(shown).decode("ascii")
-                fields["payload_truncated"] = truncated or len(shown) < length
+                fields["payload"] = None if withheld else base64.b64encode(shown).decode("ascii")
+                fields["payload_truncated"] = cut or len(shown) < len(body)
             self.emit(
                 ev.MessageSeen(
                     t_ns=t_ns, call=call.id, dir=dname, index=idx, size=length,

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import secrets
 import signal
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +44,20 @@ class ProxyConfig:
     redact: tuple[str, ...] = DEFAULT_REDACT
     metrics: str | None = None  # HOST:PORT for the Prometheus /metrics endpoint, or None
     evidence: EvidenceSpec | None = None
+    #: ``--redact-input``: input tensors kept out of ``full`` payloads (shape, datatype, size, keyed hash stay).
+    redact_inputs: tuple[str, ...] = ()
+    #: HMAC key of redacted tensors; None: a random one per capture, recorded in ``capture_start``.
+    redact_salt: str | None = None
+    #: TLS towards clients (both or neither); h2c when unset.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: TLS towards Triton; ``upstream_ca`` None means the system trust store.
+    upstream_tls: bool = False
+    upstream_ca: Path | None = None
+    upstream_cert: Path | None = None
+    upstream_key: Path | None = None
+    #: SNI, certificate name and ``:authority`` sent upstream (default: the upstream host, client's authority).
+    upstream_server_name: str | None = None
 
 
 def _with_evidence(emit: Callable[[Any], None], notify: Callable[[ev.CallCancelled], None]) -> Callable[[Any], None]:
@@ -69,11 +86,69 @@ def _guarded_mark(mark: Callable[[str], None]) -> Callable[[str], None]:
     return before_cancel
 
 
-def check_upstream(host: str, port: int, timeout: float) -> None:
-    """Fail fast, with one line, when nothing listens upstream at start."""
+def _load_chain(ctx: ssl.SSLContext, cert: Path, key: Path, what: str) -> None:
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            pass
+        ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise UserError(f"cannot load {what} certificate/key ({cert}, {key}): {getattr(e, 'strerror', None) or e}") from None
+
+
+def listen_ssl(cfg: ProxyConfig) -> ssl.SSLContext | None:
+    """The TLS context clients are served with (ALPN h2 only: gRPC), or None for h2c."""
+    if cfg.tls_cert is None and cfg.tls_key is None:
+        return None
+    if cfg.tls_cert is None or cfg.tls_key is None:
+        raise UserError("--tls-cert and --tls-key go together")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    _load_chain(ctx, cfg.tls_cert, cfg.tls_key, "--tls-cert/--tls-key")
+    ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
+def upstream_ssl(cfg: ProxyConfig) -> ssl.SSLContext | None:
+    """The TLS context for connections to Triton (certificate and host name verified), or None for h2c."""
+    tls_only = (cfg.upstream_ca, cfg.upstream_cert, cfg.upstream_key, cfg.upstream_server_name)
+    if not cfg.upstream_tls:
+        if any(v is not None for v in tls_only):
+            raise UserError("--upstream-ca/--upstream-cert/--upstream-key/--upstream-server-name need --upstream-tls")
+        return None
+    if (cfg.upstream_cert is None) != (cfg.upstream_key is None):
+        raise UserError("--upstream-cert and --upstream-key go together")
+    try:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cfg.upstream_ca)
+    except (OSError, ssl.SSLError) as e:
+        raise UserError(f"cannot load --upstream-ca {cfg.upstream_ca}: {getattr(e, 'strerror', None) or e}") from None
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cfg.upstream_cert is not None and cfg.upstream_key is not None:
+        _load_chain(ctx, cfg.upstream_cert, cfg.upstream_key, "--upstream-cert/--upstream-key")
+    ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or address) only reaches this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_upstream(
+    host: str, port: int, timeout: float, tls: ssl.SSLContext | None = None, server_name: str | None = None
+) -> None:
+    """Fail fast, with one line, when nothing listens upstream at start (or its TLS does not verify)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            if tls is not None:
+                with tls.wrap_socket(sock, server_hostname=server_name or host):
+                    pass
+    except ssl.SSLError as e:
+        raise UpstreamError(f"upstream {host}:{port}: TLS handshake failed: {e.reason or e}") from None
+    except ssl.CertificateError as e:
+        raise UpstreamError(f"upstream {host}:{port}: TLS certificate rejected: {e}") from None
     except OSError as e:
         raise UpstreamError(f"upstream {host}:{port} is unreachable: {e.strerror or e}") from None
 
@@ -117,9 +192,14 @@ class RecordingProxy:
     async def start(self) -> None:
         """Check, bind and start recording; raises :class:`UserError`/:class:`UpstreamError`."""
         cfg = self.config
+        server_tls = listen_ssl(cfg)
+        up_tls = upstream_ssl(cfg)
         prepare_directory(cfg.capture_dir)
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, check_upstream, *self.upstream_addr, cfg.connect_timeout)
+        await loop.run_in_executor(
+            None, check_upstream, *self.upstream_addr, cfg.connect_timeout, up_tls, cfg.upstream_server_name
+        )
+        salt = cfg.redact_salt if cfg.redact_salt is not None else secrets.token_hex(16)
         if cfg.evidence is not None and cfg.evidence.metrics_url is not None:
             why = await loop.run_in_executor(None, probe_metrics, cfg.evidence.metrics_url, cfg.connect_timeout)
             if why is not None:
@@ -132,6 +212,13 @@ class RecordingProxy:
             "gzip_rotated": cfg.gzip_rotated,
             "drain_timeout_s": cfg.drain_timeout,
             "redact": list(cfg.redact),
+            "redact_inputs": list(cfg.redact_inputs),
+            # A generated salt is recorded so the capture's hashes can be recomputed from live
+            # traffic; a salt the user chose is a secret and is not.
+            "redact_salt": salt if cfg.redact_inputs and cfg.redact_salt is None else None,
+            "redact_salt_given": cfg.redact_salt is not None,
+            "tls_listen": server_tls is not None,
+            "tls_upstream": up_tls is not None,
         }
         if cfg.evidence is not None:
             opts["evidence"] = {
@@ -144,7 +231,8 @@ class RecordingProxy:
         host, port = self.listen_addr
         try:
             self._server = await loop.create_server(
-                lambda: relay_box[0].protocol_factory(), host, port, reuse_address=True, start_serving=False
+                lambda: relay_box[0].protocol_factory(), host, port, reuse_address=True, start_serving=False,
+                ssl=server_tls,
             )
         except OSError as e:
             raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
@@ -183,7 +271,12 @@ class RecordingProxy:
             self.relay = Relay(
                 self.upstream_addr,
                 emit,
-                RelayOptions(payload=cfg.payload, payload_cap=cfg.payload_cap, redact=cfg.redact),
+                RelayOptions(
+                    payload=cfg.payload, payload_cap=cfg.payload_cap, redact=cfg.redact,
+                    redact_inputs=frozenset(cfg.redact_inputs), redact_key=salt.encode(),
+                ),
+                upstream_tls=up_tls,
+                upstream_server_name=cfg.upstream_server_name,
             )
             if self.evidence is not None:
                 self.relay.before_cancel = _guarded_mark(self.evidence.mark)
@@ -197,6 +290,9 @@ class RecordingProxy:
         extra = {}
         if self.metrics_server is not None and self.metrics_addr is not None:
             extra["metrics"] = f"{self.metrics_addr[0]}:{self.metrics_server.port}"
+        if server_tls is None and not all(is_loopback(s.getsockname()[0]) for s in self._server.sockets):
+            # Clients' metadata (tokens included) and tensors would cross the network in clear.
+            log.warning("listening_without_tls", listen=listen, hint="use --tls-cert/--tls-key or a loopback address")
         log.info(
             "recording",
             listen=listen,
@@ -204,6 +300,8 @@ class RecordingProxy:
             capture=str(self.writer.path),
             payload=cfg.payload,
             **extra,
+            tls=server_tls is not None,
+            upstream_tls=up_tls is not None,
         )
 
     async def stop(self) -> None:

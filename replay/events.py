@@ -79,6 +79,14 @@ class TensorSpec:
     name: Annotated[str, "tensor name"]
     datatype: Annotated[str, "Triton datatype, e.g. `BYTES`, `INT32`"]
     shape: Annotated[list[int], "shape"]
+    size: Annotated[
+        int | None, "`--redact-input` only: bytes of the tensor's data the capture does not hold, else null"
+    ] = None
+    hmac_sha256: Annotated[
+        str | None,
+        "`--redact-input` only: hex HMAC-SHA256 of the tensor's data keyed with the redaction salt "
+        "(equal data, equal salt: equal value; the data itself is cut from `payload`), else null",
+    ] = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -242,6 +250,21 @@ class CallEnded:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ProtocolViolated:
+    """A peer broke HTTP/2 on one connection; the proxy closed that connection (others go on)."""
+
+    kind: ClassVar[str] = "protocol_error"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]
+    conn: Annotated[str, "the client connection (tunnel) the error happened on"]
+    side: Annotated[Literal["client", "upstream"], "who broke the protocol: the client or the upstream"]
+    error: Annotated[str, "what was wrong, as the HTTP/2 layer reported it"]
+    error_code: Annotated[int, "HTTP/2 error code sent in the GOAWAY to that peer"]
+    open_calls: Annotated[
+        list[str], "calls open on the connection at that moment (each still gets its own `cancel` and `call_end`)"
+    ]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class GapRecorded:
     """Records were dropped (never a silent loss): how many and why."""
 
@@ -274,6 +297,7 @@ RECORD_TYPES: tuple[type[Any], ...] = (
     LateFrameSeen,
     EvidenceRecorded,
     CallEnded,
+    ProtocolViolated,
     GapRecorded,
     CaptureEnded,
 )
@@ -287,6 +311,7 @@ Record = (
     | LateFrameSeen
     | EvidenceRecorded
     | CallEnded
+    | ProtocolViolated
     | GapRecorded
     | CaptureEnded
 )

@@ -17,7 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def _message() -> ev.MessageSeen:
     return ev.MessageSeen(
         t_ns=1, call="c1.1", dir="c2s", index=0, size=10, compressed=False, model="m", request_id="r",
-        inputs=[ev.TensorSpec(name="PROMPT", datatype="BYTES", shape=[1])],
+        inputs=[
+            ev.TensorSpec(name="PROMPT", datatype="BYTES", shape=[1], size=9, hmac_sha256="ab" * 32),
+            ev.TensorSpec(name="N", datatype="INT32", shape=[1]),
+        ],
     )  # fmt: skip
 
 
@@ -50,6 +53,7 @@ def test_round_trip_every_kind() -> None:
             t_ns=5, call="c1.1", status="CANCELLED", details=None, cause="client_cancel", trailers=None,
             initial_metadata=None, duration_ms=2.0, messages_c2s=1, messages_s2c=0,
         ),
+        ev.ProtocolViolated(t_ns=6, conn="c2", side="client", error="bad frame", error_code=1, open_calls=["c2.1"]),
         ev.GapRecorded(t_ns=6, dropped=3, reason="queue_full", first_t_ns=1, last_t_ns=2),
         ev.CaptureEnded(t_ns=7, reason="shutdown", counts={"dropped": 0}),
     ]  # fmt: skip

@@ -38,7 +38,8 @@ def _settled(read: Callable[[], int], quiet_s: float = 1.0, timeout: float = 60.
 
 
 def test_non_reading_client_stalls_upstream(fake_upstream: Any, start_proxy: Callable[..., RecordingProxy]) -> None:
-    """After one response read, the upstream can send only what the windows hold, not the 400 MB it has."""
+    """After one response read, the upstream can send only what the windows hold, not the 400 MB it has;
+    another client is served meanwhile."""
     proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}", payload="none")
     req = pb.ModelInferRequest(model_name="m", id="slow-reader")
     req.parameters["n"].int64_param = TOTAL // MESSAGE
@@ -49,8 +50,16 @@ def test_non_reading_client_stalls_upstream(fake_upstream: Any, start_proxy: Cal
         sent = _settled(lambda: fake_upstream.servicer.yielded) * MESSAGE
         # Client window + proxy's two stream windows + upstream/kernel buffers: tens of MB at most.
         assert sent < 2 * STREAM_WINDOW + 48 * 1024 * 1024 < TOTAL, sent
+        # Another client meanwhile: its own connection, answered at once (the stall is one stream's).
+        with grpc.insecure_channel(f"127.0.0.1:{proxy.port}", options=[("grpc.use_local_subchannel_pool", 1)]) as other:
+            neighbour = pb_grpc.GRPCInferenceServiceStub(other).ModelStreamInfer(
+                iter([pb.ModelInferRequest(model_name="m", id="neighbour")]), timeout=10
+            )
+            assert [r.infer_response.id for r in neighbour] == ["neighbour"] * 3
         responses.cancel()
     stop_proxy(proxy)
-    (end,) = of_kind(records(proxy.capture_path), "call_end")
+    recs = records(proxy.capture_path)
+    slow = of_kind(recs, "call_start")[0]["call"]
+    (end,) = of_kind(recs, "call_end", slow)
     # Received and recorded, never delivered: the capture says so instead of implying delivery.
     assert end["cause"] == "client_cancel" and end["s2c_undelivered_bytes"] > MESSAGE

@@ -173,3 +173,120 @@ def test_unreachable_evidence_metrics_warns_at_start(tmp_path: Path, listening: 
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--tls-cert", "/nonexistent.pem"], "--tls-cert and --tls-key go together"),
+        (["--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"], "cannot load --tls-cert/--tls-key"),
+        (["--upstream-ca", "/nonexistent.pem"], "need --upstream-tls"),
+        (["--upstream-tls", "--upstream-ca", "/nonexistent.pem"], "cannot load --upstream-ca"),
+        (["--upstream-tls", "--upstream-cert", "/c.pem"], "--upstream-cert and --upstream-key go together"),
+        (["--redact-salt"], "expected one argument"),
+    ],
+)
+def test_bad_tls_and_redaction_flags(args: list[str], needle: str, tmp_path: Path, listening: int) -> None:
+    """TLS/redaction flags given wrong: one line naming the flag, exit 2, no capture file."""
+    proc = _run("--upstream", f"127.0.0.1:{listening}", "--listen", "127.0.0.1:0", "--capture-dir", str(tmp_path), *args)
+    assert proc.returncode == 2
+    assert needle in _one_line(proc)
+    assert list(tmp_path.glob("*.jsonl")) == []
+
+
+def test_unresolvable_upstream_host(tmp_path: Path) -> None:
+    """An upstream host name that does not resolve: one line naming it, exit 1."""
+    proc = _run("--upstream", "no-such-host.invalid:8001", "--listen", "127.0.0.1:0", "--capture-dir", str(tmp_path))
+    assert proc.returncode == 1
+    assert "upstream no-such-host.invalid:8001 is unreachable" in _one_line(proc)
+
+
+def test_listen_address_not_on_this_machine(tmp_path: Path, listening: int) -> None:
+    """A --listen address no interface has (TEST-NET-3): one line, exit 2, no capture."""
+    proc = _run("--upstream", f"127.0.0.1:{listening}", "--listen", "203.0.113.7:0", "--capture-dir", str(tmp_path))
+    assert proc.returncode == 2
+    assert "cannot listen on 203.0.113.7:0" in _one_line(proc)
+    assert list(tmp_path.glob("*.jsonl")) == []
+
+
+def test_upstream_tls_against_a_plaintext_port_is_one_line(tmp_path: Path) -> None:
+    """--upstream-tls towards something that answers in plaintext HTTP/2: one line about TLS, exit 1."""
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+
+    def answer() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")  # an h2c SETTINGS frame, not a TLS record
+
+    t = threading.Thread(target=answer, name="plaintext-upstream", daemon=True)
+    t.start()
+    try:
+        port = srv.getsockname()[1]
+        proc = _run("--upstream", f"127.0.0.1:{port}", "--upstream-tls", "--listen", "127.0.0.1:0", "--capture-dir", str(tmp_path))
+    finally:
+        t.join(10)
+        srv.close()
+    assert proc.returncode == 1
+    assert "TLS handshake failed" in _one_line(proc)
+
+
+def test_redact_salt_from_environment(tmp_path: Path) -> None:
+    """TRITON_TAP_REDACT_SALT keys the HMAC of --redact-input tensors, is not recorded, and the data is not stored."""
+    import base64
+    import hashlib
+    import hmac
+    import os
+    import signal
+
+    import grpc
+    import orjson
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+    from tests.support.triton_client import wait_for
+
+    up = subprocess.Popen([sys.executable, "-m", "tests.support.fake_triton", "0"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proxy = None
+    try:
+        assert up.stdout is not None
+        up_port = int(up.stdout.readline())
+        port = free_port()
+        env = {**os.environ, "TRITON_TAP_REDACT_SALT": "from-env"}
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "--listen", f"127.0.0.1:{port}", "--upstream", f"127.0.0.1:{up_port}",
+             "--capture-dir", str(tmp_path), "--payload", "full", "--redact-input", "INPUT"],
+            cwd=ROOT, env=env, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+        def serving() -> bool:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return True
+            except OSError:
+                return False
+
+        wait_for(serving, timeout=30, what="the proxy")
+        req = pb.ModelInferRequest(model_name="echo", id="env")
+        req.inputs.add(name="INPUT", datatype="BYTES", shape=[1])
+        req.raw_input_contents.append(b"SECRET-PAYLOAD")
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            pb_grpc.GRPCInferenceServiceStub(ch).ModelInfer(req, timeout=10)
+        proxy.send_signal(signal.SIGTERM)
+        assert proxy.wait(30) == 0
+    finally:
+        for p in (proxy, up):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(10)
+    (path,) = tmp_path.glob("*.jsonl")
+    recs = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    assert recs[0]["options"]["redact_salt"] is None and recs[0]["options"]["redact_salt_given"] is True
+    assert b"from-env" not in path.read_bytes()
+    (c2s,) = [r for r in recs if r["kind"] == "message" and r["dir"] == "c2s"]
+    assert c2s["inputs"][0]["hmac_sha256"] == hmac.new(b"from-env", b"SECRET-PAYLOAD", hashlib.sha256).hexdigest()
+    assert b"SECRET-PAYLOAD" not in base64.b64decode(c2s["payload"])

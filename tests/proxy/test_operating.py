@@ -145,6 +145,9 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         "payload-cap = 4096\nrotate-mb = 64\ngzip-rotated = true\ndrain-timeout = 25\n"
         'redact = ["x-team-key"]\nmetrics = "0.0.0.0:9090"\nlog_level = "warning"\n'
         'evidence = "metrics=http://triton:8002/metrics"\nevidence-window = 3\n'
+        'redact-input = ["prompt"]\nredact-salt = "s"\ntls-cert = "/c.pem"\ntls-key = "/k.pem"\n'
+        'upstream-tls = true\nupstream-ca = "/ca.pem"\nupstream-cert = "/uc.pem"\nupstream-key = "/uk.pem"\n'
+        'upstream-server-name = "triton.internal"\n'
     )
     values = load_config(cfg, parser)
     assert {a.dest for a in parser._actions if a.dest in values} == {config_keys(parser)[f].dest for f in flags}
@@ -153,6 +156,9 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         "payload_cap": 4096, "rotate_mb": 64.0, "gzip_rotated": True, "drain_timeout": 25.0,
         "redact": ["x-team-key"], "metrics": "0.0.0.0:9090", "log_level": "warning",
         "evidence": "metrics=http://triton:8002/metrics", "evidence_window": 3.0,
+        "redact_input": ["prompt"], "redact_salt": "s", "tls_cert": Path("/c.pem"), "tls_key": Path("/k.pem"),
+        "upstream_tls": True, "upstream_ca": Path("/ca.pem"), "upstream_cert": Path("/uc.pem"),
+        "upstream_key": Path("/uk.pem"), "upstream_server_name": "triton.internal",
     }  # fmt: skip
 
 

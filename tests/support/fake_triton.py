@@ -31,7 +31,8 @@ class FakeTriton(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
     """Answers ModelStreamInfer with N responses per request (N from parameter ``n``, default 3).
 
     ModelInfer echoes its inputs; request id ``fail`` aborts with INVALID_ARGUMENT, a ``delay_ms``
-    parameter delays the answer (server-side, to create in-flight windows). Every call's
+    parameter delays the answer (server-side, to create in-flight windows); on streams ``gap_ms``
+    waits before each response. Every call's
     metadata is kept in ``seen_metadata`` so tests can prove what reached the upstream.
     """
 
@@ -71,7 +72,10 @@ class FakeTriton(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
                 "triton_enable_empty_final_response" in req.parameters
                 and req.parameters["triton_enable_empty_final_response"].bool_param
             )
+            gap_ms = req.parameters["gap_ms"].int64_param if "gap_ms" in req.parameters else 0
             for i in range(n):
+                if gap_ms:
+                    await asyncio.sleep(gap_ms / 1000)
                 last = i == n - 1 and not empty_final
                 self.yielded += 1
                 yield stream_response(req.model_name, req.id, last, b"x" * size if size else b"tok%d" % i)
@@ -79,15 +83,29 @@ class FakeTriton(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
                 yield stream_response(req.model_name, req.id, True, None)
 
 
-async def start_fake(port: int = 0, with_servicer: bool = False, max_streams: int | None = None) -> Any:
-    """Start the fake on 127.0.0.1; returns ``(server, port)`` (plus the servicer when asked)."""
+async def start_fake(
+    port: int = 0, with_servicer: bool = False, max_streams: int | None = None, tls: Any = None, mtls: bool = False
+) -> Any:
+    """Start the fake on 127.0.0.1; returns ``(server, port)`` (plus the servicer when asked).
+
+    ``tls`` (a :class:`tests.support.tls.Pki`) serves TLS with its server certificate; ``mtls``
+    also requires a client certificate signed by its CA.
+    """
     options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
     if max_streams is not None:
         options.append(("grpc.max_concurrent_streams", max_streams))
     server = grpc.aio.server(options=options)
     servicer = FakeTriton()
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
-    port = server.add_insecure_port(f"127.0.0.1:{port}")
+    if tls is None:
+        port = server.add_insecure_port(f"127.0.0.1:{port}")
+    else:
+        creds = grpc.ssl_server_credentials(
+            [(tls.read("server_key"), tls.read("server_cert"))],
+            root_certificates=tls.read("ca") if mtls else None,
+            require_client_auth=mtls,
+        )
+        port = server.add_secure_port(f"127.0.0.1:{port}", creds)
     await server.start()
     return (server, port, servicer) if with_servicer else (server, port)
 
