@@ -76,6 +76,12 @@ class LoadedCapture:
     outcomes: TrackResult
     payload_modes: set[str]
 
+    @property
+    def matchable_by_payload(self) -> bool:
+        """Some request can be matched by ``payload`` (its bytes were captured: ``--payload full``),
+        or there is no request at all (nothing to complain about)."""
+        return not self.candidates or any(c.key.input_hash is not None for c in self.candidates)
+
     def outcome(self, call: str, seq: int) -> RequestOutcome | None:
         """The ``check`` outcome of the request recorded at ``seq`` on ``call``."""
         return self._outcomes.get((call, seq))

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 import orjson
-from rich.console import Console
 from rich.table import Table
 
+from replay.output import QuietConsole, write_result
 from replay.progress import with_progress
 from replay.reader import read_capture
 from replay.requests import RequestOutcome, Tracker, TrackResult
@@ -52,7 +52,7 @@ def _interesting(r: RequestOutcome) -> bool:
 
 def render_human(result: TrackResult, out: TextIO, *, rows: int) -> None:
     """The rich table of requests, unattributable responses, holes and a summary."""
-    console = Console(file=out, width=None if out.isatty() else 160, highlight=False)
+    console = QuietConsole(file=out, width=None if out.isatty() else 160, highlight=False)
     shown: Sequence[RequestOutcome] = result.requests
     hidden = 0
     if rows and len(shown) > rows:
@@ -117,9 +117,10 @@ def check(paths: Sequence[str], *, as_json: bool = False, rows: int = 100,
     for w in result.warnings:
         print(f"triton-tap: warning: {w}", file=err)
     if as_json:
-        out.write(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        write_result(out, lambda: out.write(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n"))
     else:
-        render_human(result, out, rows=rows)
+        write_result(out, lambda: render_human(result, out, rows=rows))
+    # A reader that stopped early (`| head`) changes nothing about what was found.
     return exit_code(result)
 
 

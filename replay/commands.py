@@ -11,13 +11,14 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 import orjson
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from replay.captured import load
+from replay.captured import LoadedCapture, load
 from replay.diff import DEFAULT_THRESHOLD_MS, DiffResult, diff
+from replay.errors import UserError
 from replay.match import STRATEGIES, parse_strategies
+from replay.output import QuietConsole, write_result
 from replay.requests import RequestOutcome
 from replay.serve import MockTriton, parse_timing
 
@@ -50,8 +51,22 @@ def _threshold(text: str) -> float:
 
 
 _MATCH_HELP = (f"comma-separated match strategies tried in order: id (model + request id), payload (model + input "
-               f"hash; needs --payload full captures), order (next unused request of the model); "
+               f"hash; needs --payload full captures: alone it is an error on others, with other strategies a "
+               f"warning), order (next unused request of the model); "
                f"default {','.join(STRATEGIES)}")  # fmt: skip
+
+
+def payload_hint(capture: LoadedCapture, strategies: Sequence[str], what: str, err: TextIO) -> None:
+    """``--match payload`` on a capture without request bytes: an error when it is the only strategy
+    (nothing could ever match), else a warning that it is skipped for this capture. The default
+    strategies (the very :data:`STRATEGIES` object, not a --match the user gave) try payload only
+    when they can, so they say nothing."""
+    if strategies is STRATEGIES or "payload" not in strategies or capture.matchable_by_payload:
+        return
+    why = f"{what} holds no request payload bytes: --match payload needs captures recorded with --payload full"
+    if all(s == "payload" for s in strategies):
+        raise UserError(why)
+    print(f"triton-tap: warning: {why}; only {', '.join(s for s in strategies if s != 'payload')} can match", file=err)
 
 
 # -- serve -------------------------------------------------------------------------------------------
@@ -76,8 +91,10 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     capture = load(args.capture)
+    log = logging.getLogger("triton_tap.serve")
     for w in capture.outcomes.warnings:
-        logging.getLogger("triton_tap.serve").warning("capture: %s", w)
+        log.warning("capture: %s", w)
+    payload_hint(capture, args.match, "the capture", sys.stderr)
     server = MockTriton(capture, speed=args.timing, strategies=args.match, keep_ids=args.keep_ids)
     what = f"{len(capture.calls)} captured call(s), {len(capture.candidates)} request(s)"
     asyncio.run(_serve_until_signalled(server, args.listen, what))
@@ -132,7 +149,7 @@ def _text(value: Any) -> str:
 
 def render_diff(result: DiffResult, out: TextIO) -> None:
     """The rich report: changed requests field by field, unpaired requests, a verdict."""
-    console = Console(file=out, width=None if out.isatty() else 160, highlight=False)
+    console = QuietConsole(file=out, width=None if out.isatty() else 160, highlight=False)
     if result.changed:
         table = Table(title="changed requests", title_justify="left")
         for col in ("request (A call -> B call)", "matched by", "field", "A", "B"):
@@ -156,12 +173,20 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
         for c in result.calls:
             calls.add_row(escape(c.field), f"[red]{c.a}[/]", f"[green]{c.b}[/]")
         console.print(calls)
+    for side, side_holes in (("A", result.holes_a), ("B", result.holes_b)):
+        for g in side_holes:
+            where = f"{g.file}:{g.line}" if g.line is not None else g.file
+            console.print(f"[bold yellow]hole in {side}[/] {g.kind} at {escape(where)}: {escape(g.detail)}")
     s = result.to_json()["summary"]
     verdict = "[bold green]equivalent[/]" if result.equivalent else "[bold red]different[/]"
+    holes = ""
+    if result.holes_a or result.holes_b:
+        holes = (f"; [bold yellow]A has {len(result.holes_a)} hole(s), B {len(result.holes_b)}[/]: "
+                 "the comparison covers only the records captured")  # fmt: skip
     console.print(
         f"{verdict}: {s['paired']} request(s) paired, {s['changed']} changed, {s['only_a']} only in A, "
         f"{s['only_b']} only in B, {s['calls_changed']} other call count(s) changed "
-        f"(timing threshold {result.threshold_ms:g} ms)"
+        f"(timing threshold {result.threshold_ms:g} ms){holes}"
     )
 
 
@@ -175,11 +200,12 @@ def run_diff(paths_a: Sequence[str], paths_b: Sequence[str], *, as_json: bool = 
     for side, cap in (("A", a), ("B", b)):
         for w in cap.outcomes.warnings:
             print(f"triton-tap: warning: {side}: {w}", file=err)
+        payload_hint(cap, strategies, f"capture {side}", err)
     result = diff(a, b, strategies=strategies, threshold_ms=threshold_ms)
     if as_json:
-        out.write(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        write_result(out, lambda: out.write(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n"))
     else:
-        render_diff(result, out)
+        write_result(out, lambda: render_diff(result, out))
     return EXIT_EQUIVALENT if result.equivalent else EXIT_DIFFERENT
 
 
@@ -190,8 +216,10 @@ def add_diff_command(sub: Any) -> None:
         help="what changed between two captures, request by request",
         description="Compare two captures semantically: requests of B are matched to A's as `serve` matches them; "
         "per request: outcome, responses (text), final flag, error text, status, cause, violations, and timing "
-        "changes beyond a threshold; requests only in A or only in B. Exit 0: equivalent; 1: different; "
-        "2: unreadable capture.",
+        "changes beyond a threshold; requests only in A or only in B. Holes of either capture (dropped or "
+        "repeated records, a missing capture_end) are listed (JSON: `holes`) but do not change the verdict. "
+        "Exit 0: equivalent; 1: different; 2: unreadable capture, or --match payload alone on captures without "
+        "payload bytes.",
     )
     p.add_argument("a", metavar="A", help="the reference capture (file or directory)")
     p.add_argument("b", metavar="B", help="the capture to compare with it")

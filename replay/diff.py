@@ -7,6 +7,8 @@ text, the call's status and cause, protocol violations, and the time to the firs
 the end when they moved by more than a threshold. Requests only in A or only in B are listed.
 Other calls (readiness, metadata...) carry no request to pair: they are compared as counts per
 method and status. Equivalent means: every request paired, no pair changed, the same other calls.
+Holes of either capture (dropped records, repeated seqs, a missing ``capture_end``) are listed with
+the result but do not change the verdict: it is about what both captures hold, which holes make partial.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from replay.captured import LoadedCapture
 from replay.match import STRATEGIES, Matcher
+from replay.reader import Gap
 from replay.requests import INFER, STREAM_INFER, RequestOutcome
 
 DEFAULT_THRESHOLD_MS = 100.0
@@ -64,6 +67,10 @@ class DiffResult:
     strategies: tuple[str, ...]
     #: Calls that are not inference requests (readiness, metadata...): count per "<method> <status>" that differs.
     calls: tuple[Change, ...] = ()
+    #: Holes of each capture (dropped, repeated or never written records): they do not change
+    #: :attr:`equivalent`, which is about the requests that were captured, but say it may be partial.
+    holes_a: tuple[Gap, ...] = ()
+    holes_b: tuple[Gap, ...] = ()
 
     @property
     def changed(self) -> list[Pair]:
@@ -88,12 +95,15 @@ class DiffResult:
             "only_a": [_ref(r) for r in self.only_a],
             "only_b": [_ref(r) for r in self.only_b],
             "calls": [c.to_json() for c in self.calls],
+            "holes": {"a": [g.to_json() for g in self.holes_a], "b": [g.to_json() for g in self.holes_b]},
             "summary": {
                 "paired": len(self.pairs),
                 "changed": len(self.changed),
                 "only_a": len(self.only_a),
                 "only_b": len(self.only_b),
                 "calls_changed": len(self.calls),
+                "holes_a": len(self.holes_a),
+                "holes_b": len(self.holes_b),
             },
         }
 
@@ -152,7 +162,8 @@ def diff(
         pairs.append(Pair(a=ra, b=rb, by=m.by, changes=compare(ra, rb, causes_a, causes_b, threshold_ms)))
     only_a = tuple(r for r in a.outcomes.requests if (r.call, r.seq) not in paired_a)
     return DiffResult(pairs=tuple(pairs), only_a=only_a, only_b=tuple(only_b), threshold_ms=threshold_ms,
-                      strategies=tuple(strategies), calls=other_calls(a, b))  # fmt: skip
+                      strategies=tuple(strategies), calls=other_calls(a, b),
+                      holes_a=a.outcomes.gaps, holes_b=b.outcomes.gaps)  # fmt: skip
 
 
 def _other_counts(c: LoadedCapture) -> Counter[str]:

@@ -17,6 +17,10 @@ from typing import Annotated, Any, ClassVar, Literal
 
 Direction = Literal["c2s", "s2c"]
 
+#: A Triton request parameter as the client sent it (bool, int64/uint64, double or string parameter):
+#: request parameters are recorded raw, so a client that sends `sequence_start` as an int is evidence too.
+ParamValue = bool | int | float | str
+
 #: Why a call ended. One place defines the vocabulary; ``replay.causes`` decides which applies.
 Cause = Literal[
     "ok",
@@ -115,11 +119,11 @@ class MessageSeen:
     ] = None
     error: Annotated[str | None, "ModelStreamInfer responses: the in-band `error_message`, else null"] = None
     enable_empty_final: Annotated[
-        bool | None, "requests: the raw `triton_enable_empty_final_response` parameter, null when absent"
+        ParamValue | None, "requests: the raw `triton_enable_empty_final_response` parameter, null when absent"
     ] = None
-    sequence_id: Annotated[int | str | None, "requests: `sequence_id` parameter when present"] = None
-    sequence_start: Annotated[bool | None, "requests: `sequence_start` parameter when present"] = None
-    sequence_end: Annotated[bool | None, "requests: `sequence_end` parameter when present"] = None
+    sequence_id: Annotated[ParamValue | None, "requests: `sequence_id` parameter when present"] = None
+    sequence_start: Annotated[ParamValue | None, "requests: `sequence_start` parameter when present"] = None
+    sequence_end: Annotated[ParamValue | None, "requests: `sequence_end` parameter when present"] = None
     inputs: Annotated[list[TensorSpec] | None, "requests: input tensors (name, datatype, shape)"] = None
     payload_sha256: Annotated[
         str | None, "`--payload full`: hex SHA-256 of the whole serialized message (for replay matching)"

@@ -7,7 +7,9 @@ file is a capture of its own. Captures are read in the order given (a directory'
 which for the writer's names is time order).
 
 What is tolerated and what is not: a line cut short at the very end of a capture (the proxy died
-mid-write, or the file is still being written) is skipped with a warning; anything unreadable
+mid-write, or the file is still being written) is skipped with a warning; a file that yields no
+record at all (empty, not gzip, one unterminated junk line) is unreadable; a line repeating an
+earlier record exactly (same ``seq``, same content) is skipped and reported as a hole; anything unreadable
 elsewhere raises :class:`~replay.errors.CaptureError` naming file and line, and a record from a
 newer schema :class:`~replay.errors.CaptureTooNew`. Holes are reported, never hidden: missing or
 repeated ``seq`` numbers, ``gap`` records (the proxy dropped records), a capture without its
@@ -68,7 +70,10 @@ class Gap:
 class SeqWatch:
     """Checks one capture's record sequence for holes (pure; fed record by record)."""
 
-    __slots__ = ("_expected", "_file", "_last", "_line", "_seen_start", "gaps")
+    __slots__ = ("_expected", "_file", "_last", "_line", "_recent", "_seen_start", "gaps")
+
+    #: How many recent records are kept to tell an exact repeat of a line from a conflicting one.
+    RECENT = 1024
 
     def __init__(self) -> None:
         self.gaps: list[Gap] = []
@@ -77,14 +82,20 @@ class SeqWatch:
         self._file = ""
         self._line: int | None = None
         self._seen_start = False
+        # seq % RECENT -> (seq, record): a ring, so keeping it costs O(1) per record.
+        self._recent: list[tuple[int, ev.Record | None]] = [(-1, None)] * self.RECENT
 
     @property
     def started(self) -> bool:
         """A record was seen."""
         return self._last is not None
 
-    def record(self, seq: int, record: ev.Record | None, file: str, line: int | None) -> None:
-        """One record of the capture, in file order (``None``: a record of a kind this reader skips)."""
+    def record(self, seq: int, record: ev.Record | None, file: str, line: int | None) -> bool:
+        """One record of the capture, in file order (``None``: a record of a kind this reader skips).
+
+        True when the record repeats an earlier one exactly (same seq, same content): the caller skips
+        it so nothing counts it twice; the repeat is still reported as a ``duplicate_seq`` hole.
+        """
         self._file, self._line = file, line
         if isinstance(record, ev.CaptureStarted) and not self._seen_start:
             self._seen_start = True
@@ -104,20 +115,28 @@ class SeqWatch:
                         count=seq - expected, detail=f"{seq - expected} record(s) missing before seq {seq}")
                 )  # fmt: skip
             else:
+                kept_seq, earlier = self._recent[seq % self.RECENT]
+                exact = record is not None and kept_seq == seq and earlier == record
+                detail = (f"seq {seq} repeated exactly (a duplicated line): the repeat is skipped" if exact
+                          else f"seq {seq} again (or out of order) where {expected} was expected")  # fmt: skip
                 self.gaps.append(
-                    Gap(kind="duplicate_seq", file=file, line=line, first_seq=seq, last_seq=seq, count=1,
-                        detail=f"seq {seq} again (or out of order) where {expected} was expected")
-                )  # fmt: skip
+                    Gap(kind="duplicate_seq", file=file, line=line, first_seq=seq, last_seq=seq, count=1, detail=detail)
+                )
+                if exact:
+                    return True
         if expected is None or seq >= expected:
             self._expected = seq + 1
         if record is None:
-            return
+            return False
+        if self._expected == seq + 1:  # the newest record of its seq, not a conflicting repeat
+            self._recent[seq % self.RECENT] = (seq, record)
         if isinstance(record, ev.GapRecorded):
             self.gaps.append(
                 Gap(kind="gap_record", file=file, line=line, first_seq=seq, last_seq=seq, count=record.dropped,
                     detail=f"the proxy dropped {record.dropped} record(s): {record.reason}")
             )  # fmt: skip
         self._last = record
+        return False
 
     def end(self) -> None:
         """The capture's last record was read: was the capture closed?"""
@@ -207,6 +226,7 @@ class CaptureReader:
     def _file(self, path: Path, *, last: bool, watch: SeqWatch) -> Iterator[tuple[int, ev.Record]]:
         name = str(path)
         lineno = 0
+        found = 0  # lines that were records (of any kind): a file without one is not a capture
         unknown: set[str] = set()
         try:
             with _open(path) as f:
@@ -215,12 +235,15 @@ class CaptureReader:
                         try:
                             raw = orjson.loads(line)
                         except orjson.JSONDecodeError:
-                            if last:
+                            if last and found:
                                 self.warnings.append(
                                     f"{name}:{lineno}: last line cut short ({len(line)} bytes): skipped "
                                     "(the proxy stopped mid-write, or the file is still being written)"
                                 )
                                 return
+                            if not found:
+                                raise CaptureError(name, lineno, "not a capture: no record, only an unterminated "
+                                                   "line that is not JSON") from None  # fmt: skip
                             raise CaptureError(
                                 name, lineno, "line cut short in the middle of a capture (a later file follows)"
                             ) from None
@@ -236,6 +259,7 @@ class CaptureReader:
                     except UnknownKind as e:
                         # Same schema version, newer writer: new kinds are additions, so the rest
                         # of the capture still means what it says; the seq still counts (no hole).
+                        found += 1
                         watch.record(e.seq, None, name, lineno)
                         if e.kind not in unknown:
                             self.warnings.append(
@@ -244,15 +268,21 @@ class CaptureReader:
                             )
                         unknown.add(e.kind)
                         continue
-                    watch.record(seq, record, name, lineno)
+                    found += 1
+                    if watch.record(seq, record, name, lineno):
+                        continue
                     self.records += 1
                     yield seq, record
         except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+            if not found:
+                raise CaptureError(name, None, f"not a readable gzip capture: {e}") from None
             if not last:
                 raise CaptureError(name, lineno + 1 if lineno else None, f"broken compressed file: {e}") from None
             self.warnings.append(f"{name}: compressed file cut short after line {lineno}: {e}")
         except OSError as e:
             raise CaptureError(name, None, f"cannot read: {e.strerror or e}") from None
+        if not found:
+            raise CaptureError(name, None, "no capture records in this file (empty, or not a triton-tap capture)")
 
 
 def read_capture(paths: PathLike | Iterable[PathLike]) -> CaptureReader:

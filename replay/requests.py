@@ -738,7 +738,8 @@ def track(capture: CaptureSource) -> TrackResult:
             watch.end()
             gaps.extend(watch.gaps)
             watch = SeqWatch()
-        watch.record(seq, record, "<records>", None)
+        if watch.record(seq, record, "<records>", None):
+            continue
         tracker.feed(seq, record)
     watch.end()
     return tracker.finish([*gaps, *watch.gaps])

@@ -40,7 +40,6 @@ from typing import Any
 
 import grpc
 from tritonclient.grpc import service_pb2 as pb
-from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from replay import events as ev
 from replay.captured import CapturedCall, LoadedCapture, Response
@@ -200,6 +199,8 @@ class _Stream:
     async def _take(self, item: Any) -> None:
         if item is None:
             self.half_closed = True
+        elif isinstance(item, _Undecodable):
+            await self.server.undecodable(self.context, item, f"ModelStreamInfer {self.name}")
         else:
             await self._request(item, time.monotonic())
 
@@ -267,24 +268,50 @@ class _Stream:
         await self.context.abort(_status(end.status), _details(end.status, end.details), tuple(_metadata(end.trailers)))
 
 
-class _Servicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    def __init__(self, server: MockTriton) -> None:
-        self._server = server
-        for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
-            if method.name not in ("ModelInfer", "ModelStreamInfer"):
-                setattr(self, method.name, self._other_handler(method.name, getattr(pb, method.output_type.name)))
+@dataclass(frozen=True, slots=True)
+class _Undecodable:
+    """A request message that does not parse as the method's type (what the deserializer hands on)."""
 
-    def _other_handler(self, name: str, response_type: Any) -> Any:
-        async def handler(request: Any, context: Any) -> Any:
-            return await self._server.other(name, response_type, request, context)
+    size: int
+    error: str
 
-        return handler
 
-    async def ModelInfer(self, request: Any, context: Any) -> Any:
-        return await self._server.model_infer(request, context)
+def _lenient(parse: Any) -> Any:
+    # grpc's own handling of a deserializer that raises is a logged traceback and UNKNOWN for the
+    # client; the handler answers INVALID_ARGUMENT with one log line instead.
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception as e:
+            return _Undecodable(len(data), str(e) or type(e).__name__)
 
-    async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any) -> None:
-        await self._server.stream_infer(request_iterator, context)
+    return deserialize
+
+
+def _handlers(server: MockTriton) -> Any:
+    """The GRPCInferenceService methods, each parsing its request leniently."""
+    handlers: dict[str, Any] = {}
+    for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
+        request_type = getattr(pb, method.input_type.name)
+        response_type = getattr(pb, method.output_type.name)
+        kw = {"request_deserializer": _lenient(request_type.FromString),
+              "response_serializer": response_type.SerializeToString}  # fmt: skip
+        if method.name == "ModelStreamInfer":
+            handlers[method.name] = grpc.stream_stream_rpc_method_handler(server.stream_infer, **kw)
+        elif method.name == "ModelInfer":
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(server.model_infer, **kw)
+        else:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                _other_handler(server, method.name, response_type), **kw
+            )
+    return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+
+def _other_handler(server: MockTriton, name: str, response_type: Any) -> Any:
+    async def handler(request: Any, context: Any) -> Any:
+        return await server.other(name, response_type, request, context)
+
+    return handler
 
 
 def _check_bindable(host: str, port: int, listen: str) -> None:
@@ -321,6 +348,9 @@ class MockTriton:
         if capture.outcomes.unattributable:
             log.warning("%d captured response(s) cannot be attributed to a request (see `replay check`): "
                         "they are not replayed", len(capture.outcomes.unattributable))  # fmt: skip
+        for g in capture.outcomes.gaps:
+            where = f"{g.file}:{g.line}" if g.line is not None else g.file
+            log.warning("capture hole: %s at %s: %s", g.kind, where, g.detail)
         self.unmatched: list[str] = []  # NOT_FOUND messages, in order (for callers and tests)
         self.open_streams = 0  # ModelStreamInfer calls being served (their reader tasks included)
         self._warned: set[str] = set()
@@ -337,7 +367,7 @@ class MockTriton:
             _check_bindable(host, want, listen)
         # grpc sets SO_REUSEPORT by default, so a second serve on a busy port would silently share it.
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(_Servicer(self), server)
+        server.add_generic_rpc_handlers((_handlers(self),))
         try:
             port: int = int(server.add_insecure_port(format_hostport(host, want)))
         except RuntimeError as e:
@@ -372,6 +402,12 @@ class MockTriton:
         log.warning("%s: %s", where, message)
         await context.abort(grpc.StatusCode.NOT_FOUND, message)
 
+    async def undecodable(self, context: Any, request: _Undecodable, where: str) -> None:
+        """Log one line and end the call with INVALID_ARGUMENT: the client sent bytes that do not parse."""
+        message = f"triton-tap serve: the request message ({request.size} bytes) does not parse: {request.error}"
+        log.warning("%s: %s", where, message)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+
     async def _pause(self, start_ns: int, end_ns: int) -> None:
         if self.speed is not None and end_ns > start_ns:
             await asyncio.sleep((end_ns - start_ns) / 1e9 / self.speed)
@@ -401,6 +437,8 @@ class MockTriton:
 
     async def model_infer(self, request: Any, context: Any) -> Any:
         """ModelInfer (see the module docstring)."""
+        if isinstance(request, _Undecodable):
+            await self.undecodable(context, request, "ModelInfer")
         key = _request_key("unary", request)
         m = self.matcher.match(key)
         if m.candidate is None:
@@ -409,7 +447,8 @@ class MockTriton:
         call = self.capture.calls[m.candidate.call]
         log.debug("ModelInfer: %s matched call %s by %s", key.describe(), call.id, m.by)
         req = self.capture.request(call.id, m.candidate.seq)
-        return await self._answer(call, req.t_ns, context, lambda r: self._unary(r, request.id))
+        return await self._answer(call, req.t_ns, context, lambda r: self._unary(r, request.id),
+                                  lambda: pb.ModelInferResponse(id=request.id))  # fmt: skip
 
     def _unary(self, resp: Response, incoming_id: str) -> Any:
         msg, real = unary_response(resp.record)
@@ -418,19 +457,25 @@ class MockTriton:
             msg.id = incoming_id
         return msg
 
-    async def _answer(self, call: CapturedCall, t0: int, context: Any, build: Any) -> Any:
+    async def _answer(self, call: CapturedCall, t0: int, context: Any, build: Any, empty: Any) -> Any:
         end = call.end
         await self._pause(t0, end.t_ns if end is not None else t0)
         if end is not None and end.status != "OK":
             await context.abort(_status(end.status), _details(end.status, end.details), tuple(_metadata(end.trailers)))
-        if not call.responses:
-            await context.abort(grpc.StatusCode.UNKNOWN, f"triton-tap serve: captured call {call.id} has no response")
         if end is not None and end.trailers:
             context.set_trailing_metadata(tuple(_metadata(end.trailers)))
+        if not call.responses:
+            # A 0-byte answer is a message record of size 0; here the capture has none at all, yet the
+            # status the client got was OK (or never recorded): answer that status with the empty message.
+            log.warning("captured call %s (%s) has no response message: answering %s with an empty message",
+                        call.id, call.short_method, "OK" if end is not None else "its unrecorded end")  # fmt: skip
+            return empty()
         return build(call.responses[0])
 
     async def other(self, name: str, response_type: Any, request: Any, context: Any) -> Any:
         """Readiness, metadata and the other unary RPCs (see the module docstring)."""
+        if isinstance(request, _Undecodable):
+            await self.undecodable(context, request, name)
         calls = [c for c in self.capture.calls.values() if c.method == _PREFIX + name]
         if not calls:
             message = f"triton-tap serve: the capture has no {name} call to answer with"
@@ -467,7 +512,8 @@ class MockTriton:
             log.warning("%s: %s", name, message)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, message)
         t0 = call.requests[0][1].t_ns if call.requests else call.t_start
-        return await self._answer(call, t0, context, lambda r: self._other_response(name, response_type, r))
+        return await self._answer(call, t0, context, lambda r: self._other_response(name, response_type, r),
+                                  response_type)  # fmt: skip
 
     def _other_response(self, name: str, response_type: Any, resp: Response) -> Any:
         rec = resp.record

@@ -90,7 +90,8 @@ def test_json_document_lists_changes_per_request() -> None:
     """The --json document carries each pair's changes and a summary."""
     doc = _diff(_stream(), _stream(final=False)).to_json()
     assert doc["equivalent"] is False
-    assert doc["summary"] == {"paired": 1, "changed": 1, "only_a": 0, "only_b": 0, "calls_changed": 0}
+    assert doc["summary"] == {"paired": 1, "changed": 1, "only_a": 0, "only_b": 0, "calls_changed": 0,
+                                  "holes_a": 0, "holes_b": 0}
     assert {"field": "final", "a": True, "b": False} in doc["requests"][0]["changes"]
 
 

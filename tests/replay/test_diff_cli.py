@@ -41,7 +41,8 @@ def test_json_document(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 1 and doc["equivalent"] is False
     assert [r["request_id"] for r in doc["only_a"]] == ["due", "not-due"]
     assert [r["request_id"] for r in doc["only_b"]] == ["r1"]
-    assert doc["summary"] == {"paired": 0, "changed": 0, "only_a": 2, "only_b": 1, "calls_changed": 0}
+    assert doc["summary"] == {"paired": 0, "changed": 0, "only_a": 2, "only_b": 1, "calls_changed": 0,
+                                  "holes_a": 0, "holes_b": 0}
 
 
 def test_unreadable_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -73,3 +74,41 @@ def test_serve_refuses_a_busy_port_in_one_line(capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err
     assert code == 2
     assert f"cannot listen on 127.0.0.1:{port}" in err and err.strip().count("\n") == 0
+
+
+def test_diff_lists_the_holes_of_either_capture(capsys: pytest.CaptureFixture[str]) -> None:
+    """gaps.jsonl against itself: still equivalent on requests, but each hole is printed and in --json `holes`."""
+    gaps = str(DATA / "gaps.jsonl")
+    code = main(["diff", gaps, gaps])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert "hole in A gap_record" in out and "hole in B seq_gap" in out
+    assert "A has 2 hole(s), B 2" in " ".join(out.split())
+    code = main(["diff", "--json", gaps, gaps])
+    doc = json.loads(capsys.readouterr().out)
+    assert [g["kind"] for g in doc["holes"]["a"]] == ["gap_record", "seq_gap"] == [g["kind"] for g in doc["holes"]["b"]]
+    assert (doc["summary"]["holes_a"], doc["equivalent"]) == (2, True)
+
+
+def test_a_duplicated_response_line_is_not_a_false_change(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A capture with one response line written twice diffs equivalent to the clean one, naming the repeat."""
+    lines = (DATA / "one_response.jsonl").read_bytes().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if b'"s2c"' in line)
+    dup = tmp_path / "dup.jsonl"
+    dup.write_bytes(b"".join([*lines[: at + 1], lines[at], *lines[at + 1 :]]))
+    code = main(["diff", "--json", str(DATA / "one_response.jsonl"), str(dup)])
+    doc = json.loads(capsys.readouterr().out)
+    assert (code, doc["summary"]["changed"]) == (0, 0)
+    assert [g["kind"] for g in doc["holes"]["b"]] == ["duplicate_seq"]
+
+
+def test_payload_matching_on_meta_captures_warns_or_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    """--match payload alone on captures without payload bytes: exit 2, one line; with id: a warning line."""
+    one = str(DATA / "one_response.jsonl")
+    code = triton_tap_main(["diff", "--match", "payload", one, one])
+    _, err = capsys.readouterr()
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--payload full" in err
+    code = triton_tap_main(["diff", "--match", "payload,id", one, one])
+    _, err = capsys.readouterr()
+    assert code == 0
+    assert err.count("warning") == 2 and "--match payload needs captures recorded with --payload full" in err

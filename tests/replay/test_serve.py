@@ -302,3 +302,47 @@ def test_a_payload_none_capture_is_refused_in_one_line() -> None:
     b.end("c1.1")
     with pytest.raises(UserError, match="--payload none"):
         MockTriton(load(b.finish().records))
+
+
+def test_serve_logs_the_holes_of_its_capture(caplog: pytest.LogCaptureFixture) -> None:
+    """gaps.jsonl: each hole (gap record, missing seqs) is a warning when the server is built."""
+    with caplog.at_level(logging.WARNING, logger="triton_tap.serve"):
+        MockTriton(load(DATA / "gaps.jsonl"))
+    holes = [r.getMessage() for r in caplog.records if "capture hole" in r.getMessage()]
+    assert [h.split()[2] for h in holes] == ["gap_record", "seq_gap"]
+
+
+@pytest.mark.parametrize("method", ["ModelInfer", "ServerLive", "ModelStreamInfer"])
+def test_an_undecodable_request_gets_invalid_argument_and_one_log_line(
+    serve: Serve, caplog: pytest.LogCaptureFixture, method: str
+) -> None:
+    """Bytes that do not parse as the request type: INVALID_ARGUMENT naming the parse error, one warning, no traceback."""
+    url = serve("unary.jsonl", speed=None)
+    path = f"/inference.GRPCInferenceService/{method}"
+    junk = b"\xff\xff\xff"
+    with grpc.insecure_channel(url) as channel, caplog.at_level(logging.DEBUG):
+        if method == "ModelStreamInfer":
+            call = channel.stream_stream(path)(iter([junk]), timeout=WAIT_S)
+            with pytest.raises(grpc.RpcError) as err:
+                list(call)
+        else:
+            with pytest.raises(grpc.RpcError) as err:
+                channel.unary_unary(path)(junk, timeout=WAIT_S)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "does not parse" in (err.value.details() or "")
+    lines = [r for r in caplog.records if "does not parse" in r.getMessage()]
+    assert len(lines) == 1 and not any(r.exc_info for r in caplog.records)
+
+
+def test_a_captured_ok_call_without_a_response_message_answers_ok(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    """unary.jsonl's ServerLive ended OK with no response message: the client gets OK (an empty answer), not UNKNOWN."""
+    url = serve("unary.jsonl", speed=None)
+    c = grpcclient.InferenceServerClient(url)
+    try:
+        with caplog.at_level(logging.WARNING, logger="triton_tap.serve"):
+            assert c.is_server_live() is False
+    finally:
+        c.close()
+    assert any("has no response message" in r.getMessage() for r in caplog.records)
