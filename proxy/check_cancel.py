@@ -413,6 +413,7 @@ class _Setup:
     probe_inputs: Callable[[], list[Any]]
     baseline_ms: float = 0.0
     notes: list[str] = field(default_factory=list)
+    metrics_ok: bool = True  # False when --metrics did not answer before the run
 
 
 def _client(setup: _Setup, book: _Book) -> Any:
@@ -459,7 +460,7 @@ def _server_evidence_start(setup: _Setup) -> tuple[LogTail | None, dict[str, flo
         tail = LogTail(setup.opts.log_path)
         tail.mark()
     before = None
-    if setup.opts.metrics_url is not None:
+    if setup.opts.metrics_url is not None and setup.metrics_ok:
         before = _metrics_or_none(setup)
     return tail, before
 
@@ -468,8 +469,10 @@ def _metrics_or_none(setup: _Setup) -> dict[str, float] | None:
     assert setup.opts.metrics_url is not None
     try:
         return sample_metrics(setup.opts.metrics_url)
-    except (OSError, ValueError) as e:
-        setup.notes.append(f"metrics endpoint {setup.opts.metrics_url} unreadable: {e}")
+    except Exception as e:  # a non-HTTP port raises http.client errors, not OSError
+        note = f"metrics endpoint {setup.opts.metrics_url} unreadable: {type(e).__name__}: {e}"
+        if note not in setup.notes:
+            setup.notes.append(note)
         return None
 
 
@@ -482,7 +485,12 @@ def _server_evidence_end(
         time.sleep(remaining)
     log = None
     if tail is not None:
-        log = vd.scan_log(tail.read(), rid, setup.opts.allowance_ms, setup.opts.window_s * 1000.0, case=case)
+        try:
+            lines = tail.read()
+        except OSError as e:
+            setup.notes.append(f"--log {str(tail.path)!r} unreadable after the cancel: {e.strerror or e}")
+        else:
+            log = vd.scan_log(lines, rid, setup.opts.allowance_ms, setup.opts.window_s * 1000.0, case=case)
     deltas = None
     if before is not None:
         after = _metrics_or_none(setup)
@@ -622,7 +630,14 @@ def _connect(opts: CheckOptions) -> tuple[Any, str | None]:
         try:
             meta = client.get_server_metadata()
         except InferenceServerException as e:
-            raise UpstreamError(f"Triton at {opts.target} is unreachable: {e.message()}") from None
+            # Only a transport failure means nobody answered; any other status came from a server.
+            status = str(e.status() or "")
+            if status.endswith(("UNAVAILABLE", "DEADLINE_EXCEEDED")) or not status:
+                raise UpstreamError(f"Triton at {opts.target} is unreachable: {e.message()}") from None
+            raise UpstreamError(
+                f"the server at {opts.target} refused Triton's ServerMetadata ({status.rsplit('.', 1)[-1]}): "
+                f"{e.message()} (is it a Triton gRPC endpoint?)"
+            ) from None
         try:
             config = client.get_model_config(opts.model).config
         except InferenceServerException as e:
@@ -669,6 +684,9 @@ def run_check(opts: CheckOptions) -> vd.Report:
         long_inputs=lambda: build_inputs(config, long_values),
         probe_inputs=lambda: build_inputs(config, probe_values),
     )  # fmt: skip
+    if opts.metrics_url is not None:
+        # Checked once up front: a dead or non-HTTP endpoint is one note, not a failure per case.
+        setup.metrics_ok = _metrics_or_none(setup) is not None
     cases: list[vd.CaseObservation] = []
     try:
         setup.baseline_ms = _baseline(setup)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -28,29 +29,72 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
+#: Upper bound of the integer flags (--payload-cap, --length): the capture's JSON holds 64-bit ints only.
+MAX_INT = 2**31
+#: Upper bound of the float flags (seconds, milliseconds, MB): larger ones overflow timers and sizes.
+MAX_FLOAT = 1e9
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    # nan passes every comparison, inf overflows int(); neither is a duration or a size.
+    if not math.isfinite(value) or not 0 < value <= MAX_FLOAT:
+        raise argparse.ArgumentTypeError(f"must be a number > 0 and <= {MAX_FLOAT:g}: {text!r}")
     return value
 
 
 def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer: {text!r}")
+    if not text.isascii() or not text.isdigit() or not 0 < int(text) <= MAX_INT:
+        raise argparse.ArgumentTypeError(f"must be an integer 1..{MAX_INT}: {text!r}")
     return int(text)
+
+
+def _hostport(flag: str, *, listen: bool) -> Any:
+    """An argparse type checking ``HOST:PORT`` (port 0 only where a free port can be listened on)."""
+    from replay.hostport import parse_hostport
+
+    def check(text: str) -> str:
+        try:
+            parse_hostport(text, flag, allow_port_zero=listen)
+        except UserError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return text
+
+    return check
+
+
+def _evidence(text: str) -> str:
+    """Syntax and files of ``--evidence`` checked at parse time, so a config file's value is named as such."""
+    from proxy.evidence import parse_evidence
+
+    try:
+        parse_evidence(text, 1.0)
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _always_redacted() -> str:
+    from proxy.relay import DEFAULT_REDACT, REDACT_SUFFIXES
+
+    return ", ".join([*DEFAULT_REDACT, *(f"*{s}" for s in REDACT_SUFFIXES)])
+
+
+_ALWAYS_REDACTED = _always_redacted()
 
 
 def add_record_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``triton-tap record`` (also ``python -m proxy``)."""
-    p.add_argument("--listen", default="127.0.0.1:8011", help="HOST:PORT to accept clients on (default %(default)s)")
-    p.add_argument("--upstream", default="127.0.0.1:8001", help="HOST:PORT of Triton's gRPC endpoint (default %(default)s)")
+    p.add_argument("--listen", type=_hostport("--listen", listen=True), default="127.0.0.1:8011", help="HOST:PORT to accept clients on (default %(default)s)")
+    p.add_argument("--upstream", type=_hostport("--upstream", listen=False), default="127.0.0.1:8001", help="HOST:PORT of Triton's gRPC endpoint (default %(default)s)")
     p.add_argument("--capture-dir", type=Path, default=Path("captures"), help="directory for *.jsonl capture files (default %(default)s)")
     p.add_argument("--payload", choices=("none", "meta", "full"), default="meta",
-                   help="none: message sizes only; meta: Triton labels, no tensor bytes (default); full: also the raw message, base64")
+                   help="none: message sizes and the labels request tracking needs (model, request ids, final/sequence "
+                   "flags, output names, whether a response was an error) but no tensor specs or error texts; "
+                   "meta: all Triton labels, no tensor bytes (default); full: also the raw message, base64")
     p.add_argument("--payload-cap", type=_positive_int, default=None, metavar="BYTES",
                    help="with --payload full: store at most this many bytes per message")
     p.add_argument("--rotate-mb", type=_positive_float, default=None, metavar="MB", help="start a new capture file after this many MB")
@@ -58,7 +102,7 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drain-timeout", type=_positive_float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, wait this long for open calls before ending them (default %(default)s)")
     p.add_argument("--redact", action="append", default=[], metavar="KEY",
-                   help="also redact this metadata key's value (repeatable; authorization, cookie, x-api-key, *-token are always redacted)")
+                   help=f"also redact this metadata key's value (repeatable; {_ALWAYS_REDACTED} are always redacted)")
     p.add_argument("--redact-input", action="append", default=[], metavar="NAME",
                    help="with --payload full: cut this input tensor's data out of stored requests, keeping name, "
                         "datatype, shape, size and an HMAC-SHA256 (repeatable)")
@@ -74,12 +118,12 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
     tls.add_argument("--upstream-key", type=Path, default=None, metavar="PEM", help="private key of --upstream-cert")
     tls.add_argument("--upstream-server-name", default=None, metavar="NAME",
                      help="SNI and certificate name of the upstream, also sent as :authority (default: the --upstream host)")
-    p.add_argument("--evidence", default=None, metavar="metrics=URL,log=PATH",
+    p.add_argument("--evidence", type=_evidence, default=None, metavar="metrics=URL,log=PATH",
                    help="after each cancel forwarded upstream, sample Triton's metrics endpoint (nv_inference_*) "
                    "and/or the lines appended to its verbose log, and record them as `evidence` records")
     p.add_argument("--evidence-window", type=_positive_float, default=5.0, metavar="SECONDS",
                    help="how long to watch after each cancel (default %(default)s)")
-    p.add_argument("--metrics", default=None, metavar="HOST:PORT",
+    p.add_argument("--metrics", type=_hostport("--metrics", listen=True), default=None, metavar="HOST:PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="info: start-up/shutdown, one line per call end, warnings (default %(default)s)")
@@ -105,7 +149,7 @@ def run_record(args: argparse.Namespace) -> int:
         drain_timeout=args.drain_timeout,
         redact=DEFAULT_REDACT + tuple(k.lower() for k in args.redact),
         metrics=args.metrics,
-        evidence=parse_evidence(args.evidence, args.evidence_window) if args.evidence else None,
+        evidence=parse_evidence(args.evidence, args.evidence_window) if args.evidence is not None else None,
         redact_inputs=tuple(args.redact_input),
         # The environment keeps a shared salt out of `ps` output and shell history.
         redact_salt=args.redact_salt if args.redact_salt is not None else os.environ.get("TRITON_TAP_REDACT_SALT"),
@@ -185,6 +229,26 @@ def add_check_cancel(sub: Any) -> None:
     cc.set_defaults(func=_run_check_cancel)
 
 
+def _check_cancel_preflight(args: argparse.Namespace) -> None:
+    """What can be known before the run (it takes seconds and a model's time) is checked first."""
+    import os
+
+    from replay.hostport import format_hostport, parse_hostport
+
+    args.target = format_hostport(*parse_hostport(args.target, "--target"))
+    if args.capture_dir is not None and not args.through_proxy:
+        raise UserError("--capture-dir needs --through-proxy (only the in-process proxy writes a capture)")
+    if args.log is not None and not (args.log.is_file() and os.access(args.log, os.R_OK)):
+        raise UserError(f"--log {str(args.log)!r} is not a readable regular file")
+    if args.report is not None:
+        report: Path = args.report
+        if report.is_dir():
+            raise UserError(f"--report {str(report)!r} is a directory")
+        where = report if report.exists() else (report.parent if str(report.parent) else Path("."))
+        if not os.access(where, os.W_OK) or (where is not report and not where.is_dir()):
+            raise UserError(f"--report {str(report)!r} is not writable")
+
+
 def _run_check_cancel(args: argparse.Namespace) -> int:
     import json
 
@@ -195,6 +259,7 @@ def _run_check_cancel(args: argparse.Namespace) -> int:
     cases = tuple(c.strip() for c in args.cases.split(",") if c.strip())
     if not cases or set(cases) - {"executing", "queued"}:
         raise UserError(f"--cases must list executing and/or queued, got {args.cases!r}")
+    _check_cancel_preflight(args)
     opts = CheckOptions(
         target=args.target, model=args.model, method=args.method,
         inputs=parse_json_inputs(args.inputs, "--inputs") if args.inputs else None,
@@ -210,12 +275,13 @@ def _run_check_cancel(args: argparse.Namespace) -> int:
         print(f"triton-tap: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     text = verdict.to_markdown(report)
+    # Printed first: a report file that still fails to write must not throw the result away.
+    print(json.dumps(verdict.to_json(report), indent=2) if args.json else text, flush=True)
     if args.report is not None:
         try:
             args.report.write_text(text)
         except OSError as e:
             raise UserError(f"--report {str(args.report)!r}: {e.strerror or e}") from None
-    print(json.dumps(verdict.to_json(report), indent=2) if args.json else text)
     return verdict.exit_code(report)
 
 

@@ -70,6 +70,8 @@ def load_config(path: Path, parser: argparse.ArgumentParser) -> dict[str, Any]:
         raise UserError(f"cannot read config {str(path)!r}: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"config {str(path)!r} is not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"config {str(path)!r} is not UTF-8 text (byte {e.start}): TOML files must be UTF-8") from None
     keys = config_keys(parser)
     out: dict[str, Any] = {}
     for raw_key, value in data.items():

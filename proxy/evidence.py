@@ -45,11 +45,15 @@ def parse_evidence(text: str, window_s: float) -> EvidenceSpec:
     """``metrics=URL,log=PATH`` (either or both) -> spec, or :class:`UserError`."""
     metrics: str | None = None
     path: Path | None = None
+    seen: set[str] = set()
     for part in text.split(","):
         key, sep, value = part.partition("=")
         key = key.strip()
         if not sep or not value:
             raise UserError(f"--evidence takes metrics=URL and/or log=PATH, got {part!r}")
+        if key in seen:
+            raise UserError(f"--evidence names {key}= twice in {text!r}")
+        seen.add(key)
         if key == "metrics":
             if not value.startswith(("http://", "https://")):
                 raise UserError(f"--evidence metrics= must be an http(s) URL, got {value!r}")
@@ -61,6 +65,16 @@ def parse_evidence(text: str, window_s: float) -> EvidenceSpec:
         else:
             raise UserError(f"--evidence: unknown source {key!r} (metrics, log)")
     return EvidenceSpec(metrics_url=metrics, log_path=path, window_s=window_s)
+
+
+def probe_metrics(url: str, timeout: float = 3.0) -> str | None:
+    """Why ``url`` does not answer as a metrics endpoint now, or None when it does (a start-up check)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            resp.read()
+    except Exception as e:  # any failure is only a warning: the endpoint may come up later
+        return f"{type(e).__name__}: {e}"
+    return None
 
 
 def _metrics(url: str) -> dict[str, float]:
@@ -137,6 +151,20 @@ class EvidenceCollector:
         return out
 
     async def _watch(self, rec: ev.CallCancelled, offset: int) -> None:
+        try:
+            await self._sample(rec, offset)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # evidence must never fail the relay or leave a task error
+            log.warning("evidence_failed", call=rec.call, error=f"{type(e).__name__}: {e}")
+            self._windows.pop(rec.call, None)
+            for source in self._sources():
+                self.emit(ev.EvidenceRecorded(
+                    t_ns=time.time_ns(), call=rec.call, cancel_t_ns=rec.t_ns, source=source, window_ms=0.0,
+                    in_flight=list(rec.in_flight), error=f"evidence failed: {type(e).__name__}: {e}",
+                ))  # fmt: skip
+
+    async def _sample(self, rec: ev.CallCancelled, offset: int) -> None:
         t0 = time.monotonic()
         before: dict[str, float] | None = None
         before_error: str | None = None
@@ -144,8 +172,8 @@ class EvidenceCollector:
         if url is not None:
             try:
                 before = await asyncio.to_thread(_metrics, url)
-            except (OSError, ValueError) as e:
-                before_error = f"metrics endpoint unreadable: {e}"
+            except Exception as e:  # a non-HTTP port raises http.client errors, not OSError
+                before_error = f"metrics endpoint unreadable: {type(e).__name__}: {e}"
         try:
             # Shutdown ends the window early; the record then says how long it really was.
             await asyncio.wait_for(self._closing.wait(), max(0.0, self.spec.window_s - (time.monotonic() - t0)))
@@ -165,8 +193,8 @@ class EvidenceCollector:
                 try:
                     after = await asyncio.to_thread(_metrics, url)
                     deltas = {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
-                except (OSError, ValueError) as e:
-                    error = f"metrics endpoint unreadable: {e}"
+                except Exception as e:  # as above
+                    error = f"metrics endpoint unreadable: {type(e).__name__}: {e}"
             self.emit(ev.EvidenceRecorded(t_ns=time.time_ns(), source="metrics", counters=deltas, error=error, **common))
         path = self.spec.log_path
         if path is not None:
@@ -175,7 +203,7 @@ class EvidenceCollector:
                 return
             try:
                 lines, skipped = await asyncio.to_thread(_log_lines, path, offset, list(rec.in_flight))
-            except OSError as e:
+            except (OSError, ValueError) as e:
                 self.emit(ev.EvidenceRecorded(t_ns=time.time_ns(), source="log", error=f"{path}: {e}", **common))
                 return
             self.emit(ev.EvidenceRecorded(

@@ -8,12 +8,14 @@ through the proxy: it appears in the capture as a ``/grpc.health.v1.Health/Check
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
 import grpc
 
 from replay.errors import UpstreamError
+from replay.hostport import format_hostport, parse_hostport
 
 # HealthCheckResponse.status = SERVING (field 1, varint 1); an empty HealthCheckRequest asks for
 # the whole server. Raw bytes: grpcio-health-checking would be a dependency for two constants.
@@ -22,6 +24,9 @@ _SERVING = b"\x08\x01"
 
 def check(target: str, timeout: float) -> None:
     """Raise :class:`UpstreamError` unless ``target`` answers the health check with SERVING."""
+    # Parsed here, not by grpc: grpc wraps port 99999 and logs its own C-core line for a bad target.
+    host, port = parse_hostport(target, "--target")
+    target = format_hostport(host, port)
     with grpc.insecure_channel(target) as channel:
         call = channel.unary_unary("/grpc.health.v1.Health/Check")
         try:
@@ -33,12 +38,29 @@ def check(target: str, timeout: float) -> None:
         raise UpstreamError(f"health check via {target}: not SERVING (response {answer.hex() or 'empty'})")
 
 
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"must be a number > 0 and <= 86400: {text!r}")
+    return value
+
+
 def add_health_command(sub: Any) -> None:
     """Register ``health`` on a subparser set."""
-    p = sub.add_parser("health", help="gRPC health check through a running proxy (exit 0 when Triton is SERVING)")
+    p = sub.add_parser(
+        "health",
+        help="gRPC health check through a running proxy (exit 0 when Triton is SERVING)",
+        description="Send one grpc.health.v1.Health/Check to the proxy's listen address; it passes only when the "
+        "proxy accepts connections and relays to a Triton that answers SERVING (the check is recorded as a call "
+        "in the capture). Exit 0: SERVING; 1: not SERVING, unreachable or timed out; 2: bad arguments.",
+    )
     p.add_argument("--target", default="127.0.0.1:8011", metavar="HOST:PORT",
                    help="the proxy's listen address (default %(default)s)")
-    p.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS", help="default %(default)s")
+    p.add_argument("--timeout", type=_timeout, default=3.0, metavar="SECONDS",
+                   help="how long to wait for the answer (default %(default)s)")
 
     def run(args: argparse.Namespace) -> int:
         check(args.target, args.timeout)

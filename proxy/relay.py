@@ -81,6 +81,10 @@ hpack.hpack.log = _NoLog()  # type: ignore[assignment]
 
 REDACTED = "<redacted>"
 DEFAULT_REDACT = ("authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key")
+#: ``--payload none`` keeps that a response carried an in-band error, not its text.
+NONE_ERROR_TEXT = "(error text not recorded: --payload none)"
+#: Metadata keys ending with one of these are always redacted too.
+REDACT_SUFFIXES = ("-token", "-secret")
 
 
 class PatchedH2Connection(h2.connection.H2Connection):
@@ -289,7 +293,7 @@ class RelayOptions:
 
     def redacts(self, name: str) -> bool:
         """Whether a metadata key's value must not reach the capture in clear."""
-        return name in self.redact or name.endswith("-token") or name.endswith("-secret")
+        return name in self.redact or name.endswith(REDACT_SUFFIXES)
 
 
 class Call:
@@ -996,6 +1000,13 @@ class Tunnel:
                     fields = {"decode_error": f"not a valid {'request' if direction == 0 else 'response'}: {e}"}
             elif mkind and flag:
                 fields = {"decode_error": "compressed message: not decoded"}
+            if payload == "none" and fields:
+                # Ids, finals, model and "there was an error" drive the request state machine and the
+                # in-flight evidence of cancels; tensor specs and error texts are what none leaves out.
+                fields.pop("inputs", None)
+                fields.pop("output_tensors", None)
+                if fields.get("error"):
+                    fields["error"] = NONE_ERROR_TEXT
             if payload == "full":
                 cut, withheld = truncated, False
                 if direction == 0 and mkind and self.opts.redact_inputs:

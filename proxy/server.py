@@ -17,23 +17,15 @@ from typing import Any
 import structlog
 
 from proxy import __version__
-from proxy.evidence import EvidenceCollector, EvidenceSpec
+from proxy.evidence import EvidenceCollector, EvidenceSpec, probe_metrics
 from proxy.observe import MetricsServer, ProxyMetrics, RecordObserver
 from proxy.relay import DEFAULT_REDACT, Relay, RelayOptions
 from proxy.writer import CaptureWriter, WriterOptions, prepare_directory
 from replay import events as ev
 from replay.errors import UpstreamError, UserError
+from replay.hostport import parse_hostport
 
 log = structlog.get_logger("triton_tap.proxy")
-
-
-def parse_hostport(value: str, what: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` too) -> tuple, or :class:`UserError` naming the flag."""
-    host, sep, port = value.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise UserError(f"{what} must be HOST:PORT, got {value!r}")
-    return host, int(port)
 
 
 @dataclass
@@ -74,9 +66,24 @@ def _with_evidence(emit: Callable[[Any], None], notify: Callable[[ev.CallCancell
     def sink(record: Any) -> None:
         emit(record)
         if type(record) is ev.CallCancelled and record.forwarded_upstream:
-            notify(record)
+            try:
+                notify(record)
+            except Exception as e:  # evidence is an observer: it must never fail the call
+                log.warning("evidence_failed", call=record.call, error=f"{type(e).__name__}: {e}")
 
     return sink
+
+
+def _guarded_mark(mark: Callable[[str], None]) -> Callable[[str], None]:
+    """The evidence collector's pre-cancel hook, unable to break the relay's cancel path."""
+
+    def before_cancel(call: str) -> None:
+        try:
+            mark(call)
+        except Exception as e:  # as in the sink above
+            log.warning("evidence_failed", call=call, error=f"{type(e).__name__}: {e}")
+
+    return before_cancel
 
 
 def _load_chain(ctx: ssl.SSLContext, cert: Path, key: Path, what: str) -> None:
@@ -151,9 +158,14 @@ class RecordingProxy:
 
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
-        self.listen_addr = parse_hostport(config.listen, "--listen")
+        self.listen_addr = parse_hostport(config.listen, "--listen", allow_port_zero=True)
         self.upstream_addr = parse_hostport(config.upstream, "--upstream")
-        self.metrics_addr = parse_hostport(config.metrics, "--metrics") if config.metrics else None
+        self.metrics_addr = (
+            parse_hostport(config.metrics, "--metrics", allow_port_zero=True) if config.metrics else None
+        )
+        if self.metrics_addr is not None and self.metrics_addr[1] and self.metrics_addr[1] == self.listen_addr[1]:
+            # Caught here, before anything is bound or created: the two servers cannot share a port.
+            raise UserError(f"--metrics {config.metrics} and --listen {config.listen} use the same port")
         self.metrics_server: MetricsServer | None = None
         self.metrics: ProxyMetrics | None = None
         if config.payload not in ("none", "meta", "full"):
@@ -188,6 +200,11 @@ class RecordingProxy:
             None, check_upstream, *self.upstream_addr, cfg.connect_timeout, up_tls, cfg.upstream_server_name
         )
         salt = cfg.redact_salt if cfg.redact_salt is not None else secrets.token_hex(16)
+        if cfg.evidence is not None and cfg.evidence.metrics_url is not None:
+            why = await loop.run_in_executor(None, probe_metrics, cfg.evidence.metrics_url, cfg.connect_timeout)
+            if why is not None:
+                # Only a warning: Triton's metrics may come up later; each evidence record says what it saw.
+                log.warning("evidence_metrics_unreachable", url=cfg.evidence.metrics_url, error=why)
         opts: dict[str, Any] = {
             "payload": cfg.payload,
             "payload_cap": cfg.payload_cap,
@@ -243,27 +260,33 @@ class RecordingProxy:
             self._server.close()
             self._close_metrics()
             raise UserError(f"cannot create a capture file in {str(cfg.capture_dir)!r}: {e.strerror or e}") from None
-        if metrics is not None:
-            metrics.attach_writer(self.writer.stats)
-        # One observer between the relay and the writer: the call-end log line and the metrics.
-        emit: Callable[[Any], None] = RecordObserver(self.writer.emit, metrics)
-        if cfg.evidence is not None:
-            self.evidence = EvidenceCollector(cfg.evidence, self.writer.emit)
-            emit = _with_evidence(emit, self.evidence.notify)
-        self.relay = Relay(
-            self.upstream_addr,
-            emit,
-            RelayOptions(
-                payload=cfg.payload, payload_cap=cfg.payload_cap, redact=cfg.redact,
-                redact_inputs=frozenset(cfg.redact_inputs), redact_key=salt.encode(),
-            ),
-            upstream_tls=up_tls,
-            upstream_server_name=cfg.upstream_server_name,
-        )
-        if self.evidence is not None:
-            self.relay.before_cancel = self.evidence.mark
-        relay_box.append(self.relay)
-        await self._server.start_serving()
+        try:
+            if metrics is not None:
+                metrics.attach_writer(self.writer.stats)
+            # One observer between the relay and the writer: the call-end log line and the metrics.
+            emit: Callable[[Any], None] = RecordObserver(self.writer.emit, metrics)
+            if cfg.evidence is not None:
+                self.evidence = EvidenceCollector(cfg.evidence, self.writer.emit)
+                emit = _with_evidence(emit, self.evidence.notify)
+            self.relay = Relay(
+                self.upstream_addr,
+                emit,
+                RelayOptions(
+                    payload=cfg.payload, payload_cap=cfg.payload_cap, redact=cfg.redact,
+                    redact_inputs=frozenset(cfg.redact_inputs), redact_key=salt.encode(),
+                ),
+                upstream_tls=up_tls,
+                upstream_server_name=cfg.upstream_server_name,
+            )
+            if self.evidence is not None:
+                self.relay.before_cancel = _guarded_mark(self.evidence.mark)
+            relay_box.append(self.relay)
+            await self._server.start_serving()
+        except BaseException:
+            self.writer.abandon()
+            self._server.close()
+            self._close_metrics()
+            raise
         extra = {}
         if self.metrics_server is not None and self.metrics_addr is not None:
             extra["metrics"] = f"{self.metrics_addr[0]}:{self.metrics_server.port}"

@@ -144,8 +144,24 @@ class CaptureWriter:
     def open(self) -> None:
         """Create the first capture file and write ``capture_start`` (synchronously, at start-up)."""
         self._open_file()
-        self._write_batch([self._start])
+        try:
+            self._write_batch([self._start])
+        except BaseException:
+            self.abandon()
+            raise
         self._task = asyncio.get_running_loop().create_task(self._run(), name="triton-tap-capture-writer")
+
+    def abandon(self) -> None:
+        """Start-up failed before any call: remove the file (a capture_start alone is no evidence of anything)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        while self.paths:
+            self.paths.pop().unlink(missing_ok=True)
+        self._pool.shutdown(wait=False)
 
     async def close(self, counts_extra: dict[str, int] | None = None) -> None:
         """Write everything queued, then ``capture_end``, and close the file."""

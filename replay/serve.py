@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import heapq
 import itertools
 import logging
 import math
+import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ from replay import events as ev
 from replay.captured import CapturedCall, LoadedCapture, Response
 from replay.errors import UserError
 from replay.feed import _DEFAULT_DETAILS, _metadata
+from replay.hostport import format_hostport, parse_hostport
 from replay.match import STRATEGIES, Key, Matcher, input_hash
 
 log = logging.getLogger("triton_tap.serve")
@@ -311,6 +314,21 @@ def _other_handler(server: MockTriton, name: str, response_type: Any) -> Any:
     return handler
 
 
+def _check_bindable(host: str, port: int, listen: str) -> None:
+    """One line naming the reason when ``host:port`` cannot be bound (busy, not local, unresolvable)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as e:
+        raise UserError(f"cannot listen on {listen}: {e.strerror or e}") from None
+    family, kind, proto, _name, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        try:
+            sock.bind(addr)
+        except OSError as e:
+            why = "address already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
+            raise UserError(f"cannot listen on {listen}: {why}") from None
+
+
 class MockTriton:
     """A grpc.aio server answering from a loaded capture; :meth:`start` / :meth:`stop` on a running loop."""
 
@@ -319,7 +337,10 @@ class MockTriton:
         keep_ids: bool = False,
     ) -> None:  # fmt: skip
         if capture.payload_modes == {"none"}:
-            raise UserError("the capture was recorded with --payload none: it holds no requests to answer")
+            raise UserError(
+                "the capture was recorded with --payload none: it keeps request ids and message sizes only, "
+                "no input or output specs to match requests or shape answers; record with --payload meta or full"
+            )
         self.capture = capture
         self.speed = speed
         self.keep_ids = keep_ids
@@ -340,10 +361,15 @@ class MockTriton:
 
     async def start(self, listen: str = "127.0.0.1:0") -> int:
         """Bind ``listen`` (port 0: a free one) and serve; returns the port."""
-        server = grpc.aio.server()
+        host, want = parse_hostport(listen, "--listen", allow_port_zero=True)
+        if want:
+            # A plain bind first: grpc would log its own C-core line for a busy port, and say less.
+            _check_bindable(host, want, listen)
+        # grpc sets SO_REUSEPORT by default, so a second serve on a busy port would silently share it.
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         server.add_generic_rpc_handlers((_handlers(self),))
         try:
-            port: int = int(server.add_insecure_port(listen))
+            port: int = int(server.add_insecure_port(format_hostport(host, want)))
         except RuntimeError as e:
             port, why = 0, str(e)
         else:

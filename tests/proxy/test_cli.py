@@ -70,7 +70,7 @@ def test_busy_listen_port(tmp_path: Path, listening: int) -> None:
         (["--bogus"], "unrecognized arguments"),
         (["--payload", "all"], "invalid choice"),
         (["--listen", "nohostport"], "--listen must be HOST:PORT"),
-        (["--rotate-mb", "-1"], "must be > 0"),
+        (["--rotate-mb", "-1"], "must be a number > 0"),
     ],
 )
 def test_bad_flags(args: list[str], needle: str, tmp_path: Path) -> None:
@@ -107,6 +107,72 @@ def test_bad_evidence_flag(tmp_path: Path, listening: int, value: str, message: 
     assert proc.returncode == 2
     assert message in _one_line(proc)
     assert list(tmp_path.glob("*.jsonl")) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--evidence-window", "nan", "--evidence", "metrics=http://127.0.0.1:1/metrics"], "--evidence-window"),
+        (["--drain-timeout", "inf"], "--drain-timeout"),
+        (["--rotate-mb", "inf"], "--rotate-mb"),
+        (["--rotate-mb", "nan"], "--rotate-mb"),
+        (["--payload", "full", "--payload-cap", "99999999999999999999999"], "--payload-cap"),
+        (["--listen", "127.0.0.1:99999"], "port 0..65535"),
+        (["--listen", "127.0.0.1:"], "port 0..65535"),
+        (["--upstream", "127.0.0.1:0"], "port 1..65535"),
+        (["--evidence", ""], "--evidence takes"),
+        (["--evidence", "metrics=http://a/m,metrics=http://b/m"], "names metrics= twice"),
+    ],
+)
+def test_bad_numbers_and_addresses_fail_before_any_capture(
+    args: list[str], needle: str, tmp_path: Path, listening: int
+) -> None:
+    """nan/inf/huge numbers, out-of-range ports, empty or repeated --evidence: one line, exit 2, no file."""
+    proc = _run("--upstream", f"127.0.0.1:{listening}", "--listen", "127.0.0.1:0", "--capture-dir", str(tmp_path),
+                *args)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert needle in _one_line(proc)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_metrics_port_equal_to_listen_port(tmp_path: Path, listening: int) -> None:
+    """--metrics on the --listen port: one line, exit 2, and no capture file at all."""
+    port = free_port()
+    proc = _run("--upstream", f"127.0.0.1:{listening}", "--listen", f"127.0.0.1:{port}", "--metrics",
+                f"127.0.0.1:{port}", "--capture-dir", str(tmp_path))  # fmt: skip
+    assert proc.returncode == 2
+    assert "use the same port" in _one_line(proc)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_redact_help_lists_what_is_redacted() -> None:
+    """--redact's help names every key and suffix the relay always redacts."""
+    from proxy.relay import DEFAULT_REDACT, REDACT_SUFFIXES
+
+    text = "".join(_run("--help").stdout.split())  # argparse may wrap inside "set-cookie"
+    for key in (*DEFAULT_REDACT, *(f"*{s}" for s in REDACT_SUFFIXES)):
+        assert key in text
+
+
+def test_unreachable_evidence_metrics_warns_at_start(tmp_path: Path, listening: int) -> None:
+    """--evidence metrics=URL that does not answer: the proxy starts, with one warning line naming it."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "--upstream", f"127.0.0.1:{listening}", "--listen", "127.0.0.1:0",
+         "--capture-dir", str(tmp_path), "--evidence", f"metrics=http://127.0.0.1:{port}/metrics"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "recording" in line:
+                break
+        assert any("evidence_metrics_unreachable" in ln and str(port) in ln for ln in seen), seen
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 @pytest.mark.parametrize(

@@ -178,7 +178,12 @@ def test_flags_override_the_config_file(tmp_path: Path) -> None:
     [
         ('listen = "x:1"\nbogus = 1\n', "unknown key 'bogus'"),
         ('payload = "all"\n', "must be one of none, meta, full"),
-        ("drain-timeout = -1\n", "must be > 0"),
+        ("drain-timeout = -1\n", "must be a number > 0"),
+        ("rotate-mb = nan\n", "key 'rotate-mb'"),
+        ("rotate-mb = inf\n", "key 'rotate-mb'"),
+        ("payload-cap = 99999999999999999999\n", "key 'payload-cap'"),
+        ('evidence = "log=/nonexistent"\n', "key 'evidence'"),
+        ('listen = "127.0.0.1:99999"\n', "key 'listen'"),
         ('gzip-rotated = "yes"\n', "must be true or false"),
         ("listen = [1\n", "is not valid TOML"),
     ],
@@ -194,6 +199,17 @@ def test_bad_config_is_one_line(tmp_path: Path, text: str, message: str) -> None
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and str(cfg) in lines[0], proc.stderr
+
+
+def test_non_utf8_config_is_one_line(tmp_path: Path) -> None:
+    """A config file that is not UTF-8: one line naming the file, exit 2 (no UnicodeDecodeError traceback)."""
+    cfg = tmp_path / "latin1.toml"
+    cfg.write_bytes('payload = "m\xe9ta"\n'.encode("latin-1"))
+    proc = subprocess.run([str(TRITON_TAP), "record", "--config", str(cfg)], capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not UTF-8" in lines[0] and str(cfg) in lines[0], proc.stderr
 
 
 def test_config_file_drives_a_real_record_run(fake_process: int, tmp_path: Path) -> None:

@@ -285,3 +285,20 @@ def test_internal_error_costs_one_connection_and_is_recorded_as_ours(
     assert cancel["cause"] == "proxy_error" and cancel["in_flight"] == ["victim"]
     (end,) = of_kind(recs, "call_end", cancel["call"])
     assert (end["status"], end["cause"]) == ("INTERNAL", "proxy_error")
+
+
+def test_payload_none_keeps_ids_not_tensor_specs(fake_upstream: Any, start_proxy: Callable[..., RecordingProxy]) -> None:
+    """--payload none keeps sizes, model and request ids but drops input/output tensor specs (meta keeps them)."""
+    none = start_proxy(f"127.0.0.1:{fake_upstream.port}", payload="none")
+    meta = start_proxy(f"127.0.0.1:{fake_upstream.port}", payload="meta", capture_dir=none.config.capture_dir / "m")
+    for proxy in (none, meta):
+        resp, _call = _infer_with_call(f"127.0.0.1:{proxy.port}", "r7", [])
+        assert resp is not None
+        bg_stop(proxy)
+    got = {}
+    for name, proxy in (("none", none), ("meta", meta)):
+        msgs = {r["dir"]: r for r in of_kind(records(proxy.capture_path), "message")}
+        got[name] = msgs
+        assert msgs["c2s"]["request_id"] == "r7" and msgs["c2s"]["model"] == "echo" and msgs["s2c"]["size"] > 0
+    assert got["meta"]["c2s"]["inputs"] and got["meta"]["s2c"]["output_tensors"]
+    assert got["none"]["c2s"].get("inputs") is None and got["none"]["s2c"].get("output_tensors") is None

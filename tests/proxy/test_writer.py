@@ -99,3 +99,47 @@ def test_rotation_continues_seq_and_compresses(tmp_path: Path) -> None:
     assert starts == list(range(len(w.paths)))
     for p in w.paths:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600
+
+
+def test_unencodable_capture_start_leaves_no_file(tmp_path: Path) -> None:
+    """A capture_start that cannot be written (an int beyond 64 bits): the error propagates, no file stays."""
+    start = ev.CaptureStarted(t_ns=1, proxy_version="t", listen="l", upstream="u", options={"payload_cap": 2**80})
+
+    async def go() -> None:
+        w = CaptureWriter(WriterOptions(directory=tmp_path), start)
+        w.open()
+
+    try:
+        asyncio.run(go())
+    except Exception as e:  # orjson's error type is an implementation detail
+        assert "64-bit" in str(e) or "Integer" in str(e)
+    else:
+        raise AssertionError("an unencodable capture_start was written")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_startup_failure_after_the_capture_opened_removes_it(tmp_path: Path, monkeypatch: Any) -> None:
+    """A start-up failure after the capture file was created (here: the relay) leaves no capture_start-only file."""
+    import socket
+
+    import pytest
+
+    from proxy import server
+
+    upstream = socket.socket()
+    upstream.bind(("127.0.0.1", 0))
+    upstream.listen()
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("relay failed to start")
+
+    monkeypatch.setattr(server, "Relay", broken)
+    proxy = server.RecordingProxy(server.ProxyConfig(
+        listen="127.0.0.1:0", upstream=f"127.0.0.1:{upstream.getsockname()[1]}", capture_dir=tmp_path / "c",
+    ))  # fmt: skip
+    try:
+        with pytest.raises(RuntimeError, match="relay failed"):
+            asyncio.run(proxy.start())
+    finally:
+        upstream.close()
+    assert list((tmp_path / "c").iterdir()) == []

@@ -1,0 +1,31 @@
+"""``HOST:PORT`` as every command takes it (record, serve, health, check-cancel): one parser, one message."""
+
+from __future__ import annotations
+
+from replay.errors import UserError
+
+
+def parse_hostport(value: str, what: str, *, allow_port_zero: bool = False) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too) -> ``(host, port)``, or :class:`UserError` naming the flag.
+
+    The port is 1..65535; 0 ("any free port") only where the caller listens and asks for it. grpc
+    would otherwise wrap 99999 to another port and read an empty port as 443.
+    """
+    host, sep, port = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    lowest = 0 if allow_port_zero else 1
+    if (
+        not sep
+        or not host.strip()
+        or not port.isascii()
+        or not port.isdigit()
+        or not lowest <= int(port) <= 65535
+    ):
+        raise UserError(f"{what} must be HOST:PORT with a port {lowest}..65535, got {value!r}")
+    return host, int(port)
+
+
+def format_hostport(host: str, port: int) -> str:
+    """The inverse of :func:`parse_hostport` (IPv6 hosts in brackets, as grpc wants them)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
