@@ -109,7 +109,7 @@ def _rebuild(rec: ev.MessageSeen, seq: int, call: str) -> _Response:
     if rec.request_id is None:
         raise UserError(
             f"seq {seq}: response {rec.index} of call {call} carries no Triton labels "
-            "(captured with --payload none?); it cannot be fed"
+            "(compressed, cut short or undecodable: see its decode_error); it cannot be fed"
         )
     if rec.error:
         return _Response(rec.t_ns, None, InferenceServerException(msg=rec.error))

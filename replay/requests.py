@@ -684,7 +684,7 @@ class Tracker:
         warns = [*warnings, *self._warnings]
         if self._unlabelled:
             warns.append(
-                f"{self._unlabelled} inference message(s) carry no Triton labels (captured with --payload none?): "
+                f"{self._unlabelled} inference message(s) carry no Triton labels (compressed, cut short or undecodable: see decode_error): "
                 "they are not tracked per request"
             )
         return TrackResult(
