@@ -1,9 +1,17 @@
-"""Decoupled token stream that honours cancellation.
+"""Decoupled token stream answered from one thread per request (the `tokens` family).
 
 Each request is answered from its own thread so that two requests on one gRPC stream
-interleave even though the model has a single instance.
+interleave even though the model has a single instance. The config parameters choose the
+family member (`tokens`, `tokens_ignore_cancel`, `silent`, `fail_midstream` share this file):
+
+- ``honour_cancel`` ("true" default): check ``is_cancelled()`` before every response and stop
+  at once; "false" keeps computing after the client left (Triton drops the responses);
+- ``text`` ("true" default): "false" sends no data at all, only the final flag after DELAY_MS;
+- ``fail_after`` (unset default): after that many text responses, one response carrying a
+  backend error together with the final flag, so clients see data first and the failure after.
 """
 
+import json
 import threading
 import time
 
@@ -22,6 +30,12 @@ def _scalar(request, name, default=None):
 
 class TritonPythonModel:
     def initialize(self, args):
+        config = json.loads(args["model_config"])
+        params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+        self._name = config["name"]
+        self._honour = params.get("honour_cancel", "true") == "true"
+        self._text = params.get("text", "true") == "true"
+        self._fail_after = int(params["fail_after"]) if params.get("fail_after") else None
         self._threads = set()
         self._lock = threading.Lock()
 
@@ -36,34 +50,51 @@ class TritonPythonModel:
 
     def _answer(self, request):
         sender = request.get_response_sender()
-        request_id = request.request_id()
-        sent = 0
         try:
-            prompt = _scalar(request, "PROMPT").decode("utf-8")
-            max_tokens = int(_scalar(request, "MAX_TOKENS"))
-            delay_s = int(_scalar(request, "DELAY_MS", DEFAULT_DELAY_MS)) / 1000.0
-            for i in range(max_tokens):
-                if i:
-                    time.sleep(delay_s)
-                # Checked after the sleep so a cancel that lands mid-delay costs no response.
-                if request.is_cancelled():
-                    pb_utils.Logger.log_info(f"tokens: request {request_id} cancelled after {sent} responses")
-                    break
-                text = np.array([f"{prompt}-{i}".encode()], dtype=np.object_)
-                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("TEXT", text)]))
-                sent += 1
-            else:
-                pb_utils.Logger.log_info(f"tokens: request {request_id} done {sent}")
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            error = self._stream(request, sender)
         except Exception as exc:
-            # Without a final response the client's stream would wait forever.
-            sender.send(
-                pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tokens: {exc}")),
-                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-            )
+            # Bad inputs end the stream through the same error-and-final path.
+            error = f"{self._name}: {exc}"
+        try:
+            if error is None:
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                # Error and final flag in one send: without a final the client's stream would wait forever.
+                sender.send(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(error)),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
         finally:
             with self._lock:
                 self._threads.discard(threading.current_thread())
+
+    def _stream(self, request, sender):
+        """Send the text responses; the error text to end with, or None."""
+        delay_s = int(_scalar(request, "DELAY_MS", DEFAULT_DELAY_MS)) / 1000.0
+        if not self._text:
+            time.sleep(delay_s)
+            return None
+        request_id = request.request_id()
+        prompt = _scalar(request, "PROMPT").decode("utf-8")
+        max_tokens = int(_scalar(request, "MAX_TOKENS"))
+        if self._fail_after is not None:
+            max_tokens = min(max_tokens, self._fail_after)
+        sent = 0
+        for i in range(max_tokens):
+            if i:
+                time.sleep(delay_s)
+            # Checked after the sleep so a cancel that lands mid-delay costs no response.
+            if self._honour and request.is_cancelled():
+                pb_utils.Logger.log_info(f"{self._name}: request {request_id} cancelled after {sent} responses")
+                return None
+            text = np.array([f"{prompt}-{i}".encode()], dtype=np.object_)
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("TEXT", text)]))
+            sent += 1
+        if self._fail_after is not None:
+            time.sleep(delay_s)
+            return f"{self._name}: backend failure after {self._fail_after} responses"
+        pb_utils.Logger.log_info(f"{self._name}: request {request_id} done {sent}")
+        return None
 
     def finalize(self):
         with self._lock:
