@@ -140,6 +140,7 @@ def _checks(cls: type[Any]) -> tuple[tuple[str, frozenset[type], _Deep | None], 
 
 
 _TENSOR_CHECKS = _checks(ev.TensorSpec)
+_TENSOR_FIELDS = tuple(name for name, _, _ in _TENSOR_CHECKS)
 
 
 def _field_error(checks: tuple[tuple[str, frozenset[type], _Deep | None], ...], raw: dict[str, Any],
@@ -163,9 +164,9 @@ def _short(v: Any) -> str:
 
 
 def _tensor_list(v: list[Any]) -> str | None:
-    fast = _TENSOR_FAST
     required = _TENSOR_REQUIRED
-    if all(type(item) is dict and required <= item.keys() and fast(item) is not None for item in v):
+    if all(type(item) is dict and required <= item.keys() and _field_error(_TENSOR_CHECKS, item, {}) is None
+           for item in v):  # fmt: skip
         return None
     for i, item in enumerate(v):
         if type(item) is not dict:
@@ -183,37 +184,6 @@ _TENSOR_REQUIRED = _required(ev.TensorSpec)
 _Checks = tuple[tuple[str, frozenset[type], _Deep | None], ...]
 #: kind -> per field (name, allowed JSON types, deeper check), computed once from the type hints.
 _CHECKS: dict[str, _Checks] = {k: _checks(c) for k, c in KINDS.items()}
-_MISSING = object()
-
-
-def _compile(checks: _Checks) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
-    """A straight-line function doing what :func:`_field_error` does, or returning None at the first bad
-    field (the caller then asks :func:`_field_error` why): decode runs once per record of 100k-record
-    captures, and an unrolled check costs about a third of the loop."""
-    env: dict[str, Any] = {"_M": _MISSING}
-    src = ["def check(raw):", "    out = {}"]
-    for i, (name, allowed, deep) in enumerate(checks):
-        src.append(f"    v = raw.get({name!r}, _M)")
-        src.append("    if v is not _M:")
-        if len(allowed) == 1:
-            (only,) = allowed
-            env[f"T{i}"] = only
-            src.append(f"        if type(v) is not T{i}: return None")
-        else:
-            env[f"A{i}"] = allowed
-            src.append(f"        if type(v) not in A{i}: return None")
-        if deep is not None:
-            env[f"D{i}"] = deep
-            src.append(f"        if v is not None and D{i}(v) is not None: return None")
-        src.append(f"        out[{name!r}] = v")
-    src.append("    return out")
-    exec("\n".join(src), env)  # the source is built above from the dataclass fields only
-    fn: Callable[[dict[str, Any]], dict[str, Any] | None] = env["check"]
-    return fn
-
-
-_TENSOR_FAST = _compile(_TENSOR_CHECKS)
-_FAST: dict[str, Callable[[dict[str, Any]], dict[str, Any] | None]] = {k: _compile(c) for k, c in _CHECKS.items()}
 
 
 def decode(raw: Any, *, path: str = "<capture>", line: int | None = None) -> tuple[int, ev.Record]:
@@ -245,14 +215,16 @@ def decode(raw: Any, *, path: str = "<capture>", line: int | None = None) -> tup
     missing = _REQUIRED[kind] - raw.keys()
     if missing:
         raise CaptureError(path, line, f"{kind} record lacks field(s) {', '.join(sorted(missing))}")
-    fields = _FAST[kind](raw)
-    if fields is None:
-        raise CaptureError(path, line, f"{kind} record: {_field_error(_CHECKS[kind], raw, {})}")
+    fields: dict[str, Any] = {}
+    why = _field_error(_CHECKS[kind], raw, fields)
+    if why is not None:
+        raise CaptureError(path, line, f"{kind} record: {why}")
     if cls is ev.MessageSeen:
         for name in ("inputs", "output_tensors"):
             specs = fields.get(name)
             if specs is not None:
-                fields[name] = [ev.TensorSpec(**_TENSOR_FAST(t)) for t in specs]  # type: ignore[arg-type]
+                # Already checked (the field's deep check); this keeps the known keys only.
+                fields[name] = [ev.TensorSpec(**{k: t[k] for k in _TENSOR_FIELDS if k in t}) for t in specs]
     try:
         return seq, cls(**fields)
     except TypeError as e:  # pragma: no cover - guarded by the field checks above
