@@ -35,7 +35,8 @@ MAX_INT = 2**31
 MAX_FLOAT = 1e9
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
+    """argparse type of every duration/size flag: a finite number in (0, MAX_FLOAT]."""
     try:
         value = float(text)
     except ValueError:
@@ -97,9 +98,9 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                    "meta: all Triton labels, no tensor bytes (default); full: also the raw message, base64")
     p.add_argument("--payload-cap", type=_positive_int, default=None, metavar="BYTES",
                    help="with --payload full: store at most this many bytes per message")
-    p.add_argument("--rotate-mb", type=_positive_float, default=None, metavar="MB", help="start a new capture file after this many MB")
+    p.add_argument("--rotate-mb", type=positive_float, default=None, metavar="MB", help="start a new capture file after this many MB")
     p.add_argument("--gzip-rotated", action="store_true", help="compress closed rotated files to .jsonl.gz")
-    p.add_argument("--drain-timeout", type=_positive_float, default=10.0, metavar="SECONDS",
+    p.add_argument("--drain-timeout", type=positive_float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, wait this long for open calls before ending them (default %(default)s)")
     p.add_argument("--redact", action="append", default=[], metavar="KEY",
                    help=f"also redact this metadata key's value (repeatable; {_ALWAYS_REDACTED} are always redacted)")
@@ -121,7 +122,7 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--evidence", type=_evidence, default=None, metavar="metrics=URL,log=PATH",
                    help="after each cancel forwarded upstream, sample Triton's metrics endpoint (nv_inference_*) "
                    "and/or the lines appended to its verbose log, and record them as `evidence` records")
-    p.add_argument("--evidence-window", type=_positive_float, default=5.0, metavar="SECONDS",
+    p.add_argument("--evidence-window", type=positive_float, default=5.0, metavar="SECONDS",
                    help="how long to watch after each cancel (default %(default)s)")
     p.add_argument("--metrics", type=_hostport("--metrics", listen=True), default=None, metavar="HOST:PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
@@ -211,12 +212,12 @@ def add_check_cancel(sub: Any) -> None:
                     help="inputs of the short probe/neighbour request (default: the recipe with length 1, or --inputs)")
     cc.add_argument("--length", type=_positive_int, default=300, help="recipe: length of the long request (default %(default)s)")
     cc.add_argument("--cases", default="executing,queued", help="which cases to run (default %(default)s)")
-    cc.add_argument("--allowance-ms", type=_positive_float, default=300.0,
+    cc.add_argument("--allowance-ms", type=positive_float, default=300.0,
                     help="observation-delay allowance: evidence later than this after the cancel counts as "
                     "work that went on (default %(default)s)")
-    cc.add_argument("--window", type=_positive_float, default=6.0, metavar="SECONDS",
+    cc.add_argument("--window", type=positive_float, default=6.0, metavar="SECONDS",
                     help="how long to watch the log/metrics after each cancel (default %(default)s)")
-    cc.add_argument("--start-wait-ms", type=_positive_float, default=300.0,
+    cc.add_argument("--start-wait-ms", type=positive_float, default=300.0,
                     help="--method future: how long after sending to assume the unary call is executing "
                     "(it shows no partial response) (default %(default)s)")
     cc.add_argument("--log", type=Path, default=None, metavar="PATH", help="Triton's log file, written with --log-verbose=1")

@@ -8,12 +8,12 @@ through the proxy: it appears in the capture as a ``/grpc.health.v1.Health/Check
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import Any
 
 import grpc
 
+from proxy.cli import positive_float
 from replay.errors import UpstreamError
 from replay.hostport import format_hostport, parse_hostport
 
@@ -38,16 +38,6 @@ def check(target: str, timeout: float) -> None:
         raise UpstreamError(f"health check via {target}: not SERVING (response {answer.hex() or 'empty'})")
 
 
-def _timeout(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or not 0 < value <= 86400:
-        raise argparse.ArgumentTypeError(f"must be a number > 0 and <= 86400: {text!r}")
-    return value
-
-
 def add_health_command(sub: Any) -> None:
     """Register ``health`` on a subparser set."""
     p = sub.add_parser(
@@ -59,7 +49,7 @@ def add_health_command(sub: Any) -> None:
     )
     p.add_argument("--target", default="127.0.0.1:8011", metavar="HOST:PORT",
                    help="the proxy's listen address (default %(default)s)")
-    p.add_argument("--timeout", type=_timeout, default=3.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=positive_float, default=3.0, metavar="SECONDS",
                    help="how long to wait for the answer (default %(default)s)")
 
     def run(args: argparse.Namespace) -> int:
