@@ -410,6 +410,12 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
     return None
 
 
+def _grpc_status(headers: list[tuple[bytes, bytes]]) -> tuple[bytes | None, str | None]:
+    """The raw ``grpc-status`` and the percent-decoded ``grpc-message`` of a trailer block."""
+    msg = _header(headers, b"grpc-message")
+    return _header(headers, b"grpc-status"), unquote(msg.decode("latin-1")) if msg is not None else None
+
+
 def _status_trailers(code: int, message: str, with_response_headers: bool) -> list[tuple[bytes, bytes]]:
     out: list[tuple[bytes, bytes]] = []
     if with_response_headers:
@@ -1034,9 +1040,7 @@ class Tunnel:
     # -- endings ---------------------------------------------------------------------------------
 
     def _end_with_status(self, call: Call, trailers: list[tuple[bytes, bytes]]) -> None:
-        raw = _header(trailers, b"grpc-status")
-        msg = _header(trailers, b"grpc-message")
-        details = unquote(msg.decode("latin-1")) if msg is not None else None
+        raw, details = _grpc_status(trailers)
         if raw is None or not raw.isdigit():
             self._end(call, "error", "UNKNOWN", details or "upstream trailers without grpc-status", trailers)
             return
@@ -1139,10 +1143,9 @@ class Tunnel:
             headers: list[tuple[bytes, bytes]] = data
             size = sum(len(k) + len(v) for k, v in headers)
             error = None
-            status = _header(headers, b"grpc-status")
+            status, details = _grpc_status(headers)
             if status is not None:
-                msg = _header(headers, b"grpc-message")
-                error = status.decode("latin-1") + (" " + unquote(msg.decode("latin-1")) if msg else "")
+                error = status.decode("latin-1") + (" " + details if details else "")
             self._late_emit(sid, late, "trailers" if end_stream else "headers", size, since, error=error)
         else:
             self._late_emit(sid, late, "rst", 0, since, rst_code=int(data))
