@@ -23,13 +23,13 @@ import asyncio
 import json
 import threading
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from proxy import __version__
+from proxy.evidence import lines_since, metric_deltas, sample_metrics
 from replay import verdict as vd
 from replay.errors import UpstreamError, UserError
 
@@ -315,23 +315,7 @@ class LogTail:
 
     def read(self) -> list[str]:
         """The complete lines appended since :meth:`mark`."""
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            data = f.read()
-        text = data[: data.rfind(b"\n") + 1].decode("utf-8", "replace")
-        return text.splitlines()
-
-
-def sample_metrics(url: str, timeout: float = 5.0) -> dict[str, float]:
-    """Every ``nv_inference_*`` series of the Prometheus endpoint."""
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return vd.parse_metrics(resp.read().decode("utf-8", "replace"))
-
-
-def metric_deltas(before: dict[str, float], after: dict[str, float], model: str | None = None) -> dict[str, float]:
-    """The series that changed (optionally only those labelled with ``model``)."""
-    tag = f'model="{model}"' if model else ""
-    return {k: v - before.get(k, 0.0) for k, v in after.items() if tag in k and v != before.get(k, 0.0)}
+        return lines_since(self.path, self.offset)
 
 
 # -- inputs ---------------------------------------------------------------------------------------

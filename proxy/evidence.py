@@ -77,20 +77,31 @@ def probe_metrics(url: str, timeout: float = 3.0) -> str | None:
     return None
 
 
-def _metrics(url: str) -> dict[str, float]:
-    with urllib.request.urlopen(url, timeout=5) as resp:
+def sample_metrics(url: str, timeout: float = 5.0) -> dict[str, float]:
+    """Every ``nv_inference_*`` series of the Prometheus endpoint."""
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
         return parse_metrics(resp.read().decode("utf-8", "replace"))
 
 
-def _log_lines(path: Path, offset: int, ids: list[str]) -> tuple[list[str], int]:
+def metric_deltas(before: dict[str, float], after: dict[str, float], model: str | None = None) -> dict[str, float]:
+    """The series that changed (optionally only those labelled with ``model``)."""
+    tag = f'model="{model}"' if model else ""
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if tag in k and v != before.get(k, 0.0)}
+
+
+def lines_since(path: Path, offset: int) -> list[str]:
+    """The complete lines appended to ``path`` after byte ``offset`` (Triton's log is append-only)."""
     with path.open("rb") as f:
         f.seek(offset)
         data = f.read()
-    text = data[: data.rfind(b"\n") + 1].decode("utf-8", "replace")
+    return data[: data.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines()
+
+
+def _log_lines(path: Path, offset: int, ids: list[str]) -> tuple[list[str], int]:
     tags = [f"[request id: {i}]" for i in ids if i]
     kept: list[str] = []
     skipped = 0
-    for line in text.splitlines():
+    for line in lines_since(path, offset):
         if SKIPPED in line:
             skipped += 1
         elif NOTIFIED not in line and not any(t in line for t in tags):
@@ -171,7 +182,7 @@ class EvidenceCollector:
         url = self.spec.metrics_url
         if url is not None:
             try:
-                before = await asyncio.to_thread(_metrics, url)
+                before = await asyncio.to_thread(sample_metrics, url)
             except Exception as e:  # a non-HTTP port raises http.client errors, not OSError
                 before_error = f"metrics endpoint unreadable: {type(e).__name__}: {e}"
         try:
@@ -191,8 +202,7 @@ class EvidenceCollector:
             error = before_error
             if before is not None:
                 try:
-                    after = await asyncio.to_thread(_metrics, url)
-                    deltas = {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+                    deltas = metric_deltas(before, await asyncio.to_thread(sample_metrics, url))
                 except Exception as e:  # as above
                     error = f"metrics endpoint unreadable: {type(e).__name__}: {e}"
             self.emit(ev.EvidenceRecorded(t_ns=time.time_ns(), source="metrics", counters=deltas, error=error, **common))
