@@ -254,7 +254,9 @@ def test_client_timeout_is_deadline(triton: TritonServer, recording_proxy: Proxy
     (start,) = [r for r in of_kind(recs, "call_start") if r["method"].endswith("/ModelInfer")]
     (end,) = of_kind(recs, "call_end", start["call"])
     assert (end["status"], end["cause"]) == ("DEADLINE_EXCEEDED", "deadline")
-    assert start["timeout_ms"] == pytest.approx(500, abs=5)
+    # grpc-timeout is the budget left when the client sent its headers: a connect under load
+    # (8 ms was seen in CI) is already spent, never added.
+    assert 300 < start["timeout_ms"] <= 500
     (cancel,) = of_kind(recs, "cancel", start["call"])
     assert cancel["cause"] == "deadline" and cancel["in_flight"] == ["dl"]
 
