@@ -4,7 +4,7 @@
 between two real ``h2`` peers (a gRPC-like client and a Triton-like server) and times only the
 proxy's own ``side_data`` calls while the server streams small ModelStreamInfer responses; then it
 times the pieces of the per-message path one by one (assembler, labels, record construction,
-JSONL encoding, the h2 receive/send of one DATA frame). It answers "how many microseconds of
+JSONL encoding, cutting one DATA frame out of the bytes read). It answers "how many microseconds of
 Python does the proxy spend per streamed response, and where" with far less noise than the
 end-to-end benchmark, so a change to proxy/relay.py, replay/labels.py or replay/schema.py can be
 checked in seconds (run it before and after).
@@ -30,6 +30,7 @@ import h2.events
 from tritonclient.grpc import service_pb2 as pb
 
 from proxy import relay as rl
+from proxy import wire
 from replay import events as ev
 from replay import labels
 from replay.inflight import InFlight
@@ -66,6 +67,12 @@ class _Transport(asyncio.Transport):
     def close(self) -> None:
         pass
 
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
 
 def response_bytes(final: bool, rid: str = "s0-r0", text: bytes = b"tok") -> bytes:
     r = pb.ModelInferResponse(model_name="bench", model_version="1", id=rid)
@@ -98,7 +105,6 @@ class _Harness:
         self.dt, self.ut = _Transport(), _Transport()
         self.t.down.transport = self.dt
         self.t.peer = "127.0.0.1:40000"
-        self.t._write(self.t.down, self.t.dconn)
         self.t.up.connection_made(self.ut)
         self.client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
         self.client.initiate_connection()
@@ -263,55 +269,11 @@ def components(n: int) -> list[tuple[str, float]]:
         ("schema.encode(MessageSeen) (writer thread)", timeit(lambda: encode(rec, 12345), n)),
         ("time.time_ns()", timeit(time.time_ns, n)),
     ]  # fmt: skip
-    # h2 alone: one DATA frame received on one connection and sent on another (the relay's floor).
-    out.append(("h2 receive + send one DATA frame (no relay logic)", _h2_floor(data, n)))
+    # Framing alone: one DATA frame cut out of a read (the relay's floor per frame).
+    reader = wire.FrameReader(expect_preface=False)
+    frame = wire.frame(wire.DATA, 0, 1, data)
+    out.append(("proxy.wire: cut one DATA frame from a read (no relay logic)", timeit(lambda: reader.feed(frame), n)))
     return out
-
-
-def _h2_floor(data: bytes, n: int) -> float:
-    """The proxy's two h2 connections relaying one DATA frame, nothing else (the relay's floor)."""
-    import h2.settings
-
-    def peer(client_side: bool) -> h2.connection.H2Connection:
-        c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=client_side, header_encoding=None))
-        c.local_settings = h2.settings.Settings(
-            client=client_side, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**30}
-        )
-        c.initiate_connection()
-        c.increment_flow_control_window(2**30)
-        return c
-
-    def handshake(client: h2.connection.H2Connection, server: h2.connection.H2Connection) -> None:
-        for _ in range(3):
-            server.receive_data(client.data_to_send())
-            client.receive_data(server.data_to_send())
-
-    srv, down = peer(False), peer(True)
-    mid_c, mid_s = rl._new_connection(client_side=True), rl._new_connection(client_side=False)
-    handshake(mid_c, srv)
-    handshake(down, mid_s)
-    hdrs = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", STREAM_PATH), (b":authority", b"x")]
-    mid_c.send_headers(1, hdrs)
-    down.send_headers(1, hdrs)
-    handshake(mid_c, srv)
-    handshake(down, mid_s)
-    srv.send_headers(1, [(b":status", b"200")])
-    mid_s.send_headers(1, [(b":status", b"200")])
-    handshake(mid_c, srv)
-    handshake(down, mid_s)
-    frames = []
-    for _ in range(n):
-        srv.send_data(1, data)
-        frames.append(srv.data_to_send())
-    a = time.thread_time_ns()
-    for f in frames:
-        for e in mid_c.receive_data(f):
-            if isinstance(e, h2.events.DataReceived):
-                mid_s.send_data(1, e.data)
-                mid_c.acknowledge_received_data(e.flow_controlled_length, 1)
-        mid_s.data_to_send()
-        mid_c.data_to_send()
-    return (time.thread_time_ns() - a) / 1e3 / n
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,25 +1,27 @@
-"""The HTTP/2 frame relay: one upstream connection per client connection, one stream per stream.
+"""The HTTP/2 relay: one upstream connection per client connection, every frame passed on verbatim.
 
 Why frames and not a gRPC proxy: only at the HTTP/2 level can the proxy tell an explicit cancel
 (RST_STREAM CANCEL) from a dead client (EOF) or a deadline, forward the client's own headers
 (user-agent included) untouched, and keep up with the wire (see the README's measurements).
 
-Shape: :class:`Tunnel` owns two sans-IO ``h2`` connections (server role towards the client,
-client role towards Triton) and the two asyncio transports. Bytes in -> h2 events -> forwarded
-frames + capture records. All per-message work is one pass in :meth:`Tunnel._messages`.
+Why verbatim: stream ids, settings, flow-control windows, pings and HPACK state are negotiated end
+to end between the client and Triton; the proxy reads each frame (:mod:`proxy.wire`), records what
+it means and writes the same bytes on. So backpressure is the endpoints' own (a client that stops
+reading a stream stops granting window for it, and Triton stops sending), nothing is buffered per
+call, and the bytes Triton gets are the bytes the client sent. The proxy writes frames of its own
+only where it must speak for a side that is gone or refuses: statuses when the upstream is lost
+or unreachable, RST_STREAM upstream when the client is lost, GOAWAY at shutdown and on a protocol
+error — and those never touch HPACK state (:func:`proxy.wire.encode_block`).
 
-Flow control (end-to-end backpressure): DATA received on one side is acknowledged to its sender
-only once it has been handed to the other side's h2 connection, i.e. once the receiver granted
-window for it. What the proxy holds per stream and direction is therefore bounded by the window it
-advertises (:data:`STREAM_WINDOW`), whatever the peers do; a stalled stream cannot starve the
-others because every stream has its own window and the connection window is large.
+Shape: :class:`Tunnel` owns the two asyncio transports and one :class:`proxy.wire.FrameReader` per
+direction. Bytes in -> frames -> records + the same frames out, written once per read. All
+per-message work is one pass in :meth:`Tunnel._messages`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import collections
 import hashlib
 import itertools
 import ssl
@@ -34,13 +36,10 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
-import h2.settings
-import h2.stream
 import hpack.hpack
-import hyperframe.exceptions
-import hyperframe.frame
 import structlog
 
+from proxy import wire
 from replay import causes, labels
 from replay import events as ev
 from replay.inflight import InFlight
@@ -48,27 +47,16 @@ from replay.redact import redact_request
 
 log = structlog.get_logger("triton_tap.relay")
 
-#: Per-stream window the proxy advertises on both sides: the most it buffers per stream/direction.
-STREAM_WINDOW = 4 * 1024 * 1024
-#: Connection window: large, so one stalled stream never blocks its neighbours.
-CONNECTION_WINDOW = 256 * 1024 * 1024
 #: Bytes of a message kept for labelling in ``meta``/``none`` mode (tensor bytes come last).
 LABEL_KEEP = 1024 * 1024
-MAX_HEADER_LIST = 16 * 1024 * 1024
+#: Bytes the proxy lets queue towards one peer before it stops reading the other one: with the
+#: end-to-end windows this only binds when a peer stops reading its socket altogether.
+WRITE_HIGH = 4 * 1024 * 1024
+WRITE_LOW = 1024 * 1024
 #: Cancelled upstream streams per connection still watched for late frames (oldest forgotten first).
 LATE_WATCH = 256
 #: ``late`` records per cancelled call; then one ``overflow`` record and the call is no longer watched.
 LATE_RECORDS = 64
-
-
-def _frame_repr(self: hyperframe.frame.Frame) -> str:
-    return f"{type(self).__name__}(stream_id={self.stream_id})"
-
-
-# h2 4.x evaluates repr(frame) for a trace log on every received frame, and hyperframe's repr
-# hex-encodes the whole payload before cutting it to 20 characters: 2/3 of the proxy's CPU with
-# 100 MB tensors, ~1.2 us per small frame. Nothing here logs frames.
-hyperframe.frame.Frame.__repr__ = _frame_repr  # type: ignore[method-assign]
 
 
 class _NoLog:
@@ -85,123 +73,7 @@ DEFAULT_REDACT = ("authorization", "proxy-authorization", "cookie", "set-cookie"
 NONE_ERROR_TEXT = "(error text not recorded: --payload none)"
 #: Metadata keys ending with one of these are always redacted too.
 REDACT_SUFFIXES = ("-token", "-secret")
-
-
-class PatchedH2Connection(h2.connection.H2Connection):
-    """``h2`` with the two behaviours a transparent relay cannot accept switched off.
-
-    1. A GOAWAY, received or sent, moves h2 to CLOSED and rejects every later frame, so streams
-       the GOAWAY promised to finish could not drain (neither the upstream's nor ours at shutdown):
-       we keep the state machine open and stop opening streams ourselves.
-    2. A frame on a stream closed by END_STREAM is a *connection* error in h2 (RFC 9113 5.1 "MUST"),
-       which would kill every other call on the connection because of one late frame (Triton sends
-       trailers then RST_STREAM at a server deadline, and a client may still be sending): we
-       answer it as a stream error instead.
-    Pinned to h2 4.x; tests/proxy/test_framing.py fails if these internals move.
-    """
-
-    def _receive_goaway_frame(self, frame: Any) -> Any:
-        before = self.state_machine.state
-        result = super()._receive_goaway_frame(frame)
-        if before is not h2.connection.ConnectionState.CLOSED:
-            self.state_machine.state = before
-        return result
-
-    def close_connection(
-        self, error_code: int = 0, additional_data: bytes | None = None, last_stream_id: int | None = None
-    ) -> None:
-        before = self.state_machine.state
-        super().close_connection(error_code, additional_data, last_stream_id)
-        if before is not h2.connection.ConnectionState.CLOSED:
-            self.state_machine.state = before
-
-    def receive_data(self, data: Any) -> list[Any]:
-        """h2's ``receive_data``, except that a protocol error keeps the events of the frames before it.
-
-        h2 raises out of its frame loop and drops what the earlier frames of the same read produced
-        (a request's HEADERS and DATA arriving in one segment with a bad frame after them): the
-        capture would lose calls that did happen. They ride on the exception as ``events_before``.
-        """
-        events: list[Any] = []
-        self.incoming_buffer.add_data(data)
-        self.incoming_buffer.max_frame_size = self.max_inbound_frame_size
-        try:
-            for frame in self.incoming_buffer:
-                events.extend(self._receive_frame(frame))
-        except hyperframe.exceptions.InvalidPaddingError as e:
-            self._terminate_connection(h2.errors.ErrorCodes.PROTOCOL_ERROR)
-            err = h2.exceptions.ProtocolError("Received frame with invalid padding.")
-            err.events_before = events  # type: ignore[attr-defined]
-            raise err from e
-        except h2.exceptions.ProtocolError as e:
-            self._terminate_connection(e.error_code)
-            e.events_before = events  # type: ignore[attr-defined]
-            raise
-        return events
-
-    def _stream_is_closed_by_reset(self, stream_id: int) -> bool:
-        closed: bool = super()._stream_is_closed_by_reset(stream_id) or self._stream_is_closed_by_end(stream_id)
-        return closed
-
-    # Frames on a stream we reset never become h2 events (h2 answers them itself), so a cancelled
-    # call's late responses would vanish unseen. ``late_hook(stream_id, kind, data, end_stream)``
-    # sees them (kind ``data``/``headers``/``rst``); h2 then drops them as before, so they are
-    # never forwarded. Only frames on closed streams and RST_STREAMs reach the hook: not the hot path.
-    late_hook: Callable[[int, str, Any, bool], None] | None = None
-
-    def _handle_data_on_closed_stream(self, events: Any, exc: Any, frame: Any) -> Any:
-        if self.late_hook is not None:
-            self.late_hook(frame.stream_id, "data", frame.data, "END_STREAM" in frame.flags)
-        return super()._handle_data_on_closed_stream(events, exc, frame)
-
-    def _receive_headers_frame(self, frame: Any) -> Any:
-        if (
-            self.late_hook is not None
-            and self._stream_closed_by(frame.stream_id) is h2.stream.StreamClosedBy.SEND_RST_STREAM
-        ):
-            # Decoded here (once) so the HPACK table stays in step; then what h2 does for a frame on
-            # a stream it reset: a stream error, answered with RST_STREAM, no event.
-            headers = h2.connection._decode_headers(self.decoder, frame.data)
-            self.state_machine.process_input(h2.connection.ConnectionInputs.RECV_HEADERS)
-            self.late_hook(frame.stream_id, "headers", headers, "END_STREAM" in frame.flags)
-            raise h2.exceptions.StreamClosedError(frame.stream_id)
-        return super()._receive_headers_frame(frame)
-
-    def _receive_rst_stream_frame(self, frame: Any) -> Any:
-        if self.late_hook is not None:
-            self.late_hook(frame.stream_id, "rst", frame.error_code, True)
-        return super()._receive_rst_stream_frame(frame)
-
-
-def _config(client_side: bool) -> h2.config.H2Configuration:
-    return h2.config.H2Configuration(
-        client_side=client_side,
-        header_encoding=None,
-        validate_outbound_headers=False,
-        normalize_outbound_headers=False,
-        validate_inbound_headers=False,
-        normalize_inbound_headers=False,
-        split_outbound_cookies=False,
-    )
-
-
-def _new_connection(client_side: bool) -> PatchedH2Connection:
-    conn = PatchedH2Connection(config=_config(client_side))
-    conn.local_settings = h2.settings.Settings(
-        client=client_side,
-        initial_values={
-            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 2**31 - 1,
-            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
-            h2.settings.SettingCodes.MAX_FRAME_SIZE: 1024 * 1024,
-            h2.settings.SettingCodes.ENABLE_PUSH: 0,
-        },
-    )
-    # h2 checks inbound header blocks against this, independently of the advertised setting.
-    conn.max_inbound_frame_size = 1024 * 1024
-    conn.initiate_connection()
-    conn.increment_flow_control_window(CONNECTION_WINDOW - 65535)
-    return conn
+_ERROR_NAMES = {int(c): c.name for c in h2.errors.ErrorCodes}
 
 
 class Assembler:
@@ -214,7 +86,7 @@ class Assembler:
         self._remaining = -1
         self._flag = 0
         self._length = 0
-        self._parts: list[bytes] = []
+        self._parts: list[Any] = []
         self._kept = 0
         self._keep = keep
         self._hash: Any = hashlib.sha256() if hashing else None
@@ -224,7 +96,7 @@ class Assembler:
         """Bytes of an unfinished message are buffered."""
         return bool(self._hdr) or self._remaining >= 0
 
-    def feed(self, data: bytes) -> list[tuple[int, int, bytes, bool, str | None]]:
+    def feed(self, data: bytes | memoryview) -> list[tuple[int, int, bytes, bool, str | None]]:
         """Complete messages in ``data``: ``(flag, length, kept bytes, truncated, sha256)``."""
         out: list[tuple[int, int, bytes, bool, str | None]] = []
         i = 0
@@ -238,7 +110,7 @@ class Assembler:
                     i += 5
                     # Fast path: the whole message is inside this chunk.
                     if self._length <= n - i and self._length <= self._keep:
-                        body = data[i : i + self._length]
+                        body = bytes(data[i : i + self._length])
                         i += self._length
                         digest = None
                         if self._hash is not None:
@@ -297,14 +169,10 @@ class RelayOptions:
 
 
 class Call:
-    """One RPC: a client stream and its upstream twin."""
+    """One RPC: a stream, seen from both sides (the same stream id on both connections)."""
 
     __slots__ = (
         "c2s_asm",
-        "c2s_end",
-        "c2s_queue",
-        "client_done",
-        "down_id",
         "ended",
         "id",
         "index",
@@ -313,34 +181,19 @@ class Call:
         "mkind",
         "resp_headers",
         "s2c_asm",
-        "s2c_end_bare",
-        "s2c_queue",
-        "s2c_rst",
-        "s2c_trailers",
+        "sid",
         "t0",
         "timeout_ms",
-        "up_end_recv",
-        "up_end_sent",
-        "up_id",
-        "up_reset",
     )  # fmt: skip
 
-    def __init__(self, call_id: str, down_id: int, method: str, timeout_ms: float | None, opts: RelayOptions) -> None:
+    def __init__(self, call_id: str, sid: int, method: str, timeout_ms: float | None, opts: RelayOptions) -> None:
         self.id = call_id
-        self.down_id = down_id
-        self.up_id: int | None = None
+        self.sid = sid
         self.method = method
         self.mkind = labels.method_kind(method)
         self.t0 = time.monotonic_ns()
         self.timeout_ms = timeout_ms
         self.inflight = InFlight(unary=self.mkind == labels.UNARY_INFER)
-        # (data, flow-controlled length to acknowledge once sent)
-        self.c2s_queue: collections.deque[list[Any]] = collections.deque()
-        self.c2s_end = False  # client END_STREAM waiting behind queued data
-        self.s2c_queue: collections.deque[list[Any]] = collections.deque()
-        self.s2c_trailers: list[tuple[bytes, bytes]] | None = None
-        self.s2c_rst: int | None = None  # upstream RST_STREAM to forward after trailers
-        self.s2c_end_bare = False  # upstream END_STREAM on DATA without trailers
         keep = LABEL_KEEP if opts.payload != "full" else max(LABEL_KEEP, opts.payload_cap or 2**62)
         hashing = opts.payload == "full"
         self.c2s_asm = Assembler(keep, hashing)
@@ -348,15 +201,6 @@ class Call:
         self.index = [0, 0]
         self.resp_headers: list[tuple[bytes, bytes]] | None = None
         self.ended = False
-        self.client_done = False  # we sent END_STREAM or RST_STREAM to the client
-        self.up_reset = False  # the upstream stream was reset (by either side) or its connection died
-        self.up_end_recv = False
-        self.up_end_sent = False
-
-    @property
-    def up_closed(self) -> bool:
-        """Nothing more can happen on the upstream stream."""
-        return self.up_id is None or self.up_reset or (self.up_end_recv and self.up_end_sent)
 
     def elapsed_ms(self) -> float:
         """Milliseconds since the request HEADERS."""
@@ -372,23 +216,9 @@ class _Late:
         self.call_id = call.id
         self.mkind = call.mkind
         self.t_rst = time.monotonic_ns()
-        self.asm = Assembler(LABEL_KEEP, False)
+        # A message cut by the cancel: its tail arrives late and must not be read as a new one.
+        self.asm = call.s2c_asm if call.s2c_asm.partial else Assembler(LABEL_KEEP, False)
         self.records = 0
-
-
-def _coalesce(q: collections.deque[list[Any]], limit: int) -> None:
-    """Join the chunks at the head of ``q`` into one of at most ``limit`` bytes: one h2 send_data
-    and one acknowledge instead of one per DATA frame received."""
-    if len(q[0][0]) + len(q[1][0]) > limit:
-        return
-    parts: list[bytes] = []
-    acked = size = 0
-    while q and size + len(q[0][0]) <= limit:
-        data, n = q.popleft()
-        parts.append(data)
-        acked += n
-        size += len(data)
-    q.appendleft([b"".join(parts), acked])
 
 
 #: Causes for which the proxy itself gives the client a status (the upstream cannot): code, message.
@@ -400,7 +230,16 @@ _PROXY_ANSWERS: dict[str, tuple[int, str]] = {
 
 
 def _pairs(headers: list[tuple[bytes, bytes]]) -> list[list[str]]:
-    return [[k.decode("latin-1"), v.decode("latin-1")] for k, v in headers]
+    return [[k.decode("latin-1"), _text(k, v)] for k, v in headers]
+
+
+def _text(name: bytes, value: bytes) -> str:
+    """A header value as recorded. Binary (``-bin``) values sent in gRPC's "true binary" form (a NUL
+    then raw bytes, used when both peers advertise it in SETTINGS) are recorded in the usual
+    unpadded base64 form, so a capture reads the same whichever form the peers agreed on."""
+    if value[:1] == b"\0" and name.endswith(b"-bin"):
+        return base64.b64encode(value[1:]).decode("ascii").rstrip("=")
+    return value.decode("latin-1")
 
 
 def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
@@ -447,11 +286,14 @@ class _Side(asyncio.Protocol):
         self.tunnel = tunnel
         self.upstream = upstream
         self.transport: asyncio.Transport | None = None
-        self.paused = False
+        #: Why reading this side is paused: "connect" (upstream not there yet), "peer" (the other
+        #: side's write buffer is full). Reading resumes when no reason is left.
+        self.hold: set[str] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        transport.set_write_buffer_limits(WRITE_HIGH, WRITE_LOW)
         self.tunnel.side_made(self)
 
     def data_received(self, data: bytes) -> None:
@@ -461,14 +303,28 @@ class _Side(asyncio.Protocol):
         self.tunnel.side_lost(self, exc)
 
     def pause_writing(self) -> None:
-        self.paused = True
+        self.tunnel.other(self).hold_reading("peer", True)
 
     def resume_writing(self) -> None:
-        self.paused = False
-        self.tunnel.flush_all()
+        self.tunnel.other(self).hold_reading("peer", False)
 
     def eof_received(self) -> bool:
         return False
+
+    def hold_reading(self, reason: str, on: bool) -> None:
+        """Pause (``on``) or release reading for ``reason``."""
+        before = bool(self.hold)
+        if on:
+            self.hold.add(reason)
+        else:
+            self.hold.discard(reason)
+        t = self.transport
+        if t is None or t.is_closing() or before == bool(self.hold):
+            return
+        if self.hold:
+            t.pause_reading()
+        else:
+            t.resume_reading()
 
 
 class Relay:
@@ -530,6 +386,9 @@ class Relay:
             t.abort(cause)
 
 
+Frame = tuple[int, int, int, Any, memoryview]
+
+
 class Tunnel:
     """A client connection, its upstream connection, and the calls between them."""
 
@@ -540,26 +399,39 @@ class Tunnel:
         self.conn_id = conn_id
         self.down = _Side(self, upstream=False)
         self.up = _Side(self, upstream=True)
-        self.dconn = _new_connection(client_side=False)
-        self.uconn = _new_connection(client_side=True)
-        self.by_down: dict[int, Call] = {}
-        self.by_up: dict[int, Call] = {}
+        self.c2s = wire.FrameReader(expect_preface=True)
+        self.s2c = wire.FrameReader(expect_preface=False)
+        self.calls: dict[int, Call] = {}
         self.peer = ""
         self.up_ready = False
         self.up_failed: str | None = None
         self.up_lost = False
         self.down_lost = False
-        self.goaway_sent = False
-        self.up_goaway = False  # the upstream sent GOAWAY: no new streams towards it
+        #: Last stream id of the GOAWAY the client got (from us or forwarded), or None.
+        self.goaway_last: int | None = None
+        #: Last stream id the upstream's GOAWAY promised to process, or None.
+        self.up_goaway: int | None = None
         self.max_down_id = 0
+        # Header blocks go upstream re-encoded (never verbatim) once the proxy rewrites one
+        # (``:authority``) or keeps one back: the upstream's HPACK table then no longer mirrors
+        # the client's, and literal-only blocks are valid against any table state.
+        self.reencode_c2s = relay.authority is not None
         self._connect_task: asyncio.Task[None] | None = None
-        # calls with upstream DATA queued during the current read: flushed once, after the read
-        self._s2c_dirty: dict[int, Call] = {}
         # upstream stream id -> cancelled call still watched for late frames (insertion = age order)
         self._late: dict[int, _Late] = {}
-        self.uconn.late_hook = self._late_frame
         # when the current client read arrived: the start of a cancel's way upstream
         self._down_read_ns = 0
+        # bytes for each side, written once at the end of a read
+        self._to_up: list[Any] = []
+        self._to_down: list[Any] = []
+        self.refuser: _Refuser | None = None
+        #: Streams whose HEADERS the proxy kept back (refused after its GOAWAY): the upstream never
+        #: heard of them, so nothing else of theirs may reach it.
+        self._kept_back: set[int] = set()
+
+    def other(self, side: _Side) -> _Side:
+        """The transport facing the other peer."""
+        return self.up if side is self.down else self.down
 
     # -- transports ----------------------------------------------------------------------------
 
@@ -568,15 +440,13 @@ class Tunnel:
             assert side.transport is not None
             peer = side.transport.get_extra_info("peername")
             self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-            # Hold the client's bytes until the upstream connection exists; our SETTINGS go out now.
-            side.transport.pause_reading()
-            self._write(self.down, self.dconn)
+            # Hold the client's bytes until the upstream connection exists.
+            side.hold_reading("connect", True)
             self._connect_task = asyncio.get_running_loop().create_task(
                 self._connect(), name=f"triton-tap-upstream-connect-{self.conn_id}"
             )
         else:
             self.up_ready = True
-            self._write(self.up, self.uconn)
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
@@ -590,82 +460,82 @@ class Tunnel:
         except OSError as e:  # ssl.SSLError and certificate errors included
             self.up_failed = f"triton-tap: upstream {host}:{port} unreachable: {e.strerror or e}"
             log.warning("upstream_connect_failed", conn=self.conn_id, error=self.up_failed)
-        if self.down.transport is not None and not self.down_lost:
-            self.down.transport.resume_reading()
+            # Someone must speak HTTP/2 to the client to give it a status: a small h2 server.
+            self.refuser = _Refuser(self, self.up_failed)
+        if not self.down_lost:
+            self.down.hold_reading("connect", False)
 
     def side_data(self, side: _Side, data: bytes) -> None:
-        conn = self.dconn if side is self.down else self.uconn
+        if side is self.down:
+            if self.refuser is not None:
+                self.refuser.feed(data)
+                return
+            self._down_read_ns = time.monotonic_ns()
+            reader, handle = self.c2s, self._c2s_frame
+        else:
+            reader, handle = self.s2c, self._s2c_frame
         try:
-            if side is self.down:
-                self._down_read_ns = time.monotonic_ns()
             try:
-                events = conn.receive_data(data)
-            except h2.exceptions.ProtocolError as e:
+                frames = reader.feed(data)
+            except wire.FrameError as e:
                 # What the frames before the bad one said did happen: handle it, then the error.
-                self._handle(side, getattr(e, "events_before", []))
+                for f in e.before:
+                    handle(*f)
                 raise
-            self._handle(side, events)
-        except h2.exceptions.ProtocolError as e:
-            # The peer broke HTTP/2: h2 has queued a GOAWAY for it; the other side stays intact.
-            self._protocol_error(side, e)
+            for f in frames:
+                handle(*f)
+        except wire.FrameError as e:
+            self._flush()
+            self._protocol_error(side, e.code, str(e), goaway=True)
             return
         except Exception:
             # A bug of ours must cost one connection, never the proxy, and be recorded as ours.
             log.exception("relay_internal_error", conn=self.conn_id)
             self.abort("proxy_error")
             return
-        self._write(self.up, self.uconn)
-        self._write(self.down, self.dconn)
+        self._flush()
 
-    def _handle(self, side: _Side, events: list[Any]) -> None:
-        if side is self.down:
-            for e in events:
-                self._down_event(e)
-        else:
-            for e in events:
-                # Anything but DATA first sends the DATA queued before it: order is kept.
-                if self._s2c_dirty and type(e) is not h2.events.DataReceived:
-                    self._flush_dirty()
-                self._up_event(e)
-            if self._s2c_dirty:
-                self._flush_dirty()
+    def _flush(self) -> None:
+        if self._to_up:
+            out, self._to_up = self._to_up, []
+            t = self.up.transport
+            if t is not None and not self.up_lost and not t.is_closing():
+                t.write(out[0] if len(out) == 1 else b"".join(out))
+        if self._to_down:
+            out, self._to_down = self._to_down, []
+            t = self.down.transport
+            if t is not None and not self.down_lost and not t.is_closing():
+                t.write(out[0] if len(out) == 1 else b"".join(out))
 
-    def _protocol_error(self, side: _Side, e: h2.exceptions.ProtocolError) -> None:
-        """Record the violation, send h2's GOAWAY, close that side; its calls end when it is lost."""
-        code = int(getattr(e, "error_code", None) or h2.errors.ErrorCodes.PROTOCOL_ERROR)
-        log.warning("http2_protocol_error", conn=self.conn_id, upstream=side.upstream, error=str(e))
+    def _protocol_error(self, side: _Side, code: int, error: str, goaway: bool) -> None:
+        """Record the violation, tell the offender (GOAWAY), close that side; its calls end when it is lost."""
+        log.warning("http2_protocol_error", conn=self.conn_id, upstream=side.upstream, error=error)
         self.emit(
             ev.ProtocolViolated(
                 t_ns=time.time_ns(), conn=self.conn_id, side="upstream" if side.upstream else "client",
-                error=str(e) or type(e).__name__, error_code=code,
-                open_calls=[c.id for c in self.by_down.values() if not c.ended],
+                error=error, error_code=code,
+                open_calls=[c.id for c in self.calls.values() if not c.ended],
             )
         )  # fmt: skip
-        self._write(self.down, self.dconn)
-        self._write(self.up, self.uconn)
-        # That h2 connection is CLOSED from now on, but the transport's connection_lost comes
-        # later: until then nothing may be sent on it, or the other side would be blamed for the
-        # error h2 raises.
+        t = side.transport
+        if goaway and t is not None and not t.is_closing():
+            last = self.max_down_id if not side.upstream else 0
+            t.write(wire.goaway(last, code, error.encode()[:256]))
+        # Nothing more may be sent on that connection; its calls end when the transport is lost.
         if side.upstream:
             self.up_lost = True
         else:
             self.down_lost = True
-        if side.transport is not None:
-            side.transport.close()
-
-    def _flush_dirty(self) -> None:
-        dirty = list(self._s2c_dirty.values())
-        self._s2c_dirty.clear()
-        for call in dirty:
-            self._flush_s2c(call)
+        if t is not None:
+            t.close()
 
     def side_lost(self, side: _Side, exc: Exception | None) -> None:
         if side is self.down:
             self.down_lost = True
-            for call in list(self.by_down.values()):
+            for call in list(self.calls.values()):
                 if not call.ended:
                     self._cancel(call, "client_disconnect", None)
-            self._write(self.up, self.uconn)
+            self._flush()
             if self.up.transport is not None:
                 self.up.transport.close()
             if self._connect_task is not None and not self._connect_task.done():
@@ -675,309 +545,267 @@ class Tunnel:
             if self.down_lost or not self.up_ready:
                 return
             self.up_lost = True
-            for call in list(self.by_down.values()):
+            self.down.hold_reading("peer", False)
+            for call in list(self.calls.values()):
                 if not call.ended:
                     self._cancel(call, "upstream_disconnect", None)
             self.goaway_down()
+            self._flush()
             self._maybe_close_down()
-
-    def _write(self, side: _Side, conn: h2.connection.H2Connection) -> None:
-        data = conn.data_to_send()
-        if data and side.transport is not None and not side.transport.is_closing():
-            side.transport.write(data)
-
-    def flush_all(self) -> None:
-        """Retry every queued transfer (after window updates, settings changes, transport resume)."""
-        for call in list(self.by_down.values()):
-            self._flush_c2s(call)
-            self._flush_s2c(call)
-        self._write(self.up, self.uconn)
-        self._write(self.down, self.dconn)
 
     def goaway_down(self) -> None:
         """Tell the client to open no new calls on this connection; open calls go on."""
-        if not self.goaway_sent and not self.down_lost:
-            self.goaway_sent = True
-            self.dconn.close_connection(last_stream_id=self.max_down_id)
-            self._write(self.down, self.dconn)
+        if self.goaway_last is None and not self.down_lost:
+            self.goaway_last = self.max_down_id
+            if self.refuser is not None:
+                self.refuser.goaway()
+            else:
+                self._to_down.append(wire.goaway(self.max_down_id, wire.NO_ERROR))
+                self._flush()
             self._maybe_close_down()
 
     def _maybe_close_down(self) -> None:
-        if self.goaway_sent and not self.by_down and self.down.transport is not None:
-            # Frames h2 queued just now (the last call's trailers) must leave before the close.
-            self._write(self.down, self.dconn)
+        if self.goaway_last is not None and not self.calls and self.down.transport is not None:
+            self._flush()
             _close_after_peer(self.down.transport)
 
     def abort(self, cause: str) -> None:
         """End every open call with ``cause`` and close both connections."""
-        for call in list(self.by_down.values()):
+        for call in list(self.calls.values()):
             if not call.ended:
                 self._cancel(call, cause, None)
         self.goaway_down()
-        self._write(self.up, self.uconn)
-        self._write(self.down, self.dconn)
+        self._flush()
         if self.down.transport is not None:
             _close_after_peer(self.down.transport)
         if self.up.transport is not None:
             self.up.transport.close()
 
-    # -- client side events --------------------------------------------------------------------
+    # -- client -> upstream ----------------------------------------------------------------------
 
-    def _down_event(self, e: Any) -> None:
-        if isinstance(e, h2.events.DataReceived):
-            call = self.by_down.get(e.stream_id)
-            if call is None or call.ended:
-                self.dconn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+    def _c2s_frame(self, ftype: int, flags: int, sid: int, payload: Any, raw: memoryview) -> None:
+        if sid in self._kept_back:
+            self._kept_back_frame(ftype, sid, payload)
+            return
+        if ftype == wire.DATA:
+            call = self.calls.get(sid)
+            if call is not None:
+                self._messages(call, 0, wire.data_payload(flags, payload))
+                if flags & wire.END_STREAM:
+                    self.emit(ev.HalfClosed(t_ns=time.time_ns(), call=call.id))
+            self._to_up.append(raw)
+        elif ftype == wire.HEADERS:
+            self._c2s_headers(flags, sid, payload, raw)
+        elif ftype == wire.RST_STREAM:
+            call = self.calls.get(sid)
+            if call is None:
+                self._to_up.append(raw)
                 return
-            self._messages(call, 0, e.data)
-            call.c2s_queue.append([e.data, e.flow_controlled_length])
-            self._flush_c2s(call)
-        elif isinstance(e, h2.events.WindowUpdated):
-            if e.stream_id:
-                call = self.by_down.get(e.stream_id)
-                if call is not None:
-                    self._flush_s2c(call)
-            else:
-                for call in list(self.by_down.values()):
-                    self._flush_s2c(call)
-        elif isinstance(e, h2.events.RequestReceived):
-            self._request(e)
-        elif isinstance(e, h2.events.StreamEnded):
-            call = self.by_down.get(e.stream_id)
-            if call is not None and not call.ended:
-                self.emit(ev.HalfClosed(t_ns=time.time_ns(), call=call.id))
-                call.c2s_end = True
-                self._flush_c2s(call)
-        elif isinstance(e, h2.events.StreamReset):
-            call = self.by_down.get(e.stream_id)
-            if call is not None and not call.ended:
-                cause = causes.client_reset_cause(call.timeout_ms, call.elapsed_ms())
-                self._cancel(call, cause, e.error_code, self._down_read_ns)
-            elif call is not None:
-                self._forget(call)
-        elif isinstance(e, h2.events.RemoteSettingsChanged):
-            for call in list(self.by_down.values()):
-                self._flush_s2c(call)
+            cause = causes.client_reset_cause(call.timeout_ms, call.elapsed_ms())
+            self._client_reset(call, cause, int.from_bytes(payload, "big"), raw)
+        elif ftype == wire.SETTINGS:
+            if not flags & wire.ACK:
+                self._settings(payload, self.s2c)
+            self._to_up.append(raw)
+        elif ftype == wire.PUSH_PROMISE:
+            raise wire.FrameError(wire.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+        else:
+            # PING, WINDOW_UPDATE, PRIORITY, GOAWAY, the preface and unknown extension frames:
+            # end to end, like everything else.
+            self._to_up.append(raw)
 
-    def _request(self, e: Any) -> None:
-        sid = e.stream_id
-        self.max_down_id = max(self.max_down_id, sid)
-        headers: list[tuple[bytes, bytes]] = e.headers
+    def _kept_back_frame(self, ftype: int, sid: int, payload: Any) -> None:
+        """A frame on a stream the upstream never heard of: dropped, its flow-control credit returned."""
+        if ftype == wire.DATA and len(payload):
+            self._to_down.append(wire.window_update(0, len(payload)))
+        elif ftype == wire.RST_STREAM:
+            self._kept_back.discard(sid)
+        elif ftype == wire.HEADERS:
+            # Decoded already (HPACK state), and every later block goes upstream re-encoded anyway.
+            pass
+
+    @staticmethod
+    def _settings(payload: memoryview, reader: wire.FrameReader) -> None:
+        """A peer's SETTINGS bound what the *other* peer may send it: ``reader`` reads that peer."""
+        for ident, value in wire.settings_values(payload):
+            if ident == wire.SETTINGS_HEADER_TABLE_SIZE:
+                reader.allow_table_size(value)
+            elif ident == wire.SETTINGS_MAX_FRAME_SIZE and wire.DEFAULT_MAX_FRAME <= value < 2**24:
+                # Out-of-range values are the receiving peer's to reject.
+                reader.max_frame = value
+
+    def _c2s_headers(self, flags: int, sid: int, headers: list[tuple[bytes, bytes]], raw: memoryview) -> None:
+        end = bool(flags & wire.END_STREAM)
+        call = self.calls.get(sid)
+        if call is None and sid & 1 and sid > self.max_down_id:
+            call = self._request(sid, headers)
+            if self.up_lost:
+                self._kept_back.add(sid)
+                self._fail_down(call, "upstream_disconnect", *_PROXY_ANSWERS["upstream_disconnect"])
+                return
+            if self.goaway_last is not None and sid > self.goaway_last:
+                # Above the last stream our GOAWAY promised: never processed, so it must not reach
+                # the upstream (the client may retry it elsewhere). Its header block is kept back.
+                self.reencode_c2s = True
+                self._kept_back.add(sid)
+                self._refuse(call, "triton-tap: connection is shutting down (GOAWAY)")
+                return
+            self._forward_headers(sid, headers, end, raw)
+            if self.up_goaway is not None and sid > self.up_goaway:
+                # The upstream is going away and ignores this stream (it still reads the header
+                # block, which keeps HPACK in step): refused, so the client retries it elsewhere.
+                self._refuse(call, "triton-tap: upstream connection is shutting down (GOAWAY)")
+                return
+        else:
+            # Trailers from the client, or a stream the upstream will judge (closed, even id).
+            self._forward_headers(sid, headers, end, raw)
+        if end and call is not None and not call.ended:
+            self.emit(ev.HalfClosed(t_ns=time.time_ns(), call=call.id))
+
+    def _forward_headers(self, sid: int, headers: list[tuple[bytes, bytes]], end: bool, raw: memoryview) -> None:
+        if not self.reencode_c2s:
+            self._to_up.append(raw)
+            return
+        authority = self.relay.authority
+        if authority is not None:
+            headers = [(k, authority) if k == b":authority" else (k, v) for k, v in headers]
+        self._to_up.append(wire.headers_frames(sid, wire.encode_block(headers), end, self.c2s.max_frame))
+
+    def _request(self, sid: int, headers: list[tuple[bytes, bytes]]) -> Call:
+        self.max_down_id = sid
         path = _header(headers, b":path") or b""
         timeout = _header(headers, b"grpc-timeout")
         timeout_ms = causes.parse_grpc_timeout(timeout.decode("latin-1")) if timeout else None
         call = Call(f"{self.conn_id}.{sid}", sid, path.decode("latin-1"), timeout_ms, self.opts)
-        self.by_down[sid] = call
+        self.calls[sid] = call
         self.relay.open_calls += 1
-        meta = [
-            [k, REDACTED if self.opts.redacts(k) else v]
-            for k, v in _pairs(headers)
-        ]
+        meta = [[k, REDACTED if self.opts.redacts(k) else v] for k, v in _pairs(headers)]
         self.emit(
             ev.CallStarted(
                 t_ns=time.time_ns(), call=call.id, conn=self.conn_id, method=call.method,
                 peer=self.peer, metadata=meta, timeout_ms=timeout_ms,
             )
         )  # fmt: skip
-        if self.up_failed is not None or self.up_lost or not self.up_ready:
-            reason = self.up_failed or "triton-tap: upstream connection lost"
-            self._fail_down(call, "upstream_disconnect", 14, reason)
-            return
-        if self.up_goaway:
-            # The upstream is going away and will not take this stream; the client has (or is about
-            # to get) our GOAWAY: refused, never processed, so the client retries on a new connection.
-            call.client_done = True
-            self.dconn.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
-            self._end(call, "error", "UNAVAILABLE", "triton-tap: upstream connection is shutting down (GOAWAY)", None,
-                      rst=h2.errors.ErrorCodes.REFUSED_STREAM)  # fmt: skip
-            return
-        up_id = self.uconn.get_next_available_stream_id()
-        authority = self.relay.authority
-        if authority is not None:
-            headers = [(k, authority) if k == b":authority" else (k, v) for k, v in headers]
-        try:
-            self.uconn.send_headers(up_id, headers, end_stream=False)
-        except h2.exceptions.TooManyStreamsError:
-            # The upstream's concurrent-stream limit: refuse this stream only (REFUSED_STREAM says
-            # "never processed", so the client may retry it itself); the proxy never queues or
-            # re-sends on its own.
-            call.client_done = True
-            self.dconn.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
-            self._end(call, "error", "UNAVAILABLE", "triton-tap: upstream concurrent-stream limit reached", None,
-                      rst=h2.errors.ErrorCodes.REFUSED_STREAM)  # fmt: skip
-            return
-        call.up_id = up_id
-        self.by_up[up_id] = call
+        return call
 
-    def _flush_c2s(self, call: Call) -> None:
-        if call.up_id is None or call.up_reset or self.up.paused:
-            return
-        try:
-            if not self._pump(self.uconn, call.up_id, call.c2s_queue, self.dconn, call.down_id):
-                return
-            if call.c2s_end:
-                call.c2s_end = False
-                self.uconn.end_stream(call.up_id)
-                call.up_end_sent = True
-                if call.ended and call.up_closed:
-                    self._forget(call)
-        except h2.exceptions.ProtocolError:
-            # Upstream already closed this stream: discard what the client still sends, but keep
-            # acknowledging it so the connection window does not leak.
-            while call.c2s_queue:
-                self.dconn.acknowledge_received_data(call.c2s_queue.popleft()[1], call.down_id)
-            call.c2s_end = False
-            call.up_reset = True
+    def _refuse(self, call: Call, reason: str) -> None:
+        """REFUSED_STREAM to the client: never processed, so the client may retry it itself."""
+        self._to_down.append(wire.rst_stream(call.sid, wire.REFUSED_STREAM))
+        self._end(call, "error", "UNAVAILABLE", reason, None, rst=wire.REFUSED_STREAM)
 
-    @staticmethod
-    def _pump(
-        conn: h2.connection.H2Connection,
-        sid: int,
-        q: collections.deque[list[Any]],
-        source: h2.connection.H2Connection,
-        source_sid: int | None,
-    ) -> bool:
-        """Send queued DATA on ``sid`` as far as its window allows; True when the queue emptied.
+    def _client_reset(self, call: Call, cause: str, code: int, raw: memoryview) -> None:
+        """The client reset a live call: recorded, then its RST goes upstream at once."""
+        in_flight, executing = call.inflight.snapshot()
+        forwarded = not self.up_lost
+        rst_us: float | None = None
+        if forwarded:
+            if self.relay.before_cancel is not None:
+                self.relay.before_cancel(call.id)
+            self._to_up.append(raw)
+            # Written now rather than after the whole read: the cancel is what Triton must see
+            # first, and its latency is measured to the socket.
+            self._flush()
+            rst_us = (time.monotonic_ns() - self._down_read_ns) / 1e3
+            self._watch_late(call)
+        self.emit(
+            ev.CallCancelled(
+                t_ns=time.time_ns(), call=call.id, cause=cause, in_flight=in_flight, executing=executing,  # type: ignore[arg-type]
+                rst_code=code, elapsed_ms=call.elapsed_ms(), forwarded_upstream=forwarded,
+                upstream_rst_us=rst_us,
+            )
+        )  # fmt: skip
+        self._end(call, cause, causes.STATUS_FOR_CAUSE[cause], None, None)
 
-        A chunk's bytes are acknowledged to ``source`` only once sent, which is what makes the
-        backpressure end to end.
-        """
-        if len(q) > 1:
-            _coalesce(q, conn.max_outbound_frame_size)
-        while q:
-            item = q[0]
-            data = item[0]
-            window = conn.local_flow_control_window(sid)
-            if window <= 0:
-                return False
-            size = min(len(data), window, conn.max_outbound_frame_size)
-            if size < len(data):
-                # A memoryview keeps the rest without copying it once per frame sent.
-                view = data if isinstance(data, memoryview) else memoryview(data)
-                conn.send_data(sid, view[:size])
-                item[0] = view[size:]
-                continue
-            conn.send_data(sid, data)
-            q.popleft()
-            if source_sid is not None:
-                source.acknowledge_received_data(item[1], source_sid)
-        return True
+    # -- upstream -> client ----------------------------------------------------------------------
 
-    # -- upstream side events ------------------------------------------------------------------
-
-    def _up_event(self, e: Any) -> None:
-        if isinstance(e, h2.events.DataReceived):
-            call = self.by_up.get(e.stream_id)
-            if call is None or call.ended:
-                self.uconn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
-                return
-            self._messages(call, 1, e.data)
-            call.s2c_queue.append([e.data, e.flow_controlled_length])
-            # Flushed after the whole read (side_data): the frames of one read leave as one.
-            self._s2c_dirty[call.down_id] = call
-        elif isinstance(e, h2.events.WindowUpdated):
-            if e.stream_id:
-                call = self.by_up.get(e.stream_id)
-                if call is not None:
-                    self._flush_c2s(call)
-            else:
-                for call in list(self.by_down.values()):
-                    self._flush_c2s(call)
-        elif isinstance(e, h2.events.ResponseReceived):
-            call = self.by_up.get(e.stream_id)
-            if call is None or call.ended:
-                return
-            headers = e.headers
-            if e.stream_ended is not None:
-                # Trailers-only response: status in the only HEADERS frame.
-                call.resp_headers = None
-                call.s2c_trailers = headers
-                self._flush_s2c(call)
-            else:
-                call.resp_headers = headers
-                self.dconn.send_headers(call.down_id, headers)
-        elif isinstance(e, h2.events.TrailersReceived):
-            call = self.by_up.get(e.stream_id)
-            if call is not None and not call.ended:
-                call.s2c_trailers = e.headers
-                self._flush_s2c(call)
-        elif isinstance(e, h2.events.StreamEnded):
-            call = self.by_up.get(e.stream_id)
+    def _s2c_frame(self, ftype: int, flags: int, sid: int, payload: Any, raw: memoryview) -> None:
+        if ftype == wire.DATA:
+            call = self.calls.get(sid)
             if call is not None:
-                call.up_end_recv = True
-                if not call.ended and call.s2c_trailers is None:
-                    call.s2c_end_bare = True
-                    self._flush_s2c(call)
-                elif call.ended and call.up_closed:
-                    self._forget(call)
-        elif isinstance(e, h2.events.StreamReset):
-            call = self.by_up.get(e.stream_id)
+                self._messages(call, 1, wire.data_payload(flags, payload))
+                self._to_down.append(raw)
+                if flags & wire.END_STREAM:
+                    self._end(call, "error", "INTERNAL", "upstream ended the stream without a grpc-status", None)
+                return
+            if sid in self._late:
+                self._late_frame(sid, "data", wire.data_payload(flags, payload), bool(flags & wire.END_STREAM))
+            self._to_down.append(raw)
+        elif ftype == wire.HEADERS:
+            self._to_down.append(raw)
+            call = self.calls.get(sid)
             if call is None:
-                return
-            call.up_reset = True
-            if call.ended:
-                # Late reset after a complete response (Triton: trailers then RST NO_ERROR): pass
-                # it on after what is queued, so the client stops sending too.
-                call.s2c_rst = e.error_code
-                self._flush_s2c(call)
-                self._forget(call)
-                return
-            if call.s2c_trailers is not None or call.s2c_end_bare:
-                # The response is complete; its reset must not overtake queued data/trailers.
-                call.s2c_rst = e.error_code
-                self._flush_s2c(call)
-            else:
-                self._upstream_reset(call, e.error_code)
-        elif isinstance(e, h2.events.ConnectionTerminated):
-            # Upstream GOAWAY: pass it on so the client opens new calls on a new connection (and
-            # so a new upstream connection); calls in flight drain.
-            self.up_goaway = True
-            last = e.last_stream_id if e.last_stream_id is not None else 2**31 - 1
-            for call in list(self.by_up.values()):
-                if call.up_id is not None and call.up_id > last and not call.ended:
-                    # Never processed upstream (RFC 9113 6.8): REFUSED_STREAM lets the client retry it.
-                    call.up_reset = True
-                    self._upstream_reset(call, h2.errors.ErrorCodes.REFUSED_STREAM)
-            self.goaway_down()
-        elif isinstance(e, h2.events.RemoteSettingsChanged):
-            for call in list(self.by_down.values()):
-                self._flush_c2s(call)
+                if sid in self._late:
+                    self._late_frame(sid, "headers", payload, bool(flags & wire.END_STREAM))
+            elif flags & wire.END_STREAM:
+                self._end_with_status(call, payload)
+            elif call.resp_headers is None:
+                call.resp_headers = payload
+        elif ftype == wire.RST_STREAM:
+            self._to_down.append(raw)
+            code = int.from_bytes(payload, "big")
+            call = self.calls.get(sid)
+            if call is not None:
+                status = causes.RST_TO_STATUS.get(code, "INTERNAL")
+                self._end(call, "error", status, f"upstream reset the stream (HTTP/2 error {code})", None, rst=code)
+            elif sid in self._late:
+                self._late_frame(sid, "rst", code, True)
+        elif ftype == wire.SETTINGS:
+            if not flags & wire.ACK:
+                self._settings(payload, self.c2s)
+            self._to_down.append(raw)
+        elif ftype == wire.GOAWAY:
+            self._up_goaway(payload, raw)
+        elif ftype == wire.PUSH_PROMISE:
+            raise wire.FrameError(wire.PROTOCOL_ERROR, "PUSH_PROMISE: gRPC clients never accept server push")
+        else:
+            self._to_down.append(raw)
 
-    def _flush_s2c(self, call: Call) -> None:
-        if self.down.paused or self.down_lost:
+    def _up_goaway(self, payload: memoryview, raw: memoryview) -> None:
+        last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
+        code = int.from_bytes(payload[4:8], "big")
+        if code != wire.NO_ERROR:
+            # The upstream judged frames it got from the client (verbatim) broken: the client
+            # is the offender; it gets the upstream's own GOAWAY and loses its connection.
+            self._to_down.append(raw)
+            self._flush()
+            debug = bytes(payload[8:]).decode("utf-8", "replace")
+            name = _ERROR_NAMES.get(code, str(code))
+            error = f"the upstream rejected the client's frames: GOAWAY {name}" + (f" ({debug})" if debug else "")
+            self._protocol_error(self.down, code, error, goaway=False)
             return
-        conn = self.dconn
-        if call.client_done:
-            if call.s2c_rst is not None:
-                rst, call.s2c_rst = call.s2c_rst, None
-                try:
-                    conn.reset_stream(call.down_id, rst)
-                except h2.exceptions.ProtocolError:
-                    pass
+        self.up_goaway = last if self.up_goaway is None else min(last, self.up_goaway)
+        for call in list(self.calls.values()):
+            if call.sid > last and not call.ended:
+                # Never processed upstream (RFC 9113 6.8): REFUSED_STREAM lets the client retry it.
+                self._refuse(call, "triton-tap: upstream connection is shutting down (GOAWAY)")
+        # Passed on so the client opens new calls on a new connection (and so a new upstream
+        # connection); calls in flight drain. A GOAWAY may never raise an earlier one's last id.
+        if self.goaway_last is None or last < self.goaway_last:
+            self.goaway_last = last
+            self._to_down.append(raw)
+        self._maybe_close_down()
+
+    def _end_with_status(self, call: Call, trailers: list[tuple[bytes, bytes]]) -> None:
+        raw, details = _grpc_status(trailers)
+        if raw is None or not raw.isdigit():
+            self._end(call, "error", "UNKNOWN", details or "upstream trailers without grpc-status", trailers)
             return
-        sid = call.down_id
-        try:
-            if not self._pump(conn, sid, call.s2c_queue, self.uconn, call.up_id):
-                return
-            if call.s2c_trailers is not None:
-                trailers = call.s2c_trailers
-                conn.send_headers(sid, trailers, end_stream=True)
-                call.client_done = True
-                self._end_with_status(call, trailers)
-            elif call.s2c_end_bare:
-                conn.end_stream(sid)
-                call.client_done = True
-                self._end(call, "error", "INTERNAL", "upstream ended the stream without a grpc-status", None)
-            if call.client_done and call.s2c_rst is not None:
-                conn.reset_stream(sid, call.s2c_rst)
-                call.s2c_rst = None
-        except h2.exceptions.ProtocolError:
-            # The client already closed or reset this stream.
-            call.client_done = True
+        code = int(raw)
+        cause = causes.upstream_status_cause(code, call.timeout_ms, call.elapsed_ms())
+        if cause == "deadline":
+            in_flight, executing = call.inflight.snapshot()
+            self.emit(
+                ev.CallCancelled(
+                    t_ns=time.time_ns(), call=call.id, cause="deadline", in_flight=in_flight,
+                    executing=executing, rst_code=None, elapsed_ms=call.elapsed_ms(),
+                    forwarded_upstream=False,
+                )
+            )  # fmt: skip
+        self._end(call, cause, causes.status_name(code), details, trailers)
 
     # -- messages --------------------------------------------------------------------------------
 
-    def _messages(self, call: Call, direction: int, data: bytes) -> None:
+    def _messages(self, call: Call, direction: int, data: memoryview) -> None:
         """Cut, label and record every complete message in ``data`` (the hot path's one pass)."""
         asm = call.c2s_asm if direction == 0 else call.s2c_asm
         done = asm.feed(data)
@@ -1039,59 +867,20 @@ class Tunnel:
 
     # -- endings ---------------------------------------------------------------------------------
 
-    def _end_with_status(self, call: Call, trailers: list[tuple[bytes, bytes]]) -> None:
-        raw, details = _grpc_status(trailers)
-        if raw is None or not raw.isdigit():
-            self._end(call, "error", "UNKNOWN", details or "upstream trailers without grpc-status", trailers)
-            return
-        code = int(raw)
-        cause = causes.upstream_status_cause(code, call.timeout_ms, call.elapsed_ms())
-        if cause == "deadline":
-            in_flight, executing = call.inflight.snapshot()
-            self.emit(
-                ev.CallCancelled(
-                    t_ns=time.time_ns(), call=call.id, cause="deadline", in_flight=in_flight,
-                    executing=executing, rst_code=None, elapsed_ms=call.elapsed_ms(),
-                    forwarded_upstream=False,
-                )
-            )  # fmt: skip
-        self._end(call, cause, causes.status_name(code), details, trailers)
-
-    def _upstream_reset(self, call: Call, code: int) -> None:
-        """Upstream reset the stream before sending a status."""
-        call.client_done = True
-        try:
-            self.dconn.reset_stream(call.down_id, code)
-        except h2.exceptions.ProtocolError:
-            pass
-        status = causes.RST_TO_STATUS.get(code, "INTERNAL")
-        self._end(call, "error", status, f"upstream reset the stream (HTTP/2 error {code})", None, rst=code)
-
-    def _cancel(self, call: Call, cause: str, rst_code: int | None, learned_ns: int = 0) -> None:
-        """The call ends by a cancel-like event: record it first, then act on both sides.
-
-        ``learned_ns`` (monotonic) is when the proxy learned of it, if earlier than now (the read
-        that carried the client's RST_STREAM).
-        """
-        learned_ns = learned_ns or time.monotonic_ns()
+    def _cancel(self, call: Call, cause: str, rst_code: int | None) -> None:
+        """The call ends by a cancel-like event the proxy saw on a connection (not a client RST)."""
         in_flight, executing = call.inflight.snapshot()
         forwarded = False
         rst_us: float | None = None
-        if call.up_id is not None and not call.up_closed and not self.up_lost:
+        if not self.up_lost and self.refuser is None:
+            learned = time.monotonic_ns()
             if self.relay.before_cancel is not None:
                 self.relay.before_cancel(call.id)
-            try:
-                self.uconn.reset_stream(call.up_id, h2.errors.ErrorCodes.CANCEL)
-                forwarded = True
-            except h2.exceptions.ProtocolError:
-                pass
-            if forwarded:
-                # Written now rather than after the whole read: the cancel is what Triton must see
-                # first, and its latency is measured to the socket.
-                self._write(self.up, self.uconn)
-                rst_us = (time.monotonic_ns() - learned_ns) / 1e3
-                self._watch_late(call)
-        call.up_reset = True
+            self._to_up.append(wire.rst_stream(call.sid, wire.CANCEL))
+            self._flush()
+            forwarded = True
+            rst_us = (time.monotonic_ns() - learned) / 1e3
+            self._watch_late(call)
         self.emit(
             ev.CallCancelled(
                 t_ns=time.time_ns(), call=call.id, cause=cause, in_flight=in_flight, executing=executing,  # type: ignore[arg-type]
@@ -1103,27 +892,61 @@ class Tunnel:
         if answer is not None:
             self._fail_down(call, cause, *answer)
             return
-        call.client_done = True
         self._end(call, cause, causes.STATUS_FOR_CAUSE[cause], None, None)
+
+    def _fail_down(self, call: Call, cause: str, code: int, message: str) -> None:
+        """Give the client a gRPC status of our own (the upstream cannot)."""
+        if not self.down_lost:
+            trailers = _status_trailers(code, message, call.resp_headers is None)
+            self._to_down.append(wire.headers_frames(call.sid, wire.encode_block(trailers), True, self.s2c.max_frame))
+        self._end(call, cause, causes.status_name(code), message, None)
+
+    def _end(
+        self,
+        call: Call,
+        cause: str,
+        status: str,
+        details: str | None,
+        trailers: list[tuple[bytes, bytes]] | None,
+        rst: int | None = None,
+    ) -> None:
+        if call.ended:
+            return
+        call.ended = True
+        self.calls.pop(call.sid, None)
+        self.relay.open_calls -= 1
+        # The relay holds nothing per call: what the client did not get is in the socket buffer,
+        # shared by every call of the connection, so it can be told only when that is empty.
+        t = self.down.transport
+        undelivered = 0 if t is None or self.down_lost or not t.get_write_buffer_size() else None
+        self.emit(
+            ev.CallEnded(
+                t_ns=time.time_ns(), call=call.id, status=status, details=details, cause=cause,  # type: ignore[arg-type]
+                trailers=_pairs(trailers) if trailers is not None else None,
+                initial_metadata=_pairs(call.resp_headers) if call.resp_headers is not None else None,
+                duration_ms=call.elapsed_ms(), messages_c2s=call.index[0], messages_s2c=call.index[1],
+                upstream_rst_code=rst, s2c_undelivered_bytes=undelivered,
+            )
+        )  # fmt: skip
+        self._maybe_close_down()
 
     # -- late frames after a forwarded cancel ------------------------------------------------------
 
     def _watch_late(self, call: Call) -> None:
-        assert call.up_id is not None
         if len(self._late) >= LATE_WATCH:
             # Triton usually sends nothing after our RST: old entries would otherwise live as long
             # as the connection.
             del self._late[next(iter(self._late))]
-        self._late[call.up_id] = _Late(call)
-        if call.s2c_asm.partial:
-            # A message cut by the cancel: its tail arrives late and must not be read as a new one.
-            self._late[call.up_id].asm = call.s2c_asm
+        self._late[call.sid] = _Late(call)
 
     def _late_frame(self, sid: int, kind: str, data: Any, end_stream: bool) -> None:
-        """A frame the upstream sent on a stream the proxy reset: recorded as ``late``, never forwarded."""
-        late = self._late.get(sid)
-        if late is None:
-            return
+        """A frame the upstream sent on a stream after the cancel went upstream: recorded as ``late``.
+
+        It is passed on like every frame (the client's HTTP/2 stack discards frames on a stream it
+        reset, RFC 9113 5.1, and counts them for flow control; a header block must reach it for
+        HPACK's sake).
+        """
+        late = self._late[sid]
         since = (time.monotonic_ns() - late.t_rst) / 1e6
         if kind == "data":
             for flag, length, body, truncated, _ in late.asm.feed(data):
@@ -1164,54 +987,50 @@ class Tunnel:
                              since_cancel_ms=since, **fields)
         )  # fmt: skip
 
-    def _fail_down(self, call: Call, cause: str, code: int, message: str) -> None:
-        """Give the client a gRPC status of our own (the upstream cannot)."""
-        if not call.client_done and not self.down_lost:
-            call.s2c_trailers = _status_trailers(code, message, call.resp_headers is None)
-            try:
-                self.dconn.send_headers(call.down_id, call.s2c_trailers, end_stream=True)
-            except h2.exceptions.ProtocolError:
-                pass
-            call.client_done = True
-        self._end(call, cause, causes.status_name(code), message, None)
 
-    def _end(
-        self,
-        call: Call,
-        cause: str,
-        status: str,
-        details: str | None,
-        trailers: list[tuple[bytes, bytes]] | None,
-        rst: int | None = None,
-    ) -> None:
-        if call.ended:
-            return
-        call.ended = True
-        self.relay.open_calls -= 1
-        self.emit(
-            ev.CallEnded(
-                t_ns=time.time_ns(), call=call.id, status=status, details=details, cause=cause,  # type: ignore[arg-type]
-                trailers=_pairs(trailers) if trailers is not None else None,
-                initial_metadata=_pairs(call.resp_headers) if call.resp_headers is not None else None,
-                duration_ms=call.elapsed_ms(), messages_c2s=call.index[0], messages_s2c=call.index[1],
-                upstream_rst_code=rst,
-                s2c_undelivered_bytes=sum(len(i[0]) for i in call.s2c_queue) if call.s2c_queue else 0,
-            )
-        )  # fmt: skip
-        if call.client_done and call.up_closed:
-            self._forget(call)
-        self._maybe_close_down()
+class _Refuser:
+    """Speaks HTTP/2 to a client whose upstream could not be reached: every call gets UNAVAILABLE.
 
-    def _forget(self, call: Call) -> None:
-        """Drop a finished call's bookkeeping; late frames are acknowledged and ignored."""
-        if not call.ended:
+    The one place the proxy terminates HTTP/2 itself (with ``h2``): there is no peer to relay to.
+    """
+
+    def __init__(self, tunnel: Tunnel, reason: str) -> None:
+        self.tunnel = tunnel
+        self.reason = reason
+        self.conn = h2.connection.H2Connection(
+            config=h2.config.H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=False)
+        )
+        self.conn.initiate_connection()
+        self._write()
+
+    def _write(self) -> None:
+        t = self.tunnel.down.transport
+        data = self.conn.data_to_send()
+        if data and t is not None and not t.is_closing():
+            t.write(data)
+
+    def feed(self, data: bytes) -> None:
+        """Bytes from the client."""
+        tunnel = self.tunnel
+        try:
+            events = self.conn.receive_data(data)
+        except h2.exceptions.ProtocolError as e:
+            self._write()
+            tunnel._protocol_error(tunnel.down, int(getattr(e, "error_code", None) or 1), str(e) or type(e).__name__, goaway=False)
             return
-        # Bytes still queued were never forwarded: give their window back at connection level.
-        while call.c2s_queue:
-            self.dconn.acknowledge_received_data(call.c2s_queue.popleft()[1], call.down_id)
-        if call.up_id is not None:
-            while call.s2c_queue:
-                self.uconn.acknowledge_received_data(call.s2c_queue.popleft()[1], call.up_id)
-            self.by_up.pop(call.up_id, None)
-        self.by_down.pop(call.down_id, None)
-        self._maybe_close_down()
+        for event in events:
+            if isinstance(event, h2.events.RequestReceived):
+                call = tunnel._request(event.stream_id, event.headers)
+                try:
+                    self.conn.send_headers(event.stream_id, _status_trailers(14, self.reason, True), end_stream=True)
+                except h2.exceptions.ProtocolError:
+                    pass
+                tunnel._end(call, "upstream_disconnect", "UNAVAILABLE", self.reason, None)
+            elif isinstance(event, h2.events.DataReceived):
+                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        self._write()
+
+    def goaway(self) -> None:
+        """No new calls on this connection."""
+        self.conn.close_connection(last_stream_id=self.tunnel.max_down_id)
+        self._write()

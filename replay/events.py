@@ -173,7 +173,7 @@ class CallCancelled:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LateFrameSeen:
-    """The upstream still sent something on a call after the proxy forwarded its cancel (never forwarded)."""
+    """The upstream still sent something on a call after the proxy forwarded its cancel (passed on; the client discards it)."""
 
     kind: ClassVar[str] = "late"
     t_ns: Annotated[int, "unix epoch nanoseconds when the frame was read"]
@@ -247,9 +247,11 @@ class CallEnded:
     messages_s2c: Annotated[int, "messages the server sent on this call"]
     upstream_rst_code: Annotated[int | None, "HTTP/2 error code of an upstream RST_STREAM, when one ended the call"] = None
     s2c_undelivered_bytes: Annotated[
-        int,
-        "bytes of server messages the proxy received (and recorded as `message`) but never delivered to "
-        "the client, e.g. a client that stopped reading and then cancelled",
+        int | None,
+        "bytes the proxy held for this call and never delivered to the client. The relay forwards each "
+        "frame as it is read and holds nothing per call, so this is 0 when the connection's socket "
+        "buffer towards the client was empty at the end, and null (unknown: the buffer is shared by "
+        "every call of the connection) when it was not",
     ] = 0
 
 

@@ -26,4 +26,4 @@ def test_bench_micro_smoke() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "per unary ModelInfer call" in proc.stdout and "h2 receive + send" in proc.stdout
+    assert "per unary ModelInfer call" in proc.stdout and "cut one DATA frame" in proc.stdout

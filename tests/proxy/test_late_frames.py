@@ -48,8 +48,11 @@ def _cancel_two(stubborn: Stubborn, start_proxy: Callable[..., RecordingProxy]) 
     return before, after, records(proxy.capture_path)
 
 
-def test_late_frames_are_recorded_not_forwarded(stubborn: Stubborn, start_proxy: Callable[..., RecordingProxy]) -> None:
-    """Messages and trailers sent after the forwarded cancel become `late` records; the client gets none."""
+def test_late_frames_are_recorded_and_never_surface_in_the_client(
+    stubborn: Stubborn, start_proxy: Callable[..., RecordingProxy]
+) -> None:
+    """Messages and trailers sent after the forwarded cancel become `late` records; the client's
+    HTTP/2 stack discards them (they are passed on: HPACK and flow control stay in step)."""
     before, after, recs = _cancel_two(stubborn, start_proxy)
     assert [e[1] for e in before] == ["run-1", "run-1"]
     assert all(e[0] != "result" for e in after)

@@ -1,0 +1,284 @@
+"""HTTP/2 framing for a relay that forwards frames verbatim: cutting, checking, and building frames.
+
+Pure and synchronous (bytes in, frames out). Why not a full HTTP/2 stack (``h2``): the relay does not
+terminate HTTP/2, it passes each frame on unchanged — settings, windows, pings and header blocks
+are negotiated end to end by client and Triton — so it needs to *read* frames, not to own their
+state. That makes the proxy transparent byte for byte and costs a fraction of a full stack: no
+re-encoding of header blocks, no flow-control bookkeeping, no frame objects (see the README's
+measurements).
+
+What the proxy still must know, and how it stays right:
+- frame boundaries and the framing rules a relay could be fooled by (sizes, stream ids, padding,
+  header blocks split into CONTINUATIONs), checked here; anything else a peer gets wrong is judged
+  by the other peer, which receives it verbatim;
+- header blocks, decoded with one HPACK decoder per direction that sees exactly the blocks the
+  receiver sees, so its dynamic table mirrors the receiver's. The proxy's own header blocks
+  (statuses it must give itself) use literals *without indexing*, which never touch a dynamic
+  table, so they can be mixed into a verbatim stream without breaking the peers' HPACK state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import hpack
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+
+# Error codes (RFC 9113 section 7).
+NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x2, 0x3
+STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 0x5, 0x6, 0x7, 0x8, 0x9
+
+SETTINGS_HEADER_TABLE_SIZE, SETTINGS_MAX_FRAME_SIZE = 0x1, 0x5
+DEFAULT_MAX_FRAME = 16384
+DEFAULT_TABLE_SIZE = 4096
+#: Largest header block (all its frames) the proxy buffers before passing it on.
+MAX_HEADER_BLOCK = 16 * 1024 * 1024
+
+#: Frame types whose payload has a fixed size (0 = any), and whether they live on stream 0.
+_FIXED_SIZE = {PRIORITY: 5, RST_STREAM: 4, PING: 8, WINDOW_UPDATE: 4}
+_CONNECTION_ONLY = frozenset({SETTINGS, PING, GOAWAY})
+_STREAM_ONLY = frozenset({DATA, HEADERS, PRIORITY, RST_STREAM, PUSH_PROMISE, CONTINUATION})
+
+
+class FrameError(Exception):
+    """The sender broke HTTP/2 framing; ``code`` is the RFC 9113 error code to answer with."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        #: The complete frames read before the bad one (set by :meth:`FrameReader.feed`).
+        self.before: list[tuple[int, int, int, object, memoryview]] = []
+
+
+def frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+    """One frame's bytes."""
+    return len(payload).to_bytes(3, "big") + bytes((ftype, flags)) + sid.to_bytes(4, "big") + payload
+
+
+def rst_stream(sid: int, code: int) -> bytes:
+    """RST_STREAM for ``sid``."""
+    return frame(RST_STREAM, 0, sid, code.to_bytes(4, "big"))
+
+
+def goaway(last_sid: int, code: int, debug: bytes = b"") -> bytes:
+    """GOAWAY naming the last stream the sender will process."""
+    return frame(GOAWAY, 0, 0, last_sid.to_bytes(4, "big") + code.to_bytes(4, "big") + debug)
+
+
+def window_update(sid: int, increment: int) -> bytes:
+    """WINDOW_UPDATE giving ``increment`` bytes back on ``sid`` (0: the connection)."""
+    return frame(WINDOW_UPDATE, 0, sid, increment.to_bytes(4, "big"))
+
+
+def _int(out: bytearray, value: int, prefix_bits: int, first: int) -> None:
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        out.append(first | value)
+        return
+    out.append(first | limit)
+    value -= limit
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def encode_block(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """An HPACK block of literals without indexing: valid against any dynamic-table state, changes none."""
+    out = bytearray()
+    for name, value in headers:
+        out.append(0x00)
+        _int(out, len(name), 7, 0)
+        out += name
+        _int(out, len(value), 7, 0)
+        out += value
+    return bytes(out)
+
+
+def headers_frames(sid: int, block: bytes, end_stream: bool, max_frame: int) -> bytes:
+    """HEADERS (+ CONTINUATIONs when ``block`` exceeds the receiver's frame size) carrying ``block``."""
+    first, rest = block[:max_frame], block[max_frame:]
+    flags = (END_STREAM if end_stream else 0) | (0 if rest else END_HEADERS)
+    out = [frame(HEADERS, flags, sid, first)]
+    while rest:
+        chunk, rest = rest[:max_frame], rest[max_frame:]
+        out.append(frame(CONTINUATION, 0 if rest else END_HEADERS, sid, chunk))
+    return b"".join(out)
+
+
+def data_payload(flags: int, payload: memoryview) -> memoryview:
+    """The data of a DATA frame (padding removed)."""
+    if flags & PADDED:
+        if not payload:
+            raise FrameError(FRAME_SIZE_ERROR, "padded DATA frame without a pad length")
+        pad = payload[0]
+        if pad >= len(payload):
+            raise FrameError(PROTOCOL_ERROR, "DATA padding longer than the frame")
+        return payload[1 : len(payload) - pad]
+    return payload
+
+
+def header_fragment(flags: int, payload: memoryview) -> memoryview:
+    """The header block fragment of a HEADERS frame (padding and priority fields removed)."""
+    start, end = 0, len(payload)
+    if flags & PADDED:
+        if not payload:
+            raise FrameError(FRAME_SIZE_ERROR, "padded HEADERS frame without a pad length")
+        start = 1
+        end -= payload[0]
+    if flags & PRIORITY_FLAG:
+        start += 5
+    if start > end:
+        raise FrameError(PROTOCOL_ERROR, "HEADERS padding/priority longer than the frame")
+    return payload[start:end]
+
+
+def settings_values(payload: memoryview) -> list[tuple[int, int]]:
+    """(identifier, value) pairs of a SETTINGS frame."""
+    return [
+        (int.from_bytes(payload[i : i + 2], "big"), int.from_bytes(payload[i + 2 : i + 6], "big"))
+        for i in range(0, len(payload), 6)
+    ]
+
+
+class HeaderBlock:
+    """A header block being collected: its HEADERS frame, then CONTINUATIONs until END_HEADERS."""
+
+    __slots__ = ("end_stream", "fragments", "raw", "sid", "size")
+
+    def __init__(self, sid: int, end_stream: bool) -> None:
+        self.sid = sid
+        self.end_stream = end_stream
+        self.raw: list[memoryview] = []
+        self.fragments: list[memoryview] = []
+        self.size = 0
+
+
+class FrameReader:
+    """One direction of a connection: cuts bytes into checked frames and decodes header blocks.
+
+    ``feed(data)`` returns ``(type, flags, stream id, payload, raw frame)`` tuples (memoryviews of
+    the bytes read) for every complete frame; a partial frame waits for the next read. Header blocks
+    come out whole: one tuple of type HEADERS whose payload is the decoded header list and whose raw
+    bytes are all frames of the block. ``max_frame`` is the receiver's SETTINGS_MAX_FRAME_SIZE.
+    """
+
+    def __init__(self, expect_preface: bool) -> None:
+        self._buf = b""
+        self._preface = expect_preface
+        self.max_frame = DEFAULT_MAX_FRAME
+        self.decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_BLOCK)
+        self.block: HeaderBlock | None = None
+        self.failed = False
+
+    def allow_table_size(self, size: int) -> None:
+        """The receiver advertised SETTINGS_HEADER_TABLE_SIZE ``size``: the sender may use it."""
+        # The largest value ever advertised: a sender may still use the old size until it has
+        # seen the new one, and the receiver (not the proxy) is the judge of the exact bound.
+        self.decoder.max_allowed_table_size = max(self.decoder.max_allowed_table_size, size)
+
+    def feed(self, data: bytes) -> list[tuple[int, int, int, object, memoryview]]:
+        """Complete frames in what was read so far. Raises :class:`FrameError` on a framing violation."""
+        if self.failed:
+            return []
+        buf = self._buf + data if self._buf else data
+        view = memoryview(buf)
+        n = len(buf)
+        i = 0
+        out: list[tuple[int, int, int, object, memoryview]] = []
+        try:
+            if self._preface:
+                if n < len(PREFACE):
+                    if not PREFACE.startswith(bytes(buf)):
+                        raise FrameError(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+                    self._buf = buf
+                    return out
+                if buf[: len(PREFACE)] != PREFACE:
+                    raise FrameError(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+                self._preface = False
+                i = len(PREFACE)
+                out.append((-1, 0, 0, None, view[:i]))
+            max_frame = self.max_frame
+            while n - i >= 9:
+                length = int.from_bytes(buf[i : i + 3], "big")
+                if length > max_frame:
+                    raise FrameError(FRAME_SIZE_ERROR, f"frame of {length} bytes exceeds the receiver's limit {max_frame}")
+                end = i + 9 + length
+                if end > n:
+                    break
+                ftype = buf[i + 3]
+                flags = buf[i + 4]
+                sid = int.from_bytes(buf[i + 5 : i + 9], "big") & 0x7FFFFFFF
+                raw = view[i:end]
+                payload = view[i + 9 : end]
+                i = end
+                if self.block is not None or ftype == CONTINUATION:
+                    got = self._continuation(ftype, flags, sid, payload, raw)
+                    if got is not None:
+                        out.append(got)
+                    continue
+                self._check(ftype, sid, length)
+                if ftype == HEADERS:
+                    block = HeaderBlock(sid, bool(flags & END_STREAM))
+                    frag = header_fragment(flags, payload)
+                    block.raw.append(raw)
+                    block.fragments.append(frag)
+                    block.size = len(frag)
+                    if flags & END_HEADERS:
+                        out.append(self._decoded(block, flags))
+                    else:
+                        self.block = block
+                    continue
+                out.append((ftype, flags, sid, payload, raw))
+        except FrameError as e:
+            self.failed = True
+            self._buf = b""
+            # What came before the bad frame did happen: it rides on the error.
+            e.before = out
+            raise
+        self._buf = buf[i:] if i < n else b""
+        return out
+
+    def _check(self, ftype: int, sid: int, length: int) -> None:
+        if ftype in _CONNECTION_ONLY and sid:
+            raise FrameError(PROTOCOL_ERROR, f"frame type {ftype} on stream {sid} (connection frames use stream 0)")
+        if ftype in _STREAM_ONLY and not sid:
+            raise FrameError(PROTOCOL_ERROR, f"frame type {ftype} on stream 0")
+        size = _FIXED_SIZE.get(ftype)
+        if size is not None and length != size:
+            raise FrameError(FRAME_SIZE_ERROR, f"frame type {ftype} of {length} bytes (must be {size})")
+        if ftype == SETTINGS and length % 6:
+            raise FrameError(FRAME_SIZE_ERROR, f"SETTINGS of {length} bytes (not a multiple of 6)")
+        if ftype == GOAWAY and length < 8:
+            raise FrameError(FRAME_SIZE_ERROR, f"GOAWAY of {length} bytes")
+
+    def _continuation(
+        self, ftype: int, flags: int, sid: int, payload: memoryview, raw: memoryview
+    ) -> tuple[int, int, int, object, memoryview] | None:
+        block = self.block
+        if block is None:
+            raise FrameError(PROTOCOL_ERROR, "CONTINUATION without a header block")
+        if ftype != CONTINUATION or sid != block.sid:
+            raise FrameError(PROTOCOL_ERROR, f"frame type {ftype} on stream {sid} inside a header block")
+        block.size += len(payload)
+        if block.size > MAX_HEADER_BLOCK:
+            raise FrameError(PROTOCOL_ERROR, f"header block beyond {MAX_HEADER_BLOCK} bytes")
+        block.raw.append(raw)
+        block.fragments.append(payload)
+        if not flags & END_HEADERS:
+            return None
+        self.block = None
+        return self._decoded(block, flags)
+
+    def _decoded(self, block: HeaderBlock, flags: int) -> tuple[int, int, int, object, memoryview]:
+        data = block.fragments[0] if len(block.fragments) == 1 else b"".join(block.fragments)
+        try:
+            headers = self.decoder.decode(bytes(data), raw=True)
+        except (hpack.HPACKError, ValueError, IndexError) as e:
+            raise FrameError(COMPRESSION_ERROR, f"undecodable header block: {e}") from e
+        raw = block.raw[0] if len(block.raw) == 1 else memoryview(b"".join(block.raw))
+        return (HEADERS, END_STREAM if block.end_stream else 0, block.sid, headers, raw)
