@@ -6,8 +6,9 @@ and the relay carries no counters of its own. Per message it only bumps plain in
 reads them at scrape time through a custom collector (:class:`ProxyMetrics`), so the data plane
 never takes a prometheus-client lock.
 
-Forwarding latency: a message record is emitted when its last byte was read, and the relay writes
-the relayed bytes at the end of the same event-loop callback. A ``call_soon`` callback (one per
+Forwarding latency: a message record is emitted when its last byte was read; the relay writes the
+relayed bytes in the same event-loop callback (before the records when every frame of the read
+passes unchanged, the common case; after them otherwise). A ``call_soon`` callback (one per
 batch of messages, not per message) therefore runs just after the bytes were handed to the other
 side's transport; the histogram is the time from the message being observed to that point (h2
 processing of the whole read included; time spent waiting for the peer's flow-control window or

@@ -425,6 +425,8 @@ class Tunnel:
         self._to_up: list[Any] = []
         self._to_down: list[Any] = []
         self.refuser: _Refuser | None = None
+        # True while the frames of the current read were already written (see side_data)
+        self._early = False
         #: Streams whose HEADERS the proxy kept back (refused after its GOAWAY): the upstream never
         #: heard of them, so nothing else of theirs may reach it.
         self._kept_back: set[int] = set()
@@ -482,8 +484,19 @@ class Tunnel:
                 for f in e.before:
                     handle(*f)
                 raise
-            for f in frames:
-                handle(*f)
+            if frames and self._plain(side, frames):
+                # Latency: every frame of this read goes on unchanged, so it is written before
+                # the recording work (labels, records) instead of after it.
+                self._write_early(side, frames)
+                self._early = True
+                try:
+                    for f in frames:
+                        handle(*f)
+                finally:
+                    self._early = False
+            else:
+                for f in frames:
+                    handle(*f)
         except wire.FrameError as e:
             self._flush()
             self._protocol_error(side, e.code, str(e), goaway=True)
@@ -494,6 +507,40 @@ class Tunnel:
             self.abort("proxy_error")
             return
         self._flush()
+
+    def _plain(self, side: _Side, frames: list[Frame]) -> bool:
+        """Whether every frame of a read is passed on verbatim whatever the calls' state."""
+        if side is self.up:
+            for f in frames:
+                if f[0] == wire.GOAWAY or f[0] == wire.PUSH_PROMISE:
+                    return False
+            return True
+        if self.reencode_c2s or self.goaway_last is not None or self.up_goaway is not None or self.up_lost:
+            return False
+        kept = self._kept_back
+        for f in frames:
+            ftype = f[0]
+            if ftype == wire.RST_STREAM or ftype == wire.PUSH_PROMISE or (kept and f[2] in kept):
+                return False
+        return True
+
+    def _write_early(self, side: _Side, frames: list[Frame]) -> None:
+        # Bytes the handlers queued before (none in practice) go first: order is kept.
+        self._flush()
+        lost = self.up_lost if side is self.down else self.down_lost
+        t = self.other(side).transport
+        if t is not None and not lost and not t.is_closing():
+            t.write(frames[0][4] if len(frames) == 1 else b"".join([f[4] for f in frames]))
+
+    def _fwd_up(self, raw: Any) -> None:
+        """A client frame goes upstream unchanged."""
+        if not self._early:
+            self._to_up.append(raw)
+
+    def _fwd_down(self, raw: Any) -> None:
+        """An upstream frame goes to the client unchanged."""
+        if not self._early:
+            self._to_down.append(raw)
 
     def _flush(self) -> None:
         if self._to_up:
@@ -593,26 +640,26 @@ class Tunnel:
                 self._messages(call, 0, wire.data_payload(flags, payload))
                 if flags & wire.END_STREAM:
                     self.emit(ev.HalfClosed(t_ns=time.time_ns(), call=call.id))
-            self._to_up.append(raw)
+            self._fwd_up(raw)
         elif ftype == wire.HEADERS:
             self._c2s_headers(flags, sid, payload, raw)
         elif ftype == wire.RST_STREAM:
             call = self.calls.get(sid)
             if call is None:
-                self._to_up.append(raw)
+                self._fwd_up(raw)
                 return
             cause = causes.client_reset_cause(call.timeout_ms, call.elapsed_ms())
             self._client_reset(call, cause, int.from_bytes(payload, "big"), raw)
         elif ftype == wire.SETTINGS:
             if not flags & wire.ACK:
                 self._settings(payload, self.s2c)
-            self._to_up.append(raw)
+            self._fwd_up(raw)
         elif ftype == wire.PUSH_PROMISE:
             raise wire.FrameError(wire.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
         else:
             # PING, WINDOW_UPDATE, PRIORITY, GOAWAY, the preface and unknown extension frames:
             # end to end, like everything else.
-            self._to_up.append(raw)
+            self._fwd_up(raw)
 
     def _kept_back_frame(self, ftype: int, sid: int, payload: Any) -> None:
         """A frame on a stream the upstream never heard of: dropped, its flow-control credit returned."""
@@ -664,7 +711,7 @@ class Tunnel:
 
     def _forward_headers(self, sid: int, headers: list[tuple[bytes, bytes]], end: bool, raw: memoryview) -> None:
         if not self.reencode_c2s:
-            self._to_up.append(raw)
+            self._fwd_up(raw)
             return
         authority = self.relay.authority
         if authority is not None:
@@ -701,7 +748,7 @@ class Tunnel:
         if forwarded:
             if self.relay.before_cancel is not None:
                 self.relay.before_cancel(call.id)
-            self._to_up.append(raw)
+            self._fwd_up(raw)
             # Written now rather than after the whole read: the cancel is what Triton must see
             # first, and its latency is measured to the socket.
             self._flush()
@@ -723,15 +770,15 @@ class Tunnel:
             call = self.calls.get(sid)
             if call is not None:
                 self._messages(call, 1, wire.data_payload(flags, payload))
-                self._to_down.append(raw)
+                self._fwd_down(raw)
                 if flags & wire.END_STREAM:
                     self._end(call, "error", "INTERNAL", "upstream ended the stream without a grpc-status", None)
                 return
             if sid in self._late:
                 self._late_frame(sid, "data", wire.data_payload(flags, payload), bool(flags & wire.END_STREAM))
-            self._to_down.append(raw)
+            self._fwd_down(raw)
         elif ftype == wire.HEADERS:
-            self._to_down.append(raw)
+            self._fwd_down(raw)
             call = self.calls.get(sid)
             if call is None:
                 if sid in self._late:
@@ -741,7 +788,7 @@ class Tunnel:
             elif call.resp_headers is None:
                 call.resp_headers = payload
         elif ftype == wire.RST_STREAM:
-            self._to_down.append(raw)
+            self._fwd_down(raw)
             code = int.from_bytes(payload, "big")
             call = self.calls.get(sid)
             if call is not None:
@@ -752,13 +799,13 @@ class Tunnel:
         elif ftype == wire.SETTINGS:
             if not flags & wire.ACK:
                 self._settings(payload, self.c2s)
-            self._to_down.append(raw)
+            self._fwd_down(raw)
         elif ftype == wire.GOAWAY:
             self._up_goaway(payload, raw)
         elif ftype == wire.PUSH_PROMISE:
             raise wire.FrameError(wire.PROTOCOL_ERROR, "PUSH_PROMISE: gRPC clients never accept server push")
         else:
-            self._to_down.append(raw)
+            self._fwd_down(raw)
 
     def _up_goaway(self, payload: memoryview, raw: memoryview) -> None:
         last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
@@ -766,7 +813,7 @@ class Tunnel:
         if code != wire.NO_ERROR:
             # The upstream judged frames it got from the client (verbatim) broken: the client
             # is the offender; it gets the upstream's own GOAWAY and loses its connection.
-            self._to_down.append(raw)
+            self._fwd_down(raw)
             self._flush()
             debug = bytes(payload[8:]).decode("utf-8", "replace")
             name = _ERROR_NAMES.get(code, str(code))
@@ -782,7 +829,7 @@ class Tunnel:
         # connection); calls in flight drain. A GOAWAY may never raise an earlier one's last id.
         if self.goaway_last is None or last < self.goaway_last:
             self.goaway_last = last
-            self._to_down.append(raw)
+            self._fwd_down(raw)
         self._maybe_close_down()
 
     def _end_with_status(self, call: Call, trailers: list[tuple[bytes, bytes]]) -> None:

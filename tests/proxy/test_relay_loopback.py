@@ -271,16 +271,16 @@ def test_internal_error_costs_one_connection_and_is_recorded_as_ours(
     from proxy.relay import Tunnel
 
     proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}")
-    original = Tunnel._s2c_frame
+    original = Tunnel._plain
     armed = {"on": True}
 
-    def broken(self: Tunnel, ftype: int, *rest: Any) -> None:
-        if armed["on"] and ftype == 0:  # the first response DATA frame
+    def broken(self: Tunnel, side: Any, frames: list[Any]) -> bool:
+        if armed["on"] and side is self.up and any(f[0] == 0 for f in frames):  # the response's DATA
             armed["on"] = False
             raise RuntimeError("injected relay bug")
-        original(self, ftype, *rest)
+        return original(self, side, frames)
 
-    monkeypatch.setattr(Tunnel, "_s2c_frame", broken)
+    monkeypatch.setattr(Tunnel, "_plain", broken)
     failed = _infer_with_call(f"127.0.0.1:{proxy.port}", "victim", [])
     assert failed[0] is None and failed[1].code() == grpc.StatusCode.INTERNAL
     ok = _infer_with_call(f"127.0.0.1:{proxy.port}", "next", [])
