@@ -114,19 +114,36 @@ def request_labels(body: bytes, truncated: bool) -> dict[str, Any]:
     return out
 
 
+# (name, datatype, shape) -> TensorSpec: a stream's responses repeat the same few output specs, and
+# building the frozen record costs more than reading the fields (~1.6 us per tensor per response).
+_SPECS: dict[tuple[str, str, tuple[int, ...]], TensorSpec] = {}
+
+
+def _spec(name: str, datatype: str, shape: tuple[int, ...]) -> TensorSpec:
+    key = (name, datatype, shape)
+    spec = _SPECS.get(key)
+    if spec is None:
+        if len(_SPECS) >= 4096:
+            _SPECS.clear()
+        # Shared between records: never mutated (records are facts, written once).
+        spec = _SPECS[key] = TensorSpec(name=name, datatype=datatype, shape=list(shape))
+    return spec
+
+
 def _response_labels(r: Any) -> dict[str, Any]:
     params = r.parameters
     final = None
     if "triton_final_response" in params:
         p = params["triton_final_response"]
         final = p.bool_param if p.WhichOneof("parameter_choice") == "bool_param" else None
+    specs = [_spec(o.name, o.datatype, tuple(o.shape)) for o in r.outputs]
     return {
         "model": r.model_name,
         "model_version": r.model_version,
         "request_id": r.id,
         "final": final,
-        "outputs": [o.name for o in r.outputs],
-        "output_tensors": [TensorSpec(name=o.name, datatype=o.datatype, shape=list(o.shape)) for o in r.outputs],
+        "outputs": [t.name for t in specs],
+        "output_tensors": specs,
     }
 
 
