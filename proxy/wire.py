@@ -183,6 +183,9 @@ class FrameReader:
         self._seen: dict[bytes, tuple[tuple[Any, ...], int, list[Any]]] = {}
         self.block: HeaderBlock | None = None
         self.failed = False
+        #: After :meth:`feed`: the bytes of exactly the frames it returned, when they are one
+        #: contiguous slice of what was read (else None).
+        self.span: memoryview | None = None
 
     def allow_table_size(self, size: int) -> None:
         """The receiver advertised SETTINGS_HEADER_TABLE_SIZE ``size``: the sender may use it."""
@@ -192,8 +195,10 @@ class FrameReader:
 
     def feed(self, data: bytes) -> list[tuple[int, int, int, object, memoryview]]:
         """Complete frames in what was read so far. Raises :class:`FrameError` on a framing violation."""
+        self.span = None
         if self.failed:
             return []
+        in_block = self.block is not None
         if self._pending:
             self._pending.append(data)
             self._pending_len += len(data)
@@ -259,6 +264,10 @@ class FrameReader:
             # What came before the bad frame did happen: it rides on the error.
             e.before = out
             raise
+        if out and not in_block and self.block is None:
+            # Every returned frame, and nothing else, lies in buf[0:i] (no block started in an
+            # earlier read or still open): the relay can write that one slice instead of joining.
+            self.span = view[:i]
         if i < n:
             rest = bytes(view[i:])
             self._keep(rest, 9 + int.from_bytes(rest[:3], "big") if len(rest) >= 9 else 9)
