@@ -653,7 +653,8 @@ class Tunnel:
                 self._fwd_up(raw)
                 return
             cause = causes.client_reset_cause(call.timeout_ms, call.elapsed_ms())
-            self._client_reset(call, cause, int.from_bytes(payload, "big"), raw)
+            # The client's own RST goes upstream (the cause's clock started with this read).
+            self._cancel(call, cause, int.from_bytes(payload, "big"), raw, self._down_read_ns)
         elif ftype == wire.SETTINGS:
             if not flags & wire.ACK:
                 self._settings(payload, self.s2c)
@@ -743,29 +744,6 @@ class Tunnel:
         """REFUSED_STREAM to the client: never processed, so the client may retry it itself."""
         self._to_down.append(wire.rst_stream(call.sid, wire.REFUSED_STREAM))
         self._end(call, "error", "UNAVAILABLE", reason, None, rst=wire.REFUSED_STREAM)
-
-    def _client_reset(self, call: Call, cause: str, code: int, raw: memoryview) -> None:
-        """The client reset a live call: recorded, then its RST goes upstream at once."""
-        in_flight, executing = call.inflight.snapshot()
-        forwarded = not self.up_lost
-        rst_us: float | None = None
-        if forwarded:
-            if self.relay.before_cancel is not None:
-                self.relay.before_cancel(call.id)
-            self._fwd_up(raw)
-            # Written now rather than after the whole read: the cancel is what Triton must see
-            # first, and its latency is measured to the socket.
-            self._flush()
-            rst_us = (time.monotonic_ns() - self._down_read_ns) / 1e3
-            self._watch_late(call)
-        self.emit(
-            ev.CallCancelled(
-                t_ns=time.time_ns(), call=call.id, cause=cause, in_flight=in_flight, executing=executing,  # type: ignore[arg-type]
-                rst_code=code, elapsed_ms=call.elapsed_ms(), forwarded_upstream=forwarded,
-                upstream_rst_us=rst_us,
-            )
-        )  # fmt: skip
-        self._end(call, cause, causes.STATUS_FOR_CAUSE[cause], None, None)
 
     # -- upstream -> client ----------------------------------------------------------------------
 
@@ -918,16 +896,24 @@ class Tunnel:
 
     # -- endings ---------------------------------------------------------------------------------
 
-    def _cancel(self, call: Call, cause: str, rst_code: int | None) -> None:
-        """The call ends by a cancel-like event the proxy saw on a connection (not a client RST)."""
+    def _cancel(
+        self, call: Call, cause: str, rst_code: int | None, rst: Any = None, learned_ns: int = 0
+    ) -> None:
+        """The call ends by a cancel-like event: recorded, and the upstream stream reset at once.
+
+        ``rst`` is the client's RST_STREAM frame to pass on (else the proxy sends its own CANCEL);
+        ``learned_ns`` (monotonic) is when the proxy learned of it, if earlier than now.
+        """
         in_flight, executing = call.inflight.snapshot()
         forwarded = False
         rst_us: float | None = None
         if not self.up_lost and self.refuser is None:
-            learned = time.monotonic_ns()
+            learned = learned_ns or time.monotonic_ns()
             if self.relay.before_cancel is not None:
                 self.relay.before_cancel(call.id)
-            self._to_up.append(wire.rst_stream(call.sid, wire.CANCEL))
+            self._to_up.append(rst if rst is not None else wire.rst_stream(call.sid, wire.CANCEL))
+            # Written now rather than after the whole read: the cancel is what Triton must see
+            # first, and its latency is measured to the socket.
             self._flush()
             forwarded = True
             rst_us = (time.monotonic_ns() - learned) / 1e3
