@@ -74,6 +74,7 @@ NONE_ERROR_TEXT = "(error text not recorded: --payload none)"
 #: Metadata keys ending with one of these are always redacted too.
 REDACT_SUFFIXES = ("-token", "-secret")
 _ERROR_NAMES = {int(c): c.name for c in h2.errors.ErrorCodes}
+ENHANCE_YOUR_CALM = int(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
 
 
 class Assembler:
@@ -136,7 +137,8 @@ class Assembler:
                 chunk = data[i : i + take]
                 if self._kept < self._keep:
                     k = min(take, self._keep - self._kept)
-                    self._parts.append(chunk if k == take else chunk[:k])
+                    # A copy: a view would keep the whole read buffer alive until the message ends.
+                    self._parts.append(bytes(chunk if k == take else chunk[:k]))
                     self._kept += k
                 if self._hash is not None:
                     self._hash.update(chunk)
@@ -265,18 +267,8 @@ def _status_trailers(code: int, message: str, with_response_headers: bool) -> li
 
 # How long a client may take to close the connection itself after its last call ended.
 _LINGER_S = 2.0
-
-
-def _close_after_peer(transport: asyncio.Transport) -> None:
-    """Let the client close the connection; close it ourselves only if it has not after a while.
-
-    gRPC C-core clients drop bytes that arrive in the same read as the connection's end (TCP FIN,
-    or RST when we close with their last frames unread): closing right after the final trailers
-    made the client report "Socket closed (GOAWAY received)" instead of the status we sent, about
-    one run in five. A client that got GOAWAY and has no calls left closes on its own.
-    """
-    if not transport.is_closing():
-        asyncio.get_running_loop().call_later(_LINGER_S, transport.close)
+#: Streams a client may open after the GOAWAY it got (each refused) before that counts as abuse.
+KEPT_BACK_LIMIT = 1024
 
 
 class _Side(asyncio.Protocol):
@@ -427,6 +419,12 @@ class Tunnel:
         self.refuser: _Refuser | None = None
         # True while the frames of the current read were already written (see side_data)
         self._early = False
+        self._linger: asyncio.TimerHandle | None = None
+        # The client must see a SETTINGS frame first (RFC 9113 3.4): the upstream's, or, when the
+        # proxy must speak before the upstream did, an empty one of the proxy's, whose ACK the
+        # client then sends is not the upstream's to see.
+        self._down_settings = False
+        self._own_settings_acks = 0
         #: Streams whose HEADERS the proxy kept back (refused after its GOAWAY): the upstream never
         #: heard of them, so nothing else of theirs may reach it.
         self._kept_back: set[int] = set()
@@ -468,6 +466,8 @@ class Tunnel:
             self.down.hold_reading("connect", False)
 
     def side_data(self, side: _Side, data: bytes) -> None:
+        if self.down_lost if side is self.down else self.up_lost:
+            return  # that connection is being closed (protocol error): nothing more from it counts
         if side is self.down:
             if self.refuser is not None:
                 self.refuser.feed(data)
@@ -515,7 +515,10 @@ class Tunnel:
                 if f[0] == wire.GOAWAY or f[0] == wire.PUSH_PROMISE:
                     return False
             return True
-        if self.reencode_c2s or self.goaway_last is not None or self.up_goaway is not None or self.up_lost:
+        if (
+            self.reencode_c2s or self.goaway_last is not None or self.up_goaway is not None or self.up_lost
+            or self._own_settings_acks
+        ):  # fmt: skip
             return False
         kept = self._kept_back
         for f in frames:
@@ -535,6 +538,14 @@ class Tunnel:
                 t.write(span)  # one slice of the read: no copy for a 100 MB tensor's frames
             else:
                 t.write(frames[0][4] if len(frames) == 1 else b"".join([f[4] for f in frames]))
+
+    def _own_down(self, frames: bytes) -> None:
+        """Frames of the proxy's own for the client (after a SETTINGS frame, if none went yet)."""
+        if not self._down_settings:
+            self._down_settings = True
+            self._own_settings_acks += 1
+            self._to_down.append(wire.frame(wire.SETTINGS, 0, 0))
+        self._to_down.append(frames)
 
     def _fwd_up(self, raw: Any) -> None:
         """A client frame goes upstream unchanged."""
@@ -570,8 +581,14 @@ class Tunnel:
         )  # fmt: skip
         t = side.transport
         if goaway and t is not None and not t.is_closing():
-            last = self.max_down_id if not side.upstream else 0
-            t.write(wire.goaway(last, code, error.encode()[:256]))
+            if side.upstream:
+                t.write(wire.goaway(0, code, error.encode()[:256]))
+            else:
+                # A GOAWAY may never raise an earlier one's last stream id (RFC 9113 6.8).
+                last = self.max_down_id if self.goaway_last is None else min(self.goaway_last, self.max_down_id)
+                self._own_down(wire.goaway(last, code, error.encode()[:256]))
+                out, self._to_down = self._to_down, []
+                t.write(b"".join(out))
         # Nothing more may be sent on that connection; its calls end when the transport is lost.
         if side.upstream:
             self.up_lost = True
@@ -597,12 +614,28 @@ class Tunnel:
                 return
             self.up_lost = True
             self.down.hold_reading("peer", False)
+            if not self._down_settings and self.max_down_id == 0 and self.goaway_last is None:
+                self._refuse_connection(exc)
+                return
             for call in list(self.calls.values()):
                 if not call.ended:
                     self._cancel(call, "upstream_disconnect", None)
             self.goaway_down()
             self._flush()
             self._maybe_close_down()
+
+    def _refuse_connection(self, exc: Exception | None) -> None:
+        """The upstream closed before it spoke HTTP/2 (an mTLS upstream rejecting our certificate,
+        a port-forward with nothing behind it) and the client has opened no call yet: it is served
+        as when the upstream is unreachable, every call UNAVAILABLE with the reason. A GOAWAY instead
+        would send a gRPC client round reconnecting until its deadline, never telling it why."""
+        reason = "triton-tap: upstream closed the connection before speaking HTTP/2" + (f" ({exc})" if exc else "")
+        log.warning("upstream_closed_early", conn=self.conn_id, error=reason)
+        self.refuser = _Refuser(self, reason)
+        # What the client sent so far went to the lost upstream: the refuser gets a preface in its
+        # place (the client's settings do not matter for statuses), then anything unread.
+        rest = self.c2s.unread()
+        self.refuser.feed(rest if self.c2s.expecting_preface else wire.PREFACE + wire.frame(wire.SETTINGS, 0, 0) + rest)
 
     def goaway_down(self) -> None:
         """Tell the client to open no new calls on this connection; open calls go on."""
@@ -611,14 +644,32 @@ class Tunnel:
             if self.refuser is not None:
                 self.refuser.goaway()
             else:
-                self._to_down.append(wire.goaway(self.max_down_id, wire.NO_ERROR))
+                self._own_down(wire.goaway(self.max_down_id, wire.NO_ERROR))
                 self._flush()
             self._maybe_close_down()
 
     def _maybe_close_down(self) -> None:
-        if self.goaway_last is not None and not self.calls and self.down.transport is not None:
+        t = self.down.transport
+        if self.goaway_last is not None and not self.calls and t is not None:
             self._flush()
-            _close_after_peer(self.down.transport)
+            if self._linger is None and not t.is_closing():
+                self._linger = asyncio.get_running_loop().call_later(_LINGER_S, self._linger_close)
+
+    def _linger_close(self) -> None:
+        """Close the client connection if it has not closed itself since its last call ended.
+
+        Not at once: gRPC C-core clients drop bytes that arrive in the same read as the
+        connection's end (TCP FIN, or RST when we close with their last frames unread); closing
+        right after the final trailers made the client report "Socket closed (GOAWAY received)"
+        instead of the status we sent, about one run in five. A client that got GOAWAY and has no
+        calls left closes on its own.
+        """
+        self._linger = None
+        t = self.down.transport
+        if self.calls or t is None:
+            # A call crossed the GOAWAY (legal below its last stream id): its end arms this again.
+            return
+        t.close()
 
     def abort(self, cause: str) -> None:
         """End every open call with ``cause`` and close both connections."""
@@ -627,8 +678,7 @@ class Tunnel:
                 self._cancel(call, cause, None)
         self.goaway_down()
         self._flush()
-        if self.down.transport is not None:
-            _close_after_peer(self.down.transport)
+        self._maybe_close_down()
         if self.up.transport is not None:
             self.up.transport.close()
 
@@ -636,7 +686,7 @@ class Tunnel:
 
     def _c2s_frame(self, ftype: int, flags: int, sid: int, payload: Any, raw: memoryview) -> None:
         if sid in self._kept_back:
-            self._kept_back_frame(ftype, sid, payload)
+            self._kept_back_frame(ftype, flags, sid, payload)
             return
         if ftype == wire.DATA:
             call = self.calls.get(sid)
@@ -658,6 +708,10 @@ class Tunnel:
         elif ftype == wire.SETTINGS:
             if not flags & wire.ACK:
                 self._settings(payload, self.s2c)
+            elif self._own_settings_acks:
+                # The ACK of the proxy's own SETTINGS (see _own_down): the upstream never sent it.
+                self._own_settings_acks -= 1
+                return
             self._fwd_up(raw)
         elif ftype == wire.PUSH_PROMISE:
             raise wire.FrameError(wire.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
@@ -666,10 +720,13 @@ class Tunnel:
             # end to end, like everything else.
             self._fwd_up(raw)
 
-    def _kept_back_frame(self, ftype: int, sid: int, payload: Any) -> None:
+    def _kept_back_frame(self, ftype: int, flags: int, sid: int, payload: Any) -> None:
         """A frame on a stream the upstream never heard of: dropped, its flow-control credit returned."""
-        if ftype == wire.DATA and len(payload):
-            self._to_down.append(wire.window_update(0, len(payload)))
+        if ftype == wire.DATA:
+            if len(payload):
+                self._own_down(wire.window_update(0, len(payload)))
+            if flags & wire.END_STREAM:
+                self._kept_back.discard(sid)
         elif ftype == wire.RST_STREAM:
             self._kept_back.discard(sid)
         elif ftype == wire.HEADERS:
@@ -683,13 +740,17 @@ class Tunnel:
             if ident == wire.SETTINGS_HEADER_TABLE_SIZE:
                 reader.allow_table_size(value)
             elif ident == wire.SETTINGS_MAX_FRAME_SIZE and wire.DEFAULT_MAX_FRAME <= value < 2**24:
+                # The largest value ever advertised: a lower one binds only once the sender has
+                # acknowledged it (RFC 9113 6.5.3), and the receiver judges exact bounds itself.
                 # Out-of-range values are the receiving peer's to reject.
-                reader.max_frame = value
+                reader.max_frame = max(reader.max_frame, value)
 
     def _c2s_headers(self, flags: int, sid: int, headers: list[tuple[bytes, bytes]], raw: memoryview) -> None:
         end = bool(flags & wire.END_STREAM)
         call = self.calls.get(sid)
         if call is None and sid & 1 and sid > self.max_down_id:
+            if self.goaway_last is not None and sid > self.goaway_last and len(self._kept_back) >= KEPT_BACK_LIMIT:
+                raise wire.FrameError(ENHANCE_YOUR_CALM, "client kept opening streams after GOAWAY")
             call = self._request(sid, headers)
             if self.up_lost:
                 self._kept_back.add(sid)
@@ -721,7 +782,10 @@ class Tunnel:
         authority = self.relay.authority
         if authority is not None:
             headers = [(k, authority) if k == b":authority" else (k, v) for k, v in headers]
-        self._to_up.append(wire.headers_frames(sid, wire.encode_block(headers), end, self.c2s.max_frame))
+        # Each block starts with a dynamic table size update to 0: valid whatever the upstream
+        # advertised (RFC 7541 4.2), and the literal-only blocks never need its table.
+        block = b"\x20" + wire.encode_block(headers)
+        self._to_up.append(wire.headers_frames(sid, block, end, self.c2s.max_frame))
 
     def _request(self, sid: int, headers: list[tuple[bytes, bytes]]) -> Call:
         self.max_down_id = sid
@@ -742,7 +806,7 @@ class Tunnel:
 
     def _refuse(self, call: Call, reason: str) -> None:
         """REFUSED_STREAM to the client: never processed, so the client may retry it itself."""
-        self._to_down.append(wire.rst_stream(call.sid, wire.REFUSED_STREAM))
+        self._own_down(wire.rst_stream(call.sid, wire.REFUSED_STREAM))
         self._end(call, "error", "UNAVAILABLE", reason, None, rst=wire.REFUSED_STREAM)
 
     # -- upstream -> client ----------------------------------------------------------------------
@@ -781,6 +845,7 @@ class Tunnel:
         elif ftype == wire.SETTINGS:
             if not flags & wire.ACK:
                 self._settings(payload, self.c2s)
+                self._down_settings = True
             self._fwd_down(raw)
         elif ftype == wire.GOAWAY:
             self._up_goaway(payload, raw)
@@ -793,14 +858,24 @@ class Tunnel:
         last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
         code = int.from_bytes(payload[4:8], "big")
         if code != wire.NO_ERROR:
-            # The upstream judged frames it got from the client (verbatim) broken: the client
-            # is the offender; it gets the upstream's own GOAWAY and loses its connection.
-            self._fwd_down(raw)
+            # The upstream ends the connection with an error, in answer to frames it got from the
+            # client verbatim (or, like ENHANCE_YOUR_CALM for too many pings, to the client's
+            # behaviour): the client gets the upstream's own GOAWAY and loses its connection, the
+            # violation is the client's as the upstream judged it, and the open calls end as
+            # upstream_disconnect (the upstream, not the client, ended them).
+            if self.goaway_last is not None and last > self.goaway_last:
+                # A GOAWAY may never raise an earlier one's last stream id (RFC 9113 6.8).
+                self._own_down(wire.goaway(self.goaway_last, code, bytes(payload[8:])))
+            else:
+                self._fwd_down(raw)
             self._flush()
             debug = bytes(payload[8:]).decode("utf-8", "replace")
             name = _ERROR_NAMES.get(code, str(code))
             error = f"the upstream rejected the client's frames: GOAWAY {name}" + (f" ({debug})" if debug else "")
+            self.up_lost = True
             self._protocol_error(self.down, code, error, goaway=False)
+            for call in list(self.calls.values()):
+                self._cancel(call, "upstream_disconnect", None)
             return
         self.up_goaway = last if self.up_goaway is None else min(last, self.up_goaway)
         for call in list(self.calls.values()):
@@ -816,7 +891,7 @@ class Tunnel:
 
     def _end_with_status(self, call: Call, trailers: list[tuple[bytes, bytes]]) -> None:
         raw, details = _grpc_status(trailers)
-        if raw is None or not raw.isdigit():
+        if raw is None or not raw.isdigit() or len(raw) > 4:  # bytes.isdigit(): ASCII only
             self._end(call, "error", "UNKNOWN", details or "upstream trailers without grpc-status", trailers)
             return
         code = int(raw)
@@ -935,7 +1010,7 @@ class Tunnel:
         """Give the client a gRPC status of our own (the upstream cannot)."""
         if not self.down_lost:
             trailers = _status_trailers(code, message, call.resp_headers is None)
-            self._to_down.append(wire.headers_frames(call.sid, wire.encode_block(trailers), True, self.s2c.max_frame))
+            self._own_down(wire.headers_frames(call.sid, wire.encode_block(trailers), True, self.s2c.max_frame))
         self._end(call, cause, causes.status_name(code), message, None)
 
     def _end(
@@ -1038,6 +1113,7 @@ class _Refuser:
             config=h2.config.H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=False)
         )
         self.conn.initiate_connection()
+        self.closed = False
         self._write()
 
     def _write(self) -> None:
@@ -1053,21 +1129,30 @@ class _Refuser:
             events = self.conn.receive_data(data)
         except h2.exceptions.ProtocolError as e:
             self._write()
+            if self.closed:
+                # After our GOAWAY h2 refuses every frame; the client has done nothing wrong.
+                return
             tunnel._protocol_error(tunnel.down, int(getattr(e, "error_code", None) or 1), str(e) or type(e).__name__, goaway=False)
             return
-        for event in events:
-            if isinstance(event, h2.events.RequestReceived):
-                call = tunnel._request(event.stream_id, event.headers)
-                try:
-                    self.conn.send_headers(event.stream_id, _status_trailers(14, self.reason, True), end_stream=True)
-                except h2.exceptions.ProtocolError:
-                    pass
-                tunnel._end(call, "upstream_disconnect", "UNAVAILABLE", self.reason, None)
-            elif isinstance(event, h2.events.DataReceived):
-                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        try:
+            for event in events:
+                if isinstance(event, h2.events.RequestReceived):
+                    call = tunnel._request(event.stream_id, event.headers)
+                    try:
+                        self.conn.send_headers(event.stream_id, _status_trailers(14, self.reason, True), end_stream=True)
+                    except h2.exceptions.ProtocolError:
+                        pass
+                    tunnel._end(call, "upstream_disconnect", "UNAVAILABLE", self.reason, None)
+                elif isinstance(event, h2.events.DataReceived):
+                    self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        except Exception:
+            log.exception("relay_internal_error", conn=tunnel.conn_id)
+            tunnel.abort("proxy_error")
+            return
         self._write()
 
     def goaway(self) -> None:
         """No new calls on this connection."""
+        self.closed = True
         self.conn.close_connection(last_stream_id=self.tunnel.max_down_id)
         self._write()

@@ -36,8 +36,14 @@ STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 0x5
 SETTINGS_HEADER_TABLE_SIZE, SETTINGS_MAX_FRAME_SIZE = 0x1, 0x5
 DEFAULT_MAX_FRAME = 16384
 DEFAULT_TABLE_SIZE = 4096
-#: Largest header block (all its frames) the proxy buffers before passing it on.
-MAX_HEADER_BLOCK = 16 * 1024 * 1024
+#: Largest header block, counted as all its frames' bytes (headers included, so a flood of empty
+#: CONTINUATIONs counts too), that the proxy buffers before passing it on. gRPC implementations
+#: refuse metadata beyond 8-16 KiB; 1 MiB is generous and bounds a connection's memory.
+MAX_HEADER_BLOCK = 1024 * 1024
+#: Largest decoded header list (HPACK can expand a small block a lot).
+MAX_HEADER_LIST = 16 * 1024 * 1024
+#: Header blocks up to this size that change no HPACK state are remembered (see FrameReader).
+_SEEN_BLOCK = 2048
 
 #: Frame types whose payload has a fixed size (0 = any), and whether they live on stream 0.
 _FIXED_SIZE = {PRIORITY: 5, RST_STREAM: 4, PING: 8, WINDOW_UPDATE: 4}
@@ -147,16 +153,17 @@ def settings_values(payload: memoryview) -> list[tuple[int, int]]:
 
 
 class HeaderBlock:
-    """A header block being collected: its HEADERS frame, then CONTINUATIONs until END_HEADERS."""
+    """A header block being collected: its HEADERS frame, then CONTINUATIONs until END_HEADERS.
 
-    __slots__ = ("end_stream", "fragments", "raw", "sid", "size")
+    Copied (not views of the reads): a view would keep each whole read buffer alive."""
+
+    __slots__ = ("end_stream", "fragments", "raw", "sid")
 
     def __init__(self, sid: int, end_stream: bool) -> None:
         self.sid = sid
         self.end_stream = end_stream
-        self.raw: list[memoryview] = []
-        self.fragments: list[memoryview] = []
-        self.size = 0
+        self.raw = bytearray()
+        self.fragments = bytearray()
 
 
 class FrameReader:
@@ -176,7 +183,7 @@ class FrameReader:
         self._need = 0
         self._preface = expect_preface
         self.max_frame = DEFAULT_MAX_FRAME
-        self.decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_BLOCK)
+        self.decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
         # block bytes -> (dynamic table entries, table size, headers) for blocks that changed no
         # table state: a client sends the same few blocks again and again (indexed fields only),
         # and decoding one costs ~15-20 us of Python.
@@ -186,6 +193,15 @@ class FrameReader:
         #: After :meth:`feed`: the bytes of exactly the frames it returned, when they are one
         #: contiguous slice of what was read (else None).
         self.span: memoryview | None = None
+
+    @property
+    def expecting_preface(self) -> bool:
+        """The client connection preface has not been read whole yet."""
+        return self._preface
+
+    def unread(self) -> bytes:
+        """Bytes read but not yet returned as frames (an incomplete frame or preface)."""
+        return b"".join(self._pending)
 
     def allow_table_size(self, size: int) -> None:
         """The receiver advertised SETTINGS_HEADER_TABLE_SIZE ``size``: the sender may use it."""
@@ -247,16 +263,18 @@ class FrameReader:
                     continue
                 self._check(ftype, sid, length)
                 if ftype == HEADERS:
-                    block = HeaderBlock(sid, bool(flags & END_STREAM))
                     frag = header_fragment(flags, payload)
-                    block.raw.append(raw)
-                    block.fragments.append(frag)
-                    block.size = len(frag)
                     if flags & END_HEADERS:
-                        out.append(self._decoded(block, flags))
+                        out.append(self._decoded(sid, flags & END_STREAM, bytes(frag), raw))
                     else:
-                        self.block = block
+                        block = self.block = HeaderBlock(sid, bool(flags & END_STREAM))
+                        block.raw += raw
+                        block.fragments += frag
                     continue
+                if ftype == DATA and flags & PADDED and (not length or payload[0] >= length):
+                    # Checked here, not when the data is read: a read's frames may be written
+                    # before they are handled (Tunnel._plain), and a bad frame must not leave.
+                    raise FrameError(PROTOCOL_ERROR, "DATA padding longer than the frame")
                 out.append((ftype, flags, sid, payload, raw))
         except FrameError as e:
             self.failed = True
@@ -299,18 +317,18 @@ class FrameReader:
             raise FrameError(PROTOCOL_ERROR, "CONTINUATION without a header block")
         if ftype != CONTINUATION or sid != block.sid:
             raise FrameError(PROTOCOL_ERROR, f"frame type {ftype} on stream {sid} inside a header block")
-        block.size += len(payload)
-        if block.size > MAX_HEADER_BLOCK:
+        if len(block.raw) + len(raw) > MAX_HEADER_BLOCK:
             raise FrameError(PROTOCOL_ERROR, f"header block beyond {MAX_HEADER_BLOCK} bytes")
-        block.raw.append(raw)
-        block.fragments.append(payload)
+        block.raw += raw
+        block.fragments += payload
         if not flags & END_HEADERS:
             return None
         self.block = None
-        return self._decoded(block, flags)
+        return self._decoded(block.sid, END_STREAM if block.end_stream else 0, bytes(block.fragments), memoryview(bytes(block.raw)))
 
-    def _decoded(self, block: HeaderBlock, flags: int) -> tuple[int, int, int, object, memoryview]:
-        data = bytes(block.fragments[0]) if len(block.fragments) == 1 else b"".join(block.fragments)
+    def _decoded(
+        self, sid: int, end_stream: int, data: bytes, raw: memoryview
+    ) -> tuple[int, int, int, object, memoryview]:
         table = self.decoder.header_table
         entries = tuple(table.dynamic_entries)
         size = table.maxsize
@@ -322,7 +340,7 @@ class FrameReader:
                 headers = list(self.decoder.decode(data, raw=True))
             except (hpack.HPACKError, ValueError, IndexError) as e:
                 raise FrameError(COMPRESSION_ERROR, f"undecodable header block: {e}") from e
-            if table.maxsize == size and len(table.dynamic_entries) == len(entries) and (
+            if len(data) <= _SEEN_BLOCK and table.maxsize == size and len(table.dynamic_entries) == len(entries) and (
                 not entries or table.dynamic_entries[0] is entries[0]
             ):
                 # Same table before and after (an insertion would be at the front): the same
@@ -330,5 +348,4 @@ class FrameReader:
                 if len(self._seen) >= 256:
                     self._seen.clear()
                 self._seen[data] = (entries, size, headers)
-        raw = block.raw[0] if len(block.raw) == 1 else memoryview(b"".join(block.raw))
-        return (HEADERS, END_STREAM if block.end_stream else 0, block.sid, headers, raw)
+        return (HEADERS, end_stream, sid, headers, raw)

@@ -6,6 +6,8 @@ capture). The deadline rule and its slack are documented in the README.
 
 from __future__ import annotations
 
+import re
+
 from replay.events import Cause
 
 #: gRPC status code -> name, as the capture writes it.
@@ -88,7 +90,12 @@ def upstream_status_cause(code: int, timeout_ms: float | None, elapsed_ms: float
 
 def parse_grpc_timeout(value: str) -> float | None:
     """``grpc-timeout`` header value -> milliseconds, or None when malformed."""
-    units = {"H": 3_600_000.0, "M": 60_000.0, "S": 1000.0, "m": 1.0, "u": 1e-3, "n": 1e-6}
-    if len(value) < 2 or value[-1] not in units or not value[:-1].isdigit():
+    # gRPC: 1-8 ASCII digits and a unit. str.isdigit() would also take "²" and 5000-digit values
+    # (which int() refuses): a header from the wire must never raise.
+    if not _TIMEOUT.fullmatch(value):
         return None
-    return int(value[:-1]) * units[value[-1]]
+    return int(value[:-1]) * _UNITS[value[-1]]
+
+
+_TIMEOUT = re.compile(r"[0-9]{1,8}[HMSmun]")
+_UNITS = {"H": 3_600_000.0, "M": 60_000.0, "S": 1000.0, "m": 1.0, "u": 1e-3, "n": 1e-6}

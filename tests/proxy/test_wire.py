@@ -485,16 +485,15 @@ def test_max_frame_is_the_receivers_setting() -> None:
 
 
 def test_header_block_beyond_max_header_block(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A header block whose frames exceed MAX_HEADER_BLOCK is refused (PROTOCOL_ERROR); exactly the limit passes."""
-    # Readers made before the patch: their HPACK decoders keep the real header-list limit.
-    reader, reader2 = FrameReader(expect_preface=False), FrameReader(expect_preface=False)
-    monkeypatch.setattr(wire, "MAX_HEADER_BLOCK", 16)
+    """A header block whose frames (headers included) exceed MAX_HEADER_BLOCK is refused (PROTOCOL_ERROR); exactly the limit passes."""
     block = wire.encode_block([(b"aaaaa", b"bbbbbbbb")])
     assert len(block) == 16
     at_limit = _frame(wire.HEADERS, 0, 1, block[:10]) + _frame(wire.CONTINUATION, wire.END_HEADERS, 1, block[10:])
+    monkeypatch.setattr(wire, "MAX_HEADER_BLOCK", len(at_limit))
+    reader = FrameReader(expect_preface=False)
     assert _norm(reader.feed(at_limit)) == [(wire.HEADERS, 0, 1, [(b"aaaaa", b"bbbbbbbb")], at_limit)]
 
-    reader = reader2
+    reader = FrameReader(expect_preface=False)
     over = _frame(wire.HEADERS, 0, 3, block[:10]) + _frame(wire.CONTINUATION, 0, 3, block[10:] + b"x")
     with pytest.raises(FrameError) as info:
         reader.feed(PING_FRAME + over + _frame(wire.CONTINUATION, wire.END_HEADERS, 3, b""))
@@ -503,20 +502,31 @@ def test_header_block_beyond_max_header_block(monkeypatch: pytest.MonkeyPatch) -
     assert reader.feed(PING_FRAME) == []
 
 
-def test_data_padding_is_judged_by_data_payload() -> None:
-    """The reader passes padded DATA as is; data_payload strips valid padding and rejects padding as long as the frame."""
-    ok = _frame(wire.DATA, wire.PADDED | wire.END_STREAM, 1, b"\x03abcPPP")
-    bad = _frame(wire.DATA, wire.PADDED, 1, b"\x04abc")
-    empty = _frame(wire.DATA, wire.PADDED, 1, b"")
-    frames = FrameReader(expect_preface=False).feed(ok + bad + empty)
-    assert [f[0] for f in frames] == [wire.DATA] * 3
-    assert bytes(wire.data_payload(frames[0][1], _mv(frames[0][3]))) == b"abc"
+def test_empty_continuation_flood_is_bounded() -> None:
+    """Endless empty CONTINUATIONs count their 9-byte headers: refused before MAX_HEADER_BLOCK bytes are held."""
+    reader = FrameReader(expect_preface=False)
+    reader.feed(_frame(wire.HEADERS, 0, 1, wire.encode_block([(b"a", b"b")])))
+    empty = _frame(wire.CONTINUATION, 0, 1, b"") * 4096
     with pytest.raises(FrameError) as info:
-        wire.data_payload(frames[1][1], _mv(frames[1][3]))
+        for _ in range(wire.MAX_HEADER_BLOCK // len(empty) + 2):
+            reader.feed(empty)
     assert info.value.code == wire.PROTOCOL_ERROR
-    with pytest.raises(FrameError) as info:
-        wire.data_payload(frames[2][1], _mv(frames[2][3]))
-    assert info.value.code == wire.FRAME_SIZE_ERROR
+
+
+def test_bad_data_padding_fails_in_the_reader() -> None:
+    """Padded DATA passes as is when valid; padding as long as the frame (or no pad length) fails in the reader itself."""
+    ok = _frame(wire.DATA, wire.PADDED | wire.END_STREAM, 1, b"\x03abcPPP")
+    frames = FrameReader(expect_preface=False).feed(ok)
+    assert [f[0] for f in frames] == [wire.DATA]
+    assert bytes(wire.data_payload(frames[0][1], _mv(frames[0][3]))) == b"abc"
+    for bad in (b"\x04abc", b""):
+        with pytest.raises(FrameError) as info:
+            FrameReader(expect_preface=False).feed(ok + _frame(wire.DATA, wire.PADDED, 1, bad))
+        assert info.value.code == wire.PROTOCOL_ERROR
+        assert [f[0] for f in info.value.before] == [wire.DATA]
+    # data_payload keeps its own checks for direct callers
+    with pytest.raises(FrameError):
+        wire.data_payload(wire.PADDED, memoryview(b"\x04abc"))
     # pad length == payload length - 1: all padding, no data
     assert bytes(wire.data_payload(wire.PADDED, memoryview(b"\x03abc"))) == b""
     # not PADDED: the payload is the data, whatever its first byte
@@ -744,3 +754,12 @@ def test_settings_values() -> None:
     payload = b"".join(i.to_bytes(2, "big") + v.to_bytes(4, "big") for i, v in [(1, 65536), (5, 2**24 - 1), (0xFF, 7)])
     assert wire.settings_values(memoryview(payload)) == [(1, 65536), (5, 2**24 - 1), (0xFF, 7)]
     assert wire.settings_values(memoryview(b"")) == []
+
+
+def test_only_small_header_blocks_are_remembered() -> None:
+    """A large block that changes no HPACK state is decoded but not kept (a client cannot fill memory with them)."""
+    reader = FrameReader(expect_preface=False)
+    small = wire.encode_block([(b"x-a", b"1")])
+    large = wire.encode_block([(b"x-big", b"y" * 4000)])
+    reader.feed(_frame(wire.HEADERS, wire.END_HEADERS, 1, small) + _frame(wire.HEADERS, wire.END_HEADERS, 3, large))
+    assert list(reader._seen) == [small]
