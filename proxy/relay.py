@@ -401,8 +401,6 @@ class Tunnel:
         self.down_lost = False
         #: Last stream id of the GOAWAY the client got (from us or forwarded), or None.
         self.goaway_last: int | None = None
-        #: Last stream id the upstream's GOAWAY promised to process, or None.
-        self.up_goaway: int | None = None
         self.max_down_id = 0
         # Header blocks go upstream re-encoded (never verbatim) once the proxy rewrites one
         # (``:authority``) or keeps one back: the upstream's HPACK table then no longer mirrors
@@ -516,7 +514,7 @@ class Tunnel:
                     return False
             return True
         if (
-            self.reencode_c2s or self.goaway_last is not None or self.up_goaway is not None or self.up_lost
+            self.reencode_c2s or self.goaway_last is not None or self.up_lost
             or self._own_settings_acks
         ):  # fmt: skip
             return False
@@ -757,18 +755,14 @@ class Tunnel:
                 self._fail_down(call, "upstream_disconnect", *_PROXY_ANSWERS["upstream_disconnect"])
                 return
             if self.goaway_last is not None and sid > self.goaway_last:
-                # Above the last stream our GOAWAY promised: never processed, so it must not reach
-                # the upstream (the client may retry it elsewhere). Its header block is kept back.
+                # Above the last stream id of the GOAWAY the client got (the proxy's at shutdown,
+                # or the upstream's passed on): never processed, so it must not reach the upstream
+                # (the client may retry it elsewhere). Its header block is kept back.
                 self.reencode_c2s = True
                 self._kept_back.add(sid)
-                self._refuse(call, "triton-tap: connection is shutting down (GOAWAY)")
+                self._refuse(call, "triton-tap: connection is shutting down (GOAWAY): stream not processed")
                 return
             self._forward_headers(sid, headers, end, raw)
-            if self.up_goaway is not None and sid > self.up_goaway:
-                # The upstream is going away and ignores this stream (it still reads the header
-                # block, which keeps HPACK in step): refused, so the client retries it elsewhere.
-                self._refuse(call, "triton-tap: upstream connection is shutting down (GOAWAY)")
-                return
         else:
             # Trailers from the client, or a stream the upstream will judge (closed, even id).
             self._forward_headers(sid, headers, end, raw)
@@ -877,7 +871,6 @@ class Tunnel:
             for call in list(self.calls.values()):
                 self._cancel(call, "upstream_disconnect", None)
             return
-        self.up_goaway = last if self.up_goaway is None else min(last, self.up_goaway)
         for call in list(self.calls.values()):
             if call.sid > last and not call.ended:
                 # Never processed upstream (RFC 9113 6.8): REFUSED_STREAM lets the client retry it.
