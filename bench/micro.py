@@ -39,12 +39,16 @@ from replay.schema import encode
 STREAM_PATH = b"/inference.GRPCInferenceService/ModelStreamInfer"
 
 
-class _Transport(asyncio.Transport):
+class MemoryTransport(asyncio.Transport):
+    """An in-memory transport for driving a relay Tunnel without sockets (also used by the tests)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.out: list[bytes] = []
+        self.closed = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
+        assert not self.closed, "write after close"
         self.out.append(bytes(data))
 
     def take(self) -> bytes:
@@ -53,7 +57,7 @@ class _Transport(asyncio.Transport):
         return data
 
     def is_closing(self) -> bool:
-        return False
+        return self.closed
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 40000) if name == "peername" else default
@@ -65,7 +69,10 @@ class _Transport(asyncio.Transport):
         pass
 
     def close(self) -> None:
-        pass
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         pass
@@ -102,7 +109,7 @@ class _Harness:
     def __init__(self, payload: str, emit: Callable[[Any], None]) -> None:
         self.relay = rl.Relay(("127.0.0.1", 1), emit, rl.RelayOptions(payload=payload))
         self.t = rl.Tunnel(self.relay, "c1")
-        self.dt, self.ut = _Transport(), _Transport()
+        self.dt, self.ut = MemoryTransport(), MemoryTransport()
         self.t.down.transport = self.dt
         self.t.peer = "127.0.0.1:40000"
         self.t.up.connection_made(self.ut)

@@ -17,51 +17,12 @@ import h2.connection
 import h2.events
 import pytest
 
+from bench.micro import MemoryTransport
 from proxy import relay as rl
 from proxy import wire
 
 REQ = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/inference.GRPCInferenceService/ModelInfer"),
        (b":authority", b"x"), (b"content-type", b"application/grpc"), (b"te", b"trailers")]  # fmt: skip
-
-
-class _Transport(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.out: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: Any) -> None:
-        assert not self.closed, "write after close"
-        self.out.append(bytes(data))
-
-    def take(self) -> bytes:
-        data = b"".join(self.out)
-        self.out.clear()
-        return data
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 40000) if name == "peername" else default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.closed = True
 
 
 def _h2(client: bool) -> h2.connection.H2Connection:
@@ -78,7 +39,7 @@ class _Rig:
         self.relay = rl.Relay(("127.0.0.1", 1), self.records.append)
         self.t = rl.Tunnel(self.relay, "c1")
         self.relay.tunnels.add(self.t)
-        self.dt, self.ut = _Transport(), _Transport()
+        self.dt, self.ut = MemoryTransport(), MemoryTransport()
         self.t.down.transport = self.dt
         self.t.peer = "127.0.0.1:40000"
         self.t.up.connection_made(self.ut)
@@ -113,6 +74,14 @@ class _Rig:
             if not moved:
                 return
         raise AssertionError("bytes kept moving")
+
+    def open_call(self, headers: list[tuple[bytes, bytes]] = REQ, end_stream: bool = True) -> int:
+        """Settle the connection, open a call, settle again; its stream id."""
+        self.pump()
+        sid: int = self.client.get_next_available_stream_id()
+        self.client.send_headers(sid, headers, end_stream=end_stream)
+        self.pump()
+        return sid
 
     def kinds(self) -> list[str]:
         return [r.kind for r in self.records]
@@ -191,10 +160,7 @@ def test_upstream_error_goaway_ends_calls_as_upstream_disconnect(_loop: asyncio.
     rig = _Rig()
 
     def scenario() -> None:
-        rig.pump()
-        sid = rig.client.get_next_available_stream_id()
-        rig.client.send_headers(sid, REQ, end_stream=True)
-        rig.pump()
+        sid = rig.open_call()
         rig.up(wire.goaway(sid, wire.INTERNAL_ERROR, b"server bug"))
         rig.t.side_lost(rig.t.down, None)
 
@@ -212,10 +178,7 @@ def test_malformed_grpc_timeout_is_no_timeout(_loop: asyncio.AbstractEventLoop, 
     rig = _Rig()
 
     def scenario() -> None:
-        rig.pump()
-        sid = rig.client.get_next_available_stream_id()
-        rig.client.send_headers(sid, [*REQ, (b"grpc-timeout", timeout)], end_stream=True)
-        rig.pump()
+        rig.open_call([*REQ, (b"grpc-timeout", timeout)])
 
     _in_loop(_loop, scenario)
     (start,) = rig.of("call_start")
@@ -227,10 +190,7 @@ def test_huge_grpc_status_is_unknown_not_a_proxy_error(_loop: asyncio.AbstractEv
     rig = _Rig()
 
     def scenario() -> None:
-        rig.pump()
-        sid = rig.client.get_next_available_stream_id()
-        rig.client.send_headers(sid, REQ, end_stream=True)
-        rig.pump()
+        sid = rig.open_call()
         assert rig.server is not None
         rig.server.send_headers(sid, [(b":status", b"200"), (b"grpc-status", b"1" * 5000)], end_stream=True)
         rig.pump()
@@ -266,10 +226,7 @@ def test_goaway_last_stream_id_never_increases(_loop: asyncio.AbstractEventLoop)
     rig = _Rig()
 
     def scenario() -> None:
-        rig.pump()
-        s1 = rig.client.get_next_available_stream_id()
-        rig.client.send_headers(s1, REQ, end_stream=True)
-        rig.pump()
+        rig.open_call()
         rig.relay.begin_shutdown()
         s3 = rig.client.get_next_available_stream_id()
         rig.client.send_headers(s3, REQ, end_stream=True)
@@ -301,10 +258,7 @@ def test_bad_data_padding_is_never_forwarded(_loop: asyncio.AbstractEventLoop) -
     rig = _Rig()
 
     def scenario() -> None:
-        rig.pump()
-        sid = rig.client.get_next_available_stream_id()
-        rig.client.send_headers(sid, REQ)
-        rig.pump()
+        sid = rig.open_call(end_stream=False)
         rig.ut.take()
         rig.down(wire.frame(wire.DATA, wire.PADDED, sid, b"\x09abc"))
 
