@@ -393,10 +393,10 @@ class Tunnel:
         self.up = _Side(self, upstream=True)
         self.c2s = wire.FrameReader(expect_preface=True)
         self.s2c = wire.FrameReader(expect_preface=False)
+        #: Open calls by stream id (a call leaves when it ends).
         self.calls: dict[int, Call] = {}
         self.peer = ""
         self.up_ready = False
-        self.up_failed: str | None = None
         self.up_lost = False
         self.down_lost = False
         #: Last stream id of the GOAWAY the client got (from us or forwarded), or None.
@@ -456,10 +456,10 @@ class Tunnel:
                 server_hostname=(self.relay.upstream_server_name or host) if tls is not None else None,
             )  # fmt: skip
         except OSError as e:  # ssl.SSLError and certificate errors included
-            self.up_failed = f"triton-tap: upstream {host}:{port} unreachable: {e.strerror or e}"
-            log.warning("upstream_connect_failed", conn=self.conn_id, error=self.up_failed)
+            reason = f"triton-tap: upstream {host}:{port} unreachable: {e.strerror or e}"
+            log.warning("upstream_connect_failed", conn=self.conn_id, error=reason)
             # Someone must speak HTTP/2 to the client to give it a status: a small h2 server.
-            self.refuser = _Refuser(self, self.up_failed)
+            self.refuser = _Refuser(self, reason)
         if not self.down_lost:
             self.down.hold_reading("connect", False)
 
@@ -574,19 +574,19 @@ class Tunnel:
             ev.ProtocolViolated(
                 t_ns=time.time_ns(), conn=self.conn_id, side="upstream" if side.upstream else "client",
                 error=error, error_code=code,
-                open_calls=[c.id for c in self.calls.values() if not c.ended],
+                open_calls=[c.id for c in self.calls.values()],
             )
         )  # fmt: skip
-        t = side.transport
-        if goaway and t is not None and not t.is_closing():
+        if goaway:
+            debug = error.encode()[:256]
             if side.upstream:
-                t.write(wire.goaway(0, code, error.encode()[:256]))
+                self._to_up.append(wire.goaway(0, code, debug))
             else:
                 # A GOAWAY may never raise an earlier one's last stream id (RFC 9113 6.8).
                 last = self.max_down_id if self.goaway_last is None else min(self.goaway_last, self.max_down_id)
-                self._own_down(wire.goaway(last, code, error.encode()[:256]))
-                out, self._to_down = self._to_down, []
-                t.write(b"".join(out))
+                self._own_down(wire.goaway(last, code, debug))
+            self._flush()
+        t = side.transport
         # Nothing more may be sent on that connection; its calls end when the transport is lost.
         if side.upstream:
             self.up_lost = True
@@ -599,8 +599,7 @@ class Tunnel:
         if side is self.down:
             self.down_lost = True
             for call in list(self.calls.values()):
-                if not call.ended:
-                    self._cancel(call, "client_disconnect", None)
+                self._cancel(call, "client_disconnect", None)
             self._flush()
             if self.up.transport is not None:
                 self.up.transport.close()
@@ -616,8 +615,7 @@ class Tunnel:
                 self._refuse_connection(exc)
                 return
             for call in list(self.calls.values()):
-                if not call.ended:
-                    self._cancel(call, "upstream_disconnect", None)
+                self._cancel(call, "upstream_disconnect", None)
             self.goaway_down()
             self._flush()
             self._maybe_close_down()
@@ -672,8 +670,7 @@ class Tunnel:
     def abort(self, cause: str) -> None:
         """End every open call with ``cause`` and close both connections."""
         for call in list(self.calls.values()):
-            if not call.ended:
-                self._cancel(call, cause, None)
+            self._cancel(call, cause, None)
         self.goaway_down()
         self._flush()
         self._maybe_close_down()
@@ -719,7 +716,10 @@ class Tunnel:
             self._fwd_up(raw)
 
     def _kept_back_frame(self, ftype: int, flags: int, sid: int, payload: Any) -> None:
-        """A frame on a stream the upstream never heard of: dropped, its flow-control credit returned."""
+        """A frame on a stream the upstream never heard of: dropped, its flow-control credit returned.
+
+        (A header block was decoded already, which keeps HPACK in step, and every later block goes
+        upstream re-encoded.)"""
         if ftype == wire.DATA:
             if len(payload):
                 self._own_down(wire.window_update(0, len(payload)))
@@ -727,9 +727,6 @@ class Tunnel:
                 self._kept_back.discard(sid)
         elif ftype == wire.RST_STREAM:
             self._kept_back.discard(sid)
-        elif ftype == wire.HEADERS:
-            # Decoded already (HPACK state), and every later block goes upstream re-encoded anyway.
-            pass
 
     @staticmethod
     def _settings(payload: memoryview, reader: wire.FrameReader) -> None:
@@ -872,7 +869,7 @@ class Tunnel:
                 self._cancel(call, "upstream_disconnect", None)
             return
         for call in list(self.calls.values()):
-            if call.sid > last and not call.ended:
+            if call.sid > last:
                 # Never processed upstream (RFC 9113 6.8): REFUSED_STREAM lets the client retry it.
                 self._refuse(call, "triton-tap: upstream connection is shutting down (GOAWAY)")
         # Passed on so the client opens new calls on a new connection (and so a new upstream

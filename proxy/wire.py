@@ -118,14 +118,9 @@ def headers_frames(sid: int, block: bytes, end_stream: bool, max_frame: int) -> 
 
 
 def data_payload(flags: int, payload: memoryview) -> memoryview:
-    """The data of a DATA frame (padding removed)."""
+    """The data of a DATA frame from :class:`FrameReader` (which has checked its padding)."""
     if flags & PADDED:
-        if not payload:
-            raise FrameError(FRAME_SIZE_ERROR, "padded DATA frame without a pad length")
-        pad = payload[0]
-        if pad >= len(payload):
-            raise FrameError(PROTOCOL_ERROR, "DATA padding longer than the frame")
-        return payload[1 : len(payload) - pad]
+        return payload[1 : len(payload) - payload[0]]
     return payload
 
 
