@@ -1,6 +1,6 @@
 """In-process micro benchmark of the relay's per-message cost: no sockets, no other processes.
 
-``python -m bench.micro`` drives a real :class:`proxy.relay.Tunnel` with in-memory transports
+``python -m bench.micro`` drives a real :class:`proxy.relay.tunnel.Tunnel` with in-memory transports
 between two real ``h2`` peers (a gRPC-like client and a Triton-like server) and times only the
 proxy's own ``side_data`` calls while the server streams small ModelStreamInfer responses; then it
 times the pieces of the per-message path one by one (assembler, labels, record construction,
@@ -29,12 +29,12 @@ import h2.connection
 import h2.events
 from tritonclient.grpc import service_pb2 as pb
 
-from proxy import relay as rl
-from proxy import wire
-from replay import events as ev
-from replay import labels
-from replay.inflight import InFlight
-from replay.schema import encode
+from proxy.relay import tunnel as rl
+from proxy.triton import labels
+from proxy.triton.inflight import InFlight
+from proxy.wire import frames as wire
+from replay.capture import events as ev
+from replay.capture.schema import encode
 
 STREAM_PATH = b"/inference.GRPCInferenceService/ModelStreamInfer"
 
@@ -271,7 +271,7 @@ def components(n: int) -> list[tuple[str, float]]:
         ("ModelStreamInferResponse.FromString only", timeit(lambda: pb.ModelStreamInferResponse.FromString(body), n)),
         ("labels.stream_response_labels", timeit(lambda: labels.stream_response_labels(body, False), n)),
         ("InFlight.answered", timeit(lambda: inflight.answered("s0-r0", False), n)),
-        ("MessageSeen(...) as replay.events defines it", timeit(lambda: ev.MessageSeen(t_ns=1, call="c1.1", dir="s2c", index=7, size=40, compressed=False, **fields), n)),
+        ("MessageSeen(...) as replay.capture.events defines it", timeit(lambda: ev.MessageSeen(t_ns=1, call="c1.1", dir="s2c", index=7, size=40, compressed=False, **fields), n)),
         ("same fields, a non-frozen slots dataclass", timeit(lambda: Unfrozen(t_ns=1, call="c1.1", dir="s2c", index=7, size=40, compressed=False, **fields), n)),
         ("schema.encode(MessageSeen) (writer thread)", timeit(lambda: encode(rec, 12345), n)),
         ("time.time_ns()", timeit(time.time_ns, n)),
@@ -279,7 +279,7 @@ def components(n: int) -> list[tuple[str, float]]:
     # Framing alone: one DATA frame cut out of a read (the relay's floor per frame).
     reader = wire.FrameReader(expect_preface=False)
     frame = wire.frame(wire.DATA, 0, 1, data)
-    out.append(("proxy.wire: cut one DATA frame from a read (no relay logic)", timeit(lambda: reader.feed(frame), n)))
+    out.append(("proxy.wire.frames: cut one DATA frame from a read (no relay logic)", timeit(lambda: reader.feed(frame), n)))
     return out
 
 

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from proxy import __version__, logs
+from proxy import __version__
+from proxy.ops import logs
 from replay.errors import CaptureError, TritonTapError, UserError
 
 EXIT_USAGE = 2
@@ -69,7 +70,7 @@ def _hostport(flag: str, *, listen: bool) -> Any:
 
 def _evidence(text: str) -> str:
     """Syntax and files of ``--evidence`` checked at parse time, so a config file's value is named as such."""
-    from proxy.evidence import parse_evidence
+    from proxy.ops.evidence import parse_evidence
 
     try:
         parse_evidence(text, 1.0)
@@ -79,7 +80,7 @@ def _evidence(text: str) -> str:
 
 
 def _always_redacted() -> str:
-    from proxy.relay import DEFAULT_REDACT, REDACT_SUFFIXES
+    from proxy.relay.tunnel import DEFAULT_REDACT, REDACT_SUFFIXES
 
     return ", ".join([*DEFAULT_REDACT, *(f"*{s}" for s in REDACT_SUFFIXES)])
 
@@ -134,9 +135,9 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_record(args: argparse.Namespace) -> int:
     """``triton-tap record``."""
-    from proxy.evidence import parse_evidence
-    from proxy.relay import DEFAULT_REDACT
-    from proxy.server import ProxyConfig, run
+    from proxy.ops.evidence import parse_evidence
+    from proxy.ops.server import ProxyConfig, run
+    from proxy.relay.tunnel import DEFAULT_REDACT
 
     logs.configure(args.log_level)
     cfg = ProxyConfig(
@@ -179,9 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workdir", type=Path, default=None, help="where to keep the capture and logs (default: a new temp dir)")
     demo.set_defaults(func=_run_demo)
     add_check_cancel(sub)
-    from proxy.health import add_health_command
-    from replay.cli import add_replay_commands
-    from replay.report_cmd import add_report_command
+    from proxy.ops.health import add_health_command
+    from replay.cli.main import add_replay_commands
+    from replay.tools.report.command import add_report_command
 
     add_replay_commands(sub)
     add_report_command(sub)
@@ -253,8 +254,8 @@ def _check_cancel_preflight(args: argparse.Namespace) -> None:
 def _run_check_cancel(args: argparse.Namespace) -> int:
     import json
 
-    from proxy.check_cancel import CheckOptions, parse_json_inputs, run_check
-    from replay import verdict
+    from proxy.cancelcheck import verdict
+    from proxy.cancelcheck.protocol import CheckOptions, parse_json_inputs, run_check
 
     logs.configure("warning")
     cases = tuple(c.strip() for c in args.cases.split(",") if c.strip())
@@ -287,7 +288,7 @@ def _run_check_cancel(args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from proxy.demo import main as demo_main
+    from proxy.lab.demo import main as demo_main
 
     logs.configure("warning")
     return demo_main(args.workdir)
@@ -298,7 +299,7 @@ def _parse(parser: argparse.ArgumentParser, record_parser: argparse.ArgumentPars
     """Parse; with ``record --config FILE`` the file's settings become defaults and argv is parsed again."""
     args = parser.parse_args(argv)
     if getattr(args, "config", None) is not None:
-        from proxy.config import load_config
+        from proxy.ops.config import load_config
 
         record_parser.set_defaults(**load_config(args.config, record_parser))
         args = parser.parse_args(argv)

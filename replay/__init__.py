@@ -1,6 +1,6 @@
 """triton-tap's offline side: the capture format and everything that reads captures.
 
-Public API (imported lazily, so that the proxy's ``import replay.events`` stays light):
+Public API (imported lazily, so that the proxy's ``import replay.capture.events`` stays light):
 
 * :func:`track` - per-request outcomes of a capture (what ``triton-tap replay check`` reports);
 * :func:`feed_stream` / :func:`feed_stream_aio` - deliver a captured stream to your own
@@ -13,17 +13,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from replay.feed import feed_stream, feed_stream_aio
-    from replay.reader import read_capture
-    from replay.requests import track
+    from replay.capture.reader import read_capture
+    from replay.machine.tracker import track
+    from replay.tools.feed import feed_stream, feed_stream_aio
 
 __all__ = ["feed_stream", "feed_stream_aio", "read_capture", "track"]
 
 _WHERE = {
-    "track": "replay.requests",
-    "feed_stream": "replay.feed",
-    "feed_stream_aio": "replay.feed",
-    "read_capture": "replay.reader",
+    "track": "replay.machine.tracker",
+    "feed_stream": "replay.tools.feed",
+    "feed_stream_aio": "replay.tools.feed",
+    "read_capture": "replay.capture.reader",
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from replay.cli import main
+from replay.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from proxy.cli import build_parser
-from proxy.config import config_keys, load_config
-from proxy.server import parse_hostport
+from proxy.ops.config import config_keys, load_config
+from proxy.ops.server import parse_hostport
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 MANIFESTS = [DEPLOY / "compose.yaml", DEPLOY / "compose.gpu.yaml", DEPLOY / "k8s" / "triton-tap.yaml"]
 
@@ -191,8 +191,8 @@ def test_the_wheel_the_image_installs_has_the_report_template_and_models(tmp_pat
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = (tmp_path / "w").glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "replay/report_template.html" in names
-    assert {"proxy/models/tokens/config.pbtxt", "proxy/models/echo/1/model.py"} <= names
+    assert "replay/tools/report/template.html" in names
+    assert {"proxy/lab/models/tokens/config.pbtxt", "proxy/lab/models/echo/1/model.py"} <= names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "triton-tap = proxy.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
 

@@ -4,7 +4,7 @@ Run ``python -m tests.data.make_golden`` after changing a scenario; tests/replay
 fails when the checked-in files differ from what this script produces.
 
 Why generated and not hand-written: every ``message`` record is labelled from real protobuf bytes
-by :mod:`replay.labels` (the proxy's own labeller) and encoded by :func:`replay.schema.encode`, so
+by :mod:`proxy.triton.labels` (the proxy's own labeller) and encoded by :func:`replay.capture.schema.encode`, so
 the goldens are exactly what the proxy would write, and stay so when the schema grows.
 """
 
@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
-from replay import events as ev
-from replay import labels
-from replay.causes import STATUS_NAMES
-from replay.inflight import InFlight
-from replay.schema import SCHEMA_VERSION, encode
+from proxy.triton import labels
+from proxy.triton.causes import STATUS_NAMES
+from proxy.triton.inflight import InFlight
+from replay.capture import events as ev
+from replay.capture.schema import SCHEMA_VERSION, encode
 
 HERE = Path(__file__).parent
 T0 = 1_780_000_000_000_000_000  # 2026-05-28, fixed so that regeneration is byte-identical

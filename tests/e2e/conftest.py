@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from proxy.background import ProxyThread
-from proxy.tritonserver import TritonNotAvailable, TritonServer, model_repository
+from proxy.lab.background import ProxyThread
+from proxy.lab.tritonserver import TritonNotAvailable, TritonServer, model_repository
 
 
 @pytest.fixture(scope="session")
 def triton(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    """One tritonserver for the whole session, serving proxy/models on loopback."""
+    """One tritonserver for the whole session, serving proxy/lab/models on loopback."""
     server = TritonServer(model_repository(), workdir=tmp_path_factory.mktemp("triton"))
     # Registered before start() so a server that starts but then fails readiness, or a
     # session torn down by an error, never leaves a tritonserver process behind.

@@ -1,6 +1,6 @@
 """`triton-tap check-cancel` against the real tritonserver: does the work stop after a cancel?
 
-Models (proxy/models): `steps_serial` works inside execute() on its single instance and polls
+Models (proxy/lab/models): `steps_serial` works inside execute() on its single instance and polls
 is_cancelled() (a second request queues behind it); `steps_serial_ignore_cancel` never polls;
 `tokens`/`tokens_ignore_cancel` answer from threads (no queueing); `steps_unary` is the unary
 single-instance variant for request-scope (future) cancels.
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from proxy.check_cancel import LogTail
-from proxy.tritonserver import TritonServer
+from proxy.cancelcheck.protocol import LogTail
+from proxy.lab.tritonserver import TritonServer
 
 # Short windows keep the suite fast. The allowance is wide (1 s, not the default 300 ms) so that a
 # loaded CI machine's slow probe is not read as work going on; the ignoring models still run ~2 s
@@ -148,7 +148,7 @@ def test_cannot_run_exits_2_with_one_line(
 
 def test_unreachable_target_exits_2() -> None:
     """Nothing listening at --target: one line, exit 2."""
-    from proxy.tritonserver import free_port
+    from proxy.lab.tritonserver import free_port
 
     proc = _cli("check-cancel", "--target", f"127.0.0.1:{free_port()}", "--model", "tokens")
     code, err = proc.returncode, proc.stderr
@@ -158,8 +158,8 @@ def test_unreachable_target_exits_2() -> None:
 @pytest.mark.parametrize(("model", "went_on"), [("tokens", False), ("tokens_ignore_cancel", True)])
 def test_record_evidence_after_a_cancel(triton: TritonServer, tmp_path: Path, model: str, went_on: bool) -> None:
     """`record --evidence metrics=,log=`: each forwarded cancel gets log and metrics records; the log shows work going on."""
-    from proxy.background import ProxyThread
-    from proxy.evidence import EvidenceSpec
+    from proxy.lab.background import ProxyThread
+    from proxy.ops.evidence import EvidenceSpec
     from tests.support.capture import of_kind, records
     from tests.support.triton_client import StreamSession, token_inputs, wait_for
 

@@ -12,8 +12,8 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.background import ProxyThread
-from proxy.tritonserver import TritonServer, free_port
+from proxy.lab.background import ProxyThread
+from proxy.lab.tritonserver import TritonServer, free_port
 from tests.support.capture import of_kind, records
 from tests.support.triton_client import StreamSession, echo_inputs, token_inputs, wait_for
 

@@ -21,9 +21,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from proxy.background import ProxyThread
-from proxy.tritonserver import TritonServer, free_port
+from proxy.lab.background import ProxyThread
+from proxy.lab.tritonserver import TritonServer, free_port
 from tests.support.capture import calls_by_method, of_kind, records
+from tests.support.paths import ROOT
 from tests.support.triton_client import (
     StreamSession,
     describe,
@@ -32,8 +33,6 @@ from tests.support.triton_client import (
     token_inputs,
     wait_for,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _urls(triton: TritonServer, proxy: ProxyThread) -> list[str]:

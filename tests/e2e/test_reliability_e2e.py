@@ -9,8 +9,8 @@ from pathlib import Path
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from proxy.background import ProxyThread
-from proxy.tritonserver import TritonServer
+from proxy.lab.background import ProxyThread
+from proxy.lab.tritonserver import TritonServer
 from tests.support.capture import calls_by_method, of_kind, records
 from tests.support.triton_client import StreamSession, token_inputs, wait_for
 

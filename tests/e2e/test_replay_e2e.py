@@ -27,12 +27,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from proxy.background import ProxyThread
-from proxy.tritonserver import TritonServer, free_port
+from proxy.lab.background import ProxyThread
+from proxy.lab.tritonserver import TritonServer, free_port
 from replay import feed_stream
-from replay.cli import main as replay_main
-from tests.replay.user_client import TextAssembler
+from replay.cli.main import main as replay_main
 from tests.support.triton_client import bytes_input, int_input, token_inputs
+from tests.support.user_client import TextAssembler
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import tritonclient.grpc as grpcclient
 
-from proxy.background import ProxyThread
-from proxy.tritonserver import TritonServer
+from proxy.lab.background import ProxyThread
+from proxy.lab.tritonserver import TritonServer
 from tests.support.capture import calls_by_method, of_kind, records
 from tests.support.tls import make_pki
 from tests.support.triton_client import describe, token_inputs

@@ -20,14 +20,14 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from proxy.background import ProxyThread
-from proxy.tritonserver import TritonServer
-from replay.captured import load
-from replay.cli import main as replay_main
-from replay.serve import MockTriton
-from tests.replay.user_client import TextAssembler
+from proxy.lab.background import ProxyThread
+from proxy.lab.tritonserver import TritonServer
+from replay.cli.main import main as replay_main
+from replay.tools.captured import load
+from replay.tools.serve import MockTriton
 from tests.support.loop_thread import BackgroundLoop
 from tests.support.triton_client import bytes_input, echo_inputs, token_inputs
+from tests.support.user_client import TextAssembler
 
 pytestmark = pytest.mark.timeout(300)
 

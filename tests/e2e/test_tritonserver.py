@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from proxy.tritonserver import TritonServer
+from proxy.lab.tritonserver import TritonServer
 from tests.support.triton_client import token_inputs
 
 pytestmark = pytest.mark.timeout(300)

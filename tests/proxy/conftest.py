@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.server import ProxyConfig, RecordingProxy
+from proxy.ops.server import ProxyConfig, RecordingProxy
 from tests.support.fake_triton import start_fake
 from tests.support.loop_thread import BackgroundLoop
 

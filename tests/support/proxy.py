@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from proxy.server import RecordingProxy
+from proxy.ops.server import RecordingProxy
 
 
 def stop_proxy(proxy: RecordingProxy, timeout: float = 30.0) -> None:

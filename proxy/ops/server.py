@@ -1,0 +1,350 @@
+"""Running the recording proxy: start-up checks, the listening socket, signals, drain, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import secrets
+import signal
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from proxy import __version__
+from proxy.capture.writer import CaptureWriter, WriterOptions, prepare_directory
+from proxy.ops.evidence import EvidenceCollector, EvidenceSpec, probe_metrics
+from proxy.ops.observe import MetricsServer, ProxyMetrics, RecordObserver
+from proxy.relay.tunnel import DEFAULT_REDACT, Relay, RelayOptions
+from replay.capture import events as ev
+from replay.errors import UpstreamError, UserError
+from replay.hostport import parse_hostport
+
+log = structlog.get_logger("triton_tap.proxy")
+
+
+@dataclass
+class ProxyConfig:
+    """Everything ``triton-tap record`` takes."""
+
+    listen: str = "127.0.0.1:8011"
+    upstream: str = "127.0.0.1:8001"
+    capture_dir: Path = Path("captures")
+    payload: str = "meta"
+    payload_cap: int | None = None
+    rotate_mb: float | None = None
+    gzip_rotated: bool = False
+    drain_timeout: float = 10.0
+    connect_timeout: float = 3.0
+    redact: tuple[str, ...] = DEFAULT_REDACT
+    metrics: str | None = None  # HOST:PORT for the Prometheus /metrics endpoint, or None
+    evidence: EvidenceSpec | None = None
+    #: ``--redact-input``: input tensors kept out of ``full`` payloads (shape, datatype, size, keyed hash stay).
+    redact_inputs: tuple[str, ...] = ()
+    #: HMAC key of redacted tensors; None: a random one per capture, recorded in ``capture_start``.
+    redact_salt: str | None = None
+    #: TLS towards clients (both or neither); h2c when unset.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: TLS towards Triton; ``upstream_ca`` None means the system trust store.
+    upstream_tls: bool = False
+    upstream_ca: Path | None = None
+    upstream_cert: Path | None = None
+    upstream_key: Path | None = None
+    #: SNI, certificate name and ``:authority`` sent upstream (default: the upstream host, client's authority).
+    upstream_server_name: str | None = None
+
+
+def _with_evidence(emit: Callable[[Any], None], notify: Callable[[ev.CallCancelled], None]) -> Callable[[Any], None]:
+    """The capture sink, also telling the evidence collector about every cancel forwarded upstream."""
+
+    def sink(record: Any) -> None:
+        emit(record)
+        if type(record) is ev.CallCancelled and record.forwarded_upstream:
+            try:
+                notify(record)
+            except Exception as e:  # evidence is an observer: it must never fail the call
+                log.warning("evidence_failed", call=record.call, error=f"{type(e).__name__}: {e}")
+
+    return sink
+
+
+def _guarded_mark(mark: Callable[[str], None]) -> Callable[[str], None]:
+    """The evidence collector's pre-cancel hook, unable to break the relay's cancel path."""
+
+    def before_cancel(call: str) -> None:
+        try:
+            mark(call)
+        except Exception as e:  # as in the sink above
+            log.warning("evidence_failed", call=call, error=f"{type(e).__name__}: {e}")
+
+    return before_cancel
+
+
+def _load_chain(ctx: ssl.SSLContext, cert: Path, key: Path, what: str) -> None:
+    try:
+        ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise UserError(f"cannot load {what} certificate/key ({cert}, {key}): {getattr(e, 'strerror', None) or e}") from None
+
+
+def listen_ssl(cfg: ProxyConfig) -> ssl.SSLContext | None:
+    """The TLS context clients are served with (ALPN h2 only: gRPC), or None for h2c."""
+    if cfg.tls_cert is None and cfg.tls_key is None:
+        return None
+    if cfg.tls_cert is None or cfg.tls_key is None:
+        raise UserError("--tls-cert and --tls-key go together")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    _load_chain(ctx, cfg.tls_cert, cfg.tls_key, "--tls-cert/--tls-key")
+    ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
+def upstream_ssl(cfg: ProxyConfig) -> ssl.SSLContext | None:
+    """The TLS context for connections to Triton (certificate and host name verified), or None for h2c."""
+    tls_only = (cfg.upstream_ca, cfg.upstream_cert, cfg.upstream_key, cfg.upstream_server_name)
+    if not cfg.upstream_tls:
+        if any(v is not None for v in tls_only):
+            raise UserError("--upstream-ca/--upstream-cert/--upstream-key/--upstream-server-name need --upstream-tls")
+        return None
+    if (cfg.upstream_cert is None) != (cfg.upstream_key is None):
+        raise UserError("--upstream-cert and --upstream-key go together")
+    try:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cfg.upstream_ca)
+    except (OSError, ssl.SSLError) as e:
+        raise UserError(f"cannot load --upstream-ca {cfg.upstream_ca}: {getattr(e, 'strerror', None) or e}") from None
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cfg.upstream_cert is not None and cfg.upstream_key is not None:
+        _load_chain(ctx, cfg.upstream_cert, cfg.upstream_key, "--upstream-cert/--upstream-key")
+    ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or address) only reaches this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_upstream(
+    host: str, port: int, timeout: float, tls: ssl.SSLContext | None = None, server_name: str | None = None
+) -> None:
+    """Fail fast, with one line, when nothing listens upstream at start (or its TLS does not verify)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            if tls is not None:
+                with tls.wrap_socket(sock, server_hostname=server_name or host):
+                    pass
+    except ssl.SSLError as e:
+        raise UpstreamError(f"upstream {host}:{port}: TLS handshake failed: {e.reason or e}") from None
+    except ssl.CertificateError as e:
+        raise UpstreamError(f"upstream {host}:{port}: TLS certificate rejected: {e}") from None
+    except OSError as e:
+        raise UpstreamError(f"upstream {host}:{port} is unreachable: {e.strerror or e}") from None
+
+
+class RecordingProxy:
+    """The proxy as an object: ``await start()``, then ``await stop()`` (tests and the CLI)."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.listen_addr = parse_hostport(config.listen, "--listen", allow_port_zero=True)
+        self.upstream_addr = parse_hostport(config.upstream, "--upstream")
+        self.metrics_addr = (
+            parse_hostport(config.metrics, "--metrics", allow_port_zero=True) if config.metrics else None
+        )
+        if self.metrics_addr is not None and self.metrics_addr[1] and self.metrics_addr[1] == self.listen_addr[1]:
+            # Caught here, before anything is bound or created: the two servers cannot share a port.
+            raise UserError(f"--metrics {config.metrics} and --listen {config.listen} use the same port")
+        self.metrics_server: MetricsServer | None = None
+        self.metrics: ProxyMetrics | None = None
+        if config.payload not in ("none", "meta", "full"):
+            raise UserError(f"--payload must be none, meta or full, got {config.payload!r}")
+        self.writer: CaptureWriter | None = None
+        self.relay: Relay | None = None
+        self.evidence: EvidenceCollector | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self.port = 0
+        self._stopped = False
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the proxy runs on (for callers in other threads)."""
+        assert self._server is not None
+        return self._server.get_loop()
+
+    @property
+    def capture_path(self) -> Path:
+        """The capture file being written."""
+        assert self.writer is not None
+        return self.writer.path
+
+    async def start(self) -> None:
+        """Check, bind and start recording; raises :class:`UserError`/:class:`UpstreamError`."""
+        cfg = self.config
+        server_tls = listen_ssl(cfg)
+        up_tls = upstream_ssl(cfg)
+        prepare_directory(cfg.capture_dir)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(
+            None, check_upstream, *self.upstream_addr, cfg.connect_timeout, up_tls, cfg.upstream_server_name
+        )
+        salt = cfg.redact_salt if cfg.redact_salt is not None else secrets.token_hex(16)
+        if cfg.evidence is not None and cfg.evidence.metrics_url is not None:
+            why = await loop.run_in_executor(None, probe_metrics, cfg.evidence.metrics_url, cfg.connect_timeout)
+            if why is not None:
+                # Only a warning: Triton's metrics may come up later; each evidence record says what it saw.
+                log.warning("evidence_metrics_unreachable", url=cfg.evidence.metrics_url, error=why)
+        opts: dict[str, Any] = {
+            "payload": cfg.payload,
+            "payload_cap": cfg.payload_cap,
+            "rotate_mb": cfg.rotate_mb,
+            "gzip_rotated": cfg.gzip_rotated,
+            "drain_timeout_s": cfg.drain_timeout,
+            "redact": list(cfg.redact),
+            "redact_inputs": list(cfg.redact_inputs),
+            # A generated salt is recorded so the capture's hashes can be recomputed from live
+            # traffic; a salt the user chose is a secret and is not.
+            "redact_salt": salt if cfg.redact_inputs and cfg.redact_salt is None else None,
+            "redact_salt_given": cfg.redact_salt is not None,
+            "tls_listen": server_tls is not None,
+            "tls_upstream": up_tls is not None,
+        }
+        if cfg.evidence is not None:
+            opts["evidence"] = {
+                "metrics": cfg.evidence.metrics_url,
+                "log": str(cfg.evidence.log_path) if cfg.evidence.log_path else None,
+                "window_s": cfg.evidence.window_s,
+            }
+        # Bind before the capture exists so that a busy port leaves no empty capture behind.
+        relay_box: list[Relay] = []
+        host, port = self.listen_addr
+        try:
+            self._server = await loop.create_server(
+                lambda: relay_box[0].protocol_factory(), host, port, reuse_address=True, start_serving=False,
+                ssl=server_tls,
+            )
+        except OSError as e:
+            raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        self.port = self._server.sockets[0].getsockname()[1]
+        metrics: ProxyMetrics | None = None
+        if self.metrics_addr is not None:
+            metrics = self.metrics = ProxyMetrics()
+            try:
+                self.metrics_server = MetricsServer(metrics, *self.metrics_addr)
+            except OSError as e:
+                self._server.close()
+                raise UserError(f"cannot serve metrics on {cfg.metrics}: {e.strerror or e}") from None
+        listen = f"{host}:{self.port}"
+        start = ev.CaptureStarted(
+            t_ns=time.time_ns(), proxy_version=__version__, listen=listen,
+            upstream=f"{self.upstream_addr[0]}:{self.upstream_addr[1]}", options=opts,
+        )  # fmt: skip
+        rotate = int(cfg.rotate_mb * 1024 * 1024) if cfg.rotate_mb else None
+        self.writer = CaptureWriter(
+            WriterOptions(directory=cfg.capture_dir, rotate_bytes=rotate, gzip_rotated=cfg.gzip_rotated), start
+        )
+        try:
+            self.writer.open()
+        except OSError as e:
+            self._server.close()
+            self._close_metrics()
+            raise UserError(f"cannot create a capture file in {str(cfg.capture_dir)!r}: {e.strerror or e}") from None
+        try:
+            if metrics is not None:
+                metrics.attach_writer(self.writer.stats)
+            # One observer between the relay and the writer: the call-end log line and the metrics.
+            emit: Callable[[Any], None] = RecordObserver(self.writer.emit, metrics)
+            if cfg.evidence is not None:
+                self.evidence = EvidenceCollector(cfg.evidence, self.writer.emit)
+                emit = _with_evidence(emit, self.evidence.notify)
+            self.relay = Relay(
+                self.upstream_addr,
+                emit,
+                RelayOptions(
+                    payload=cfg.payload, payload_cap=cfg.payload_cap, redact=cfg.redact,
+                    redact_inputs=frozenset(cfg.redact_inputs), redact_key=salt.encode(),
+                ),
+                upstream_tls=up_tls,
+                upstream_server_name=cfg.upstream_server_name,
+            )
+            if self.evidence is not None:
+                self.relay.before_cancel = _guarded_mark(self.evidence.mark)
+            relay_box.append(self.relay)
+            await self._server.start_serving()
+        except BaseException:
+            self.writer.abandon()
+            self._server.close()
+            self._close_metrics()
+            raise
+        extra = {}
+        if self.metrics_server is not None and self.metrics_addr is not None:
+            extra["metrics"] = f"{self.metrics_addr[0]}:{self.metrics_server.port}"
+        if server_tls is None and not all(is_loopback(s.getsockname()[0]) for s in self._server.sockets):
+            # Clients' metadata (tokens included) and tensors would cross the network in clear.
+            log.warning("listening_without_tls", listen=listen, hint="use --tls-cert/--tls-key or a loopback address")
+        log.info(
+            "recording",
+            listen=listen,
+            upstream=start.upstream,
+            capture=str(self.writer.path),
+            payload=cfg.payload,
+            **extra,
+            tls=server_tls is not None,
+            upstream_tls=up_tls is not None,
+        )
+
+    async def stop(self) -> None:
+        """Drain (bounded by ``drain_timeout``), end what is left as ``proxy_shutdown``, close."""
+        assert self.relay is not None and self.writer is not None and self._server is not None
+        if self._stopped:
+            return
+        self._stopped = True
+        self._server.close()
+        self.relay.begin_shutdown()
+        drained = await self.relay.wait_idle(self.config.drain_timeout)
+        left = self.relay.open_calls
+        if not drained:
+            log.warning("drain_timeout", open_calls=left, timeout_s=self.config.drain_timeout)
+        self.relay.abort_all("proxy_shutdown")
+        # Server.wait_closed() semantics differ across Python versions (3.11 may wait on client
+        # connections forever); wait for our own tunnels instead, bounded, then cut what is left.
+        deadline = time.monotonic() + 2.0
+        while self.relay.tunnels and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        self.relay.hard_close()
+        if self.evidence is not None:
+            await self.evidence.close()
+        await self.writer.close({"calls.open_at_shutdown": left})
+        self._close_metrics()
+        log.info("capture_closed", capture=[str(p) for p in self.writer.paths])
+
+    def _close_metrics(self) -> None:
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+            self.metrics_server = None
+
+
+async def run(config: ProxyConfig) -> None:
+    """Run until SIGTERM/SIGINT, then drain and close the capture (the CLI's main)."""
+    proxy = RecordingProxy(config)
+    await proxy.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        log.info("shutting_down", open_calls=proxy.relay.open_calls if proxy.relay else 0)
+    finally:
+        await proxy.stop()

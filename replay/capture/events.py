@@ -1,0 +1,323 @@
+"""Capture records as past-tense facts: the one source of truth of the capture format.
+
+Every line of a capture file is one of these events, serialised as a JSON object with three
+envelope fields added by the writer (``v``, ``seq``, ``kind``). The dataclass fields below are the
+record's fields, in order; the ``Annotated`` text is the field's documentation, from which the
+README's schema section is generated (``python -m replay.capture.schema --markdown``), so code and docs
+cannot drift apart.
+
+The proxy builds these on the hot path and the writer hands them to orjson as they are (orjson
+serialises slotted dataclasses natively), so they stay plain: no methods, no validation here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal
+
+Direction = Literal["c2s", "s2c"]
+
+#: A Triton request parameter as the client sent it (bool, int64/uint64, double or string parameter):
+#: request parameters are recorded raw, so a client that sends `sequence_start` as an int is evidence too.
+ParamValue = bool | int | float | str
+
+#: Why a call ended. One place defines the vocabulary; ``proxy.triton.causes`` decides which applies.
+Cause = Literal[
+    "ok",
+    "error",
+    "client_cancel",
+    "deadline",
+    "client_disconnect",
+    "upstream_disconnect",
+    "proxy_shutdown",
+    "proxy_error",
+]
+CAUSES: tuple[str, ...] = (
+    "ok",
+    "error",
+    "client_cancel",
+    "deadline",
+    "client_disconnect",
+    "upstream_disconnect",
+    "proxy_shutdown",
+    "proxy_error",
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CaptureStarted:
+    """The proxy opened a capture and is about to accept connections."""
+
+    kind: ClassVar[str] = "capture_start"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]
+    proxy_version: Annotated[str, "triton-tap version that wrote the capture"]
+    listen: Annotated[str, "HOST:PORT the proxy listens on"]
+    upstream: Annotated[str, "HOST:PORT of the Triton server"]
+    options: Annotated[dict[str, Any], "recording options in force (payload mode, byte cap, rotation, drain timeout)"]
+    file_index: Annotated[int, "0 for the first file of a capture, n for the n-th rotated file"] = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallStarted:
+    """A client opened an RPC (HTTP/2 stream) through the proxy."""
+
+    kind: ClassVar[str] = "call_start"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]
+    call: Annotated[str, "unique id of the RPC within the capture (`<conn>.<stream id>`)"]
+    conn: Annotated[str, "downstream (client) connection id, unique within the capture"]
+    method: Annotated[str, "full gRPC method path, e.g. `/inference.GRPCInferenceService/ModelStreamInfer`"]
+    peer: Annotated[str, "client address HOST:PORT"]
+    metadata: Annotated[
+        list[list[str]],
+        "request headers as [name, value] pairs in wire order, pseudo-headers included; values of "
+        "authorization-like keys replaced by `<redacted>`; `-bin` values as sent (base64 text)",
+    ]
+    timeout_ms: Annotated[float | None, "deadline from `grpc-timeout` in milliseconds, or null"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TensorSpec:
+    """Name, datatype and shape of one tensor of a request or response (no data)."""
+
+    kind: ClassVar[str] = "tensor"
+    name: Annotated[str, "tensor name"]
+    datatype: Annotated[str, "Triton datatype, e.g. `BYTES`, `INT32`"]
+    shape: Annotated[list[int], "shape"]
+    size: Annotated[
+        int | None, "`--redact-input` only: bytes of the tensor's data the capture does not hold, else null"
+    ] = None
+    hmac_sha256: Annotated[
+        str | None,
+        "`--redact-input` only: hex HMAC-SHA256 of the tensor's data keyed with the redaction salt "
+        "(equal data, equal salt: equal value; the data itself is cut from `payload`), else null",
+    ] = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MessageSeen:
+    """One complete gRPC message crossed the proxy in one direction."""
+
+    kind: ClassVar[str] = "message"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the last byte of the message was observed"]
+    call: Annotated[str, "the RPC"]
+    dir: Annotated[Direction, "`c2s` (client to server) or `s2c`"]
+    index: Annotated[int, "0-based message index per call and direction"]
+    size: Annotated[int, "bytes of the serialized message (without the 5-byte gRPC prefix)"]
+    compressed: Annotated[bool, "the gRPC compressed flag; compressed messages are not decoded"]
+    model: Annotated[str | None, "Triton `model_name` (inference messages), else null"] = None
+    model_version: Annotated[str | None, "Triton `model_version` as sent (empty final responses carry `\"\"`)"] = None
+    request_id: Annotated[str | None, "Triton request `id` (`\"\"` when unset); null for non-inference messages"] = None
+    final: Annotated[
+        bool | None,
+        "responses: the raw `triton_final_response` parameter, null when absent; requests: null",
+    ] = None
+    outputs: Annotated[list[str] | None, "responses: output names, `[]` for an empty response"] = None
+    output_tensors: Annotated[
+        list[TensorSpec] | None,
+        "responses: output tensors (name, datatype, shape) in `outputs` order, so `serve` can answer "
+        "`meta` captures with data of the right shape",
+    ] = None
+    error: Annotated[str | None, "ModelStreamInfer responses: the in-band `error_message`, else null"] = None
+    enable_empty_final: Annotated[
+        ParamValue | None, "requests: the raw `triton_enable_empty_final_response` parameter, null when absent"
+    ] = None
+    sequence_id: Annotated[ParamValue | None, "requests: `sequence_id` parameter when present"] = None
+    sequence_start: Annotated[ParamValue | None, "requests: `sequence_start` parameter when present"] = None
+    sequence_end: Annotated[ParamValue | None, "requests: `sequence_end` parameter when present"] = None
+    inputs: Annotated[list[TensorSpec] | None, "requests: input tensors (name, datatype, shape)"] = None
+    payload_sha256: Annotated[
+        str | None, "`--payload full`: hex SHA-256 of the whole serialized message (for replay matching)"
+    ] = None
+    payload: Annotated[str | None, "`--payload full`: the serialized message, base64 (cut at the byte cap)"] = None
+    payload_truncated: Annotated[bool | None, "`--payload full`: true when `payload` was cut at the byte cap"] = None
+    decode_error: Annotated[str | None, "why the message could not be decoded as the method's type, else null"] = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HalfClosed:
+    """The client ended its side of the call (END_STREAM): it will send no more messages."""
+
+    kind: ClassVar[str] = "half_close"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]
+    call: Annotated[str, "the RPC"]
+    dir: Annotated[Direction, "always `c2s`: the server's END_STREAM is part of `call_end`"] = "c2s"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallCancelled:
+    """The call ended in a way other than `ok`/`error`; written the moment the proxy learned it."""
+
+    kind: ClassVar[str] = "cancel"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]
+    call: Annotated[str, "the RPC"]
+    cause: Annotated[
+        Cause,
+        "`client_cancel`, `deadline`, `client_disconnect`, `upstream_disconnect`, `proxy_shutdown` or `proxy_error`",
+    ]
+    in_flight: Annotated[list[str], "Triton request ids sent on this call that had not received a final response"]
+    executing: Annotated[
+        list[str],
+        "the subset of `in_flight` that had already received at least one response; the others were "
+        "queued or not yet answering, as far as the wire shows",
+    ]
+    rst_code: Annotated[int | None, "HTTP/2 error code of the client's RST_STREAM, when that was the trigger"]
+    elapsed_ms: Annotated[float, "time from the call's request HEADERS to this event"]
+    forwarded_upstream: Annotated[bool, "the proxy reset the upstream stream so Triton cancels the work"]
+    upstream_rst_us: Annotated[
+        float | None,
+        "microseconds from the proxy learning of the ending (reading the client's RST_STREAM off its "
+        "socket, the client connection closing, ...) to its own RST_STREAM handed to the upstream socket; "
+        "null when not forwarded",
+    ] = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LateFrameSeen:
+    """The upstream still sent something on a call after the proxy forwarded its cancel (passed on; the client discards it)."""
+
+    kind: ClassVar[str] = "late"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the frame was read"]
+    call: Annotated[str, "the cancelled RPC"]
+    frame: Annotated[
+        Literal["message", "headers", "trailers", "rst", "overflow"],
+        "`message`: a gRPC message completed by late DATA; `headers`/`trailers`: a HEADERS frame without/with "
+        "END_STREAM; `rst`: an RST_STREAM; `overflow`: the per-call limit of late records was reached and "
+        "later frames of this call are not recorded",
+    ]
+    size: Annotated[int, "bytes: the message (without its 5-byte prefix) or the header block"]
+    since_cancel_ms: Annotated[float, "time since the proxy sent its RST_STREAM upstream"]
+    request_id: Annotated[str | None, "`message`: the Triton request id of the late response, when it decodes"] = None
+    final: Annotated[bool | None, "`message`: its raw `triton_final_response` flag"] = None
+    error: Annotated[str | None, "`message`: its in-band `error_message`; `trailers`: `grpc-status grpc-message`"] = None
+    rst_code: Annotated[int | None, "`rst`: the HTTP/2 error code"] = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EvidenceRecorded:
+    """Server-side evidence sampled for a window after a cancel (`record --evidence`), tied to that cancel."""
+
+    kind: ClassVar[str] = "evidence"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the window closed"]
+    call: Annotated[str, "the cancelled RPC"]
+    cancel_t_ns: Annotated[int, "`t_ns` of the `cancel` record this evidence follows"]
+    source: Annotated[Literal["metrics", "log"], "`metrics` (the Prometheus endpoint) or `log` (Triton's verbose log)"]
+    window_ms: Annotated[float, "how long after the cancel the source was watched"]
+    in_flight: Annotated[list[str], "request ids of the cancel record (what the evidence is about)"]
+    counters: Annotated[
+        dict[str, float] | None,
+        "`metrics`: change of every `nv_inference_*` series over the window (`name{labels}` -> delta), only "
+        "the series that moved; `{}` when none moved (not every backend moves them)",
+    ] = None
+    lines: Annotated[
+        list[str] | None,
+        "`log`: lines appended during the window that mention cancellation, a request id of `in_flight`, or "
+        "skipped responses (at most 200)",
+    ] = None
+    skipped_responses: Annotated[
+        int | None,
+        "`log`: `skipping response generation` lines in the window: responses the backend still produced "
+        "after the cancel (the lines carry no request id)",
+    ] = None
+    overlapping: Annotated[
+        list[str] | None,
+        "other calls cancelled during this window: unattributed lines and counters may belong to them",
+    ] = None
+    error: Annotated[str | None, "why the source could not be read, else null"] = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallEnded:
+    """The call is over: the status the client got, and why."""
+
+    kind: ClassVar[str] = "call_end"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]
+    call: Annotated[str, "the RPC"]
+    status: Annotated[
+        str,
+        "gRPC status code name: the upstream's when it sent one, else the status the client got "
+        "(client_cancel/client_disconnect `CANCELLED`, deadline `DEADLINE_EXCEEDED`, "
+        "upstream_disconnect/proxy_shutdown `UNAVAILABLE`)",
+    ]
+    details: Annotated[str | None, "`grpc-message` (percent-decoded) or the proxy's explanation"]
+    cause: Annotated[Cause, "why the call ended, see *Causes*"]
+    trailers: Annotated[list[list[str]] | None, "trailers as [name, value] pairs as sent by the upstream, or null"]
+    initial_metadata: Annotated[list[list[str]] | None, "the upstream's response HEADERS as [name, value] pairs, or null"]
+    duration_ms: Annotated[float, "time from the request HEADERS to the end"]
+    messages_c2s: Annotated[int, "messages the client sent on this call"]
+    messages_s2c: Annotated[int, "messages the server sent on this call"]
+    upstream_rst_code: Annotated[int | None, "HTTP/2 error code of an upstream RST_STREAM, when one ended the call"] = None
+    s2c_undelivered_bytes: Annotated[
+        int | None,
+        "bytes the proxy held for this call and never delivered to the client. The relay forwards each "
+        "frame as it is read and holds nothing per call, so this is 0 when the connection's socket "
+        "buffer towards the client was empty at the end, and null (unknown: the buffer is shared by "
+        "every call of the connection) when it was not",
+    ] = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProtocolViolated:
+    """A peer broke HTTP/2 on one connection; the proxy closed that connection (others go on)."""
+
+    kind: ClassVar[str] = "protocol_error"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]
+    conn: Annotated[str, "the client connection (tunnel) the error happened on"]
+    side: Annotated[Literal["client", "upstream"], "who broke the protocol: the client or the upstream"]
+    error: Annotated[str, "what was wrong, as the HTTP/2 layer reported it"]
+    error_code: Annotated[int, "HTTP/2 error code sent in the GOAWAY to that peer"]
+    open_calls: Annotated[
+        list[str], "calls open on the connection at that moment (each still gets its own `cancel` and `call_end`)"
+    ]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GapRecorded:
+    """Records were dropped (never a silent loss): how many and why."""
+
+    kind: ClassVar[str] = "gap"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the gap was written"]
+    dropped: Annotated[int, "number of records that could not be written"]
+    reason: Annotated[str, "why, e.g. `queue_full`, `write_error: [Errno 28] No space left on device`"]
+    first_t_ns: Annotated[int, "event time of the first dropped record"]
+    last_t_ns: Annotated[int, "event time of the last dropped record"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CaptureEnded:
+    """The capture was closed in order (a missing `capture_end` means the proxy died)."""
+
+    kind: ClassVar[str] = "capture_end"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]
+    reason: Annotated[str, "`shutdown` (SIGTERM/SIGINT) or `rotate` (the capture goes on in the next file)"]
+    counts: Annotated[dict[str, int], "records written per kind, calls per cause, dropped records"]
+    next_file: Annotated[str | None, "with `rotate`: name of the file the capture continues in"] = None
+
+
+#: Every record kind, in the order the README documents them.
+RECORD_TYPES: tuple[type[Any], ...] = (
+    CaptureStarted,
+    CallStarted,
+    MessageSeen,
+    HalfClosed,
+    CallCancelled,
+    LateFrameSeen,
+    EvidenceRecorded,
+    CallEnded,
+    ProtocolViolated,
+    GapRecorded,
+    CaptureEnded,
+)
+
+Record = (
+    CaptureStarted
+    | CallStarted
+    | MessageSeen
+    | HalfClosed
+    | CallCancelled
+    | LateFrameSeen
+    | EvidenceRecorded
+    | CallEnded
+    | ProtocolViolated
+    | GapRecorded
+    | CaptureEnded
+)

@@ -1,0 +1,295 @@
+"""Streaming capture reader: files and directories in, ``(seq, record)`` out, one line at a time.
+
+Which files belong together: the writer names the files of one capture
+``capture-<stamp>-<pid>.jsonl``, ``capture-<stamp>-<pid>-0001.jsonl``, ... (rotated files may be
+gzipped to ``.jsonl.gz``). Files sharing a stem are one capture, read in file-index order; any other
+file is a capture of its own. Captures are read in the order given (a directory's in name order,
+which for the writer's names is time order).
+
+What is tolerated and what is not: a line cut short at the very end of a capture (the proxy died
+mid-write, or the file is still being written) is skipped with a warning; a file that yields no
+record at all (empty, not gzip, one unterminated junk line) is unreadable; a line repeating an
+earlier record exactly (same ``seq``, same content) is skipped and reported as a hole; anything unreadable
+elsewhere raises :class:`~replay.errors.CaptureError` naming file and line, and a record from a
+newer schema :class:`~replay.errors.CaptureTooNew`. Holes are reported, never hidden: missing or
+repeated ``seq`` numbers, ``gap`` records (the proxy dropped records), a capture without its
+closing ``capture_end`` (the proxy was killed) and rotated files that were not given.
+
+Warnings and holes are collected on the reader object (:attr:`CaptureReader.warnings`,
+:attr:`CaptureReader.gaps`); the library prints nothing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import orjson
+
+from replay.capture import events as ev
+from replay.capture.schema import decode
+from replay.errors import CaptureError, UnknownKind
+
+PathLike = str | os.PathLike[str]
+
+# The writer's names: capture-<UTC stamp>-<pid>[-<rotation index, 4+ digits>].jsonl[.gz]
+_ROTATED = re.compile(r"^(?P<stem>capture-\d{8}T\d{6}-\d+)(?:-(?P<index>\d{4,}))?\.jsonl(?:\.gz)?$")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Gap:
+    """A hole in a capture: records that were lost, repeated or never written."""
+
+    kind: str  # seq_gap | duplicate_seq | gap_record | missing_capture_end | missing_file
+    file: str
+    line: int | None
+    first_seq: int | None
+    last_seq: int | None
+    count: int | None
+    detail: str
+
+    def to_json(self) -> dict[str, object]:
+        """The entry of ``check --json``'s ``gaps`` list."""
+        return {
+            "kind": self.kind,
+            "file": self.file,
+            "line": self.line,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "count": self.count,
+            "detail": self.detail,
+        }
+
+
+class SeqWatch:
+    """Checks one capture's record sequence for holes (pure; fed record by record)."""
+
+    __slots__ = ("_expected", "_file", "_last", "_line", "_recent", "_seen_start", "gaps")
+
+    #: How many recent records are kept to tell an exact repeat of a line from a conflicting one.
+    RECENT = 1024
+
+    def __init__(self) -> None:
+        self.gaps: list[Gap] = []
+        self._expected: int | None = None
+        self._last: ev.Record | None = None
+        self._file = ""
+        self._line: int | None = None
+        self._seen_start = False
+        # seq % RECENT -> (seq, record): a ring, so keeping it costs O(1) per record.
+        self._recent: list[tuple[int, ev.Record | None]] = [(-1, None)] * self.RECENT
+
+    @property
+    def started(self) -> bool:
+        """A record was seen."""
+        return self._last is not None
+
+    def record(self, seq: int, record: ev.Record | None, file: str, line: int | None) -> bool:
+        """One record of the capture, in file order (``None``: a record of a kind this reader skips).
+
+        True when the record repeats an earlier one exactly (same seq, same content): the caller skips
+        it so nothing counts it twice; the repeat is still reported as a ``duplicate_seq`` hole.
+        """
+        self._file, self._line = file, line
+        if isinstance(record, ev.CaptureStarted) and not self._seen_start:
+            self._seen_start = True
+            if record.file_index > 0:
+                self.gaps.append(
+                    Gap(kind="missing_file", file=file, line=line, first_seq=None, last_seq=seq - 1 if seq else None,
+                        count=None, detail=f"the capture starts at rotated file {record.file_index}: "
+                        "its earlier files were not given")
+                )  # fmt: skip
+            elif self._expected is None:
+                self._expected = 0
+        expected = self._expected
+        if expected is not None and seq != expected:
+            if seq > expected:
+                self.gaps.append(
+                    Gap(kind="seq_gap", file=file, line=line, first_seq=expected, last_seq=seq - 1,
+                        count=seq - expected, detail=f"{seq - expected} record(s) missing before seq {seq}")
+                )  # fmt: skip
+            else:
+                kept_seq, earlier = self._recent[seq % self.RECENT]
+                exact = record is not None and kept_seq == seq and earlier == record
+                detail = (f"seq {seq} repeated exactly (a duplicated line): the repeat is skipped" if exact
+                          else f"seq {seq} again (or out of order) where {expected} was expected")  # fmt: skip
+                self.gaps.append(
+                    Gap(kind="duplicate_seq", file=file, line=line, first_seq=seq, last_seq=seq, count=1, detail=detail)
+                )
+                if exact:
+                    return True
+        if expected is None or seq >= expected:
+            self._expected = seq + 1
+        if record is None:
+            return False
+        if self._expected == seq + 1:  # the newest record of its seq, not a conflicting repeat
+            self._recent[seq % self.RECENT] = (seq, record)
+        if isinstance(record, ev.GapRecorded):
+            self.gaps.append(
+                Gap(kind="gap_record", file=file, line=line, first_seq=seq, last_seq=seq, count=record.dropped,
+                    detail=f"the proxy dropped {record.dropped} record(s): {record.reason}")
+            )  # fmt: skip
+        self._last = record
+        return False
+
+    def end(self) -> None:
+        """The capture's last record was read: was the capture closed?"""
+        last = self._last
+        if last is None:
+            return
+        if not isinstance(last, ev.CaptureEnded):
+            self.gaps.append(
+                Gap(kind="missing_capture_end", file=self._file, line=self._line, first_seq=None, last_seq=None,
+                    count=None, detail="no capture_end: the proxy stopped without closing the capture (killed?)")
+            )  # fmt: skip
+        elif last.reason == "rotate":
+            self.gaps.append(
+                Gap(kind="missing_file", file=self._file, line=self._line, first_seq=None, last_seq=None,
+                    count=None, detail=f"the capture continues in {last.next_file}, which was not given")
+            )  # fmt: skip
+
+
+def _expand(paths: Iterable[PathLike]) -> list[list[Path]]:
+    """Capture files grouped per capture, each group in file-index order."""
+    groups: dict[str, list[tuple[int, Path]]] = {}
+    seen: set[Path] = set()
+    for given in paths:
+        p = Path(given)
+        if p.is_dir():
+            found = sorted(
+                q for q in p.iterdir() if q.is_file() and (q.name.endswith(".jsonl") or q.name.endswith(".jsonl.gz"))
+            )
+            if not found:
+                raise CaptureError(str(p), None, "no *.jsonl or *.jsonl.gz capture files in this directory")
+        elif p.exists():
+            # Not only regular files: a FIFO or /dev/stdin streams a capture too.
+            found = [p]
+        else:
+            raise CaptureError(str(p), None, "no such file or directory")
+        for q in found:
+            key = q.resolve()
+            if key in seen:
+                continue
+            seen.add(key)
+            m = _ROTATED.match(q.name)
+            if m is None:
+                groups[str(key)] = [(0, q)]
+                continue
+            index = int(m["index"]) if m["index"] else 0
+            stem = str(key.parent / m["stem"])
+            groups.setdefault(stem, []).append((index, q))
+    out: list[list[Path]] = []
+    for members in groups.values():
+        by_index: dict[int, Path] = {}
+        for index, q in sorted(members, key=lambda t: (t[0], t[1].name.endswith(".gz"))):
+            # While the writer gzips a rotated file both names exist; the plain one is complete.
+            by_index.setdefault(index, q)
+        out.append([by_index[i] for i in sorted(by_index)])
+    return out
+
+
+def _open(path: Path) -> IO[bytes]:
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
+
+
+class CaptureReader:
+    """Iterate a capture as ``(seq, record)``; warnings and holes are collected as it goes."""
+
+    def __init__(self, paths: PathLike | Iterable[PathLike]) -> None:
+        if isinstance(paths, str | os.PathLike):
+            paths = [paths]
+        self.groups = _expand(paths)
+        self.files: list[Path] = [p for g in self.groups for p in g]
+        self.warnings: list[str] = []
+        self.gaps: list[Gap] = []
+        self.records = 0
+        self.captures = 0
+
+    def __iter__(self) -> Iterator[tuple[int, ev.Record]]:
+        self.warnings, self.gaps, self.records, self.captures = [], [], 0, 0
+        for group in self.groups:
+            self.captures += 1
+            watch = SeqWatch()
+            for i, path in enumerate(group):
+                yield from self._file(path, last=i == len(group) - 1, watch=watch)
+            watch.end()
+            self.gaps.extend(watch.gaps)
+
+    def _file(self, path: Path, *, last: bool, watch: SeqWatch) -> Iterator[tuple[int, ev.Record]]:
+        name = str(path)
+        lineno = 0
+        found = 0  # lines that were records (of any kind): a file without one is not a capture
+        unknown: set[str] = set()
+        try:
+            with _open(path) as f:
+                for lineno, line in enumerate(f, 1):
+                    if not line.endswith(b"\n"):
+                        try:
+                            raw = orjson.loads(line)
+                        except orjson.JSONDecodeError:
+                            if last and found:
+                                self.warnings.append(
+                                    f"{name}:{lineno}: last line cut short ({len(line)} bytes): skipped "
+                                    "(the proxy stopped mid-write, or the file is still being written)"
+                                )
+                                return
+                            if not found:
+                                raise CaptureError(name, lineno, "not a capture: no record, only an unterminated "
+                                                   "line that is not JSON") from None  # fmt: skip
+                            raise CaptureError(
+                                name, lineno, "line cut short in the middle of a capture (a later file follows)"
+                            ) from None
+                    elif not line.strip():
+                        continue
+                    else:
+                        try:
+                            raw = orjson.loads(line)
+                        except orjson.JSONDecodeError as e:
+                            raise CaptureError(name, lineno, f"not valid JSON: {e}") from None
+                    try:
+                        seq, record = decode(raw, path=name, line=lineno)
+                    except UnknownKind as e:
+                        # Same schema version, newer writer: new kinds are additions, so the rest
+                        # of the capture still means what it says; the seq still counts (no hole).
+                        found += 1
+                        watch.record(e.seq, None, name, lineno)
+                        if e.kind not in unknown:
+                            self.warnings.append(
+                                f"{name}:{lineno}: record kind {e.kind!r} is unknown to this triton-tap "
+                                "(written by a newer version?): such records are skipped"
+                            )
+                        unknown.add(e.kind)
+                        continue
+                    found += 1
+                    if watch.record(seq, record, name, lineno):
+                        continue
+                    self.records += 1
+                    yield seq, record
+        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+            if not found:
+                raise CaptureError(name, None, f"not a readable gzip capture: {e}") from None
+            if not last:
+                raise CaptureError(name, lineno + 1 if lineno else None, f"broken compressed file: {e}") from None
+            self.warnings.append(f"{name}: compressed file cut short after line {lineno}: {e}")
+        except OSError as e:
+            raise CaptureError(name, None, f"cannot read: {e.strerror or e}") from None
+        if not found:
+            raise CaptureError(name, None, "no capture records in this file (empty, or not a triton-tap capture)")
+
+
+def read_capture(paths: PathLike | Iterable[PathLike]) -> CaptureReader:
+    """A streaming reader over capture files and/or directories (see the module docstring).
+
+    Iterating it yields ``(seq, record)``; afterwards ``.warnings`` and ``.gaps`` say what was
+    tolerated and what is missing. Raises :class:`~replay.errors.CaptureError` for a path that
+    does not exist and, while iterating, for unreadable content.
+    """
+    return CaptureReader(paths)

@@ -1,0 +1,275 @@
+"""The capture format: version, encoding of records to JSONL lines, decoding back, documentation.
+
+The record fields themselves are defined once, in :mod:`replay.capture.events`. This module adds the
+envelope (``v``, ``seq``, ``kind``), the version policy and the generated README section.
+
+Version policy (mitmproxy-style): a reader accepts every version up to :data:`SCHEMA_VERSION`,
+upgrading older records through :data:`_UPGRADES`, and refuses a newer one with a clear message.
+Adding an optional field does not bump the version (readers ignore fields they do not know);
+removing or changing the meaning of a field does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from replay.capture import events as ev
+from replay.errors import CaptureError, CaptureTooNew, UnknownKind
+
+SCHEMA_VERSION = 1
+
+KINDS: dict[str, type[Any]] = {cls.kind: cls for cls in ev.RECORD_TYPES}
+
+# version n -> function upgrading a raw record dict from n to n + 1 (none yet: v1 is the first).
+_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+_HEADS: dict[str, bytes] = {}
+
+
+def encode(record: ev.Record, seq: int) -> bytes:
+    """One JSONL line (with newline) for ``record`` as record number ``seq``."""
+    kind = record.kind
+    head = _HEADS.get(kind)
+    if head is None:
+        head = _HEADS[kind] = b',"kind":"' + kind.encode() + b'",'
+    # orjson serialises the slotted dataclass directly; splice the envelope in front of its
+    # fields instead of building an intermediate dict on the hot path.
+    body = orjson.dumps(record)
+    return b'{"v":%d,"seq":%d%s%s\n' % (SCHEMA_VERSION, seq, head, body[1:])
+
+
+def _required(cls: type[Any]) -> frozenset[str]:
+    return frozenset(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
+
+
+_REQUIRED: dict[str, frozenset[str]] = {k: _required(c) for k, c in KINDS.items()}
+
+# A field's check: the exact JSON types it may have (``type(v) in types``: JSON gives exactly int,
+# float, str, bool, None, list and dict, and an exact test keeps ``true`` out of int fields), then an
+# optional deeper check of a non-null value returning what is wrong with it (None: fine).
+_Deep = Callable[[Any], str | None]
+_JSON_NAMES = {int: "integer", float: "number", str: "string", bool: "boolean", type(None): "null",
+               list: "array", dict: "object"}  # fmt: skip
+
+
+def _types_of(tp: Any) -> tuple[frozenset[type], _Deep | None]:
+    """The JSON types a field of Python type ``tp`` may have, and its deeper check."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or isinstance(tp, types.UnionType):
+        allowed: set[type] = set()
+        deeps: dict[type, _Deep] = {}
+        for arg in typing.get_args(tp):
+            t, deep = _types_of(arg)
+            allowed |= t
+            if deep is not None:
+                for one in t:
+                    deeps[one] = deep
+        if not deeps:
+            return frozenset(allowed), None
+        return frozenset(allowed), lambda v: deeps[type(v)](v) if type(v) in deeps else None
+    if origin is typing.Literal:
+        values = frozenset(typing.get_args(tp))
+        shown = ", ".join(sorted(repr(v) for v in values))
+        return frozenset(type(v) for v in values), lambda v: None if v in values else f"must be one of {shown}"
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if item is ev.TensorSpec:
+            return frozenset({list}), _tensor_list
+        item_types, item_deep = _types_of(item)
+        return frozenset({list}), _items(item_types, item_deep)
+    if origin is dict:
+        _, value = typing.get_args(tp)
+        if value is Any:
+            return frozenset({dict}), None
+        value_types, value_deep = _types_of(value)
+        return frozenset({dict}), _values(value_types, value_deep)
+    if tp is Any:
+        return frozenset(_JSON_NAMES), None
+    if tp is float:
+        return frozenset({float, int}), None  # a JSON number written without a fraction is still a number
+    if tp in _JSON_NAMES:
+        return frozenset({tp}), None
+    raise TypeError(f"no JSON check for field type {tp!r}")  # pragma: no cover - caught at import
+
+
+def _describe(allowed: frozenset[type]) -> str:
+    return " or ".join(sorted(_JSON_NAMES[t] for t in allowed))
+
+
+def _items(allowed: frozenset[type], deep: _Deep | None) -> _Deep:
+    def check(v: list[Any]) -> str | None:
+        # Fast path (C-level iteration); the loop below only runs to say what is wrong.
+        if allowed.issuperset(map(type, v)) and (deep is None or all(deep(item) is None for item in v)):
+            return None
+        for i, item in enumerate(v):
+            if type(item) not in allowed:
+                return f"item {i} must be {_describe(allowed)}, got {_JSON_NAMES.get(type(item), '?')}"
+            if deep is not None and (why := deep(item)) is not None:
+                return f"item {i}: {why}"
+        return None
+
+    return check
+
+
+def _values(allowed: frozenset[type], deep: _Deep | None) -> _Deep:
+    def check(v: dict[str, Any]) -> str | None:
+        for k, item in v.items():
+            if type(item) not in allowed:
+                return f"value of {k!r} must be {_describe(allowed)}, got {_JSON_NAMES.get(type(item), '?')}"
+            if deep is not None and (why := deep(item)) is not None:
+                return f"value of {k!r}: {why}"
+        return None
+
+    return check
+
+
+def _checks(cls: type[Any]) -> tuple[tuple[str, frozenset[type], _Deep | None], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, *_types_of(hints[f.name])) for f in dataclasses.fields(cls))
+
+
+_TENSOR_CHECKS = _checks(ev.TensorSpec)
+_TENSOR_FIELDS = tuple(name for name, _, _ in _TENSOR_CHECKS)
+
+
+def _field_error(checks: tuple[tuple[str, frozenset[type], _Deep | None], ...], raw: dict[str, Any],
+                 out: dict[str, Any]) -> str | None:  # fmt: skip
+    """Copy the known fields of ``raw`` into ``out``; what is wrong with the first bad one, else None."""
+    for name, allowed, deep in checks:
+        if name not in raw:
+            continue
+        v = raw[name]
+        if type(v) not in allowed:
+            return f"field {name!r} must be {_describe(allowed)}, got {_JSON_NAMES.get(type(v), '?')} {_short(v)}"
+        if deep is not None and v is not None and (why := deep(v)) is not None:
+            return f"field {name!r}: {why}"
+        out[name] = v
+    return None
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _tensor_list(v: list[Any]) -> str | None:
+    required = _TENSOR_REQUIRED
+    if all(type(item) is dict and required <= item.keys() and _field_error(_TENSOR_CHECKS, item, {}) is None
+           for item in v):  # fmt: skip
+        return None
+    for i, item in enumerate(v):
+        if type(item) is not dict:
+            return f"item {i} must be a tensor object, got {_JSON_NAMES.get(type(item), '?')}"
+        missing = _TENSOR_REQUIRED - item.keys()
+        if missing:
+            return f"item {i} lacks {', '.join(sorted(missing))}"
+        why = _field_error(_TENSOR_CHECKS, item, {})
+        if why is not None:
+            return f"item {i}: {why}"
+    return None
+
+
+_TENSOR_REQUIRED = _required(ev.TensorSpec)
+_Checks = tuple[tuple[str, frozenset[type], _Deep | None], ...]
+#: kind -> per field (name, allowed JSON types, deeper check), computed once from the type hints.
+_CHECKS: dict[str, _Checks] = {k: _checks(c) for k, c in KINDS.items()}
+
+
+def decode(raw: Any, *, path: str = "<capture>", line: int | None = None) -> tuple[int, ev.Record]:
+    """``(seq, record)`` from one parsed JSON line; :class:`CaptureError` says what is wrong."""
+    if not isinstance(raw, dict):
+        raise CaptureError(path, line, "a capture line must be a JSON object")
+    v = raw.get("v")
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise CaptureError(path, line, f"missing or invalid schema version 'v': {v!r}")
+    if v > SCHEMA_VERSION:
+        raise CaptureTooNew(
+            path,
+            line,
+            f"capture schema version {v} is newer than this triton-tap understands "
+            f"({SCHEMA_VERSION}); upgrade triton-tap to read it",
+        )
+    while v < SCHEMA_VERSION:
+        raw = _UPGRADES[v](raw)
+        v += 1
+    seq = raw.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        raise CaptureError(path, line, f"missing or invalid 'seq': {seq!r}")
+    kind = raw.get("kind")
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        if isinstance(kind, str) and kind:
+            raise UnknownKind(path, line, kind, seq)
+        raise CaptureError(path, line, f"missing or invalid record kind {kind!r}")
+    missing = _REQUIRED[kind] - raw.keys()
+    if missing:
+        raise CaptureError(path, line, f"{kind} record lacks field(s) {', '.join(sorted(missing))}")
+    fields: dict[str, Any] = {}
+    why = _field_error(_CHECKS[kind], raw, fields)
+    if why is not None:
+        raise CaptureError(path, line, f"{kind} record: {why}")
+    if cls is ev.MessageSeen:
+        for name in ("inputs", "output_tensors"):
+            specs = fields.get(name)
+            if specs is not None:
+                # Already checked (the field's deep check); this keeps the known keys only.
+                fields[name] = [ev.TensorSpec(**{k: t[k] for k in _TENSOR_FIELDS if k in t}) for t in specs]
+    try:
+        return seq, cls(**fields)
+    except TypeError as e:  # pragma: no cover - guarded by the field checks above
+        raise CaptureError(path, line, str(e)) from None
+
+
+def to_dict(record: ev.Record) -> dict[str, Any]:
+    """The record as the JSON object a capture line holds (without ``v``/``seq``)."""
+    d: dict[str, Any] = orjson.loads(orjson.dumps(record))
+    return {"kind": record.kind, **d}
+
+
+def _type_text(tp: Any) -> str:
+    text = str(tp).replace("typing.", "").replace("replay.capture.events.", "")
+    text = text.replace("<class '", "").replace("'>", "")
+    return text.replace("NoneType", "null").replace(" | ", " or ")
+
+
+def markdown() -> str:
+    """The README's capture-schema section, generated from :mod:`replay.capture.events`."""
+    out = [
+        f"Schema version **{SCHEMA_VERSION}**. Every line: `v` (schema version), `seq` (record number, "
+        "gap-free across the whole capture, rotated files included), `kind`, then the fields below.",
+        "",
+    ]
+    classes: tuple[type[Any], ...] = (*ev.RECORD_TYPES, ev.TensorSpec)
+    for cls in classes:
+        hints = typing.get_type_hints(cls, include_extras=True)
+        title = "tensor spec (items of `inputs` and `output_tensors`)" if cls is ev.TensorSpec else f"`{cls.kind}`"
+        out.append(f"#### {title}: {cls.__doc__}")
+        out.append("")
+        out.append("| field | type | meaning |")
+        out.append("|---|---|---|")
+        for f in dataclasses.fields(cls):
+            hint = hints[f.name]
+            base, doc = typing.get_args(hint)[0], hint.__metadata__[0]
+            opt = "" if f.default is dataclasses.MISSING else " (optional)"
+            out.append(f"| `{f.name}` | `{_type_text(base)}`{opt} | {doc} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--markdown"]:
+        print(markdown())
+    else:
+        print("usage: python -m replay.capture.schema --markdown", file=sys.stderr)
+        sys.exit(2)

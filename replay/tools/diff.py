@@ -1,0 +1,180 @@
+"""``triton-tap diff A B``: what changed between two captures of the same traffic, request by request.
+
+Pure over two :class:`~replay.tools.captured.LoadedCapture` objects: B's requests are matched to A's as
+``serve`` matches incoming requests (:mod:`replay.tools.match`, without reusing a request), then each pair
+is compared on what the client experienced: outcome, responses and text responses, final flag, error
+text, the call's status and cause, protocol violations, and the time to the first response and to
+the end when they moved by more than a threshold. Requests only in A or only in B are listed.
+Other calls (readiness, metadata...) carry no request to pair: they are compared as counts per
+method and status. Equivalent means: every request paired, no pair changed, the same other calls.
+Holes of either capture (dropped records, repeated seqs, a missing ``capture_end``) are listed with
+the result but do not change the verdict: it is about what both captures hold, which holes make partial.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from replay.capture.reader import Gap
+from replay.machine.tracker import INFER, STREAM_INFER, RequestOutcome
+from replay.tools.captured import LoadedCapture
+from replay.tools.match import STRATEGIES, Matcher
+
+DEFAULT_THRESHOLD_MS = 100.0
+#: Compared as they are (``violations`` as the list of names).
+FIELDS: tuple[str, ...] = ("outcome", "responses", "text_responses", "final", "error", "status", "cause", "violations")
+TIMINGS: tuple[str, ...] = ("first_response_ms", "duration_ms")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Change:
+    """One field of a request that differs between A and B."""
+
+    field: str
+    a: Any
+    b: Any
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"field", "a", "b"}``."""
+        return {"field": self.field, "a": self.a, "b": self.b}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Pair:
+    """A request of A and the request of B matched to it."""
+
+    a: RequestOutcome
+    b: RequestOutcome
+    by: str  # the match strategy
+    changes: tuple[Change, ...]
+
+
+def _ref(r: RequestOutcome) -> dict[str, Any]:
+    return {"call": r.call, "seq": r.seq, "model": r.model, "request_id": r.request_id, "kind": r.kind}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiffResult:
+    """Pairs, unpaired requests and the settings they were compared with."""
+
+    pairs: tuple[Pair, ...]
+    only_a: tuple[RequestOutcome, ...]
+    only_b: tuple[RequestOutcome, ...]
+    threshold_ms: float
+    strategies: tuple[str, ...]
+    #: Calls that are not inference requests (readiness, metadata...): count per "<method> <status>" that differs.
+    calls: tuple[Change, ...] = ()
+    #: Holes of each capture (dropped, repeated or never written records): they do not change
+    #: :attr:`equivalent`, which is about the requests that were captured, but say it may be partial.
+    holes_a: tuple[Gap, ...] = ()
+    holes_b: tuple[Gap, ...] = ()
+
+    @property
+    def changed(self) -> list[Pair]:
+        """Pairs with at least one change."""
+        return [p for p in self.pairs if p.changes]
+
+    @property
+    def equivalent(self) -> bool:
+        """Every request paired and none changed."""
+        return not self.only_a and not self.only_b and not self.changed and not self.calls
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``diff --json`` document."""
+        return {
+            "equivalent": self.equivalent,
+            "threshold_ms": self.threshold_ms,
+            "match": list(self.strategies),
+            "requests": [
+                {"a": _ref(p.a), "b": _ref(p.b), "matched_by": p.by, "changes": [c.to_json() for c in p.changes]}
+                for p in self.pairs
+            ],
+            "only_a": [_ref(r) for r in self.only_a],
+            "only_b": [_ref(r) for r in self.only_b],
+            "calls": [c.to_json() for c in self.calls],
+            "holes": {"a": [g.to_json() for g in self.holes_a], "b": [g.to_json() for g in self.holes_b]},
+            "summary": {
+                "paired": len(self.pairs),
+                "changed": len(self.changed),
+                "only_a": len(self.only_a),
+                "only_b": len(self.only_b),
+                "calls_changed": len(self.calls),
+                "holes_a": len(self.holes_a),
+                "holes_b": len(self.holes_b),
+            },
+        }
+
+
+def _values(r: RequestOutcome, causes: dict[str, str | None]) -> dict[str, Any]:
+    return {
+        "outcome": r.outcome,
+        "responses": r.responses,
+        "text_responses": r.text_responses,
+        "final": r.final,
+        "error": r.error,
+        "status": r.status,
+        "cause": causes.get(r.call),
+        "violations": [v.name for v in r.violations],
+    }
+
+
+def compare(
+    a: RequestOutcome, b: RequestOutcome, causes_a: dict[str, str | None], causes_b: dict[str, str | None],
+    threshold_ms: float,
+) -> tuple[Change, ...]:  # fmt: skip
+    """What differs between two matched requests."""
+    va, vb = _values(a, causes_a), _values(b, causes_b)
+    out = [Change(field=f, a=va[f], b=vb[f]) for f in FIELDS if va[f] != vb[f]]
+    for f in TIMINGS:
+        ta, tb = getattr(a, f), getattr(b, f)
+        # A timing that exists on one side only is already a change of responses or outcome.
+        if ta is not None and tb is not None and abs(tb - ta) > threshold_ms:
+            out.append(Change(field=f, a=ta, b=tb))
+    return tuple(out)
+
+
+def diff(
+    a: LoadedCapture, b: LoadedCapture, *, strategies: Sequence[str] = STRATEGIES,
+    threshold_ms: float = DEFAULT_THRESHOLD_MS,
+) -> DiffResult:  # fmt: skip
+    """Match B's requests to A's and compare each pair."""
+    matcher = Matcher(a.candidates, strategies, reuse=False)
+    causes_a = {c.call: c.cause for c in a.outcomes.calls}
+    causes_b = {c.call: c.cause for c in b.outcomes.calls}
+    follows: dict[str, str] = {}  # B call -> the A call its first matched request came from
+    pairs: list[Pair] = []
+    only_b: list[RequestOutcome] = []
+    paired_a: set[tuple[str, int]] = set()
+    for cand in b.candidates:
+        rb = b.outcome(cand.call, cand.seq)
+        if rb is None:  # pragma: no cover - every candidate is a tracked request
+            continue
+        m = matcher.match(cand.key, prefer_call=follows.get(cand.call))
+        ra = a.outcome(m.candidate.call, m.candidate.seq) if m.candidate is not None else None
+        if m.candidate is None or ra is None or m.by is None:
+            only_b.append(rb)
+            continue
+        follows.setdefault(cand.call, m.candidate.call)
+        paired_a.add((ra.call, ra.seq))
+        pairs.append(Pair(a=ra, b=rb, by=m.by, changes=compare(ra, rb, causes_a, causes_b, threshold_ms)))
+    only_a = tuple(r for r in a.outcomes.requests if (r.call, r.seq) not in paired_a)
+    return DiffResult(pairs=tuple(pairs), only_a=only_a, only_b=tuple(only_b), threshold_ms=threshold_ms,
+                      strategies=tuple(strategies), calls=other_calls(a, b),
+                      holes_a=a.outcomes.gaps, holes_b=b.outcomes.gaps)  # fmt: skip
+
+
+def _other_counts(c: LoadedCapture) -> Counter[str]:
+    return Counter(
+        f"{call.method.rsplit('/', 1)[-1]} {call.status or 'open'}"
+        for call in c.outcomes.calls
+        if call.method not in (STREAM_INFER, INFER)
+    )
+
+
+def other_calls(a: LoadedCapture, b: LoadedCapture) -> tuple[Change, ...]:
+    """Non-inference calls (readiness, metadata...) compared as counts per method and status."""
+    ca, cb = _other_counts(a), _other_counts(b)
+    return tuple(Change(field=k, a=ca[k], b=cb[k]) for k in sorted(ca.keys() | cb.keys()) if ca[k] != cb[k])

@@ -1,0 +1,310 @@
+"""Feed a captured ModelStreamInfer call into the user's own client code, as tritonclient would.
+
+Two styles, mirroring ``tritonclient.grpc`` (2.73) exactly where the capture allows:
+
+* :func:`feed_stream` calls a stream callback ``callback(result=..., error=...)`` the way
+  ``InferenceServerClient.start_stream``'s reader thread does: per response, either
+  ``result`` (an ``InferResult``) or, when the response carries ``error_message``, only ``error =
+  InferenceServerException(msg=error_message)`` (status None; tritonclient drops the
+  ``infer_response`` of such a response, final flag included). When the call ended with a non-OK
+  status, one last ``callback(result=None, error=...)``: ``CANCELLED`` as tritonclient's
+  ``get_cancelled_error`` (message ``"Locally cancelled by application!"`` for a client cancel),
+  any other status as ``InferenceServerException(msg=details, status="StatusCode.<NAME>")``
+  (a client-side deadline's message is gRPC's ``"Deadline Exceeded"``; live, gRPC itself
+  sometimes says ``"Stream removed (Deadline Exceeded)"``, a race in its core, also seen without
+  the proxy). An OK end calls nothing.
+* :func:`feed_stream_aio` is an async iterator of ``(result, error)`` pairs like the one
+  ``tritonclient.grpc.aio.InferenceServerClient.stream_infer`` returns. That iterator does not
+  turn the final status into a pair: an OK end stops the iteration, a non-OK end raises
+  ``grpc.aio.AioRpcError`` (code, details, metadata from the capture), and a call the client
+  cancelled itself raises ``asyncio.CancelledError`` (what grpc.aio raises for a locally cancelled
+  call). So does this one.
+
+What a result contains depends on how the capture was recorded:
+
+* ``--payload full``: the captured ``ModelStreamInferResponse`` bytes are decoded, so ``result``
+  is exactly what the client got, tensor data included (``as_numpy`` works).
+* ``--payload meta`` (the default), or a ``full`` payload cut at ``--payload-cap``: the response is
+  rebuilt from the labels: model name and version, request id, the raw ``triton_final_response``
+  parameter, and the outputs *by name only* (no datatype, shape or data: they were not recorded).
+  ``as_numpy`` on such a result raises :class:`DataNotCaptured` rather than inventing data.
+* ``--payload none``: nothing to rebuild; feeding raises :class:`~replay.errors.UserError`.
+
+Pacing: ``speed=None`` delivers everything at once (no sleeps); ``speed=1.0`` at the captured
+timing (relative to the call's start), ``2.0`` twice as fast. Events come in capture order, which
+is the order the proxy forwarded them to the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from tritonclient.grpc import InferResult
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.utils import InferenceServerException
+
+from proxy.triton.causes import STATUS_FOR_CAUSE
+from replay.capture import events as ev
+from replay.errors import UserError
+from replay.machine.tracker import STREAM_INFER, CaptureSource, open_source
+
+#: What gRPC core reports when a status came without a message of its own.
+_DEFAULT_DETAILS = {"DEADLINE_EXCEEDED": "Deadline Exceeded"}
+_LOCAL_CANCEL = "Locally cancelled by application!"
+# Headers gRPC consumes itself and never shows as metadata.
+_RESERVED = frozenset({"content-type", "te", "grpc-status", "grpc-message", "grpc-encoding", "grpc-accept-encoding",
+                       "grpc-status-details-bin"})  # fmt: skip
+
+
+class DataNotCaptured(UserError):
+    """Tensor contents were asked for, but the capture did not record them."""
+
+
+class DatalessInferResult(InferResult):  # type: ignore[misc]
+    """An ``InferResult`` rebuilt from labels only: outputs present by name, without data."""
+
+    def __init__(self, response: Any, why: str) -> None:
+        super().__init__(response)
+        self._why = why
+
+    def as_numpy(self, name: str) -> Any:
+        """Raises :class:`DataNotCaptured` for a present output (None, as tritonclient, for an absent one)."""
+        if any(o.name == name for o in self.get_response().outputs):
+            raise DataNotCaptured(f"output {name!r}: {self._why}")
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Response:
+    t_ns: int
+    result: InferResult | None
+    error: InferenceServerException | None
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    t_ns: int
+    status: str
+    cause: str
+    details: str | None
+    initial_metadata: list[list[str]] | None
+    trailers: list[list[str]] | None
+
+
+def _rebuild(rec: ev.MessageSeen, seq: int, call: str) -> _Response:
+    """The callback arguments tritonclient would produce from this captured response."""
+    if rec.compressed:
+        raise UserError(f"seq {seq}: response {rec.index} of call {call} is gRPC-compressed; it cannot be fed")
+    if rec.payload is not None and not rec.payload_truncated:
+        msg = pb.ModelStreamInferResponse.FromString(base64.b64decode(rec.payload))
+        if msg.error_message != "":
+            return _Response(rec.t_ns, None, InferenceServerException(msg=msg.error_message))
+        return _Response(rec.t_ns, InferResult(msg.infer_response), None)
+    if rec.request_id is None:
+        raise UserError(
+            f"seq {seq}: response {rec.index} of call {call} carries no Triton labels "
+            "(compressed, cut short or undecodable: see its decode_error); it cannot be fed"
+        )
+    if rec.error:
+        return _Response(rec.t_ns, None, InferenceServerException(msg=rec.error))
+    r = pb.ModelInferResponse(model_name=rec.model or "", model_version=rec.model_version or "", id=rec.request_id)
+    if rec.final is not None:
+        r.parameters["triton_final_response"].bool_param = rec.final
+    for name in rec.outputs or ():
+        r.outputs.add(name=name)
+    why = (
+        "the capture's payload was cut at --payload-cap"
+        if rec.payload is not None
+        else "tensor data is not recorded with --payload meta (record with --payload full)"
+    )
+    return _Response(rec.t_ns, DatalessInferResult(r, why), None)
+
+
+def _stream(capture: CaptureSource, call: str | None) -> Iterator[int | _Response | _End]:
+    """The chosen call's start time, then its responses and end, in capture order (read lazily)."""
+    records, _ = open_source(capture)
+    chosen: str | None = None
+    prefix = ""
+    captures = 0
+    streams: list[str] = []
+    unary_match = False
+    cancel: ev.CallCancelled | None = None
+    for seq, rec in records:
+        if isinstance(rec, ev.CaptureStarted):
+            if rec.file_index == 0:
+                captures += 1
+                prefix = f"{captures}:" if captures > 1 else ""
+            continue
+        if chosen is None:
+            if isinstance(rec, ev.CallStarted):
+                cid = prefix + rec.call
+                if rec.method == STREAM_INFER:
+                    if len(streams) <= 10:  # only for the error message
+                        streams.append(cid)
+                    if call is None or cid == call:
+                        chosen = cid
+                        yield rec.t_ns
+                elif cid == call:
+                    unary_match = True
+            continue
+        if getattr(rec, "call", None) is None or prefix + rec.call != chosen:  # type: ignore[union-attr]
+            continue
+        if isinstance(rec, ev.MessageSeen):
+            if rec.dir == "s2c":
+                yield _rebuild(rec, seq, chosen)
+        elif isinstance(rec, ev.CallCancelled):
+            cancel = rec
+        elif isinstance(rec, ev.CallEnded):
+            yield _End(rec.t_ns, rec.status, rec.cause, rec.details, rec.initial_metadata, rec.trailers)
+            return
+    if chosen is None:
+        if call is None:
+            raise UserError("the capture has no ModelStreamInfer call to feed")
+        if unary_match:
+            raise UserError(f"call {call!r} is not a ModelStreamInfer call")
+        shown = ", ".join(streams[:10]) + (", ..." if len(streams) > 10 else "")
+        raise UserError(f"call {call!r} is not in the capture (stream calls: {shown or 'none'})")
+    if cancel is not None:
+        # The capture ends between the cancel and its call_end: the cancel says how it ended.
+        yield _End(cancel.t_ns, STATUS_FOR_CAUSE[cancel.cause], cancel.cause, None, None, None)
+    # A call still open when the capture ended gets no end: what the client saw next is unknown.
+
+
+def _check_speed(speed: float | None) -> None:
+    if speed is not None and not speed > 0:
+        raise ValueError(f"speed must be > 0 (or None for no pacing), got {speed!r}")
+
+
+def terminal_error(status: str, details: str | None) -> InferenceServerException | None:
+    """The error tritonclient's stream callback gets for a stream that ended with ``status``."""
+    if status == "OK":
+        return None
+    if status == "CANCELLED":
+        return InferenceServerException(msg=details or _LOCAL_CANCEL, status="StatusCode.CANCELLED")
+    msg = details if details is not None else _DEFAULT_DETAILS.get(status, "")
+    return InferenceServerException(msg=msg, status=f"StatusCode.{status}")
+
+
+class _Pacer:
+    def __init__(self, speed: float | None, t0_ns: int) -> None:
+        self.speed = speed
+        self.t0_ns = t0_ns
+        self.wall0 = time.monotonic()
+
+    def delay(self, t_ns: int) -> float:
+        """Seconds to wait before delivering an event captured at ``t_ns``."""
+        if self.speed is None:
+            return 0.0
+        due = self.wall0 + (t_ns - self.t0_ns) / 1e9 / self.speed
+        return max(0.0, due - time.monotonic())
+
+
+def _paced(
+    capture: CaptureSource, call: str | None, speed: float | None
+) -> Iterator[tuple[float, _Response | _End]]:
+    """The stream's items with how long to wait before each (0 without pacing); sync and async
+    feeders differ only in how they wait."""
+    _check_speed(speed)
+    pacer: _Pacer | None = None
+    for item in _stream(capture, call):
+        if isinstance(item, int):
+            pacer = _Pacer(speed, item)
+            continue
+        assert pacer is not None
+        yield pacer.delay(item.t_ns), item
+
+
+def feed_stream(
+    capture: CaptureSource,
+    callback: Callable[..., Any],
+    *,
+    call: str | None = None,
+    speed: float | None = None,
+) -> None:
+    """Call ``callback(result=..., error=...)`` for a captured stream as ``tritonclient.grpc`` would.
+
+    ``capture``: path(s) of capture files/directories or an iterable of records. ``call``: the
+    ``call`` id of a ModelStreamInfer call (default: the capture's first one). ``speed``: None for
+    no pacing, 1.0 for the captured timing, 2.0 twice as fast. Raises
+    :class:`~replay.errors.UserError` when there is no such stream call or it cannot be fed, and
+    :class:`~replay.errors.CaptureError` for unreadable files. See the module docstring for exactly
+    what the callback receives.
+    """
+    for wait, item in _paced(capture, call, speed):
+        if wait:
+            time.sleep(wait)
+        if isinstance(item, _Response):
+            callback(result=item.result, error=item.error)
+        else:
+            error = terminal_error(item.status, item.details)
+            if error is not None:
+                callback(result=None, error=error)
+
+
+def _metadata(pairs: list[list[str]] | None) -> grpc.aio.Metadata:
+    out = grpc.aio.Metadata()
+    for key, value in pairs or ():
+        if key.startswith(":") or key in _RESERVED:
+            continue
+        out.add(key, base64.b64decode(value + "==") if key.endswith("-bin") else value)
+    return out
+
+
+def _status_code(status: str) -> grpc.StatusCode:
+    try:
+        return grpc.StatusCode[status]
+    except KeyError:
+        return grpc.StatusCode.UNKNOWN
+
+
+async def feed_stream_aio(
+    capture: CaptureSource,
+    *,
+    call: str | None = None,
+    speed: float | None = None,
+) -> AsyncIterator[tuple[InferResult | None, InferenceServerException | None]]:
+    """Async iterator of ``(result, error)`` for a captured stream, as ``tritonclient.grpc.aio`` yields.
+
+    Same arguments as :func:`feed_stream`. After the last response: an OK end stops the
+    iteration, a non-OK end raises ``grpc.aio.AioRpcError`` and a client cancel raises
+    ``asyncio.CancelledError``, as the real iterator does. Reading the capture happens in this
+    task (it is fast local I/O; pass records to avoid it).
+    """
+    for wait, item in _paced(capture, call, speed):
+        if wait:
+            await asyncio.sleep(wait)
+        if isinstance(item, _Response):
+            yield item.result, item.error
+            continue
+        if item.status == "OK":
+            return
+        if item.cause == "client_cancel":
+            raise asyncio.CancelledError()
+        raise grpc.aio.AioRpcError(
+            _status_code(item.status),
+            _metadata(item.initial_metadata),
+            _metadata(item.trailers),
+            item.details if item.details is not None else _DEFAULT_DETAILS.get(item.status, ""),
+            None,
+        )
+
+
+def stream_calls(capture: CaptureSource) -> list[str]:
+    """The ids of the capture's ModelStreamInfer calls, in order (what ``call=`` accepts)."""
+    records, _ = open_source(capture)
+    out: list[str] = []
+    captures = 0
+    prefix = ""
+    for _, rec in records:
+        if isinstance(rec, ev.CaptureStarted) and rec.file_index == 0:
+            captures += 1
+            prefix = f"{captures}:" if captures > 1 else ""
+        elif isinstance(rec, ev.CallStarted) and rec.method == STREAM_INFER:
+            out.append(prefix + rec.call)
+    return out

@@ -1,0 +1,336 @@
+"""The data behind ``triton-tap report``: a capture turned into one compact, self-describing model.
+
+Pure: fed ``(seq, record)`` one at a time (:meth:`ReportBuilder.feed`), never reads a file and
+never awaits. The shell (:mod:`replay.tools.report.command`) reads the captures with progress and pours the
+model into the self-contained page (``template.html``, :func:`~replay.tools.report.command.render_html`).
+
+Nothing here decides what a record means on its own: requests, their outcomes and which request
+each response belongs to come from :class:`~replay.machine.tracker.Tracker` (its ``on_response`` hook),
+so the report and ``replay check`` can never disagree. Responses the tracker cannot attribute are
+drawn on a separate lane of their call, never on a guessed request.
+
+Why columnar arrays: a 100k-record capture has ~100k response ticks; one JSON array per field
+keeps the embedded model at a few bytes per tick (no repeated keys), and the page draws ticks on
+a canvas from those arrays instead of creating a DOM node per record.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from replay.capture import events as ev
+from replay.capture.reader import Gap
+from replay.capture.schema import encode
+from replay.machine.tracker import RequestOutcome, Tracker
+
+#: Embed every record (for hover) only up to this many; larger captures show the compact fields.
+RECORD_LIMIT = 20_000
+
+# Tick flags (bit set).
+TEXT = 1  # the response carries outputs (text), else it is empty
+FINAL = 2  # raw triton_final_response = true
+ERROR = 4  # in-band error_message
+UNATTRIBUTED = 8  # the tracker could not give it to a request
+
+SHORT_METHOD_PREFIX = "/inference.GRPCInferenceService/"
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (``q`` in 0..100) of ``values``, or None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _r3(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+@dataclass
+class _CallInfo:
+    id: str
+    conn: str
+    method: str
+    t_start: int
+    timeout_ms: float | None
+    ri: int
+    t_half_close: int | None = None
+    t_end: int | None = None
+    status: str | None = None
+    cause: str | None = None
+    details: str | None = None
+    end_ri: int | None = None
+    unattributed: list[tuple[int, int, int]] = field(default_factory=list)  # (t_ns, flags, ri)
+
+
+@dataclass
+class _Cancel:
+    call: str
+    t_ns: int
+    cause: str
+    in_flight: list[str]
+    executing: list[str]
+    rst_code: int | None
+    ri: int
+
+
+def _flags(rec: ev.MessageSeen) -> int:
+    f = TEXT if rec.outputs else 0
+    if rec.final is True:
+        f |= FINAL
+    if rec.error:
+        f |= ERROR
+    return f
+
+
+def _record_view(rec: ev.Record, seq: int) -> dict[str, Any]:
+    """The record as it is in the capture, minus tensor bytes (hover text, not evidence)."""
+    raw: dict[str, Any] = orjson.loads(encode(rec, seq))
+    if raw.get("payload") is not None:
+        raw["payload"] = f"<{len(raw['payload'])} base64 chars omitted>"
+    return raw
+
+
+class ReportBuilder:
+    """Collects what the report shows while a capture is read; :meth:`finish` returns the model."""
+
+    def __init__(self, *, record_limit: int = RECORD_LIMIT) -> None:
+        self.tracker = Tracker(on_response=self._response)
+        self._limit = record_limit
+        self._records: list[dict[str, Any]] | None = []
+        self._ri = 0  # index of the record being fed, across every file given
+        self._t0: int | None = None
+        self._t_last = 0
+        self._calls: dict[str, _CallInfo] = {}
+        self._order: list[_CallInfo] = []
+        self._sent: dict[tuple[str, int], int] = {}  # (call, request seq) -> t_ns
+        self._ticks: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+        self._cancels: list[_Cancel] = []
+        self._dropped: list[tuple[int, int, int, str, int]] = []  # gap records: first, last t_ns, count, reason, ri
+        self._conn_prefix = ""
+        self._captures = 0
+        self._attributed = False  # set by _response while the tracker takes the current record
+        self._cur_ri = 0
+
+    @property
+    def records(self) -> int:
+        """Records fed so far."""
+        return self._ri
+
+    def feed(self, seq: int, record: ev.Record) -> None:
+        """One capture record, in capture order."""
+        ri = self._ri
+        self._ri += 1
+        if self._records is not None:
+            if len(self._records) < self._limit:
+                self._records.append(_record_view(record, seq))
+            else:
+                self._records = None
+        t = getattr(record, "t_ns", None)
+        if isinstance(t, int):
+            if self._t0 is None or t < self._t0:
+                self._t0 = t
+            self._t_last = max(self._t_last, t)
+        self._cur_ri = ri
+        self.tracker.feed(seq, record)
+        q = self.tracker.qualified
+        if isinstance(record, ev.MessageSeen):
+            if record.dir == "c2s" and record.request_id is not None:
+                self._sent[q(record.call), seq] = record.t_ns
+            elif record.dir == "s2c" and record.request_id is not None:
+                # Attributed responses came through _response during tracker.feed; the rest did not.
+                call = self._calls.get(q(record.call))
+                if call is not None and not self._attributed:
+                    call.unattributed.append((record.t_ns, _flags(record) | UNATTRIBUTED, ri))
+            self._attributed = False
+        elif isinstance(record, ev.CallStarted):
+            cid = q(record.call)
+            if cid not in self._calls:
+                info = _CallInfo(id=cid, conn=self._conn_prefix + record.conn, method=record.method,
+                                 t_start=record.t_ns, timeout_ms=record.timeout_ms, ri=ri)  # fmt: skip
+                self._calls[cid] = info
+                self._order.append(info)
+        elif isinstance(record, ev.HalfClosed):
+            call = self._calls.get(q(record.call))
+            if call is not None and call.t_half_close is None:
+                call.t_half_close = record.t_ns
+        elif isinstance(record, ev.CallCancelled):
+            self._cancels.append(
+                _Cancel(call=q(record.call), t_ns=record.t_ns, cause=record.cause, in_flight=list(record.in_flight),
+                        executing=list(record.executing), rst_code=record.rst_code, ri=ri)
+            )  # fmt: skip
+        elif isinstance(record, ev.CallEnded):
+            call = self._calls.get(q(record.call))
+            if call is not None:
+                call.t_end, call.status, call.cause, call.details = record.t_ns, record.status, record.cause, record.details
+                call.end_ri = ri
+        elif isinstance(record, ev.GapRecorded):
+            self._dropped.append((record.first_t_ns, record.last_t_ns, record.dropped, record.reason, ri))
+        elif isinstance(record, ev.CaptureStarted) and record.file_index == 0:
+            self._captures += 1
+            # The tracker keeps a second capture's call ids apart; connection ids restart too.
+            self._conn_prefix = "" if self._captures == 1 else f"{self._captures}:"
+
+    def _response(self, call: str, request_seq: int, seq: int, rec: ev.MessageSeen) -> None:
+        self._attributed = True
+        self._ticks.setdefault((call, request_seq), []).append((rec.t_ns, _flags(rec), self._cur_ri))
+
+    # -- the model ---------------------------------------------------------------------------------
+
+    def finish(self, *, files: Sequence[str] = (), gaps: Iterable[Gap] = (), warnings: Iterable[str] = (),
+               title: str = "triton-tap report") -> dict[str, Any]:  # fmt: skip
+        """End of input: the report model (plain JSON-able data, see the module docstring)."""
+        gaps = list(gaps)
+        result = self.tracker.finish(gaps, warnings)
+        t0 = self._t0 or 0
+
+        def us(t_ns: int | None) -> int | None:
+            return None if t_ns is None else (t_ns - t0) // 1000
+
+        by_call: dict[str, list[RequestOutcome]] = {}
+        for r in result.requests:
+            by_call.setdefault(r.call, []).append(r)
+
+        # Grouped by connection (in order of first appearance), calls in start order within it.
+        conn_rank: dict[str, int] = {}
+        for c in self._order:
+            conn_rank.setdefault(c.conn, len(conn_rank))
+        calls = sorted(self._order, key=lambda c: (conn_rank[c.conn], c.t_start))
+        call_index = {c.id: i for i, c in enumerate(calls)}
+        lanes: dict[str, list[Any]] = {k: [] for k in (
+            "call", "rid", "model", "outcome", "start", "end", "responses", "text", "ttfr_ms", "inter_p50_ms",
+            "inter_p99_ms", "duration_ms", "violations", "error", "ri",
+        )}  # fmt: skip
+        ticks: dict[str, list[int]] = {"lane": [], "t": [], "flags": [], "ri": []}
+        lane_of: dict[tuple[str, str | None], list[int]] = {}  # (call, request id) -> lanes
+        per_model: dict[str, dict[str, list[float]]] = {}
+        model_counts: dict[str, dict[str, Any]] = {}
+
+        def add_lane(call: _CallInfo, **values: Any) -> int:
+            n = len(lanes["call"])
+            lanes["call"].append(call_index[call.id])
+            for k in lanes:
+                if k != "call":
+                    lanes[k].append(values.get(k))
+            return n
+
+        def add_ticks(lane: int, items: list[tuple[int, int, int]]) -> None:
+            for t_ns, flags, ri in items:
+                ticks["lane"].append(lane)
+                ticks["t"].append((t_ns - t0) // 1000)
+                ticks["flags"].append(flags)
+                ticks["ri"].append(ri)
+
+        for call in calls:
+            reqs = by_call.get(call.id, [])
+            if not reqs and not call.unattributed:
+                # A call that carried no tracked request (ServerLive, ModelMetadata...): one lane.
+                add_lane(call, rid=None, model=None, outcome=call.cause or "open", start=us(call.t_start),
+                         end=us(call.t_end), ri=call.ri, responses=0, text=0)  # fmt: skip
+                continue
+            for r in reqs:
+                items = self._ticks.get((call.id, r.seq), [])
+                times = [t for t, _, _ in items]
+                inter = [(b - a) / 1e6 for a, b in itertools.pairwise(times)]
+                t_sent = self._sent.get((call.id, r.seq), call.t_start)
+                end_ns = t_sent + int(r.duration_ms * 1e6) if r.duration_ms is not None else None
+                lane = add_lane(
+                    call, rid=r.request_id, model=r.model, outcome=r.outcome, start=us(t_sent), end=us(end_ns),
+                    responses=r.responses, text=r.text_responses, ttfr_ms=r.first_response_ms,
+                    inter_p50_ms=_r3(percentile(inter, 50)), inter_p99_ms=_r3(percentile(inter, 99)),
+                    duration_ms=r.duration_ms, violations=[v.name for v in r.violations] or None, error=r.error,
+                    ri=None,
+                )  # fmt: skip
+                lane_of.setdefault((call.id, r.request_id), []).append(lane)
+                add_ticks(lane, items)
+                model = r.model or "(none)"
+                agg = per_model.setdefault(model, {"ttfr": [], "inter": [], "duration": []})
+                agg["inter"].extend(inter)
+                if r.first_response_ms is not None:
+                    agg["ttfr"].append(r.first_response_ms)
+                if r.duration_ms is not None:
+                    agg["duration"].append(r.duration_ms)
+                mc = model_counts.setdefault(model, {"requests": 0, "responses": 0, "text": 0, "outcomes": {},
+                                                     "violations": 0})  # fmt: skip
+                mc["requests"] += 1
+                mc["responses"] += r.responses
+                mc["text"] += r.text_responses
+                mc["outcomes"][r.outcome] = mc["outcomes"].get(r.outcome, 0) + 1
+                mc["violations"] += len(r.violations)
+            if call.unattributed:
+                lane = add_lane(call, rid=None, model=None, outcome="unattributable", start=us(call.t_start),
+                                end=us(call.t_end), responses=len(call.unattributed), text=0)  # fmt: skip
+                add_ticks(lane, call.unattributed)
+
+        cancels = []
+        for k in self._cancels:
+            if k.call not in call_index:
+                continue
+            t_cancel = us(k.t_ns)
+
+            def open_lanes(ids: list[str], call: str = k.call, at: int | None = t_cancel) -> list[int]:
+                # An id re-used on the call: only its occurrence still open at the cancel counts.
+                return [ln for rid in ids for ln in lane_of.get((call, rid), [])
+                        if at is None or lanes["end"][ln] is None or lanes["end"][ln] >= at]  # fmt: skip
+
+            hit = open_lanes(k.in_flight)
+            executing = open_lanes(k.executing)
+            cancels.append({"call": call_index[k.call], "t": us(k.t_ns), "cause": k.cause, "in_flight": k.in_flight,
+                            "lanes": sorted(set(hit)), "executing_lanes": sorted(set(executing)),
+                            "rst_code": k.rst_code, "ri": k.ri})  # fmt: skip
+
+        models = []
+        for name in sorted(model_counts):
+            agg, mc = per_model[name], model_counts[name]
+            models.append({
+                "model": name, **mc,
+                "ttfr_p50_ms": _r3(percentile(agg["ttfr"], 50)), "ttfr_p99_ms": _r3(percentile(agg["ttfr"], 99)),
+                "inter_p50_ms": _r3(percentile(agg["inter"], 50)), "inter_p99_ms": _r3(percentile(agg["inter"], 99)),
+                "duration_p50_ms": _r3(percentile(agg["duration"], 50)),
+                "duration_p99_ms": _r3(percentile(agg["duration"], 99)),
+            })  # fmt: skip
+
+        return {
+            "title": title,
+            "files": list(files),
+            "records": self._ri,
+            "t0_ns": t0,
+            "span_us": max(0, (self._t_last - t0) // 1000),
+            "calls": {
+                "id": [c.id for c in calls],
+                "conn": [c.conn for c in calls],
+                "method": [c.method.removeprefix(SHORT_METHOD_PREFIX) for c in calls],
+                "start": [us(c.t_start) for c in calls],
+                "end": [us(c.t_end) for c in calls],
+                "half_close": [us(c.t_half_close) for c in calls],
+                "deadline": [
+                    us(c.t_start + int(c.timeout_ms * 1e6)) if c.timeout_ms is not None else None for c in calls
+                ],
+                "status": [c.status for c in calls],
+                "cause": [c.cause for c in calls],
+                "details": [c.details for c in calls],
+                "ri": [c.ri for c in calls],
+                "end_ri": [c.end_ri for c in calls],
+            },
+            "lanes": lanes,
+            "ticks": ticks,
+            "cancels": cancels,
+            "models": models,
+            "summary": result.summary(),
+            "unattributable": len(result.unattributable),
+            "gaps": [g.to_json() for g in gaps],
+            # Spans of time in which the proxy dropped records (from `gap` records): drawn across
+            # every lane, since what was lost there is unknown.
+            "dropped": [{"t0": us(a), "t1": us(b), "count": n, "reason": why, "ri": ri}
+                        for a, b, n, why, ri in self._dropped],
+            "warnings": list(result.warnings),
+            "record_view": self._records,
+        }

@@ -1,0 +1,190 @@
+"""The cancellation verdict: which evidence supports "stopped", which "continued", and the report."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from proxy.cancelcheck import verdict as vd
+
+# Lines as Triton 2.51 writes them with --log-verbose=1 (shapes copied from this machine's log).
+NOTE = 'I1130 08:10:59.656216 8505 infer_handler.h:850] "Cancellation notification received for ModelStreamInferHandler, rpc_ok=1, context 0, 0 step ISSUED"'
+
+
+def skip_at(t: str) -> str:
+    return f'I1130 {t} 8505 stream_infer_handler.cc:664] "ModelStreamInferHandler::StreamInferResponseComplete, 0, skipping response generation as grpc transaction was cancelled... "'
+
+
+def state(t: str, rid: str, to: str, frm: str = "PENDING") -> str:
+    return f'I1130 {t} 8505 infer_request.cc:132] "[request id: {rid}] Setting state from {frm} to {to}"'
+
+
+def obs(**kw: object) -> vd.CaseObservation:
+    base: dict[str, object] = {
+        "case": "executing", "request_id": "r", "allowance_ms": 300.0, "client_status": "CANCELLED",
+        "responses_before_cancel": 5,
+    }  # fmt: skip
+    base.update(kw)
+    return vd.CaseObservation(**base)  # type: ignore[arg-type]
+
+
+def probe(after: float | None, blocked: bool = True) -> vd.ProbeObservation:
+    return vd.ProbeObservation(baseline_ms=20.0, blocked_before_cancel=blocked, after_cancel_ms=after, window_ms=9000.0)
+
+
+def test_log_time_parses_triton_lines_only() -> None:
+    """Triton's `I1130 08:10:59.656216` prefix becomes seconds of the day; other lines give None."""
+    assert vd.log_time_s(NOTE) == pytest.approx(8 * 3600 + 10 * 60 + 59.656216)
+    assert vd.log_time_s("=== triton-tap: starting tritonserver") is None
+
+
+def test_scan_log_executing_release_and_late_responses() -> None:
+    """Times run from the first notification; RELEASED of our id and skipped lines past the allowance count."""
+    lines = [
+        skip_at("08:10:59.600000"),  # before our cancel: not ours
+        NOTE,
+        NOTE.replace("656216", "657000"),
+        skip_at("08:10:59.700000"),
+        skip_at("08:11:00.500000"),
+        state("08:11:00.820000", "other", "RELEASED", "EXECUTING"),
+        state("08:11:00.856216", "r", "RELEASED", "EXECUTING"),
+    ]
+    got = vd.scan_log(lines, "r", allowance_ms=300, window_ms=5000)
+    assert got.notified and got.reached_backend is None
+    assert got.released_after_ms == pytest.approx(1200, abs=0.01)
+    assert (got.skipped_total, got.skipped_after_allowance) == (2, 1)
+    assert got.last_skipped_ms == pytest.approx(843.784, abs=0.01)
+
+
+def test_scan_log_queued_measures_from_reaching_the_backend() -> None:
+    """A queued request's clock starts when it left the queue; skipped lines before that are someone else's."""
+    lines = [NOTE, skip_at("08:11:00.000000"), state("08:11:01.000000", "q", "EXECUTING"),
+             skip_at("08:11:01.001000"), state("08:11:01.002000", "q", "RELEASED", "EXECUTING")]  # fmt: skip
+    got = vd.scan_log(lines, "q", allowance_ms=300, window_ms=5000, case="queued")
+    assert got.reached_backend is True
+    assert got.released_after_ms == pytest.approx(2.0, abs=0.01)
+    assert (got.skipped_total, got.skipped_after_allowance) == (1, 0)
+
+
+def test_scan_log_without_notification_and_past_the_window() -> None:
+    """No notification: nothing is attributed; lines after the window are ignored."""
+    assert not vd.scan_log([skip_at("08:11:00.000000")], "r", 300, 5000).notified
+    got = vd.scan_log([NOTE, skip_at("08:11:09.000000")], "r", 300, 5000)
+    assert got.notified and got.skipped_total == 0
+
+
+def test_scan_log_crosses_midnight() -> None:
+    """A log that passes midnight keeps increasing times."""
+    lines = [NOTE.replace("08:10:59.656216", "23:59:59.900000"), skip_at("00:00:00.900000")]
+    got = vd.scan_log(lines, "r", 300, 5000)
+    assert got.skipped_after_allowance == 1 and got.last_skipped_ms == pytest.approx(1000, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("probe_obs", "expected", "tag"),
+    [
+        (probe(50.0), True, "[stopped] probe"),
+        (probe(320.0), True, "[stopped] probe"),  # baseline 20 + allowance 300
+        (probe(321.0), False, "[continued] probe"),
+        (probe(None), False, "[continued] probe: no response"),
+        (probe(5000.0, blocked=False), None, "[info] probe: answered while"),
+    ],
+)
+def test_probe_rules(probe_obs: vd.ProbeObservation, expected: bool | None, tag: str) -> None:
+    """The probe decides only when it was blocked by the cancelled work: baseline + allowance is the line."""
+    v = vd.decide(obs(probe=probe_obs))
+    assert v.work_stopped is expected
+    assert any(e.startswith(tag) for e in v.evidence), v.evidence
+
+
+def _log(**kw: object) -> vd.LogObservation:
+    base: dict[str, object] = {
+        "notified": True, "reached_backend": None, "released_after_ms": None, "skipped_total": 0,
+        "skipped_after_allowance": 0, "last_skipped_ms": None, "window_ms": 5000.0,
+    }  # fmt: skip
+    base.update(kw)
+    return vd.LogObservation(**base)  # type: ignore[arg-type]
+
+
+def test_log_rules() -> None:
+    """Release within the allowance -> stopped; late release or late responses -> continued; silence needs a rate."""
+    assert vd.decide(obs(log=_log(released_after_ms=10.0))).work_stopped is True
+    assert vd.decide(obs(log=_log(released_after_ms=900.0))).work_stopped is False
+    assert vd.decide(obs(log=_log(skipped_total=9, skipped_after_allowance=7, last_skipped_ms=1500.0))).work_stopped is False
+    # Silence proves something only when the request was streaming fast enough to have been heard.
+    assert vd.decide(obs(log=_log(skipped_total=2))).work_stopped is None
+    assert vd.decide(obs(log=_log(skipped_total=2), rate_per_s=100.0)).work_stopped is True
+    assert vd.decide(obs(log=_log(skipped_total=2), rate_per_s=100.0, remaining=1)).work_stopped is None
+    assert vd.decide(obs(log=_log(notified=False), rate_per_s=100.0)).work_stopped is None
+    assert vd.decide(obs(case="queued", log=_log(reached_backend=False))).work_stopped is True
+
+
+def test_conflicting_evidence_says_continued() -> None:
+    """A fast probe does not outweigh responses still produced later: never claim more than shown."""
+    v = vd.decide(obs(probe=probe(10.0), log=_log(skipped_after_allowance=3, skipped_total=3, last_skipped_ms=900.0)))
+    assert v.work_stopped is False
+
+
+def test_client_side_views_never_decide() -> None:
+    """Client status, metrics and the proxy's view (no late frames) alone give null, not true."""
+    v = vd.decide(obs(metrics={}, upstream_rst_us=120.0, late_frames=0, proxy_in_flight=("r", "s"), proxy_executing=("r",)))
+    assert v.work_stopped is None
+    assert "[info] proxy: the cancel ended 2 request(s) in flight on the call: r (executing), s (queued)" in v.evidence
+    assert any("no frames is not proof" in e for e in v.evidence)
+    assert any("no nv_inference_* counter moved" in e for e in v.evidence)
+
+
+def test_not_cancelled_or_skipped_cases_are_null() -> None:
+    """A request that was not cancelled, or a case that could not be set up, has no verdict."""
+    assert vd.decide(obs(client_status=None, probe=probe(1.0))).work_stopped is None
+    v = vd.decide(obs(skipped="no queued state"))
+    assert v.work_stopped is None and v.evidence == ("[info] not exercised: no queued state",)
+
+
+def _report(*cases: vd.CaseObservation) -> vd.Report:
+    return vd.Report(
+        tool_version="0.1.0", client_version="2.73.0", protocol="grpc", method="stream", scope="stream",
+        server_version="2.51.0", model="m", backend="python", via="direct", allowance_ms=300.0,
+        cases=tuple((c, vd.decide(c)) for c in cases),
+    )  # fmt: skip
+
+
+def test_exit_codes() -> None:
+    """0 all stopped; 1 work went on or a neighbour was hurt; 2 anything not established."""
+    good = obs(probe=probe(10.0), neighbour_ok=True)
+    assert vd.exit_code(_report(good, dataclasses.replace(good, case="queued"))) == 0
+    assert vd.exit_code(_report(good, obs(probe=probe(2000.0)))) == 1
+    assert vd.exit_code(_report(dataclasses.replace(good, neighbour_ok=False))) == 1
+    assert vd.exit_code(_report(good, obs(skipped="x"))) == 2
+    assert vd.exit_code(_report()) == 2
+
+
+def test_json_and_markdown_report() -> None:
+    """The JSON has the contract's keys; the Markdown lists casualties as expected and promises no preemption."""
+    rep = _report(obs(probe=probe(10.0), neighbour_ok=True, casualties=("sib",)), obs(case="queued", skipped="x"))
+    doc = vd.to_json(rep)
+    assert {"server_version", "client_version", "method", "scope", "backend", "cases", "report_version"} <= doc.keys()
+    assert [(c["case"], c["work_stopped"], c["neighbour_ok"]) for c in doc["cases"]] == [
+        ("executing", True, True), ("queued", None, None),
+    ]  # fmt: skip
+    assert all(isinstance(c["evidence"], list) and c["evidence"] for c in doc["cases"])
+    md = vd.to_markdown(rep)
+    assert "`work_stopped: true`" in md and "`work_stopped: null`" in md
+    assert "expected casualties of the stream cancel (not a fault): sib" in md
+    assert "not a promise that work is preempted at once" in md
+    for text in (md, str(doc)):
+        assert "instant" not in text.lower() and "immediately" not in text.lower()
+
+
+def test_parse_metrics_keeps_nv_inference_series() -> None:
+    """Only `nv_inference_*` samples, keyed by name and labels; comments and other families are skipped."""
+    page = (
+        "# HELP nv_inference_count Number of inferences\n# TYPE nv_inference_count counter\n"
+        'nv_inference_count{model="m",version="1"} 3\nnv_gpu_utilization{gpu="0"} 0.5\n'
+        'nv_inference_request_failure{model="m",reason="CANCELED",version="1"} 1.5e+01\nnv_inference_bad x\n'
+    )
+    assert vd.parse_metrics(page) == {
+        'nv_inference_count{model="m",version="1"}': 3.0,
+        'nv_inference_request_failure{model="m",reason="CANCELED",version="1"}': 15.0,
+    }

@@ -1,0 +1,145 @@
+"""The capture writer: gap-free seq, gap records on write failure, rotation, permissions."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import gzip
+import stat
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from proxy.capture.writer import CaptureWriter, WriterOptions
+from replay.capture import events as ev
+
+
+def _start() -> ev.CaptureStarted:
+    return ev.CaptureStarted(t_ns=1, proxy_version="t", listen="l:1", upstream="u:2", options={})
+
+
+def _half(i: int) -> ev.HalfClosed:
+    return ev.HalfClosed(t_ns=100 + i, call=f"c1.{i}")
+
+
+def _lines(paths: list[Path]) -> list[dict[str, Any]]:
+    out = []
+    for p in paths:
+        data = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
+        out += [orjson.loads(line) for line in data.splitlines()]
+    return out
+
+
+async def _write(opts: WriterOptions, batches: list[list[Any]]) -> CaptureWriter:
+    w = CaptureWriter(opts, _start())
+    w.open()
+    for batch in batches:
+        for r in batch:
+            w.emit(r)
+        # Let the writer task pick the batch up before the next one (batch boundaries matter here).
+        while w.backlog:
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.01)
+    await w.close()
+    return w
+
+
+def test_disk_full_gives_gap_record_and_valid_file(tmp_path: Path) -> None:
+    """ENOSPC on some writes: those records become one gap record; the file stays valid, seq gap-free."""
+    failing = {"n": 0}
+
+    def before_write(data: bytes) -> None:
+        if b'"c1.1"' in data or b'"c1.2"' in data:
+            failing["n"] += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    opts = WriterOptions(directory=tmp_path, before_write=before_write)
+    w = asyncio.run(_write(opts, [[_half(0)], [_half(1)], [_half(2)], [_half(3)]]))
+    recs = _lines(w.paths)
+    assert [r["seq"] for r in recs] == list(range(len(recs)))
+    kinds = [r["kind"] for r in recs]
+    assert kinds == ["capture_start", "half_close", "gap", "half_close", "capture_end"]
+    gap = recs[2]
+    assert gap["dropped"] == 2 and "No space left" in gap["reason"]
+    assert (gap["first_t_ns"], gap["last_t_ns"]) == (101, 102)
+    assert recs[3]["call"] == "c1.3" and recs[-1]["counts"]["dropped"] == 2
+
+
+def test_queue_overflow_is_counted_not_silent(tmp_path: Path) -> None:
+    """Records beyond the queue bound are dropped and reported as a gap."""
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path, max_queue=3), _start())
+        w.open()
+        for i in range(10):  # no await in between: the writer cannot drain
+            w.emit(_half(i))
+        await w.close()
+        return w
+
+    recs = _lines(asyncio.run(run()).paths)
+    (gap,) = [r for r in recs if r["kind"] == "gap"]
+    assert gap["dropped"] == 7 and gap["reason"].startswith("queue_full")
+    assert recs[-1]["kind"] == "capture_end" and recs[-1]["counts"]["dropped"] == 7
+    assert len([r for r in recs if r["kind"] == "half_close"]) == 3
+
+
+def test_rotation_continues_seq_and_compresses(tmp_path: Path) -> None:
+    """Rotated files chain by next_file, seq runs on across them, closed ones are gzip'd and 0600."""
+    opts = WriterOptions(directory=tmp_path, rotate_bytes=300, gzip_rotated=True)
+    w = asyncio.run(_write(opts, [[_half(i)] for i in range(8)]))
+    assert len(w.paths) > 2
+    assert all(p.suffix == ".gz" for p in w.paths[:-1]) and w.paths[-1].suffix == ".jsonl"
+    recs = _lines(w.paths)
+    assert [r["seq"] for r in recs] == list(range(len(recs)))
+    assert [r["call"] for r in recs if r["kind"] == "half_close"] == [f"c1.{i}" for i in range(8)]
+    ends = [r for r in recs if r["kind"] == "capture_end"]
+    assert [e["reason"] for e in ends] == ["rotate"] * (len(w.paths) - 1) + ["shutdown"]
+    starts = [r["file_index"] for r in recs if r["kind"] == "capture_start"]
+    assert starts == list(range(len(w.paths)))
+    for p in w.paths:
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600
+
+
+def test_unencodable_capture_start_leaves_no_file(tmp_path: Path) -> None:
+    """A capture_start that cannot be written (an int beyond 64 bits): the error propagates, no file stays."""
+    start = ev.CaptureStarted(t_ns=1, proxy_version="t", listen="l", upstream="u", options={"payload_cap": 2**80})
+
+    async def go() -> None:
+        w = CaptureWriter(WriterOptions(directory=tmp_path), start)
+        w.open()
+
+    try:
+        asyncio.run(go())
+    except Exception as e:  # orjson's error type is an implementation detail
+        assert "64-bit" in str(e) or "Integer" in str(e)
+    else:
+        raise AssertionError("an unencodable capture_start was written")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_startup_failure_after_the_capture_opened_removes_it(tmp_path: Path, monkeypatch: Any) -> None:
+    """A start-up failure after the capture file was created (here: the relay) leaves no capture_start-only file."""
+    import socket
+
+    import pytest
+
+    from proxy.ops import server
+
+    upstream = socket.socket()
+    upstream.bind(("127.0.0.1", 0))
+    upstream.listen()
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("relay failed to start")
+
+    monkeypatch.setattr(server, "Relay", broken)
+    proxy = server.RecordingProxy(server.ProxyConfig(
+        listen="127.0.0.1:0", upstream=f"127.0.0.1:{upstream.getsockname()[1]}", capture_dir=tmp_path / "c",
+    ))  # fmt: skip
+    try:
+        with pytest.raises(RuntimeError, match="relay failed"):
+            asyncio.run(proxy.start())
+    finally:
+        upstream.close()
+    assert list((tmp_path / "c").iterdir()) == []

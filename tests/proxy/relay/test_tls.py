@@ -1,0 +1,176 @@
+"""TLS on both sides of the proxy: real tritonclient (ssl=True) -> proxy -> a TLS fake Triton.
+
+The fake upstream is used because the packaged CPU tritonserver is started without TLS here; the
+client side against the real tritonserver is in tests/e2e/test_reliability_e2e.py. The CA and
+certificates are generated per test session (tests/support/tls.py).
+"""
+
+from __future__ import annotations
+
+import queue
+import ssl
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pb_grpc
+from tritonclient.utils import InferenceServerException
+
+from proxy.ops.server import RecordingProxy
+from replay.errors import UpstreamError, UserError
+from tests.support.capture import calls_by_method, of_kind, records
+from tests.support.fake_triton import start_fake
+from tests.support.loop_thread import BackgroundLoop
+from tests.support.proxy import stop_proxy
+from tests.support.tls import Pki, make_pki
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A fresh CA with server and client certificates."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+def tls_upstream(bg: BackgroundLoop, pki: Pki) -> Iterator[int]:
+    """The fake Triton serving TLS and requiring a client certificate (mTLS); yields its port."""
+    server, port = bg.run(start_fake(0, tls=pki, mtls=True))
+    yield port
+    bg.run(server.stop(None))
+
+
+def _tls_client(port: int, pki: Pki) -> grpcclient.InferenceServerClient:
+    return grpcclient.InferenceServerClient(f"127.0.0.1:{port}", ssl=True, root_certificates=str(pki.ca))
+
+
+def _echo(client: grpcclient.InferenceServerClient) -> np.ndarray:
+    data = np.arange(16, dtype=np.uint8)
+    inp = grpcclient.InferInput("INPUT", [data.size], "UINT8")
+    inp.set_data_from_numpy(data)
+    out = client.infer("echo", [inp], request_id="tls1", client_timeout=20).as_numpy("OUTPUT")
+    assert np.array_equal(out, data)
+    return out
+
+
+def _mtls_kw(pki: Pki) -> dict[str, Any]:
+    return dict(
+        tls_cert=pki.server_cert, tls_key=pki.server_key, upstream_tls=True, upstream_ca=pki.ca,
+        upstream_cert=pki.client_cert, upstream_key=pki.client_key,
+    )  # fmt: skip
+
+
+def test_tls_both_sides_with_mtls_upstream(
+    tls_upstream: int, pki: Pki, start_proxy: Callable[..., RecordingProxy]
+) -> None:
+    """ssl=True tritonclient through a TLS-listening proxy to an mTLS upstream: unary and stream work, recorded."""
+    proxy = start_proxy(f"127.0.0.1:{tls_upstream}", **_mtls_kw(pki))
+    client = _tls_client(proxy.port, pki)
+    assert client.is_server_live()
+    _echo(client)
+    q: queue.Queue[Any] = queue.Queue()
+    client.start_stream(callback=lambda result, error: q.put((result, error)))
+    inp = grpcclient.InferInput("PROMPT", [1], "BYTES")
+    inp.set_data_from_numpy(np.array([b"p"], dtype=object))
+    client.async_stream_infer("m", [inp], request_id="s1", parameters={"n": 3})
+    got = [q.get(timeout=20) for _ in range(3)]
+    assert all(e is None for _, e in got)
+    client.stop_stream()
+    client.close()
+    stop_proxy(proxy)
+    recs = records(proxy.capture_path)
+    assert recs[0]["options"]["tls_listen"] is True and recs[0]["options"]["tls_upstream"] is True
+    (call,) = calls_by_method(recs, "ModelStreamInfer")
+    assert [r["request_id"] for r in of_kind(recs, "message", call) if r["dir"] == "s2c"] == ["s1"] * 3
+    assert {e["cause"] for e in of_kind(recs, "call_end")} == {"ok"}
+
+
+def test_upstream_server_name_overrides_sni_and_authority(
+    tls_upstream: int, pki: Pki, start_proxy: Callable[..., RecordingProxy]
+) -> None:
+    """--upstream-server-name: the certificate is checked against that name (which the IP cert also holds)."""
+    proxy = start_proxy(f"127.0.0.1:{tls_upstream}", **_mtls_kw(pki), upstream_server_name="triton.staging.test")
+    client = _tls_client(proxy.port, pki)
+    _echo(client)
+    client.close()
+    with pytest.raises(UpstreamError, match="TLS"):
+        start_proxy(f"127.0.0.1:{tls_upstream}", **_mtls_kw(pki), upstream_server_name="not-in-the.cert")
+
+
+def test_untrusted_upstream_certificate_fails_at_start(
+    tls_upstream: int, pki: Pki, start_proxy: Callable[..., RecordingProxy]
+) -> None:
+    """An upstream whose certificate the given CA did not sign: one UpstreamError naming TLS, no capture."""
+    kw = _mtls_kw(pki) | {"upstream_ca": pki.other_ca}
+    with pytest.raises(UpstreamError, match=r"TLS handshake failed.*CERTIFICATE_VERIFY_FAILED"):
+        start_proxy(f"127.0.0.1:{tls_upstream}", **kw)
+
+
+def test_mtls_upstream_without_client_certificate_fails_calls(
+    tls_upstream: int, pki: Pki, start_proxy: Callable[..., RecordingProxy]
+) -> None:
+    """No --upstream-cert against an mTLS upstream: the start check or the first call fails (UNAVAILABLE), never hangs."""
+    kw = _mtls_kw(pki) | {"upstream_cert": None, "upstream_key": None}
+    try:
+        proxy = start_proxy(f"127.0.0.1:{tls_upstream}", **kw)
+    except UpstreamError:
+        return  # TLS 1.2 style: the server rejects the handshake itself
+    client = _tls_client(proxy.port, pki)
+    with pytest.raises(InferenceServerException) as info:
+        _echo(client)
+    client.close()
+    assert "UNAVAILABLE" in str(info.value.status())
+
+
+def test_plaintext_client_on_tls_listener_fails_and_tls_clients_go_on(
+    tls_upstream: int, pki: Pki, start_proxy: Callable[..., RecordingProxy]
+) -> None:
+    """An h2c client against the TLS port fails quickly; a TLS client right after is served."""
+    proxy = start_proxy(f"127.0.0.1:{tls_upstream}", **_mtls_kw(pki))
+    with grpc.insecure_channel(f"127.0.0.1:{proxy.port}") as ch:
+        with pytest.raises(grpc.RpcError) as info:
+            pb_grpc.GRPCInferenceServiceStub(ch).ServerLive(pb.ServerLiveRequest(), timeout=5)
+    assert info.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    client = _tls_client(proxy.port, pki)
+    _echo(client)
+    client.close()
+
+
+def test_h2c_stays_the_default(fake_upstream: Any, start_proxy: Callable[..., RecordingProxy]) -> None:
+    """Without TLS flags the proxy speaks h2c on both sides (an insecure channel works), and records so."""
+    proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}")
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{proxy.port}")
+    _echo(client)
+    client.close()
+    stop_proxy(proxy)
+    opts = records(proxy.capture_path)[0]["options"]
+    assert (opts["tls_listen"], opts["tls_upstream"]) == (False, False)
+
+
+@pytest.mark.parametrize(
+    ("kw", "needle"),
+    [
+        ({"tls_cert": Path("/nonexistent/cert.pem"), "tls_key": Path("/nonexistent/key.pem")}, "cannot load --tls-cert"),
+        ({"tls_cert": Path("/x.pem")}, "--tls-cert and --tls-key go together"),
+        ({"upstream_ca": Path("/x.pem")}, "need --upstream-tls"),
+        ({"upstream_tls": True, "upstream_ca": Path("/nonexistent/ca.pem")}, "cannot load --upstream-ca"),
+    ],
+)
+def test_bad_tls_options_are_user_errors(
+    kw: dict[str, Any], needle: str, fake_upstream: Any, start_proxy: Callable[..., RecordingProxy]
+) -> None:
+    """Missing files or half-given TLS options: a UserError saying which flag, before anything binds."""
+    with pytest.raises(UserError, match=needle):
+        start_proxy(f"127.0.0.1:{fake_upstream.port}", **kw)
+
+
+def test_upstream_context_verifies_names() -> None:
+    """The upstream TLS context checks host names and certificates (never CERT_NONE)."""
+    from proxy.ops.server import ProxyConfig, upstream_ssl
+
+    ctx = upstream_ssl(ProxyConfig(upstream_tls=True))
+    assert ctx is not None and ctx.check_hostname and ctx.verify_mode == ssl.CERT_REQUIRED

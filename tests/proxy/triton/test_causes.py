@@ -1,0 +1,63 @@
+"""Termination-cause classification from wire facts."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.triton import causes
+
+
+def test_rst_before_deadline_slack_is_client_cancel() -> None:
+    """An RST 100 ms before a 500 ms deadline is an explicit cancel."""
+    assert causes.client_reset_cause(500.0, 400.0) == "client_cancel"
+
+
+def test_rst_within_slack_is_deadline() -> None:
+    """The client's RST reaches the proxy up to 20 ms early at a 500 ms deadline (measured 497.96)."""
+    assert causes.client_reset_cause(500.0, 497.96) == "deadline"
+    assert causes.client_reset_cause(500.0, 480.0) == "deadline"
+    assert causes.client_reset_cause(500.0, 479.9) == "client_cancel"
+
+
+def test_slack_is_two_percent_for_long_deadlines() -> None:
+    """Long deadlines get 2% slack rather than 20 ms."""
+    assert causes.deadline_slack_ms(10_000.0) == 200.0
+    assert causes.client_reset_cause(10_000.0, 9_850.0) == "deadline"
+
+
+def test_rst_without_timeout_is_client_cancel() -> None:
+    """A call without grpc-timeout can only be cancelled, never time out."""
+    assert causes.client_reset_cause(None, 1e9) == "client_cancel"
+
+
+def test_upstream_deadline_status_needs_elapsed_time() -> None:
+    """DEADLINE_EXCEEDED from upstream is a deadline only near the call's own timeout."""
+    assert causes.upstream_status_cause(4, 500.0, 500.4) == "deadline"
+    assert causes.upstream_status_cause(4, 500.0, 100.0) == "error"
+    assert causes.upstream_status_cause(4, None, 100.0) == "error"
+    assert causes.upstream_status_cause(0, 500.0, 600.0) == "ok"
+    assert causes.upstream_status_cause(13, None, 1.0) == "error"
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [("500m", 500.0), ("2S", 2000.0), ("1M", 60_000.0), ("1H", 3_600_000.0), ("1500u", 1.5), ("7n", 7e-6)],
+)
+def test_grpc_timeout_units(text: str, ms: float) -> None:
+    """Every grpc-timeout unit converts to milliseconds."""
+    assert causes.parse_grpc_timeout(text) == pytest.approx(ms)
+
+
+@given(st.text(max_size=12))
+def test_grpc_timeout_never_raises(text: str) -> None:
+    """A malformed grpc-timeout is None, never an exception."""
+    value = causes.parse_grpc_timeout(text)
+    assert value is None or value >= 0
+
+
+def test_every_non_ok_cause_has_a_client_status() -> None:
+    """Each cause the proxy can assign without an upstream status maps to a status name."""
+    for cause in ("client_cancel", "deadline", "client_disconnect", "upstream_disconnect", "proxy_shutdown"):
+        assert causes.STATUS_FOR_CAUSE[cause] in causes.STATUS_NAMES.values()

@@ -1,0 +1,232 @@
+"""The streaming capture reader: rotation, compression, tolerated and fatal damage, holes."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from replay.capture import events as ev
+from replay.capture.reader import read_capture
+from replay.capture.schema import encode
+from replay.errors import CaptureError, CaptureTooNew
+from replay.machine.tracker import track
+from tests.data.make_golden import Builder
+from tests.support.paths import DATA
+
+STEM = "capture-20260101T000000-4242"  # a 4-digit pid must not read as a rotation index
+
+
+def _sample() -> Builder:
+    b = Builder().start()
+    b.call("c1.1")
+    for rid in ("a", "b", "c"):
+        b.request("c1.1", rid)
+        b.response("c1.1", rid, f"{rid}-0")
+        b.response("c1.1", rid, None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish()
+
+
+def _rotated(directory: Path, b: Builder, cuts: list[int], gz: frozenset[int] = frozenset()) -> list[Path]:
+    """Write ``b`` as the writer would rotate it at record indexes ``cuts`` (gzipping files in ``gz``)."""
+    records = b.records
+    parts = [records[i:j] for i, j in zip([0, *cuts], [*cuts, len(records)], strict=True)]
+    paths: list[Path] = []
+    seq = 0
+    start = records[0]
+    assert isinstance(start, ev.CaptureStarted)
+    for n, part in enumerate(parts):
+        name = STEM + (f"-{n:04d}" if n else "") + ".jsonl"
+        body = list(part)
+        if n:
+            body.insert(0, ev.CaptureStarted(t_ns=start.t_ns, proxy_version="0.1.0", listen=start.listen,
+                                             upstream=start.upstream, options=start.options, file_index=n))  # fmt: skip
+        if n < len(parts) - 1:
+            nxt = STEM + f"-{n + 1:04d}.jsonl" + (".gz" if n + 1 in gz else "")
+            body.append(ev.CaptureEnded(t_ns=start.t_ns, reason="rotate", counts={}, next_file=nxt))
+        data = b"".join(encode(r, seq + i) for i, r in enumerate(body))
+        seq += len(body)
+        path = directory / name
+        if n in gz:
+            path = directory / (name + ".gz")
+            path.write_bytes(gzip.compress(data, mtime=0))
+        else:
+            path.write_bytes(data)
+        paths.append(path)
+    return paths
+
+
+def test_rotated_and_gzipped_files_are_read_in_seq_order_from_a_directory(tmp_path: Path) -> None:
+    """A directory of rotated files (some .jsonl.gz) reads as one gap-free capture in seq order."""
+    _rotated(tmp_path, _sample(), [4, 8], gz=frozenset({1}))
+    reader = read_capture(tmp_path)
+    seqs = [seq for seq, _ in reader]
+    assert seqs == list(range(len(seqs)))
+    assert (reader.gaps, reader.warnings, reader.captures) == ([], [], 1)
+    assert [r.outcome for r in track(tmp_path).requests] == ["completed"] * 3
+
+
+def test_files_given_out_of_order_are_sorted_by_rotation_index(tmp_path: Path) -> None:
+    """Naming files in any order (even twice, or with their directory) still reads them in rotation order."""
+    paths = _rotated(tmp_path, _sample(), [5])
+    reader = read_capture([paths[1], paths[0], paths[1], tmp_path])
+    seqs = [seq for seq, _ in reader]
+    assert seqs == sorted(seqs)
+    assert reader.files == paths
+
+
+def test_plain_file_is_preferred_while_its_gzip_is_being_written(tmp_path: Path) -> None:
+    """Mid-rotation both x.jsonl and x.jsonl.gz exist: the complete plain file is read, once."""
+    paths = _rotated(tmp_path, _sample(), [5])
+    (tmp_path / (paths[0].name + ".gz")).write_bytes(gzip.compress(paths[0].read_bytes()[:50]))
+    reader = read_capture(tmp_path)
+    assert reader.files == paths
+    assert [seq for seq, _ in reader] == list(range(len(_sample().records) + 2))
+
+
+def test_missing_rotated_files_are_reported(tmp_path: Path) -> None:
+    """Given only some files of a capture, the missing beginning or continuation is a reported hole."""
+    paths = _rotated(tmp_path, _sample(), [5])
+    first = read_capture(paths[0])
+    list(first)
+    assert [g.kind for g in first.gaps] == ["missing_file"]
+    assert paths[1].name in first.gaps[0].detail
+    second = read_capture(paths[1])
+    list(second)
+    assert [g.kind for g in second.gaps] == ["missing_file"]
+
+
+def test_truncated_last_line_of_the_last_file_is_a_warning(tmp_path: Path) -> None:
+    """A line cut short at the end of the capture is skipped with a warning naming file and line."""
+    reader = read_capture(DATA / "truncated_last_line.jsonl")
+    records = list(reader)
+    assert len(records) == 7
+    assert len(reader.warnings) == 1
+    assert "truncated_last_line.jsonl:8: last line cut short" in reader.warnings[0]
+
+
+def test_truncated_line_in_an_earlier_rotated_file_is_an_error(tmp_path: Path) -> None:
+    """A cut line followed by more of the capture is damage, not a crash artefact: CaptureError naming file and line."""
+    paths = _rotated(tmp_path, _sample(), [5])
+    data = paths[0].read_bytes()
+    paths[0].write_bytes(data[:-10])
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(tmp_path))
+    assert (info.value.path, info.value.line) == (str(paths[0]), 6)
+
+
+def test_cut_gzip_at_the_end_is_a_warning_but_in_the_middle_an_error(tmp_path: Path) -> None:
+    """A compressed file cut short is tolerated only as the capture's last file."""
+    paths = _rotated(tmp_path, _sample(), [5], gz=frozenset({1}))
+    data = paths[1].read_bytes()
+    paths[1].write_bytes(data[: len(data) - 20])
+    reader = read_capture(tmp_path)
+    list(reader)
+    assert any("compressed file cut short" in w for w in reader.warnings)
+    (tmp_path / "mid").mkdir()
+    paths = _rotated(tmp_path / "mid", _sample(), [3, 6], gz=frozenset({1}))
+    data = paths[1].read_bytes()
+    paths[1].write_bytes(data[: len(data) - 20])
+    with pytest.raises(CaptureError, match="broken compressed file"):
+        list(read_capture(tmp_path / "mid"))
+
+
+def test_garbled_middle_line_is_an_error_naming_file_and_line() -> None:
+    """Bad JSON in the middle of a capture raises CaptureError with path and line."""
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(DATA / "garbled_middle.jsonl"))
+    assert info.value.line == 3
+    assert str(info.value).startswith(f"{DATA / 'garbled_middle.jsonl'}:3: not valid JSON")
+
+
+def test_newer_schema_version_is_capture_too_new() -> None:
+    """A record from a newer schema raises CaptureTooNew naming the line."""
+    with pytest.raises(CaptureTooNew) as info:
+        list(read_capture(DATA / "too_new.jsonl"))
+    assert info.value.line == 2
+
+
+def test_missing_path_and_empty_directory_are_errors(tmp_path: Path) -> None:
+    """Nothing to read is a CaptureError at once, not an empty report."""
+    with pytest.raises(CaptureError, match="no such file"):
+        read_capture(tmp_path / "nope.jsonl")
+    with pytest.raises(CaptureError, match=r"no \*\.jsonl"):
+        read_capture(tmp_path)
+
+
+def test_seq_gaps_duplicates_and_gap_records_are_reported(tmp_path: Path) -> None:
+    """Missing seq numbers, a repeated seq and a gap record each become a reported hole."""
+    lines = (DATA / "one_response.jsonl").read_bytes().splitlines(keepends=True)
+    damaged = [lines[0], lines[1], lines[3], lines[3], *lines[4:]]
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b"".join(damaged))
+    reader = read_capture(path)
+    list(reader)
+    assert [(g.kind, g.first_seq, g.last_seq, g.count) for g in reader.gaps] == [
+        ("seq_gap", 2, 2, 1),
+        ("duplicate_seq", 3, 3, 1),
+    ]
+    gaps = read_capture(DATA / "gaps.jsonl")
+    list(gaps)
+    assert [(g.kind, g.count) for g in gaps.gaps] == [("gap_record", 3), ("seq_gap", 2)]
+
+
+def test_reader_streams_without_reading_the_whole_file_first(tmp_path: Path) -> None:
+    """The first record is yielded while the rest of the capture is not even written yet (a FIFO)."""
+    fifo = tmp_path / "live.jsonl"
+    os.mkfifo(fifo)
+    lines = (DATA / "many_responses.jsonl").read_bytes().splitlines(keepends=True)
+    first_read = threading.Event()
+    done = threading.Event()
+
+    def writer() -> None:
+        with open(fifo, "wb", buffering=0) as f:
+            f.write(lines[0])
+            # Hold the rest back until the reader proves it got the first record.
+            first_read.wait(timeout=30)
+            for line in lines[1:]:
+                f.write(line)
+        done.set()
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    reader = iter(read_capture(fifo))
+    seq, record = next(reader)
+    assert (seq, record.kind) == (0, "capture_start")
+    assert not done.is_set()
+    first_read.set()
+    rest = list(reader)
+    t.join(timeout=30)
+    assert len(rest) == len(lines) - 1
+
+
+def test_unknown_record_kind_is_skipped_with_one_warning(tmp_path: Path) -> None:
+    """A record kind from a newer writer of the same schema is skipped, warned once, and leaves no hole."""
+    b = _sample()
+    body, seq = [], 0
+    for i, r in enumerate(b.records):
+        if i in (4, 5):  # one unknown record before each of these
+            body.append(b'{"v":1,"seq":%d,"kind":"from_the_future","x":1}\n' % seq)
+            seq += 1
+        body.append(encode(r, seq))
+        seq += 1
+    path = tmp_path / "future.jsonl"
+    path.write_bytes(b"".join(body))
+    reader = read_capture(path)
+    got = list(reader)
+    assert [type(r) for _, r in got] == [type(r) for r in b.records]
+    assert reader.gaps == []
+    assert len(reader.warnings) == 1 and "'from_the_future' is unknown" in reader.warnings[0]
+
+
+def test_record_without_kind_is_still_an_error(tmp_path: Path) -> None:
+    """A line with no kind at all is damage, not a newer writer: the reader names file and line."""
+    path = tmp_path / "nokind.jsonl"
+    path.write_bytes(encode(_sample().records[0], 0) + b'{"v":1,"seq":1}\n')
+    with pytest.raises(CaptureError, match=r"nokind.jsonl:2: missing or invalid record kind"):
+        list(read_capture(path))

@@ -1,0 +1,113 @@
+"""`triton-tap diff` as a command: exit codes 0/1/2, the highlighted report, --json, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from proxy.cli import main as triton_tap_main
+from replay.cli.main import main
+from tests.support.paths import DATA
+
+
+def test_identical_captures_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
+    """A capture against itself: equivalent, exit 0, a one-line verdict."""
+    code = triton_tap_main(["diff", str(DATA / "interleaved.jsonl"), str(DATA / "interleaved.jsonl")])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    assert "equivalent: 2 request(s) paired, 0 changed, 0 only in A, 0 only in B" in out
+
+
+def test_changed_requests_are_shown_field_by_field_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    """The same request completed in A and cancelled in B: the table names the fields, exit 1."""
+    a, b = DATA / "restart_after_cancel.jsonl", DATA / "stream_cancel.jsonl"
+    code = main(["diff", "--match", "order", str(a), str(b)])
+    out, _ = capsys.readouterr()
+    assert code == 1
+    assert "changed requests" in out and "only in B" in out and "different:" in out
+    for text in ("outcome", "cancelled", "completed", "cause"):
+        assert text in out
+
+
+def test_json_document(capsys: pytest.CaptureFixture[str]) -> None:
+    """--json: one document with per-request changes, unpaired requests and a summary."""
+    code = main(
+        ["diff", "--json", "--match", "id", str(DATA / "missing_final.jsonl"), str(DATA / "one_response.jsonl")]
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1 and doc["equivalent"] is False
+    assert [r["request_id"] for r in doc["only_a"]] == ["due", "not-due"]
+    assert [r["request_id"] for r in doc["only_b"]] == ["r1"]
+    assert doc["summary"] == {"paired": 0, "changed": 0, "only_a": 2, "only_b": 1, "calls_changed": 0,
+                                  "holes_a": 0, "holes_b": 0}
+
+
+def test_unreadable_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """A garbled capture: exit 2 with one line naming file and line, no traceback."""
+    code = triton_tap_main(["diff", str(DATA / "one_response.jsonl"), str(DATA / "garbled_middle.jsonl")])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert err.count("\n") == 1 and "garbled_middle.jsonl:3" in err
+
+
+def test_bad_flags_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown --match strategy or a negative threshold: exit 2, one line."""
+    for argv in (["--match", "nope"], ["--timing-threshold", "-5"]):
+        with pytest.raises(SystemExit) as e:
+            triton_tap_main(["diff", *argv, str(DATA / "unary.jsonl"), str(DATA / "unary.jsonl")])
+        assert e.value.code == 2
+        assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_serve_refuses_a_busy_port_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """serve on a port already taken: exit 2 and one line naming the address."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code = triton_tap_main(["serve", "--listen", f"127.0.0.1:{port}", str(DATA / "unary.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in err and err.strip().count("\n") == 0
+
+
+def test_diff_lists_the_holes_of_either_capture(capsys: pytest.CaptureFixture[str]) -> None:
+    """gaps.jsonl against itself: still equivalent on requests, but each hole is printed and in --json `holes`."""
+    gaps = str(DATA / "gaps.jsonl")
+    code = main(["diff", gaps, gaps])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert "hole in A gap_record" in out and "hole in B seq_gap" in out
+    assert "A has 2 hole(s), B 2" in " ".join(out.split())
+    code = main(["diff", "--json", gaps, gaps])
+    doc = json.loads(capsys.readouterr().out)
+    assert [g["kind"] for g in doc["holes"]["a"]] == ["gap_record", "seq_gap"] == [g["kind"] for g in doc["holes"]["b"]]
+    assert (doc["summary"]["holes_a"], doc["equivalent"]) == (2, True)
+
+
+def test_a_duplicated_response_line_is_not_a_false_change(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A capture with one response line written twice diffs equivalent to the clean one, naming the repeat."""
+    lines = (DATA / "one_response.jsonl").read_bytes().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if b'"s2c"' in line)
+    dup = tmp_path / "dup.jsonl"
+    dup.write_bytes(b"".join([*lines[: at + 1], lines[at], *lines[at + 1 :]]))
+    code = main(["diff", "--json", str(DATA / "one_response.jsonl"), str(dup)])
+    doc = json.loads(capsys.readouterr().out)
+    assert (code, doc["summary"]["changed"]) == (0, 0)
+    assert [g["kind"] for g in doc["holes"]["b"]] == ["duplicate_seq"]
+
+
+def test_payload_matching_on_meta_captures_warns_or_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    """--match payload alone on captures without payload bytes: exit 2, one line; with id: a warning line."""
+    one = str(DATA / "one_response.jsonl")
+    code = triton_tap_main(["diff", "--match", "payload", one, one])
+    _, err = capsys.readouterr()
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--payload full" in err
+    code = triton_tap_main(["diff", "--match", "payload,id", one, one])
+    _, err = capsys.readouterr()
+    assert code == 0
+    assert err.count("warning") == 2 and "--match payload needs captures recorded with --payload full" in err

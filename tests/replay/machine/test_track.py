@@ -1,0 +1,255 @@
+"""Attribution and outcomes of the pure tracker, fed records built in memory (no files)."""
+
+from __future__ import annotations
+
+from replay.capture import events as ev
+from replay.machine.tracker import Tracker, track
+from tests.data.make_golden import INFER, Builder
+
+
+def _outcomes(b: Builder) -> list[tuple[str | None, str, list[str]]]:
+    return [(r.request_id, r.outcome, [v.name for v in r.violations]) for r in track(b.records).requests]
+
+
+def test_requests_without_id_one_at_a_time_are_attributed() -> None:
+    """tritonclient's default id "" is an id like any other: one such request in flight owns its responses."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "")
+    b.response("c1.1", "", "x")
+    b.response("c1.1", "", None, final=True)
+    b.request("c1.1", "")
+    b.response("c1.1", "", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    result = track(b.records)
+    assert [(r.occurrence, r.outcome, r.responses) for r in result.requests] == [
+        (0, "completed", 2),
+        (1, "completed", 1),
+    ]
+    assert result.unattributable == ()
+    assert result.ok
+
+
+def test_an_id_reused_after_its_final_is_a_new_occurrence() -> None:
+    """The same id sent again on the call after the first finished is tracked separately, not merged."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "x")
+    b.response("c1.1", "x", "1")
+    b.response("c1.1", "x", None, final=True)
+    b.request("c1.1", "x")
+    b.response("c1.1", "x", "2")
+    b.response("c1.1", "x", "3")
+    b.response("c1.1", "x", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    result = track(b.records)
+    assert [(r.occurrence, r.responses, r.text_responses) for r in result.requests] == [(0, 2, 1), (1, 3, 2)]
+    assert result.ok
+
+
+def test_ambiguous_responses_are_unattributable_and_counted_nowhere() -> None:
+    """With two in flight under one id, responses for that id go to `unattributable` with call, seq and reason."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "d", empty_final=True)
+    b.request("c1.1", "d", empty_final=True)
+    b.response("c1.1", "d", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    result = track(b.records)
+    assert [(u.call, u.seq, u.reason) for u in result.unattributable] == [("c1.1", 4, "ambiguous")]
+    assert [r.responses for r in result.requests] == [0, 0]
+    assert [r.outcome for r in result.requests] == ["incomplete", "incomplete"]
+    assert not result.ok
+
+
+def test_stream_cancel_cancels_only_what_is_in_flight() -> None:
+    """A stream-wide cancel ends every in-flight request as cancelled; the one finished before stays completed."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "early", max_tokens=1)
+    b.response("c1.1", "early", None, final=True)
+    b.request("c1.1", "late")
+    b.request("c1.1", "queued")
+    b.response("c1.1", "late", "l-0")
+    b.cancel("c1.1", "client_cancel", rst_code=8)
+    b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
+    assert _outcomes(b) == [("early", "completed", []), ("late", "cancelled", []), ("queued", "cancelled", [])]
+
+
+def test_call_end_after_cancel_does_not_apply_twice() -> None:
+    """The cancel record ends the call; its call_end adds status/details but no second end input."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r")
+    b.cancel("c1.1", "deadline")
+    b.end("c1.1", "DEADLINE_EXCEEDED", "deadline", ms=0)
+    (r,) = track(b.records).requests
+    assert (r.outcome, r.status, r.error, r.violations) == ("deadline", "DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED", ())
+
+
+def test_error_without_final_when_final_was_due_is_error_and_missing_final() -> None:
+    """An in-band error stays the outcome; the final that never came is still a violation."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r", empty_final=True)
+    b.response("c1.1", "r", None, error="boom")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    (r,) = track(b.records).requests
+    assert (r.outcome, r.error, r.final, [v.name for v in r.violations]) == ("error", "boom", False, ["missing_final"])
+
+
+def test_restart_after_cancel_matches_payload_hash_for_requests_without_id() -> None:
+    """With --payload full, a request without id re-sent byte-identical after its cancel is flagged."""
+    b = Builder(payload="full").start()
+    b.call("c1.1")
+    b.request("c1.1", "", prompt="same")
+    b.cancel("c1.1", "client_cancel", rst_code=8)
+    b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
+    b.call("c1.3")
+    b.request("c1.3", "", prompt="same")
+    b.request("c1.3", "other", prompt="different")
+    b.response("c1.3", "", None, final=True)
+    b.response("c1.3", "other", None, final=True)
+    b.half_close("c1.3")
+    b.end("c1.3")
+    assert _outcomes(b) == [
+        ("", "cancelled", []),
+        ("", "completed", ["restarted_after_cancel"]),
+        ("other", "completed", []),
+    ]
+
+
+def test_empty_ids_are_not_matched_for_restarts_without_payload() -> None:
+    """Without a payload hash, two different requests without id are not taken for a restart."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", prompt="a")
+    b.cancel("c1.1", "client_cancel", rst_code=8)
+    b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
+    b.call("c1.3")
+    b.request("c1.3", "", prompt="b")
+    b.response("c1.3", "", None, final=True)
+    b.end("c1.3")
+    assert _outcomes(b)[1] == ("", "completed", [])
+
+
+def test_unary_calls_outcome_final_and_response_count() -> None:
+    """Unary ModelInfer: one request, responses 1 when answered, final is the raw flag, outcome from the status."""
+    b = Builder().start()
+    b.call("c1.1", method=INFER)
+    b.request("c1.1", "u1", model="echo", empty_final=None)
+    b.response("c1.1", "u1", "x", final=None, model="echo")
+    b.end("c1.1")
+    b.call("c1.3", method=INFER, timeout_ms=100)
+    b.request("c1.3", "u2", model="echo", empty_final=None)
+    b.cancel("c1.3", "deadline")
+    b.end("c1.3", "DEADLINE_EXCEEDED", "deadline", ms=0)
+    b.call("c1.5", method=INFER)
+    b.request("c1.5", "u3", model="echo", empty_final=None)
+    b.response("c1.5", "u3", "x", final=True, model="echo")
+    b.end("c1.5", "INTERNAL", "error", details="bad trailer")
+    got = [(r.kind, r.outcome, r.responses, r.final, r.error) for r in track(b.records).requests]
+    assert got == [
+        ("unary", "completed", 1, None, None),
+        ("unary", "deadline", 0, None, "DEADLINE_EXCEEDED"),
+        ("unary", "error", 1, True, "bad trailer"),
+    ]
+
+
+def test_timing_fields_are_relative_to_the_request() -> None:
+    """first_response_ms and duration_ms run from the request record to the first response / the final."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r")
+    b.response("c1.1", "r", "a", ms=12)
+    b.response("c1.1", "r", None, final=True, ms=30)
+    b.half_close("c1.1", ms=100)
+    b.end("c1.1")
+    (r,) = track(b.records).requests
+    assert (r.first_response_ms, r.duration_ms) == (12.0, 42.0)
+
+
+def test_capture_end_with_requests_open_is_incomplete_without_violation() -> None:
+    """A capture that stops while a request is open (proxy killed) reports it incomplete, not as a violation."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r", empty_final=True)
+    b.response("c1.1", "r", "a")
+    result = track(b.records)
+    (r,) = result.requests
+    assert (r.outcome, r.violations, r.duration_ms, r.status) == ("incomplete", (), None, None)
+    assert [g.kind for g in result.gaps] == ["missing_capture_end"]
+    assert result.summary()["calls_by_cause"] == {"open_at_capture_end": 1}
+
+
+def test_second_capture_in_one_run_keeps_call_ids_apart() -> None:
+    """Two captures read together restart call ids; the second's calls are prefixed, not merged."""
+    first = Builder().start()
+    first.call("c1.1")
+    first.request("c1.1", "r")
+    second = Builder().start()
+    second.call("c1.1")
+    second.request("c1.1", "r")
+    second.response("c1.1", "r", None, final=True)
+    second.end("c1.1")
+    records = [*enumerate(first.records), *enumerate(second.finish().records)]
+    result = track(records)
+    assert [(r.call, r.outcome) for r in result.requests] == [("c1.1", "incomplete"), ("2:c1.1", "completed")]
+    assert result.captures == 2
+    assert [g.kind for g in result.gaps] == ["missing_capture_end"]
+
+
+def test_records_of_a_call_without_call_start_are_ignored_with_a_warning() -> None:
+    """Messages whose call_start was lost are not guessed at: one warning per call."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r")
+    b.records = [r for r in b.records if not isinstance(r, ev.CallStarted)]
+    b.response("c1.1", "r", None, final=True)
+    result = track(b.records)
+    assert result.requests == ()
+    assert len([w for w in result.warnings if "without its call_start" in w]) == 1
+
+
+def test_unlabelled_messages_are_counted_not_tracked() -> None:
+    """Messages without labels (compressed, cut, undecodable): counted with one warning, no requests, no unattributable."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.records.append(ev.MessageSeen(t_ns=b.tick(), call="c1.1", dir="c2s", index=0, size=10, compressed=False))
+    b.records.append(ev.MessageSeen(t_ns=b.tick(), call="c1.1", dir="s2c", index=0, size=10, compressed=False))
+    b.end("c1.1")
+    result = track(b.records)
+    assert (result.requests, result.unattributable, result.unlabelled_messages) == ((), (), 2)
+    assert len([w for w in result.warnings if "carry no Triton labels" in w]) == 1
+
+
+def test_undecoded_response_is_unattributable() -> None:
+    """A response the proxy could not decode is listed as unattributable (reason undecoded)."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r")
+    b.records.append(
+        ev.MessageSeen(t_ns=b.tick(), call="c1.1", dir="s2c", index=0, size=10, compressed=True,
+                       decode_error="compressed message: not decoded")
+    )  # fmt: skip
+    b.end("c1.1")
+    assert [u.reason for u in track(b.records).unattributable] == ["undecoded"]
+
+
+def test_tracker_is_fed_one_record_at_a_time() -> None:
+    """The pure Tracker works incrementally: outcomes are ready after finish() without any I/O."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r")
+    b.response("c1.1", "r", None, final=True)
+    b.end("c1.1")
+    tracker = Tracker()
+    for seq, record in enumerate(b.finish().records):
+        tracker.feed(seq, record)
+    result = tracker.finish()
+    assert [r.outcome for r in result.requests] == ["completed"]
+    assert result.summary()["outcomes"] == {"completed": 1}

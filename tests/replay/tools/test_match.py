@@ -1,0 +1,101 @@
+"""Matching requests to captured ones (shared by serve and diff): strategies, preferences, explanations."""
+
+from __future__ import annotations
+
+import pytest
+from tritonclient.grpc import service_pb2 as pb
+
+from replay.tools.match import Candidate, Key, Matcher, input_hash, parse_strategies
+
+
+def _key(rid: str | None, model: str = "tokens", h: str | None = None, kind: str = "stream") -> Key:
+    return Key(kind=kind, model=model, request_id=rid, input_hash=h)
+
+
+def _cands(*keys: Key, call: str = "c1.1") -> list[Candidate]:
+    return [Candidate(key=k, call=call, seq=10 + i, position=i) for i, k in enumerate(keys)]
+
+
+def test_id_wins_over_order() -> None:
+    """With ids equal, the request with that id is chosen even when it is not next in order."""
+    m = Matcher(_cands(_key("a"), _key("b")))
+    got = m.match(_key("b"))
+    assert (got.candidate and got.candidate.key.request_id, got.by) == ("b", "id")
+
+
+def test_payload_matches_when_ids_change_between_runs() -> None:
+    """A new id with the same inputs falls back to the input hash."""
+    m = Matcher(_cands(_key("a", h="h1"), _key("b", h="h2")))
+    got = m.match(_key("run2-b", h="h2"))
+    assert (got.candidate and got.candidate.key.request_id, got.by) == ("b", "payload")
+
+
+def test_order_takes_the_next_unused_request_of_the_model_and_never_repeats() -> None:
+    """Without id or hash, requests of a model are taken in capture order, each once."""
+    m = Matcher(_cands(_key("a"), _key("b"), _key("x", model="echo")))
+    assert [m.match(_key("")).candidate for _ in range(3)] == [*_cands(_key("a"), _key("b")), None]
+
+
+def test_id_match_may_replay_a_used_request_unless_reuse_is_off() -> None:
+    """The same script twice against serve matches again; diff (reuse off) pairs each request once."""
+    cands = _cands(_key("a"))
+    again = Matcher(cands)
+    again.match(_key("a"))
+    second = again.match(_key("a"))
+    assert second.candidate is not None and second.reused
+    once = Matcher(cands, ["id"], reuse=False)
+    once.match(_key("a"))
+    assert once.match(_key("a")).candidate is None
+
+
+def test_candidates_of_the_followed_call_come_first() -> None:
+    """Two captured streams with the same ids: a stream keeps following the one it started on."""
+    cands = _cands(_key("a"), _key("b"), call="c1.1") + _cands(_key("a"), _key("b"), call="c1.3")
+    m = Matcher(cands)
+    got = m.match(_key("b"), prefer_call="c1.3")
+    assert got.candidate is not None and got.candidate.call == "c1.3"
+
+
+def test_selected_strategies_only() -> None:
+    """--match id does not fall back to order."""
+    m = Matcher(_cands(_key("a")), parse_strategies("id"))
+    assert m.match(_key("zzz")).candidate is None
+
+
+def test_explain_names_the_closest_candidate_and_why() -> None:
+    """The NOT_FOUND text names the nearest captured request and each reason it failed."""
+    m = Matcher(_cands(_key("a", h="h1"), _key("q", model="silent")), ["id", "payload"])
+    text = m.explain(_key("zzz", h="h9"))
+    assert "no captured request matches stream request id 'zzz' of model 'tokens'" in text
+    assert "closest: stream request id 'a' of model 'tokens' (call c1.1, seq 10)" in text
+    assert "id differs ('a' captured)" in text and "payload: inputs differ" in text
+
+
+def test_explain_for_an_unknown_model_and_for_exhausted_order() -> None:
+    """A model never captured says so; an exhausted order strategy says how many were used."""
+    m = Matcher(_cands(_key("a")))
+    assert "model differs ('tokens' captured)" in m.explain(_key("a", model="nope"))
+    m.match(_key(""))
+    assert "all 1 captured stream request(s) of model 'tokens' already used" in m.explain(_key(""))
+    assert "the capture has no unary requests" in m.explain(_key("a", kind="unary"))
+
+
+def test_input_hash_ignores_the_id_but_not_the_inputs() -> None:
+    """Same inputs under another id hash alike; another prompt does not."""
+
+    def req(rid: str, prompt: bytes) -> pb.ModelInferRequest:
+        r = pb.ModelInferRequest(model_name="tokens", id=rid)
+        r.inputs.add(name="PROMPT", datatype="BYTES", shape=[1])
+        r.raw_input_contents.append(len(prompt).to_bytes(4, "little") + prompt)
+        r.parameters["triton_enable_empty_final_response"].bool_param = True
+        return r
+
+    assert input_hash(req("a", b"hi")) == input_hash(req("b", b"hi"))
+    assert input_hash(req("a", b"hi")) != input_hash(req("a", b"ho"))
+
+
+def test_parse_strategies_rejects_unknown_names() -> None:
+    """A typo in --match is a usage error naming the choices."""
+    assert parse_strategies("payload, order") == ("payload", "order")
+    with pytest.raises(ValueError, match="unknown match strategy 'idd'"):
+        parse_strategies("idd")

@@ -1,0 +1,348 @@
+"""`serve` on loopback: real tritonclient (sync and aio) against the mock Triton answering from golden captures.
+
+The reference for what a client must see is ``replay.feed_stream`` of the same capture (pinned
+against live traffic in tests/e2e): a client talking to ``serve`` ends in the same state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as aioclient
+from tritonclient.utils import InferenceServerException
+
+from replay import feed_stream
+from replay.tools.captured import load
+from replay.tools.serve import MockTriton
+from tests.support.loop_thread import BackgroundLoop
+from tests.support.paths import DATA
+from tests.support.triton_client import echo_inputs, token_inputs
+from tests.support.user_client import TextAssembler
+
+WAIT_S = 30.0
+
+Serve = Callable[..., str]
+
+
+class _Serve:
+    """``serve(capture, **kw) -> url``; ``.servers`` are the started MockTritons."""
+
+    def __init__(self, loop: BackgroundLoop) -> None:
+        self.loop = loop
+        self.servers: list[MockTriton] = []
+
+    def __call__(self, name: str, **kw: Any) -> str:
+        server = MockTriton(load(DATA / name), **kw)
+        port = self.loop.run(server.start("127.0.0.1:0"))
+        self.servers.append(server)
+        return f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+def serve() -> Iterator[_Serve]:
+    """Start MockTriton(s) on a background loop; all stopped at teardown."""
+    loop = BackgroundLoop()
+    start = _Serve(loop)
+    servers = start.servers
+
+    try:
+        yield start
+    finally:
+        for s in servers:
+            loop.run(s.stop(0))
+        loop.close()
+
+
+def _fed(name: str) -> dict[str, Any]:
+    client = TextAssembler()
+    feed_stream(DATA / name, client)
+    return client.state()
+
+
+def _stream(
+    url: str, sends: list[tuple[str, str, list[Any]]], until: Callable[[TextAssembler], bool]
+) -> dict[str, Any]:
+    client = TextAssembler()
+    c = grpcclient.InferenceServerClient(url)
+    try:
+        c.start_stream(callback=client)
+        for model, rid, inputs in sends:
+            c.async_stream_infer(model, inputs, request_id=rid, enable_empty_final_response=True)
+        client.wait_for(until, WAIT_S)
+    finally:
+        c.stop_stream()
+        c.close()
+    return client.state()
+
+
+def _ended(c: TextAssembler) -> bool:
+    return c.stream_error is not None
+
+
+@pytest.mark.parametrize("timing", [None, 1.0])
+def test_interleaved_stream_gets_what_the_capture_says(serve: Serve, timing: float | None) -> None:
+    """Two requests on one stream: texts, response counts and finals per id as in the capture (fast and timed)."""
+    url = serve("interleaved.jsonl", speed=timing)
+    sends = [("tokens", "a", token_inputs("a", 3)), ("tokens", "b", token_inputs("b", 2))]
+    state = _stream(url, sends, lambda c: c.done == {"a", "b"})
+    assert state == _fed("interleaved.jsonl")
+
+
+def test_full_capture_serves_the_real_tensor_bytes_and_the_in_band_error(serve: Serve) -> None:
+    """error_midstream (full payload): two texts, then the in-band error without a final, stream not failed."""
+    url = serve("error_midstream.jsonl", speed=None)
+    state = _stream(url, [("fail_midstream", "f1", token_inputs("f", 5))], lambda c: bool(c.errors))
+    assert state == _fed("error_midstream.jsonl")
+    assert state["text"] == {"f1": "f-0f-1"}
+
+
+def test_captured_cancel_is_reproduced_after_the_responses_before_it(serve: Serve) -> None:
+    """stream_cancel: done completes, a gets 2 texts, b nothing, then the stream ends CANCELLED."""
+    url = serve("stream_cancel.jsonl", speed=None)
+    sends = [("tokens", r, token_inputs(r, 100)) for r in ("done", "a", "b")]
+    state = _stream(url, sends, _ended)
+    assert state == _fed("stream_cancel.jsonl")
+    assert state["stream_error"] == ("StatusCode.CANCELLED", "Locally cancelled by application!")
+
+
+def test_captured_deadline_is_reproduced_at_the_captured_time(serve: Serve) -> None:
+    """deadline.jsonl: 2 texts at ~200/400 ms, then DEADLINE_EXCEEDED at ~500 ms after the request."""
+    url = serve("deadline.jsonl", speed=1.0)
+    t0 = time.monotonic()
+    state = _stream(url, [("tokens", "slow", token_inputs("s", 100))], _ended)
+    elapsed = time.monotonic() - t0
+    # A meta capture: the two texts come back zero-filled (empty strings), everything else as captured.
+    assert (state["text"], state["responses"], state["done"]) == ({"slow": ""}, {"slow": 2}, [])
+    assert state["stream_error"] == ("StatusCode.DEADLINE_EXCEEDED", "Deadline Exceeded")
+    assert elapsed >= 0.49
+
+
+@pytest.mark.parametrize(("timing", "at_least", "below"), [(None, 0.0, 0.49), (2.0, 0.245, None), (0.5, 0.98, None)])
+def test_timing_modes(serve: Serve, timing: float | None, at_least: float, below: float | None) -> None:
+    """fast answers without the captured waits; xN divides them by N (deadline.jsonl ends 499 ms after its request)."""
+    url = serve("deadline.jsonl", speed=timing)
+    t0 = time.monotonic()
+    state = _stream(url, [("tokens", "slow", token_inputs("s", 100))], _ended)
+    elapsed = time.monotonic() - t0
+    assert state["responses"] == {"slow": 2}
+    assert elapsed >= at_least
+    if below is not None:
+        assert elapsed < below
+
+
+def test_unmatched_request_gets_not_found_naming_the_closest_candidate(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    """--match id with an unknown id: NOT_FOUND, the closest captured request and why, and a log line."""
+    url = serve("interleaved.jsonl", speed=None, strategies=("id",))
+    with caplog.at_level(logging.WARNING, logger="triton_tap.serve"):
+        state = _stream(url, [("tokens", "zzz", token_inputs("a", 3))], _ended)
+    assert state["stream_error"] is not None
+    status, message = state["stream_error"]
+    assert status == "StatusCode.NOT_FOUND"
+    assert "no captured request matches stream request id 'zzz' of model 'tokens'" in message
+    assert "closest: stream request id 'a' of model 'tokens' (call c1.1, seq 2): id differs ('a' captured)" in message
+    assert any("closest" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(("keep", "want"), [(False, "mine"), (True, "r1")])
+def test_responses_echo_the_incoming_id_unless_keep_ids(serve: Serve, keep: bool, want: str) -> None:
+    """Matched by order under another id: responses carry the incoming id (the captured one with keep_ids)."""
+    url = serve("many_responses.jsonl", speed=None, keep_ids=keep)
+    state = _stream(url, [("tokens", "mine", token_inputs("x", 5))], lambda c: bool(c.done))
+    assert state["text"] == {want: "hi-0hi-1hi-2hi-3hi-4"} and state["done"] == [want]
+
+
+def test_aio_client_sees_results_then_the_captured_cancel(serve: Serve) -> None:
+    """tritonclient.grpc.aio stream_infer: the captured responses, then the stream's CANCELLED end."""
+    url = serve("stream_cancel.jsonl", speed=None)
+
+    async def run() -> tuple[list[tuple[str, str]], grpc.aio.AioRpcError | None]:
+        client = aioclient.InferenceServerClient(url)
+
+        async def requests() -> Any:
+            for rid in ("done", "a", "b"):
+                yield {"model_name": "tokens", "inputs": token_inputs(rid, 100), "request_id": rid,
+                       "enable_empty_final_response": True}  # fmt: skip
+            await asyncio.sleep(WAIT_S)  # keep the request side open, as a live client would
+
+        got: list[tuple[str, str]] = []
+        failure: grpc.aio.AioRpcError | None = None
+        try:
+            async for result, error in client.stream_infer(requests()):
+                assert error is None
+                r = result.get_response()
+                texts = result.as_numpy("TEXT") if len(r.outputs) else []
+                got.append((r.id, "".join(t.decode() for t in texts)))
+        except grpc.aio.AioRpcError as e:  # what the aio stream iterator raises for a non-OK end
+            failure = e
+        finally:
+            await client.close()
+        return got, failure
+
+    got, failure = asyncio.run(asyncio.wait_for(run(), WAIT_S))
+    assert sorted(got) == sorted([("done", "d-0"), ("done", ""), ("a", "a-0"), ("a", "a-1")])
+    assert isinstance(failure, grpc.aio.AioRpcError) and failure.code() is grpc.StatusCode.CANCELLED
+
+
+def test_unary_meta_capture_zero_fills_outputs_and_reproduces_the_error_status(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    """unary.jsonl (meta): echo answers OUTPUT of the captured shape/datatype with zero data (warned); 'nope' NOT_FOUND as captured."""
+    url = serve("unary.jsonl", speed=None)
+    c = grpcclient.InferenceServerClient(url)
+    try:
+        with caplog.at_level(logging.WARNING, logger="triton_tap.serve"):
+            result = c.infer("echo", echo_inputs(np.zeros(2, dtype=np.uint8)), request_id="e1")
+        r = result.get_response()
+        assert (r.id, [o.name for o in r.outputs], list(r.outputs[0].shape), r.outputs[0].datatype) == (
+            "e1", ["OUTPUT"], [1], "BYTES",
+        )  # fmt: skip
+        assert result.as_numpy("OUTPUT").tolist() == [b""]
+        assert any("zero-filled" in rec.getMessage() for rec in caplog.records)
+        with pytest.raises(InferenceServerException) as err:
+            c.infer("nope", echo_inputs(np.zeros(1, dtype=np.uint8)), request_id="e2")
+        assert (err.value.status(), err.value.message()) == (
+            "StatusCode.NOT_FOUND", "Request for unknown model: 'nope' is not found",
+        )  # fmt: skip
+        with pytest.raises(InferenceServerException) as err:
+            c.infer("other", echo_inputs(np.zeros(1, dtype=np.uint8)), request_id="x")
+        assert err.value.status() == "StatusCode.NOT_FOUND"
+        assert "no captured request matches unary request id 'x' of model 'other'" in err.value.message()
+    finally:
+        c.close()
+
+
+def test_serve_command_runs_until_sigterm_and_logs_unmatched_requests(tmp_path: Path) -> None:
+    """`triton-tap serve` as a process: answers a client, logs a NOT_FOUND, exits 0 on SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+
+    from proxy.lab.tritonserver import free_port
+    from tests.support.triton_client import wait_for
+
+    port = free_port()
+    log = tmp_path / "serve.log"
+    exe = Path(sys.executable).parent / "triton-tap"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([str(exe), "serve", "--listen", f"127.0.0.1:{port}", "--timing", "fast",
+                                 "--match", "id", str(DATA / "interleaved.jsonl")], stderr=f)  # fmt: skip
+    try:
+        wait_for(lambda: b"serving" in log.read_bytes(), WAIT_S, "serve to listen")
+        sends = [("tokens", "a", token_inputs("a", 3)), ("tokens", "b", token_inputs("b", 2))]
+        assert _stream(f"127.0.0.1:{port}", sends, lambda c: c.done == {"a", "b"}) == _fed("interleaved.jsonl")
+        state = _stream(f"127.0.0.1:{port}", [("tokens", "nobody", token_inputs("a", 3))], _ended)
+        assert state["stream_error"] is not None and state["stream_error"][0] == "StatusCode.NOT_FOUND"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(WAIT_S) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert "no captured request matches stream request id 'nobody'" in text
+    assert "Traceback" not in text
+
+
+def test_timed_replay_keeps_the_captured_interleaving_across_requests(serve: Serve) -> None:
+    """x0.1 (captured 5 ms gaps become 50 ms): responses of a and b arrive in the captured order a b a b b a a."""
+    from tests.support.triton_client import StreamSession
+
+    url = serve("interleaved.jsonl", speed=0.1)
+    s = StreamSession(url)
+    try:
+        s.send("tokens", token_inputs("a", 3), "a", enable_empty_final_response=True)
+        s.send("tokens", token_inputs("b", 2), "b", enable_empty_final_response=True)
+        events = s.take(7, timeout=WAIT_S)
+    finally:
+        s.close()
+    assert [e[1] for e in events] == ["a", "b", "a", "b", "b", "a", "a"]
+
+
+def test_new_ids_with_the_captured_inputs_match_by_payload(serve: Serve) -> None:
+    """--match payload: requests under other ids but with the captured inputs get the captured answers, under their ids."""
+    url = serve("interleaved.jsonl", speed=None, strategies=("payload",))
+    sends = [("tokens", "x-a", token_inputs("a", 3)), ("tokens", "x-b", token_inputs("b", 2))]
+    state = _stream(url, sends, lambda c: c.done == {"x-a", "x-b"})
+    assert state["text"] == {"x-a": "a-0a-1a-2", "x-b": "b-0b-1"}
+    other = _stream(url, [("tokens", "x-c", token_inputs("c", 2))], _ended)
+    assert other["stream_error"] is not None and "payload: inputs differ" in other["stream_error"][1]
+
+
+def test_a_client_cancel_mid_replay_ends_the_served_stream_and_its_reader(serve: _Serve) -> None:
+    """The client cancels while serve waits to send the next captured response: the handler and its reader task end."""
+    from tests.support.triton_client import StreamSession, wait_for
+
+    url = serve("deadline.jsonl", speed=0.2)  # the second response is ~1 s away
+    s = StreamSession(url)
+    s.send("tokens", token_inputs("s", 100), "slow", enable_empty_final_response=True)
+    assert s.take(1, timeout=WAIT_S)[0][1] == "slow"
+    assert serve.servers[0].open_streams == 1
+    s.close(cancel_requests=True)
+    wait_for(lambda: serve.servers[0].open_streams == 0, WAIT_S, "the served stream to end")
+
+
+def test_a_payload_none_capture_is_refused_in_one_line() -> None:
+    """A capture without labels or payloads has nothing to answer with: UserError, not a server that 404s everything."""
+    from replay.errors import UserError
+    from tests.data.make_golden import Builder
+
+    b = Builder(payload="none").start()
+    b.call("c1.1")
+    b.end("c1.1")
+    with pytest.raises(UserError, match="--payload none"):
+        MockTriton(load(b.finish().records))
+
+
+def test_serve_logs_the_holes_of_its_capture(caplog: pytest.LogCaptureFixture) -> None:
+    """gaps.jsonl: each hole (gap record, missing seqs) is a warning when the server is built."""
+    with caplog.at_level(logging.WARNING, logger="triton_tap.serve"):
+        MockTriton(load(DATA / "gaps.jsonl"))
+    holes = [r.getMessage() for r in caplog.records if "capture hole" in r.getMessage()]
+    assert [h.split()[2] for h in holes] == ["gap_record", "seq_gap"]
+
+
+@pytest.mark.parametrize("method", ["ModelInfer", "ServerLive", "ModelStreamInfer"])
+def test_an_undecodable_request_gets_invalid_argument_and_one_log_line(
+    serve: Serve, caplog: pytest.LogCaptureFixture, method: str
+) -> None:
+    """Bytes that do not parse as the request type: INVALID_ARGUMENT naming the parse error, one warning, no traceback."""
+    url = serve("unary.jsonl", speed=None)
+    path = f"/inference.GRPCInferenceService/{method}"
+    junk = b"\xff\xff\xff"
+    with grpc.insecure_channel(url) as channel, caplog.at_level(logging.DEBUG):
+        if method == "ModelStreamInfer":
+            call = channel.stream_stream(path)(iter([junk]), timeout=WAIT_S)
+            with pytest.raises(grpc.RpcError) as err:
+                list(call)
+        else:
+            with pytest.raises(grpc.RpcError) as err:
+                channel.unary_unary(path)(junk, timeout=WAIT_S)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "does not parse" in (err.value.details() or "")
+    lines = [r for r in caplog.records if "does not parse" in r.getMessage()]
+    assert len(lines) == 1 and not any(r.exc_info for r in caplog.records)
+
+
+def test_a_captured_ok_call_without_a_response_message_answers_ok(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    """unary.jsonl's ServerLive ended OK with no response message: the client gets OK (an empty answer), not UNKNOWN."""
+    url = serve("unary.jsonl", speed=None)
+    c = grpcclient.InferenceServerClient(url)
+    try:
+        with caplog.at_level(logging.WARNING, logger="triton_tap.serve"):
+            assert c.is_server_live() is False
+    finally:
+        c.close()
+    assert any("has no response message" in r.getMessage() for r in caplog.records)
