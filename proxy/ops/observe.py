@@ -28,16 +28,12 @@ import structlog
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from replay.capture.methods import short_method
+
 log = structlog.get_logger("triton_tap.calls")
 
 #: Forwarding latency buckets, seconds (the relay adds tens of µs; a loaded loop milliseconds).
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
-_PREFIX = "/inference.GRPCInferenceService/"
-
-
-def short_method(method: str) -> str:
-    """``/inference.GRPCInferenceService/ModelInfer`` -> ``ModelInfer`` (other services stay whole)."""
-    return method.removeprefix(_PREFIX)
 
 
 class ProxyMetrics(Collector):

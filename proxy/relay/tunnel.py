@@ -994,7 +994,7 @@ class Tunnel:
         if answer is not None:
             self._fail_down(call, cause, *answer)
             return
-        self._end(call, cause, causes.STATUS_FOR_CAUSE[cause], None, None)
+        self._end(call, cause, ev.STATUS_FOR_CAUSE[cause], None, None)
 
     def _fail_down(self, call: Call, cause: str, code: int, message: str) -> None:
         """Give the client a gRPC status of our own (the upstream cannot)."""

@@ -1,45 +1,15 @@
 """Termination-cause classification: from wire facts to one of the capture's ``cause`` values.
 
 Pure functions; the proxy calls them when a call ends, replay never needs to (the cause is in the
-capture). The deadline rule and its slack are documented in the README.
+capture). The status vocabulary (``STATUS_NAMES``, ``STATUS_FOR_CAUSE``) is the capture's, in
+:mod:`replay.capture.events`. The deadline rule and its slack are documented in the README.
 """
 
 from __future__ import annotations
 
 import re
 
-from replay.capture.events import Cause
-
-#: gRPC status code -> name, as the capture writes it.
-STATUS_NAMES: dict[int, str] = {
-    0: "OK",
-    1: "CANCELLED",
-    2: "UNKNOWN",
-    3: "INVALID_ARGUMENT",
-    4: "DEADLINE_EXCEEDED",
-    5: "NOT_FOUND",
-    6: "ALREADY_EXISTS",
-    7: "PERMISSION_DENIED",
-    8: "RESOURCE_EXHAUSTED",
-    9: "FAILED_PRECONDITION",
-    10: "ABORTED",
-    11: "OUT_OF_RANGE",
-    12: "UNIMPLEMENTED",
-    13: "INTERNAL",
-    14: "UNAVAILABLE",
-    15: "DATA_LOSS",
-    16: "UNAUTHENTICATED",
-}
-
-#: The status a client is left with when the call ended without an upstream status.
-STATUS_FOR_CAUSE: dict[str, str] = {
-    "client_cancel": "CANCELLED",
-    "client_disconnect": "CANCELLED",
-    "deadline": "DEADLINE_EXCEEDED",
-    "upstream_disconnect": "UNAVAILABLE",
-    "proxy_shutdown": "UNAVAILABLE",
-    "proxy_error": "INTERNAL",
-}
+from replay.capture.events import STATUS_NAMES, Cause
 
 #: HTTP/2 RST_STREAM code -> gRPC status, as gRPC clients map a reset without trailers.
 RST_TO_STATUS: dict[int, str] = {

@@ -15,10 +15,7 @@ from typing import Any
 from tritonclient.grpc import service_pb2 as pb
 
 from replay.capture.events import TensorSpec
-
-SERVICE = "/inference.GRPCInferenceService/"
-STREAM_INFER = SERVICE + "ModelStreamInfer"
-INFER = SERVICE + "ModelInfer"
+from replay.capture.methods import INFER, STREAM_INFER
 
 # Method "kinds" the hot path switches on (ints, not strings, to keep the per-message branch cheap).
 OTHER, UNARY_INFER, STREAM = 0, 1, 2

@@ -43,6 +43,37 @@ CAUSES: tuple[str, ...] = (
     "proxy_error",
 )
 
+#: gRPC status code -> name, as the capture writes it.
+STATUS_NAMES: dict[int, str] = {
+    0: "OK",
+    1: "CANCELLED",
+    2: "UNKNOWN",
+    3: "INVALID_ARGUMENT",
+    4: "DEADLINE_EXCEEDED",
+    5: "NOT_FOUND",
+    6: "ALREADY_EXISTS",
+    7: "PERMISSION_DENIED",
+    8: "RESOURCE_EXHAUSTED",
+    9: "FAILED_PRECONDITION",
+    10: "ABORTED",
+    11: "OUT_OF_RANGE",
+    12: "UNIMPLEMENTED",
+    13: "INTERNAL",
+    14: "UNAVAILABLE",
+    15: "DATA_LOSS",
+    16: "UNAUTHENTICATED",
+}
+
+#: The status a client is left with when the call ended without an upstream status.
+STATUS_FOR_CAUSE: dict[str, str] = {
+    "client_cancel": "CANCELLED",
+    "client_disconnect": "CANCELLED",
+    "deadline": "DEADLINE_EXCEEDED",
+    "upstream_disconnect": "UNAVAILABLE",
+    "proxy_shutdown": "UNAVAILABLE",
+    "proxy_error": "INTERNAL",
+}
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CaptureStarted:

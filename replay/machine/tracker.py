@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replay.capture import events as ev
+from replay.capture.methods import INFER, STREAM_INFER, short_method
 from replay.capture.reader import Gap, PathLike, SeqWatch, read_capture
 
 
@@ -243,8 +244,6 @@ class RequestMachine:
 
 # -- from capture records to request machines ----------------------------------------------------
 
-STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
-INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 #: A capture: path(s) of files/directories, or records (with or without their ``seq``).
 CaptureSource = PathLike | Iterable[PathLike] | Iterable[ev.Record] | Iterable[tuple[int, ev.Record]]
@@ -360,7 +359,7 @@ class TrackResult:
             names[v.name] = names.get(v.name, 0) + 1
         methods: dict[str, int] = {}
         for c in self.calls:
-            short = c.method.rsplit("/", 1)[-1]
+            short = short_method(c.method)
             methods[short] = methods.get(short, 0) + 1
         causes: dict[str, int] = {}
         for c in self.calls:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass, field
 
-from proxy.triton.causes import STATUS_FOR_CAUSE
 from replay.capture import events as ev
-from replay.machine.tracker import INFER, STREAM_INFER, CaptureSource, RequestOutcome, Tracker, TrackResult, open_source
+from replay.capture.events import STATUS_FOR_CAUSE
+from replay.capture.methods import INFER, STREAM_INFER, short_method
+from replay.machine.tracker import CaptureSource, RequestOutcome, Tracker, TrackResult, open_source
 from replay.tools.match import Candidate, Key, input_hash_of_bytes
 
 
@@ -63,8 +64,8 @@ class CapturedCall:
 
     @property
     def short_method(self) -> str:
-        """``ModelStreamInfer`` for ``/inference.GRPCInferenceService/ModelStreamInfer``."""
-        return self.method.rsplit("/", 1)[-1]
+        """The method as people read it (:func:`replay.capture.methods.short_method`)."""
+        return short_method(self.method)
 
 
 @dataclass(kw_only=True)

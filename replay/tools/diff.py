@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from replay.capture.methods import INFER, STREAM_INFER
 from replay.capture.reader import Gap
-from replay.machine.tracker import INFER, STREAM_INFER, RequestOutcome
+from replay.machine.tracker import RequestOutcome
 from replay.tools.captured import LoadedCapture
 from replay.tools.match import STRATEGIES, Matcher
 

@@ -49,10 +49,12 @@ from tritonclient.grpc import InferResult
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
-from proxy.triton.causes import STATUS_FOR_CAUSE
 from replay.capture import events as ev
+from replay.capture.events import STATUS_FOR_CAUSE
+from replay.capture.methods import STREAM_INFER
 from replay.errors import UserError
-from replay.machine.tracker import STREAM_INFER, CaptureSource, open_source
+from replay.machine.tracker import CaptureSource, open_source
+from replay.tools.grpcstatus import status_code
 
 #: What gRPC core reports when a status came without a message of its own.
 _DEFAULT_DETAILS = {"DEADLINE_EXCEEDED": "Deadline Exceeded"}
@@ -256,12 +258,6 @@ def _metadata(pairs: list[list[str]] | None) -> grpc.aio.Metadata:
     return out
 
 
-def _status_code(status: str) -> grpc.StatusCode:
-    try:
-        return grpc.StatusCode[status]
-    except KeyError:
-        return grpc.StatusCode.UNKNOWN
-
 
 async def feed_stream_aio(
     capture: CaptureSource,
@@ -287,7 +283,7 @@ async def feed_stream_aio(
         if item.cause == "client_cancel":
             raise asyncio.CancelledError()
         raise grpc.aio.AioRpcError(
-            _status_code(item.status),
+            status_code(item.status),
             _metadata(item.initial_metadata),
             _metadata(item.trailers),
             item.details if item.details is not None else _DEFAULT_DETAILS.get(item.status, ""),

@@ -42,16 +42,16 @@ import grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from replay.capture import events as ev
+from replay.capture.methods import SERVICE, path_of
 from replay.errors import UserError
 from replay.hostport import format_hostport, parse_hostport
 from replay.tools.captured import CapturedCall, LoadedCapture, Response
 from replay.tools.feed import _DEFAULT_DETAILS, _metadata
+from replay.tools.grpcstatus import status_code
 from replay.tools.match import STRATEGIES, Key, Matcher, input_hash
 
 log = logging.getLogger("triton_tap.serve")
 
-SERVICE = "inference.GRPCInferenceService"
-_PREFIX = f"/{SERVICE}/"
 _READINESS = {"ServerLive": "live", "ServerReady": "ready", "ModelReady": "ready"}
 _ITEMSIZE = {"BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2, "UINT32": 4,
              "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8}  # fmt: skip
@@ -77,12 +77,6 @@ def _details(status: str, details: str | None) -> str:
     # What the client's gRPC would have reported for a status that came without a message.
     return details if details is not None else _DEFAULT_DETAILS.get(status, "")
 
-
-def _status(name: str) -> grpc.StatusCode:
-    try:
-        return grpc.StatusCode[name]
-    except KeyError:
-        return grpc.StatusCode.UNKNOWN
 
 
 def _zeros(spec: ev.TensorSpec) -> bytes:
@@ -265,7 +259,7 @@ class _Stream:
         assert self.primary is not None and self.primary.end is not None
         end = self.primary.end
         log.info("%s: ending as captured call %s did: %s (%s)", self.name, self.primary.id, end.status, end.cause)
-        await self.context.abort(_status(end.status), _details(end.status, end.details), tuple(_metadata(end.trailers)))
+        await self.context.abort(status_code(end.status), _details(end.status, end.details), tuple(_metadata(end.trailers)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,7 +455,7 @@ class MockTriton:
         end = call.end
         await self._pause(t0, end.t_ns if end is not None else t0)
         if end is not None and end.status != "OK":
-            await context.abort(_status(end.status), _details(end.status, end.details), tuple(_metadata(end.trailers)))
+            await context.abort(status_code(end.status), _details(end.status, end.details), tuple(_metadata(end.trailers)))
         if end is not None and end.trailers:
             context.set_trailing_metadata(tuple(_metadata(end.trailers)))
         if not call.responses:
@@ -476,7 +470,7 @@ class MockTriton:
         """Readiness, metadata and the other unary RPCs (see the module docstring)."""
         if isinstance(request, _Undecodable):
             await self.undecodable(context, request, name)
-        calls = [c for c in self.capture.calls.values() if c.method == _PREFIX + name]
+        calls = [c for c in self.capture.calls.values() if c.method == path_of(name)]
         if not calls:
             message = f"triton-tap serve: the capture has no {name} call to answer with"
             self.unmatched.append(message)

@@ -22,9 +22,9 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from proxy.triton import labels
-from proxy.triton.causes import STATUS_NAMES
 from proxy.triton.inflight import InFlight
 from replay.capture import events as ev
+from replay.capture.events import STATUS_NAMES
 from replay.capture.schema import SCHEMA_VERSION, encode
 
 HERE = Path(__file__).parent

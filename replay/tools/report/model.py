@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from replay.capture import events as ev
+from replay.capture.methods import short_method
 from replay.capture.reader import Gap
 from replay.capture.schema import encode
 from replay.machine.tracker import RequestOutcome, Tracker
@@ -38,7 +39,6 @@ FINAL = 2  # raw triton_final_response = true
 ERROR = 4  # in-band error_message
 UNATTRIBUTED = 8  # the tracker could not give it to a request
 
-SHORT_METHOD_PREFIX = "/inference.GRPCInferenceService/"
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -307,7 +307,7 @@ class ReportBuilder:
             "calls": {
                 "id": [c.id for c in calls],
                 "conn": [c.conn for c in calls],
-                "method": [c.method.removeprefix(SHORT_METHOD_PREFIX) for c in calls],
+                "method": [short_method(c.method) for c in calls],
                 "start": [us(c.t_start) for c in calls],
                 "end": [us(c.t_end) for c in calls],
                 "half_close": [us(c.t_half_close) for c in calls],

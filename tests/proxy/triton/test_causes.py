@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.triton import causes
+from replay.capture import events as ev
 
 
 def test_rst_before_deadline_slack_is_client_cancel() -> None:
@@ -60,4 +61,4 @@ def test_grpc_timeout_never_raises(text: str) -> None:
 def test_every_non_ok_cause_has_a_client_status() -> None:
     """Each cause the proxy can assign without an upstream status maps to a status name."""
     for cause in ("client_cancel", "deadline", "client_disconnect", "upstream_disconnect", "proxy_shutdown"):
-        assert causes.STATUS_FOR_CAUSE[cause] in causes.STATUS_NAMES.values()
+        assert ev.STATUS_FOR_CAUSE[cause] in ev.STATUS_NAMES.values()
