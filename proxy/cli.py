@@ -7,65 +7,14 @@ capture) ends as one line on stderr and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import math
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from proxy import __version__
-from proxy.ops import logs
-from replay.errors import CaptureError, TritonTapError, UserError
-
-EXIT_USAGE = 2
-EXIT_FAILURE = 1
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad command line as one line."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
-
-
-#: Upper bound of the integer flags (--payload-cap, --length): the capture's JSON holds 64-bit ints only.
-MAX_INT = 2**31
-#: Upper bound of the float flags (seconds, milliseconds, MB): larger ones overflow timers and sizes.
-MAX_FLOAT = 1e9
-
-
-def positive_float(text: str) -> float:
-    """argparse type of every duration/size flag: a finite number in (0, MAX_FLOAT]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    # nan passes every comparison, inf overflows int(); neither is a duration or a size.
-    if not math.isfinite(value) or not 0 < value <= MAX_FLOAT:
-        raise argparse.ArgumentTypeError(f"must be a number > 0 and <= {MAX_FLOAT:g}: {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or not 0 < int(text) <= MAX_INT:
-        raise argparse.ArgumentTypeError(f"must be an integer 1..{MAX_INT}: {text!r}")
-    return int(text)
-
-
-def _hostport(flag: str, *, listen: bool) -> Any:
-    """An argparse type checking ``HOST:PORT`` (port 0 only where a free port can be listened on)."""
-    from replay.hostport import parse_hostport
-
-    def check(text: str) -> str:
-        try:
-            parse_hostport(text, flag, allow_port_zero=listen)
-        except UserError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-        return text
-
-    return check
+from replay.cli.base import Parser, hostport, positive_float, positive_int, run_guarded
+from replay.errors import EXIT_USAGE, TritonTapError, UserError
 
 
 def _evidence(text: str) -> str:
@@ -80,31 +29,28 @@ def _evidence(text: str) -> str:
 
 
 def _always_redacted() -> str:
-    from proxy.relay.tunnel import DEFAULT_REDACT, REDACT_SUFFIXES
+    from proxy.triton.metadata import DEFAULT_REDACT, REDACT_SUFFIXES
 
     return ", ".join([*DEFAULT_REDACT, *(f"*{s}" for s in REDACT_SUFFIXES)])
 
 
-_ALWAYS_REDACTED = _always_redacted()
-
-
 def add_record_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``triton-tap record`` (also ``python -m proxy``)."""
-    p.add_argument("--listen", type=_hostport("--listen", listen=True), default="127.0.0.1:8011", help="HOST:PORT to accept clients on (default %(default)s)")
-    p.add_argument("--upstream", type=_hostport("--upstream", listen=False), default="127.0.0.1:8001", help="HOST:PORT of Triton's gRPC endpoint (default %(default)s)")
+    p.add_argument("--listen", type=hostport("--listen", listen=True), default="127.0.0.1:8011", help="HOST:PORT to accept clients on (default %(default)s)")
+    p.add_argument("--upstream", type=hostport("--upstream", listen=False), default="127.0.0.1:8001", help="HOST:PORT of Triton's gRPC endpoint (default %(default)s)")
     p.add_argument("--capture-dir", type=Path, default=Path("captures"), help="directory for *.jsonl capture files (default %(default)s)")
     p.add_argument("--payload", choices=("none", "meta", "full"), default="meta",
                    help="none: message sizes and the labels request tracking needs (model, request ids, final/sequence "
                    "flags, output names, whether a response was an error) but no tensor specs or error texts; "
                    "meta: all Triton labels, no tensor bytes (default); full: also the raw message, base64")
-    p.add_argument("--payload-cap", type=_positive_int, default=None, metavar="BYTES",
+    p.add_argument("--payload-cap", type=positive_int, default=None, metavar="BYTES",
                    help="with --payload full: store at most this many bytes per message")
     p.add_argument("--rotate-mb", type=positive_float, default=None, metavar="MB", help="start a new capture file after this many MB")
     p.add_argument("--gzip-rotated", action="store_true", help="compress closed rotated files to .jsonl.gz")
     p.add_argument("--drain-timeout", type=positive_float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, wait this long for open calls before ending them (default %(default)s)")
     p.add_argument("--redact", action="append", default=[], metavar="KEY",
-                   help=f"also redact this metadata key's value (repeatable; {_ALWAYS_REDACTED} are always redacted)")
+                   help=f"also redact this metadata key's value (repeatable; {_always_redacted()} are always redacted)")
     p.add_argument("--redact-input", action="append", default=[], metavar="NAME",
                    help="with --payload full: cut this input tensor's data out of stored requests, keeping name, "
                         "datatype, shape, size and an HMAC-SHA256 (repeatable)")
@@ -125,7 +71,7 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                    "and/or the lines appended to its verbose log, and record them as `evidence` records")
     p.add_argument("--evidence-window", type=positive_float, default=5.0, metavar="SECONDS",
                    help="how long to watch after each cancel (default %(default)s)")
-    p.add_argument("--metrics", type=_hostport("--metrics", listen=True), default=None, metavar="HOST:PORT",
+    p.add_argument("--metrics", type=hostport("--metrics", listen=True), default=None, metavar="HOST:PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="info: start-up/shutdown, one line per call end, warnings (default %(default)s)")
@@ -135,9 +81,13 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_record(args: argparse.Namespace) -> int:
     """``triton-tap record``."""
+    import asyncio
+    import os
+
+    from proxy.ops import logs
     from proxy.ops.evidence import parse_evidence
     from proxy.ops.server import ProxyConfig, run
-    from proxy.relay.tunnel import DEFAULT_REDACT
+    from proxy.triton.metadata import DEFAULT_REDACT
 
     logs.configure(args.log_level)
     cfg = ProxyConfig(
@@ -169,9 +119,9 @@ def run_record(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree (the ``record`` subparser is also ``parser.record_parser``)."""
-    parser = _Parser(prog="triton-tap", description="Record and replay Triton Inference Server gRPC traffic.")
+    parser = Parser(prog="triton-tap", description="Record and replay Triton Inference Server gRPC traffic.")
     parser.add_argument("--version", action="version", version=f"triton-tap {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     rec = sub.add_parser("record", help="run the recording proxy")
     add_record_arguments(rec)
     rec.set_defaults(func=run_record)
@@ -182,16 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_check_cancel(sub)
     from proxy.ops.health import add_health_command
     from replay.cli.main import add_replay_commands
-    from replay.tools.report.command import add_report_command
 
     add_replay_commands(sub)
-    add_report_command(sub)
     add_health_command(sub)
     return parser
 
 
 def add_check_cancel(sub: Any) -> None:
-    """``triton-tap check-cancel``: does the work stop after a cancel? (see proxy/check_cancel.py)."""
+    """``triton-tap check-cancel``: does the work stop after a cancel? (see :mod:`proxy.cancelcheck`)."""
     cc = sub.add_parser(
         "check-cancel",
         help="run the cancellation acceptance protocol against a Triton model and print a guarantee report",
@@ -211,7 +159,7 @@ def add_check_cancel(sub: Any) -> None:
                     "for one BYTES prompt + one INT32 length input, with --length)")
     cc.add_argument("--probe-inputs", default=None, metavar="JSON",
                     help="inputs of the short probe/neighbour request (default: the recipe with length 1, or --inputs)")
-    cc.add_argument("--length", type=_positive_int, default=300, help="recipe: length of the long request (default %(default)s)")
+    cc.add_argument("--length", type=positive_int, default=300, help="recipe: length of the long request (default %(default)s)")
     cc.add_argument("--cases", default="executing,queued", help="which cases to run (default %(default)s)")
     cc.add_argument("--allowance-ms", type=positive_float, default=300.0,
                     help="observation-delay allowance: evidence later than this after the cancel counts as "
@@ -237,6 +185,7 @@ def _check_cancel_preflight(args: argparse.Namespace) -> None:
 
     from replay.hostport import format_hostport, parse_hostport
 
+
     args.target = format_hostport(*parse_hostport(args.target, "--target"))
     if args.capture_dir is not None and not args.through_proxy:
         raise UserError("--capture-dir needs --through-proxy (only the in-process proxy writes a capture)")
@@ -256,6 +205,7 @@ def _run_check_cancel(args: argparse.Namespace) -> int:
 
     from proxy.cancelcheck import verdict
     from proxy.cancelcheck.protocol import CheckOptions, parse_json_inputs, run_check
+    from proxy.ops import logs
 
     logs.configure("warning")
     cases = tuple(c.strip() for c in args.cases.split(",") if c.strip())
@@ -289,6 +239,7 @@ def _run_check_cancel(args: argparse.Namespace) -> int:
 
 def _run_demo(args: argparse.Namespace) -> int:
     from proxy.lab.demo import main as demo_main
+    from proxy.ops import logs
 
     logs.configure("warning")
     return demo_main(args.workdir)
@@ -308,17 +259,13 @@ def _parse(parser: argparse.ArgumentParser, record_parser: argparse.ArgumentPars
 
 def _run_guarded(parser: argparse.ArgumentParser, record_parser: argparse.ArgumentParser,
                  argv: Sequence[str] | None) -> int:  # fmt: skip
-    """Parse and run a command; errors a user can meet become one line on stderr and an exit code."""
-    try:
+    """Parse and run a command: one error rule for both command trees (:func:`replay.cli.base.run_guarded`)."""
+
+    def run() -> int:
         args = _parse(parser, record_parser, argv)
-        code: int = args.func(args)
-    except TritonTapError as e:
-        print(f"triton-tap: error: {e}", file=sys.stderr)
-        # The user's input (flags, paths, captures) is at fault: usage exit; otherwise a failure.
-        return EXIT_USAGE if isinstance(e, (UserError, CaptureError)) else EXIT_FAILURE
-    except KeyboardInterrupt:
-        return 130
-    return code
+        return int(args.func(args))
+
+    return run_guarded(run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -329,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def record_main(argv: Sequence[str] | None = None) -> int:
     """``python -m proxy``: the same as ``triton-tap record``."""
-    parser = _Parser(prog="python -m proxy", description="Run the triton-tap recording proxy.")
+    parser = Parser(prog="python -m proxy", description="Run the triton-tap recording proxy.")
     add_record_arguments(parser)
     parser.set_defaults(func=run_record)
     return _run_guarded(parser, parser, argv)

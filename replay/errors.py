@@ -37,3 +37,21 @@ class UnknownKind(CaptureError):
         super().__init__(path, line, f"unknown record kind {kind!r}")
         self.kind = kind
         self.seq = seq
+
+
+# -- exit codes: one definition for every command of both CLIs ------------------------------------
+
+#: The command ran and found nothing wrong (no violation, equivalent, SERVING, work stopped).
+EXIT_OK = 0
+#: The command ran and found something (violations, differences, work that went on), or the
+#: upstream failed it (:class:`UpstreamError`).
+EXIT_FINDINGS = 1
+#: The user's input is at fault (bad flag, unreadable capture, impossible request): nothing ran.
+EXIT_USAGE = 2
+#: Ctrl-C (the shell's convention, 128 + SIGINT).
+EXIT_INTERRUPTED = 130
+
+
+def exit_code_for(error: TritonTapError) -> int:
+    """The exit code of a command that ended with ``error``: who is at fault decides it."""
+    return EXIT_USAGE if isinstance(error, UserError | CaptureError) else EXIT_FINDINGS

@@ -11,9 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-import grpc
-
-from proxy.cli import positive_float
+from replay.cli.base import positive_float
 from replay.errors import UpstreamError
 from replay.hostport import format_hostport, parse_hostport
 
@@ -24,6 +22,8 @@ _SERVING = b"\x08\x01"
 
 def check(target: str, timeout: float) -> None:
     """Raise :class:`UpstreamError` unless ``target`` answers the health check with SERVING."""
+    import grpc
+
     # Parsed here, not by grpc: grpc wraps port 99999 and logs its own C-core line for a bad target.
     host, port = parse_hostport(target, "--target")
     target = format_hostport(host, port)

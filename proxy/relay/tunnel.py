@@ -41,6 +41,7 @@ import structlog
 
 from proxy.triton import causes, labels
 from proxy.triton.inflight import InFlight
+from proxy.triton.metadata import DEFAULT_REDACT, REDACT_SUFFIXES
 from proxy.triton.redact import redact_request
 from proxy.wire import frames as wire
 from replay.capture import events as ev
@@ -68,11 +69,8 @@ class _NoLog:
 hpack.hpack.log = _NoLog()  # type: ignore[assignment]
 
 REDACTED = "<redacted>"
-DEFAULT_REDACT = ("authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key")
 #: ``--payload none`` keeps that a response carried an in-band error, not its text.
 NONE_ERROR_TEXT = "(error text not recorded: --payload none)"
-#: Metadata keys ending with one of these are always redacted too.
-REDACT_SUFFIXES = ("-token", "-secret")
 _ERROR_NAMES = {int(c): c.name for c in h2.errors.ErrorCodes}
 ENHANCE_YOUR_CALM = int(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
 

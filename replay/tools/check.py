@@ -9,10 +9,9 @@ reported but do not change the exit code (they are the recorder's problem, not t
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 import orjson
 from rich.table import Table
@@ -20,10 +19,8 @@ from rich.table import Table
 from replay.capture.reader import read_capture
 from replay.cli.output import QuietConsole, write_result
 from replay.cli.progress import with_progress
+from replay.errors import EXIT_FINDINGS, EXIT_OK
 from replay.machine.tracker import RequestOutcome, Tracker, TrackResult
-
-EXIT_OK = 0
-EXIT_VIOLATIONS = 1
 
 _STYLE = {
     "completed": "green",
@@ -39,7 +36,7 @@ _STYLE = {
 
 def exit_code(result: TrackResult) -> int:
     """0 when the capture shows no violation, else 1."""
-    return EXIT_OK if result.ok else EXIT_VIOLATIONS
+    return EXIT_OK if result.ok else EXIT_FINDINGS
 
 
 def _ms(value: float | None) -> str:
@@ -122,29 +119,3 @@ def check(paths: Sequence[str], *, as_json: bool = False, rows: int = 100,
         write_result(out, lambda: render_human(result, out, rows=rows))
     # A reader that stopped early (`| head`) changes nothing about what was found.
     return exit_code(result)
-
-
-def _rows(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0: {text!r}")
-    return int(text)
-
-
-def add_check_command(sub: Any) -> None:
-    """Register ``check`` on a subparser set."""
-    p = sub.add_parser(
-        "check",
-        help="per-request outcomes and protocol violations of a capture",
-        description="Per-request outcomes and protocol violations of a capture. Exit 0: no violation; "
-        "1: violations or unattributable responses; 2: unreadable capture.",
-    )
-    p.add_argument("capture", nargs="+", metavar="CAPTURE", help="capture files (.jsonl, .jsonl.gz) and/or directories")
-    p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
-    p.add_argument(
-        "--rows",
-        type=_rows,
-        default=100,
-        metavar="N",
-        help="table: beyond N requests show only those needing attention (0: all; default %(default)s)",
-    )
-    p.set_defaults(func=lambda args: check(args.capture, as_json=args.json, rows=args.rows))

@@ -26,8 +26,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tritonclient.grpc import service_pb2 as pb
-
 STRATEGIES: tuple[str, ...] = ("id", "payload", "order")
 _IGNORED_PARAMS = frozenset({"sequence_id"})
 
@@ -68,6 +66,10 @@ def input_hash(request: Any) -> str:
 
 def input_hash_of_bytes(body: bytes) -> str:
     """:func:`input_hash` of a serialized ``ModelInferRequest``."""
+    # Imported here: tritonclient (and grpc under it) costs ~0.6 s, and the CLI imports this module
+    # for --match's choices before any command runs.
+    from tritonclient.grpc import service_pb2 as pb
+
     return input_hash(pb.ModelInferRequest.FromString(body))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import re
@@ -93,23 +92,3 @@ def build_report(paths: Sequence[str], output: Path, *, err: TextIO | None = Non
     print(f"wrote {output} ({size}): {model['records']} records, "
           f"{len(model['lanes']['call'])} lanes, {len(model['ticks']['t'])} response ticks", file=err)  # fmt: skip
     return model
-
-
-def add_report_command(sub: Any) -> None:
-    """Register ``report`` on a subparser set."""
-    p = sub.add_parser(
-        "report",
-        help="write a self-contained HTML timeline report of captures",
-        description="One self-contained HTML file (no network needed to view it): a timeline with one lane per "
-        "request, responses, half-closes, cancels with their in-flight sets, deadlines and errors; a per-request "
-        "table and a per-model summary.",
-    )
-    p.add_argument("capture", nargs="+", metavar="CAPTURE", help="capture files (.jsonl, .jsonl.gz) and/or directories")
-    p.add_argument("-o", "--output", type=Path, default=Path("report.html"), help="the HTML file to write (default %(default)s)")
-    p.add_argument("--title", default=None, help="page title (default: the capture names)")
-
-    def run(args: argparse.Namespace) -> int:
-        build_report(args.capture, args.output, title=args.title)
-        return 0
-
-    p.set_defaults(func=run)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from replay.capture.reader import read_capture
 from replay.capture.schema import KINDS, decode
-from replay.cli.commands import run_diff
+from replay.cli.diff import run_diff
 from replay.errors import CaptureError
 from replay.machine.tracker import track
 from replay.tools.captured import load

@@ -1,43 +1,20 @@
-"""The ``serve`` and ``diff`` commands: argument parsing, output, and the serve process's lifetime."""
+"""``triton-tap diff A B``: argument parsing and the rendered report (the comparison is :mod:`replay.tools.diff`)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
-import signal
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import orjson
-from rich.markup import escape
-from rich.table import Table
+from replay.cli.matching import MATCH_HELP, payload_hint, strategies_type
+from replay.errors import EXIT_FINDINGS, EXIT_OK
+from replay.tools.diff import DEFAULT_THRESHOLD_MS
+from replay.tools.match import STRATEGIES
 
-from replay.cli.output import QuietConsole, write_result
-from replay.errors import UserError
-from replay.machine.tracker import RequestOutcome
-from replay.tools.captured import LoadedCapture, load
-from replay.tools.diff import DEFAULT_THRESHOLD_MS, DiffResult, diff
-from replay.tools.match import STRATEGIES, parse_strategies
-from replay.tools.serve import MockTriton, parse_timing
-
-EXIT_EQUIVALENT = 0
-EXIT_DIFFERENT = 1
-
-
-def _strategies(text: str) -> tuple[str, ...]:
-    try:
-        return parse_strategies(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _timing(text: str) -> float | None:
-    try:
-        return parse_timing(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+if TYPE_CHECKING:
+    from replay.machine.tracker import RequestOutcome
+    from replay.tools.diff import DiffResult
 
 
 def _threshold(text: str) -> float:
@@ -48,88 +25,6 @@ def _threshold(text: str) -> float:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be a number of milliseconds >= 0: {text!r}")
     return value
-
-
-_MATCH_HELP = (f"comma-separated match strategies tried in order: id (model + request id), payload (model + input "
-               f"hash; needs --payload full captures: alone it is an error on others, with other strategies a "
-               f"warning), order (next unused request of the model); "
-               f"default {','.join(STRATEGIES)}")  # fmt: skip
-
-
-def payload_hint(capture: LoadedCapture, strategies: Sequence[str], what: str, err: TextIO) -> None:
-    """``--match payload`` on a capture without request bytes: an error when it is the only strategy
-    (nothing could ever match), else a warning that it is skipped for this capture. The default
-    strategies (the very :data:`STRATEGIES` object, not a --match the user gave) try payload only
-    when they can, so they say nothing."""
-    if strategies is STRATEGIES or "payload" not in strategies or capture.matchable_by_payload:
-        return
-    why = f"{what} holds no request payload bytes: --match payload needs captures recorded with --payload full"
-    if all(s == "payload" for s in strategies):
-        raise UserError(why)
-    print(f"triton-tap: warning: {why}; only {', '.join(s for s in strategies if s != 'payload')} can match", file=err)
-
-
-# -- serve -------------------------------------------------------------------------------------------
-
-
-async def _serve_until_signalled(server: MockTriton, listen: str, what: str) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    port = await server.start(listen)
-    host = listen.rsplit(":", 1)[0]
-    logging.getLogger("triton_tap.serve").info("serving %s on %s:%d (Ctrl-C stops)", what, host, port)
-    try:
-        await stop.wait()
-    finally:
-        await server.stop()
-
-
-def run_serve(args: argparse.Namespace) -> int:
-    """``triton-tap serve``."""
-    logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-    capture = load(args.capture)
-    log = logging.getLogger("triton_tap.serve")
-    for w in capture.outcomes.warnings:
-        log.warning("capture: %s", w)
-    payload_hint(capture, args.match, "the capture", sys.stderr)
-    server = MockTriton(capture, speed=args.timing, strategies=args.match, keep_ids=args.keep_ids)
-    what = f"{len(capture.calls)} captured call(s), {len(capture.candidates)} request(s)"
-    asyncio.run(_serve_until_signalled(server, args.listen, what))
-    return 0
-
-
-def add_serve_command(sub: Any) -> None:
-    """Register ``serve`` on a subparser set."""
-    p = sub.add_parser(
-        "serve",
-        help="a mock Triton gRPC server answering from captures",
-        description="Impersonate the captured Triton for any gRPC client: ModelStreamInfer, ModelInfer and the "
-        "readiness/metadata RPCs are answered from the capture(s). A request that matches nothing gets NOT_FOUND "
-        "naming the closest captured request. Runs until SIGINT/SIGTERM.",
-    )
-    p.add_argument("capture", nargs="+", metavar="CAPTURE", help="capture files (.jsonl, .jsonl.gz) and/or directories")
-    p.add_argument("--listen", default="127.0.0.1:8001", help="HOST:PORT to serve on (default %(default)s)")
-    p.add_argument(
-        "--timing",
-        type=_timing,
-        default=1.0,
-        metavar="as-captured|fast|xN",
-        help="response delays: as captured relative to each request (default), none, or N times faster",
-    )
-    p.add_argument("--match", type=_strategies, default=STRATEGIES, metavar="STRATEGIES", help=_MATCH_HELP)
-    p.add_argument(
-        "--keep-ids",
-        action="store_true",
-        help="answer with the captured request ids instead of echoing the incoming ones",
-    )
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    p.set_defaults(func=run_serve)
-
-
-# -- diff --------------------------------------------------------------------------------------------
 
 
 def _rid(r: RequestOutcome) -> str:
@@ -149,6 +44,11 @@ def _text(value: Any) -> str:
 
 def render_diff(result: DiffResult, out: TextIO) -> None:
     """The rich report: changed requests field by field, unpaired requests, a verdict."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from replay.cli.output import QuietConsole
+
     console = QuietConsole(file=out, width=None if out.isatty() else 160, highlight=False)
     if result.changed:
         table = Table(title="changed requests", title_justify="left")
@@ -194,6 +94,12 @@ def run_diff(paths_a: Sequence[str], paths_b: Sequence[str], *, as_json: bool = 
              strategies: Sequence[str] = STRATEGIES, threshold_ms: float = DEFAULT_THRESHOLD_MS,
              out: TextIO | None = None, err: TextIO | None = None) -> int:  # fmt: skip
     """Run ``diff``; returns the exit code (raises CaptureError when a capture is unreadable)."""
+    import orjson
+
+    from replay.cli.output import write_result
+    from replay.tools.captured import load
+    from replay.tools.diff import diff
+
     out = out or sys.stdout
     err = err or sys.stderr
     a, b = load(list(paths_a)), load(list(paths_b))
@@ -206,7 +112,7 @@ def run_diff(paths_a: Sequence[str], paths_b: Sequence[str], *, as_json: bool = 
         write_result(out, lambda: out.write(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n"))
     else:
         write_result(out, lambda: render_diff(result, out))
-    return EXIT_EQUIVALENT if result.equivalent else EXIT_DIFFERENT
+    return EXIT_OK if result.equivalent else EXIT_FINDINGS
 
 
 def add_diff_command(sub: Any) -> None:
@@ -224,7 +130,7 @@ def add_diff_command(sub: Any) -> None:
     p.add_argument("a", metavar="A", help="the reference capture (file or directory)")
     p.add_argument("b", metavar="B", help="the capture to compare with it")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the report")
-    p.add_argument("--match", type=_strategies, default=STRATEGIES, metavar="STRATEGIES", help=_MATCH_HELP)
+    p.add_argument("--match", type=strategies_type, default=STRATEGIES, metavar="STRATEGIES", help=MATCH_HELP)
     p.add_argument(
         "--timing-threshold",
         type=_threshold,

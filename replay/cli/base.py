@@ -1,0 +1,81 @@
+"""What every ``triton-tap`` command shares: the parser, argument types, and error -> exit code.
+
+Both command trees (``triton-tap ...`` in :mod:`proxy.cli`, ``python -m replay`` in
+:mod:`replay.cli.main`) run through :func:`run_guarded`, so an error a user can meet is one line on
+stderr and the same exit code whichever way the command was started. This module imports nothing
+heavy: ``triton-tap --help`` must not load the relay, grpc or tritonclient.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+from replay.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, TritonTapError, UserError, exit_code_for
+
+#: Upper bound of the integer flags (--payload-cap, --length): the capture's JSON holds 64-bit ints only.
+MAX_INT = 2**31
+#: Upper bound of the float flags (seconds, milliseconds, MB): larger ones overflow timers and sizes.
+MAX_FLOAT = 1e9
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as one line (exit :data:`~replay.errors.EXIT_USAGE`)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def positive_float(text: str) -> float:
+    """argparse type of every duration/size flag: a finite number in (0, MAX_FLOAT]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    # nan passes every comparison, inf overflows int(); neither is a duration or a size.
+    if not math.isfinite(value) or not 0 < value <= MAX_FLOAT:
+        raise argparse.ArgumentTypeError(f"must be a number > 0 and <= {MAX_FLOAT:g}: {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type of the count/size flags: an integer in 1..MAX_INT."""
+    if not text.isascii() or not text.isdigit() or not 0 < int(text) <= MAX_INT:
+        raise argparse.ArgumentTypeError(f"must be an integer 1..{MAX_INT}: {text!r}")
+    return int(text)
+
+
+def hostport(flag: str, *, listen: bool) -> Callable[[str], str]:
+    """An argparse type checking ``HOST:PORT`` (port 0 only where a free port can be listened on)."""
+    from replay.hostport import parse_hostport
+
+    def check(text: str) -> str:
+        try:
+            parse_hostport(text, flag, allow_port_zero=listen)
+        except UserError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return text
+
+    return check
+
+
+def fail(error: TritonTapError) -> int:
+    """Print ``error`` as the one line every command uses; return its exit code."""
+    print(f"triton-tap: error: {error}", file=sys.stderr)
+    return exit_code_for(error)
+
+
+def run_guarded(run: Callable[[], int]) -> int:
+    """Run a parsed command; errors a user can meet become one line on stderr and an exit code."""
+    try:
+        return run()
+    except TritonTapError as e:
+        return fail(e)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `check ... | head`: the reader went away; what was computed stands, so not an error of ours.
+        return EXIT_OK

@@ -1,0 +1,85 @@
+"""``triton-tap serve``: argument parsing and the mock server process's lifetime."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from typing import TYPE_CHECKING, Any
+
+from replay.cli.matching import MATCH_HELP, payload_hint, strategies_type
+from replay.tools.match import STRATEGIES
+
+if TYPE_CHECKING:
+    from replay.tools.serve import MockTriton
+
+
+def _timing(text: str) -> float | None:
+    from replay.tools.serve import parse_timing
+
+    try:
+        return parse_timing(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+async def _serve_until_signalled(server: MockTriton, listen: str, what: str) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    port = await server.start(listen)
+    host = listen.rsplit(":", 1)[0]
+    logging.getLogger("triton_tap.serve").info("serving %s on %s:%d (Ctrl-C stops)", what, host, port)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """``triton-tap serve``."""
+    from replay.tools.captured import load
+    from replay.tools.serve import MockTriton
+
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    capture = load(args.capture)
+    log = logging.getLogger("triton_tap.serve")
+    for w in capture.outcomes.warnings:
+        log.warning("capture: %s", w)
+    payload_hint(capture, args.match, "the capture", sys.stderr)
+    server = MockTriton(capture, speed=args.timing, strategies=args.match, keep_ids=args.keep_ids)
+    what = f"{len(capture.calls)} captured call(s), {len(capture.candidates)} request(s)"
+    asyncio.run(_serve_until_signalled(server, args.listen, what))
+    return 0
+
+
+def add_serve_command(sub: Any) -> None:
+    """Register ``serve`` on a subparser set."""
+    p = sub.add_parser(
+        "serve",
+        help="a mock Triton gRPC server answering from captures",
+        description="Impersonate the captured Triton for any gRPC client: ModelStreamInfer, ModelInfer and the "
+        "readiness/metadata RPCs are answered from the capture(s). A request that matches nothing gets NOT_FOUND "
+        "naming the closest captured request. Runs until SIGINT/SIGTERM.",
+    )
+    p.add_argument("capture", nargs="+", metavar="CAPTURE", help="capture files (.jsonl, .jsonl.gz) and/or directories")
+    p.add_argument("--listen", default="127.0.0.1:8001", help="HOST:PORT to serve on (default %(default)s)")
+    p.add_argument(
+        "--timing",
+        type=_timing,
+        default=1.0,
+        metavar="as-captured|fast|xN",
+        help="response delays: as captured relative to each request (default), none, or N times faster",
+    )
+    p.add_argument("--match", type=strategies_type, default=STRATEGIES, metavar="STRATEGIES", help=MATCH_HELP)
+    p.add_argument(
+        "--keep-ids",
+        action="store_true",
+        help="answer with the captured request ids instead of echoing the incoming ones",
+    )
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.set_defaults(func=run_serve)
