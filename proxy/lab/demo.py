@@ -96,7 +96,7 @@ def _traffic(url: str) -> list[str]:
 
 def main(workdir: Path | None) -> int:
     """Run the demo; returns the exit code of the final ``replay check``."""
-    from replay.tools.check import check
+    from replay.cli.check import check
 
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="triton-tap-demo-"))
     root.mkdir(parents=True, exist_ok=True)

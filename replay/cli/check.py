@@ -1,9 +1,125 @@
-"""``triton-tap replay check``: its arguments (the check itself is :mod:`replay.tools.check`)."""
+"""``replay check``: per-request outcomes and protocol violations of a capture, for people or machines.
+
+Exit codes: 0 the capture is readable and shows no violation, 1 it shows violations (or responses
+that cannot be attributed to a request), 2 it is unreadable (raised as
+:class:`~replay.errors.CaptureError`, which the CLI prints as one line). Outcomes such as
+``cancelled`` or ``error`` are facts about the traffic, not violations; holes in the capture are
+reported but do not change the exit code (they are the recorder's problem, not the client's).
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import orjson
+from rich.table import Table
+
+from replay.capture.reader import read_capture
+from replay.cli.output import QuietConsole, write_result
+from replay.cli.progress import with_progress
+from replay.errors import EXIT_FINDINGS, EXIT_OK
+from replay.machine.tracker import RequestOutcome, Tracker, TrackResult
+
+_STYLE = {
+    "completed": "green",
+    "cancelled": "yellow",
+    "deadline": "yellow",
+    "disconnected": "red",
+    "interrupted": "red",
+    "error": "red",
+    "unconfirmed": "cyan",
+    "incomplete": "magenta",
+}
+
+
+def exit_code(result: TrackResult) -> int:
+    """0 when the capture shows no violation, else 1."""
+    return EXIT_OK if result.ok else EXIT_FINDINGS
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}"
+
+
+def _interesting(r: RequestOutcome) -> bool:
+    return bool(r.violations) or r.outcome != "completed"
+
+
+def render_human(result: TrackResult, out: TextIO, *, rows: int) -> None:
+    """The rich table of requests, unattributable responses, holes and a summary."""
+    console = QuietConsole(file=out, width=None if out.isatty() else 160, highlight=False)
+    shown: Sequence[RequestOutcome] = result.requests
+    hidden = 0
+    if rows and len(shown) > rows:
+        # Too many to read: keep what needs attention, in capture order.
+        picked = [r for r in shown if _interesting(r)][:rows]
+        hidden = len(shown) - len(picked)
+        shown = picked
+    table = Table(title="requests", title_justify="left")
+    for col, justify in (
+        ("call", "left"), ("request id", "left"), ("model", "left"), ("outcome", "left"),
+        ("responses (text)", "right"), ("final", "left"), ("first ms", "right"), ("ms", "right"),
+        ("violations", "left"),
+    ):  # fmt: skip
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in shown:
+        rid = "(none)" if r.request_id is None else repr(r.request_id) if r.request_id == "" else r.request_id
+        if r.occurrence:
+            rid += f" #{r.occurrence + 1}"
+        style = _STYLE.get(r.outcome, "")
+        outcome = f"[{style}]{r.outcome}[/]" if style else r.outcome
+        if r.error and r.outcome != "completed":
+            outcome += f" ({r.error})"
+        table.add_row(
+            r.call, rid, r.model or "", outcome, f"{r.responses} ({r.text_responses})",
+            "" if r.final is None else str(r.final).lower(), _ms(r.first_response_ms), _ms(r.duration_ms),
+            "[bold red]" + ", ".join(v.name for v in r.violations) + "[/]" if r.violations else "",
+        )  # fmt: skip
+    console.print(table)
+    if hidden:
+        console.print(f"{hidden} request(s) not shown (--rows 0 shows all; --json gives everything)")
+    if result.unattributable:
+        un = Table(title="unattributable responses", title_justify="left")
+        for col in ("call", "seq", "request id", "reason", "final", "error"):
+            un.add_column(col)
+        for u in result.unattributable:
+            un.add_row(u.call, str(u.seq), repr(u.request_id), u.reason, str(u.final), u.error or "")
+        console.print(un)
+    for g in result.gaps:
+        where = f"{g.file}:{g.line}" if g.line is not None else g.file
+        console.print(f"[yellow]hole[/] {g.kind} at {where}: {g.detail}")
+    s = result.summary()
+    outcomes = ", ".join(f"{k} {v}" for k, v in sorted(s["outcomes"].items())) or "none"
+    console.print(
+        f"{s['requests']} request(s) on {s['calls']} call(s) in {s['records']} record(s): {outcomes}; "
+        f"{s['violations']} violation(s), {s['unattributable']} unattributable response(s), {s['gaps']} hole(s)"
+        + ("" if s["complete"] else "; capture incomplete")
+    )
+    if s["violations_by_name"]:
+        console.print("violations: " + ", ".join(f"{k} {v}" for k, v in sorted(s["violations_by_name"].items())))
+
+
+def check(paths: Sequence[str], *, as_json: bool = False, rows: int = 100,
+          out: TextIO | None = None, err: TextIO | None = None) -> int:  # fmt: skip
+    """Run ``replay check`` on ``paths``; returns the exit code (raises CaptureError when unreadable)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    reader = read_capture(list(paths))
+    tracker = Tracker()
+    for seq, record in with_progress(reader, err):
+        tracker.feed(seq, record)
+    result = tracker.finish(reader.gaps, reader.warnings)
+    for w in result.warnings:
+        print(f"triton-tap: warning: {w}", file=err)
+    if as_json:
+        write_result(out, lambda: out.write(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n"))
+    else:
+        write_result(out, lambda: render_human(result, out, rows=rows))
+    # A reader that stopped early (`| head`) changes nothing about what was found.
+    return exit_code(result)
 
 
 def _rows(text: str) -> int:
@@ -33,6 +149,4 @@ def add_check_command(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from replay.tools.check import check
-
     return check(args.capture, as_json=args.json, rows=args.rows)

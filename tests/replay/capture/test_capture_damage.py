@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from replay.capture.reader import read_capture
 from replay.capture.schema import KINDS, decode
+from replay.cli.check import check
 from replay.cli.diff import run_diff
+from replay.cli.report import build_report
 from replay.errors import CaptureError
 from replay.machine.tracker import track
 from replay.tools.captured import load
-from replay.tools.check import check
-from replay.tools.report.command import build_report
 from tests.support.paths import DATA
 
 GOLDEN = ("stream_cancel.jsonl", "unary.jsonl", "interleaved.jsonl", "gaps.jsonl", "error_midstream.jsonl")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from replay.capture.reader import read_capture
-from replay.tools.report.command import render_html
 from replay.tools.report.model import ERROR, FINAL, TEXT, UNATTRIBUTED, ReportBuilder, percentile
+from replay.tools.report.page import render_html
 from tests.support.paths import DATA
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from replay.cli.report import build_report
 from replay.errors import UserError
-from replay.tools.report.command import build_report, render_html
+from replay.tools.report.page import render_html
 from tests.support.paths import DATA
 
 
