@@ -104,7 +104,7 @@ class ProxyMetrics(Collector):
         for m, n in sorted(dict(self.started).items()):
             started.add_metric([m], n)
         yield started
-        ended = CounterMetricFamily("triton_tap_calls", "RPCs ended, by method and cause (see the README's Causes)",
+        ended = CounterMetricFamily("triton_tap_calls", "RPCs ended, by method and cause (see docs/recording.md#causes)",
                                     labels=["method", "cause"])  # fmt: skip
         for (m, c), n in sorted(dict(self.ended).items()):
             ended.add_metric([m, c], n)

@@ -2,7 +2,7 @@
 
 Why frames and not a gRPC proxy: only at the HTTP/2 level can the proxy tell an explicit cancel
 (RST_STREAM CANCEL) from a dead client (EOF) or a deadline, forward the client's own headers
-(user-agent included) untouched, and keep up with the wire (see the README's measurements).
+(user-agent included) untouched, and keep up with the wire (see docs/benchmarks.md).
 
 Why verbatim: stream ids, settings, flow-control windows, pings and HPACK state are negotiated end
 to end between the client and Triton; the proxy reads each frame (:mod:`proxy.wire.frames`), records what

@@ -2,7 +2,7 @@
 
 Pure functions; the proxy calls them when a call ends, replay never needs to (the cause is in the
 capture). The status vocabulary (``STATUS_NAMES``, ``STATUS_FOR_CAUSE``) is the capture's, in
-:mod:`replay.capture.events`. The deadline rule and its slack are documented in the README.
+:mod:`replay.capture.events`. The deadline rule and its slack are documented in docs/recording.md (Causes).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Pure and synchronous (bytes in, frames out). Why not a full HTTP/2 stack (``h2``
 terminate HTTP/2, it passes each frame on unchanged — settings, windows, pings and header blocks
 are negotiated end to end by client and Triton — so it needs to *read* frames, not to own their
 state. That makes the proxy transparent byte for byte and costs a fraction of a full stack: no
-re-encoding of header blocks, no flow-control bookkeeping, no frame objects (see the README's
-measurements).
+re-encoding of header blocks, no flow-control bookkeeping, no frame objects (see docs/architecture.md,
+"Why h2", and docs/benchmarks.md).
 
 What the proxy still must know, and how it stays right:
 - frame boundaries and the framing rules a relay could be fooled by (sizes, stream ids, padding,

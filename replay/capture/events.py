@@ -3,8 +3,8 @@
 Every line of a capture file is one of these events, serialised as a JSON object with three
 envelope fields added by the writer (``v``, ``seq``, ``kind``). The dataclass fields below are the
 record's fields, in order; the ``Annotated`` text is the field's documentation, from which the
-README's schema section is generated (``python -m replay.capture.schema --markdown``), so code and docs
-cannot drift apart.
+records section of docs/capture-format.md is generated (``python -m replay.capture.schema --markdown``),
+so code and docs cannot drift apart.
 
 The proxy builds these on the hot path and the writer hands them to orjson as they are (orjson
 serialises slotted dataclasses natively), so they stay plain: no methods, no validation here.
@@ -324,7 +324,7 @@ class CaptureEnded:
     next_file: Annotated[str | None, "with `rotate`: name of the file the capture continues in"] = None
 
 
-#: Every record kind, in the order the README documents them.
+#: Every record kind, in the order docs/capture-format.md documents them.
 RECORD_TYPES: tuple[type[Any], ...] = (
     CaptureStarted,
     CallStarted,

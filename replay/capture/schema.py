@@ -1,7 +1,7 @@
 """The capture format: version, encoding of records to JSONL lines, decoding back, documentation.
 
 The record fields themselves are defined once, in :mod:`replay.capture.events`. This module adds the
-envelope (``v``, ``seq``, ``kind``), the version policy and the generated README section.
+envelope (``v``, ``seq``, ``kind``), the version policy and the generated section of docs/capture-format.md.
 
 Version policy (mitmproxy-style): a reader accepts every version up to :data:`SCHEMA_VERSION`,
 upgrading older records through :data:`_UPGRADES`, and refuses a newer one with a clear message.
@@ -244,7 +244,7 @@ def _type_text(tp: Any) -> str:
 
 
 def markdown() -> str:
-    """The README's capture-schema section, generated from :mod:`replay.capture.events`."""
+    """docs/capture-format.md's records section, generated from :mod:`replay.capture.events`."""
     out = [
         f"Schema version **{SCHEMA_VERSION}**. Every line: `v` (schema version), `seq` (record number, "
         "gap-free across the whole capture, rotated files included), `kind`, then the fields below.",

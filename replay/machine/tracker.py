@@ -4,7 +4,7 @@ One :class:`RequestMachine` per request identity (call + request id + occurrence
 and never raises: :class:`Tracker` feeds it :class:`Input` values derived from capture records,
 and an input the table does not allow is *recorded* as a violation.
 
-Domain rules the table encodes (the README's "Request outcomes" section repeats them):
+Domain rules the table encodes (docs/replay.md's "Request outcomes" section repeats them):
 
 * Completion is the raw ``final`` flag only. ``final_received`` is "completed, its call still
   open"; any end of the call then makes it ``completed``: the final flag was the request's whole
