@@ -16,7 +16,7 @@ from rich.table import Table
 
 from replay.cli.output import QuietConsole, write_result
 from replay.errors import UserError
-from replay.machine.tracker import RequestOutcome
+from replay.machine.outcomes import RequestOutcome
 from replay.tools.captured import LoadedCapture, load
 from replay.tools.diff import DEFAULT_THRESHOLD_MS, DiffResult, diff
 from replay.tools.match import STRATEGIES, parse_strategies

@@ -20,7 +20,8 @@ from rich.table import Table
 from replay.capture.reader import read_capture
 from replay.cli.output import QuietConsole, write_result
 from replay.cli.progress import with_progress
-from replay.machine.tracker import RequestOutcome, Tracker, TrackResult
+from replay.machine.outcomes import RequestOutcome, TrackResult
+from replay.machine.tracker import Tracker
 
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1

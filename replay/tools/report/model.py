@@ -28,7 +28,8 @@ from replay.capture import events as ev
 from replay.capture.methods import short_method
 from replay.capture.reader import Gap
 from replay.capture.schema import encode
-from replay.machine.tracker import RequestOutcome, Tracker
+from replay.machine.outcomes import RequestOutcome
+from replay.machine.tracker import Tracker
 
 #: Embed every record (for hover) only up to this many; larger captures show the compact fields.
 RECORD_LIMIT = 20_000
