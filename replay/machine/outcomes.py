@@ -14,6 +14,40 @@ from replay.machine.table import Violation
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class GroupOutcome:
+    """Requests of one call that were in flight together with one id (most often ``""``): the wire
+    shows their responses and finals, not which request each belongs to, so they are counted here."""
+
+    first_seq: int  # the record of the group's first request (the group's name, with the call)
+    request_id: str
+    requests: int
+    responses: int  # responses received while two or more of the group were in flight
+    text_responses: int
+    ended: dict[str, int]  # how the group's requests ended: final kinds, then the call's end for the rest
+    errors_without_final: int  # error responses that did not carry the final flag
+    per_request: bool  # every request of the group ended the same way: each request's outcome is exact
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``group`` object of a request entry in ``check --json``."""
+        return {
+            "first_seq": self.first_seq,
+            "request_id": self.request_id,
+            "requests": self.requests,
+            "responses": self.responses,
+            "text_responses": self.text_responses,
+            "ended": dict(self.ended),
+            "errors_without_final": self.errors_without_final,
+            "per_request": self.per_request,
+        }
+
+    def describe(self) -> str:
+        """``ended: 7 completed, 3 error`` as people read it."""
+        ended = ", ".join(f"{n} {k}" for k, n in self.ended.items() if n) or "none"
+        extra = f"; {self.errors_without_final} error(s) without final" if self.errors_without_final else ""
+        return f"group of {self.requests} (ended: {ended}{extra}; {self.responses} response(s))"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RequestOutcome:
     """What happened to one request, as ``replay check`` reports it."""
 
@@ -32,6 +66,10 @@ class RequestOutcome:
     status: str | None  # the call's gRPC status name, null when the capture ended first
     error: str | None  # the in-band error message, else the call's details when its status is not OK
     violations: tuple[Violation, ...]
+    #: The request's id group when several with its id were in flight together, else None.
+    group: GroupOutcome | None = None
+    #: Facts worth a note that are not violations (``missing_final``: an error without a final flag).
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The entry of ``check --json``'s ``requests`` list."""
@@ -51,6 +89,8 @@ class RequestOutcome:
             "status": self.status,
             "error": self.error,
             "violations": [{"violation": v.name, "seq": v.seq, "detail": v.detail} for v in self.violations],
+            "group": None if self.group is None else self.group.to_json(),
+            "notes": list(self.notes),
         }
 
 
@@ -110,8 +150,17 @@ class TrackResult:
 
     @property
     def ok(self) -> bool:
-        """No violation and every response attributed (``check``'s exit 0)."""
+        """No violation and every response attributed (``check``'s exit 0).
+
+        Requests known only for their id group are not a failure: that ambiguity comes from the
+        client's choice of ids (tritonclient's default is ``""``), not from the server.
+        """
         return not self.unattributable and not any(r.violations for r in self.requests)
+
+    @property
+    def group_only(self) -> int:
+        """Requests whose own outcome is known only for their id group (a warning, not a failure)."""
+        return sum(1 for r in self.requests if r.group is not None and not r.group.per_request)
 
     def summary(self) -> dict[str, Any]:
         """Counts for the ``summary`` object of ``check --json``."""
@@ -141,6 +190,8 @@ class TrackResult:
             "violations": sum(names.values()),
             "violations_by_name": names,
             "unattributable": len(self.unattributable),
+            "groups": len({(r.call, r.group.first_seq) for r in self.requests if r.group is not None}),
+            "known_only_for_group": self.group_only,
             "unlabelled_messages": self.unlabelled_messages,
             "gaps": len(self.gaps),
             "warnings": list(self.warnings),

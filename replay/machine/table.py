@@ -45,6 +45,7 @@ class State(enum.StrEnum):
     ERROR = "error"
     UNCONFIRMED = "unconfirmed"
     INCOMPLETE = "incomplete"
+    GROUP = "group"  # one of several requests sharing an id whose ends differed: known only for the group
 
 
 class Input(enum.StrEnum):
@@ -65,6 +66,7 @@ class Input(enum.StrEnum):
     END_UPSTREAM_DISCONNECT = "end_upstream_disconnect"
     END_PROXY_SHUTDOWN = "end_proxy_shutdown"
     CAPTURE_ENDED = "capture_ended"  # the capture ended while the call was still open
+    GROUP_MIXED = "group_mixed"  # the request's id group ended in different ways: its own is unknown
 
 
 S, In = State, Input
@@ -87,8 +89,9 @@ END_INPUTS = frozenset(
 OPEN = frozenset({S.SENT, S.RECEIVING, S.ERROR_RECEIVED, S.REPLIED})
 #: States a request can be left in once its call is over (what ``check`` reports).
 TERMINAL = frozenset(
-    {S.COMPLETED, S.CANCELLED, S.DEADLINE, S.DISCONNECTED, S.INTERRUPTED, S.ERROR, S.UNCONFIRMED, S.INCOMPLETE}
-)
+    {S.COMPLETED, S.CANCELLED, S.DEADLINE, S.DISCONNECTED, S.INTERRUPTED, S.ERROR, S.UNCONFIRMED, S.INCOMPLETE,
+     S.GROUP}
+)  # fmt: skip
 
 #: Input of the call's end by ``cause`` (``ok`` is split by whether a final flag was due).
 END_BY_CAUSE: dict[str, Input] = {
@@ -140,7 +143,12 @@ def _table() -> dict[tuple[State, Input], State]:
     for state in (S.SENT, S.RECEIVING, S.REPLIED):
         for inp, target in _ENDS_OPEN.items():
             t[state, inp] = target
+    # A request of an id group (several in flight with one id) whose members ended differently.
+    for state in (S.SENT, S.RECEIVING, S.ERROR_RECEIVED):
+        t[state, In.GROUP_MIXED] = S.GROUP
     for inp in END_INPUTS:
+        # The group's own missing finals are counted on the group (the wire cannot say whose).
+        t[S.GROUP, inp] = S.GROUP
         t[S.FINAL_RECEIVED, inp] = S.COMPLETED
         t[S.ERROR, inp] = S.ERROR
         if inp is not In.END_OK_FINAL_DUE:
@@ -167,13 +175,15 @@ def violation_name(state: State, inp: Input) -> str:
     if inp is In.END_OK_FINAL_DUE and state in OPEN:
         return "missing_final"
     if inp in RESPONSE_INPUTS:
-        if state in (S.FINAL_RECEIVED, S.COMPLETED, S.ERROR, S.REPLIED):
+        if state in (S.FINAL_RECEIVED, S.COMPLETED, S.ERROR, S.REPLIED, S.GROUP):
             return "response_after_final"
         if state in TERMINAL:
             return "response_after_end"
         return f"unexpected_{inp.value}"
     if inp in END_INPUTS and state in TERMINAL:
         return "end_after_end"
+    if inp is In.GROUP_MIXED:
+        return "group_after_end"
     return f"unexpected_{inp.value}_in_{state.value}"  # pragma: no cover - the table covers the rest
 
 

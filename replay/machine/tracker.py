@@ -31,6 +31,7 @@ from typing import Any
 from replay.capture import events as ev
 from replay.capture.methods import INFER, STREAM_INFER
 from replay.capture.reader import Gap, PathLike, SeqWatch, read_capture
+from replay.machine.groups import Group
 from replay.machine.outcomes import CallOutcome, RequestOutcome, TrackResult, Unattributable
 from replay.machine.table import END_BY_CAUSE, OPEN, Input, RequestMachine, State
 
@@ -45,6 +46,7 @@ class _Request:
         "error",
         "final",
         "final_due",
+        "group",
         "machine",
         "model",
         "occurrence",
@@ -74,6 +76,7 @@ class _Request:
         self.t_done: int | None = None
         self.error: str | None = None
         self.sha = rec.payload_sha256
+        self.group: Group[_Request] | None = None
 
 
 class _Call:
@@ -83,6 +86,7 @@ class _Call:
         "details",
         "duration_ms",
         "ended",
+        "groups",
         "id",
         "method",
         "requests",
@@ -100,6 +104,7 @@ class _Call:
         self.t_start = t_start
         self.requests: list[_Request] = []
         self.by_id: dict[str, list[_Request]] = {}
+        self.groups: dict[str, Group[_Request]] = {}  # the latest id group per request id (stream calls)
         self.ended = False
         self.status: str | None = None
         self.cause: str | None = None
@@ -213,6 +218,13 @@ class Tracker:
         r = _Request(call, rec, seq, len(same))
         same.append(r)
         call.requests.append(r)
+        if call.stream:
+            group = call.groups.get(rec.request_id)
+            if group is not None and group.open:
+                group.join(r)
+            else:
+                call.groups[rec.request_id] = Group(r, rec.request_id)
+            r.group = call.groups[rec.request_id]
         where = None
         if rec.request_id:
             where = self._cancelled_keys.get((rec.model, rec.request_id))
@@ -240,20 +252,20 @@ class Tracker:
                 return
             inp = Input.REPLY
         else:
-            same = call.by_id.get(rec.request_id, [])
-            in_flight = [r for r in same if r.machine.state in OPEN]
-            if len(in_flight) > 1:
-                self._unattributed(call, seq, rec, "ambiguous")
-                return
-            if in_flight:
-                target = in_flight[0]
-            elif same:
-                target = same[-1]
-            else:
+            group = call.groups.get(rec.request_id)
+            if group is None:
                 self._unattributed(call, seq, rec, "empty_id" if rec.request_id == "" else "unknown_id")
                 return
             err, fin = bool(rec.error), rec.final is True
+            if group.shared and group.open:
+                self._grouped(call, group, seq, rec)
+                return
+            # A group of one, or a group already over: the response is its (last) request's own;
+            # after the final it is the `response_after_final` violation of that request.
+            target = group.members[-1]
             inp = Input.ERROR_FINAL if err and fin else Input.ERROR if err else Input.FINAL if fin else Input.RESPONSE
+            if target.machine.state in OPEN and fin:
+                group.open -= 1
         target.machine.feed(inp, seq)
         target.responses += 1
         if rec.outputs:
@@ -271,6 +283,20 @@ class Tracker:
         if self._on_response is not None:
             self._on_response(call.id, target.seq, seq, rec)
 
+    def _grouped(self, call: _Call, group: Group[_Request], seq: int, rec: ev.MessageSeen) -> None:
+        """A response of a shared id group: counted for the group; the group closes at its last final."""
+        if rec.error and group.error is None:
+            group.error = rec.error
+        if group.count(text=bool(rec.outputs), error=bool(rec.error), final=rec.final is True):
+            group.close(None, seq)
+            for m in group.members:
+                if m.t_done is None:
+                    m.t_done = rec.t_ns  # the group's last final: each ended by then
+        if self._on_response is not None:
+            # Which request it answers is unknown; the latest one sent before it could have caused
+            # it, so serve replays it no earlier than the wire did and the report draws it there.
+            self._on_response(call.id, group.members[-1].seq, seq, rec)
+
     def _unattributed(self, call: _Call, seq: int, rec: ev.MessageSeen, reason: str) -> None:
         self._unattributable.append(
             Unattributable(call=call.id, seq=seq, request_id=rec.request_id, reason=reason, final=rec.final,
@@ -281,6 +307,7 @@ class Tracker:
         call.ended = True
         call.cause = cause
         base = END_BY_CAUSE.get(cause, Input.END_ERROR)
+        self._close_groups(call, base, seq)
         for r in call.requests:
             inp = base
             if inp is Input.END_OK and call.stream and r.final_due:
@@ -295,9 +322,23 @@ class Tracker:
                 if r.sha is not None:
                     self._cancelled_hashes[r.sha] = where
 
+    @staticmethod
+    def _close_groups(call: _Call, end: Input, seq: int | None) -> None:
+        for group in call.groups.values():
+            if group.shared and group.outcome is None:
+                due = end is Input.END_OK and any(m.final_due for m in group.members)
+                group.close(Input.END_OK_FINAL_DUE if due else end, seq)
+                if due and group.open:
+                    # Finals were due and some never came; whose is unknown: one violation for the group.
+                    group.members[0].machine.add_violation(
+                        "missing_final", seq, f"{group.open} of the {len(group.members)} requests with id "
+                        f"{group.request_id!r} sent together got no final flag before the call ended OK",
+                    )  # fmt: skip
+
     def _capture_over(self, seq: int | None) -> None:
         for call in self._order:
             if not call.ended and (call.unary or call.stream):
+                self._close_groups(call, Input.CAPTURE_ENDED, seq)
                 call.ended = True
                 for r in call.requests:
                     r.machine.feed(Input.CAPTURE_ENDED, seq)
@@ -313,14 +354,19 @@ class Tracker:
             for r in call.requests:
                 error = r.error
                 state = r.machine.state
+                group = r.group.outcome if r.group is not None else None
+                if error is None and r.group is not None and state in (State.ERROR, State.GROUP):
+                    error = r.group.error
                 if error is None and state is not State.COMPLETED and call.status not in (None, "OK"):
                     error = call.details or call.status
+                # An error without the final flag and a clean end: no final seen (see docs/outcomes.md).
+                notes = ("missing_final",) if state is State.ERROR and r.final is False and call.cause == "ok" else ()
                 out = RequestOutcome(
                     call=call.id, kind="unary" if call.unary else "stream", model=r.model, request_id=r.request_id,
                     occurrence=r.occurrence, seq=r.seq, outcome=state.value, responses=r.responses,
                     text_responses=r.text, final=r.final, first_response_ms=_ms(r.t_sent, r.t_first),
                     duration_ms=_ms(r.t_sent, r.t_done), status=call.status, error=error,
-                    violations=tuple(r.machine.violations),
+                    violations=tuple(r.machine.violations), group=group, notes=notes,
                 )  # fmt: skip
                 requests.append(out)
             calls.append(
