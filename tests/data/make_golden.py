@@ -146,9 +146,9 @@ class Builder:
     def cancel(self, call: str, cause: str, *, rst_code: int | None = None, ms: float = 1.0) -> None:
         self.tick(ms)
         st = self.calls[call]
-        in_flight, executing = st.inflight.snapshot()
+        in_flight, responded = st.inflight.snapshot()
         self.records.append(
-            ev.CallCancelled(t_ns=self.t, call=call, cause=cause, in_flight=in_flight, executing=executing,  # type: ignore[arg-type]
+            ev.CallCancelled(t_ns=self.t, call=call, cause=cause, in_flight=in_flight, responded=responded,  # type: ignore[arg-type]
                              rst_code=rst_code, elapsed_ms=(self.t - st.t0) / 1e6,
                              forwarded_upstream=cause not in ("upstream_disconnect",))
         )  # fmt: skip
@@ -408,7 +408,7 @@ def idless_error_finals() -> bytes:
     # by one error response carrying the final flag; the stream ends OK.
     b = Builder().start()
     b.call("c1.1")
-    for i in range(10):
+    for _ in range(10):
         b.request("c1.1", "", model="scripted", prompt="E", empty_final=None, ms=0.1)
     for _ in range(10):
         b.response("c1.1", "", None, final=True, model="scripted", error="scripted: error 1")
@@ -552,6 +552,13 @@ def too_new() -> bytes:
     return b"".join([lines[0], newer, *lines[2:]])
 
 
+def stream_cancel_v1() -> bytes:
+    # What a schema-1 proxy wrote: the cancel record's `responded` was called `executing`.
+    lines = _lines(stream_cancel())
+    v1 = [ln.replace(b'{"v":%d,' % SCHEMA_VERSION, b'{"v":1,', 1).replace(b'"responded":', b'"executing":') for ln in lines]
+    return b"".join(v1)
+
+
 def garbled_middle() -> bytes:
     lines = _lines(one_response())
     return b"".join([*lines[:2], b'{"v":1,"seq":2,"kind":"message","t_ns":17800000\x00\x00 garbage\n', *lines[3:]])
@@ -619,8 +626,15 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "stream_cancel.jsonl": Scenario(
         stream_cancel,
-        "stream-wide client cancel (RST CANCEL) with `a` executing and `b` queued: both "
+        "stream-wide client cancel (RST CANCEL) with `a` answering and `b` not yet: both "
         "cancelled; `done`, finished before, stays completed",
+        0,
+        (("done", "completed", ()), ("a", "cancelled", ()), ("b", "cancelled", ())),
+    ),
+    "stream_cancel_v1.jsonl": Scenario(
+        stream_cancel_v1,
+        "stream_cancel as schema version 1 wrote it (the cancel's `responded` named `executing`): read "
+        "through the upgrade chain, same outcomes",
         0,
         (("done", "completed", ()), ("a", "cancelled", ()), ("b", "cancelled", ())),
     ),
