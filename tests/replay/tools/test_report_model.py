@@ -74,7 +74,7 @@ def test_unattributable_responses_get_their_own_lane() -> None:
     t = m["ticks"]
     un = [t["flags"][k] for k in range(len(t["t"])) if t["lane"][k] == lane]
     assert len(un) == 2 and all(f & UNATTRIBUTED for f in un)  # unknown_id, empty_id (the `dup` one is its group's)
-    assert m["unattributable"] == 3
+    assert m["unattributable"] == 2
 
 
 def test_non_inference_calls_are_lanes_of_their_own() -> None:
