@@ -80,7 +80,7 @@ def render_human(result: TrackResult, out: TextIO, *, rows: int) -> None:
         if r.error and r.outcome != "completed":
             outcome += f" ({r.error})"
         if r.notes:
-            outcome += " [" + ", ".join(r.notes) + "]"
+            outcome += " (note: " + ", ".join(r.notes) + ")"  # not [..]: rich markup
         if r.group is not None:
             outcome += " " + ("" if r.group.per_request else "known only for the ") + r.group.describe()
         table.add_row(
