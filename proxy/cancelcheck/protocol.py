@@ -719,7 +719,7 @@ def _with_capture(obs: vd.CaseObservation, capture: Path) -> vd.CaseObservation:
         return dataclasses.replace(obs, not_covered=(*obs.not_covered, "the proxy recorded no cancel for this request"))
     return dataclasses.replace(
         obs, upstream_rst_us=cancel.upstream_rst_us, late_frames=late,
-        proxy_in_flight=tuple(cancel.in_flight), proxy_executing=tuple(cancel.executing),
+        proxy_in_flight=tuple(cancel.in_flight), proxy_responded=tuple(cancel.responded),
     )  # fmt: skip
 
 

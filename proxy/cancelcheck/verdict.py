@@ -165,7 +165,7 @@ class CaseObservation:
     upstream_rst_us: float | None = None  # through the proxy: client RST -> proxy RST upstream
     late_frames: int | None = None  # through the proxy: frames Triton still sent after the RST
     proxy_in_flight: tuple[str, ...] | None = None  # through the proxy: the cancel record's view
-    proxy_executing: tuple[str, ...] | None = None
+    proxy_responded: tuple[str, ...] | None = None  # those of proxy_in_flight that had responded
     neighbour_ok: bool | None = None
     neighbour_detail: str = ""
     casualties: tuple[str, ...] = ()  # other requests the same cancel ended (stream scope)
@@ -287,8 +287,9 @@ def decide(obs: CaseObservation) -> Verdict:
             f"{obs.late_frames or 0} late frame(s) from Triton after it (no frames is not proof the work stopped)"
         )
     if obs.proxy_in_flight is not None:
-        executing = set(obs.proxy_executing or ())
-        ids = ", ".join(f"{r} ({'executing' if r in executing else 'queued'})" for r in obs.proxy_in_flight)
+        # The wire shows responses, not execution: "no response yet" may be queued or executing.
+        responded = set(obs.proxy_responded or ())
+        ids = ", ".join(f"{r} ({'responded' if r in responded else 'no response yet'})" for r in obs.proxy_in_flight)
         out.append(f"[info] proxy: the cancel ended {len(obs.proxy_in_flight)} request(s) in flight on the call: {ids}")
     if stopped is False and continued is False:
         out.append("[info] no server-side evidence either way: give --log (verbose) or use a single-instance model")

@@ -889,7 +889,7 @@ class Tunnel:
             self.emit(
                 ev.CallCancelled(
                     t_ns=time.time_ns(), call=call.id, cause="deadline", in_flight=in_flight,
-                    executing=executing, rst_code=None, elapsed_ms=call.elapsed_ms(),
+                    responded=executing, rst_code=None, elapsed_ms=call.elapsed_ms(),
                     forwarded_upstream=False,
                 )
             )  # fmt: skip
@@ -983,7 +983,7 @@ class Tunnel:
             self._watch_late(call)
         self.emit(
             ev.CallCancelled(
-                t_ns=time.time_ns(), call=call.id, cause=cause, in_flight=in_flight, executing=executing,  # type: ignore[arg-type]
+                t_ns=time.time_ns(), call=call.id, cause=cause, in_flight=in_flight, responded=executing,  # type: ignore[arg-type]
                 rst_code=rst_code, elapsed_ms=call.elapsed_ms(), forwarded_upstream=forwarded,
                 upstream_rst_us=rst_us,
             )

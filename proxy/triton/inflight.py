@@ -1,6 +1,6 @@
 """Which Triton requests of one call are still waiting for their final response.
 
-The proxy asks this at every cancel (``in_flight`` / ``executing`` of a ``cancel`` record); fed
+The proxy asks this at every cancel (``in_flight`` / ``responded`` of a ``cancel`` record); fed
 the same ``message`` facts, replay gets the same answer. Request ids may repeat (Triton does not
 require them to be unique), so each id keeps a count.
 """
@@ -38,6 +38,6 @@ class InFlight:
             self._responded.add(request_id)
 
     def snapshot(self) -> tuple[list[str], list[str]]:
-        """``(in_flight, executing)``: open ids (repeated per open request), those with responses."""
+        """``(in_flight, responded)``: open ids (repeated per open request), those with responses."""
         in_flight = [rid for rid, n in self._open.items() for _ in range(n)]
         return in_flight, [rid for rid in self._open if rid in self._responded]

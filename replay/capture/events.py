@@ -186,10 +186,11 @@ class CallCancelled:
         "`client_cancel`, `deadline`, `client_disconnect`, `upstream_disconnect`, `proxy_shutdown` or `proxy_error`",
     ]
     in_flight: Annotated[list[str], "Triton request ids sent on this call that had not received a final response"]
-    executing: Annotated[
+    responded: Annotated[
         list[str],
-        "the subset of `in_flight` that had already received at least one response; the others were "
-        "queued or not yet answering, as far as the wire shows",
+        "the subset of `in_flight` that had already received at least one response (not final); "
+        "whether the others were queued or executing the wire cannot show (check-cancel's server-side "
+        "evidence can); called `executing` in schema version 1",
     ]
     rst_code: Annotated[int | None, "HTTP/2 error code of the client's RST_STREAM, when that was the trigger"]
     elapsed_ms: Annotated[float, "time from the call's request HEADERS to this event"]

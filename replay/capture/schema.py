@@ -23,12 +23,22 @@ import orjson
 from replay.capture import events as ev
 from replay.errors import CaptureError, CaptureTooNew, UnknownKind
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 KINDS: dict[str, type[Any]] = {cls.kind: cls for cls in ev.RECORD_TYPES}
 
-# version n -> function upgrading a raw record dict from n to n + 1 (none yet: v1 is the first).
-_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    """v2 renamed the cancel record's ``executing`` to ``responded``: the proxy sees responses, not execution."""
+    if raw.get("kind") == "cancel" and "executing" in raw:
+        raw = dict(raw)
+        raw["responded"] = raw.pop("executing")
+    return raw
+
+
+# version n -> function upgrading a raw record dict from n to n + 1, one step per version.
+_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
 _HEADS: dict[str, bytes] = {}
 

@@ -1,10 +1,12 @@
 """``replay check``: per-request outcomes and protocol violations of a capture, for people or machines.
 
-Exit codes: 0 the capture is readable and shows no violation, 1 it shows violations (or responses
-that cannot be attributed to a request), 2 it is unreadable (raised as
-:class:`~replay.errors.CaptureError`, which the CLI prints as one line). Outcomes such as
-``cancelled`` or ``error`` are facts about the traffic, not violations; holes in the capture are
-reported but do not change the exit code (they are the recorder's problem, not the client's).
+Exit codes reflect the server, not the client's choice of ids (docs/outcomes.md): 0 the capture
+is readable and shows no violation, 1 it shows violations (or responses that no request sent on
+the call can explain), 2 it is unreadable (raised as :class:`~replay.errors.CaptureError`, which
+the CLI prints as one line). Outcomes such as ``cancelled`` or ``error`` are facts about the
+traffic, not violations; requests known only for their id group (several in flight with id ``""``)
+are a warning in the summary; holes in the capture are reported but do not change the exit code
+(they are the recorder's problem, not the client's).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from replay.capture.reader import read_capture
 from replay.cli.output import QuietConsole, write_result
 from replay.cli.progress import with_progress
 from replay.errors import EXIT_FINDINGS, EXIT_OK
-from replay.machine.tracker import RequestOutcome, Tracker, TrackResult
+from replay.machine.outcomes import RequestOutcome, TrackResult
+from replay.machine.tracker import Tracker
 
 _STYLE = {
     "completed": "green",
@@ -32,6 +35,7 @@ _STYLE = {
     "error": "red",
     "unconfirmed": "cyan",
     "incomplete": "magenta",
+    "group": "cyan",
 }
 
 
@@ -73,6 +77,10 @@ def render_human(result: TrackResult, out: TextIO, *, rows: int) -> None:
         outcome = f"[{style}]{r.outcome}[/]" if style else r.outcome
         if r.error and r.outcome != "completed":
             outcome += f" ({r.error})"
+        if r.notes:
+            outcome += " (note: " + ", ".join(r.notes) + ")"  # not [..]: rich markup
+        if r.group is not None:
+            outcome += " " + ("" if r.group.per_request else "known only for the ") + r.group.describe()
         table.add_row(
             r.call, rid, r.model or "", outcome, f"{r.responses} ({r.text_responses})",
             "" if r.final is None else str(r.final).lower(), _ms(r.first_response_ms), _ms(r.duration_ms),
@@ -98,6 +106,12 @@ def render_human(result: TrackResult, out: TextIO, *, rows: int) -> None:
         f"{s['violations']} violation(s), {s['unattributable']} unattributable response(s), {s['gaps']} hole(s)"
         + ("" if s["complete"] else "; capture incomplete")
     )
+    if s["known_only_for_group"]:
+        console.print(
+            f"[yellow]warning[/]: {s['known_only_for_group']} request(s) sent together with the same id ended in "
+            "different ways: each one's outcome is known only for its group (give requests distinct ids to "
+            "know each one's; not a failure)"
+        )
     if s["violations_by_name"]:
         console.print("violations: " + ", ".join(f"{k} {v}" for k, v in sorted(s["violations_by_name"].items())))
 
@@ -133,8 +147,9 @@ def add_check_command(sub: Any) -> None:
     p = sub.add_parser(
         "check",
         help="per-request outcomes and protocol violations of a capture",
-        description="Per-request outcomes and protocol violations of a capture. Exit 0: no violation; "
-        "1: violations or unattributable responses; 2: unreadable capture.",
+        description="Per-request outcomes and protocol violations of a capture. Exit 0: no violation "
+        "(requests known only for their id group are a warning); 1: violations or unattributable "
+        "responses; 2: unreadable capture.",
     )
     p.add_argument("capture", nargs="+", metavar="CAPTURE", help="capture files (.jsonl, .jsonl.gz) and/or directories")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")

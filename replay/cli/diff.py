@@ -13,7 +13,7 @@ from replay.tools.diff import DEFAULT_THRESHOLD_MS
 from replay.tools.match import STRATEGIES
 
 if TYPE_CHECKING:
-    from replay.machine.tracker import RequestOutcome
+    from replay.machine.outcomes import RequestOutcome
     from replay.tools.diff import DiffResult
 
 

@@ -1,25 +1,4 @@
-"""The reference client's view of one Triton request: a state machine written as a table.
-
-One :class:`RequestMachine` per request identity (call + request id + occurrence). It never awaits
-and never raises: :class:`Tracker` feeds it :class:`Input` values derived from capture records,
-and an input the table does not allow is *recorded* as a violation.
-
-Domain rules the table encodes (docs/replay.md's "Request outcomes" section repeats them):
-
-* Completion is the raw ``final`` flag only. ``final_received`` is "completed, its call still
-  open"; any end of the call then makes it ``completed``: the final flag was the request's whole
-  completion signal, so a later cancel/deadline/disconnect of the *stream* concerns only the
-  requests still in flight.
-* An in-band error is sticky: ``error_received`` (error seen, final still to come) and ``error``
-  (error and final seen, or the call ended) are never turned into success or into ``cancelled`` by
-  what happens to the stream afterwards.
-* Unary ModelInfer: the response alone does not decide (a gRPC client ignores a message followed
-  by a non-OK status), so ``replied`` waits for the call's end, whose cause decides.
-* ``unconfirmed``: the stream ended OK without a final flag for a request that had not enabled
-  empty final responses: the protocol gave no completion signal (a fact, not a violation).
-  With ``triton_enable_empty_final_response`` on, a final was due: ``incomplete`` plus a
-  ``missing_final`` violation. A capture that ends with the request open: ``incomplete``, no
-  violation (the proxy saw no more, the server did nothing wrong).
+"""From capture records to request outcomes: :class:`Tracker` and :func:`track`.
 
 :class:`Tracker` is pure and synchronous: fed ``(seq, record)`` one at a time, it keeps one
 :class:`RequestMachine` per request identity and decides which machine each
@@ -44,352 +23,21 @@ Attribution rules (why they are what they are):
 
 from __future__ import annotations
 
-import enum
 import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from replay.capture import events as ev
-from replay.capture.methods import INFER, STREAM_INFER, short_method
+from replay.capture.methods import INFER, STREAM_INFER
 from replay.capture.reader import Gap, PathLike, SeqWatch, read_capture
-
-
-class State(enum.StrEnum):
-    """Where a request stands; the terminal ones are its reported outcome."""
-
-    SENT = "sent"
-    RECEIVING = "receiving"
-    FINAL_RECEIVED = "final_received"
-    ERROR_RECEIVED = "error_received"
-    REPLIED = "replied"
-    COMPLETED = "completed"
-    CANCELLED = "cancelled"
-    DEADLINE = "deadline"
-    DISCONNECTED = "disconnected"
-    INTERRUPTED = "interrupted"
-    ERROR = "error"
-    UNCONFIRMED = "unconfirmed"
-    INCOMPLETE = "incomplete"
-
-
-class Input(enum.StrEnum):
-    """What can happen to a request, derived from capture records by :class:`Tracker`."""
-
-    RESPONSE = "response"  # stream response, no error, final false or absent (text or empty)
-    FINAL = "final"  # stream response with final=true and no error
-    ERROR = "error"  # stream response with an in-band error, final not true
-    ERROR_FINAL = "error_final"  # error and final=true in one response (what Triton sends)
-    REPLY = "reply"  # the response of a unary ModelInfer
-    HALF_CLOSE = "half_close"  # the client ended its side of the call
-    END_OK = "end_ok"
-    END_OK_FINAL_DUE = "end_ok_final_due"  # OK end of a stream request that enabled empty finals
-    END_ERROR = "end_error"
-    END_CLIENT_CANCEL = "end_client_cancel"
-    END_DEADLINE = "end_deadline"
-    END_CLIENT_DISCONNECT = "end_client_disconnect"
-    END_UPSTREAM_DISCONNECT = "end_upstream_disconnect"
-    END_PROXY_SHUTDOWN = "end_proxy_shutdown"
-    CAPTURE_ENDED = "capture_ended"  # the capture ended while the call was still open
-
-
-S, In = State, Input
-
-RESPONSE_INPUTS = frozenset({In.RESPONSE, In.FINAL, In.ERROR, In.ERROR_FINAL, In.REPLY})
-END_INPUTS = frozenset(
-    {
-        In.END_OK,
-        In.END_OK_FINAL_DUE,
-        In.END_ERROR,
-        In.END_CLIENT_CANCEL,
-        In.END_DEADLINE,
-        In.END_CLIENT_DISCONNECT,
-        In.END_UPSTREAM_DISCONNECT,
-        In.END_PROXY_SHUTDOWN,
-        In.CAPTURE_ENDED,
-    }
-)
-#: States in which the request still waits for something from the server.
-OPEN = frozenset({S.SENT, S.RECEIVING, S.ERROR_RECEIVED, S.REPLIED})
-#: States a request can be left in once its call is over (what ``check`` reports).
-TERMINAL = frozenset(
-    {S.COMPLETED, S.CANCELLED, S.DEADLINE, S.DISCONNECTED, S.INTERRUPTED, S.ERROR, S.UNCONFIRMED, S.INCOMPLETE}
-)
-
-#: Input of the call's end by ``cause`` (``ok`` is split by whether a final flag was due).
-END_BY_CAUSE: dict[str, Input] = {
-    "ok": In.END_OK,
-    "error": In.END_ERROR,
-    "client_cancel": In.END_CLIENT_CANCEL,
-    "deadline": In.END_DEADLINE,
-    "client_disconnect": In.END_CLIENT_DISCONNECT,
-    "upstream_disconnect": In.END_UPSTREAM_DISCONNECT,
-    "proxy_shutdown": In.END_PROXY_SHUTDOWN,
-    # The proxy's own failure: the client got INTERNAL from the proxy; not a success either.
-    "proxy_error": In.END_ERROR,
-}
-
-# What an open request becomes when its call ends by each cause (an OK end is per state).
-_ENDS_OPEN: dict[Input, State] = {
-    In.END_ERROR: S.ERROR,
-    In.END_CLIENT_CANCEL: S.CANCELLED,
-    In.END_DEADLINE: S.DEADLINE,
-    In.END_CLIENT_DISCONNECT: S.DISCONNECTED,
-    In.END_UPSTREAM_DISCONNECT: S.DISCONNECTED,
-    In.END_PROXY_SHUTDOWN: S.INTERRUPTED,
-    In.CAPTURE_ENDED: S.INCOMPLETE,
-}
-
-
-def _table() -> dict[tuple[State, Input], State]:
-    t: dict[tuple[State, Input], State] = {
-        (S.SENT, In.RESPONSE): S.RECEIVING,
-        (S.SENT, In.FINAL): S.FINAL_RECEIVED,
-        (S.SENT, In.ERROR): S.ERROR_RECEIVED,
-        (S.SENT, In.ERROR_FINAL): S.ERROR,
-        (S.SENT, In.REPLY): S.REPLIED,
-        (S.RECEIVING, In.RESPONSE): S.RECEIVING,
-        (S.RECEIVING, In.FINAL): S.FINAL_RECEIVED,
-        (S.RECEIVING, In.ERROR): S.ERROR_RECEIVED,
-        (S.RECEIVING, In.ERROR_FINAL): S.ERROR,
-        # After an in-band error more responses may come until the final flag; the error stays.
-        (S.ERROR_RECEIVED, In.RESPONSE): S.ERROR_RECEIVED,
-        (S.ERROR_RECEIVED, In.ERROR): S.ERROR_RECEIVED,
-        (S.ERROR_RECEIVED, In.FINAL): S.ERROR,
-        (S.ERROR_RECEIVED, In.ERROR_FINAL): S.ERROR,
-        (S.SENT, In.END_OK): S.UNCONFIRMED,
-        (S.RECEIVING, In.END_OK): S.UNCONFIRMED,
-        (S.REPLIED, In.END_OK): S.COMPLETED,
-        (S.REPLIED, In.END_OK_FINAL_DUE): S.COMPLETED,
-        (S.ERROR_RECEIVED, In.END_OK): S.ERROR,
-    }
-    for state in (S.SENT, S.RECEIVING, S.REPLIED):
-        for inp, target in _ENDS_OPEN.items():
-            t[state, inp] = target
-    for inp in END_INPUTS:
-        t[S.FINAL_RECEIVED, inp] = S.COMPLETED
-        t[S.ERROR, inp] = S.ERROR
-        if inp is not In.END_OK_FINAL_DUE:
-            t[S.ERROR_RECEIVED, inp] = S.ERROR
-    # The client's half-close says nothing about any request's completion.
-    for state in State:
-        t[state, In.HALF_CLOSE] = state
-    return t
-
-
-_TRANSITIONS: dict[tuple[State, Input], State] = _table()
-
-#: Where a disallowed input still moves the request (after recording the violation): a call that
-#: ended must leave no request open. Every other disallowed input leaves the state unchanged.
-_FALLBACK: dict[tuple[State, Input], State] = {
-    (S.SENT, In.END_OK_FINAL_DUE): S.INCOMPLETE,
-    (S.RECEIVING, In.END_OK_FINAL_DUE): S.INCOMPLETE,
-    (S.ERROR_RECEIVED, In.END_OK_FINAL_DUE): S.ERROR,
-}
-
-
-def violation_name(state: State, inp: Input) -> str:
-    """The name of the violation recorded when ``inp`` is not allowed in ``state``."""
-    if inp is In.END_OK_FINAL_DUE and state in OPEN:
-        return "missing_final"
-    if inp in RESPONSE_INPUTS:
-        if state in (S.FINAL_RECEIVED, S.COMPLETED, S.ERROR, S.REPLIED):
-            return "response_after_final"
-        if state in TERMINAL:
-            return "response_after_end"
-        return f"unexpected_{inp.value}"
-    if inp in END_INPUTS and state in TERMINAL:
-        return "end_after_end"
-    return f"unexpected_{inp.value}_in_{state.value}"  # pragma: no cover - the table covers the rest
-
-
-#: Every (state, input) pair, for the exhaustive tests.
-ALL_PAIRS: tuple[tuple[State, Input], ...] = tuple(itertools.product(State, Input))
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Violation:
-    """A protocol violation, with the capture record (``seq``) that revealed it."""
-
-    name: str
-    seq: int | None
-    detail: str
-
-
-class RequestMachine:
-    """The state of one request; :meth:`feed` applies one input and never raises."""
-
-    __slots__ = ("state", "violations")
-
-    def __init__(self, state: State = State.SENT) -> None:
-        self.state = state
-        self.violations: list[Violation] = []
-
-    def feed(self, inp: Input, seq: int | None = None) -> bool:
-        """Apply ``inp``; returns False (and records a violation) when the table does not allow it."""
-        target = _TRANSITIONS.get((self.state, inp))
-        if target is not None:
-            self.state = target
-            return True
-        name = violation_name(self.state, inp)
-        self.violations.append(Violation(name=name, seq=seq, detail=f"{inp.value} in state {self.state.value}"))
-        self.state = _FALLBACK.get((self.state, inp), self.state)
-        return False
-
-    def add_violation(self, name: str, seq: int | None, detail: str) -> None:
-        """Record a violation found outside the table (e.g. ``restarted_after_cancel``)."""
-        self.violations.append(Violation(name=name, seq=seq, detail=detail))
-
-
-# -- from capture records to request machines ----------------------------------------------------
-
+from replay.machine.groups import Group
+from replay.machine.outcomes import CallOutcome, RequestOutcome, TrackResult, Unattributable
+from replay.machine.table import END_BY_CAUSE, OPEN, Input, RequestMachine, State
 
 #: A capture: path(s) of files/directories, or records (with or without their ``seq``).
 CaptureSource = PathLike | Iterable[PathLike] | Iterable[ev.Record] | Iterable[tuple[int, ev.Record]]
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RequestOutcome:
-    """What happened to one request, as ``replay check`` reports it."""
-
-    call: str
-    kind: str  # "stream" or "unary"
-    model: str | None
-    request_id: str | None
-    occurrence: int  # 0 for the first request with this id on the call, 1 for the next...
-    seq: int  # the request's record
-    outcome: str  # a terminal State value
-    responses: int  # every response attributed to the request, the empty final included
-    text_responses: int  # those with outputs
-    final: bool | None  # streams: final=true seen; unary: the raw flag of the response (or null)
-    first_response_ms: float | None
-    duration_ms: float | None  # request to final response, or to the call's end; null if never ended
-    status: str | None  # the call's gRPC status name, null when the capture ended first
-    error: str | None  # the in-band error message, else the call's details when its status is not OK
-    violations: tuple[Violation, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        """The entry of ``check --json``'s ``requests`` list."""
-        return {
-            "call": self.call,
-            "kind": self.kind,
-            "model": self.model,
-            "request_id": self.request_id,
-            "occurrence": self.occurrence,
-            "seq": self.seq,
-            "outcome": self.outcome,
-            "responses": self.responses,
-            "text_responses": self.text_responses,
-            "final": self.final,
-            "first_response_ms": self.first_response_ms,
-            "duration_ms": self.duration_ms,
-            "status": self.status,
-            "error": self.error,
-            "violations": [{"violation": v.name, "seq": v.seq, "detail": v.detail} for v in self.violations],
-        }
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Unattributable:
-    """A response no request can be given: listed, never merged."""
-
-    call: str
-    seq: int
-    request_id: str | None
-    reason: str  # ambiguous | unknown_id | empty_id | undecoded | no_request
-    final: bool | None
-    error: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        """The entry of ``check --json``'s ``unattributable`` list."""
-        return {
-            "call": self.call,
-            "seq": self.seq,
-            "request_id": self.request_id,
-            "reason": self.reason,
-            "final": self.final,
-            "error": self.error,
-        }
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class CallOutcome:
-    """How one RPC ended (inference or not)."""
-
-    call: str
-    method: str
-    status: str | None
-    cause: str | None
-    details: str | None
-    duration_ms: float | None
-    requests: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrackResult:
-    """Everything ``replay check`` reports about a capture."""
-
-    requests: tuple[RequestOutcome, ...]
-    unattributable: tuple[Unattributable, ...]
-    calls: tuple[CallOutcome, ...]
-    gaps: tuple[Gap, ...]
-    warnings: tuple[str, ...]
-    records: int
-    captures: int
-    unlabelled_messages: int = 0
-
-    @property
-    def violations(self) -> list[tuple[RequestOutcome, Violation]]:
-        """Every violation with its request."""
-        return [(r, v) for r in self.requests for v in r.violations]
-
-    @property
-    def ok(self) -> bool:
-        """No violation and every response attributed (``check``'s exit 0)."""
-        return not self.unattributable and not any(r.violations for r in self.requests)
-
-    def summary(self) -> dict[str, Any]:
-        """Counts for the ``summary`` object of ``check --json``."""
-        outcomes: dict[str, int] = {}
-        for r in self.requests:
-            outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
-        names: dict[str, int] = {}
-        for _, v in self.violations:
-            names[v.name] = names.get(v.name, 0) + 1
-        methods: dict[str, int] = {}
-        for c in self.calls:
-            short = short_method(c.method)
-            methods[short] = methods.get(short, 0) + 1
-        causes: dict[str, int] = {}
-        for c in self.calls:
-            key = c.cause or "open_at_capture_end"
-            causes[key] = causes.get(key, 0) + 1
-        return {
-            "records": self.records,
-            "captures": self.captures,
-            "complete": not any(g.kind in ("missing_capture_end", "missing_file") for g in self.gaps),
-            "calls": len(self.calls),
-            "calls_by_method": methods,
-            "calls_by_cause": causes,
-            "requests": len(self.requests),
-            "outcomes": outcomes,
-            "violations": sum(names.values()),
-            "violations_by_name": names,
-            "unattributable": len(self.unattributable),
-            "unlabelled_messages": self.unlabelled_messages,
-            "gaps": len(self.gaps),
-            "warnings": list(self.warnings),
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``check --json`` document."""
-        return {
-            "requests": [r.to_json() for r in self.requests],
-            "unattributable": [u.to_json() for u in self.unattributable],
-            "gaps": [g.to_json() for g in self.gaps],
-            "summary": self.summary(),
-        }
 
 
 class _Request:
@@ -398,6 +46,7 @@ class _Request:
         "error",
         "final",
         "final_due",
+        "group",
         "machine",
         "model",
         "occurrence",
@@ -427,6 +76,7 @@ class _Request:
         self.t_done: int | None = None
         self.error: str | None = None
         self.sha = rec.payload_sha256
+        self.group: Group[_Request] | None = None
 
 
 class _Call:
@@ -436,6 +86,7 @@ class _Call:
         "details",
         "duration_ms",
         "ended",
+        "groups",
         "id",
         "method",
         "requests",
@@ -453,6 +104,7 @@ class _Call:
         self.t_start = t_start
         self.requests: list[_Request] = []
         self.by_id: dict[str, list[_Request]] = {}
+        self.groups: dict[str, Group[_Request]] = {}  # the latest id group per request id (stream calls)
         self.ended = False
         self.status: str | None = None
         self.cause: str | None = None
@@ -566,6 +218,13 @@ class Tracker:
         r = _Request(call, rec, seq, len(same))
         same.append(r)
         call.requests.append(r)
+        if call.stream:
+            group = call.groups.get(rec.request_id)
+            if group is not None and group.open:
+                group.join(r)
+            else:
+                call.groups[rec.request_id] = Group(r, rec.request_id)
+            r.group = call.groups[rec.request_id]
         where = None
         if rec.request_id:
             where = self._cancelled_keys.get((rec.model, rec.request_id))
@@ -593,20 +252,20 @@ class Tracker:
                 return
             inp = Input.REPLY
         else:
-            same = call.by_id.get(rec.request_id, [])
-            in_flight = [r for r in same if r.machine.state in OPEN]
-            if len(in_flight) > 1:
-                self._unattributed(call, seq, rec, "ambiguous")
-                return
-            if in_flight:
-                target = in_flight[0]
-            elif same:
-                target = same[-1]
-            else:
+            group = call.groups.get(rec.request_id)
+            if group is None:
                 self._unattributed(call, seq, rec, "empty_id" if rec.request_id == "" else "unknown_id")
                 return
             err, fin = bool(rec.error), rec.final is True
+            if group.shared and group.open:
+                self._grouped(call, group, seq, rec)
+                return
+            # A group of one, or a group already over: the response is its (last) request's own;
+            # after the final it is the `response_after_final` violation of that request.
+            target = group.members[-1]
             inp = Input.ERROR_FINAL if err and fin else Input.ERROR if err else Input.FINAL if fin else Input.RESPONSE
+            if target.machine.state in OPEN and fin:
+                group.open -= 1
         target.machine.feed(inp, seq)
         target.responses += 1
         if rec.outputs:
@@ -624,6 +283,20 @@ class Tracker:
         if self._on_response is not None:
             self._on_response(call.id, target.seq, seq, rec)
 
+    def _grouped(self, call: _Call, group: Group[_Request], seq: int, rec: ev.MessageSeen) -> None:
+        """A response of a shared id group: counted for the group; the group closes at its last final."""
+        if rec.error and group.error is None:
+            group.error = rec.error
+        if group.count(text=bool(rec.outputs), error=bool(rec.error), final=rec.final is True):
+            group.close(None, seq)
+            for m in group.members:
+                if m.t_done is None:
+                    m.t_done = rec.t_ns  # the group's last final: each ended by then
+        if self._on_response is not None:
+            # Which request it answers is unknown; the latest one sent before it could have caused
+            # it, so serve replays it no earlier than the wire did and the report draws it there.
+            self._on_response(call.id, group.members[-1].seq, seq, rec)
+
     def _unattributed(self, call: _Call, seq: int, rec: ev.MessageSeen, reason: str) -> None:
         self._unattributable.append(
             Unattributable(call=call.id, seq=seq, request_id=rec.request_id, reason=reason, final=rec.final,
@@ -634,6 +307,7 @@ class Tracker:
         call.ended = True
         call.cause = cause
         base = END_BY_CAUSE.get(cause, Input.END_ERROR)
+        self._close_groups(call, base, seq)
         for r in call.requests:
             inp = base
             if inp is Input.END_OK and call.stream and r.final_due:
@@ -648,9 +322,23 @@ class Tracker:
                 if r.sha is not None:
                     self._cancelled_hashes[r.sha] = where
 
+    @staticmethod
+    def _close_groups(call: _Call, end: Input, seq: int | None) -> None:
+        for group in call.groups.values():
+            if group.shared and group.outcome is None:
+                due = end is Input.END_OK and any(m.final_due for m in group.members)
+                group.close(Input.END_OK_FINAL_DUE if due else end, seq)
+                if due and group.open:
+                    # Finals were due and some never came; whose is unknown: one violation for the group.
+                    group.members[0].machine.add_violation(
+                        "missing_final", seq, f"{group.open} of the {len(group.members)} requests with id "
+                        f"{group.request_id!r} sent together got no final flag before the call ended OK",
+                    )  # fmt: skip
+
     def _capture_over(self, seq: int | None) -> None:
         for call in self._order:
             if not call.ended and (call.unary or call.stream):
+                self._close_groups(call, Input.CAPTURE_ENDED, seq)
                 call.ended = True
                 for r in call.requests:
                     r.machine.feed(Input.CAPTURE_ENDED, seq)
@@ -666,14 +354,19 @@ class Tracker:
             for r in call.requests:
                 error = r.error
                 state = r.machine.state
+                group = r.group.outcome if r.group is not None else None
+                if error is None and r.group is not None and state in (State.ERROR, State.GROUP):
+                    error = r.group.error
                 if error is None and state is not State.COMPLETED and call.status not in (None, "OK"):
                     error = call.details or call.status
+                # An error without the final flag and a clean end: no final seen (see docs/outcomes.md).
+                notes = ("missing_final",) if state is State.ERROR and r.final is False and call.cause == "ok" else ()
                 out = RequestOutcome(
                     call=call.id, kind="unary" if call.unary else "stream", model=r.model, request_id=r.request_id,
                     occurrence=r.occurrence, seq=r.seq, outcome=state.value, responses=r.responses,
                     text_responses=r.text, final=r.final, first_response_ms=_ms(r.t_sent, r.t_first),
                     duration_ms=_ms(r.t_sent, r.t_done), status=call.status, error=error,
-                    violations=tuple(r.machine.violations),
+                    violations=tuple(r.machine.violations), group=group, notes=notes,
                 )  # fmt: skip
                 requests.append(out)
             calls.append(

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from replay.capture import events as ev
 from replay.capture.events import STATUS_FOR_CAUSE
 from replay.capture.methods import INFER, STREAM_INFER, short_method
-from replay.machine.tracker import CaptureSource, RequestOutcome, Tracker, TrackResult, open_source
+from replay.machine.outcomes import RequestOutcome, TrackResult
+from replay.machine.tracker import CaptureSource, Tracker, open_source
 from replay.tools.match import Candidate, Key, input_hash_of_bytes
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from replay.capture.methods import INFER, STREAM_INFER
 from replay.capture.reader import Gap
-from replay.machine.tracker import RequestOutcome
+from replay.machine.outcomes import RequestOutcome
 from replay.tools.captured import LoadedCapture
 from replay.tools.match import STRATEGIES, Matcher
 

@@ -146,9 +146,9 @@ class Builder:
     def cancel(self, call: str, cause: str, *, rst_code: int | None = None, ms: float = 1.0) -> None:
         self.tick(ms)
         st = self.calls[call]
-        in_flight, executing = st.inflight.snapshot()
+        in_flight, responded = st.inflight.snapshot()
         self.records.append(
-            ev.CallCancelled(t_ns=self.t, call=call, cause=cause, in_flight=in_flight, executing=executing,  # type: ignore[arg-type]
+            ev.CallCancelled(t_ns=self.t, call=call, cause=cause, in_flight=in_flight, responded=responded,  # type: ignore[arg-type]
                              rst_code=rst_code, elapsed_ms=(self.t - st.t0) / 1e6,
                              forwarded_upstream=cause not in ("upstream_disconnect",))
         )  # fmt: skip
@@ -403,6 +403,121 @@ def gaps() -> bytes:
     return b.finish().render(skip_seqs=(6, 7))
 
 
+def idless_error_finals() -> bytes:
+    # Triton's QA shape: 10 requests with tritonclient's default id "" on one stream, each answered
+    # by one error response carrying the final flag; the stream ends OK.
+    b = Builder().start()
+    b.call("c1.1")
+    for _ in range(10):
+        b.request("c1.1", "", model="scripted", prompt="E", empty_final=None, ms=0.1)
+    for _ in range(10):
+        b.response("c1.1", "", None, final=True, model="scripted", error="scripted: error 1")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
+def idless_mixed_ends() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    for _ in range(10):
+        b.request("c1.1", "", model="scripted", empty_final=None, ms=0.1)
+    for i in range(10):
+        if i % 3 == 1:
+            b.response("c1.1", "", None, final=True, model="scripted", error="scripted: error 1")
+        else:
+            b.response("c1.1", "", "t-0", final=True, model="scripted")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
+def idless_interleaved_texts() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", model="scripted", prompt="e,F")
+    b.request("c1.1", "", model="scripted", prompt="t,t,F")
+    b.response("c1.1", "", "t-0", model="scripted")
+    b.response("c1.1", "", None, model="scripted", error="scripted: error 1")
+    b.response("c1.1", "", "t-1", model="scripted")
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
+def idless_mixed_ids() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "a", model="scripted", prompt="t,t,F")
+    b.request("c1.1", "", model="scripted", prompt="t,F")
+    b.request("c1.1", "", model="scripted", prompt="t,F")
+    b.response("c1.1", "a", "t-0", model="scripted")
+    b.response("c1.1", "", "t-0", model="scripted")
+    b.response("c1.1", "", "t-0", model="scripted")
+    b.response("c1.1", "a", "t-1", model="scripted")
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.response("c1.1", "a", None, final=True, model="scripted")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
+def idless_after_cancel() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", model="scripted", prompt="t,t,t,t,t,F")
+    b.response("c1.1", "", "t-0", model="scripted")
+    b.cancel("c1.1", "client_cancel", rst_code=8, ms=3)
+    b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
+    b.call("c1.3")
+    b.request("c1.3", "", model="scripted", prompt="t,F")
+    b.response("c1.3", "", "t-0", model="scripted")
+    b.response("c1.3", "", None, final=True, model="scripted")
+    b.half_close("c1.3")
+    b.end("c1.3")
+    return b.finish().render()
+
+
+def idless_sequence() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    for _ in range(3):
+        b.request("c1.1", "", model="scripted", prompt="t,t,F")
+        b.response("c1.1", "", "t-0", model="scripted")
+        b.response("c1.1", "", "t-1", model="scripted")
+        b.response("c1.1", "", None, final=True, model="scripted")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
+def error_then_final() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "ef", model="scripted", prompt="t,e,t,F")
+    b.response("c1.1", "ef", "t-0", model="scripted")
+    b.response("c1.1", "ef", None, model="scripted", error="scripted: error 1")
+    b.response("c1.1", "ef", "t-2", model="scripted")
+    b.response("c1.1", "ef", None, final=True, model="scripted")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
+def error_without_final(due: bool) -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "en", model="scripted", prompt="t,e", empty_final=True if due else None)
+    b.response("c1.1", "en", "t-0", model="scripted")
+    b.response("c1.1", "en", None, model="scripted", error="scripted: error 1")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
 def _lines(data: bytes) -> list[bytes]:
     return data.splitlines(keepends=True)
 
@@ -435,6 +550,13 @@ def too_new() -> bytes:
     lines = _lines(one_response())
     newer = lines[1].replace(b'{"v":%d,' % SCHEMA_VERSION, b'{"v":%d,' % (SCHEMA_VERSION + 1), 1)
     return b"".join([lines[0], newer, *lines[2:]])
+
+
+def stream_cancel_v1() -> bytes:
+    # What a schema-1 proxy wrote: the cancel record's `responded` was called `executing`.
+    lines = _lines(stream_cancel())
+    v1 = [ln.replace(b'{"v":%d,' % SCHEMA_VERSION, b'{"v":1,', 1).replace(b'"responded":', b'"executing":') for ln in lines]
+    return b"".join(v1)
 
 
 def garbled_middle() -> bytes:
@@ -504,8 +626,15 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "stream_cancel.jsonl": Scenario(
         stream_cancel,
-        "stream-wide client cancel (RST CANCEL) with `a` executing and `b` queued: both "
+        "stream-wide client cancel (RST CANCEL) with `a` answering and `b` not yet: both "
         "cancelled; `done`, finished before, stays completed",
+        0,
+        (("done", "completed", ()), ("a", "cancelled", ()), ("b", "cancelled", ())),
+    ),
+    "stream_cancel_v1.jsonl": Scenario(
+        stream_cancel_v1,
+        "stream_cancel as schema version 1 wrote it (the cancel's `responded` named `executing`): read "
+        "through the upgrade chain, same outcomes",
         0,
         (("done", "completed", ()), ("a", "cancelled", ()), ("b", "cancelled", ())),
     ),
@@ -535,11 +664,72 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "unattributable.jsonl": Scenario(
         unattributable,
-        "two in-flight requests with id `dup` (ambiguous), a response for an id never sent "
-        "(unknown_id) and one without id (empty_id): listed as unattributable, never merged",
+        "two in-flight requests with id `dup` (one id group: its response is counted for the group, "
+        "both unconfirmed), a response for an id never sent (unknown_id) and one without id when no "
+        "request without id was sent (empty_id): listed as unattributable, never merged",
         1,
         (("dup", "unconfirmed", ()), ("dup", "unconfirmed", ())),
-        unattributable=("ambiguous", "unknown_id", "empty_id"),
+        unattributable=("unknown_id", "empty_id"),
+    ),
+    "idless_error_finals.jsonl": Scenario(
+        idless_error_finals,
+        "10 requests with id \"\" on one stream, 10 error responses with final=true, OK end: one id "
+        "group whose finals are all errors -> each request error",
+        0,
+        (("", "error", ()),) * 10,
+    ),
+    "idless_mixed_ends.jsonl": Scenario(
+        idless_mixed_ends,
+        "10 requests with id \"\" in flight together, 7 text finals and 3 error finals: each request "
+        "`group` (known only for the group: ended 7 completed, 3 error), a warning, exit 0",
+        0,
+        (("", "group", ()),) * 10,
+    ),
+    "idless_interleaved_texts.jsonl": Scenario(
+        idless_interleaved_texts,
+        "two requests with id \"\": texts, an error without final, texts, two finals: the group's "
+        "error cannot be placed -> each `group` with the group's counts",
+        0,
+        (("", "group", ()), ("", "group", ())),
+    ),
+    "idless_mixed_ids.jsonl": Scenario(
+        idless_mixed_ids,
+        "`a` and two requests with id \"\" on one stream: `a` exact; the \"\" group both completed",
+        0,
+        (("a", "completed", ()), ("", "completed", ()), ("", "completed", ())),
+    ),
+    "idless_after_cancel.jsonl": Scenario(
+        idless_after_cancel,
+        "a request with id \"\" cancelled with its stream, then one on a new stream: cancelled, then "
+        "completed (exact: alone in flight)",
+        0,
+        (("", "cancelled", ()), ("", "completed", ())),
+    ),
+    "idless_sequence.jsonl": Scenario(
+        idless_sequence,
+        "3 requests with id \"\" sent one at a time on one stream: each attributed exactly, completed",
+        0,
+        (("", "completed", ()),) * 3,
+    ),
+    "error_then_final.jsonl": Scenario(
+        error_then_final,
+        "text, an error response without final, more text, then the final: error, no violation",
+        0,
+        (("ef", "error", ()),),
+    ),
+    "error_without_final.jsonl": Scenario(
+        lambda: error_without_final(False),
+        "an error response without final and nothing more, OK end, empty finals not enabled: error "
+        "with the `missing_final` note (Triton drops an empty final: not provably missing), exit 0",
+        0,
+        (("en", "error", ()),),
+    ),
+    "error_without_final_due.jsonl": Scenario(
+        lambda: error_without_final(True),
+        "as error_without_final with empty final responses enabled: the final was due -> error + "
+        "missing_final violation, exit 1",
+        1,
+        (("en", "error", ("missing_final",)),),
     ),
     "restart_after_cancel.jsonl": Scenario(
         restart_after_cancel,

@@ -63,7 +63,7 @@ def test_honouring_model_stops_executing_and_queued(
     assert any(e.startswith("[stopped] probe") for e in ex) and any(e.startswith("[stopped] log") for e in ex)
     assert any("cancel forwarded upstream" in e for e in ex)
     # The proxy's cancel record: stream scope ended both requests; the sibling had not started.
-    assert "the cancel ended 2 request(s) in flight on the call: cc-exec (executing), cc-exec-sibling (queued)" in "".join(ex)
+    assert "the cancel ended 2 request(s) in flight on the call: cc-exec (responded), cc-exec-sibling (no response yet)" in "".join(ex)
     assert cases["executing"]["neighbour_ok"] is True and cases["queued"]["neighbour_ok"] is True
     # Stream scope: the sibling on the same stream is listed as an expected casualty.
     assert cases["executing"]["casualties"] and "cc-exec-sibling" in cases["executing"]["casualties"][0]

@@ -237,7 +237,7 @@ def test_async_infer_cancel_is_client_cancel(triton: TritonServer, recording_pro
     recording_proxy.stop()
     recs = records(recording_proxy.capture_path)
     (cancel,) = of_kind(recs, "cancel")
-    assert (cancel["cause"], cancel["in_flight"], cancel["executing"]) == ("client_cancel", ["u-cancel"], [])
+    assert (cancel["cause"], cancel["in_flight"], cancel["responded"]) == ("client_cancel", ["u-cancel"], [])
     (end,) = of_kind(recs, "call_end", cancel["call"])
     assert end["status"] == "CANCELLED"
 
@@ -297,7 +297,7 @@ def test_client_sigkill_is_client_disconnect(triton: TritonServer, recording_pro
     recs = records(recording_proxy.capture_path)
     (cancel,) = of_kind(recs, "cancel")
     assert cancel["cause"] == "client_disconnect" and cancel["in_flight"] == ["killed"]
-    assert cancel["executing"] == ["killed"] and cancel["forwarded_upstream"] is True
+    assert cancel["responded"] == ["killed"] and cancel["forwarded_upstream"] is True
     (end,) = of_kind(recs, "call_end", cancel["call"])
     assert (end["status"], end["cause"]) == ("CANCELLED", "client_disconnect")
 

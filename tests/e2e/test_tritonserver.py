@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(300)
 
 MODELS = (
     "echo", "fail_midstream", "silent", "steps_serial", "steps_serial_ignore_cancel", "steps_unary", "tokens",
-    "tokens_ignore_cancel",
+    "tokens_ignore_cancel", "scripted",
 )  # fmt: skip
 EVENT_TIMEOUT_S = 30.0
 LOG_TIMEOUT_S = 30.0
@@ -299,7 +299,7 @@ def test_cancel_does_not_stop_tokens_ignore_cancel(
     """tokens_ignore_cancel keeps computing to MAX_TOKENS after the client cancelled."""
     request_id = f"ignore-{uuid.uuid4().hex[:8]}"
     client.async_stream_infer(
-        "tokens_ignore_cancel",
+        "tokens_ignore_cancel", "scripted",
         token_inputs("i", max_tokens=30, delay_ms=10),
         request_id=request_id,
         enable_empty_final_response=True,

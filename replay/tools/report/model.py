@@ -28,7 +28,8 @@ from replay.capture import events as ev
 from replay.capture.methods import short_method
 from replay.capture.reader import Gap
 from replay.capture.schema import encode
-from replay.machine.tracker import RequestOutcome, Tracker
+from replay.machine.outcomes import RequestOutcome
+from replay.machine.tracker import Tracker
 
 #: Embed every record (for hover) only up to this many; larger captures show the compact fields.
 RECORD_LIMIT = 20_000
@@ -77,7 +78,7 @@ class _Cancel:
     t_ns: int
     cause: str
     in_flight: list[str]
-    executing: list[str]
+    responded: list[str]
     rst_code: int | None
     ri: int
 
@@ -165,7 +166,7 @@ class ReportBuilder:
         elif isinstance(record, ev.CallCancelled):
             self._cancels.append(
                 _Cancel(call=q(record.call), t_ns=record.t_ns, cause=record.cause, in_flight=list(record.in_flight),
-                        executing=list(record.executing), rst_code=record.rst_code, ri=ri)
+                        responded=list(record.responded), rst_code=record.rst_code, ri=ri)
             )  # fmt: skip
         elif isinstance(record, ev.CallEnded):
             call = self._calls.get(q(record.call))
@@ -282,9 +283,9 @@ class ReportBuilder:
                         if at is None or lanes["end"][ln] is None or lanes["end"][ln] >= at]  # fmt: skip
 
             hit = open_lanes(k.in_flight)
-            executing = open_lanes(k.executing)
+            responded = open_lanes(k.responded)
             cancels.append({"call": call_index[k.call], "t": us(k.t_ns), "cause": k.cause, "in_flight": k.in_flight,
-                            "lanes": sorted(set(hit)), "executing_lanes": sorted(set(executing)),
+                            "lanes": sorted(set(hit)), "responded_lanes": sorted(set(responded)),
                             "rst_code": k.rst_code, "ri": k.ri})  # fmt: skip
 
         models = []

@@ -128,9 +128,9 @@ def test_conflicting_evidence_says_continued() -> None:
 
 def test_client_side_views_never_decide() -> None:
     """Client status, metrics and the proxy's view (no late frames) alone give null, not true."""
-    v = vd.decide(obs(metrics={}, upstream_rst_us=120.0, late_frames=0, proxy_in_flight=("r", "s"), proxy_executing=("r",)))
+    v = vd.decide(obs(metrics={}, upstream_rst_us=120.0, late_frames=0, proxy_in_flight=("r", "s"), proxy_responded=("r",)))
     assert v.work_stopped is None
-    assert "[info] proxy: the cancel ended 2 request(s) in flight on the call: r (executing), s (queued)" in v.evidence
+    assert "[info] proxy: the cancel ended 2 request(s) in flight on the call: r (responded), s (no response yet)" in v.evidence
     assert any("no frames is not proof" in e for e in v.evidence)
     assert any("no nv_inference_* counter moved" in e for e in v.evidence)
 

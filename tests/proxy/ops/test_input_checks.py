@@ -63,7 +63,7 @@ def not_http() -> Iterator[str]:
 
 
 def _cancel(call: str = "c1.1") -> ev.CallCancelled:
-    return ev.CallCancelled(t_ns=1, call=call, cause="client_cancel", in_flight=["r1"], executing=[], rst_code=8,
+    return ev.CallCancelled(t_ns=1, call=call, cause="client_cancel", in_flight=["r1"], responded=[], rst_code=8,
                             elapsed_ms=1.0, forwarded_upstream=True)  # fmt: skip
 
 

@@ -78,7 +78,7 @@ def test_cancel_marks_executing_and_queued_and_times_the_rst(
     _, _, recs = _cancel_two(stubborn, start_proxy)
     cancel = of_kind(recs, "cancel")[0]
     assert cancel["cause"] == "client_cancel" and cancel["forwarded_upstream"] is True
-    assert sorted(cancel["in_flight"]) == ["run-1", "wait-1"] and cancel["executing"] == ["run-1"]
+    assert sorted(cancel["in_flight"]) == ["run-1", "wait-1"] and cancel["responded"] == ["run-1"]
     assert cancel["upstream_rst_us"] is not None and 0 < cancel["upstream_rst_us"] < 1e6
 
 

@@ -38,7 +38,7 @@ def test_round_trip_every_kind() -> None:
         _message(),
         ev.HalfClosed(t_ns=3, call="c1.1"),
         ev.CallCancelled(
-            t_ns=4, call="c1.1", cause="client_cancel", in_flight=["r"], executing=[], rst_code=8,
+            t_ns=4, call="c1.1", cause="client_cancel", in_flight=["r"], responded=[], rst_code=8,
             elapsed_ms=1.5, forwarded_upstream=True, upstream_rst_us=80.5,
         ),
         ev.LateFrameSeen(t_ns=5, call="c1.1", frame="message", size=10, since_cancel_ms=0.4, request_id="r", final=False),

@@ -31,7 +31,7 @@ def test_table_lists_unattributable_responses_and_holes(capsys: pytest.CaptureFi
     main(["check", str(DATA / "unattributable.jsonl"), str(DATA / "gaps.jsonl")])
     out, _ = capsys.readouterr()
     assert "unattributable responses" in out
-    assert "ambiguous" in out and "unknown_id" in out
+    assert "empty_id" in out and "unknown_id" in out
     assert "hole gap_record" in out and "hole seq_gap" in out
 
 

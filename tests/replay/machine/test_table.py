@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.machine.tracker import (
+from replay.machine.table import (
     _FALLBACK,
     _TRANSITIONS,
     ALL_PAIRS,

@@ -49,8 +49,9 @@ def test_an_id_reused_after_its_final_is_a_new_occurrence() -> None:
     assert result.ok
 
 
-def test_ambiguous_responses_are_unattributable_and_counted_nowhere() -> None:
-    """With two in flight under one id, responses for that id go to `unattributable` with call, seq and reason."""
+def test_one_final_for_two_requests_sharing_an_id_is_counted_for_the_group() -> None:
+    """Two in flight under one id, one final, OK end with finals due: the group ended 1 completed and
+    1 incomplete, so each request is `group`; the missing final is one violation, on the group."""
     b = Builder().start()
     b.call("c1.1")
     b.request("c1.1", "d", empty_final=True)
@@ -59,10 +60,102 @@ def test_ambiguous_responses_are_unattributable_and_counted_nowhere() -> None:
     b.half_close("c1.1")
     b.end("c1.1")
     result = track(b.records)
-    assert [(u.call, u.seq, u.reason) for u in result.unattributable] == [("c1.1", 4, "ambiguous")]
-    assert [r.responses for r in result.requests] == [0, 0]
-    assert [r.outcome for r in result.requests] == ["incomplete", "incomplete"]
+    assert result.unattributable == ()
+    assert [r.outcome for r in result.requests] == ["group", "group"]
+    group = result.requests[0].group
+    assert group is not None and result.requests[1].group == group
+    assert (group.requests, group.responses, group.ended, group.per_request) == (
+        2, 1, {"completed": 1, "incomplete": 1}, False,
+    )  # fmt: skip
+    assert [[v.name for v in r.violations] for r in result.requests] == [["missing_final"], []]
+    assert result.group_only == 2 and not result.ok
+
+
+def _idless(finals: list[str | None], *, requests: int | None = None, end: str = "ok") -> list[object]:
+    """``requests`` id-less requests in flight together, then one final per item (an error text or None)."""
+    b = Builder().start()
+    b.call("c1.1")
+    for _ in range(requests if requests is not None else len(finals)):
+        b.request("c1.1", "", empty_final=None)
+    for error in finals:
+        b.response("c1.1", "", None if error else "t", final=True, error=error)
+    if end == "ok":
+        b.half_close("c1.1")
+        b.end("c1.1")
+    else:
+        b.cancel("c1.1", end, rst_code=8)
+        b.end("c1.1", "CANCELLED", end, ms=0)
+    return b.records
+
+
+def test_all_error_finals_give_each_id_less_request_error_and_exit_0() -> None:
+    """Triton QA's shape: 10 id-less requests, 10 error finals: each request error, nothing unattributable."""
+    result = track(_idless(["boom"] * 10))
+    assert [r.outcome for r in result.requests] == ["error"] * 10
+    assert all(r.error == "boom" and r.final is True and r.group is not None for r in result.requests)
+    assert result.requests[0].group is not None and result.requests[0].group.per_request
+    assert result.ok and result.group_only == 0 and result.unattributable == ()
+
+
+def test_mixed_finals_leave_each_request_known_only_for_the_group() -> None:
+    """7 completed and 3 error finals for 10 id-less requests: `group`, with the group's counts; still exit 0."""
+    result = track(_idless([None] * 7 + ["boom"] * 3))
+    assert {r.outcome for r in result.requests} == {"group"}
+    group = result.requests[0].group
+    assert group is not None and group.ended == {"completed": 7, "error": 3} and group.text_responses == 7
+    assert "ended: 7 completed, 3 error" in group.describe()
+    assert result.ok and result.group_only == 10 and result.summary()["known_only_for_group"] == 10
+
+
+def test_cancel_with_part_of_the_group_ended_is_known_only_for_the_group() -> None:
+    """One final of three, then a client cancel: ended 1 completed, 2 cancelled -> group."""
+    result = track(_idless([None], requests=3, end="client_cancel"))
+    group = result.requests[0].group
+    assert group is not None and group.ended == {"completed": 1, "cancelled": 2}
+    assert [r.outcome for r in result.requests] == ["group"] * 3
+
+
+def test_cancel_before_any_final_cancels_every_request_of_the_group() -> None:
+    """No final at all, then a client cancel: every request of the group was cancelled (uniform)."""
+    result = track(_idless([], requests=3, end="client_cancel"))
+    assert [r.outcome for r in result.requests] == ["cancelled"] * 3
+
+
+def test_a_final_beyond_the_groups_requests_is_response_after_final() -> None:
+    """More id-less finals than id-less requests: the server answered a request twice (a violation)."""
+    result = track(_idless([None, None, None], requests=2))
+    assert [r.outcome for r in result.requests] == ["completed", "completed"]
+    assert [[v.name for v in r.violations] for r in result.requests] == [[], ["response_after_final"]]
     assert not result.ok
+
+
+def test_a_request_sent_after_the_group_ended_starts_a_new_exact_group() -> None:
+    """Id-less requests one at a time are attributed exactly (a group of one each), as before groups."""
+    b = Builder().start()
+    b.call("c1.1")
+    for n in (1, 2):
+        b.request("c1.1", "", empty_final=None)
+        for i in range(n):
+            b.response("c1.1", "", f"t-{i}")
+        b.response("c1.1", "", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    result = track(b.records)
+    assert [(r.outcome, r.responses, r.text_responses, r.group) for r in result.requests] == [
+        ("completed", 2, 1, None), ("completed", 3, 2, None),
+    ]  # fmt: skip
+
+
+def test_an_error_without_final_at_a_clean_end_is_error_with_a_missing_final_note() -> None:
+    """Error, no final, OK end, empty finals not enabled: `error`, note `missing_final`, no violation."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "x", empty_final=None)
+    b.response("c1.1", "x", None, error="boom")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    (r,) = track(b.records).requests
+    assert (r.outcome, r.notes, r.violations, r.final, r.error) == ("error", ("missing_final",), (), False, "boom")
 
 
 def test_stream_cancel_cancels_only_what_is_in_flight() -> None:

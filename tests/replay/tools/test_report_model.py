@@ -38,7 +38,7 @@ def test_cancel_marks_its_in_flight_set_and_cause() -> None:
     assert cancel["cause"] == "client_cancel" and cancel["rst_code"] == 8
     assert cancel["in_flight"] == ["a", "b"]
     assert [m["lanes"]["rid"][i] for i in cancel["lanes"]] == ["a", "b"]
-    assert [m["lanes"]["rid"][i] for i in cancel["executing_lanes"]] == ["a"]
+    assert [m["lanes"]["rid"][i] for i in cancel["responded_lanes"]] == ["a"]
     assert cancel["t"] == 27_000  # µs after the first record
 
 
@@ -73,8 +73,8 @@ def test_unattributable_responses_get_their_own_lane() -> None:
     lane = len(names) - 1
     t = m["ticks"]
     un = [t["flags"][k] for k in range(len(t["t"])) if t["lane"][k] == lane]
-    assert len(un) == 3 and all(f & UNATTRIBUTED for f in un)
-    assert m["unattributable"] == 3
+    assert len(un) == 2 and all(f & UNATTRIBUTED for f in un)  # unknown_id, empty_id (the `dup` one is its group's)
+    assert m["unattributable"] == 2
 
 
 def test_non_inference_calls_are_lanes_of_their_own() -> None:
@@ -153,7 +153,7 @@ def test_cancel_highlights_only_the_open_occurrence_of_a_reused_id() -> None:
     assert model["lanes"]["outcome"] == ["completed", "cancelled"]
     (cancel,) = model["cancels"]
     assert cancel["in_flight"] == ["x"]
-    assert cancel["lanes"] == [1] and cancel["executing_lanes"] == [1]
+    assert cancel["lanes"] == [1] and cancel["responded_lanes"] == [1]
 
 
 def test_page_escapes_every_angle_bracket_in_the_data() -> None:

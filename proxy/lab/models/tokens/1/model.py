@@ -8,7 +8,11 @@ family member (`tokens`, `tokens_ignore_cancel`, `silent`, `fail_midstream` shar
   at once; "false" keeps computing after the client left (Triton drops the responses);
 - ``text`` ("true" default): "false" sends no data at all, only the final flag after DELAY_MS;
 - ``fail_after`` (unset default): after that many text responses, one response carrying a
-  backend error together with the final flag, so clients see data first and the failure after.
+  backend error together with the final flag, so clients see data first and the failure after;
+- ``script`` ("false" default): "true" (the `scripted` model) answers with the comma-separated
+  steps of PROMPT, DELAY_MS apart: ``t`` a text, ``e`` an error response without the final flag,
+  ``E`` an error response with it, ``F`` the final flag alone; a script that ends without ``E``
+  or ``F`` sends nothing more (what Triton then does is what the e2e tests pin).
 """
 
 import json
@@ -36,6 +40,7 @@ class TritonPythonModel:
         self._honour = params.get("honour_cancel", "true") == "true"
         self._text = params.get("text", "true") == "true"
         self._fail_after = int(params["fail_after"]) if params.get("fail_after") else None
+        self._script = params.get("script", "false") == "true"
         self._threads = set()
         self._lock = threading.Lock()
 
@@ -50,6 +55,13 @@ class TritonPythonModel:
 
     def _answer(self, request):
         sender = request.get_response_sender()
+        if self._script:
+            try:
+                self._play(request, sender)
+            finally:
+                with self._lock:
+                    self._threads.discard(threading.current_thread())
+            return
         try:
             error = self._stream(request, sender)
         except Exception as exc:
@@ -67,6 +79,23 @@ class TritonPythonModel:
         finally:
             with self._lock:
                 self._threads.discard(threading.current_thread())
+
+    def _play(self, request, sender):
+        """Send the steps of the PROMPT script (see the module docstring)."""
+        delay_s = int(_scalar(request, "DELAY_MS", DEFAULT_DELAY_MS)) / 1000.0
+        steps = [s for s in _scalar(request, "PROMPT").decode("utf-8").split(",") if s]
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        for i, step in enumerate(steps):
+            if i:
+                time.sleep(delay_s)
+            if step == "t":
+                text = np.array([f"t-{i}".encode()], dtype=np.object_)
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("TEXT", text)]))
+            elif step in ("e", "E"):
+                error = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{self._name}: error {i}"))
+                sender.send(error, flags=final if step == "E" else 0)
+            elif step == "F":
+                sender.send(flags=final)
 
     def _stream(self, request, sender):
         """Send the text responses; the error text to end with, or None."""

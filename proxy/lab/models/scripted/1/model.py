@@ -1,0 +1,1 @@
+../../tokens/1/model.py

@@ -1,0 +1,207 @@
+"""What ``replay check`` reports: per-request and per-call outcomes, unattributable responses.
+
+Plain frozen values built by :class:`~replay.machine.tracker.Tracker`; ``to_json`` gives ``check --json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from replay.capture.methods import short_method
+from replay.capture.reader import Gap
+from replay.machine.table import Violation
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GroupOutcome:
+    """Requests of one call that were in flight together with one id (most often ``""``): the wire
+    shows their responses and finals, not which request each belongs to, so they are counted here."""
+
+    first_seq: int  # the record of the group's first request (the group's name, with the call)
+    request_id: str
+    requests: int
+    responses: int  # responses received while two or more of the group were in flight
+    text_responses: int
+    ended: dict[str, int]  # how the group's requests ended: final kinds, then the call's end for the rest
+    errors_without_final: int  # error responses that did not carry the final flag
+    per_request: bool  # every request of the group ended the same way: each request's outcome is exact
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``group`` object of a request entry in ``check --json``."""
+        return {
+            "first_seq": self.first_seq,
+            "request_id": self.request_id,
+            "requests": self.requests,
+            "responses": self.responses,
+            "text_responses": self.text_responses,
+            "ended": dict(self.ended),
+            "errors_without_final": self.errors_without_final,
+            "per_request": self.per_request,
+        }
+
+    def describe(self) -> str:
+        """``ended: 7 completed, 3 error`` as people read it."""
+        ended = ", ".join(f"{n} {k}" for k, n in self.ended.items() if n) or "none"
+        extra = f"; {self.errors_without_final} error(s) without final" if self.errors_without_final else ""
+        return f"group of {self.requests} (ended: {ended}{extra}; {self.responses} response(s))"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RequestOutcome:
+    """What happened to one request, as ``replay check`` reports it."""
+
+    call: str
+    kind: str  # "stream" or "unary"
+    model: str | None
+    request_id: str | None
+    occurrence: int  # 0 for the first request with this id on the call, 1 for the next...
+    seq: int  # the request's record
+    outcome: str  # a terminal State value
+    responses: int  # every response attributed to the request, the empty final included
+    text_responses: int  # those with outputs
+    final: bool | None  # streams: final=true seen; unary: the raw flag of the response (or null)
+    first_response_ms: float | None
+    duration_ms: float | None  # request to final response, or to the call's end; null if never ended
+    status: str | None  # the call's gRPC status name, null when the capture ended first
+    error: str | None  # the in-band error message, else the call's details when its status is not OK
+    violations: tuple[Violation, ...]
+    #: The request's id group when several with its id were in flight together, else None.
+    group: GroupOutcome | None = None
+    #: Facts worth a note that are not violations (``missing_final``: an error without a final flag).
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry of ``check --json``'s ``requests`` list."""
+        return {
+            "call": self.call,
+            "kind": self.kind,
+            "model": self.model,
+            "request_id": self.request_id,
+            "occurrence": self.occurrence,
+            "seq": self.seq,
+            "outcome": self.outcome,
+            "responses": self.responses,
+            "text_responses": self.text_responses,
+            "final": self.final,
+            "first_response_ms": self.first_response_ms,
+            "duration_ms": self.duration_ms,
+            "status": self.status,
+            "error": self.error,
+            "violations": [{"violation": v.name, "seq": v.seq, "detail": v.detail} for v in self.violations],
+            "group": None if self.group is None else self.group.to_json(),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Unattributable:
+    """A response no request can be given: listed, never merged."""
+
+    call: str
+    seq: int
+    request_id: str | None
+    reason: str  # ambiguous | unknown_id | empty_id | undecoded | no_request
+    final: bool | None
+    error: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry of ``check --json``'s ``unattributable`` list."""
+        return {
+            "call": self.call,
+            "seq": self.seq,
+            "request_id": self.request_id,
+            "reason": self.reason,
+            "final": self.final,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallOutcome:
+    """How one RPC ended (inference or not)."""
+
+    call: str
+    method: str
+    status: str | None
+    cause: str | None
+    details: str | None
+    duration_ms: float | None
+    requests: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrackResult:
+    """Everything ``replay check`` reports about a capture."""
+
+    requests: tuple[RequestOutcome, ...]
+    unattributable: tuple[Unattributable, ...]
+    calls: tuple[CallOutcome, ...]
+    gaps: tuple[Gap, ...]
+    warnings: tuple[str, ...]
+    records: int
+    captures: int
+    unlabelled_messages: int = 0
+
+    @property
+    def violations(self) -> list[tuple[RequestOutcome, Violation]]:
+        """Every violation with its request."""
+        return [(r, v) for r in self.requests for v in r.violations]
+
+    @property
+    def ok(self) -> bool:
+        """No violation and every response attributed (``check``'s exit 0).
+
+        Requests known only for their id group are not a failure: that ambiguity comes from the
+        client's choice of ids (tritonclient's default is ``""``), not from the server.
+        """
+        return not self.unattributable and not any(r.violations for r in self.requests)
+
+    @property
+    def group_only(self) -> int:
+        """Requests whose own outcome is known only for their id group (a warning, not a failure)."""
+        return sum(1 for r in self.requests if r.group is not None and not r.group.per_request)
+
+    def summary(self) -> dict[str, Any]:
+        """Counts for the ``summary`` object of ``check --json``."""
+        outcomes: dict[str, int] = {}
+        for r in self.requests:
+            outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+        names: dict[str, int] = {}
+        for _, v in self.violations:
+            names[v.name] = names.get(v.name, 0) + 1
+        methods: dict[str, int] = {}
+        for c in self.calls:
+            short = short_method(c.method)
+            methods[short] = methods.get(short, 0) + 1
+        causes: dict[str, int] = {}
+        for c in self.calls:
+            key = c.cause or "open_at_capture_end"
+            causes[key] = causes.get(key, 0) + 1
+        return {
+            "records": self.records,
+            "captures": self.captures,
+            "complete": not any(g.kind in ("missing_capture_end", "missing_file") for g in self.gaps),
+            "calls": len(self.calls),
+            "calls_by_method": methods,
+            "calls_by_cause": causes,
+            "requests": len(self.requests),
+            "outcomes": outcomes,
+            "violations": sum(names.values()),
+            "violations_by_name": names,
+            "unattributable": len(self.unattributable),
+            "groups": len({(r.call, r.group.first_seq) for r in self.requests if r.group is not None}),
+            "known_only_for_group": self.group_only,
+            "unlabelled_messages": self.unlabelled_messages,
+            "gaps": len(self.gaps),
+            "warnings": list(self.warnings),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``check --json`` document."""
+        return {
+            "requests": [r.to_json() for r in self.requests],
+            "unattributable": [u.to_json() for u in self.unattributable],
+            "gaps": [g.to_json() for g in self.gaps],
+            "summary": self.summary(),
+        }

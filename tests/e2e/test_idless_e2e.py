@@ -1,0 +1,147 @@
+"""Id-less requests and error responses without the final flag, live: tritonclient through our
+proxy to a real tritonserver (the `scripted` model), then ``replay check`` on the capture.
+
+Each test asserts that the replay outcome equals what the tritonclient callback received: the
+per-request outcome when the wire supports one, else the group's counts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.lab.background import ProxyThread
+from replay.cli.main import main as replay_main
+from tests.support.triton_client import StreamSession, int_input, token_inputs
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _send(s: StreamSession, script: str, rid: str = "", *, empty_final: bool = True, delay_ms: int = 5) -> None:
+    s.send("scripted", [*token_inputs(script, 1), int_input("DELAY_MS", delay_ms)], rid,
+           enable_empty_final_response=empty_final)  # fmt: skip
+
+
+def _is_final(e: tuple[Any, ...]) -> bool:
+    return e[0] == "result" and e[2] is True
+
+
+def _check(proxy: ProxyThread, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    path: Path = proxy.stop()
+    capsys.readouterr()
+    code = replay_main(["check", "--json", str(path)])
+    out, err = capsys.readouterr()
+    assert code != 2, err
+    return code, json.loads(out)
+
+
+def test_ten_idless_requests_answered_with_error_finals(
+    recording_proxy: ProxyThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Triton QA's shape: 10 requests with id "" each answered by an error+final: 10 `error`, exit 0."""
+    s = StreamSession(recording_proxy.url)
+    for _ in range(10):
+        _send(s, "E", empty_final=False)
+    live = s.take(10)
+    s.close()
+    assert [e[0] for e in live] == ["error"] * 10
+    code, doc = _check(recording_proxy, capsys)
+    assert code == 0 and doc["unattributable"] == []
+    assert [(r["request_id"], r["outcome"]) for r in doc["requests"]] == [("", "error")] * 10
+    group = doc["requests"][0]["group"]
+    assert group["ended"] == {"error": sum(e[0] == "error" for e in live)} and group["per_request"] is True
+
+
+def test_idless_requests_interleaved_with_texts_and_an_error_without_final(
+    recording_proxy: ProxyThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two id-less requests, one with an error response without final: the group's counts are what the callback got."""
+    s = StreamSession(recording_proxy.url)
+    _send(s, "t,e,t,F")
+    _send(s, "t,t,F")
+    live: list[tuple[Any, ...]] = []
+    while sum(_is_final(e) for e in live) < 2:
+        live.extend(s.take_until(_is_final))
+    s.close()
+    code, doc = _check(recording_proxy, capsys)
+    assert code == 0 and doc["unattributable"] == []
+    assert [r["outcome"] for r in doc["requests"]] == ["group", "group"]
+    g = doc["requests"][0]["group"]
+    # A response that came while only the first request was in flight is its own (exact).
+    own = sum(r["responses"] for r in doc["requests"])
+    own_text = sum(r["text_responses"] for r in doc["requests"])
+    assert g["responses"] + own == len(live)
+    assert g["text_responses"] + own_text == sum(e[0] == "result" and bool(e[3]) for e in live)
+    assert g["errors_without_final"] == sum(e[0] == "error" for e in live) == 1
+    assert g["ended"] == {"completed": sum(_is_final(e) for e in live)}
+    assert doc["summary"]["known_only_for_group"] == 2
+
+
+def test_mixed_idless_and_named_requests_on_one_stream(
+    recording_proxy: ProxyThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`a` is attributed exactly; the two id-less requests, both completed, each get `completed`."""
+    s = StreamSession(recording_proxy.url)
+    _send(s, "t,t,F", "a")
+    _send(s, "t,F")
+    _send(s, "t,F")
+    live: list[tuple[Any, ...]] = []
+    while sum(_is_final(e) for e in live) < 3:
+        live.extend(s.take_until(_is_final))
+    s.close()
+    code, doc = _check(recording_proxy, capsys)
+    assert code == 0 and doc["unattributable"] == []
+    out = [(r["request_id"], r["outcome"]) for r in doc["requests"]]
+    assert out == [("a", "completed"), ("", "completed"), ("", "completed")]
+    assert doc["requests"][0]["responses"] == sum(e[0] == "result" and e[1] == "a" for e in live)
+    idless = doc["requests"][1:]
+    assert idless[0]["group"]["responses"] + sum(r["responses"] for r in idless) == sum(
+        e[0] == "result" and e[1] == "" for e in live
+    )
+
+
+def test_idless_request_after_a_cancel(recording_proxy: ProxyThread, capsys: pytest.CaptureFixture[str]) -> None:
+    """An id-less request cancelled with its stream, then one on a new stream: cancelled, then completed (exact)."""
+    s = StreamSession(recording_proxy.url)
+    _send(s, "t,t,t,F", delay_ms=3000)
+    first = s.take(1)
+    s.close(cancel_requests=True)
+    s2 = StreamSession(recording_proxy.url)
+    _send(s2, "t,F")
+    second = s2.take_until(_is_final)
+    s2.close()
+    code, doc = _check(recording_proxy, capsys)
+    assert code == 0
+    r1, r2 = doc["requests"]
+    assert (r1["outcome"], r1["responses"]) == ("cancelled", len(first))
+    assert (r2["outcome"], r2["responses"], r2["group"]) == ("completed", len(second), None)
+
+
+def test_idless_requests_one_at_a_time_are_attributed_exactly(
+    recording_proxy: ProxyThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three id-less requests, each sent after the previous final: each completed with its own responses."""
+    s = StreamSession(recording_proxy.url)
+    counts = []
+    for _ in range(3):
+        _send(s, "t,t,F")
+        counts.append(len(s.take_until(_is_final)))
+    s.close()
+    code, doc = _check(recording_proxy, capsys)
+    assert code == 0
+    assert [(r["outcome"], r["responses"], r["group"]) for r in doc["requests"]] == [("completed", n, None) for n in counts]
+
+
+def test_error_without_final_then_final(recording_proxy: ProxyThread, capsys: pytest.CaptureFixture[str]) -> None:
+    """An error response without final, then a text and the final: `error`, no violation, no note."""
+    s = StreamSession(recording_proxy.url)
+    _send(s, "e,t,F", "ef")
+    live = s.take_until(_is_final)
+    s.close()
+    code, doc = _check(recording_proxy, capsys)
+    (r,) = doc["requests"]
+    assert code == 0 and [e[0] for e in live] == ["error", "result", "result"]
+    assert (r["outcome"], r["responses"], r["final"], r["notes"], r["violations"]) == ("error", 3, True, [], [])
