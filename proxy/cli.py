@@ -204,7 +204,8 @@ def _run_check_cancel(args: argparse.Namespace) -> int:
     import json
 
     from proxy.cancelcheck import verdict
-    from proxy.cancelcheck.protocol import CheckOptions, parse_json_inputs, run_check
+    from proxy.cancelcheck.inputs import parse_json_inputs
+    from proxy.cancelcheck.protocol import CheckOptions, run_check
     from proxy.ops import logs
 
     logs.configure("warning")

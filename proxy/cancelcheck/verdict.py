@@ -23,9 +23,10 @@ Conflicting evidence resolves to "continued": a report must never claim more tha
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from proxy.triton.server_evidence import NOTIFIED, LogObservation
 
 #: Version of the report document (JSON and Markdown); bump when a field changes meaning.
 REPORT_VERSION = 1
@@ -37,103 +38,6 @@ NO_PREEMPTION_NOTE = (
     "allowance after the cancel, on this server, model and client method. It is not a promise that "
     "work is preempted at once: a backend stops only where it checks for cancellation."
 )
-
-_LOG_TIME = re.compile(r"^[IWEF](\d{4}) (\d\d):(\d\d):(\d\d(?:\.\d+)?) ")
-NOTIFIED = "Cancellation notification received"
-SKIPPED = "skipping response generation as grpc transaction was cancelled"
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """``name{labels}`` -> value for the ``nv_inference_*`` lines of a Prometheus text page."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith("nv_inference_"):
-            continue
-        key, _, value = line.rpartition(" ")
-        try:
-            out[key] = float(value)
-        except ValueError:
-            continue
-    return out
-
-
-def log_time_s(line: str) -> float | None:
-    """Seconds since midnight of a Triton log line (server clock), or None for other lines."""
-    m = _LOG_TIME.match(line)
-    if m is None:
-        return None
-    return int(m.group(2)) * 3600 + int(m.group(3)) * 60 + float(m.group(4))
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LogObservation:
-    """What Triton's verbose log showed after one cancel.
-
-    Times are the server's clock, in ms from the reference point: for an executing request its
-    ``Cancellation notification received`` line, for a queued one the moment it reached the backend
-    (its ``to EXECUTING`` line) or, when it never did, the notification.
-    """
-
-    notified: bool
-    reached_backend: bool | None  # queued case: the request still went from the queue to the backend
-    released_after_ms: float | None
-    skipped_total: int
-    skipped_after_allowance: int
-    last_skipped_ms: float | None
-    window_ms: float
-    lines: tuple[str, ...] = ()
-
-
-def scan_log(
-    lines: list[str], request_id: str, allowance_ms: float, window_ms: float, *, case: Case = "executing"
-) -> LogObservation:
-    """Read the log lines appended after a cancel of ``request_id`` (the first notification is ours)."""
-    t0: float | None = None
-    start: float | None = None  # reference point (see LogObservation)
-    reached: bool | None = False if case == "queued" else None
-    released: float | None = None
-    skipped: list[float] = []
-    kept: list[str] = []
-    tag = f"[request id: {request_id}]"
-    for line in lines:
-        t = log_time_s(line)
-        if t is None:
-            continue
-        if t0 is not None and t < t0 - 43200:
-            t += 86400  # the log crossed midnight
-        if NOTIFIED in line:
-            if t0 is None:
-                t0 = start = t
-            kept.append(line)
-            continue
-        if t0 is None or start is None:
-            continue
-        if (t - t0) * 1000.0 > window_ms:
-            break
-        if SKIPPED in line:
-            skipped.append(t)
-            kept.append(line)
-        elif tag in line and "to EXECUTING" in line and case == "queued":
-            reached = True
-            start = t
-            # Responses dropped before the request even ran belong to someone else.
-            skipped = []
-            kept.append(line)
-        elif tag in line and "to RELEASED" in line and released is None:
-            released = max(0.0, (t - start) * 1000.0)
-            kept.append(line)
-    since = [(t - start) * 1000.0 for t in skipped] if start is not None else []
-    return LogObservation(
-        notified=t0 is not None,
-        reached_backend=reached,
-        released_after_ms=released,
-        skipped_total=len(since),
-        skipped_after_allowance=sum(1 for x in since if x > allowance_ms),
-        last_skipped_ms=max(since) if since else None,
-        window_ms=window_ms,
-        lines=tuple(kept[:50]),
-    )
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ProbeObservation:
@@ -180,120 +84,136 @@ class Verdict:
     evidence: tuple[str, ...]
 
 
+@dataclass
+class _Tally:
+    """The evidence lines of one case so far, and whether any supports "stopped" or "continued"."""
+
+    lines: list[str] = field(default_factory=list)
+    stopped: bool = False
+    continued: bool = False
+
+    def info(self, text: str) -> None:
+        self.lines.append(f"[info] {text}")
+
+    def stop(self, text: str) -> None:
+        self.stopped = True
+        self.lines.append(f"[stopped] {text}")
+
+    def went_on(self, text: str) -> None:
+        self.continued = True
+        self.lines.append(f"[continued] {text}")
+
+
 def decide(obs: CaseObservation) -> Verdict:
     """The verdict for one case: True only on positive evidence, False on any sign of ongoing work."""
     if obs.skipped is not None:
         return Verdict(work_stopped=None, evidence=(f"[info] not exercised: {obs.skipped}",))
-    out: list[str] = []
-    stopped = continued = False
-    allowance = obs.allowance_ms
-    if obs.unary:
-        where = "a unary call: no partial responses, so the wire cannot show whether it was executing"
-    else:
-        where = "executing" if obs.responses_before_cancel else "queued (no response yet)"
     if obs.client_status != "CANCELLED":
-        out.append(f"[info] the client got {obs.client_status or 'nothing'} instead of CANCELLED: the cancel did not act")
-        return Verdict(work_stopped=None, evidence=tuple(out))
-    out.append(
-        f"[info] client status CANCELLED after {obs.responses_before_cancel} response(s): {where} as the wire shows"
-    )
-    p = obs.probe
-    if p is not None:
-        if not p.blocked_before_cancel:
-            out.append(
-                "[info] probe: answered while the cancelled request was still running, so the model serves "
-                "requests concurrently and instance occupancy cannot show whether the work went on"
-            )
-        elif p.after_cancel_ms is None:
-            continued = True
-            out.append(f"[continued] probe: no response within {p.window_ms:.0f} ms after {p.reference}")
-        elif p.after_cancel_ms <= p.baseline_ms + allowance:
-            stopped = True
-            out.append(
-                f"[stopped] probe: first response {p.after_cancel_ms:.0f} ms after {p.reference} "
-                f"(idle baseline {p.baseline_ms:.0f} ms + allowance {allowance:.0f} ms): the instance was freed"
-            )
+        return Verdict(work_stopped=None, evidence=(
+            f"[info] the client got {obs.client_status or 'nothing'} instead of CANCELLED: the cancel did not act",
+        ))  # fmt: skip
+    t = _Tally()
+    t.info(f"client status CANCELLED after {obs.responses_before_cancel} response(s): {_wire_state(obs)} as the wire shows")
+    if obs.probe is not None:
+        _probe_rule(obs.probe, obs.allowance_ms, t)
+    if obs.log is not None:
+        _log_rule(obs, obs.log, t)
+    _metrics_info(obs.metrics, t)
+    _proxy_info(obs, t)
+    if not t.stopped and not t.continued:
+        t.info("no server-side evidence either way: give --log (verbose) or use a single-instance model")
+    return Verdict(work_stopped=False if t.continued else (True if t.stopped else None), evidence=tuple(t.lines))
+
+
+def _wire_state(obs: CaseObservation) -> str:
+    """Where the request was when cancelled, as far as the wire shows."""
+    if obs.unary:
+        return "a unary call: no partial responses, so the wire cannot show whether it was executing"
+    return "executing" if obs.responses_before_cancel else "queued (no response yet)"
+
+
+def _probe_rule(p: ProbeObservation, allowance: float, t: _Tally) -> None:
+    """A probe blocked by the cancelled work and served within baseline + allowance: the instance was freed."""
+    if not p.blocked_before_cancel:
+        t.info("probe: answered while the cancelled request was still running, so the model serves "
+               "requests concurrently and instance occupancy cannot show whether the work went on")  # fmt: skip
+    elif p.after_cancel_ms is None:
+        t.went_on(f"probe: no response within {p.window_ms:.0f} ms after {p.reference}")
+    elif p.after_cancel_ms <= p.baseline_ms + allowance:
+        t.stop(f"probe: first response {p.after_cancel_ms:.0f} ms after {p.reference} "
+               f"(idle baseline {p.baseline_ms:.0f} ms + allowance {allowance:.0f} ms): the instance was freed")  # fmt: skip
+    else:
+        t.went_on(f"probe: first response only {p.after_cancel_ms:.0f} ms after {p.reference} "
+                  f"(idle baseline {p.baseline_ms:.0f} ms + allowance {allowance:.0f} ms): the instance stayed busy")  # fmt: skip
+
+
+def _log_rule(obs: CaseObservation, lg: LogObservation, t: _Tally) -> None:
+    """Triton's verbose log: a queued request that never reached the backend, its release, late responses."""
+    if not lg.notified:
+        t.info(f"log: no '{NOTIFIED}' line within the window (not --log-verbose=1, or another file?)")
+        return
+    if lg.reached_backend is False:
+        t.stop(f"log: request {obs.request_id!r} never left the queue for the backend within {lg.window_ms:.0f} ms")
+    ref = "it reached the backend" if lg.reached_backend else "Triton's cancellation notification"
+    if lg.reached_backend:
+        t.info(f"log: the cancelled queued request {obs.request_id!r} was still handed to the backend")
+    _release_rule(obs, lg, ref, t)
+    _late_responses_rule(obs, lg, ref, t)
+
+
+def _release_rule(obs: CaseObservation, lg: LogObservation, ref: str, t: _Tally) -> None:
+    """The backend released the request within the allowance (stopped) or later (continued)."""
+    if lg.released_after_ms is not None:
+        if lg.released_after_ms <= obs.allowance_ms:
+            t.stop(f"log: request {obs.request_id!r} released by the backend {lg.released_after_ms:.0f} ms after {ref}")
         else:
-            continued = True
-            out.append(
-                f"[continued] probe: first response only {p.after_cancel_ms:.0f} ms after {p.reference} "
-                f"(idle baseline {p.baseline_ms:.0f} ms + allowance {allowance:.0f} ms): the instance stayed busy"
-            )
-    lg = obs.log
-    if lg is not None:
-        if not lg.notified:
-            out.append(
-                f"[info] log: no '{NOTIFIED}' line within the window (not --log-verbose=1, or another file?)"
-            )
-        else:
-            if lg.reached_backend is False:
-                stopped = True
-                out.append(
-                    f"[stopped] log: request {obs.request_id!r} never left the queue for the backend within "
-                    f"{lg.window_ms:.0f} ms"
-                )
-            ref = "it reached the backend" if lg.reached_backend else "Triton's cancellation notification"
-            if lg.reached_backend:
-                out.append(f"[info] log: the cancelled queued request {obs.request_id!r} was still handed to the backend")
-            if lg.released_after_ms is not None:
-                if lg.released_after_ms <= allowance:
-                    stopped = True
-                    out.append(
-                        f"[stopped] log: request {obs.request_id!r} released by the backend "
-                        f"{lg.released_after_ms:.0f} ms after {ref}"
-                    )
-                else:
-                    continued = True
-                    out.append(
-                        f"[continued] log: request {obs.request_id!r} released only {lg.released_after_ms:.0f} ms "
-                        f"after {ref}"
-                    )
-            elif lg.reached_backend is not False:
-                out.append(
-                    f"[info] log: no RELEASED line for {obs.request_id!r} within {lg.window_ms:.0f} ms of the notification"
-                )
-            quiet = lg.window_ms - allowance
-            expected = obs.rate_per_s * quiet / 1000.0 if obs.rate_per_s else 0.0
-            if obs.remaining is not None:
-                expected = min(expected, float(obs.remaining))
-            if lg.skipped_after_allowance:
-                continued = True
-                out.append(
-                    f"[continued] log: {lg.skipped_after_allowance} response(s) still produced later than "
-                    f"{allowance:.0f} ms after {ref} (last at {lg.last_skipped_ms:.0f} ms; "
-                    "'skipping response generation' lines carry no request id)"
-                )
-            else:
-                out.append(
-                    f"[info] log: {lg.skipped_total} response(s) produced and dropped within the allowance"
-                )
-                if obs.case == "executing" and expected >= 3:
-                    stopped = True
-                    out.append(
-                        f"[stopped] log: no response produced from {allowance:.0f} to {lg.window_ms:.0f} ms after the "
-                        f"notification, where the request, streaming {obs.rate_per_s:.0f}/s before the cancel, would "
-                        f"have produced about {expected:.0f} (Triton logs each as 'skipping response generation')"
-                    )
-    if obs.metrics is not None:
-        if obs.metrics:
-            moved = ", ".join(f"{k} {v:+g}" for k, v in sorted(obs.metrics.items()))
-            out.append(f"[info] metrics moved over the window: {moved}")
-        else:
-            out.append("[info] metrics: no nv_inference_* counter moved (they do not for every backend)")
+            t.went_on(f"log: request {obs.request_id!r} released only {lg.released_after_ms:.0f} ms after {ref}")
+    elif lg.reached_backend is not False:
+        t.info(f"log: no RELEASED line for {obs.request_id!r} within {lg.window_ms:.0f} ms of the notification")
+
+
+def _late_responses_rule(obs: CaseObservation, lg: LogObservation, ref: str, t: _Tally) -> None:
+    """Responses still produced past the allowance: continued. Silence counts only where the request,
+    at the rate it streamed before the cancel, would have produced several."""
+    allowance = obs.allowance_ms
+    if lg.skipped_after_allowance:
+        t.went_on(f"log: {lg.skipped_after_allowance} response(s) still produced later than {allowance:.0f} ms "
+                  f"after {ref} (last at {lg.last_skipped_ms:.0f} ms; 'skipping response generation' lines carry "
+                  "no request id)")  # fmt: skip
+        return
+    t.info(f"log: {lg.skipped_total} response(s) produced and dropped within the allowance")
+    quiet = lg.window_ms - allowance
+    expected = obs.rate_per_s * quiet / 1000.0 if obs.rate_per_s else 0.0
+    if obs.remaining is not None:
+        expected = min(expected, float(obs.remaining))
+    if obs.case == "executing" and expected >= 3:
+        t.stop(f"log: no response produced from {allowance:.0f} to {lg.window_ms:.0f} ms after the notification, "
+               f"where the request, streaming {obs.rate_per_s:.0f}/s before the cancel, would have produced about "
+               f"{expected:.0f} (Triton logs each as 'skipping response generation')")  # fmt: skip
+
+
+def _metrics_info(metrics: dict[str, float] | None, t: _Tally) -> None:
+    """Counters are reported, never decide: they do not move for every backend."""
+    if metrics is None:
+        return
+    if metrics:
+        moved = ", ".join(f"{k} {v:+g}" for k, v in sorted(metrics.items()))
+        t.info(f"metrics moved over the window: {moved}")
+    else:
+        t.info("metrics: no nv_inference_* counter moved (they do not for every backend)")
+
+
+def _proxy_info(obs: CaseObservation, t: _Tally) -> None:
+    """The proxy's view is reported, never decides: no more frames is the "client stopped reading" illusion."""
     if obs.upstream_rst_us is not None or obs.late_frames is not None:
         rst = f"{obs.upstream_rst_us:.0f} µs" if obs.upstream_rst_us is not None else "not forwarded"
-        out.append(
-            f"[info] proxy: cancel forwarded upstream {rst} after the client's RST_STREAM; "
-            f"{obs.late_frames or 0} late frame(s) from Triton after it (no frames is not proof the work stopped)"
-        )
+        t.info(f"proxy: cancel forwarded upstream {rst} after the client's RST_STREAM; {obs.late_frames or 0} late "
+               "frame(s) from Triton after it (no frames is not proof the work stopped)")  # fmt: skip
     if obs.proxy_in_flight is not None:
         # The wire shows responses, not execution: "no response yet" may be queued or executing.
         responded = set(obs.proxy_responded or ())
         ids = ", ".join(f"{r} ({'responded' if r in responded else 'no response yet'})" for r in obs.proxy_in_flight)
-        out.append(f"[info] proxy: the cancel ended {len(obs.proxy_in_flight)} request(s) in flight on the call: {ids}")
-    if stopped is False and continued is False:
-        out.append("[info] no server-side evidence either way: give --log (verbose) or use a single-instance model")
-    return Verdict(work_stopped=False if continued else (True if stopped else None), evidence=tuple(out))
+        t.info(f"proxy: the cancel ended {len(obs.proxy_in_flight)} request(s) in flight on the call: {ids}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from replay.capture import events as ev
+from replay.capture import naming
 from replay.capture.schema import encode
 from replay.errors import UserError
 
@@ -108,8 +109,7 @@ class CaptureWriter:
         self._failing = False
         self._counts = _Counts()
         self.written = 0  # records written (writer thread); read by the metrics at scrape time
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(start.t_ns / 1e9))
-        self._stem = f"capture-{stamp}-{os.getpid()}"
+        self._stem = naming.stem(naming.stamp(start.t_ns), os.getpid())
         self.paths: list[Path] = []
 
     # -- data plane side -------------------------------------------------------------------
@@ -202,8 +202,7 @@ class CaptureWriter:
     # -- writer thread -----------------------------------------------------------------------
 
     def _file_name(self) -> str:
-        suffix = "" if self._file_index == 0 else f"-{self._file_index:04d}"
-        return f"{self._stem}{suffix}.jsonl"
+        return naming.file_name(self._stem, self._file_index)
 
     def _open_file(self) -> None:
         path = self._opt.directory / self._file_name()
@@ -298,11 +297,12 @@ class CaptureWriter:
         old = self.path
         os.close(self._fd)
         if self._opt.gzip_rotated:
-            with open(old, "rb") as src, gzip.open(str(old) + ".gz", "wb") as dst:
+            packed = old.with_name(old.name + naming.GZIP_SUFFIX)
+            with open(old, "rb") as src, gzip.open(packed, "wb") as dst:
                 shutil.copyfileobj(src, dst)
-            os.chmod(str(old) + ".gz", 0o600)
+            os.chmod(packed, 0o600)
             old.unlink()
-            self.paths[-1] = Path(str(old) + ".gz")
+            self.paths[-1] = packed
         self._open_file()
         start = ev.CaptureStarted(
             t_ns=time.time_ns(),

@@ -1,14 +1,15 @@
-"""The recording proxy on its own event-loop thread, for synchronous callers (the demo, tests).
+"""An event loop in a thread, and the recording proxy on one, for synchronous callers (demo, tests).
 
 tritonclient's sync API blocks, so the proxy cannot share the caller's thread: it gets a private
-asyncio loop in a daemon thread, and every start/stop is a bounded wait on that loop.
+asyncio loop in a daemon thread (:class:`LoopThread`), and every start/stop is a bounded wait on
+that loop. check-cancel's aio client and the tests' in-process servers use the same loop thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -24,6 +25,36 @@ async def _cancel_leftovers() -> None:
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class LoopThread:
+    """One asyncio loop running in a daemon thread (started here) until :meth:`close`."""
+
+    def __init__(self, name: str = "loop-thread") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
+        """Run ``coro`` on the loop and wait (at most ``timeout`` s) for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call_soon(self, callback: Callable[..., object], *args: Any) -> None:
+        """Schedule ``callback(*args)`` on the loop from any thread."""
+        self.loop.call_soon_threadsafe(callback, *args)
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Cancel what still runs on the loop, stop it and join the thread; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.run(_cancel_leftovers(), timeout)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout)
+            self.loop.close()
 
 
 class ProxyThread:
@@ -44,24 +75,18 @@ class ProxyThread:
             **config,
         )
         self.proxy = RecordingProxy(self.config)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="e2e-proxy-loop", daemon=True)
+        self._thread: LoopThread | None = None  # made by start(), so an unstarted proxy holds no thread
         self._started = False
         self._stopped = False
 
-    def _run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
-
     def start(self, timeout: float = 60.0) -> ProxyThread:
         """Bind, open the capture and serve; returns self."""
-        self._thread.start()
+        self._thread = LoopThread("e2e-proxy-loop")
         try:
-            self._run(self.proxy.start(), timeout)
+            self._thread.run(self.proxy.start(), timeout)
         except BaseException:
             # A proxy that could not start (busy port, unreachable upstream) leaves no thread behind.
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout)
-            self._loop.close()
+            self._thread.close(timeout)
             raise
         self._started = True
         return self
@@ -83,19 +108,16 @@ class ProxyThread:
 
     def stop(self, timeout: float = 60.0) -> Path:
         """Drain, close the capture, stop the loop; idempotent. Returns the capture path."""
-        if self._started and not self._stopped:
+        if self._started and not self._stopped and self._thread is not None:
             self._stopped = True
             try:
-                self._run(self.proxy.stop(), timeout)
+                self._thread.run(self.proxy.stop(), timeout)
             except TimeoutError:
                 raise AssertionError(
                     f"RecordingProxy.stop() did not return within {timeout} s: {self._diagnose()}"
                 ) from None
             finally:
-                self._run(_cancel_leftovers(), timeout)
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                self._thread.join(timeout)
-                self._loop.close()
+                self._thread.close(timeout)
         return self.capture_path
 
     def _diagnose(self) -> str:
@@ -113,7 +135,7 @@ class ProxyThread:
             )
         if r is not None:
             facts.update(open_calls=r.open_calls, tunnels=len(r.tunnels))
-        stacks = [t.get_stack(limit=3) for t in asyncio.all_tasks(self._loop)]
+        stacks = [t.get_stack(limit=3) for t in asyncio.all_tasks(self._thread.loop)] if self._thread else []
         facts["tasks"] = [f"{f.f_code.co_name}:{f.f_lineno}" for st in stacks for f in st]
         return ", ".join(f"{k}={v}" for k, v in facts.items())
 

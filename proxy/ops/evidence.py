@@ -21,7 +21,7 @@ from typing import Any
 
 import structlog
 
-from proxy.cancelcheck.verdict import NOTIFIED, SKIPPED, parse_metrics
+from proxy.triton.server_evidence import NOTIFIED, SKIPPED, parse_metrics
 from replay.capture import events as ev
 from replay.errors import UserError
 

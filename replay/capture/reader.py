@@ -2,7 +2,7 @@
 
 Which files belong together: the writer names the files of one capture
 ``capture-<stamp>-<pid>.jsonl``, ``capture-<stamp>-<pid>-0001.jsonl``, ... (rotated files may be
-gzipped to ``.jsonl.gz``). Files sharing a stem are one capture, read in file-index order; any other
+gzipped to ``.jsonl.gz``; the rule is :mod:`replay.capture.naming`). Files sharing a stem are one capture, read in file-index order; any other
 file is a capture of its own. Captures are read in the order given (a directory's in name order,
 which for the writer's names is time order).
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import re
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -33,14 +32,11 @@ from typing import IO
 import orjson
 
 from replay.capture import events as ev
+from replay.capture import naming
 from replay.capture.schema import decode
 from replay.errors import CaptureError, UnknownKind
 
 PathLike = str | os.PathLike[str]
-
-# The writer's names: capture-<UTC stamp>-<pid>[-<rotation index, 4+ digits>].jsonl[.gz]
-_ROTATED = re.compile(r"^(?P<stem>capture-\d{8}T\d{6}-\d+)(?:-(?P<index>\d{4,}))?\.jsonl(?:\.gz)?$")
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Gap:
@@ -163,7 +159,7 @@ def _expand(paths: Iterable[PathLike]) -> list[list[Path]]:
         p = Path(given)
         if p.is_dir():
             found = sorted(
-                q for q in p.iterdir() if q.is_file() and (q.name.endswith(".jsonl") or q.name.endswith(".jsonl.gz"))
+                q for q in p.iterdir() if q.is_file() and naming.looks_like_capture(q.name)
             )
             if not found:
                 raise CaptureError(str(p), None, "no *.jsonl or *.jsonl.gz capture files in this directory")
@@ -177,17 +173,15 @@ def _expand(paths: Iterable[PathLike]) -> list[list[Path]]:
             if key in seen:
                 continue
             seen.add(key)
-            m = _ROTATED.match(q.name)
-            if m is None:
+            name = naming.parse(q.name)
+            if name is None:
                 groups[str(key)] = [(0, q)]
                 continue
-            index = int(m["index"]) if m["index"] else 0
-            stem = str(key.parent / m["stem"])
-            groups.setdefault(stem, []).append((index, q))
+            groups.setdefault(str(key.parent / name.stem), []).append((name.index, q))
     out: list[list[Path]] = []
     for members in groups.values():
         by_index: dict[int, Path] = {}
-        for index, q in sorted(members, key=lambda t: (t[0], t[1].name.endswith(".gz"))):
+        for index, q in sorted(members, key=lambda t: (t[0], t[1].name.endswith(naming.GZIP_SUFFIX))):
             # While the writer gzips a rotated file both names exist; the plain one is complete.
             by_index.setdefault(index, q)
         out.append([by_index[i] for i in sorted(by_index)])

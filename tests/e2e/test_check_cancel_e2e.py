@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from proxy.cancelcheck.protocol import LogTail
+from proxy.cancelcheck.evidence import LogTail
 from proxy.lab.tritonserver import TritonServer
 
 # Short windows keep the suite fast. The allowance is wide (1 s, not the default 300 ms) so that a

@@ -1,8 +1,8 @@
 """The data behind ``triton-tap report``: a capture turned into one compact, self-describing model.
 
 Pure: fed ``(seq, record)`` one at a time (:meth:`ReportBuilder.feed`), never reads a file and
-never awaits. The shell (:mod:`replay.cli.report`) reads the captures with progress and pours the
-model into the self-contained page (``template.html``, :func:`~replay.tools.report.page.render_html`).
+never awaits. The shell (:mod:`replay.tools.report.command`) reads the captures with progress and pours the
+model into the self-contained page (``template.html``, :func:`~replay.tools.report.command.render_html`).
 
 Nothing here decides what a record means on its own: requests, their outcomes and which request
 each response belongs to come from :class:`~replay.machine.tracker.Tracker` (its ``on_response`` hook),
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +98,89 @@ def _record_view(rec: ev.Record, seq: int) -> dict[str, Any]:
     if raw.get("payload") is not None:
         raw["payload"] = f"<{len(raw['payload'])} base64 chars omitted>"
     return raw
+
+
+_LANE_COLUMNS = ("call", "rid", "model", "outcome", "start", "end", "responses", "text", "ttfr_ms", "inter_p50_ms",
+                 "inter_p99_ms", "duration_ms", "violations", "error", "ri")  # fmt: skip
+
+
+class _Lanes:
+    """The drawn lanes (one per request, or one per call that carried none) and their ticks, columnar."""
+
+    def __init__(self, t0: int, calls: Sequence[_CallInfo]) -> None:
+        self.t0 = t0
+        self.call_index = {c.id: i for i, c in enumerate(calls)}
+        self.columns: dict[str, list[Any]] = {k: [] for k in _LANE_COLUMNS}
+        self.ticks: dict[str, list[int]] = {"lane": [], "t": [], "flags": [], "ri": []}
+        self._of: dict[tuple[str, str | None], list[int]] = {}  # (call, request id) -> lanes
+
+    def us(self, t_ns: int | None) -> int | None:
+        """Microseconds since the capture's first record."""
+        return None if t_ns is None else (t_ns - self.t0) // 1000
+
+    def add(self, call: _CallInfo, **values: Any) -> int:
+        """A new lane of ``call`` (columns not given are null); returns its index."""
+        n = len(self.columns["call"])
+        self.columns["call"].append(self.call_index[call.id])
+        for k, column in self.columns.items():
+            if k != "call":
+                column.append(values.get(k))
+        return n
+
+    def name(self, lane: int, call: str, request_id: str | None) -> None:
+        """``lane`` draws request ``request_id`` of ``call`` (cancels find their lanes by id)."""
+        self._of.setdefault((call, request_id), []).append(lane)
+
+    def add_ticks(self, lane: int, items: list[tuple[int, int, int]]) -> None:
+        """Response ticks ``(t_ns, flags, record index)`` on ``lane``."""
+        for t_ns, flags, ri in items:
+            self.ticks["lane"].append(lane)
+            self.ticks["t"].append((t_ns - self.t0) // 1000)
+            self.ticks["flags"].append(flags)
+            self.ticks["ri"].append(ri)
+
+    def open_at(self, call: str, ids: list[str], at: int | None) -> list[int]:
+        """The lanes of request ``ids`` on ``call`` still open at ``at`` (sorted, once each)."""
+        # An id re-used on the call: only its occurrence still open at the cancel counts.
+        ends = self.columns["end"]
+        return sorted({ln for rid in ids for ln in self._of.get((call, rid), [])
+                       if at is None or ends[ln] is None or ends[ln] >= at})  # fmt: skip
+
+
+class _ModelStats:
+    """Per-model counts and latency samples, summarised as one row per model."""
+
+    def __init__(self) -> None:
+        self._samples: dict[str, dict[str, list[float]]] = {}
+        self._counts: dict[str, dict[str, Any]] = {}
+
+    def add(self, r: RequestOutcome, inter: list[float]) -> None:
+        """One request's outcome and its inter-response gaps (ms)."""
+        model = r.model or "(none)"
+        agg = self._samples.setdefault(model, {"ttfr": [], "inter": [], "duration": []})
+        agg["inter"].extend(inter)
+        if r.first_response_ms is not None:
+            agg["ttfr"].append(r.first_response_ms)
+        if r.duration_ms is not None:
+            agg["duration"].append(r.duration_ms)
+        mc = self._counts.setdefault(model, {"requests": 0, "responses": 0, "text": 0, "outcomes": {}, "violations": 0})
+        mc["requests"] += 1
+        mc["responses"] += r.responses
+        mc["text"] += r.text_responses
+        mc["outcomes"][r.outcome] = mc["outcomes"].get(r.outcome, 0) + 1
+        mc["violations"] += len(r.violations)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per model, by name: counts and p50/p99 of time to first response, gaps, durations."""
+        rows = []
+        for name in sorted(self._counts):
+            agg = self._samples[name]
+            row: dict[str, Any] = {"model": name, **self._counts[name]}
+            for what in ("ttfr", "inter", "duration"):
+                row[f"{what}_p50_ms"] = _r3(percentile(agg[what], 50))
+                row[f"{what}_p99_ms"] = _r3(percentile(agg[what], 99))
+            rows.append(row)
+        return rows
 
 
 class ReportBuilder:
@@ -192,139 +275,22 @@ class ReportBuilder:
         gaps = list(gaps)
         result = self.tracker.finish(gaps, warnings)
         t0 = self._t0 or 0
-
-        def us(t_ns: int | None) -> int | None:
-            return None if t_ns is None else (t_ns - t0) // 1000
-
-        by_call: dict[str, list[RequestOutcome]] = {}
-        for r in result.requests:
-            by_call.setdefault(r.call, []).append(r)
-
-        # Grouped by connection (in order of first appearance), calls in start order within it.
-        conn_rank: dict[str, int] = {}
-        for c in self._order:
-            conn_rank.setdefault(c.conn, len(conn_rank))
-        calls = sorted(self._order, key=lambda c: (conn_rank[c.conn], c.t_start))
-        call_index = {c.id: i for i, c in enumerate(calls)}
-        lanes: dict[str, list[Any]] = {k: [] for k in (
-            "call", "rid", "model", "outcome", "start", "end", "responses", "text", "ttfr_ms", "inter_p50_ms",
-            "inter_p99_ms", "duration_ms", "violations", "error", "ri",
-        )}  # fmt: skip
-        ticks: dict[str, list[int]] = {"lane": [], "t": [], "flags": [], "ri": []}
-        lane_of: dict[tuple[str, str | None], list[int]] = {}  # (call, request id) -> lanes
-        per_model: dict[str, dict[str, list[float]]] = {}
-        model_counts: dict[str, dict[str, Any]] = {}
-
-        def add_lane(call: _CallInfo, **values: Any) -> int:
-            n = len(lanes["call"])
-            lanes["call"].append(call_index[call.id])
-            for k in lanes:
-                if k != "call":
-                    lanes[k].append(values.get(k))
-            return n
-
-        def add_ticks(lane: int, items: list[tuple[int, int, int]]) -> None:
-            for t_ns, flags, ri in items:
-                ticks["lane"].append(lane)
-                ticks["t"].append((t_ns - t0) // 1000)
-                ticks["flags"].append(flags)
-                ticks["ri"].append(ri)
-
-        for call in calls:
-            reqs = by_call.get(call.id, [])
-            if not reqs and not call.unattributed:
-                # A call that carried no tracked request (ServerLive, ModelMetadata...): one lane.
-                add_lane(call, rid=None, model=None, outcome=call.cause or "open", start=us(call.t_start),
-                         end=us(call.t_end), ri=call.ri, responses=0, text=0)  # fmt: skip
-                continue
-            for r in reqs:
-                items = self._ticks.get((call.id, r.seq), [])
-                times = [t for t, _, _ in items]
-                inter = [(b - a) / 1e6 for a, b in itertools.pairwise(times)]
-                t_sent = self._sent.get((call.id, r.seq), call.t_start)
-                end_ns = t_sent + int(r.duration_ms * 1e6) if r.duration_ms is not None else None
-                lane = add_lane(
-                    call, rid=r.request_id, model=r.model, outcome=r.outcome, start=us(t_sent), end=us(end_ns),
-                    responses=r.responses, text=r.text_responses, ttfr_ms=r.first_response_ms,
-                    inter_p50_ms=_r3(percentile(inter, 50)), inter_p99_ms=_r3(percentile(inter, 99)),
-                    duration_ms=r.duration_ms, violations=[v.name for v in r.violations] or None, error=r.error,
-                    ri=None,
-                )  # fmt: skip
-                lane_of.setdefault((call.id, r.request_id), []).append(lane)
-                add_ticks(lane, items)
-                model = r.model or "(none)"
-                agg = per_model.setdefault(model, {"ttfr": [], "inter": [], "duration": []})
-                agg["inter"].extend(inter)
-                if r.first_response_ms is not None:
-                    agg["ttfr"].append(r.first_response_ms)
-                if r.duration_ms is not None:
-                    agg["duration"].append(r.duration_ms)
-                mc = model_counts.setdefault(model, {"requests": 0, "responses": 0, "text": 0, "outcomes": {},
-                                                     "violations": 0})  # fmt: skip
-                mc["requests"] += 1
-                mc["responses"] += r.responses
-                mc["text"] += r.text_responses
-                mc["outcomes"][r.outcome] = mc["outcomes"].get(r.outcome, 0) + 1
-                mc["violations"] += len(r.violations)
-            if call.unattributed:
-                lane = add_lane(call, rid=None, model=None, outcome="unattributable", start=us(call.t_start),
-                                end=us(call.t_end), responses=len(call.unattributed), text=0)  # fmt: skip
-                add_ticks(lane, call.unattributed)
-
-        cancels = []
-        for k in self._cancels:
-            if k.call not in call_index:
-                continue
-            t_cancel = us(k.t_ns)
-
-            def open_lanes(ids: list[str], call: str = k.call, at: int | None = t_cancel) -> list[int]:
-                # An id re-used on the call: only its occurrence still open at the cancel counts.
-                return [ln for rid in ids for ln in lane_of.get((call, rid), [])
-                        if at is None or lanes["end"][ln] is None or lanes["end"][ln] >= at]  # fmt: skip
-
-            hit = open_lanes(k.in_flight)
-            responded = open_lanes(k.responded)
-            cancels.append({"call": call_index[k.call], "t": us(k.t_ns), "cause": k.cause, "in_flight": k.in_flight,
-                            "lanes": sorted(set(hit)), "responded_lanes": sorted(set(responded)),
-                            "rst_code": k.rst_code, "ri": k.ri})  # fmt: skip
-
-        models = []
-        for name in sorted(model_counts):
-            agg, mc = per_model[name], model_counts[name]
-            models.append({
-                "model": name, **mc,
-                "ttfr_p50_ms": _r3(percentile(agg["ttfr"], 50)), "ttfr_p99_ms": _r3(percentile(agg["ttfr"], 99)),
-                "inter_p50_ms": _r3(percentile(agg["inter"], 50)), "inter_p99_ms": _r3(percentile(agg["inter"], 99)),
-                "duration_p50_ms": _r3(percentile(agg["duration"], 50)),
-                "duration_p99_ms": _r3(percentile(agg["duration"], 99)),
-            })  # fmt: skip
-
+        calls = self._calls_by_connection()
+        lanes = _Lanes(t0, calls)
+        stats = _ModelStats()
+        self._lay_out(calls, result.requests, lanes, stats)
+        us = lanes.us
         return {
             "title": title,
             "files": list(files),
             "records": self._ri,
             "t0_ns": t0,
             "span_us": max(0, (self._t_last - t0) // 1000),
-            "calls": {
-                "id": [c.id for c in calls],
-                "conn": [c.conn for c in calls],
-                "method": [short_method(c.method) for c in calls],
-                "start": [us(c.t_start) for c in calls],
-                "end": [us(c.t_end) for c in calls],
-                "half_close": [us(c.t_half_close) for c in calls],
-                "deadline": [
-                    us(c.t_start + int(c.timeout_ms * 1e6)) if c.timeout_ms is not None else None for c in calls
-                ],
-                "status": [c.status for c in calls],
-                "cause": [c.cause for c in calls],
-                "details": [c.details for c in calls],
-                "ri": [c.ri for c in calls],
-                "end_ri": [c.end_ri for c in calls],
-            },
-            "lanes": lanes,
-            "ticks": ticks,
-            "cancels": cancels,
-            "models": models,
+            "calls": _call_columns(calls, us),
+            "lanes": lanes.columns,
+            "ticks": lanes.ticks,
+            "cancels": self._cancel_rows(lanes),
+            "models": stats.rows(),
             "summary": result.summary(),
             "unattributable": len(result.unattributable),
             "gaps": [g.to_json() for g in gaps],
@@ -335,3 +301,80 @@ class ReportBuilder:
             "warnings": list(result.warnings),
             "record_view": self._records,
         }
+
+    def _calls_by_connection(self) -> list[_CallInfo]:
+        """Calls grouped by connection (in order of first appearance), in start order within it."""
+        conn_rank: dict[str, int] = {}
+        for c in self._order:
+            conn_rank.setdefault(c.conn, len(conn_rank))
+        return sorted(self._order, key=lambda c: (conn_rank[c.conn], c.t_start))
+
+    def _lay_out(self, calls: list[_CallInfo], requests: Iterable[RequestOutcome], lanes: _Lanes,
+                 stats: _ModelStats) -> None:  # fmt: skip
+        """Each call's lanes in order: its requests, then its unattributable responses."""
+        by_call: dict[str, list[RequestOutcome]] = {}
+        for r in requests:
+            by_call.setdefault(r.call, []).append(r)
+        us = lanes.us
+        for call in calls:
+            reqs = by_call.get(call.id, [])
+            if not reqs and not call.unattributed:
+                # A call that carried no tracked request (ServerLive, ModelMetadata...): one lane.
+                lanes.add(call, rid=None, model=None, outcome=call.cause or "open", start=us(call.t_start),
+                          end=us(call.t_end), ri=call.ri, responses=0, text=0)  # fmt: skip
+                continue
+            for r in reqs:
+                self._request_lane(call, r, lanes, stats)
+            if call.unattributed:
+                lane = lanes.add(call, rid=None, model=None, outcome="unattributable", start=us(call.t_start),
+                                 end=us(call.t_end), responses=len(call.unattributed), text=0)  # fmt: skip
+                lanes.add_ticks(lane, call.unattributed)
+
+    def _request_lane(self, call: _CallInfo, r: RequestOutcome, lanes: _Lanes, stats: _ModelStats) -> None:
+        """The lane of one tracked request: its span, its response ticks and their gaps."""
+        items = self._ticks.get((call.id, r.seq), [])
+        times = [t for t, _, _ in items]
+        inter = [(b - a) / 1e6 for a, b in itertools.pairwise(times)]
+        t_sent = self._sent.get((call.id, r.seq), call.t_start)
+        end_ns = t_sent + int(r.duration_ms * 1e6) if r.duration_ms is not None else None
+        lane = lanes.add(
+            call, rid=r.request_id, model=r.model, outcome=r.outcome, start=lanes.us(t_sent), end=lanes.us(end_ns),
+            responses=r.responses, text=r.text_responses, ttfr_ms=r.first_response_ms,
+            inter_p50_ms=_r3(percentile(inter, 50)), inter_p99_ms=_r3(percentile(inter, 99)),
+            duration_ms=r.duration_ms, violations=[v.name for v in r.violations] or None, error=r.error,
+            ri=None,
+        )  # fmt: skip
+        lanes.name(lane, call.id, r.request_id)
+        lanes.add_ticks(lane, items)
+        stats.add(r, inter)
+
+    def _cancel_rows(self, lanes: _Lanes) -> list[dict[str, Any]]:
+        """The captured cancels of drawn calls, with the lanes they hit (in flight, responded) at that time."""
+        rows = []
+        for k in self._cancels:
+            if k.call not in lanes.call_index:
+                continue
+            at = lanes.us(k.t_ns)
+            rows.append({"call": lanes.call_index[k.call], "t": at, "cause": k.cause, "in_flight": k.in_flight,
+                         "lanes": lanes.open_at(k.call, k.in_flight, at),
+                         "responded_lanes": lanes.open_at(k.call, k.responded, at),
+                         "rst_code": k.rst_code, "ri": k.ri})  # fmt: skip
+        return rows
+
+
+def _call_columns(calls: list[_CallInfo], us: Callable[[int | None], int | None]) -> dict[str, list[Any]]:
+    """The calls, one column per field (see the module docstring for why columnar)."""
+    return {
+        "id": [c.id for c in calls],
+        "conn": [c.conn for c in calls],
+        "method": [short_method(c.method) for c in calls],
+        "start": [us(c.t_start) for c in calls],
+        "end": [us(c.t_end) for c in calls],
+        "half_close": [us(c.t_half_close) for c in calls],
+        "deadline": [us(c.t_start + int(c.timeout_ms * 1e6)) if c.timeout_ms is not None else None for c in calls],
+        "status": [c.status for c in calls],
+        "cause": [c.cause for c in calls],
+        "details": [c.details for c in calls],
+        "ri": [c.ri for c in calls],
+        "end_ri": [c.end_ri for c in calls],
+    }

@@ -15,7 +15,8 @@ from typing import Any
 import grpc
 import pytest
 
-from proxy.cancelcheck.protocol import CheckOptions, LogTail, _metrics_or_none, _server_evidence_end, _Setup
+from proxy.cancelcheck.evidence import LogTail, end_window, metrics_or_none
+from proxy.cancelcheck.options import CheckOptions, Setup
 from proxy.lab.tritonserver import free_port
 from proxy.ops.evidence import EvidenceCollector, EvidenceSpec
 from proxy.ops.server import _with_evidence
@@ -103,16 +104,16 @@ def test_evidence_failure_does_not_reach_the_relay() -> None:
 # -- check-cancel ---------------------------------------------------------------------------------------
 
 
-def _setup(**kw: Any) -> _Setup:
+def _setup(**kw: Any) -> Setup:
     opts = CheckOptions(target="127.0.0.1:1", model="m", method="stream", inputs=None, probe_inputs=None, length=1,
                         allowance_ms=300.0, window_s=0.01, cases=("executing",), start_wait_ms=300.0, **kw)  # fmt: skip
-    return _Setup(url=opts.target, opts=opts, config=None, long_inputs=list, probe_inputs=list)
+    return Setup(url=opts.target, opts=opts, config=None, long_inputs=list, probe_inputs=list)
 
 
 def test_check_cancel_non_http_metrics_is_a_note(not_http: str) -> None:
     """check-cancel --metrics on a non-HTTP port: a note in the report, not a traceback."""
     setup = _setup(metrics_url=not_http)
-    assert _metrics_or_none(setup) is None
+    assert metrics_or_none(setup) is None
     assert len(setup.notes) == 1 and "unreadable" in setup.notes[0]
 
 
@@ -125,7 +126,7 @@ def test_check_cancel_log_that_vanished_is_a_note(tmp_path: Path) -> None:
     path.unlink()
     path.mkdir()
     setup = _setup(log_path=path)
-    log, deltas = _server_evidence_end(setup, tail, None, "r1", 0.0, "executing")
+    log, deltas = end_window(setup, tail, None, "r1", 0.0, "executing")
     assert log is None and deltas is None and "unreadable" in setup.notes[0]
 
 

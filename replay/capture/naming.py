@@ -1,0 +1,63 @@
+"""The capture file-name rule, one definition for the writer (build) and the reader (parse).
+
+The files of one capture are ``capture-<UTC stamp>-<pid>.jsonl``, then, after each rotation,
+``capture-<UTC stamp>-<pid>-<index, 4+ digits>.jsonl`` (``-0001``, ``-0002``...), each possibly gzipped
+to ``.jsonl.gz``. The stem (``capture-<stamp>-<pid>``) ties the files of one capture together; the
+stamp (``YYYYMMDDTHHMMSS``, UTC, the capture's start) makes a directory's name order its time order.
+Pure: names in, names out.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+#: What a capture file's name ends with (``GZIP_SUFFIX`` appended once a rotated file is compressed).
+SUFFIX = ".jsonl"
+GZIP_SUFFIX = ".gz"
+
+_NAME = re.compile(
+    r"^(?P<stem>capture-(?P<stamp>\d{8}T\d{6})-(?P<pid>\d+))(?:-(?P<index>\d{4,}))?\.jsonl(?P<gz>\.gz)?$"
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CaptureName:
+    """What a writer-made file name says: which capture (stem) and which of its files (index)."""
+
+    stem: str  # capture-<stamp>-<pid>, as written in the name
+    stamp: str
+    pid: int
+    index: int  # 0: the first file; n: the file opened by the n-th rotation
+    gzipped: bool
+
+
+def stamp(t_ns: int) -> str:
+    """The UTC stamp (``YYYYMMDDTHHMMSS``) of a capture started at ``t_ns`` (unix epoch ns)."""
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(t_ns / 1e9))
+
+
+def stem(stamp: str, pid: int) -> str:
+    """The stem shared by every file of the capture started at ``stamp`` by process ``pid``."""
+    return f"capture-{stamp}-{pid}"
+
+
+def file_name(stem: str, index: int, *, gzipped: bool = False) -> str:
+    """The name of file ``index`` (0: the first) of the capture ``stem``."""
+    suffix = "" if index == 0 else f"-{index:04d}"
+    return f"{stem}{suffix}{SUFFIX}{GZIP_SUFFIX if gzipped else ''}"
+
+
+def parse(name: str) -> CaptureName | None:
+    """What a file name built by :func:`file_name` says, or None for any other name."""
+    m = _NAME.match(name)
+    if m is None:
+        return None
+    return CaptureName(stem=m["stem"], stamp=m["stamp"], pid=int(m["pid"]), index=int(m["index"] or 0),
+                       gzipped=m["gz"] is not None)  # fmt: skip
+
+
+def looks_like_capture(name: str) -> bool:
+    """A file a directory of captures is read for: ``*.jsonl`` or ``*.jsonl.gz`` (any stem)."""
+    return name.endswith((SUFFIX, SUFFIX + GZIP_SUFFIX))

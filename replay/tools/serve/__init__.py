@@ -1,0 +1,31 @@
+"""``triton-tap serve``: a mock Triton that answers real clients from captures.
+
+A grpc.aio server implementing ``inference.GRPCInferenceService`` (tritonclient's ``service_pb2_grpc``
+servicer) whose answers come from a :class:`~replay.tools.captured.LoadedCapture`:
+:mod:`~replay.tools.serve.responses` builds the answers from captured records (pure),
+:mod:`~replay.tools.serve.stream` replays one ModelStreamInfer call, :mod:`~replay.tools.serve.server`
+is the grpc.aio shell. Which captured request an incoming one stands for is :mod:`replay.tools.match`'s
+decision.
+
+* ``ModelStreamInfer``: each incoming request is matched; its captured responses are sent with the
+  captured delays after the request's arrival (relative timing), scaled, or at once (``fast``:
+  in captured order among the requests that have arrived). Each response carries the incoming
+  request's id (``keep_ids`` keeps the captured ones). The stream follows the captured call of its
+  first matched request: a captured non-OK end (a client cancel, a deadline, a dropped upstream,
+  an error status) is reproduced with its status and details once every request and response
+  captured before it has been replayed, at the captured point in time; an OK end closes the stream
+  with the captured trailers after the client half-closed and every response was sent.
+* ``ModelInfer``: the captured response (``--payload full``: the real bytes; ``meta``: names, shapes
+  and datatypes with zero-filled data, and a logged warning) or the captured error status.
+* Other RPCs (readiness, metadata, config...): the captured answer of a call of the same method,
+  preferring one whose request was the same. ``meta`` captures hold no bytes of those answers;
+  only the readiness booleans can be told from the message size (protobuf writes ``false`` as
+  nothing), the others answer ``FAILED_PRECONDITION`` explaining why.
+* A request that matches nothing: ``NOT_FOUND`` naming the closest captured request and why it did
+  not match, and a log line.
+"""
+
+from replay.tools.serve.responses import parse_timing
+from replay.tools.serve.server import MockTriton
+
+__all__ = ["MockTriton", "parse_timing"]

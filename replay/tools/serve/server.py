@@ -1,0 +1,247 @@
+"""The grpc.aio shell of ``triton-tap serve``: the server, its handlers, and the non-stream RPCs.
+
+What the answers are is :mod:`replay.tools.serve.responses`' (pure); one ModelStreamInfer call's
+replay is :mod:`replay.tools.serve.stream`'s; which captured request an incoming one stands for is
+:mod:`replay.tools.match`'s. See :mod:`replay.tools.serve` for what each RPC answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import itertools
+import logging
+import socket
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+from tritonclient.grpc import service_pb2 as pb
+
+from replay.capture.methods import SERVICE, path_of
+from replay.errors import UserError
+from replay.hostport import format_hostport, parse_hostport
+from replay.tools.captured import CapturedCall, LoadedCapture, Response
+from replay.tools.feed import _metadata
+from replay.tools.grpcstatus import status_code
+from replay.tools.match import STRATEGIES, Key, Matcher
+from replay.tools.serve.responses import (
+    Undecodable,
+    delay_s,
+    lenient,
+    missing_answer,
+    other_response,
+    pick_other,
+    request_key,
+    status_details,
+    unary_response,
+)
+from replay.tools.serve.stream import Stream
+
+log = logging.getLogger("triton_tap.serve")
+
+
+def _handlers(server: MockTriton) -> Any:
+    """The GRPCInferenceService methods, each parsing its request leniently."""
+    handlers: dict[str, Any] = {}
+    for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
+        request_type = getattr(pb, method.input_type.name)
+        response_type = getattr(pb, method.output_type.name)
+        kw = {"request_deserializer": lenient(request_type.FromString),
+              "response_serializer": response_type.SerializeToString}  # fmt: skip
+        if method.name == "ModelStreamInfer":
+            handlers[method.name] = grpc.stream_stream_rpc_method_handler(server.stream_infer, **kw)
+        elif method.name == "ModelInfer":
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(server.model_infer, **kw)
+        else:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                _other_handler(server, method.name, response_type), **kw
+            )
+    return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+
+def _other_handler(server: MockTriton, name: str, response_type: Any) -> Any:
+    async def handler(request: Any, context: Any) -> Any:
+        return await server.other(name, response_type, request, context)
+
+    return handler
+
+
+def _check_bindable(host: str, port: int, listen: str) -> None:
+    """One line naming the reason when ``host:port`` cannot be bound (busy, not local, unresolvable)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as e:
+        raise UserError(f"cannot listen on {listen}: {e.strerror or e}") from None
+    family, kind, proto, _name, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        try:
+            sock.bind(addr)
+        except OSError as e:
+            why = "address already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
+            raise UserError(f"cannot listen on {listen}: {why}") from None
+
+
+class MockTriton:
+    """A grpc.aio server answering from a loaded capture; :meth:`start` / :meth:`stop` on a running loop."""
+
+    def __init__(
+        self, capture: LoadedCapture, *, speed: float | None = 1.0, strategies: Sequence[str] = STRATEGIES,
+        keep_ids: bool = False,
+    ) -> None:  # fmt: skip
+        if capture.payload_modes == {"none"}:
+            raise UserError(
+                "the capture was recorded with --payload none: it keeps request ids and message sizes only, "
+                "no input or output specs to match requests or shape answers; record with --payload meta or full"
+            )
+        self.capture = capture
+        self.speed = speed
+        self.keep_ids = keep_ids
+        self.matcher = Matcher(capture.candidates, strategies)
+        if capture.outcomes.unattributable:
+            log.warning("%d captured response(s) cannot be attributed to a request (see `replay check`): "
+                        "they are not replayed", len(capture.outcomes.unattributable))  # fmt: skip
+        for g in capture.outcomes.gaps:
+            where = f"{g.file}:{g.line}" if g.line is not None else g.file
+            log.warning("capture hole: %s at %s: %s", g.kind, where, g.detail)
+        self.unmatched: list[str] = []  # NOT_FOUND messages, in order (for callers and tests)
+        self.open_streams = 0  # ModelStreamInfer calls being served (their reader tasks included)
+        self._warned: set[str] = set()
+        self._other_used: set[str] = set()
+        self._streams = itertools.count(1)
+        self._server: Any = None
+        self.port = 0
+
+    async def start(self, listen: str = "127.0.0.1:0") -> int:
+        """Bind ``listen`` (port 0: a free one) and serve; returns the port."""
+        host, want = parse_hostport(listen, "--listen", allow_port_zero=True)
+        if want:
+            # A plain bind first: grpc would log its own C-core line for a busy port, and say less.
+            _check_bindable(host, want, listen)
+        # grpc sets SO_REUSEPORT by default, so a second serve on a busy port would silently share it.
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        server.add_generic_rpc_handlers((_handlers(self),))
+        try:
+            port: int = int(server.add_insecure_port(format_hostport(host, want)))
+        except RuntimeError as e:
+            port, why = 0, str(e)
+        else:
+            why = "address in use or not available"
+        if not port:
+            raise UserError(f"cannot listen on {listen}: {why}")
+        await server.start()
+        self._server, self.port = server, port
+        return port
+
+    async def stop(self, grace: float = 1.0) -> None:
+        """Stop serving; open calls get ``grace`` seconds."""
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+
+    # -- shared ------------------------------------------------------------------------------------
+
+    def note_dataless(self, real: bool, what: str) -> None:
+        """Warn once per RPC kind that answers carry zero-filled data."""
+        if not real and what not in self._warned:
+            self._warned.add(what)
+            log.warning("%s answers are rebuilt from a meta capture: output data is zero-filled "
+                        "(record with --payload full for the real bytes)", what)  # fmt: skip
+
+    async def not_found(self, context: Any, key: Key, where: str) -> None:
+        """Log and end the call with NOT_FOUND explaining the closest candidate."""
+        message = "triton-tap serve: " + self.matcher.explain(key)
+        self.unmatched.append(message)
+        log.warning("%s: %s", where, message)
+        await context.abort(grpc.StatusCode.NOT_FOUND, message)
+
+    async def undecodable(self, context: Any, request: Undecodable, where: str) -> None:
+        """Log one line and end the call with INVALID_ARGUMENT: the client sent bytes that do not parse."""
+        message = f"triton-tap serve: the request message ({request.size} bytes) does not parse: {request.error}"
+        log.warning("%s: %s", where, message)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+    async def _pause(self, start_ns: int, end_ns: int) -> None:
+        if self.speed is not None and end_ns > start_ns:
+            await asyncio.sleep(delay_s(start_ns, end_ns, self.speed))
+
+    # -- RPCs --------------------------------------------------------------------------------------
+
+    async def stream_infer(self, request_iterator: AsyncIterator[Any], context: Any) -> None:
+        """ModelStreamInfer (see :mod:`replay.tools.serve`)."""
+        stream = Stream(self, context, f"stream {next(self._streams)}")
+        incoming: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def read() -> None:
+            try:
+                async for request in request_iterator:
+                    incoming.put_nowait(request)
+            finally:
+                incoming.put_nowait(None)
+
+        reader = asyncio.create_task(read(), name=f"serve-{stream.name}-reader")
+        self.open_streams += 1
+        try:
+            await stream.run(incoming)
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            self.open_streams -= 1
+
+    async def model_infer(self, request: Any, context: Any) -> Any:
+        """ModelInfer (see :mod:`replay.tools.serve`)."""
+        if isinstance(request, Undecodable):
+            await self.undecodable(context, request, "ModelInfer")
+        key = request_key("unary", request)
+        m = self.matcher.match(key)
+        if m.candidate is None:
+            await self.not_found(context, key, "ModelInfer")
+            return None
+        call = self.capture.calls[m.candidate.call]
+        log.debug("ModelInfer: %s matched call %s by %s", key.describe(), call.id, m.by)
+        req = self.capture.request(call.id, m.candidate.seq)
+        return await self._answer(call, req.t_ns, context, lambda r: self._unary(r, request.id),
+                                  lambda: pb.ModelInferResponse(id=request.id))  # fmt: skip
+
+    def _unary(self, resp: Response, incoming_id: str) -> Any:
+        msg, real = unary_response(resp.record)
+        self.note_dataless(real, "ModelInfer")
+        if not self.keep_ids:
+            msg.id = incoming_id
+        return msg
+
+    async def _answer(self, call: CapturedCall, t0: int, context: Any, build: Any, empty: Any) -> Any:
+        end = call.end
+        await self._pause(t0, end.t_ns if end is not None else t0)
+        if end is not None and end.status != "OK":
+            await context.abort(status_code(end.status), status_details(end.status, end.details),
+                                tuple(_metadata(end.trailers)))  # fmt: skip
+        if end is not None and end.trailers:
+            context.set_trailing_metadata(tuple(_metadata(end.trailers)))
+        if not call.responses:
+            # A 0-byte answer is a message record of size 0; here the capture has none at all, yet the
+            # status the client got was OK (or never recorded): answer that status with the empty message.
+            log.warning("captured call %s (%s) has no response message: answering %s with an empty message",
+                        call.id, call.short_method, "OK" if end is not None else "its unrecorded end")  # fmt: skip
+            return empty()
+        return build(call.responses[0])
+
+    async def other(self, name: str, response_type: Any, request: Any, context: Any) -> Any:
+        """Readiness, metadata and the other unary RPCs (see :mod:`replay.tools.serve`)."""
+        if isinstance(request, Undecodable):
+            await self.undecodable(context, request, name)
+        calls = [c for c in self.capture.calls.values() if c.method == path_of(name)]
+        call = pick_other(name, calls, request, self._other_used)
+        if isinstance(call, str):
+            self.unmatched.append(call)
+            log.warning("%s: %s", name, call)
+            await context.abort(grpc.StatusCode.NOT_FOUND, call)
+            return None
+        self._other_used.add(call.id)
+        refusal = missing_answer(name, call)
+        if refusal is not None:
+            log.warning("%s: %s", name, refusal)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, refusal)
+        t0 = call.requests[0][1].t_ns if call.requests else call.t_start
+        return await self._answer(call, t0, context, lambda r: other_response(name, response_type, r.record),
+                                  response_type)  # fmt: skip

@@ -1,0 +1,158 @@
+"""The replay of one incoming ``ModelStreamInfer`` call: match, schedule, write, end as captured."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from replay.tools.captured import CapturedCall
+from replay.tools.feed import _metadata
+from replay.tools.grpcstatus import status_code
+from replay.tools.serve.responses import Undecodable, delay_s, request_key, status_details, stream_response
+
+if TYPE_CHECKING:
+    from replay.tools.serve.server import MockTriton
+
+log = logging.getLogger("triton_tap.serve")
+
+
+@dataclass(order=True)
+class _Due:
+    at: float
+    seq: int
+    n: int
+    message: Any = field(compare=False)
+    call: str = field(compare=False)
+
+
+class Stream:
+    """The replay of one incoming ModelStreamInfer call."""
+
+    def __init__(self, server: MockTriton, context: Any, name: str) -> None:
+        self.server = server
+        self.context = context
+        self.name = name
+        self.pending: list[_Due] = []
+        self.counter = itertools.count()
+        self.primary: CapturedCall | None = None
+        self.arrived: dict[int, float] = {}  # captured request seq (primary call) -> arrival (monotonic)
+        self.half_closed = False
+        self._before_end: list[int] = []  # the primary call's requests captured before its end
+        self._sent_at: dict[int, int] = {}  # the primary call's request seq -> captured t_ns
+
+    def _schedule(self, call: CapturedCall, req_seq: int, req_t: int, incoming_id: str, now: float) -> None:
+        speed = self.server.speed
+        for resp in call.responses_of(req_seq):
+            msg, real = stream_response(resp.record)
+            self.server.note_dataless(real, "ModelStreamInfer")
+            if not self.server.keep_ids:
+                msg.infer_response.id = incoming_id
+            # fast: everything is due at once, so the heap orders what is pending by captured seq,
+            # which keeps the captured interleaving among the requests that have arrived.
+            at = 0.0 if speed is None else now + delay_s(req_t, resp.record.t_ns, speed)
+            heapq.heappush(self.pending, _Due(at, resp.seq, next(self.counter), msg, call.id))
+
+    def _end_reachable(self) -> bool:
+        """A captured non-OK end is next once the requests captured before it arrived (or can no longer)."""
+        call = self.primary
+        if call is None or call.end is None or call.end.status == "OK":
+            return False
+        # The client may still send what was sent before the captured end.
+        return self.half_closed or all(seq in self.arrived for seq in self._before_end)
+
+    def _end_ready(self, now: float) -> bool:
+        call = self.primary
+        if not self._end_reachable() or call is None or call.end is None:
+            return False
+        if any(d.call == call.id and d.seq < call.end.seq for d in self.pending):
+            return False
+        return now >= self._end_at()
+
+    def _end_at(self) -> float:
+        call = self.primary
+        speed = self.server.speed
+        if speed is None or call is None or call.end is None or not self.arrived:
+            return 0.0
+        t = self._sent_at
+        return max(at + delay_s(t[seq], call.end.t_ns, speed) for seq, at in self.arrived.items())
+
+    async def _take(self, item: Any) -> None:
+        if item is None:
+            self.half_closed = True
+        elif isinstance(item, Undecodable):
+            await self.server.undecodable(self.context, item, f"ModelStreamInfer {self.name}")
+        else:
+            await self._request(item, time.monotonic())
+
+    async def _drain(self, incoming: asyncio.Queue[Any]) -> None:
+        # Everything the client already sent is matched before anything more is written, so that
+        # responses due together go out in captured order across requests.
+        while not incoming.empty():
+            await self._take(incoming.get_nowait())
+
+    async def run(self, incoming: asyncio.Queue[Any]) -> None:
+        """Match, schedule and write until the call ends as captured (or by the client)."""
+        while True:
+            await self._drain(incoming)
+            while self.pending and self.pending[0].at <= time.monotonic():
+                await self.context.write(heapq.heappop(self.pending).message)
+                await self._drain(incoming)
+            if self._end_ready(time.monotonic()):
+                await self._abort_as_captured()
+            if self.half_closed and not self.pending:
+                await self._finish()
+                return
+            wake: float | None = None
+            if self.pending:
+                wake = self.pending[0].at
+            elif self._end_reachable():
+                wake = self._end_at()
+            if wake is not None and wake <= time.monotonic():
+                continue
+            try:
+                timeout = None if wake is None else wake - time.monotonic()
+                item = await asyncio.wait_for(incoming.get(), timeout)
+            except TimeoutError:
+                continue
+            await self._take(item)
+
+    async def _finish(self) -> None:
+        """The client half-closed and every response is sent: end as the captured call did."""
+        call = self.primary
+        if call is not None and call.end is not None and call.end.status != "OK":
+            # The client will send nothing more: the captured end comes at its time.
+            await asyncio.sleep(max(0.0, self._end_at() - time.monotonic()))
+            await self._abort_as_captured()
+        if call is not None and call.end is not None and call.end.trailers:
+            self.context.set_trailing_metadata(tuple(_metadata(call.end.trailers)))
+
+    async def _request(self, request: Any, now: float) -> None:
+        key = request_key("stream", request)
+        m = self.server.matcher.match(key, prefer_call=self.primary.id if self.primary else None)
+        if m.candidate is None:
+            await self.server.not_found(self.context, key, f"ModelStreamInfer {self.name}")
+            return
+        call = self.server.capture.calls[m.candidate.call]
+        log.debug("%s: %s matched %s (call %s, seq %d) by %s%s", self.name, key.describe(),
+                 m.candidate.key.describe(), call.id, m.candidate.seq, m.by, " (again)" if m.reused else "")  # fmt: skip
+        if self.primary is None:
+            self.primary = call
+            end_seq = call.end.seq if call.end is not None else -1
+            self._before_end = [seq for seq, rec in call.requests if seq < end_seq and rec.request_id is not None]
+            self._sent_at = {seq: rec.t_ns for seq, rec in call.requests}
+        if call is self.primary:
+            self.arrived[m.candidate.seq] = now
+        req_t = self.server.capture.request(call.id, m.candidate.seq).t_ns
+        self._schedule(call, m.candidate.seq, req_t, request.id, now)
+
+    async def _abort_as_captured(self) -> None:
+        assert self.primary is not None and self.primary.end is not None
+        end = self.primary.end
+        log.info("%s: ending as captured call %s did: %s (%s)", self.name, self.primary.id, end.status, end.cause)
+        await self.context.abort(status_code(end.status), status_details(end.status, end.details),
+                                 tuple(_metadata(end.trailers)))  # fmt: skip

@@ -1,0 +1,43 @@
+"""The capture file-name rule: what the writer builds, the reader parses back."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from replay.capture import naming
+
+# Unix epoch ns from 1970 to the end of year 9999: the stamp keeps four year digits.
+_T_NS = st.integers(0, 253_402_300_799 * 10**9)
+
+
+@given(_T_NS, st.integers(0, 2**31), st.integers(0, 10**6), st.booleans())
+def test_any_built_name_parses_back(t_ns: int, pid: int, index: int, gzipped: bool) -> None:
+    """stamp/pid/index/gz -> name -> the same stamp, pid, index, gz and stem."""
+    stamp = naming.stamp(t_ns)
+    stem = naming.stem(stamp, pid)
+    name = naming.file_name(stem, index, gzipped=gzipped)
+    assert naming.parse(name) == naming.CaptureName(stem=stem, stamp=stamp, pid=pid, index=index, gzipped=gzipped)
+    assert naming.looks_like_capture(name)
+
+
+@given(_T_NS, _T_NS)
+def test_name_order_is_time_order(a: int, b: int) -> None:
+    """A directory's name order is its captures' start order (to the second)."""
+    sa, sb = naming.stamp(a), naming.stamp(b)
+    if a // 10**9 < b // 10**9:
+        assert sa < sb
+    assert len(sa) == len(sb) == 15
+
+
+def test_known_names() -> None:
+    """The writer's first and rotated names, and names that are not the writer's."""
+    assert naming.stamp(1_700_000_000 * 10**9) == "20231114T221320"
+    assert naming.file_name("capture-20231114T221320-42", 0) == "capture-20231114T221320-42.jsonl"
+    assert naming.file_name("capture-20231114T221320-42", 3, gzipped=True) == "capture-20231114T221320-42-0003.jsonl.gz"
+    got = naming.parse("capture-20231114T221320-42-0003.jsonl.gz")
+    assert got is not None and (got.stem, got.index, got.gzipped) == ("capture-20231114T221320-42", 3, True)
+    for other in ("mine.jsonl", "capture-20231114T221320-42-003.jsonl", "capture-20231114T221320-42.json",
+                  "capture-2023111T221320-42.jsonl", "x-capture-20231114T221320-42.jsonl"):  # fmt: skip
+        assert naming.parse(other) is None
+    assert naming.looks_like_capture("mine.jsonl") and not naming.looks_like_capture("mine.json")

@@ -1,0 +1,145 @@
+"""The pure half of `serve`: timing rule, answers rebuilt from captured records, the other-RPC choice."""
+
+from __future__ import annotations
+
+import base64
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tritonclient.grpc import service_pb2 as pb
+
+from replay.capture import events as ev
+from replay.tools.captured import CallEnd, CapturedCall, Response
+from replay.tools.serve import parse_timing
+from replay.tools.serve.responses import (
+    Undecodable,
+    lenient,
+    missing_answer,
+    other_response,
+    pick_other,
+    stream_response,
+    unary_response,
+    zeros,
+)
+
+
+def _msg(dir: ev.Direction = "s2c", **kw: object) -> ev.MessageSeen:
+    return ev.MessageSeen(t_ns=1, call="c1", dir=dir, index=0, size=kw.pop("size", 0), compressed=False, **kw)
+
+
+def _full(message: object, dir: ev.Direction = "s2c") -> ev.MessageSeen:
+    data = message.SerializeToString()
+    return _msg(dir, size=len(data), payload=base64.b64encode(data).decode())
+
+
+def _call(
+    cid: str, request: ev.MessageSeen | None, response: ev.MessageSeen | None, status: str = "OK"
+) -> CapturedCall:
+    end = CallEnd(t_ns=2, seq=9, status=status, details=None, cause="ok", trailers=None, initial_metadata=None)
+    return CapturedCall(id=cid, method="/inference.GRPCInferenceService/ServerMetadata", t_start=0, timeout_ms=None,
+                        requests=[(1, request)] if request else [],
+                        responses=[Response(seq=2, record=response, request_seq=1)] if response else [], end=end)  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "want"), [("as-captured", 1.0), ("fast", None), ("x2", 2.0), ("x0.5", 0.5)])
+def test_timing_names_parse(text: str, want: float | None) -> None:
+    """The three --timing forms give the speed factor (None: no delays)."""
+    assert parse_timing(text) == want
+
+
+@pytest.mark.parametrize("text", ["", "x", "x0", "x-1", "xnan", "xinf", "2", "slow"])
+def test_bad_timing_is_refused_naming_the_forms(text: str) -> None:
+    """Anything else (including a zero, negative or infinite speed) is a ValueError naming the forms."""
+    with pytest.raises(ValueError, match="as-captured, fast or xN"):
+        parse_timing(text)
+
+
+@given(st.sampled_from(["BOOL", "INT8", "FP16", "INT32", "FP64", "BYTES"]), st.lists(st.integers(0, 4), max_size=3))
+def test_zero_fill_has_the_tensor_size(datatype: str, shape: list[int]) -> None:
+    """A rebuilt tensor holds shape-product elements of the datatype's width (BYTES: 4-byte zero lengths)."""
+    width = {"BOOL": 1, "INT8": 1, "FP16": 2, "INT32": 4, "FP64": 8, "BYTES": 4}[datatype]
+    data = zeros(ev.TensorSpec(name="t", datatype=datatype, shape=shape))
+    assert data == bytes(math.prod(shape) * width)
+
+
+def test_meta_stream_response_is_rebuilt_from_the_labels() -> None:
+    """Without bytes: names, shapes, the final flag, the id and the in-band error, zero-filled and marked not real."""
+    spec = ev.TensorSpec(name="OUT", datatype="INT32", shape=[2])
+    rec = _msg(model="m", model_version="1", request_id="r", final=True, outputs=["OUT", "OLD"],
+               output_tensors=[spec], error="boom")  # fmt: skip
+    msg, real = stream_response(rec)
+    assert not real
+    assert msg.error_message == "boom"
+    r = msg.infer_response
+    assert (r.model_name, r.model_version, r.id) == ("m", "1", "r")
+    assert r.parameters["triton_final_response"].bool_param is True
+    assert [(o.name, o.datatype, list(o.shape)) for o in r.outputs] == [("OUT", "INT32", [2]), ("OLD", "", [])]
+    assert list(r.raw_output_contents) == [bytes(8)]
+
+
+def test_full_responses_are_the_captured_bytes() -> None:
+    """With bytes the captured message is sent as it was, and marked real."""
+    want = pb.ModelInferResponse(id="x", model_name="m")
+    msg, real = unary_response(_full(want))
+    assert real and msg == want
+    stream = pb.ModelStreamInferResponse(error_message="e", infer_response=want)
+    msg, real = stream_response(_full(stream))
+    assert real and msg == stream
+
+
+def test_truncated_payload_counts_as_meta() -> None:
+    """A payload cut at the byte cap is not the answer: the response is rebuilt instead."""
+    rec = _msg(payload=base64.b64encode(b"\x0a\x01x").decode(), payload_truncated=True, request_id="q")
+    msg, real = unary_response(rec)
+    assert not real and msg.id == "q"
+
+
+def test_readiness_without_bytes_is_told_by_size() -> None:
+    """proto3 writes false as nothing: a non-empty readiness answer was true."""
+    assert other_response("ServerLive", pb.ServerLiveResponse, _msg(size=2)).live is True
+    assert other_response("ModelReady", pb.ModelReadyResponse, _msg(size=0)).ready is False
+
+
+def test_pick_other_prefers_the_same_request_then_walks_unused_calls() -> None:
+    """A call asked the same thing wins; repeated asks take the next unused one, then the last."""
+    ask = pb.ModelMetadataRequest(name="a")
+    other = _call("c0", _full(pb.ModelMetadataRequest(name="b"), "c2s"), None)
+    same1 = _call("c1", _full(ask, "c2s"), None)
+    same2 = _call("c2", _full(ask, "c2s"), None)
+    calls = [other, same1, same2]
+    assert pick_other("ModelMetadata", calls, ask, set()) is same1
+    assert pick_other("ModelMetadata", calls, ask, {"c1"}) is same2
+    assert pick_other("ModelMetadata", calls, ask, {"c1", "c2"}) is same2
+
+
+def test_pick_other_explains_when_nothing_answers() -> None:
+    """No call of the method, or only calls asked something else: the NOT_FOUND message says which."""
+    ask = pb.ModelMetadataRequest(name="a")
+    assert "has no ModelMetadata call" in str(pick_other("ModelMetadata", [], ask, set()))
+    other = _call("c0", _full(pb.ModelMetadataRequest(name="b"), "c2s"), None)
+    why = pick_other("ModelMetadata", [other], ask, set())
+    assert isinstance(why, str) and "1 captured ModelMetadata call(s) asked something else" in why
+
+
+def test_pick_other_falls_back_to_calls_whose_request_was_not_captured() -> None:
+    """A meta capture holds no request bytes: any call of the method may answer."""
+    meta = _call("c0", _msg("c2s", size=3), None)
+    assert pick_other("ModelMetadata", [meta], pb.ModelMetadataRequest(name="a"), set()) is meta
+
+
+def test_missing_answer_only_for_ok_non_readiness_answers_without_bytes() -> None:
+    """A meta capture cannot rebuild a metadata answer; readiness, errors and full captures are fine."""
+    assert missing_answer("ServerMetadata", _call("c", None, _msg(size=5))) is not None
+    assert missing_answer("ServerReady", _call("c", None, _msg(size=5))) is None
+    assert missing_answer("ServerMetadata", _call("c", None, _msg(size=5), status="UNAVAILABLE")) is None
+    assert missing_answer("ServerMetadata", _call("c", None, _full(pb.ServerMetadataResponse(name="t")))) is None
+
+
+def test_lenient_deserializer_hands_on_what_does_not_parse() -> None:
+    """Bytes that do not parse become an Undecodable with their size, not an exception."""
+    parse = lenient(pb.ModelInferRequest.FromString)
+    assert parse(pb.ModelInferRequest(id="a").SerializeToString()).id == "a"
+    bad = parse(b"\xff\xff\xff")
+    assert isinstance(bad, Undecodable) and bad.size == 3 and bad.error
