@@ -404,4 +404,4 @@ def test_aio_client_equal_direct(triton: TritonServer, recording_proxy: ProxyThr
     streams = calls_by_method(recs, "ModelStreamInfer")
     assert [ends[c]["cause"] for c in streams] == ["ok", "client_cancel"]
     (cancel2,) = of_kind(recs, "cancel", streams[1])
-    assert cancel2["in_flight"] == ["aio-2"] and cancel2["executing"] == ["aio-2"]
+    assert cancel2["in_flight"] == ["aio-2"] and cancel2["responded"] == ["aio-2"]

@@ -299,7 +299,7 @@ def test_cancel_does_not_stop_tokens_ignore_cancel(
     """tokens_ignore_cancel keeps computing to MAX_TOKENS after the client cancelled."""
     request_id = f"ignore-{uuid.uuid4().hex[:8]}"
     client.async_stream_infer(
-        "tokens_ignore_cancel", "scripted",
+        "tokens_ignore_cancel",
         token_inputs("i", max_tokens=30, delay_ms=10),
         request_id=request_id,
         enable_empty_final_response=True,
