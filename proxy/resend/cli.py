@@ -35,8 +35,8 @@ def add_send_command(sub: Any) -> None:
     p.add_argument("--speed", default="1", metavar="F|max", help="2 = twice as fast, 0.5 = half; max = no waiting (default 1)")
     p.add_argument("--loop", type=positive_int, default=1, metavar="N", help="send the whole capture N times (default 1)")
     p.add_argument("--cancel-at", choices=("time", "responses"), default="time",
-                   help="re-enact a client cancel/disconnect at the recorded offset from the call start (time), or "
-                   "after the number of responses the client had received (default %(default)s)")
+                   help="re-enact a client cancel/disconnect at the recorded offset from the call start (time), or once "
+                   "the client has the number of responses it had then, and not before that offset (default %(default)s)")
     p.add_argument("--model-map", action="append", default=[], metavar="OLD=NEW", help="send requests for OLD to NEW (repeatable)")
     p.add_argument("--only", action="append", default=[], metavar="KEY=VALUE[,...]",
                    help="send only calls matching all of KEY=V1|V2 (model, method, call, conn); repeatable: any of them")

@@ -130,12 +130,16 @@ async def _call(start: Start, conns: _Conns, t0: float, opts: SendOptions, tally
             conn.half_close(stream)
         if c.ending is not None and c.ending.cause != "deadline" and not stream.done.is_set():
             if opts.cancel_at == "responses":
+                # The client had this many responses; and it did not act sooner than it did (a unary
+                # call has none to count: it is cancelled at its offset, while the model works).
                 await _until_responses(stream, c.ending.responses)
-            else:
-                await _sleep_until(begun + scaled(c.ending.at_ns, opts.speed))
+            await _sleep_until(begun + scaled(c.ending.at_ns, opts.speed))
             if not stream.done.is_set():
                 tally.endings[c.ending.cause] += 1
-                conn.disconnect() if c.ending.cause == "client_disconnect" else conn.cancel(stream)
+                if c.ending.cause == "client_disconnect":
+                    conn.disconnect()
+                else:
+                    conn.cancel(stream)
         try:
             await asyncio.wait_for(stream.done.wait(), opts.drain_s)
         except TimeoutError:

@@ -33,6 +33,8 @@ DEFAULT_THRESHOLD_MS = 100.0
 #: Compared as they are (``violations`` as the list of names).
 FIELDS: tuple[str, ...] = ("outcome", "responses", "text_responses", "final", "error", "status", "cause", "violations")
 TIMINGS: tuple[str, ...] = ("first_response_ms", "duration_ms")
+#: Endings the client caused: the same one on both sides is the same fact, whatever text came with it.
+CLIENT_SIDE = frozenset({"client_cancel", "deadline", "client_disconnect"})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -144,6 +146,10 @@ def compare(
     """What differs between two matched requests."""
     tol = Tolerance(ms=threshold_ms, pct=tolerance_pct)
     va, vb = _values(a, causes_a), _values(b, causes_b)
+    if va["cause"] == vb["cause"] and va["cause"] in CLIENT_SIDE and va["status"] == vb["status"]:
+        # The same client-side ending: its text names who noticed first (the client's timer or
+        # Triton's for a deadline), a race, not a behaviour. The cause and status say what happened.
+        vb["error"] = va["error"]
     out = [Change(field=f, a=va[f], b=vb[f]) for f in FIELDS if va[f] != vb[f]]
     for f in TIMINGS:
         ta, tb = getattr(a, f), getattr(b, f)
@@ -180,7 +186,7 @@ def diff(
         pairs.append(Pair(a=ra, b=rb, by=m.by, changes=changes))
     only_a = tuple(r for r in a.outcomes.requests if (r.call, r.seq) not in paired_a)
     back = {new: old for old, new in (model_map or {}).items()}
-    models = per_model(((p.a, p.b) for p in pairs), only_a, only_b, Tolerance(ms=threshold_ms, pct=tolerance_pct), back)
+    models = per_model(((p.a, p.b, {c.field for c in p.changes}) for p in pairs), only_a, only_b, Tolerance(ms=threshold_ms, pct=tolerance_pct), back)
     return DiffResult(pairs=tuple(pairs), only_a=only_a, only_b=tuple(only_b), threshold_ms=threshold_ms,
                       strategies=tuple(strategies), calls=other_calls(a, b),
                       holes_a=a.outcomes.gaps, holes_b=b.outcomes.gaps, models=tuple(models),

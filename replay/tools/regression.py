@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,10 +116,13 @@ def _model(r: RequestOutcome) -> str:
 
 
 def per_model(
-    pairs: Iterable[tuple[RequestOutcome, RequestOutcome]], only_a: Iterable[RequestOutcome],
+    pairs: Iterable[tuple[RequestOutcome, RequestOutcome, Collection[str]]], only_a: Iterable[RequestOutcome],
     only_b: Iterable[RequestOutcome], tolerance: Tolerance, b_to_a: dict[str, str] | None = None,
 ) -> list[ModelRegression]:  # fmt: skip
-    """One :class:`ModelRegression` per model, sorted by name (B's model names mapped back by ``b_to_a``)."""
+    """One :class:`ModelRegression` per model, sorted by name (B's model names mapped back by ``b_to_a``).
+
+    ``pairs``: A's request, B's, and the fields :func:`replay.tools.diff.compare` found changed.
+    """
     back = b_to_a or {}
     out: dict[str, ModelRegression] = {}
     ta: dict[str, dict[str, list[float]]] = {}
@@ -134,15 +137,15 @@ def per_model(
             if v is not None:
                 side.setdefault(name, {}).setdefault(f, []).append(v)
 
-    for a, b in pairs:
+    for a, b, fields in pairs:
         m = entry(_model(a))
         m.requests_a += 1
         m.requests_b += 1
-        if a.outcome != b.outcome:
+        if "outcome" in fields:
             m.outcomes[f"{a.outcome} -> {b.outcome}"] += 1
-        m.responses_changed += a.responses != b.responses or a.text_responses != b.text_responses
-        m.final_changed += a.final != b.final
-        m.error_changed += a.error != b.error
+        m.responses_changed += "responses" in fields or "text_responses" in fields
+        m.final_changed += "final" in fields
+        m.error_changed += "error" in fields
         note(ta, m.model, a)
         note(tb, m.model, b)
     for r in only_a:

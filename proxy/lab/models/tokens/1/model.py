@@ -8,7 +8,9 @@ family member (`tokens`, `tokens_ignore_cancel`, `silent`, `fail_midstream` shar
   at once; "false" keeps computing after the client left (Triton drops the responses);
 - ``text`` ("true" default): "false" sends no data at all, only the final flag after DELAY_MS;
 - ``fail_after`` (unset default): after that many text responses, one response carrying a
-  backend error together with the final flag, so clients see data first and the failure after.
+  backend error together with the final flag, so clients see data first and the failure after;
+- ``max_tokens_cap`` (unset default): never more than that many text responses, whatever
+  MAX_TOKENS asks (the same model answering differently, for ``replay send`` regression tests).
 """
 
 import json
@@ -36,6 +38,7 @@ class TritonPythonModel:
         self._honour = params.get("honour_cancel", "true") == "true"
         self._text = params.get("text", "true") == "true"
         self._fail_after = int(params["fail_after"]) if params.get("fail_after") else None
+        self._cap = int(params["max_tokens_cap"]) if params.get("max_tokens_cap") else None
         self._threads = set()
         self._lock = threading.Lock()
 
@@ -79,6 +82,8 @@ class TritonPythonModel:
         max_tokens = int(_scalar(request, "MAX_TOKENS"))
         if self._fail_after is not None:
             max_tokens = min(max_tokens, self._fail_after)
+        if self._cap is not None:
+            max_tokens = min(max_tokens, self._cap)
         sent = 0
         for i in range(max_tokens):
             if i:
