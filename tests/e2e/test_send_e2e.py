@@ -181,7 +181,7 @@ def test_changed_models_diff_names_exactly_the_changed_requests(
     assert code == 1 and doc["only_a"] == [] and doc["only_b"] == []
     changed = {p["a"]["request_id"]: {c["field"] for c in p["changes"]} for p in doc["requests"] if p["changes"]}
     assert set(changed) == {"a", "b", "slow", "u-ok"}, changed
-    assert {"responses", "text_responses"} <= changed["a"] and {"outcome", "cause"} <= changed["slow"]
+    assert {"responses", "text_responses"} <= changed["a"] and {"outcome", "final"} <= changed["slow"]
     assert {"outcome", "error", "status"} <= changed["u-ok"]
     models = {m["model"]: m for m in doc["models"]}
     assert models["tokens"]["outcome_changes"] == {"deadline -> completed": 1}

@@ -72,3 +72,17 @@ def test_model_map_pairs_a_renamed_model_and_counts_outcome_and_error_changes() 
     assert (m.model, dict(m.outcomes), m.error_changed, m.responses_changed) == (
         "tokens", {"completed -> error": 4}, 4, 4,
     )  # fmt: skip
+
+
+def test_the_same_client_side_ending_with_another_text_is_no_change() -> None:
+    """A deadline noticed by the client's timer on one side and by Triton on the other: same cause, no change."""
+
+    def capture(details: str) -> Builder:
+        b = Builder().start()
+        b.call("c1.1", timeout_ms=500)
+        b.request("c1.1", "slow")
+        b.response("c1.1", "slow", "s-0", ms=200)
+        b.end("c1.1", "DEADLINE_EXCEEDED", "deadline", ms=300, details=details)
+        return b.finish()
+
+    assert diff(load(capture("DEADLINE_EXCEEDED").records), load(capture("Deadline Exceeded").records)).equivalent
