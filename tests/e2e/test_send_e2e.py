@@ -190,4 +190,3 @@ def test_changed_models_diff_names_exactly_the_changed_requests(
     assert models["fail_midstream"]["changed"] is False and models["steps_unary"]["changed"] is False
     shown = _cli("diff", str(recorded), str(new), "--tolerance", TOLERANCE, *CHANGED_MAP)
     assert shown.returncode == 1 and "per model" in shown.stdout
-    (tmp_path.parent / "changed_diff.txt").write_text(shown.stdout)  # kept for the docs' worked example
