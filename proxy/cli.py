@@ -1,4 +1,4 @@
-"""The ``triton-tap`` command: ``record`` (the proxy), ``demo``, and the offline replay commands.
+"""The ``triton-tap`` command: ``record`` (the proxy), ``demo``, ``replay send``, and the offline replay commands.
 
 Every failure a user can cause or meet (bad flag, busy port, unreachable upstream, unreadable
 capture) ends as one line on stderr and a non-zero exit, never a traceback.
@@ -131,9 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_run_demo)
     add_check_cancel(sub)
     from proxy.ops.health import add_health_command
+    from proxy.resend.cli import add_send_command
     from replay.cli.main import add_replay_commands
 
-    add_replay_commands(sub)
+    add_send_command(add_replay_commands(sub))
     add_health_command(sub)
     return parser
 

@@ -15,6 +15,23 @@ from replay.tools.match import STRATEGIES
 if TYPE_CHECKING:
     from replay.machine.outcomes import RequestOutcome
     from replay.tools.diff import DiffResult
+    from replay.tools.regression import ModelRegression, Tolerance
+
+
+def _tolerance(text: str) -> Tolerance:
+    from replay.tools.regression import parse_tolerance
+
+    try:
+        return parse_tolerance(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MS, PCT% or MS,PCT% (numbers >= 0): {text!r}") from None
+
+
+def _model_map(text: str) -> tuple[str, str]:
+    old, sep, new = text.partition("=")
+    if not sep or not old or not new:
+        raise argparse.ArgumentTypeError(f"expected OLD=NEW: {text!r}")
+    return old, new
 
 
 def _threshold(text: str) -> float:
@@ -40,6 +57,34 @@ def _text(value: Any) -> str:
     if isinstance(value, list):
         return ", ".join(str(v) for v in value) or "none"
     return str(value)
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}"
+
+
+def _models_table(models: Sequence[ModelRegression]) -> Any:
+    """Per model: counts of what moved, and timing percentiles A -> B (red beyond tolerance)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="per model (times in ms, A -> B)", title_justify="left")
+    for col in ("model", "requests A/B", "outcome changes", "responses", "final", "error",
+                "first response p50", "p95", "duration p50", "p95"):  # fmt: skip
+        table.add_column(col)
+    for m in models:
+        t = {x.name: x for x in m.timings}
+        cells = []
+        for name in ("first_response_ms p50", "first_response_ms p95", "duration_ms p50", "duration_ms p95"):
+            x = t[name]
+            text = f"{_ms(x.a)} -> {_ms(x.b)}"
+            cells.append(f"[bold red]{text}[/]" if x.regressed else text)
+        outcomes = ", ".join(f"{k} x{v}" for k, v in sorted(m.outcomes.items())) or "-"
+        name = f"[bold red]{escape(m.model)}[/]" if m.changed else escape(m.model)
+        counts = f"{m.requests_a}/{m.requests_b}"
+        table.add_row(name, counts, escape(outcomes), *(str(n or "-") for n in (m.responses_changed, m.final_changed,
+                      m.error_changed)), *cells)  # fmt: skip
+    return table
 
 
 def render_diff(result: DiffResult, out: TextIO) -> None:
@@ -73,11 +118,15 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
         for c in result.calls:
             calls.add_row(escape(c.field), f"[red]{c.a}[/]", f"[green]{c.b}[/]")
         console.print(calls)
+    if result.models:
+        console.print(_models_table(result.models))
     for side, side_holes in (("A", result.holes_a), ("B", result.holes_b)):
         for g in side_holes:
             where = f"{g.file}:{g.line}" if g.line is not None else g.file
             console.print(f"[bold yellow]hole in {side}[/] {g.kind} at {escape(where)}: {escape(g.detail)}")
     s = result.to_json()["summary"]
+    slower = f", {len(result.slower)} model(s) slower beyond tolerance" if result.slower else ""
+    tol = f"{result.threshold_ms:g} ms" + (f" or {result.tolerance_pct:g} %" if result.tolerance_pct else "")
     verdict = "[bold green]equivalent[/]" if result.equivalent else "[bold red]different[/]"
     holes = ""
     if result.holes_a or result.holes_b:
@@ -85,14 +134,15 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
                  "the comparison covers only the records captured")  # fmt: skip
     console.print(
         f"{verdict}: {s['paired']} request(s) paired, {s['changed']} changed, {s['only_a']} only in A, "
-        f"{s['only_b']} only in B, {s['calls_changed']} other call count(s) changed "
-        f"(timing threshold {result.threshold_ms:g} ms){holes}"
+        f"{s['only_b']} only in B, {s['calls_changed']} other call count(s) changed{slower} "
+        f"(timing tolerance {tol}){holes}"
     )
 
 
 def run_diff(paths_a: Sequence[str], paths_b: Sequence[str], *, as_json: bool = False,
              strategies: Sequence[str] = STRATEGIES, threshold_ms: float = DEFAULT_THRESHOLD_MS,
-             out: TextIO | None = None, err: TextIO | None = None) -> int:  # fmt: skip
+             out: TextIO | None = None, err: TextIO | None = None, tolerance_pct: float = 0.0,
+             model_map: dict[str, str] | None = None) -> int:  # fmt: skip
     """Run ``diff``; returns the exit code (raises CaptureError when a capture is unreadable)."""
     import orjson
 
@@ -107,7 +157,8 @@ def run_diff(paths_a: Sequence[str], paths_b: Sequence[str], *, as_json: bool = 
         for w in cap.outcomes.warnings:
             print(f"triton-tap: warning: {side}: {w}", file=err)
         payload_hint(cap, strategies, f"capture {side}", err)
-    result = diff(a, b, strategies=strategies, threshold_ms=threshold_ms)
+    result = diff(a, b, strategies=strategies, threshold_ms=threshold_ms, tolerance_pct=tolerance_pct,
+                  model_map=model_map)  # fmt: skip
     if as_json:
         write_result(out, lambda: out.write(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n"))
     else:
@@ -122,7 +173,8 @@ def add_diff_command(sub: Any) -> None:
         help="what changed between two captures, request by request",
         description="Compare two captures semantically: requests of B are matched to A's as `serve` matches them; "
         "per request: outcome, responses (text), final flag, error text, status, cause, violations, and timing "
-        "changes beyond a threshold; requests only in A or only in B. Holes of either capture (dropped or "
+        "changes beyond a tolerance; requests only in A or only in B; per model: outcome, response-count, final-flag "
+        "and error changes and time-to-first-response/duration percentiles side by side. Holes of either capture (dropped or "
         "repeated records, a missing capture_end) are listed (JSON: `holes`) but do not change the verdict. "
         "Exit 0: equivalent; 1: different; 2: unreadable capture, or --match payload alone on captures without "
         "payload bytes.",
@@ -138,5 +190,16 @@ def add_diff_command(sub: Any) -> None:
         metavar="MS",
         help="report first-response and total times that moved by more than MS (default %(default)g)",
     )
-    p.set_defaults(func=lambda args: run_diff([args.a], [args.b], as_json=args.json, strategies=args.match,
-                                              threshold_ms=args.timing_threshold))  # fmt: skip
+    p.add_argument("--tolerance", type=_tolerance, default=None, metavar="MS|PCT%|MS,PCT%",
+                   help="timing tolerance of requests and per-model percentiles: a time is a change when it moved by "
+                   "more than MS and more than PCT %% of A's (overrides --timing-threshold; default 100)")
+    p.add_argument("--model-map", type=_model_map, action="append", default=[], metavar="OLD=NEW",
+                   help="pair A's requests for model OLD with B's for NEW (as sent with `replay send --model-map`)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: Any) -> int:
+    tol = args.tolerance
+    return run_diff([args.a], [args.b], as_json=args.json, strategies=args.match,
+                    threshold_ms=tol.ms if tol is not None else args.timing_threshold,
+                    tolerance_pct=tol.pct if tol is not None else 0.0, model_map=dict(args.model_map))  # fmt: skip

@@ -16,14 +16,19 @@ from replay.cli.report import add_report_command
 from replay.cli.serve import add_serve_command
 
 
-def add_replay_commands(sub: Any) -> None:
-    """Register ``replay ...``, ``report``, ``serve`` and ``diff`` under the ``triton-tap`` command tree."""
+def add_replay_commands(sub: Any) -> Any:
+    """Register ``replay ...``, ``report``, ``serve`` and ``diff`` under the ``triton-tap`` command tree.
+
+    Returns the ``replay`` subparser set, so the live side can add commands that need the proxy
+    (``replay send``) without replay importing it.
+    """
     rp = sub.add_parser("replay", help="offline commands on captures")
     rsub = rp.add_subparsers(dest="replay_command", required=True, parser_class=type(rp))
     add_check_command(rsub)
     add_report_command(sub)
     add_serve_command(sub)
     add_diff_command(sub)
+    return rsub
 
 
 def main(argv: Sequence[str] | None = None) -> int:

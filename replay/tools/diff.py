@@ -4,7 +4,11 @@ Pure over two :class:`~replay.tools.captured.LoadedCapture` objects: B's request
 ``serve`` matches incoming requests (:mod:`replay.tools.match`, without reusing a request), then each pair
 is compared on what the client experienced: outcome, responses and text responses, final flag, error
 text, the call's status and cause, protocol violations, and the time to the first response and to
-the end when they moved by more than a threshold. Requests only in A or only in B are listed.
+the end when they moved by more than a tolerance (milliseconds, or a percentage of A's, the larger).
+Requests only in A or only in B are listed, and per model (:mod:`replay.tools.regression`): outcome
+changes, response-count, final-flag and error changes, and timing percentiles side by side.
+``model_map`` (``--model-map old=new``, as given to ``replay send``) pairs A's requests for ``old``
+with B's for ``new``.
 Other calls (readiness, metadata...) carry no request to pair: they are compared as counts per
 method and status. Equivalent means: every request paired, no pair changed, the same other calls.
 Holes of either capture (dropped records, repeated seqs, a missing ``capture_end``) are listed with
@@ -14,20 +18,23 @@ the result but do not change the verdict: it is about what both captures hold, w
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from replay.capture.methods import INFER, STREAM_INFER
 from replay.capture.reader import Gap
 from replay.machine.outcomes import RequestOutcome
 from replay.tools.captured import LoadedCapture
-from replay.tools.match import STRATEGIES, Matcher
+from replay.tools.match import STRATEGIES, Candidate, Matcher
+from replay.tools.regression import ModelRegression, Tolerance, per_model
 
 DEFAULT_THRESHOLD_MS = 100.0
 #: Compared as they are (``violations`` as the list of names).
 FIELDS: tuple[str, ...] = ("outcome", "responses", "text_responses", "final", "error", "status", "cause", "violations")
 TIMINGS: tuple[str, ...] = ("first_response_ms", "duration_ms")
+#: Endings the client caused: the same one on both sides is the same fact, whatever text came with it.
+CLIENT_SIDE = frozenset({"client_cancel", "deadline", "client_disconnect"})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -72,6 +79,9 @@ class DiffResult:
     #: :attr:`equivalent`, which is about the requests that were captured, but say it may be partial.
     holes_a: tuple[Gap, ...] = ()
     holes_b: tuple[Gap, ...] = ()
+    #: Per model: what moved (:mod:`replay.tools.regression`); a percentile beyond tolerance is a difference.
+    models: tuple[ModelRegression, ...] = ()
+    tolerance_pct: float = 0.0
 
     @property
     def changed(self) -> list[Pair]:
@@ -81,7 +91,12 @@ class DiffResult:
     @property
     def equivalent(self) -> bool:
         """Every request paired and none changed."""
-        return not self.only_a and not self.only_b and not self.changed and not self.calls
+        return not self.only_a and not self.only_b and not self.changed and not self.calls and not self.slower
+
+    @property
+    def slower(self) -> list[ModelRegression]:
+        """Models with a timing percentile beyond tolerance."""
+        return [m for m in self.models if any(t.regressed for t in m.timings)]
 
     def to_json(self) -> dict[str, Any]:
         """The ``diff --json`` document."""
@@ -97,6 +112,8 @@ class DiffResult:
             "only_b": [_ref(r) for r in self.only_b],
             "calls": [c.to_json() for c in self.calls],
             "holes": {"a": [g.to_json() for g in self.holes_a], "b": [g.to_json() for g in self.holes_b]},
+            "tolerance": {"ms": self.threshold_ms, "pct": self.tolerance_pct},
+            "models": [m.to_json() for m in self.models],
             "summary": {
                 "paired": len(self.pairs),
                 "changed": len(self.changed),
@@ -124,25 +141,30 @@ def _values(r: RequestOutcome, causes: dict[str, str | None]) -> dict[str, Any]:
 
 def compare(
     a: RequestOutcome, b: RequestOutcome, causes_a: dict[str, str | None], causes_b: dict[str, str | None],
-    threshold_ms: float,
+    threshold_ms: float, tolerance_pct: float = 0.0,
 ) -> tuple[Change, ...]:  # fmt: skip
     """What differs between two matched requests."""
+    tol = Tolerance(ms=threshold_ms, pct=tolerance_pct)
     va, vb = _values(a, causes_a), _values(b, causes_b)
+    if va["cause"] == vb["cause"] and va["cause"] in CLIENT_SIDE and va["status"] == vb["status"]:
+        # The same client-side ending: its text names who noticed first (the client's timer or
+        # Triton's for a deadline), a race, not a behaviour. The cause and status say what happened.
+        vb["error"] = va["error"]
     out = [Change(field=f, a=va[f], b=vb[f]) for f in FIELDS if va[f] != vb[f]]
     for f in TIMINGS:
         ta, tb = getattr(a, f), getattr(b, f)
         # A timing that exists on one side only is already a change of responses or outcome.
-        if ta is not None and tb is not None and abs(tb - ta) > threshold_ms:
+        if ta is not None and tb is not None and tol.exceeded(ta, tb):
             out.append(Change(field=f, a=ta, b=tb))
     return tuple(out)
 
 
 def diff(
     a: LoadedCapture, b: LoadedCapture, *, strategies: Sequence[str] = STRATEGIES,
-    threshold_ms: float = DEFAULT_THRESHOLD_MS,
+    threshold_ms: float = DEFAULT_THRESHOLD_MS, tolerance_pct: float = 0.0, model_map: Mapping[str, str] | None = None,
 ) -> DiffResult:  # fmt: skip
     """Match B's requests to A's and compare each pair."""
-    matcher = Matcher(a.candidates, strategies, reuse=False)
+    matcher = Matcher(_renamed(a.candidates, model_map or {}), strategies, reuse=False)
     causes_a = {c.call: c.cause for c in a.outcomes.calls}
     causes_b = {c.call: c.cause for c in b.outcomes.calls}
     follows: dict[str, str] = {}  # B call -> the A call its first matched request came from
@@ -160,11 +182,23 @@ def diff(
             continue
         follows.setdefault(cand.call, m.candidate.call)
         paired_a.add((ra.call, ra.seq))
-        pairs.append(Pair(a=ra, b=rb, by=m.by, changes=compare(ra, rb, causes_a, causes_b, threshold_ms)))
+        changes = compare(ra, rb, causes_a, causes_b, threshold_ms, tolerance_pct)
+        pairs.append(Pair(a=ra, b=rb, by=m.by, changes=changes))
     only_a = tuple(r for r in a.outcomes.requests if (r.call, r.seq) not in paired_a)
+    back = {new: old for old, new in (model_map or {}).items()}
+    models = per_model(((p.a, p.b, {c.field for c in p.changes}) for p in pairs), only_a, only_b, Tolerance(ms=threshold_ms, pct=tolerance_pct), back)
     return DiffResult(pairs=tuple(pairs), only_a=only_a, only_b=tuple(only_b), threshold_ms=threshold_ms,
                       strategies=tuple(strategies), calls=other_calls(a, b),
-                      holes_a=a.outcomes.gaps, holes_b=b.outcomes.gaps)  # fmt: skip
+                      holes_a=a.outcomes.gaps, holes_b=b.outcomes.gaps, models=tuple(models),
+                      tolerance_pct=tolerance_pct)  # fmt: skip
+
+
+def _renamed(candidates: Sequence[Candidate], model_map: Mapping[str, str]) -> list[Candidate]:
+    """A's candidates under the names B's requests carry (``--model-map``)."""
+    if not model_map:
+        return list(candidates)
+    return [replace(c, key=replace(c.key, model=model_map.get(c.key.model, c.key.model))) if c.key.model else c
+            for c in candidates]  # fmt: skip
 
 
 def _other_counts(c: LoadedCapture) -> Counter[str]:

@@ -13,6 +13,8 @@ family member (`tokens`, `tokens_ignore_cancel`, `silent`, `fail_midstream` shar
   steps of PROMPT, DELAY_MS apart: ``t`` a text, ``e`` an error response without the final flag,
   ``E`` an error response with it, ``F`` the final flag alone; a script that ends without ``E``
   or ``F`` sends nothing more (what Triton then does is what the e2e tests pin).
+- ``max_tokens_cap`` (unset default): never more than that many text responses, whatever
+  MAX_TOKENS asks (the same model answering differently, for ``replay send`` regression tests).
 """
 
 import json
@@ -41,6 +43,7 @@ class TritonPythonModel:
         self._text = params.get("text", "true") == "true"
         self._fail_after = int(params["fail_after"]) if params.get("fail_after") else None
         self._script = params.get("script", "false") == "true"
+        self._cap = int(params["max_tokens_cap"]) if params.get("max_tokens_cap") else None
         self._threads = set()
         self._lock = threading.Lock()
 
@@ -108,6 +111,8 @@ class TritonPythonModel:
         max_tokens = int(_scalar(request, "MAX_TOKENS"))
         if self._fail_after is not None:
             max_tokens = min(max_tokens, self._fail_after)
+        if self._cap is not None:
+            max_tokens = min(max_tokens, self._cap)
         sent = 0
         for i in range(max_tokens):
             if i:

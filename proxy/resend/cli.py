@@ -1,0 +1,153 @@
+"""``triton-tap replay send``: its flags (registered without importing anything heavy) and the command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from replay.cli.base import hostport, positive_float, positive_int
+from replay.errors import EXIT_OK, UserError
+
+if TYPE_CHECKING:
+    from proxy.resend.plan import CallScript
+    from proxy.resend.run import Tally
+
+
+def add_send_command(sub: Any) -> None:
+    """Register ``send`` on the ``replay`` subparser set."""
+    p = sub.add_parser(
+        "send",
+        help="re-drive a capture's client traffic at a live Triton and record what comes back",
+        description="Re-open every captured call against --target with its method, recorded request bytes "
+        "(needs a --payload full capture), half-close, metadata (hop-by-hop headers dropped; redacted values are "
+        "not sent unless --header supplies them) and recorded grpc-timeout; re-enact the client's cancels and "
+        "disconnects at the same offset (or after the same number of responses) and start calls at their "
+        "recorded offsets, calls of one captured connection on one connection. The traffic runs through an "
+        "in-process recorder, so the new capture (in --out) has the same schema and causes: compare it with "
+        "`triton-tap diff CAPTURE NEW`. Exit 0: sent; 2: bad input or unreachable target (nothing written).",
+    )
+    p.add_argument("capture", nargs="+", metavar="CAPTURE", help="capture files (.jsonl, .jsonl.gz) and/or directories")
+    p.add_argument("--target", required=True, type=hostport("--target", listen=False), help="HOST:PORT of Triton's gRPC endpoint")
+    p.add_argument("--out", type=Path, default=Path("sent"), metavar="DIR", help="directory for the new capture (default %(default)s)")
+    p.add_argument("--speed", default="1", metavar="F|max", help="2 = twice as fast, 0.5 = half; max = no waiting (default 1)")
+    p.add_argument("--loop", type=positive_int, default=1, metavar="N", help="send the whole capture N times (default 1)")
+    p.add_argument("--cancel-at", choices=("time", "responses"), default="time",
+                   help="re-enact a client cancel/disconnect at the recorded offset from the call start (time), or once "
+                   "the client has the number of responses it had then, and not before that offset (default %(default)s)")
+    p.add_argument("--model-map", action="append", default=[], metavar="OLD=NEW", help="send requests for OLD to NEW (repeatable)")
+    p.add_argument("--only", action="append", default=[], metavar="KEY=VALUE[,...]",
+                   help="send only calls matching all of KEY=V1|V2 (model, method, call, conn); repeatable: any of them")
+    p.add_argument("--header", action="append", default=[], metavar="KEY=VALUE",
+                   help="send this header on every call (supplies a value the capture redacted; repeatable)")
+    p.add_argument("--skip-unsendable", action="store_true",
+                   help="send the calls that can be, and count the others in the summary, instead of failing")
+    p.add_argument("--drain", type=positive_float, default=30.0, metavar="SECONDS",
+                   help="how long a call may stay open after its client is done before send cancels it (default %(default)s)")
+    p.set_defaults(func=_run)
+
+
+def _load(args: argparse.Namespace) -> tuple[list[CallScript], int, dict[str, int]]:
+    from proxy.resend.plan import parse_headers, parse_only, parse_pairs, prepare, scripts
+    from replay.capture.reader import read_capture
+
+    filters = parse_only(args.only)
+    model_map = parse_pairs(args.model_map, "--model-map")
+    headers = parse_headers(args.header)
+    calls = scripts(read_capture(args.capture))
+    if not calls:
+        raise UserError("the capture holds no calls to send")
+    chosen, skipped = prepare(calls, filters=filters, model_map=model_map, headers=headers,
+                              skip_unsendable=args.skip_unsendable)  # fmt: skip
+    if not chosen:
+        raise UserError("no call to send" + (" (--only selects none)" if filters and not skipped else ""))
+    return chosen, len(calls), skipped
+
+
+def _run(args: argparse.Namespace) -> int:
+    from proxy.ops import logs
+    from proxy.resend.run import SendOptions, Tally, run_send
+    from proxy.resend.schedule import parse_speed, plan_starts
+
+    logs.configure("warning")
+    speed = parse_speed(args.speed)
+    if args.out.exists() and not args.out.is_dir():
+        raise UserError(f"--out {str(args.out)!r} is not a directory")
+    chosen, total, skipped = _load(args)
+    starts = plan_starts(chosen, speed, args.loop)
+    opts = SendOptions(target=args.target, out=args.out, speed=speed, loops=args.loop, cancel_at=args.cancel_at,
+                       drain_s=args.drain)  # fmt: skip
+    tally = Tally(total=len(starts))
+    began = time.monotonic()
+    with _Progress(tally, sys.stderr) as tick:
+        path = run_send(starts, opts, tally, tick)
+    _summary(sys.stdout, path, chosen, total, skipped, tally, time.monotonic() - began, args)
+    return EXIT_OK
+
+
+class _Progress:
+    """A rich progress bar on stderr, only when it is a terminal: calls started, achieved rate, lag."""
+
+    def __init__(self, tally: Tally, err: TextIO) -> None:
+        self.tally, self.err = tally, err
+        self._progress: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> Any:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = Console(file=self.err)
+        if not console.is_terminal:
+            return None
+        self._progress = Progress(TextColumn("sending"), BarColumn(), TextColumn("{task.completed}/{task.total} calls"),
+                                  TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[lag]}"),
+                                  TimeElapsedColumn(), console=console, transient=True)  # fmt: skip
+        self._progress.start()
+        self._task = self._progress.add_task("send", total=self.tally.total, rate="", lag="")
+        self._began = time.monotonic()
+        return self.tick
+
+    def tick(self) -> None:
+        t = self.tally
+        elapsed = max(1e-6, time.monotonic() - self._began)
+        self._progress.update(self._task, completed=t.started, rate=f"{t.started / elapsed:.1f} calls/s",
+                              lag=f"lag {t.lag.last * 1000:.0f} ms (max {t.lag.worst * 1000:.0f})")  # fmt: skip
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skipped: dict[str, int],
+             tally: Tally, wall_s: float, args: argparse.Namespace) -> None:  # fmt: skip
+    from collections import Counter
+
+    from replay.machine.tracker import track
+
+    new = track(path)
+    recorded = Counter(c.recorded_cause or "open" for c in chosen) if args.loop == 1 else None
+    got = Counter(c.cause or "open" for c in new.calls)
+    lines = [
+        f"sent {tally.started} call(s) of {total} captured"
+        + (f" x{args.loop} passes" if args.loop > 1 else "")
+        + f" to {args.target} in {wall_s:.1f} s ({tally.started / max(wall_s, 1e-6):.1f} calls/s)",
+        f"pacing lag: mean {tally.lag.mean * 1000:.1f} ms, worst {tally.lag.worst * 1000:.1f} ms",
+    ]
+    if skipped:
+        lines.append("skipped (unsendable): " + "; ".join(f"{n} with {why}" for why, n in skipped.items()))
+    unsent = sorted({k for c in chosen for k in c.redacted})
+    if unsent:
+        lines.append(f"redacted header(s) not sent (supply with --header): {', '.join(unsent)}")
+    ended = ", ".join(f"{k} {v}" for k, v in sorted(tally.endings.items()))
+    if ended:
+        lines.append(f"ended by send: {ended}")
+    causes = sorted(got.keys() | (recorded.keys() if recorded else set()))
+    lines.append("causes (recorded -> new): " + ", ".join(
+        f"{k} {recorded[k] if recorded is not None else '-'} -> {got[k]}" for k in causes))  # fmt: skip
+    lines.append(f"new capture: {path}")
+    lines.append(f"compare: triton-tap diff {' '.join(args.capture)} {path}")
+    out.write("\n".join(lines) + "\n")
+    out.flush()

@@ -1,0 +1,263 @@
+"""A capture's client side as scripts to send again: pure, no I/O beyond reading the capture.
+
+One :class:`CallScript` per captured call: its connection, method, the headers to send (hop-by-hop
+ones dropped, redacted values left out unless ``--header`` supplies them), its request messages and
+half-close as offsets from the call's start, and how the *client* ended it (an explicit cancel, a
+disconnect, a deadline) with the offset and the number of responses the client had seen at that
+moment. Calls whose request bytes the capture does not hold (``--payload meta``/``none``, a payload
+cut by ``--payload-cap``, an input cut by ``--redact-input``) are :class:`Unsendable`, with why.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from replay.capture import events as ev
+from replay.capture.methods import INFERENCE, short_method
+from replay.errors import UserError
+
+#: Connection-specific headers HTTP/2 forbids or a new connection sets itself (RFC 9113 8.2.2).
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host",
+                        "content-length"})  # fmt: skip
+#: How the capture writes a value it did not keep (``proxy.relay.tunnel.REDACTED``).
+REDACTED = "<redacted>"
+#: Endings the client caused: these are re-enacted; every other ending is the server's to repeat.
+CLIENT_ENDINGS = frozenset({"client_cancel", "client_disconnect", "deadline"})
+
+NO_BYTES = "no request bytes (recorded with --payload meta or none; record with --payload full)"
+CUT = "a request payload cut by --payload-cap"
+REDACTED_INPUT = "an input removed by --redact-input"
+COMPRESSED_MAP = "a compressed request cannot be re-addressed by --model-map"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Message:
+    """One request message: when (ns after the call's start) and its exact bytes."""
+
+    at_ns: int
+    body: bytes
+    compressed: bool
+    model: str | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Ending:
+    """How the client ended the call: ``cause`` at ``at_ns`` after the start, after ``responses`` responses."""
+
+    cause: str
+    at_ns: int
+    responses: int
+
+
+@dataclass(kw_only=True)
+class CallScript:
+    """One captured call, as a client would send it again."""
+
+    id: str
+    conn: str
+    method: str
+    t_start: int  # capture clock (unix ns)
+    headers: list[tuple[str, str]]  # pseudo-headers first, wire order
+    timeout_ms: float | None
+    messages: list[Message] = field(default_factory=list)
+    half_close_ns: int | None = None
+    ending: Ending | None = None  # None: the server ended it (or the capture stopped first)
+    recorded_cause: str | None = None
+    redacted: list[str] = field(default_factory=list)  # header keys whose value the capture does not hold
+    unsendable: str | None = None
+    _responses: int = 0
+
+    @property
+    def models(self) -> set[str]:
+        """Models its requests name."""
+        return {m.model for m in self.messages if m.model is not None}
+
+    @property
+    def short_method(self) -> str:
+        """``ModelInfer`` and friends."""
+        return short_method(self.method)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Unsendable:
+    """Calls that cannot be sent, grouped by why."""
+
+    reasons: dict[str, int]
+    calls: int
+
+    def message(self, total: int) -> str:
+        """The one-line error."""
+        why = "; ".join(f"{n} with {r}" for r, n in sorted(self.reasons.items(), key=lambda kv: -kv[1]))
+        return (f"{self.calls} of {total} call(s) cannot be sent: {why} "
+                "(--skip-unsendable sends the others)")  # fmt: skip
+
+
+def _why_unsendable(rec: ev.MessageSeen) -> str | None:
+    if rec.payload is None:
+        return NO_BYTES
+    if rec.payload_truncated:
+        return CUT
+    if any(t.hmac_sha256 is not None or t.size is not None for t in rec.inputs or ()):
+        return REDACTED_INPUT
+    return None
+
+
+def scripts(records: Iterable[tuple[int, ev.Record]]) -> list[CallScript]:
+    """Every call of a capture (several captures: later ids prefixed ``2:``, ``3:``... as ``check`` does)."""
+    out: dict[str, CallScript] = {}
+    prefix, captures = "", 0
+    for _seq, rec in records:
+        if isinstance(rec, ev.CaptureStarted):
+            if rec.file_index == 0:
+                captures += 1
+                prefix = f"{captures}:" if captures > 1 else ""
+            continue
+        if isinstance(rec, ev.CallStarted):
+            cid = prefix + rec.call
+            if cid not in out:
+                out[cid] = _start(cid, prefix + rec.conn, rec)
+            continue
+        raw = getattr(rec, "call", None)
+        call = out.get(prefix + raw) if isinstance(raw, str) else None
+        if call is None or call.recorded_cause is not None:
+            continue
+        _feed(call, rec)
+    return list(out.values())
+
+
+def _start(cid: str, conn: str, rec: ev.CallStarted) -> CallScript:
+    headers: list[tuple[str, str]] = []
+    redacted: list[str] = []
+    for name, value in rec.metadata:
+        if name in HOP_BY_HOP:
+            continue
+        if value == REDACTED:
+            redacted.append(name)
+            continue
+        headers.append((name, value))
+    return CallScript(id=cid, conn=conn, method=rec.method, t_start=rec.t_ns, headers=headers,
+                      timeout_ms=rec.timeout_ms, redacted=redacted)  # fmt: skip
+
+
+def _feed(call: CallScript, rec: ev.Record) -> None:
+    at = max(0, getattr(rec, "t_ns", call.t_start) - call.t_start)
+    if isinstance(rec, ev.MessageSeen):
+        if rec.dir == "s2c":
+            call._responses += 1
+            return
+        why = _why_unsendable(rec)
+        if why is not None:
+            call.unsendable = call.unsendable or why
+            return
+        assert rec.payload is not None
+        call.messages.append(Message(at_ns=at, body=base64.b64decode(rec.payload), compressed=rec.compressed,
+                                     model=rec.model))  # fmt: skip
+    elif isinstance(rec, ev.HalfClosed):
+        call.half_close_ns = at
+    elif isinstance(rec, ev.CallCancelled | ev.CallEnded):
+        call.recorded_cause = rec.cause
+        if rec.cause in CLIENT_ENDINGS:
+            call.ending = Ending(cause=rec.cause, at_ns=at, responses=call._responses)
+
+
+# -- selection ----------------------------------------------------------------------------------
+
+ONLY_KEYS = ("model", "method", "call", "conn")
+
+
+def parse_only(texts: Sequence[str]) -> list[dict[str, set[str]]]:
+    """``--only model=a|b,method=ModelInfer`` (repeatable: any of them) -> filters; raises UserError."""
+    out: list[dict[str, set[str]]] = []
+    for text in texts:
+        f: dict[str, set[str]] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, sep, value = part.partition("=")
+            if not sep or key not in ONLY_KEYS or not value:
+                raise UserError(f"--only {text!r}: expected KEY=VALUE[,KEY=VALUE...] with KEY one of {', '.join(ONLY_KEYS)}")
+            f.setdefault(key, set()).update(v for v in value.split("|") if v)
+        if not f:
+            raise UserError(f"--only {text!r} selects nothing")
+        out.append(f)
+    return out
+
+
+def selected(call: CallScript, filters: Sequence[Mapping[str, set[str]]]) -> bool:
+    """Whether ``call`` passes ``--only`` (no filter: every call; several: any of them)."""
+    if not filters:
+        return True
+
+    def one(f: Mapping[str, set[str]]) -> bool:
+        return all(
+            (key != "model" or bool(call.models & values))
+            and (key != "method" or call.short_method in values or call.method in values)
+            and (key != "call" or call.id in values)
+            and (key != "conn" or call.conn in values)
+            for key, values in f.items()
+        )
+
+    return any(one(f) for f in filters)
+
+
+def parse_pairs(texts: Sequence[str], flag: str, sep: str = "=") -> dict[str, str]:
+    """``KEY=VALUE`` flags (``--model-map old=new``, ``--header k=v``) -> dict; raises UserError."""
+    out: dict[str, str] = {}
+    for text in texts:
+        key, found, value = text.partition(sep)
+        if not found or not key.strip():
+            raise UserError(f"{flag} {text!r}: expected KEY{sep}VALUE")
+        out[key.strip()] = value
+    return out
+
+
+def parse_headers(texts: Sequence[str]) -> dict[str, str]:
+    """``--header KEY=VALUE``: lower-case keys (HTTP/2), no pseudo or hop-by-hop headers."""
+    out = {k.lower(): v for k, v in parse_pairs(texts, "--header").items()}
+    for k in out:
+        if k.startswith(":") or k in HOP_BY_HOP:
+            raise UserError(f"--header {k!r}: pseudo and hop-by-hop headers are not sent")
+    return out
+
+
+def remodel(body: bytes, method: str, model_map: Mapping[str, str]) -> bytes:
+    """An inference request's bytes with its ``model_name`` re-addressed by ``--model-map`` (else unchanged)."""
+    if not model_map or method not in INFERENCE:
+        return body
+    from tritonclient.grpc import service_pb2 as pb
+
+    msg = pb.ModelInferRequest.FromString(body)
+    new = model_map.get(msg.model_name)
+    if new is None:
+        return body
+    msg.model_name = new
+    return bytes(msg.SerializeToString())
+
+
+def prepare(
+    calls: Sequence[CallScript], *, filters: Sequence[Mapping[str, set[str]]], model_map: Mapping[str, str],
+    headers: Mapping[str, str], skip_unsendable: bool,
+) -> tuple[list[CallScript], dict[str, int]]:  # fmt: skip
+    """The calls to send (selected, re-addressed, with ``--header`` values); and what was skipped, by reason.
+
+    Raises :class:`UserError` naming how many calls cannot be sent and why, unless ``skip_unsendable``.
+    """
+    chosen = [c for c in calls if selected(c, filters)]
+    for c in chosen:
+        if c.unsendable is None and model_map and any(m.compressed and m.model in model_map for m in c.messages):
+            c.unsendable = COMPRESSED_MAP
+    bad: dict[str, int] = {}
+    for c in chosen:
+        if c.unsendable is not None:
+            bad[c.unsendable] = bad.get(c.unsendable, 0) + 1
+    if bad and not skip_unsendable:
+        raise UserError(Unsendable(reasons=bad, calls=sum(bad.values())).message(len(chosen)))
+    out = [c for c in chosen if c.unsendable is None]
+    for c in out:
+        c.messages = [Message(at_ns=m.at_ns, body=remodel(m.body, c.method, model_map), compressed=m.compressed,
+                              model=model_map.get(m.model, m.model) if m.model else m.model) for m in c.messages]  # fmt: skip
+        given = [k for k in c.redacted if k in headers]
+        kept = [(k, v) for k, v in c.headers if k not in headers]
+        c.headers = kept + [(k, headers[k]) for k in headers]
+        c.redacted = [k for k in c.redacted if k not in given]
+    return out, bad

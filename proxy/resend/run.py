@@ -1,0 +1,202 @@
+"""``replay send``: the recorder in front of ``--target``, the calls sent through it on schedule, a summary.
+
+Everything runs on one event loop: the :class:`~proxy.ops.server.RecordingProxy` (so the new
+capture has the recorder's schema and causes) and one :class:`~proxy.resend.h2client.Connection`
+per captured connection and pass. A dispatcher starts each call at its scheduled time; each call
+then sends its messages, half-close and client ending at their recorded offsets (or the ending
+after the recorded number of responses, ``--cancel-at responses``) while its recorded deadline
+runs from its start, as the client's did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from proxy.ops.server import ProxyConfig, RecordingProxy
+from proxy.resend.h2client import Connection, Stream
+from proxy.resend.plan import CallScript
+from proxy.resend.schedule import Lag, Start, scaled
+from replay.errors import UpstreamError, UserError
+from replay.hostport import format_hostport, parse_hostport
+
+
+@dataclass(frozen=True, kw_only=True)
+class SendOptions:
+    """Everything ``replay send`` takes once the calls are chosen."""
+
+    target: str
+    out: Path
+    speed: float
+    loops: int = 1
+    cancel_at: str = "time"  # or "responses"
+    drain_s: float = 30.0
+
+
+@dataclass
+class Tally:
+    """What happened, for the progress line and the summary."""
+
+    total: int
+    started: int = 0
+    finished: int = 0
+    lag: Lag = field(default_factory=Lag)
+    endings: Counter[str] = field(default_factory=Counter)  # what the *sender* did to end calls
+    t_begin: float = 0.0
+
+
+class _Conns:
+    """The connections of the run: one per captured connection and pass, opened at its first call."""
+
+    def __init__(self, host: str, port: int, uses: Counter[str]) -> None:
+        self.host, self.port = host, port
+        self._uses = uses
+        self._open: dict[str, Connection] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def get(self, key: str) -> Connection:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            conn = self._open.get(key)
+            if conn is None:
+                conn = self._open[key] = Connection(self.host, self.port, key)
+                await conn.open()
+            return conn
+
+    async def release(self, key: str) -> None:
+        self._uses[key] -= 1
+        if self._uses[key] <= 0 and key in self._open:
+            await self._open.pop(key).close()
+
+    async def close_all(self) -> None:
+        for conn in list(self._open.values()):
+            await conn.close()
+        self._open.clear()
+
+
+async def _sleep_until(t: float) -> float:
+    """Wait until loop time ``t``; how late we woke (s)."""
+    loop = asyncio.get_running_loop()
+    delay = t - loop.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    return loop.time() - t
+
+
+async def _deadline(conn: Connection, stream: Stream, timeout_s: float, tally: Tally) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stream.done.wait(), timeout_s)
+        return
+    if not stream.done.is_set():
+        tally.endings["deadline"] += 1
+        conn.cancel(stream)
+
+
+async def _until_responses(stream: Stream, n: int) -> None:
+    while stream.responses < n and not stream.done.is_set():
+        stream.progress.clear()
+        await stream.progress.wait()
+
+
+async def _call(start: Start, conns: _Conns, t0: float, opts: SendOptions, tally: Tally) -> None:
+    """One call of one pass, from HEADERS to its end."""
+    c: CallScript = start.call
+    tally.lag.add(await _sleep_until(t0 + start.at_s))
+    try:
+        conn = await conns.get(start.conn)
+    except OSError:
+        tally.endings["connect_failed"] += 1  # the recorder is local: only a machine out of sockets gets here
+        tally.finished += 1
+        await conns.release(start.conn)
+        return
+    stream = conn.start(c.headers)
+    tally.started += 1
+    begun = asyncio.get_running_loop().time()
+    timer = None
+    if c.timeout_ms is not None:
+        timer = asyncio.create_task(_deadline(conn, stream, c.timeout_ms / 1000, tally), name=f"send-deadline-{c.id}")
+    try:
+        for m in c.messages:
+            tally.lag.add(await _sleep_until(begun + scaled(m.at_ns, opts.speed)))
+            if stream.done.is_set():
+                break
+            await conn.send_message(stream, m.body, m.compressed)
+        if c.half_close_ns is not None and not stream.done.is_set():
+            await _sleep_until(begun + scaled(c.half_close_ns, opts.speed))
+            conn.half_close(stream)
+        if c.ending is not None and c.ending.cause != "deadline" and not stream.done.is_set():
+            if opts.cancel_at == "responses":
+                # The client had this many responses; and it did not act sooner than it did (a unary
+                # call has none to count: it is cancelled at its offset, while the model works).
+                await _until_responses(stream, c.ending.responses)
+            await _sleep_until(begun + scaled(c.ending.at_ns, opts.speed))
+            if not stream.done.is_set():
+                tally.endings[c.ending.cause] += 1
+                if c.ending.cause == "client_disconnect":
+                    conn.disconnect()
+                else:
+                    conn.cancel(stream)
+        try:
+            await asyncio.wait_for(stream.done.wait(), opts.drain_s)
+        except TimeoutError:
+            tally.endings["cut_by_send"] += 1  # the server never ended it: end it rather than wait forever
+            conn.cancel(stream)
+    finally:
+        if timer is not None:
+            timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await timer
+        tally.finished += 1
+        await conns.release(start.conn)
+
+
+async def drive(starts: Sequence[Start], proxy_port: int, opts: SendOptions, tally: Tally,
+                tick: Callable[[], None] | None = None) -> None:  # fmt: skip
+    """Send every call of ``starts`` through the recorder listening on ``proxy_port``."""
+    conns = _Conns("127.0.0.1", proxy_port, Counter(s.conn for s in starts))
+    loop = asyncio.get_running_loop()
+    t0 = tally.t_begin = loop.time()
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for i, s in enumerate(starts):
+                # Tasks are made just before they are due, not all at once: a long capture stays cheap.
+                await _sleep_until(t0 + s.at_s - 0.05)
+                tg.create_task(_call(s, conns, t0, opts, tally), name=f"send-call-{s.loop}-{s.call.id}-{i}")
+                if tick is not None:
+                    tick()
+            if tick is not None:
+                while tally.finished < len(starts):
+                    tick()
+                    await asyncio.sleep(0.2)
+    finally:
+        await conns.close_all()
+
+
+async def send(starts: Sequence[Start], opts: SendOptions, tally: Tally,
+               tick: Callable[[], None] | None = None) -> Path:  # fmt: skip
+    """Start the recorder towards ``opts.target``, drive the calls, close the capture; returns its path."""
+    host, port = parse_hostport(opts.target, "--target")
+    created = not opts.out.exists()
+    proxy = RecordingProxy(ProxyConfig(listen="127.0.0.1:0", upstream=format_hostport(host, port),
+                                       capture_dir=opts.out, payload="full", drain_timeout=opts.drain_s))  # fmt: skip
+    try:
+        await proxy.start()
+    except UpstreamError as e:
+        if created:
+            with contextlib.suppress(OSError):
+                opts.out.rmdir()  # made for this run and still empty: leave nothing behind
+        raise UserError(f"--target: {e}") from None
+    try:
+        await drive(starts, proxy.port, opts, tally, tick)
+    finally:
+        await proxy.stop()
+    return proxy.capture_path
+
+
+def run_send(starts: Sequence[Start], opts: SendOptions, tally: Tally, tick: Callable[[], None] | None = None) -> Path:
+    """:func:`send` on a fresh event loop (the CLI's entry)."""
+    return asyncio.run(send(starts, opts, tally, tick))

@@ -1,0 +1,192 @@
+"""`triton-tap replay send` then `diff`, against real tritonservers.
+
+A session is recorded with ``--payload full`` through the proxy in front of the session's
+tritonserver (A): interleaved ids, an id-less request and an error mid-stream on one stream, a
+stream-wide cancel, a deadline, a unary call and an async_infer cancel. It is then sent to a second
+tritonserver (B, started once for this module) serving the same models plus ``tokens_v2`` (``tokens``
+capped at 2 tokens): as it is, ``diff`` finds nothing beyond timing tolerance, and the re-enacted
+cancels and deadline are seen by the models and recorded with the same causes; re-addressed with
+``--model-map`` (tokens -> tokens_v2, echo -> steps_unary, which refuses echo's input), ``diff``
+names exactly the requests whose answers changed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from proxy.cancelcheck.protocol import LogTail
+from proxy.lab.background import ProxyThread
+from proxy.lab.tritonserver import TritonNotAvailable, TritonServer, model_repository
+from replay.machine.tracker import track
+from tests.support.triton_client import StreamSession, token_inputs, wait_for
+
+pytestmark = pytest.mark.timeout(400)
+
+WAIT_S = 60.0
+DEADLINE_S = 3.0  # seconds, not less: see test_replay_e2e.DEADLINE_S (the proxy's slack under load)
+MODELS = ("tokens", "fail_midstream", "steps_unary", "echo")
+# Timing on a shared 2-core machine: equal behaviour, not equal speed, is what these tests pin.
+TOLERANCE = "1500,100%"
+CHANGED_MAP = ["--model-map", "tokens=tokens_v2", "--model-map", "echo=steps_unary"]
+
+
+def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from proxy.cli import main; sys.exit(main(sys.argv[1:]))", *args],
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def _session(url: str, tail: LogTail) -> None:
+    """The recorded client traffic (tritonclient, as a user writes it)."""
+    final = {"enable_empty_final_response": True}
+    s = StreamSession(url)
+    s.send("tokens", token_inputs("a", 3, delay_ms=30), "a", **final)
+    s.send("tokens", token_inputs("b", 3, delay_ms=30), "b", **final)
+    s.send("tokens", token_inputs("n", 2), "", **final)  # tritonclient's default id: none
+    s.send("fail_midstream", token_inputs("f", 5), "f", **final)
+    finals: set[str] = set()
+    errors: list[Any] = []
+
+    def over(e: tuple[Any, ...]) -> bool:
+        if e[0] == "error":
+            errors.append(e)
+        elif e[2]:
+            finals.add(e[1])
+        return finals == {"a", "b", ""} and bool(errors)
+
+    s.take_until(over, WAIT_S)
+    s.close()
+    # A stream-wide cancel: "done" finished, "long" has its first token and the next is 3 s away.
+    s = StreamSession(url)
+    s.send("tokens", token_inputs("d", 1), "done", **final)
+    s.take_until(lambda e: e[0] == "result" and e[2] is True, WAIT_S)
+    s.send("tokens", token_inputs("l", 1000, delay_ms=3000), "long", **final)
+    s.take_until(lambda e: e[0] == "result" and e[1] == "long", WAIT_S)
+    s.close(cancel_requests=True)
+    # A deadline mid-stream.
+    s = StreamSession(url, stream_timeout=DEADLINE_S)
+    s.send("tokens", token_inputs("s", 1000, delay_ms=300), "slow", **final)
+    s.take_until(lambda e: e[0] == "error", WAIT_S)
+    s.close()
+    # Unary: an answered call, and an async_infer cancelled while the model works.
+    c = grpcclient.InferenceServerClient(url)
+    x = grpcclient.InferInput("INPUT", [3], "UINT8")
+    x.set_data_from_numpy(np.array([1, 2, 3], dtype=np.uint8))
+    c.infer("echo", [x], request_id="u-ok")
+    done: list[Any] = []
+    ctx = c.async_infer("steps_unary", token_inputs("u", 1000, delay_ms=50), lambda result, error: done.append(error),
+                        request_id="u-cancel")  # fmt: skip
+    wait_for(lambda: any("steps_unary: request u-cancel started" in ln for ln in tail.read()), WAIT_S, "u-cancel to start")
+    ctx.cancel()
+    wait_for(lambda: bool(done), WAIT_S, "the cancelled call to end")
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def recorded(triton: TritonServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session, recorded with --payload full through the proxy in front of the session's server (A)."""
+    tail = LogTail(triton.log_path)
+    tail.mark()
+    with ProxyThread(triton.grpc_url, tmp_path_factory.mktemp("recorded"), payload="full") as proxy:
+        _session(proxy.url, tail)
+    return proxy.capture_path
+
+
+@pytest.fixture(scope="module")
+def second(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    """Server B: the session's models, plus tokens_v2 (tokens capped at 2 tokens)."""
+    repo = tmp_path_factory.mktemp("repo_b")
+    for name in MODELS:
+        shutil.copytree(model_repository() / name, repo / name, symlinks=False)
+    shutil.copytree(model_repository() / "tokens", repo / "tokens_v2", symlinks=False)
+    config = (repo / "tokens_v2" / "config.pbtxt").read_text().replace('name: "tokens"', 'name: "tokens_v2"')
+    config += '\nparameters { key: "max_tokens_cap" value: { string_value: "2" } }\n'
+    (repo / "tokens_v2" / "config.pbtxt").write_text(config)
+    server = TritonServer(repo, workdir=tmp_path_factory.mktemp("triton_b"))
+    request.addfinalizer(server.stop)
+    try:
+        server.start()
+    except TritonNotAvailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.stop()
+
+
+def _send(capture: Path, target: TritonServer, out: Path, *extra: str) -> Path:
+    proc = _cli("replay", "send", str(capture), "--target", target.grpc_url, "--out", str(out), *extra)
+    assert proc.returncode == 0, proc.stderr
+    assert "new capture:" in proc.stdout, proc.stdout
+    (path,) = out.glob("*.jsonl")
+    return path
+
+
+def _diff(a: Path, b: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    proc = _cli("diff", str(a), str(b), "--json", "--tolerance", TOLERANCE, *extra)
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def _why(doc: dict[str, Any]) -> str:
+    """What made a diff different, short enough for an assertion message."""
+    changed = {p["a"]["request_id"]: p["changes"] for p in doc["requests"] if p["changes"]}
+    slower = [(m["model"], [t for t in m["timings"] if t["beyond_tolerance"]]) for m in doc["models"]]
+    return f"changed={changed} only_a={doc['only_a']} only_b={doc['only_b']} calls={doc['calls']} slower={slower}"
+
+
+def _outcomes(capture: Path) -> dict[str | None, tuple[str, str | None]]:
+    result = track(capture)
+    causes = {c.call: c.cause for c in result.calls}
+    return {r.request_id: (r.outcome, causes.get(r.call)) for r in result.requests}
+
+
+def test_same_models_diff_equivalent_with_cancels_and_deadline_re_enacted(
+    recorded: Path, second: TritonServer, tmp_path: Path
+) -> None:
+    """Sent as recorded: diff equivalent; the models saw the cancels; deadline and cancels keep their causes."""
+    tail = LogTail(second.log_path)
+    tail.mark()
+    new = _send(recorded, second, tmp_path / "sent", "--cancel-at", "responses")
+    code, doc = _diff(recorded, new)
+    assert (code, doc["equivalent"]) == (0, True), _why(doc)
+    assert doc["summary"]["paired"] == 9 and doc["summary"]["changed"] == 0
+    want = {"a": ("completed", "ok"), "b": ("completed", "ok"), "": ("completed", "ok"), "f": ("error", "ok"),
+            "done": ("completed", "client_cancel"), "long": ("cancelled", "client_cancel"),
+            "slow": ("deadline", "deadline"), "u-ok": ("completed", "ok"), "u-cancel": ("cancelled", "client_cancel")}  # fmt: skip
+    assert _outcomes(recorded) == want
+    assert _outcomes(new) == want
+    # The re-enacted cancels reached the models: they saw is_cancelled() and said so.
+    wait_for(lambda: any("tokens: request long cancelled after 1 responses" in ln for ln in tail.read()), WAIT_S,
+             "tokens to log the cancel of 'long'")  # fmt: skip
+    wait_for(lambda: any("steps_unary: request u-cancel cancelled after" in ln for ln in tail.read()), WAIT_S,
+             "steps_unary to log the cancel of 'u-cancel'")  # fmt: skip
+
+
+def test_changed_models_diff_names_exactly_the_changed_requests(
+    recorded: Path, second: TritonServer, tmp_path: Path
+) -> None:
+    """tokens -> tokens_v2 (2 tokens at most), echo -> steps_unary (refuses echo's input): a, b, slow, u-ok change."""
+    new = _send(recorded, second, tmp_path / "sent", "--cancel-at", "responses", *CHANGED_MAP)
+    code, doc = _diff(recorded, new, *CHANGED_MAP)
+    assert code == 1 and doc["only_a"] == [] and doc["only_b"] == []
+    changed = {p["a"]["request_id"]: {c["field"] for c in p["changes"]} for p in doc["requests"] if p["changes"]}
+    assert set(changed) == {"a", "b", "slow", "u-ok"}, changed
+    assert {"responses", "text_responses"} <= changed["a"] and {"outcome", "final"} <= changed["slow"]
+    assert {"outcome", "error", "status"} <= changed["u-ok"]
+    models = {m["model"]: m for m in doc["models"]}
+    assert models["tokens"]["outcome_changes"] == {"deadline -> completed": 1}
+    assert models["tokens"]["responses_changed"] == 3
+    assert models["echo"]["outcome_changes"] == {"completed -> error": 1}
+    assert models["fail_midstream"]["changed"] is False and models["steps_unary"]["changed"] is False
+    shown = _cli("diff", str(recorded), str(new), "--tolerance", TOLERANCE, *CHANGED_MAP)
+    assert shown.returncode == 1 and "per model" in shown.stdout

@@ -1,0 +1,151 @@
+"""The pure side of `replay send`: captured calls -> scripts, what cannot be sent, selection, schedule."""
+
+from __future__ import annotations
+
+import base64
+import math
+
+import pytest
+from tritonclient.grpc import service_pb2 as pb
+
+from proxy.resend.plan import (
+    CUT,
+    NO_BYTES,
+    REDACTED_INPUT,
+    CallScript,
+    Message,
+    parse_headers,
+    parse_only,
+    prepare,
+    remodel,
+    scripts,
+    selected,
+)
+from proxy.resend.schedule import MAX, Lag, parse_speed, plan_starts, span_ns
+from replay.capture import events as ev
+from replay.capture.methods import INFER, STREAM_INFER
+from replay.capture.reader import read_capture
+from replay.errors import UserError
+from tests.support.paths import DATA
+
+T0 = 1_780_000_000_000_000_000
+MS = 1_000_000
+
+
+def _request(model: str = "tokens", rid: str = "r") -> bytes:
+    return bytes(pb.ModelInferRequest(model_name=model, id=rid).SerializeToString())
+
+
+def _records(*msgs: ev.MessageSeen, metadata: list[list[str]] | None = None, end: str = "ok") -> list[tuple[int, ev.Record]]:
+    recs: list[ev.Record] = [
+        ev.CaptureStarted(t_ns=T0, proxy_version="0", listen="l", upstream="u", options={"payload": "full"}),
+        ev.CallStarted(t_ns=T0 + MS, call="c1.1", conn="c1", method=STREAM_INFER, peer="p",
+                       metadata=metadata or [[":method", "POST"], [":path", STREAM_INFER]], timeout_ms=None),
+        *msgs,
+        ev.HalfClosed(t_ns=T0 + 9 * MS, call="c1.1"),
+    ]  # fmt: skip
+    if end != "ok":
+        recs.append(ev.CallCancelled(t_ns=T0 + 11 * MS, call="c1.1", cause=end, in_flight=[], executing=[],  # type: ignore[arg-type]
+                                     rst_code=8, elapsed_ms=10.0, forwarded_upstream=True))  # fmt: skip
+    recs.append(ev.CallEnded(t_ns=T0 + 12 * MS, call="c1.1", status="OK", details=None, cause=end,  # type: ignore[arg-type]
+                             trailers=None, initial_metadata=None, duration_ms=11.0, messages_c2s=1, messages_s2c=0))  # fmt: skip
+    return list(enumerate(recs))
+
+
+def _msg(body: bytes | None = None, **kw: object) -> ev.MessageSeen:
+    body = _request() if body is None else body
+    fields: dict[str, object] = {"payload": base64.b64encode(body).decode(), "payload_truncated": False, "model": "tokens"}
+    fields.update(kw)
+    return ev.MessageSeen(t_ns=T0 + 3 * MS, call="c1.1", dir="c2s", index=0, size=len(body), compressed=False,
+                          **fields)  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_a_captured_stream_cancel_becomes_a_script() -> None:
+    """Messages with their offsets and exact bytes, the half-close, and the cancel after 4 responses."""
+    (call,) = scripts(read_capture(DATA / "stream_cancel.jsonl"))
+    assert (call.id, call.conn, call.method) == ("c1.1", "c1", STREAM_INFER)
+    assert [pb.ModelInferRequest.FromString(m.body).id for m in call.messages] == ["done", "a", "b"]
+    assert call.messages == sorted(call.messages, key=lambda m: m.at_ns)
+    assert call.ending is not None and (call.ending.cause, call.ending.responses) == ("client_cancel", 4)
+    assert call.ending.at_ns > call.messages[-1].at_ns
+    assert call.recorded_cause == "client_cancel" and call.unsendable is None
+
+
+def test_hop_by_hop_headers_are_dropped_and_redacted_values_left_out_unless_given() -> None:
+    meta = [[":method", "POST"], [":path", STREAM_INFER], ["connection", "x"], ["te", "trailers"],
+            ["authorization", "<redacted>"], ["x-trace", "1"]]  # fmt: skip
+    (call,) = scripts(_records(_msg(), metadata=meta))
+    assert call.headers == [(":method", "POST"), (":path", STREAM_INFER), ("te", "trailers"), ("x-trace", "1")]
+    assert call.redacted == ["authorization"]
+    (sent,), _ = prepare([call], filters=[], model_map={}, headers=parse_headers(["Authorization=Bearer t"]),
+                         skip_unsendable=False)  # fmt: skip
+    assert sent.headers[-1] == ("authorization", "Bearer t") and sent.redacted == []
+
+
+@pytest.mark.parametrize(
+    ("message", "why"),
+    [
+        (_msg(payload=None, payload_truncated=None), NO_BYTES),
+        (_msg(payload_truncated=True), CUT),
+        (_msg(inputs=[ev.TensorSpec(name="PROMPT", datatype="BYTES", shape=[1], size=9, hmac_sha256="ab")]), REDACTED_INPUT),
+    ],
+)
+def test_unsendable_calls_fail_in_one_line_or_are_skipped(message: ev.MessageSeen, why: str) -> None:
+    calls = scripts(_records(message))
+    assert calls[0].unsendable == why
+    with pytest.raises(UserError, match=r"^1 of 1 call\(s\) cannot be sent: 1 with .*--skip-unsendable"):
+        prepare(calls, filters=[], model_map={}, headers={}, skip_unsendable=False)
+    assert prepare(calls, filters=[], model_map={}, headers={}, skip_unsendable=True) == ([], {why: 1})
+
+
+def test_a_meta_capture_cannot_be_sent() -> None:
+    calls = scripts(read_capture(DATA / "deadline.jsonl"))
+    with pytest.raises(UserError, match="no request bytes"):
+        prepare(calls, filters=[], model_map={}, headers={}, skip_unsendable=False)
+    assert calls[0].ending is not None and calls[0].ending.cause == "deadline" and calls[0].timeout_ms == 500
+
+
+def test_model_map_rewrites_model_name_only() -> None:
+    body = _request("tokens", "x")
+    out = pb.ModelInferRequest.FromString(remodel(body, INFER, {"tokens": "tokens_v2"}))
+    assert (out.model_name, out.id) == ("tokens_v2", "x")
+    assert remodel(body, INFER, {"other": "y"}) == body
+    assert remodel(body, "/inference.GRPCInferenceService/ServerLive", {"tokens": "y"}) == body
+
+
+def test_only_selects_by_model_method_call_and_conn() -> None:
+    c = CallScript(id="c1.1", conn="c1", method=INFER, t_start=0, headers=[], timeout_ms=None,
+                   messages=[Message(at_ns=0, body=b"", compressed=False, model="echo")])  # fmt: skip
+    assert selected(c, parse_only(["model=echo"])) and selected(c, parse_only(["method=ModelInfer,model=a|echo"]))
+    assert not selected(c, parse_only(["model=echo,method=ModelStreamInfer"]))
+    assert selected(c, parse_only(["model=x", "conn=c1"]))  # repeated: any of them
+    assert selected(c, [])
+    for bad in ("model", "colour=red", ""):
+        with pytest.raises(UserError):
+            parse_only([bad])
+
+
+def _call(cid: str, start_ms: int, last_ms: int = 0) -> CallScript:
+    return CallScript(id=cid, conn=cid.split(".")[0], method=INFER, t_start=T0 + start_ms * MS, headers=[],
+                      timeout_ms=None, messages=[Message(at_ns=last_ms * MS, body=b"", compressed=False, model=None)])  # fmt: skip
+
+
+def test_schedule_keeps_offsets_scaled_by_speed_and_loops_after_the_span() -> None:
+    calls = [_call("c2.1", 100, last_ms=50), _call("c1.1", 0)]
+    assert span_ns(calls) == 150 * MS
+    starts = plan_starts(calls, 2.0, 2)
+    got = [(s.call.id, s.loop, round(s.at_s, 6), s.conn) for s in starts]
+    assert got == [("c1.1", 0, 0.0, "0/c1"), ("c2.1", 0, 0.05, "0/c2"), ("c1.1", 1, 0.075, "1/c1"), ("c2.1", 1, 0.125, "1/c2")]
+    assert [s.at_s for s in plan_starts(calls, MAX, 1)] == [0.0, 0.0]
+    assert [s.call.id for s in plan_starts(calls, MAX, 1)] == ["c1.1", "c2.1"]
+
+
+def test_speed_parsing_and_lag() -> None:
+    assert parse_speed("2") == 2.0 and parse_speed("MAX") == math.inf
+    for bad in ("0", "-1", "nan", "inf", "fast"):
+        with pytest.raises(UserError):
+            parse_speed(bad)
+    lag = Lag()
+    for late in (0.01, -0.5, 0.03):
+        lag.add(late)
+    assert (lag.count, lag.worst, round(lag.mean, 6)) == (3, 0.03, round(0.04 / 3, 6))
