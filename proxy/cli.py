@@ -80,7 +80,7 @@ def _evidence(text: str) -> str:
 
 
 def _always_redacted() -> str:
-    from proxy.relay.tunnel import DEFAULT_REDACT, REDACT_SUFFIXES
+    from proxy.relay.options import DEFAULT_REDACT, REDACT_SUFFIXES
 
     return ", ".join([*DEFAULT_REDACT, *(f"*{s}" for s in REDACT_SUFFIXES)])
 
@@ -137,7 +137,7 @@ def run_record(args: argparse.Namespace) -> int:
     """``triton-tap record``."""
     from proxy.ops.evidence import parse_evidence
     from proxy.ops.server import ProxyConfig, run
-    from proxy.relay.tunnel import DEFAULT_REDACT
+    from proxy.relay.options import DEFAULT_REDACT
 
     logs.configure(args.log_level)
     cfg = ProxyConfig(

@@ -20,7 +20,8 @@ from proxy import __version__
 from proxy.capture.writer import CaptureWriter, WriterOptions, prepare_directory
 from proxy.ops.evidence import EvidenceCollector, EvidenceSpec, probe_metrics
 from proxy.ops.observe import MetricsServer, ProxyMetrics, RecordObserver
-from proxy.relay.tunnel import DEFAULT_REDACT, Relay, RelayOptions
+from proxy.relay.options import DEFAULT_REDACT, RelayOptions
+from proxy.relay.relay import Relay
 from replay.capture import events as ev
 from replay.errors import UpstreamError, UserError
 from replay.hostport import parse_hostport

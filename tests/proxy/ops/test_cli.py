@@ -146,7 +146,7 @@ def test_metrics_port_equal_to_listen_port(tmp_path: Path, listening: int) -> No
 
 def test_redact_help_lists_what_is_redacted() -> None:
     """--redact's help names every key and suffix the relay always redacts."""
-    from proxy.relay.tunnel import DEFAULT_REDACT, REDACT_SUFFIXES
+    from proxy.relay.options import DEFAULT_REDACT, REDACT_SUFFIXES
 
     text = "".join(_run("--help").stdout.split())  # argparse may wrap inside "set-cookie"
     for key in (*DEFAULT_REDACT, *(f"*{s}" for s in REDACT_SUFFIXES)):
