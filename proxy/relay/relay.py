@@ -32,7 +32,7 @@ class Relay:
         self.upstream_server_name = upstream_server_name
         #: ``:authority`` sent upstream instead of the client's (a TLS upstream may route on it).
         self.authority = upstream_server_name.encode() if upstream_server_name else None
-        #: Open tunnels (each a :class:`Tunnel`; a tunnel's parts remove their own).
+        #: Open tunnels (each a :class:`Tunnel`; it leaves when its client connection is lost).
         self.tunnels: set[TunnelState] = set()
         self._conn_ids = itertools.count(1)
         self.open_calls = 0
