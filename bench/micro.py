@@ -1,13 +1,14 @@
 """In-process micro benchmark of the relay's per-message cost: no sockets, no other processes.
 
 ``python -m bench.micro`` drives a real :class:`proxy.relay.tunnel.Tunnel` with in-memory transports
-between two real ``h2`` peers (a gRPC-like client and a Triton-like server) and times only the
-proxy's own ``side_data`` calls while the server streams small ModelStreamInfer responses; then it
-times the pieces of the per-message path one by one (assembler, labels, record construction,
-JSONL encoding, cutting one DATA frame out of the bytes read). It answers "how many microseconds of
-Python does the proxy spend per streamed response, and where" with far less noise than the
-end-to-end benchmark, so a change to proxy/relay.py, replay/labels.py or replay/schema.py can be
-checked in seconds (run it before and after).
+(:mod:`tests.support.transport`) between two real ``h2`` peers (a gRPC-like client and a
+Triton-like server) and times only the proxy's own ``side_data`` calls while the server streams
+small ModelStreamInfer responses; then it times the pieces of the per-message path one by one
+(assembler, labels, record construction, JSONL encoding, cutting one DATA frame out of the bytes
+read). It answers "how many microseconds of Python does the proxy spend per streamed response, and
+where" with far less noise than the end-to-end benchmark, so a change to proxy/relay/,
+proxy/wire/, proxy/triton/labels.py or replay/capture/schema.py can be checked in seconds (run it
+before and after).
 
 It pokes at a few relay internals (``Tunnel.down/up``, ``side_data``); if those change, adapt
 ``_Harness`` below.
@@ -16,7 +17,6 @@ It pokes at a few relay internals (``Tunnel.down/up``, ``side_data``); if those 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import statistics
 import sys
@@ -29,56 +29,19 @@ import h2.connection
 import h2.events
 from tritonclient.grpc import service_pb2 as pb
 
-from proxy.relay import tunnel as rl
+from proxy.relay.call import LABEL_KEEP
+from proxy.relay.options import RelayOptions
+from proxy.relay.relay import Relay
+from proxy.relay.tunnel import Tunnel
 from proxy.triton import labels
 from proxy.triton.inflight import InFlight
 from proxy.wire import frames as wire
+from proxy.wire.messages import Assembler
 from replay.capture import events as ev
 from replay.capture.schema import encode
+from tests.support.transport import MemoryTransport
 
 STREAM_PATH = b"/inference.GRPCInferenceService/ModelStreamInfer"
-
-
-class MemoryTransport(asyncio.Transport):
-    """An in-memory transport for driving a relay Tunnel without sockets (also used by the tests)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.out: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        assert not self.closed, "write after close"
-        self.out.append(bytes(data))
-
-    def take(self) -> bytes:
-        data = b"".join(self.out)
-        self.out.clear()
-        return data
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 40000) if name == "peername" else default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.closed = True
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
 
 
 def response_bytes(final: bool, rid: str = "s0-r0", text: bytes = b"tok") -> bytes:
@@ -107,8 +70,8 @@ class _Harness:
     """client h2 <-> Tunnel (in-memory transports) <-> server h2."""
 
     def __init__(self, payload: str, emit: Callable[[Any], None]) -> None:
-        self.relay = rl.Relay(("127.0.0.1", 1), emit, rl.RelayOptions(payload=payload))
-        self.t = rl.Tunnel(self.relay, "c1")
+        self.relay = Relay(("127.0.0.1", 1), emit, RelayOptions(payload=payload))
+        self.t = Tunnel(self.relay, "c1")
         self.dt, self.ut = MemoryTransport(), MemoryTransport()
         self.t.down.transport = self.dt
         self.t.peer = "127.0.0.1:40000"
@@ -263,7 +226,7 @@ def components(n: int) -> list[tuple[str, float]]:
         slots=True,
     )
 
-    asm = rl.Assembler(rl.LABEL_KEEP, False)
+    asm = Assembler(LABEL_KEEP, False)
     inflight = InFlight(unary=False)
     inflight.sent("s0-r0")
     out = [

@@ -20,7 +20,8 @@ from proxy import __version__
 from proxy.capture.writer import CaptureWriter, WriterOptions, prepare_directory
 from proxy.ops.evidence import EvidenceCollector, EvidenceSpec, probe_metrics
 from proxy.ops.observe import MetricsServer, ProxyMetrics, RecordObserver
-from proxy.relay.tunnel import Relay, RelayOptions
+from proxy.relay.options import RelayOptions
+from proxy.relay.relay import Relay
 from proxy.triton.metadata import DEFAULT_REDACT
 from replay.capture import events as ev
 from replay.errors import UpstreamError, UserError
@@ -154,6 +155,32 @@ def check_upstream(
         raise UpstreamError(f"upstream {host}:{port} is unreachable: {e.strerror or e}") from None
 
 
+def capture_options(cfg: ProxyConfig, salt: str, tls_listen: bool, tls_upstream: bool) -> dict[str, Any]:
+    """The options recorded in ``capture_start`` (what the capture was taken with)."""
+    opts: dict[str, Any] = {
+        "payload": cfg.payload,
+        "payload_cap": cfg.payload_cap,
+        "rotate_mb": cfg.rotate_mb,
+        "gzip_rotated": cfg.gzip_rotated,
+        "drain_timeout_s": cfg.drain_timeout,
+        "redact": list(cfg.redact),
+        "redact_inputs": list(cfg.redact_inputs),
+        # A generated salt is recorded so the capture's hashes can be recomputed from live
+        # traffic; a salt the user chose is a secret and is not.
+        "redact_salt": salt if cfg.redact_inputs and cfg.redact_salt is None else None,
+        "redact_salt_given": cfg.redact_salt is not None,
+        "tls_listen": tls_listen,
+        "tls_upstream": tls_upstream,
+    }
+    if cfg.evidence is not None:
+        opts["evidence"] = {
+            "metrics": cfg.evidence.metrics_url,
+            "log": str(cfg.evidence.log_path) if cfg.evidence.log_path else None,
+            "window_s": cfg.evidence.window_s,
+        }
+    return opts
+
+
 class RecordingProxy:
     """The proxy as an object: ``await start()``, then ``await stop()`` (tests and the CLI)."""
 
@@ -193,6 +220,32 @@ class RecordingProxy:
     async def start(self) -> None:
         """Check, bind and start recording; raises :class:`UserError`/:class:`UpstreamError`."""
         cfg = self.config
+        server_tls, up_tls = await self._check(cfg)
+        salt = cfg.redact_salt if cfg.redact_salt is not None else secrets.token_hex(16)
+        # Bind before the capture exists so that a busy port leaves no empty capture behind.
+        relay_box: list[Relay] = []
+        server = await self._listen(server_tls, relay_box)
+        listen = f"{self.listen_addr[0]}:{self.port}"
+        start = ev.CaptureStarted(
+            t_ns=time.time_ns(), proxy_version=__version__, listen=listen,
+            upstream=f"{self.upstream_addr[0]}:{self.upstream_addr[1]}",
+            options=capture_options(cfg, salt, server_tls is not None, up_tls is not None),
+        )  # fmt: skip
+        writer = self._open_capture(start)
+        try:
+            self.relay = self._relay(writer, up_tls, salt)
+            relay_box.append(self.relay)
+            await server.start_serving()
+        except BaseException:
+            writer.abandon()
+            server.close()
+            self._close_metrics()
+            raise
+        self._log_recording(start, server_tls is not None, up_tls is not None)
+
+    async def _check(self, cfg: ProxyConfig) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+        """What must hold before anything is bound or written: TLS material, the capture directory,
+        a reachable upstream. Returns the TLS contexts towards clients and towards the upstream."""
         server_tls = listen_ssl(cfg)
         up_tls = upstream_ssl(cfg)
         prepare_directory(cfg.capture_dir)
@@ -200,57 +253,37 @@ class RecordingProxy:
         await loop.run_in_executor(
             None, check_upstream, *self.upstream_addr, cfg.connect_timeout, up_tls, cfg.upstream_server_name
         )
-        salt = cfg.redact_salt if cfg.redact_salt is not None else secrets.token_hex(16)
         if cfg.evidence is not None and cfg.evidence.metrics_url is not None:
             why = await loop.run_in_executor(None, probe_metrics, cfg.evidence.metrics_url, cfg.connect_timeout)
             if why is not None:
                 # Only a warning: Triton's metrics may come up later; each evidence record says what it saw.
                 log.warning("evidence_metrics_unreachable", url=cfg.evidence.metrics_url, error=why)
-        opts: dict[str, Any] = {
-            "payload": cfg.payload,
-            "payload_cap": cfg.payload_cap,
-            "rotate_mb": cfg.rotate_mb,
-            "gzip_rotated": cfg.gzip_rotated,
-            "drain_timeout_s": cfg.drain_timeout,
-            "redact": list(cfg.redact),
-            "redact_inputs": list(cfg.redact_inputs),
-            # A generated salt is recorded so the capture's hashes can be recomputed from live
-            # traffic; a salt the user chose is a secret and is not.
-            "redact_salt": salt if cfg.redact_inputs and cfg.redact_salt is None else None,
-            "redact_salt_given": cfg.redact_salt is not None,
-            "tls_listen": server_tls is not None,
-            "tls_upstream": up_tls is not None,
-        }
-        if cfg.evidence is not None:
-            opts["evidence"] = {
-                "metrics": cfg.evidence.metrics_url,
-                "log": str(cfg.evidence.log_path) if cfg.evidence.log_path else None,
-                "window_s": cfg.evidence.window_s,
-            }
-        # Bind before the capture exists so that a busy port leaves no empty capture behind.
-        relay_box: list[Relay] = []
+        return server_tls, up_tls
+
+    async def _listen(self, server_tls: ssl.SSLContext | None, relay_box: list[Relay]) -> asyncio.base_events.Server:
+        """Bind the listening socket (not serving yet: ``relay_box`` gets the relay first) and the
+        metrics endpoint, if any."""
         host, port = self.listen_addr
         try:
-            self._server = await loop.create_server(
+            self._server = await asyncio.get_running_loop().create_server(
                 lambda: relay_box[0].protocol_factory(), host, port, reuse_address=True, start_serving=False,
                 ssl=server_tls,
             )
         except OSError as e:
             raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
         self.port = self._server.sockets[0].getsockname()[1]
-        metrics: ProxyMetrics | None = None
         if self.metrics_addr is not None:
-            metrics = self.metrics = ProxyMetrics()
+            self.metrics = ProxyMetrics()
             try:
-                self.metrics_server = MetricsServer(metrics, *self.metrics_addr)
+                self.metrics_server = MetricsServer(self.metrics, *self.metrics_addr)
             except OSError as e:
                 self._server.close()
-                raise UserError(f"cannot serve metrics on {cfg.metrics}: {e.strerror or e}") from None
-        listen = f"{host}:{self.port}"
-        start = ev.CaptureStarted(
-            t_ns=time.time_ns(), proxy_version=__version__, listen=listen,
-            upstream=f"{self.upstream_addr[0]}:{self.upstream_addr[1]}", options=opts,
-        )  # fmt: skip
+                raise UserError(f"cannot serve metrics on {self.config.metrics}: {e.strerror or e}") from None
+        return self._server
+
+    def _open_capture(self, start: ev.CaptureStarted) -> CaptureWriter:
+        """Create the capture file (its first record is ``start``); on failure nothing stays bound."""
+        cfg = self.config
         rotate = int(cfg.rotate_mb * 1024 * 1024) if cfg.rotate_mb else None
         self.writer = CaptureWriter(
             WriterOptions(directory=cfg.capture_dir, rotate_bytes=rotate, gzip_rotated=cfg.gzip_rotated), start
@@ -258,51 +291,55 @@ class RecordingProxy:
         try:
             self.writer.open()
         except OSError as e:
+            assert self._server is not None
             self._server.close()
             self._close_metrics()
             raise UserError(f"cannot create a capture file in {str(cfg.capture_dir)!r}: {e.strerror or e}") from None
-        try:
-            if metrics is not None:
-                metrics.attach_writer(self.writer.stats)
-            # One observer between the relay and the writer: the call-end log line and the metrics.
-            emit: Callable[[Any], None] = RecordObserver(self.writer.emit, metrics)
-            if cfg.evidence is not None:
-                self.evidence = EvidenceCollector(cfg.evidence, self.writer.emit)
-                emit = _with_evidence(emit, self.evidence.notify)
-            self.relay = Relay(
-                self.upstream_addr,
-                emit,
-                RelayOptions(
-                    payload=cfg.payload, payload_cap=cfg.payload_cap, redact=cfg.redact,
-                    redact_inputs=frozenset(cfg.redact_inputs), redact_key=salt.encode(),
-                ),
-                upstream_tls=up_tls,
-                upstream_server_name=cfg.upstream_server_name,
-            )
-            if self.evidence is not None:
-                self.relay.before_cancel = _guarded_mark(self.evidence.mark)
-            relay_box.append(self.relay)
-            await self._server.start_serving()
-        except BaseException:
-            self.writer.abandon()
-            self._server.close()
-            self._close_metrics()
-            raise
+        return self.writer
+
+    def _relay(self, writer: CaptureWriter, up_tls: ssl.SSLContext | None, salt: str) -> Relay:
+        """The relay, its records going through the observer (and the evidence collector) to ``writer``."""
+        cfg = self.config
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.attach_writer(writer.stats)
+        # One observer between the relay and the writer: the call-end log line and the metrics.
+        emit: Callable[[Any], None] = RecordObserver(writer.emit, metrics)
+        if cfg.evidence is not None:
+            self.evidence = EvidenceCollector(cfg.evidence, writer.emit)
+            emit = _with_evidence(emit, self.evidence.notify)
+        relay = Relay(
+            self.upstream_addr,
+            emit,
+            RelayOptions(
+                payload=cfg.payload, payload_cap=cfg.payload_cap, redact=cfg.redact,
+                redact_inputs=frozenset(cfg.redact_inputs), redact_key=salt.encode(),
+            ),
+            upstream_tls=up_tls,
+            upstream_server_name=cfg.upstream_server_name,
+        )  # fmt: skip
+        if self.evidence is not None:
+            relay.before_cancel = _guarded_mark(self.evidence.mark)
+        return relay
+
+    def _log_recording(self, start: ev.CaptureStarted, tls: bool, upstream_tls: bool) -> None:
+        assert self._server is not None and self.writer is not None
+        cfg = self.config
         extra = {}
         if self.metrics_server is not None and self.metrics_addr is not None:
             extra["metrics"] = f"{self.metrics_addr[0]}:{self.metrics_server.port}"
-        if server_tls is None and not all(is_loopback(s.getsockname()[0]) for s in self._server.sockets):
+        if not tls and not all(is_loopback(s.getsockname()[0]) for s in self._server.sockets):
             # Clients' metadata (tokens included) and tensors would cross the network in clear.
-            log.warning("listening_without_tls", listen=listen, hint="use --tls-cert/--tls-key or a loopback address")
+            log.warning("listening_without_tls", listen=start.listen, hint="use --tls-cert/--tls-key or a loopback address")
         log.info(
             "recording",
-            listen=listen,
+            listen=start.listen,
             upstream=start.upstream,
             capture=str(self.writer.path),
             payload=cfg.payload,
             **extra,
-            tls=server_tls is not None,
-            upstream_tls=up_tls is not None,
+            tls=tls,
+            upstream_tls=upstream_tls,
         )
 
     async def stop(self) -> None:

@@ -17,9 +17,15 @@ import h2.connection
 import h2.events
 import pytest
 
-from bench.micro import MemoryTransport
-from proxy.relay import tunnel as rl
+from proxy.relay import closing, from_client
+from proxy.relay.call import LABEL_KEEP
+from proxy.relay.from_client import ENHANCE_YOUR_CALM
+from proxy.relay.refuser import Refuser
+from proxy.relay.relay import Relay
+from proxy.relay.tunnel import Tunnel
 from proxy.wire import frames as wire
+from proxy.wire.messages import Assembler
+from tests.support.transport import MemoryTransport
 
 REQ = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/inference.GRPCInferenceService/ModelInfer"),
        (b":authority", b"x"), (b"content-type", b"application/grpc"), (b"te", b"trailers")]  # fmt: skip
@@ -36,8 +42,8 @@ class _Rig:
 
     def __init__(self, server: bool = True) -> None:
         self.records: list[Any] = []
-        self.relay = rl.Relay(("127.0.0.1", 1), self.records.append)
-        self.t = rl.Tunnel(self.relay, "c1")
+        self.relay = Relay(("127.0.0.1", 1), self.records.append)
+        self.t = Tunnel(self.relay, "c1")
         self.relay.tunnels.add(self.t)
         self.dt, self.ut = MemoryTransport(), MemoryTransport()
         self.t.down.transport = self.dt
@@ -122,7 +128,7 @@ def _in_loop(loop: asyncio.AbstractEventLoop, fn: Any) -> Any:
 
 def test_message_fragments_are_copied_not_views_of_the_read(_loop: asyncio.AbstractEventLoop) -> None:
     """A partial message keeps copies of its bytes, never a view that pins the whole read buffer."""
-    asm = rl.Assembler(rl.LABEL_KEEP, False)
+    asm = Assembler(LABEL_KEEP, False)
     read = bytes(5) + b"\x00\x00\x03\xe8" + b"x" * 10 + bytes(200_000)  # one read, message cut short
     asm.feed(memoryview(read)[5:19])
     assert asm._parts and all(type(p) is bytes for p in asm._parts)
@@ -130,7 +136,7 @@ def test_message_fragments_are_copied_not_views_of_the_read(_loop: asyncio.Abstr
 
 def test_crossing_call_after_upstream_goaway_survives_the_linger(_loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch) -> None:
     """A call sent before the client read the upstream's GOAWAY(2^31-1) runs to its end; the connection closes after."""
-    monkeypatch.setattr(rl, "_LINGER_S", 0.05)
+    monkeypatch.setattr(closing, "_LINGER_S", 0.05)
     rig = _Rig()
 
     async def scenario() -> None:
@@ -242,7 +248,7 @@ def test_refuser_after_its_goaway_takes_a_ping_without_a_protocol_error(_loop: a
     rig = _Rig(server=False)
 
     def scenario() -> None:
-        rig.t.refuser = rl._Refuser(rig.t, "triton-tap: upstream 127.0.0.1:1 unreachable")
+        rig.t.refuser = Refuser(rig.t, "triton-tap: upstream 127.0.0.1:1 unreachable")
         rig.pump()
         rig.relay.begin_shutdown()
         rig.dt.take()
@@ -290,7 +296,7 @@ def test_lowered_max_frame_size_binds_no_frame_already_in_flight(_loop: asyncio.
 
 def test_streams_opened_after_goaway_are_bounded(_loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch) -> None:
     """A client that keeps opening streams after GOAWAY is refused each time, then cut off (ENHANCE_YOUR_CALM)."""
-    monkeypatch.setattr(rl, "KEPT_BACK_LIMIT", 5)
+    monkeypatch.setattr(from_client, "KEPT_BACK_LIMIT", 5)
     rig = _Rig()
 
     def scenario() -> None:
@@ -302,7 +308,7 @@ def test_streams_opened_after_goaway_are_bounded(_loop: asyncio.AbstractEventLoo
 
     _in_loop(_loop, scenario)
     (violation,) = rig.of("protocol_error")
-    assert violation.error_code == rl.ENHANCE_YOUR_CALM and rig.dt.closed
+    assert violation.error_code == ENHANCE_YOUR_CALM and rig.dt.closed
     assert len(rig.of("call_end")) == 5
 
 

@@ -1,11 +1,11 @@
-"""gRPC message framing over arbitrary DATA chunking."""
+"""gRPC message framing over arbitrary DATA chunking (proxy.wire.messages.Assembler)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.relay.tunnel import Assembler
+from proxy.wire.messages import Assembler
 
 
 def _frame(body: bytes, flag: int = 0) -> bytes:

@@ -1,0 +1,81 @@
+"""The per-message pass: every complete gRPC message cut, labelled and recorded (the hot path)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from typing import Any
+
+from proxy.relay.call import Call
+from proxy.relay.state import TunnelState
+from proxy.triton import labels
+from proxy.triton.redact import redact_request
+from replay.capture import events as ev
+
+#: ``--payload none`` keeps that a response carried an in-band error, not its text.
+NONE_ERROR_TEXT = "(error text not recorded: --payload none)"
+
+
+class MessageRecording(TunnelState):
+    """The tunnel's part that records messages."""
+
+    def _messages(self, call: Call, direction: int, data: memoryview) -> None:
+        """Cut, label and record every complete message in ``data`` (the hot path's one pass)."""
+        asm = call.c2s_asm if direction == 0 else call.s2c_asm
+        done = asm.feed(data)
+        if not done:
+            return
+        mkind = call.mkind
+        payload = self.opts.payload
+        t_ns = time.time_ns()
+        dname: ev.Direction = "c2s" if direction == 0 else "s2c"
+        for flag, length, body, truncated, digest in done:
+            idx = call.index[direction]
+            call.index[direction] = idx + 1
+            fields: dict[str, Any] = {}
+            if mkind and not flag:
+                try:
+                    if direction == 0:
+                        fields = labels.request_labels(body, truncated)
+                        call.inflight.sent(fields["request_id"])
+                    else:
+                        if mkind == labels.STREAM:
+                            fields = labels.stream_response_labels(body, truncated)
+                        else:
+                            fields = labels.response_labels(body, truncated)
+                        call.inflight.answered(fields["request_id"], fields["final"])
+                except Exception as e:
+                    fields = {"decode_error": f"not a valid {'request' if direction == 0 else 'response'}: {e}"}
+            elif mkind and flag:
+                fields = {"decode_error": "compressed message: not decoded"}
+            if payload == "none" and fields:
+                # Ids, finals, model and "there was an error" drive the request state machine and the
+                # in-flight evidence of cancels; tensor specs and error texts are what none leaves out.
+                fields.pop("inputs", None)
+                fields.pop("output_tensors", None)
+                if fields.get("error"):
+                    fields["error"] = NONE_ERROR_TEXT
+            if payload == "full":
+                cut, withheld = truncated, False
+                if direction == 0 and mkind and self.opts.redact_inputs:
+                    red = None if flag or truncated else redact_request(body, self.opts.redact_inputs, self.opts.redact_key)
+                    if red is None:
+                        # Cannot prove the named tensors are out of it: store no bytes at all.
+                        body, digest, cut, withheld = b"", None, True, True
+                        fields.setdefault("decode_error", "payload withheld: cannot redact a cut, compressed or undecodable request")
+                    elif red[0] is not body:
+                        body = red[0]
+                        digest = hashlib.sha256(body).hexdigest()
+                        fields["inputs"] = red[1]
+                cap = self.opts.payload_cap
+                fields["payload_sha256"] = digest
+                shown = body if cap is None else body[:cap]
+                fields["payload"] = None if withheld else base64.b64encode(shown).decode("ascii")
+                fields["payload_truncated"] = cut or len(shown) < len(body)
+            self.emit(
+                ev.MessageSeen(
+                    t_ns=t_ns, call=call.id, dir=dname, index=idx, size=length,
+                    compressed=bool(flag), **fields,
+                )
+            )  # fmt: skip

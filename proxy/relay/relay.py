@@ -1,0 +1,74 @@
+"""What every tunnel of one proxy shares: options, the capture sink, id counters, the open tunnels."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import ssl
+import time
+from collections.abc import Callable
+from typing import Any
+
+from proxy.relay.options import RelayOptions
+from proxy.relay.state import TunnelState
+from proxy.relay.tunnel import Tunnel
+
+
+class Relay:
+    """Everything the tunnels share: options, the capture sink, id counters, open tunnels."""
+
+    def __init__(
+        self,
+        upstream: tuple[str, int],
+        emit: Callable[[Any], None],
+        options: RelayOptions | None = None,
+        upstream_tls: ssl.SSLContext | None = None,
+        upstream_server_name: str | None = None,
+    ) -> None:
+        self.upstream = upstream
+        self.emit = emit
+        self.options = options or RelayOptions()
+        self.upstream_tls = upstream_tls
+        self.upstream_server_name = upstream_server_name
+        #: ``:authority`` sent upstream instead of the client's (a TLS upstream may route on it).
+        self.authority = upstream_server_name.encode() if upstream_server_name else None
+        #: Open tunnels (each a :class:`Tunnel`; it leaves when its client connection is lost).
+        self.tunnels: set[TunnelState] = set()
+        self._conn_ids = itertools.count(1)
+        self.open_calls = 0
+        #: Called with the call id just before a cancel is forwarded upstream (``record --evidence``
+        #: marks the end of Triton's log there: Triton may log the cancel before the record exists).
+        self.before_cancel: Callable[[str], None] | None = None
+
+    def protocol_factory(self) -> asyncio.Protocol:
+        """For ``loop.create_server``: a new tunnel per client connection."""
+        tunnel = Tunnel(self, f"c{next(self._conn_ids)}")
+        self.tunnels.add(tunnel)
+        return tunnel.down
+
+    def begin_shutdown(self) -> None:
+        """Stop taking new calls: GOAWAY to every client, in-flight calls go on."""
+        for t in list(self.tunnels):
+            t.goaway_down()
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait until no call is open (True) or ``timeout`` seconds passed (False)."""
+        deadline = time.monotonic() + timeout
+        while self.open_calls and time.monotonic() < deadline:
+            # Condition polling at a short interval: calls end from protocol callbacks that have no
+            # awaitable to hand out, and shutdown is not a hot path.
+            await asyncio.sleep(0.01)
+        return self.open_calls == 0
+
+    def hard_close(self) -> None:
+        """Drop every connection still open without waiting for buffered bytes."""
+        for t in list(self.tunnels):
+            for side in (t.down, t.up):
+                if side.transport is not None:
+                    side.transport.abort()
+        self.tunnels.clear()
+
+    def abort_all(self, cause: str) -> None:
+        """End every open call with ``cause`` (``proxy_shutdown``) and close every connection."""
+        for t in list(self.tunnels):
+            t.abort(cause)

@@ -1,0 +1,62 @@
+"""One transport of a tunnel (the client's or the upstream's), and reading paused for backpressure."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from proxy.relay.state import TunnelState
+
+#: Bytes the proxy lets queue towards one peer before it stops reading the other one: with the
+#: end-to-end windows this only binds when a peer stops reading its socket altogether.
+WRITE_HIGH = 4 * 1024 * 1024
+WRITE_LOW = 1024 * 1024
+
+
+class Side(asyncio.Protocol):
+    """One transport of a tunnel; forwards everything to the tunnel."""
+
+    def __init__(self, tunnel: TunnelState, upstream: bool) -> None:
+        self.tunnel = tunnel
+        self.upstream = upstream
+        self.transport: asyncio.Transport | None = None
+        #: Why reading this side is paused: "connect" (upstream not there yet), "peer" (the other
+        #: side's write buffer is full). Reading resumes when no reason is left.
+        self.hold: set[str] = set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(WRITE_HIGH, WRITE_LOW)
+        self.tunnel.side_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.tunnel.side_data(self, data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.tunnel.side_lost(self, exc)
+
+    def pause_writing(self) -> None:
+        self.tunnel.other(self).hold_reading("peer", True)
+
+    def resume_writing(self) -> None:
+        self.tunnel.other(self).hold_reading("peer", False)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def hold_reading(self, reason: str, on: bool) -> None:
+        """Pause (``on``) or release reading for ``reason``."""
+        before = bool(self.hold)
+        if on:
+            self.hold.add(reason)
+        else:
+            self.hold.discard(reason)
+        t = self.transport
+        if t is None or t.is_closing() or before == bool(self.hold):
+            return
+        if self.hold:
+            t.pause_reading()
+        else:
+            t.resume_reading()

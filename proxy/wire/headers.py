@@ -1,0 +1,50 @@
+"""gRPC header blocks as the capture records them, and the status blocks the proxy sends itself.
+
+Pure: a header list is the ``[(name, value), ...]`` of bytes that :class:`proxy.wire.frames.FrameReader`
+decodes (raw, as on the wire).
+"""
+
+from __future__ import annotations
+
+import base64
+from urllib.parse import unquote
+
+Headers = list[tuple[bytes, bytes]]
+
+
+def pairs(headers: Headers) -> list[list[str]]:
+    """A header list as the capture records it: ``[[name, value], ...]`` strings, in wire order."""
+    return [[k.decode("latin-1"), text(k, v)] for k, v in headers]
+
+
+def text(name: bytes, value: bytes) -> str:
+    """A header value as recorded. Binary (``-bin``) values sent in gRPC's "true binary" form (a NUL
+    then raw bytes, used when both peers advertise it in SETTINGS) are recorded in the usual
+    unpadded base64 form, so a capture reads the same whichever form the peers agreed on."""
+    if value[:1] == b"\0" and name.endswith(b"-bin"):
+        return base64.b64encode(value[1:]).decode("ascii").rstrip("=")
+    return value.decode("latin-1")
+
+
+def header(headers: Headers, name: bytes) -> bytes | None:
+    """The value of the first header called ``name``, or None."""
+    for k, v in headers:
+        if k == name:
+            return v
+    return None
+
+
+def grpc_status(headers: Headers) -> tuple[bytes | None, str | None]:
+    """The raw ``grpc-status`` and the percent-decoded ``grpc-message`` of a trailer block."""
+    msg = header(headers, b"grpc-message")
+    return header(headers, b"grpc-status"), unquote(msg.decode("latin-1")) if msg is not None else None
+
+
+def status_trailers(code: int, message: str, with_response_headers: bool) -> Headers:
+    """A gRPC status of the proxy's own: trailers, preceded by the response headers when the client
+    has not had any yet (a trailers-only response)."""
+    out: Headers = []
+    if with_response_headers:
+        out += [(b":status", b"200"), (b"content-type", b"application/grpc")]
+    out += [(b"grpc-status", str(code).encode()), (b"grpc-message", message.encode())]
+    return out

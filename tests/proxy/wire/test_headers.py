@@ -1,0 +1,54 @@
+"""Header blocks as the capture records them, and the proxy's own status blocks (proxy.wire.headers)."""
+
+from __future__ import annotations
+
+import base64
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.wire.headers import grpc_status, header, pairs, status_trailers, text
+
+
+def test_pairs_keep_wire_order_and_duplicates() -> None:
+    """Every field is recorded, in order, duplicates included, as latin-1 strings."""
+    got = pairs([(b":status", b"200"), (b"x-a", b"1"), (b"x-a", b"\xe9")])
+    assert got == [[":status", "200"], ["x-a", "1"], ["x-a", "é"]]
+
+
+@given(st.binary(max_size=64))
+def test_true_binary_values_are_recorded_as_base64(raw: bytes) -> None:
+    """A ``-bin`` value in gRPC's true-binary form (NUL + bytes) reads as the unpadded base64 form."""
+    shown = text(b"trace-bin", b"\0" + raw)
+    assert shown == base64.b64encode(raw).decode("ascii").rstrip("=")
+    assert base64.b64decode(shown + "=" * (-len(shown) % 4)) == raw
+
+
+def test_only_bin_keys_are_decoded_as_true_binary() -> None:
+    """A NUL-led value of an ordinary key, or a base64 ``-bin`` value, is recorded as it came."""
+    assert text(b"x-plain", b"\0ab") == "\0ab"
+    assert text(b"trace-bin", b"AAEC") == "AAEC"
+
+
+def test_header_finds_the_first_field_by_name() -> None:
+    """The first value of a name, None when absent."""
+    hs = [(b"a", b"1"), (b"b", b"2"), (b"a", b"3")]
+    assert header(hs, b"a") == b"1"
+    assert header(hs, b"c") is None
+
+
+def test_grpc_status_percent_decodes_the_message() -> None:
+    """grpc-status comes raw (the caller judges it); grpc-message is percent-decoded."""
+    assert grpc_status([(b"grpc-status", b"3"), (b"grpc-message", b"bad%20input%3A%20x")]) == (b"3", "bad input: x")
+    assert grpc_status([(b"grpc-status", b"0")]) == (b"0", None)
+    assert grpc_status([]) == (None, None)
+
+
+def test_status_trailers_with_and_without_response_headers() -> None:
+    """Trailers-only when the client had no response headers yet; plain trailers otherwise."""
+    assert status_trailers(14, "gone", True) == [
+        (b":status", b"200"), (b"content-type", b"application/grpc"), (b"grpc-status", b"14"), (b"grpc-message", b"gone"),
+    ]  # fmt: skip
+    assert status_trailers(13, "oops", False) == [(b"grpc-status", b"13"), (b"grpc-message", b"oops")]
+    code, message = grpc_status(status_trailers(14, "upstream lost", False))
+    assert (code, message) == (b"14", "upstream lost")
