@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from proxy.cancelcheck.protocol import LogTail
+from proxy.cancelcheck.evidence import LogTail
 from proxy.lab.background import ProxyThread
 from proxy.lab.tritonserver import TritonNotAvailable, TritonServer, model_repository
 from replay.machine.tracker import track
