@@ -157,6 +157,7 @@ async def start_admin(proxy: RecordingProxy) -> AdminServer:
     if not bound:
         raise UserError(f"cannot serve --admin on {cfg.admin}: address in use or not available")
     await server.start()
+    hub.next_seq = proxy.writer.written  # capture_start is written already; the next record's seq
     proxy.writer.tap = hub.publish
     if proxy.metrics is not None:
         proxy.metrics.attach_tap(hub.stats)
