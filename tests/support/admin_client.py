@@ -38,7 +38,7 @@ class TailClient:
                         self.responses.append(resp)
                         self.started.set()
                         await self.reading.wait()  # a watcher that stops reading
-            except BaseException as e:  # noqa: BLE001 - kept for the test to see
+            except BaseException as e:  # kept for the test to see
                 self.error = e
             finally:
                 self.started.set()
