@@ -133,7 +133,12 @@ def check(paths: Sequence[str], *, as_json: bool = False, rows: int = 100,
         doc = {**result.to_json(), "marks": marks}
         write_result(out, lambda: out.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"))
     else:
-        write_result(out, lambda: (render_human(result, out, rows=rows), render_marks(marks, out)))
+
+        def human() -> None:
+            render_human(result, out, rows=rows)
+            render_marks(marks, out)
+
+        write_result(out, human)
     # A reader that stopped early (`| head`) changes nothing about what was found.
     return exit_code(result)
 
