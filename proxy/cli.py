@@ -73,6 +73,9 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                    help="how long to watch after each cancel (default %(default)s)")
     p.add_argument("--metrics", type=hostport("--metrics", listen=True), default=None, metavar="HOST:PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
+    p.add_argument("--admin", type=hostport("--admin", listen=True), default=None, metavar="HOST:PORT",
+                   help="serve the admin gRPC service (status, mark, rotate, tail) here (default: off; a "
+                   "non-loopback address needs --tls-cert/--tls-key: it shows live request metadata)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="info: start-up/shutdown, one line per call end, warnings (default %(default)s)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
@@ -112,6 +115,7 @@ def run_record(args: argparse.Namespace) -> int:
         upstream_cert=args.upstream_cert,
         upstream_key=args.upstream_key,
         upstream_server_name=args.upstream_server_name,
+        admin=args.admin,
     )
     asyncio.run(run(cfg))
     return 0
@@ -130,12 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workdir", type=Path, default=None, help="where to keep the capture and logs (default: a new temp dir)")
     demo.set_defaults(func=_run_demo)
     add_check_cancel(sub)
+    from proxy.admin.commands import add_admin_commands
     from proxy.ops.health import add_health_command
     from proxy.resend.cli import add_send_command
     from replay.cli.main import add_replay_commands
 
     add_send_command(add_replay_commands(sub))
     add_health_command(sub)
+    add_admin_commands(sub)
     return parser
 
 

@@ -111,6 +111,8 @@ class CaptureWriter:
         self.written = 0  # records written (writer thread); read by the metrics at scrape time
         self._stem = naming.stem(naming.stamp(start.t_ns), os.getpid())
         self.paths: list[Path] = []
+        #: ``tap(first_seq, records, lines)``, called in the writer thread after each successful write.
+        self.tap: Callable[[int, list[Any], list[bytes]], None] | None = None
 
     # -- data plane side -------------------------------------------------------------------
 
@@ -129,6 +131,12 @@ class CaptureWriter:
     def backlog(self) -> int:
         """Records waiting to be written."""
         return len(self._queue)
+
+    def counts(self) -> tuple[dict[str, int], dict[str, int], int]:
+        """(records written by kind, calls ended by cause, records dropped), a snapshot (admin ``Status``)."""
+        c = self._counts
+        # dict(d) of a str-keyed dict copies under the GIL in one C call: safe while the writer thread adds.
+        return dict(c.kinds), dict(c.causes), c.dropped + self._queue_gap.dropped
 
     def stats(self) -> tuple[int, int, int]:
         """(records written, records dropped, backlog), for the metrics (any thread; a snapshot)."""
@@ -173,6 +181,17 @@ class CaptureWriter:
         await loop.run_in_executor(self._pool, self._finish, counts_extra or {}, self._take_queue_gap())
         self._pool.shutdown(wait=True)
 
+    async def rotate(self) -> tuple[Path, Path]:
+        """Start a new file now (admin ``Rotate``): the closed file's final name and the new file's."""
+        if self._closing or self._task is None:
+            raise RuntimeError("the capture is closing")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._rotate_now)
+
+    def _rotate_now(self) -> tuple[Path, Path]:
+        index = len(self.paths) - 1
+        self._rotate()
+        return self.paths[index], self.path
+
     def _take_queue_gap(self) -> _Gap:
         # Swapped on the loop thread, where emit() adds to it, so no drop is lost between threads.
         qg, self._queue_gap = self._queue_gap, _Gap()
@@ -210,13 +229,13 @@ class CaptureWriter:
         self._offset = 0
         self.paths.append(path)
 
-    def _encode(self, records: list[Any]) -> bytes:
+    def _encode(self, records: list[Any]) -> list[bytes]:
         lines = []
         seq = self._seq
         for r in records:
             lines.append(encode(r, seq))
             seq += 1
-        return b"".join(lines)
+        return lines
 
     def _write_batch(self, records: list[Any], queue_gap: _Gap | None = None, may_rotate: bool = True) -> None:
         if queue_gap is not None and queue_gap.dropped:
@@ -240,7 +259,8 @@ class CaptureWriter:
                 )
             )
         pending.extend(records)
-        data = self._encode(pending)
+        lines = self._encode(pending)
+        data = b"".join(lines)
         try:
             if self._opt.before_write is not None:
                 self._opt.before_write(data)
@@ -254,6 +274,10 @@ class CaptureWriter:
                 log.warning("capture_write_failed", error=str(e), path=str(self.path),
                             note="dropping records until writing works again; a gap record will say how many")
             return
+        tap = self.tap
+        if tap is not None:
+            # record --admin: the lines just written, to Tail subscribers (proxy/admin/hub.py).
+            tap(self._seq, pending, lines)
         self._seq += len(pending)
         self._offset += len(data)
         self.written += len(pending)

@@ -41,6 +41,7 @@ class ProxyMetrics(Collector):
 
     def __init__(self) -> None:
         self._writer_stats: Callable[[], tuple[int, int, int]] | None = None
+        self._tap_stats: Callable[[], tuple[int, int, int]] | None = None
         self.started: dict[str, int] = {}
         self.ended: dict[tuple[str, str], int] = {}
         self.open: dict[str, int] = {}
@@ -50,6 +51,10 @@ class ProxyMetrics(Collector):
         self.latency_sum = 0.0
         self._pending: list[int] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    def attach_tap(self, stats: Callable[[], tuple[int, int, int]]) -> None:
+        """``stats() -> (subscribers, records sent, records dropped)`` of the admin Tail streams."""
+        self._tap_stats = stats
 
     def attach_writer(self, stats: Callable[[], tuple[int, int, int]]) -> None:
         """``stats() -> (records written, records dropped, backlog)`` of the capture writer."""
@@ -137,6 +142,12 @@ class ProxyMetrics(Collector):
             yield CounterMetricFamily("triton_tap_capture_records_dropped", "capture records dropped (gap records say "
                                       "when and why)", value=dropped)  # fmt: skip
             yield GaugeMetricFamily("triton_tap_capture_writer_backlog", "records queued for the writer", value=backlog)
+        if self._tap_stats is not None:
+            subs, sent, dropped = self._tap_stats()
+            yield GaugeMetricFamily("triton_tap_tail_subscribers", "admin Tail streams open", value=subs)
+            yield CounterMetricFamily("triton_tap_tail_records_sent", "records handed to admin Tail streams", value=sent)
+            yield CounterMetricFamily("triton_tap_tail_records_dropped", "records dropped for Tail streams that read "
+                                      "too slowly (each stream is told)", value=dropped)  # fmt: skip
 
 
 class RecordObserver:

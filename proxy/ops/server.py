@@ -60,6 +60,8 @@ class ProxyConfig:
     upstream_key: Path | None = None
     #: SNI, certificate name and ``:authority`` sent upstream (default: the upstream host, client's authority).
     upstream_server_name: str | None = None
+    #: ``--admin HOST:PORT``: the admin gRPC service (proxy/admin/), or None (off).
+    admin: str | None = None
 
 
 def _with_evidence(emit: Callable[[Any], None], notify: Callable[[ev.CallCancelled], None]) -> Callable[[Any], None]:
@@ -201,6 +203,11 @@ class RecordingProxy:
         self.writer: CaptureWriter | None = None
         self.relay: Relay | None = None
         self.evidence: EvidenceCollector | None = None
+        self.admin: Any = None  # proxy.admin.service.AdminServer with --admin
+        if config.admin is not None:  # refused before anything is bound (proxy/admin/address.py)
+            from proxy.admin.address import admin_address
+
+            admin_address(config.admin, config.tls_cert, config.tls_key)
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
         self._stopped = False
@@ -235,8 +242,14 @@ class RecordingProxy:
         try:
             self.relay = self._relay(writer, up_tls, salt)
             relay_box.append(self.relay)
+            if cfg.admin is not None:  # record --admin (proxy/admin/): bound before clients are served
+                from proxy.admin.service import start_admin
+
+                self.admin = await start_admin(self)
             await server.start_serving()
         except BaseException:
+            if self.admin is not None:
+                await self.admin.stop(0)
             writer.abandon()
             server.close()
             self._close_metrics()
@@ -364,6 +377,8 @@ class RecordingProxy:
         if self.evidence is not None:
             await self.evidence.close()
         await self.writer.close({"calls.open_at_shutdown": left})
+        if self.admin is not None:  # after capture_end, so Tail streams deliver it
+            await self.admin.stop()
         self._close_metrics()
         log.info("capture_closed", capture=[str(p) for p in self.writer.paths])
 

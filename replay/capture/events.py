@@ -315,6 +315,16 @@ class GapRecorded:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class MarkRecorded:
+    """An operator marked this point of the capture (`Mark` on the admin service, e.g. "starting load test 3")."""
+
+    kind: ClassVar[str] = "mark"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the proxy received the mark"]
+    note: Annotated[str, "the operator's text"]
+    labels: Annotated[dict[str, str], "the operator's key/value labels (`{}` when none)"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CaptureEnded:
     """The capture was closed in order (a missing `capture_end` means the proxy died)."""
 
@@ -337,6 +347,7 @@ RECORD_TYPES: tuple[type[Any], ...] = (
     CallEnded,
     ProtocolViolated,
     GapRecorded,
+    MarkRecorded,
     CaptureEnded,
 )
 
@@ -351,5 +362,6 @@ Record = (
     | CallEnded
     | ProtocolViolated
     | GapRecorded
+    | MarkRecorded
     | CaptureEnded
 )

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 import orjson
 from rich.table import Table
 
+from replay.capture import events as ev
 from replay.capture.reader import read_capture
 from replay.cli.output import QuietConsole, write_result
 from replay.cli.progress import with_progress
@@ -116,6 +118,14 @@ def render_human(result: TrackResult, out: TextIO, *, rows: int) -> None:
         console.print("violations: " + ", ".join(f"{k} {v}" for k, v in sorted(s["violations_by_name"].items())))
 
 
+def render_marks(marks: list[dict[str, Any]], out: TextIO) -> None:
+    """One line per `mark` record (seq, UTC time, note, labels)."""
+    for m in marks:
+        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(m["t_ns"] / 1e9))
+        labels = "".join(f" {k}={v}" for k, v in sorted(m["labels"].items()))
+        out.write(f"mark seq {m['seq']} at {when}Z: {m['note']}{labels}\n")
+
+
 def check(paths: Sequence[str], *, as_json: bool = False, rows: int = 100,
           out: TextIO | None = None, err: TextIO | None = None) -> int:  # fmt: skip
     """Run ``replay check`` on ``paths``; returns the exit code (raises CaptureError when unreadable)."""
@@ -123,15 +133,24 @@ def check(paths: Sequence[str], *, as_json: bool = False, rows: int = 100,
     err = err or sys.stderr
     reader = read_capture(list(paths))
     tracker = Tracker()
+    marks: list[dict[str, Any]] = []
     for seq, record in with_progress(reader, err):
+        if type(record) is ev.MarkRecorded:  # operators' marks (admin Mark) are shown, not tracked
+            marks.append({"seq": seq, "t_ns": record.t_ns, "note": record.note, "labels": record.labels})
         tracker.feed(seq, record)
     result = tracker.finish(reader.gaps, reader.warnings)
     for w in result.warnings:
         print(f"triton-tap: warning: {w}", file=err)
     if as_json:
-        write_result(out, lambda: out.write(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n"))
+        doc = {**result.to_json(), "marks": marks}
+        write_result(out, lambda: out.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"))
     else:
-        write_result(out, lambda: render_human(result, out, rows=rows))
+
+        def human() -> None:
+            render_human(result, out, rows=rows)
+            render_marks(marks, out)
+
+        write_result(out, human)
     # A reader that stopped early (`| head`) changes nothing about what was found.
     return exit_code(result)
 

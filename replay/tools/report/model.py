@@ -1,8 +1,8 @@
 """The data behind ``triton-tap report``: a capture turned into one compact, self-describing model.
 
 Pure: fed ``(seq, record)`` one at a time (:meth:`ReportBuilder.feed`), never reads a file and
-never awaits. The shell (:mod:`replay.tools.report.command`) reads the captures with progress and pours the
-model into the self-contained page (``template.html``, :func:`~replay.tools.report.command.render_html`).
+never awaits. The shell (:mod:`replay.cli.report`) reads the captures with progress and pours the
+model into the self-contained page (``template.html``, :func:`~replay.tools.report.page.render_html`).
 
 Nothing here decides what a record means on its own: requests, their outcomes and which request
 each response belongs to come from :class:`~replay.machine.tracker.Tracker` (its ``on_response`` hook),

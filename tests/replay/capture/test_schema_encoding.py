@@ -52,6 +52,7 @@ def test_round_trip_every_kind() -> None:
         ),
         ev.ProtocolViolated(t_ns=6, conn="c2", side="client", error="bad frame", error_code=1, open_calls=["c2.1"]),
         ev.GapRecorded(t_ns=6, dropped=3, reason="queue_full", first_t_ns=1, last_t_ns=2),
+        ev.MarkRecorded(t_ns=6, note="starting load test 3", labels={"run": "3"}),
         ev.CaptureEnded(t_ns=7, reason="shutdown", counts={"dropped": 0}),
     ]  # fmt: skip
     assert {type(r) for r in records} == set(ev.RECORD_TYPES)

@@ -1,0 +1,85 @@
+"""``triton-tap status``, ``mark`` and ``rotate``: one unary call each to a proxy's admin service."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, TextIO
+
+from google.protobuf.json_format import MessageToDict
+
+from proxy.admin.pb import admin_pb2 as pb
+from proxy.admin.pb import admin_pb2_grpc as pb_grpc
+from proxy.admin.tail import _admin_call
+from replay.errors import UserError
+
+
+def _call(args: Any, method: str, request: Any) -> Any:
+    box: list[Any] = []
+
+    async def go(chan: Any) -> None:
+        stub = pb_grpc.AdminServiceStub(chan)  # type: ignore[no-untyped-call]
+        box.append(await getattr(stub, method)(request, timeout=30))
+
+    asyncio.run(_admin_call(args, go))
+    return box[0]
+
+
+def render_status(st: pb.StatusResponse, out: TextIO) -> None:
+    """The Status as a few lines and a table of open calls (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out, highlight=False, width=None if out.isatty() else 160)
+    tls = f"tls listen={'on' if st.tls_listen else 'off'} upstream={'on' if st.tls_upstream else 'off'}"
+    console.print(f"triton-tap {st.version}, up {st.uptime_s:.0f}s: {st.listen} -> {st.upstream} ({tls})")
+    c = st.counters
+    rec = dict(c.records)
+    console.print(f"calls {rec.get('call_start', 0)} (open {len(st.open_calls)}), messages {rec.get('message', 0)}, "
+                  f"gaps {rec.get('gap', 0)}, dropped {c.dropped}, writer queue {st.writer_queue}"
+                  + (f", bytes c2s {c.message_bytes['c2s']} s2c {c.message_bytes['s2c']}" if c.message_bytes else ""))
+    if c.calls_by_cause:
+        console.print("ended: " + ", ".join(f"{k} {v}" for k, v in sorted(c.calls_by_cause.items())))
+    console.print(f"tail: {st.tail.subscribers} watcher(s), {st.tail.records_sent} record(s) sent, "
+                  f"{st.tail.records_dropped} dropped; seq {st.recent_first_seq}..{st.next_seq - 1} in memory")
+    for f in st.capture_files:
+        console.print(f"capture: {f}")
+    if st.open_calls:
+        table = Table(title="open calls", title_justify="left")
+        for col in ("call", "method", "model", "age ms", "in flight", "executing"):
+            table.add_column(col)
+        for oc in st.open_calls:
+            table.add_row(oc.call, oc.method.rsplit("/", 1)[-1], oc.model, f"{oc.age_ms:.0f}",
+                          ", ".join(oc.in_flight), ", ".join(oc.executing))  # fmt: skip
+        console.print(table)
+
+
+def run_status(args: Any, out: TextIO) -> int:
+    """``triton-tap status``."""
+    st = _call(args, "Status", pb.StatusRequest())
+    if args.json:
+        import json
+
+        out.write(json.dumps(MessageToDict(st, preserving_proto_field_name=True), indent=2) + "\n")
+    else:
+        render_status(st, out)
+    return 0
+
+
+def run_mark(args: Any, out: TextIO) -> int:
+    """``triton-tap mark``."""
+    labels: dict[str, str] = {}
+    for item in args.label:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--label must be KEY=VALUE, got {item!r}")
+        labels[key] = value
+    resp = _call(args, "Mark", pb.MarkRequest(note=args.note, labels=labels))
+    out.write(f"marked at t_ns {resp.t_ns}\n")
+    return 0
+
+
+def run_rotate(args: Any, out: TextIO) -> int:
+    """``triton-tap rotate``."""
+    resp = _call(args, "Rotate", pb.RotateRequest())
+    out.write(f"closed {resp.closed_file}\nnow writing {resp.new_file}\n")
+    return 0

@@ -1,0 +1,165 @@
+"""The admin gRPC service of a running proxy (``record --admin HOST:PORT``): Status, Rotate, Mark, Tail.
+
+It runs on the proxy's own event loop (grpc.aio) and only reads the relay's state; records reach
+Tail streams through :class:`proxy.admin.hub.TapHub`, fed by the capture writer's thread, so the
+relay does no work for watchers. The address must be loopback unless the proxy serves TLS
+(``--tls-cert/--tls-key``, reused here): the stream shows live request metadata.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import structlog
+
+from proxy import __version__
+from proxy.admin.address import admin_address
+from proxy.admin.hub import MAX_QUEUE, Dropped, TailFilter, TapHub
+from proxy.admin.pb import admin_pb2 as pb
+from proxy.admin.pb import admin_pb2_grpc as pb_grpc
+from replay.capture import events as ev
+from replay.errors import UserError
+
+if TYPE_CHECKING:
+    from proxy.ops.server import RecordingProxy
+
+log = structlog.get_logger("triton_tap.admin")
+
+
+class AdminServicer(pb_grpc.AdminServiceServicer):
+    """The four RPCs, over one :class:`RecordingProxy`."""
+
+    def __init__(self, proxy: RecordingProxy, hub: TapHub) -> None:
+        self.proxy = proxy
+        self.hub = hub
+        self.t0 = time.monotonic()
+
+    def _open_calls(self) -> list[Any]:
+        relay = self.proxy.relay
+        return [c for t in list(relay.tunnels) for c in list(t.calls.values())] if relay is not None else []
+
+    async def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusResponse:
+        p = self.proxy
+        assert p.writer is not None
+        calls = self._open_calls()
+        models = self.hub.recent_model(c.id for c in calls)
+        kinds, causes, dropped = p.writer.counts()
+        counters = pb.Counters(records=kinds, calls_by_cause=causes, dropped=dropped)
+        if p.metrics is not None:
+            for i, d in enumerate(("c2s", "s2c")):
+                counters.messages[d] = p.metrics.messages[i]
+                counters.message_bytes[d] = p.metrics.bytes[i]
+        subs, sent, lost = self.hub.stats()
+        first, nxt = self.hub.recent_range()
+        open_calls = []
+        for c in sorted(calls, key=lambda c: c.t0):
+            in_flight, executing = c.inflight.snapshot()
+            open_calls.append(pb.OpenCall(call=c.id, method=c.method, model=models.get(c.id, ""),
+                                          age_ms=c.elapsed_ms(), in_flight=in_flight, executing=executing))  # fmt: skip
+        cfg = p.config
+        return pb.StatusResponse(
+            version=__version__, uptime_s=time.monotonic() - self.t0,
+            listen=f"{p.listen_addr[0]}:{p.port}", upstream=f"{p.upstream_addr[0]}:{p.upstream_addr[1]}",
+            tls_listen=cfg.tls_cert is not None, tls_upstream=cfg.upstream_tls, open_calls=open_calls,
+            counters=counters, capture_files=[str(x) for x in list(p.writer.paths)], writer_queue=p.writer.backlog,
+            tail=pb.TailStats(subscribers=subs, records_sent=sent, records_dropped=lost),
+            recent_first_seq=first, next_seq=nxt,
+        )  # fmt: skip
+
+    async def Rotate(self, request: pb.RotateRequest, context: Any) -> pb.RotateResponse:
+        assert self.proxy.writer is not None
+        try:
+            closed, new = await self.proxy.writer.rotate()
+        except RuntimeError as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        except OSError as e:
+            await context.abort(grpc.StatusCode.INTERNAL, f"rotation failed: {e.strerror or e}")
+        log.info("capture_rotated", closed=str(closed), new=str(new))
+        return pb.RotateResponse(closed_file=str(closed), new_file=str(new))
+
+    async def Mark(self, request: pb.MarkRequest, context: Any) -> pb.MarkResponse:
+        assert self.proxy.writer is not None
+        t_ns = time.time_ns()
+        self.proxy.writer.emit(ev.MarkRecorded(t_ns=t_ns, note=request.note, labels=dict(request.labels)))
+        return pb.MarkResponse(t_ns=t_ns)
+
+    async def Tail(self, request: pb.TailRequest, context: Any) -> AsyncIterator[pb.TailResponse]:
+        f = request.filter
+        flt = TailFilter(models=frozenset(f.models), methods=frozenset(f.methods),
+                         request_ids=frozenset(f.request_ids), kinds=frozenset(f.kinds))  # fmt: skip
+        limit = min(request.max_queue, MAX_QUEUE) if request.max_queue > 0 else MAX_QUEUE
+        sub, first, lost = self.hub.subscribe(
+            flt, from_seq=request.from_seq if request.HasField("from_seq") else None, max_queue=limit,
+            open_methods={c.id: c.method for c in self._open_calls()},
+        )  # fmt: skip
+        log.info("tail_started", peer=context.peer(), first_seq=first)
+        try:
+            yield pb.TailResponse(started=pb.TailStarted(first_seq=first, from_seq_lost=lost))
+            while True:
+                items = await sub.next_items()
+                if not items:  # the hub closed (the proxy stops) and everything was delivered
+                    return
+                for item in items:
+                    if isinstance(item, Dropped):
+                        d = pb.TailDropped(count=item.count, first_seq=item.first_seq, last_seq=item.last_seq)
+                        yield pb.TailResponse(dropped=d)
+                    else:
+                        seq, kind, line = item
+                        yield pb.TailResponse(record=pb.TailRecord(seq=seq, kind=kind, json=line))
+        finally:
+            self.hub.unsubscribe(sub)
+            log.info("tail_ended", peer=context.peer(), sent=sub.sent, dropped=sub.dropped)
+
+
+class AdminServer:
+    """The grpc.aio server of one proxy."""
+
+    def __init__(self, server: Any, port: int, hub: TapHub, host: str) -> None:
+        self.server = server
+        self.port = port
+        self.hub = hub
+        self.address = f"{host}:{port}"
+
+    async def stop(self, grace: float = 2.0) -> None:
+        """Let Tail streams deliver what is queued (the capture_end included), then stop."""
+        self.hub.close()
+        await self.server.stop(grace)
+
+
+def _credentials(cert: Path, key: Path) -> Any:
+    try:
+        return grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
+    except OSError as e:
+        raise UserError(f"cannot read --tls-cert/--tls-key for --admin: {e.strerror or e}") from None
+
+
+async def start_admin(proxy: RecordingProxy) -> AdminServer:
+    """Bind and start the admin service for ``proxy`` (its writer and relay exist); UserError if impossible."""
+    cfg = proxy.config
+    assert cfg.admin is not None and proxy.writer is not None
+    host, port, tls = admin_address(cfg.admin, cfg.tls_cert, cfg.tls_key)
+    hub = TapHub()
+    server = grpc.aio.server()
+    pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(proxy, hub), server)  # type: ignore[no-untyped-call]
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        if tls:
+            assert cfg.tls_cert is not None and cfg.tls_key is not None
+            bound = server.add_secure_port(where, _credentials(cfg.tls_cert, cfg.tls_key))
+        else:
+            bound = server.add_insecure_port(where)
+    except RuntimeError as e:
+        raise UserError(f"cannot serve --admin on {cfg.admin}: {e}") from None
+    if not bound:
+        raise UserError(f"cannot serve --admin on {cfg.admin}: address in use or not available")
+    await server.start()
+    hub.next_seq = proxy.writer.written  # capture_start is written already; the next record's seq
+    proxy.writer.tap = hub.publish
+    if proxy.metrics is not None:
+        proxy.metrics.attach_tap(hub.stats)
+    log.info("admin_serving", address=f"{host}:{bound}", tls=tls)
+    return AdminServer(server, bound, hub, host)

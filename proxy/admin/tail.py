@@ -1,0 +1,292 @@
+"""``triton-tap tail``: capture records as they are written, from a proxy's admin service or from files.
+
+Both sources give the capture's own JSON lines; each is decoded with the capture schema
+(:func:`replay.capture.schema.decode`) and shown as one line (time, seq, call, direction, model,
+request id, final flag, error, cause) or, with ``--json``, printed as it is. Filters are the hub's
+(:class:`proxy.admin.hub.TailFilter`): the admin service applies them server-side, ``--follow``
+applies the same code locally.
+
+``tail CAPTURE_DIR --follow`` reads the newest capture of the directory with aiofiles, from its
+first file on: rotated files (plain or ``.jsonl.gz``) are read whole, the file being written is
+read as it grows (a line without its newline yet is kept until it is complete), and a
+``capture_end`` of reason ``rotate`` leads to the file it names. A ``shutdown`` end stops the tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import gzip
+import re
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+from proxy.admin.hub import Dropped, Subscriber, TailFilter
+from replay.capture.schema import decode
+from replay.errors import CaptureError, UnknownKind, UserError
+
+#: How often a followed file that did not grow is looked at again.
+POLL_S = 0.1
+_CAPTURE = re.compile(r"^(?P<stem>capture-\d{8}T\d{6}-\d+)(?:-(?P<index>\d{4,}))?\.jsonl(?:\.gz)?$")
+
+_STYLE = {"call_start": "cyan", "call_end": "bold", "cancel": "yellow", "late": "magenta", "gap": "red",
+          "protocol_error": "red", "mark": "bold green", "capture_start": "dim", "capture_end": "dim"}  # fmt: skip
+
+
+def describe(seq: int, line: bytes) -> tuple[str, str]:
+    """``(kind, text)``: one human line for a capture line (unknown kinds shown by name)."""
+    raw = orjson.loads(line)
+    try:
+        _, rec = decode(raw, path="<tail>")
+    except UnknownKind as e:
+        return e.kind, f"{seq:>7} {e.kind} (unknown to this triton-tap)"
+    r: Any = rec  # fields are read per kind below
+    t = datetime.datetime.fromtimestamp(r.t_ns / 1e9, datetime.UTC).strftime("%H:%M:%S.%f")[:-3]
+    parts = [t, f"{seq:>7}", f"{r.kind:<13}"]
+    call = getattr(r, "call", None)
+    if call is not None:
+        parts.append(call)
+    kind = r.kind
+    if kind == "message":
+        parts += [r.dir, f"model={r.model}" if r.model is not None else "", _rid(r.request_id)]
+        if r.final is not None:
+            parts.append(f"final={str(r.final).lower()}")
+        if r.error:
+            parts.append(f"error={r.error!r}")
+        if r.decode_error:
+            parts.append(f"decode_error={r.decode_error!r}")
+    elif kind == "call_start":
+        parts += [r.method, f"peer={r.peer}"]
+    elif kind == "call_end":
+        parts += [f"cause={r.cause}", f"status={r.status}", f"{r.duration_ms:.1f}ms"]
+        if r.details:
+            parts.append(f"details={r.details!r}")
+    elif kind == "cancel":
+        parts += [f"cause={r.cause}", f"in_flight={r.in_flight}", f"forwarded={str(r.forwarded_upstream).lower()}"]
+    elif kind == "late":
+        parts += [r.frame, _rid(r.request_id)]
+    elif kind == "mark":
+        labels = " ".join(f"{k}={v}" for k, v in sorted(r.labels.items()))
+        parts += [repr(r.note), labels]
+    elif kind == "gap":
+        parts += [f"dropped={r.dropped}", r.reason]
+    elif kind == "capture_end":
+        parts += [r.reason, r.next_file or ""]
+    elif kind == "capture_start":
+        parts += [f"file_index={r.file_index}", f"listen={r.listen}", f"upstream={r.upstream}"]
+    elif kind == "protocol_error":
+        parts += [r.side, r.error]
+    return kind, " ".join(p for p in parts if p)
+
+
+def _rid(rid: str | None) -> str:
+    return "" if rid is None else f"id={rid!r}"
+
+
+class Printer:
+    """Writes records (and drop notices) to the terminal: JSON lines, or one described line each."""
+
+    def __init__(self, out: TextIO, err: TextIO, as_json: bool) -> None:
+        self.out, self.err, self.as_json = out, err, as_json
+        self.console: Any = None
+        if not as_json and out.isatty():
+            from rich.console import Console
+
+            self.console = Console(file=out, highlight=False, soft_wrap=True)
+
+    def record(self, seq: int, line: bytes) -> None:
+        """One capture line."""
+        if self.as_json:
+            self.out.write(line.decode() + "\n")
+        else:
+            kind, text = describe(seq, line)
+            if self.console is not None:
+                from rich.markup import escape
+
+                style = _STYLE.get(kind)
+                self.console.print(f"[{style}]{escape(text)}[/]" if style else escape(text))
+            else:
+                self.out.write(text + "\n")
+        self.out.flush()
+
+    def dropped(self, count: int, first: int, last: int) -> None:
+        """The proxy dropped records for this watcher (it read too slowly)."""
+        print(f"triton-tap: warning: {count} record(s) not shown (seq {first}..{last}): this tail read too slowly",
+              file=self.err, flush=True)  # fmt: skip
+
+
+# -- from the admin service ---------------------------------------------------------------------------
+
+
+def channel(address: str, ca: Path | None, server_name: str | None) -> Any:
+    """A grpc.aio channel to ``--admin`` (TLS when ``ca`` is given)."""
+    import grpc
+
+    from replay.hostport import format_hostport, parse_hostport
+
+    target = format_hostport(*parse_hostport(address, "--admin"))
+    if ca is None:
+        return grpc.aio.insecure_channel(target)
+    try:
+        creds = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
+    except OSError as e:
+        raise UserError(f"cannot read --ca {str(ca)!r}: {e.strerror or e}") from None
+    opts = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+    return grpc.aio.secure_channel(target, creds, options=opts)
+
+
+def tail_request(flt: TailFilter, from_seq: int | None, max_queue: int = 0) -> Any:
+    """The TailRequest for a filter."""
+    from proxy.admin.pb import admin_pb2 as pb
+
+    req = pb.TailRequest(filter=pb.TailFilter(models=sorted(flt.models), methods=sorted(flt.methods),
+                                              request_ids=sorted(flt.request_ids), kinds=sorted(flt.kinds)),
+                         max_queue=max_queue)  # fmt: skip
+    if from_seq is not None:
+        req.from_seq = from_seq
+    return req
+
+
+async def tail_admin(chan: Any, flt: TailFilter, printer: Printer, from_seq: int | None = None) -> None:
+    """Print the Tail stream until the proxy ends it."""
+    from proxy.admin.pb import admin_pb2_grpc as pb_grpc
+
+    stub = pb_grpc.AdminServiceStub(chan)  # type: ignore[no-untyped-call]
+    async for resp in stub.Tail(tail_request(flt, from_seq)):
+        which = resp.WhichOneof("event")
+        if which == "record":
+            printer.record(resp.record.seq, resp.record.json)
+        elif which == "dropped":
+            d = resp.dropped
+            printer.dropped(d.count, d.first_seq, d.last_seq)
+        elif which == "started" and resp.started.from_seq_lost:
+            print(f"triton-tap: warning: seq {from_seq} is no longer in the proxy's memory: starting at "
+                  f"{resp.started.first_seq}", file=printer.err, flush=True)  # fmt: skip
+
+
+# -- from files being written ------------------------------------------------------------------------
+
+
+def newest_capture(directory: Path) -> Path:
+    """The first file of the newest capture in ``directory`` (by the writer's names: time order)."""
+    if not directory.is_dir():
+        raise UserError(f"{str(directory)!r} is not a directory")
+    stems = sorted({m["stem"] for p in directory.iterdir() if (m := _CAPTURE.match(p.name))})
+    if not stems:
+        raise UserError(f"no capture files in {str(directory)!r}")
+    return _existing(directory, f"{stems[-1]}.jsonl") or directory / f"{stems[-1]}.jsonl"
+
+
+def _existing(directory: Path, name: str) -> Path | None:
+    # The plain name while it is written (and while the writer gzips it), .gz once compressed.
+    for cand in (directory / name, directory / f"{name}.gz"):
+        if cand.exists():
+            return cand
+    return None
+
+
+async def _lines_gz(path: Path) -> AsyncIterator[bytes]:
+    import aiofiles
+
+    async with aiofiles.open(path, "rb") as f:
+        data = await f.read()
+    try:
+        text = gzip.decompress(data)
+    except (OSError, EOFError) as e:
+        raise CaptureError(str(path), None, f"not a readable gzip capture: {e}") from None
+    for line in text.splitlines():
+        if line.strip():
+            yield line
+
+
+async def _lines_growing(path: Path, done: Callable[[bytes], bool]) -> AsyncIterator[bytes]:
+    """Complete lines of a file being appended to, until ``done(line)`` says the file is finished."""
+    import aiofiles
+
+    buf = b""
+    async with aiofiles.open(path, "rb") as f:
+        while True:
+            chunk = await f.read(1 << 16)
+            if not chunk:
+                await asyncio.sleep(POLL_S)  # a plain file has no "grew" event to await: poll
+                continue
+            buf += chunk
+            *complete, buf = buf.split(b"\n")
+            for line in complete:
+                if line.strip():
+                    yield line
+                    if done(line):
+                        return
+
+
+def _is_end(line: bytes) -> bool:
+    return b'"kind":"capture_end"' in line
+
+
+async def follow_lines(first: Path) -> AsyncIterator[bytes]:
+    """Every line of the capture starting at file ``first``, across rotations, until its shutdown end."""
+    path: Path | None = first
+    directory = first.parent
+    while path is not None:
+        source = _lines_gz(path) if path.name.endswith(".gz") else _lines_growing(path, _is_end)
+        last = b""
+        async for line in source:
+            last = line
+            yield line
+        path = None
+        if _is_end(last):
+            end = orjson.loads(last)
+            nxt = end.get("next_file")
+            if end.get("reason") == "rotate" and isinstance(nxt, str):
+                while (path := _existing(directory, nxt)) is None:
+                    await asyncio.sleep(POLL_S)  # the writer opens it right after the end record
+
+
+async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None:
+    """``tail CAPTURE_DIR --follow``: the newest capture, filtered as the admin service filters."""
+    sub = Subscriber(flt, asyncio.get_running_loop(), max_queue=2**62, max_bytes=2**62, open_methods={})
+    async for line in follow_lines(newest_capture(directory)):
+        raw = orjson.loads(line)
+        try:
+            seq, record = decode(raw, path=str(directory))
+        except UnknownKind as e:
+            if not flt.kinds or e.kind in flt.kinds:
+                printer.record(e.seq, line)
+            continue
+        sub.offer(seq, record, line)
+        while sub.items:
+            item = sub.items.popleft()
+            if not isinstance(item, Dropped):
+                printer.record(item[0], item[2])
+
+
+def run_tail(args: Any) -> int:
+    """``triton-tap tail``."""
+    flt = TailFilter(models=frozenset(args.model), methods=frozenset(args.method),
+                     request_ids=frozenset(args.request_id), kinds=frozenset(args.kind))  # fmt: skip
+    printer = Printer(sys.stdout, sys.stderr, args.json)
+    if (args.capture_dir is None) == (args.admin is None):
+        raise UserError("give either --admin HOST:PORT or CAPTURE_DIR --follow")
+    if args.capture_dir is not None:
+        if not args.follow:
+            raise UserError("tail CAPTURE_DIR needs --follow (to read a finished capture use `replay check`)")
+        asyncio.run(tail_files(args.capture_dir, flt, printer))
+        return 0
+    return asyncio.run(_admin_call(args, lambda chan: tail_admin(chan, flt, printer, args.from_seq)))
+
+
+async def _admin_call(args: Any, fn: Callable[[Any], Any]) -> int:
+    import grpc
+
+    from replay.errors import UpstreamError
+
+    async with channel(args.admin, args.ca, args.server_name) as chan:
+        try:
+            await fn(chan)
+        except grpc.aio.AioRpcError as e:
+            raise UpstreamError(f"admin {args.admin}: {e.code().name}: {e.details()}") from None
+    return 0

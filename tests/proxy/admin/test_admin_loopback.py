@@ -1,0 +1,238 @@
+"""The admin service over loopback, with real tritonclient traffic through the proxy to the fake Triton.
+
+The fake Triton (tests/support/fake_triton.py) is used where a real server cannot show the
+behaviour cheaply: thousands of responses per second to fill a stalled watcher's queue, and two
+models with exact response counts. tests/e2e/test_admin_e2e.py runs the same checks against a real tritonserver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+import tritonclient.grpc as grpcclient
+
+from proxy.admin.hub import TailFilter
+from proxy.admin.tail import Printer, tail_files
+from proxy.ops.server import ProxyConfig, RecordingProxy
+from replay.capture.reader import read_capture
+from replay.cli.check import check
+from replay.errors import UserError
+from tests.support.admin_client import TailClient, admin_call, pb
+from tests.support.loop_thread import BackgroundLoop
+from tests.support.triton_client import StreamSession, wait_for
+
+
+def capture_lines(directory: Path) -> list[bytes]:
+    """Every line of the capture in ``directory``, rotated (and gzipped) files included, in seq order."""
+    out: list[bytes] = []
+    for p in sorted(directory.iterdir()):
+        data = gzip.decompress(p.read_bytes()) if p.name.endswith(".gz") else p.read_bytes()
+        out.extend(line for line in data.splitlines() if line)
+    return sorted(out, key=lambda line: orjson.loads(line)["seq"])
+
+
+def stream_traffic(url: str, model: str, requests: int, n: int = 3) -> None:
+    """``requests`` stream requests of ``n`` responses each, with real tritonclient; waits for every final."""
+    s = StreamSession(url)
+    try:
+        for i in range(requests):
+            inp = grpcclient.InferInput("IN", [1], "INT32")
+            inp.set_data_from_numpy(np.array([i], dtype=np.int32))
+            s.send(model, [inp], f"{model}-{i}", parameters={"n": n})
+        s.take(requests * n, timeout=60)
+    finally:
+        s.close()
+
+
+def unary_call(url: str, model: str) -> None:
+    c = grpcclient.InferenceServerClient(url)
+    try:
+        inp = grpcclient.InferInput("IN", [1, 4], "INT32")
+        inp.set_data_from_numpy(np.zeros((1, 4), dtype=np.int32))
+        c.infer(model, [inp], request_id="u1")
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def admin_proxy(start_proxy: Callable[..., RecordingProxy], fake_upstream: Any) -> RecordingProxy:
+    return start_proxy(f"127.0.0.1:{fake_upstream.port}", admin="127.0.0.1:0")
+
+
+def _admin(p: RecordingProxy) -> str:
+    return p.admin.address
+
+
+def test_tail_gets_every_record_in_order_equal_to_the_capture(bg: BackgroundLoop, admin_proxy: RecordingProxy,
+                                                               tmp_path: Path) -> None:  # fmt: skip
+    """A watcher sees each record the capture holds from its start on, byte for byte, in seq order, to capture_end."""
+    tail = TailClient(bg, _admin(admin_proxy))
+    url = f"127.0.0.1:{admin_proxy.port}"
+    stream_traffic(url, "m", 5)
+    unary_call(url, "m")
+    bg.run(admin_proxy.stop())
+    assert tail.done.wait(30) and tail.error is None
+    got = tail.records()
+    first = tail.responses[0].started.first_seq
+    lines = capture_lines(tmp_path / "captures")
+    assert got == [(orjson.loads(line)["seq"], line) for line in lines[first:]]
+    kinds = [orjson.loads(line)["kind"] for _, line in got]
+    assert kinds.count("message") == 5 + 15 + 2 and kinds[-1] == "capture_end"
+
+
+def test_filters_select_model_request_id_and_kind(bg: BackgroundLoop, admin_proxy: RecordingProxy) -> None:
+    """--model keeps that model's calls (their call_start/call_end too); --request-id and --kind narrow further."""
+    addr = _admin(admin_proxy)
+    by_model = TailClient(bg, addr, TailFilter(models=frozenset({"a"})))
+    by_rid = TailClient(bg, addr, TailFilter(request_ids=frozenset({"b-1"}), kinds=frozenset({"message"})))
+    ends = TailClient(bg, addr, TailFilter(kinds=frozenset({"call_end"}), methods=frozenset({"ModelStreamInfer"})))
+    url = f"127.0.0.1:{admin_proxy.port}"
+    stream_traffic(url, "a", 2)
+    stream_traffic(url, "b", 3)
+    unary_call(url, "a")
+    bg.run(admin_proxy.stop())
+    for t in (by_model, by_rid, ends):
+        assert t.done.wait(30) and t.error is None
+    recs = [orjson.loads(line) for _, line in by_model.records()]
+    msgs = [r for r in recs if r["kind"] == "message"]
+    assert msgs and all(r["model"] == "a" for r in msgs)
+    a_calls = {r["call"] for r in msgs}
+    assert len(a_calls) == 2  # the stream and the unary call
+    for kind in ("call_start", "call_end"):
+        assert {r["call"] for r in recs if r["kind"] == kind} == a_calls
+    rid = [orjson.loads(line) for _, line in by_rid.records()]
+    assert [(r["dir"], r["request_id"]) for r in rid] == [("c2s", "b-1")] + [("s2c", "b-1")] * 3
+    end = [orjson.loads(line) for _, line in ends.records()]
+    assert [r["kind"] for r in end] == ["call_end", "call_end"]  # the two streams, not the unary call
+
+
+def test_a_watcher_that_stops_reading_stays_within_its_bound(bg: BackgroundLoop, admin_proxy: RecordingProxy) -> None:
+    """The stalled watcher's queue never exceeds max_queue; what it lost is counted and then reported in its stream."""
+    stalled = TailClient(bg, _admin(admin_proxy), max_queue=50, read=False)
+    hub = admin_proxy.admin.hub
+    (sub,) = hub.subscribers
+    url = f"127.0.0.1:{admin_proxy.port}"
+    peak = 0
+    for _ in range(60):
+        stream_traffic(url, "m", 10, n=200)
+        peak = max(peak, len(sub.items))
+        if sub.dropped:
+            break
+    assert sub.dropped > 0
+    assert len(sub.items) <= 50 + 1 and peak <= 51  # max_queue records + one drop marker
+    st = admin_call(bg, _admin(admin_proxy), "Status", pb.StatusRequest())
+    assert st.tail.subscribers == 1 and st.tail.records_dropped == sub.dropped
+    stalled.resume()
+    bg.run(admin_proxy.stop())
+    assert stalled.done.wait(30) and stalled.error is None
+    assert sum(d.count for d in stalled.dropped()) == sub.dropped
+    seqs = [s for s, _ in stalled.records()]
+    assert seqs == sorted(seqs)
+
+
+def test_mark_is_in_the_capture_and_in_replay_check(bg: BackgroundLoop, admin_proxy: RecordingProxy,
+                                                    tmp_path: Path) -> None:  # fmt: skip
+    """Mark writes a `mark` record; replay check lists it (table and JSON)."""
+    tail = TailClient(bg, _admin(admin_proxy), TailFilter(kinds=frozenset({"mark"})))
+    admin_call(bg, _admin(admin_proxy), "Mark", pb.MarkRequest(note="starting load test 3", labels={"run": "3"}))
+    stream_traffic(f"127.0.0.1:{admin_proxy.port}", "m", 1)
+    bg.run(admin_proxy.stop())
+    assert tail.done.wait(30)
+    (mark,) = [orjson.loads(line) for _, line in tail.records()]
+    assert (mark["note"], mark["labels"]) == ("starting load test 3", {"run": "3"})
+    out = io.StringIO()
+    assert check([str(tmp_path / "captures")], out=out, err=io.StringIO()) == 0
+    assert f"mark seq {mark['seq']} at" in out.getvalue() and "starting load test 3 run=3" in out.getvalue()
+    js = io.StringIO()
+    check([str(tmp_path / "captures")], as_json=True, out=js, err=io.StringIO())
+    assert orjson.loads(js.getvalue())["marks"][0]["note"] == "starting load test 3"
+
+
+def test_rotate_starts_a_new_file_read_as_one_capture(bg: BackgroundLoop, start_proxy: Callable[..., RecordingProxy],
+                                                      fake_upstream: Any, tmp_path: Path) -> None:  # fmt: skip
+    """Rotate closes the file (gzipped when asked) and opens the next; the reader reads both as one capture."""
+    p = start_proxy(f"127.0.0.1:{fake_upstream.port}", admin="127.0.0.1:0", gzip_rotated=True)
+    url = f"127.0.0.1:{p.port}"
+    stream_traffic(url, "m", 2)
+    resp = admin_call(bg, _admin(p), "Rotate", pb.RotateRequest())
+    assert resp.closed_file.endswith(".jsonl.gz") and Path(resp.closed_file).exists()
+    assert resp.new_file.endswith("-0001.jsonl") and Path(resp.new_file).exists()
+    stream_traffic(url, "m", 2)
+    bg.run(p.stop())
+    reader = read_capture(tmp_path / "captures")
+    records = list(reader)
+    assert reader.captures == 1 and reader.gaps == [] and len(reader.files) == 2
+    assert [s for s, _ in records] == list(range(len(records)))
+    assert sum(1 for _, r in records if r.kind == "call_start") == 2
+
+
+def test_tail_follow_survives_rotation(bg: BackgroundLoop, start_proxy: Callable[..., RecordingProxy],
+                                       fake_upstream: Any, tmp_path: Path) -> None:  # fmt: skip
+    """`tail CAPTURE_DIR --follow` (aiofiles) prints every line of the capture across a gzipped rotation."""
+    p = start_proxy(f"127.0.0.1:{fake_upstream.port}", admin="127.0.0.1:0", gzip_rotated=True)
+    out = io.StringIO()
+    loop = asyncio.new_event_loop()
+    follower = threading.Thread(
+        target=lambda: loop.run_until_complete(tail_files(tmp_path / "captures", TailFilter(), Printer(out, out, True))),
+        name="test-follow",
+    )
+    follower.start()
+    try:
+        url = f"127.0.0.1:{p.port}"
+        stream_traffic(url, "m", 2)
+        admin_call(bg, _admin(p), "Rotate", pb.RotateRequest())
+        stream_traffic(url, "m", 2)
+        admin_call(bg, _admin(p), "Rotate", pb.RotateRequest())
+        stream_traffic(url, "m", 1)
+        bg.run(p.stop())
+        follower.join(30)
+        assert not follower.is_alive(), "tail --follow did not stop at the capture's shutdown end"
+    finally:
+        follower.join(30)
+        loop.close()
+    printed = [line.encode() for line in out.getvalue().splitlines()]
+    assert printed == capture_lines(tmp_path / "captures")
+    assert len(list((tmp_path / "captures").glob("*.jsonl.gz"))) == 2
+
+
+def test_status_shows_open_calls_and_counters(bg: BackgroundLoop, admin_proxy: RecordingProxy) -> None:
+    """Status lists an open stream with its method, model and in-flight request id, and the capture's counters."""
+    s = StreamSession(f"127.0.0.1:{admin_proxy.port}")
+    try:
+        inp = grpcclient.InferInput("IN", [1], "INT32")
+        inp.set_data_from_numpy(np.array([1], dtype=np.int32))
+        s.send("slow", [inp], "r-open", parameters={"n": 2, "gap_ms": 3000})
+
+        def open_call() -> Any:
+            st = admin_call(bg, _admin(admin_proxy), "Status", pb.StatusRequest())
+            return st if st.open_calls and st.open_calls[0].model else None
+
+        wait_for(lambda: open_call() is not None, what="the open call in Status")
+        st = open_call()
+        (oc,) = st.open_calls
+        assert oc.method.endswith("/ModelStreamInfer") and oc.model == "slow" and list(oc.in_flight) == ["r-open"]
+        assert st.counters.records["call_start"] == 1 and st.capture_files == [str(admin_proxy.capture_path)]
+        assert st.listen == f"127.0.0.1:{admin_proxy.port}" and not st.tls_listen
+    finally:
+        s.close(cancel_requests=True)
+
+
+def test_a_non_loopback_admin_address_needs_tls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--admin on a non-loopback address without --tls-cert/--tls-key refuses to start, with one line."""
+    with pytest.raises(UserError, match="needs --tls-cert/--tls-key"):
+        RecordingProxy(ProxyConfig(listen="127.0.0.1:0", capture_dir=tmp_path / "c", admin="0.0.0.0:0"))
+    from proxy.cli import main
+
+    assert main(["record", "--admin", "0.0.0.0:0", "--capture-dir", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "non-loopback admin address needs --tls-cert/--tls-key" in err
+    assert not (tmp_path / "c").exists()

@@ -1,0 +1,26 @@
+"""`tail`'s human line per record: decoded with the capture schema, the facts the issue lists."""
+
+from __future__ import annotations
+
+from proxy.admin.tail import describe
+from replay.capture import events as ev
+from replay.capture.schema import encode
+
+
+def test_a_message_line_shows_call_direction_model_id_final_and_error() -> None:
+    """time, seq, kind, call, direction, model, request id, final flag, error."""
+    rec = ev.MessageSeen(t_ns=1_700_000_000_123_000_000, call="c1.1", dir="s2c", index=0, size=9, compressed=False,
+                         model="tokens", request_id="r1", final=True, error="boom")  # fmt: skip
+    kind, text = describe(7, encode(rec, 7)[:-1])
+    assert kind == "message"
+    assert text == "22:13:20.123       7 message       c1.1 s2c model=tokens id='r1' final=true error='boom'"
+
+
+def test_mark_end_and_unknown_kinds() -> None:
+    """A mark shows its note and labels; a call_end its cause; an unknown kind is named, not an error."""
+    _, mark = describe(3, encode(ev.MarkRecorded(t_ns=0, note="load 3", labels={"run": "3"}), 3)[:-1])
+    assert mark.endswith("mark          'load 3' run=3")
+    end = ev.CallEnded(t_ns=0, call="c1.1", status="CANCELLED", details=None, cause="client_cancel", trailers=None,
+                       initial_metadata=None, duration_ms=2.5, messages_c2s=1, messages_s2c=0)  # fmt: skip
+    assert "c1.1 cause=client_cancel status=CANCELLED 2.5ms" in describe(4, encode(end, 4)[:-1])[1]
+    assert describe(5, b'{"v":1,"seq":5,"kind":"future_thing"}') == ("future_thing", "      5 future_thing (unknown to this triton-tap)")
