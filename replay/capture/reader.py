@@ -42,11 +42,22 @@ PathLike = str | os.PathLike[str]
 _ROTATED = re.compile(r"^(?P<stem>capture-\d{8}T\d{6}-\d+)(?:-(?P<index>\d{4,}))?\.jsonl(?:\.gz)?$")
 
 
+def capture_file_key(name: str) -> tuple[str, int] | None:
+    """``(stem, file index)`` of a name the writer gives its files, None for any other name.
+
+    The stem holds the UTC start stamp, so sorting by the key sorts a directory's files in time order.
+    """
+    m = _ROTATED.match(name)
+    if m is None:
+        return None
+    return m["stem"], int(m["index"]) if m["index"] else 0
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Gap:
     """A hole in a capture: records that were lost, repeated or never written."""
 
-    kind: str  # seq_gap | duplicate_seq | gap_record | missing_capture_end | missing_file
+    kind: str  # seq_gap | duplicate_seq | gap_record | files_removed | missing_capture_end | missing_file
     file: str
     line: int | None
     first_seq: int | None
@@ -135,6 +146,12 @@ class SeqWatch:
                 Gap(kind="gap_record", file=file, line=line, first_seq=seq, last_seq=seq, count=record.dropped,
                     detail=f"the proxy dropped {record.dropped} record(s): {record.reason}")
             )  # fmt: skip
+        elif isinstance(record, ev.FilesRemoved):
+            self.gaps.append(
+                Gap(kind="files_removed", file=file, line=line, first_seq=seq, last_seq=seq, count=None,
+                    detail=f"{len(record.files)} capture file(s) left the directory ({record.reason}): "
+                    f"{', '.join(record.files[:5])}{' ...' if len(record.files) > 5 else ''}")
+            )  # fmt: skip
         self._last = record
         return False
 
@@ -148,7 +165,7 @@ class SeqWatch:
                 Gap(kind="missing_capture_end", file=self._file, line=self._line, first_seq=None, last_seq=None,
                     count=None, detail="no capture_end: the proxy stopped without closing the capture (killed?)")
             )  # fmt: skip
-        elif last.reason == "rotate":
+        elif last.next_file is not None:  # rotate, reopen
             self.gaps.append(
                 Gap(kind="missing_file", file=self._file, line=self._line, first_seq=None, last_seq=None,
                     count=None, detail=f"the capture continues in {last.next_file}, which was not given")
@@ -177,12 +194,11 @@ def _expand(paths: Iterable[PathLike]) -> list[list[Path]]:
             if key in seen:
                 continue
             seen.add(key)
-            m = _ROTATED.match(q.name)
-            if m is None:
+            named = capture_file_key(q.name)
+            if named is None:
                 groups[str(key)] = [(0, q)]
                 continue
-            index = int(m["index"]) if m["index"] else 0
-            stem = str(key.parent / m["stem"])
+            stem, index = str(key.parent / named[0]), named[1]
             groups.setdefault(stem, []).append((index, q))
     out: list[list[Path]] = []
     for members in groups.values():
