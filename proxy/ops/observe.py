@@ -50,10 +50,15 @@ class ProxyMetrics(Collector):
         self.latency_sum = 0.0
         self._pending: list[int] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._extra: list[Callable[[], Iterator[Any]]] = []
 
     def attach_writer(self, stats: Callable[[], tuple[int, int, int]]) -> None:
         """``stats() -> (records written, records dropped, backlog)`` of the capture writer."""
         self._writer_stats = stats
+
+    def attach(self, families: Callable[[], Iterator[Any]]) -> None:
+        """More metric families, produced at scrape time (the proxy's upkeep: retention, pauses, TLS)."""
+        self._extra.append(families)
 
     # -- fed on the loop thread ---------------------------------------------------------------------
 
@@ -137,6 +142,8 @@ class ProxyMetrics(Collector):
             yield CounterMetricFamily("triton_tap_capture_records_dropped", "capture records dropped (gap records say "
                                       "when and why)", value=dropped)  # fmt: skip
             yield GaugeMetricFamily("triton_tap_capture_writer_backlog", "records queued for the writer", value=backlog)
+        for extra in self._extra:
+            yield from extra()
 
 
 class RecordObserver:

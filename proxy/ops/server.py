@@ -17,9 +17,12 @@ from typing import Any
 import structlog
 
 from proxy import __version__
+from proxy.capture.budget import MIB, rotate_for_budget
 from proxy.capture.writer import CaptureWriter, WriterOptions, prepare_directory
 from proxy.ops.evidence import EvidenceCollector, EvidenceSpec, probe_metrics
 from proxy.ops.observe import MetricsServer, ProxyMetrics, RecordObserver
+from proxy.ops.tls import ReloadableTls, load_chain, server_context
+from proxy.ops.upkeep import Upkeep
 from proxy.relay.tunnel import Relay, RelayOptions
 from proxy.triton.metadata import DEFAULT_REDACT
 from replay.capture import events as ev
@@ -59,6 +62,15 @@ class ProxyConfig:
     upstream_key: Path | None = None
     #: SNI, certificate name and ``:authority`` sent upstream (default: the upstream host, client's authority).
     upstream_server_name: str | None = None
+    # -- unattended operation (docs/operating.md) --
+    #: ``--tls-client-ca``: require and verify client certificates on the listening side.
+    tls_client_ca: Path | None = None
+    #: ``--tls-watch``: check the TLS files for changes this often (seconds; 0: only on SIGHUP).
+    tls_watch_s: float = 10.0
+    #: ``--max-total-mb``: retention budget of the capture directory.
+    max_total_mb: float | None = None
+    #: ``--min-free-mb``: pause writing below this much free space (None: min(64 MiB, 5 % of the filesystem)).
+    min_free_mb: float | None = None
 
 
 def _with_evidence(emit: Callable[[Any], None], notify: Callable[[ev.CallCancelled], None]) -> Callable[[Any], None]:
@@ -87,24 +99,15 @@ def _guarded_mark(mark: Callable[[str], None]) -> Callable[[str], None]:
     return before_cancel
 
 
-def _load_chain(ctx: ssl.SSLContext, cert: Path, key: Path, what: str) -> None:
-    try:
-        ctx.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as e:
-        raise UserError(f"cannot load {what} certificate/key ({cert}, {key}): {getattr(e, 'strerror', None) or e}") from None
-
-
 def listen_ssl(cfg: ProxyConfig) -> ssl.SSLContext | None:
     """The TLS context clients are served with (ALPN h2 only: gRPC), or None for h2c."""
     if cfg.tls_cert is None and cfg.tls_key is None:
+        if cfg.tls_client_ca is not None:
+            raise UserError("--tls-client-ca needs --tls-cert/--tls-key (client certificates are part of TLS)")
         return None
     if cfg.tls_cert is None or cfg.tls_key is None:
         raise UserError("--tls-cert and --tls-key go together")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    _load_chain(ctx, cfg.tls_cert, cfg.tls_key, "--tls-cert/--tls-key")
-    ctx.set_alpn_protocols(["h2"])
-    return ctx
+    return server_context(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca)
 
 
 def upstream_ssl(cfg: ProxyConfig) -> ssl.SSLContext | None:
@@ -122,9 +125,27 @@ def upstream_ssl(cfg: ProxyConfig) -> ssl.SSLContext | None:
         raise UserError(f"cannot load --upstream-ca {cfg.upstream_ca}: {getattr(e, 'strerror', None) or e}") from None
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if cfg.upstream_cert is not None and cfg.upstream_key is not None:
-        _load_chain(ctx, cfg.upstream_cert, cfg.upstream_key, "--upstream-cert/--upstream-key")
+        load_chain(ctx, cfg.upstream_cert, cfg.upstream_key, "--upstream-cert/--upstream-key")
     ctx.set_alpn_protocols(["h2"])
     return ctx
+
+
+def tls_files(cfg: ProxyConfig) -> tuple[Path | None, ...]:
+    """The certificate files a reload reads again (and the watch checks for changes)."""
+    return (cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca, cfg.upstream_ca, cfg.upstream_cert, cfg.upstream_key)
+
+
+def budget_options(cfg: ProxyConfig) -> dict[str, Any]:
+    """Rotation, ``--max-total-mb`` and ``--min-free-mb`` as :class:`WriterOptions` fields (UserError if they clash)."""
+    rotate = int(cfg.rotate_mb * MIB) if cfg.rotate_mb else None
+    max_total = int(cfg.max_total_mb * MIB) if cfg.max_total_mb else None
+    if max_total is not None:
+        try:
+            rotate = rotate_for_budget(max_total, rotate)
+        except ValueError as e:
+            raise UserError(f"--max-total-mb {cfg.max_total_mb:g} with --rotate-mb {cfg.rotate_mb:g}: {e}") from None
+    min_free = int(cfg.min_free_mb * MIB) if cfg.min_free_mb is not None else None
+    return {"rotate_bytes": rotate, "max_total_bytes": max_total, "min_free_bytes": min_free}
 
 
 def is_loopback(host: str) -> bool:
@@ -174,6 +195,7 @@ class RecordingProxy:
         self.writer: CaptureWriter | None = None
         self.relay: Relay | None = None
         self.evidence: EvidenceCollector | None = None
+        self.upkeep: Upkeep | None = None
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
         self._stopped = False
@@ -193,8 +215,10 @@ class RecordingProxy:
     async def start(self) -> None:
         """Check, bind and start recording; raises :class:`UserError`/:class:`UpstreamError`."""
         cfg = self.config
-        server_tls = listen_ssl(cfg)
-        up_tls = upstream_ssl(cfg)
+        # -- upkeep (issue 20): reloadable TLS, budget --
+        tls = ReloadableTls(lambda: listen_ssl(cfg), lambda: upstream_ssl(cfg), tls_files(cfg))
+        server_tls, up_tls = tls.base, tls.upstream
+        writer_budget = budget_options(cfg)
         prepare_directory(cfg.capture_dir)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(
@@ -220,6 +244,9 @@ class RecordingProxy:
             "redact_salt_given": cfg.redact_salt is not None,
             "tls_listen": server_tls is not None,
             "tls_upstream": up_tls is not None,
+            "tls_client_ca": tls.client_certs_required,
+            "max_total_mb": cfg.max_total_mb,
+            "min_free_mb": cfg.min_free_mb,
         }
         if cfg.evidence is not None:
             opts["evidence"] = {
@@ -251,9 +278,8 @@ class RecordingProxy:
             t_ns=time.time_ns(), proxy_version=__version__, listen=listen,
             upstream=f"{self.upstream_addr[0]}:{self.upstream_addr[1]}", options=opts,
         )  # fmt: skip
-        rotate = int(cfg.rotate_mb * 1024 * 1024) if cfg.rotate_mb else None
         self.writer = CaptureWriter(
-            WriterOptions(directory=cfg.capture_dir, rotate_bytes=rotate, gzip_rotated=cfg.gzip_rotated), start
+            WriterOptions(directory=cfg.capture_dir, gzip_rotated=cfg.gzip_rotated, **writer_budget), start
         )
         try:
             self.writer.open()
@@ -281,6 +307,8 @@ class RecordingProxy:
             )
             if self.evidence is not None:
                 self.relay.before_cancel = _guarded_mark(self.evidence.mark)
+            # -- upkeep (issue 20) --
+            self.upkeep = self._start_upkeep(tls, metrics)
             relay_box.append(self.relay)
             await self._server.start_serving()
         except BaseException:
@@ -326,9 +354,32 @@ class RecordingProxy:
         self.relay.hard_close()
         if self.evidence is not None:
             await self.evidence.close()
+        if self.upkeep is not None:
+            await self.upkeep.close()
         await self.writer.close({"calls.open_at_shutdown": left})
         self._close_metrics()
         log.info("capture_closed", capture=[str(p) for p in self.writer.paths])
+
+    # -- upkeep (issue 20): SIGHUP, certificate reload, capture budget ---------------------------
+
+    def _start_upkeep(self, tls: ReloadableTls, metrics: ProxyMetrics | None) -> Upkeep:
+        assert self.writer is not None and self.relay is not None
+        relay = self.relay
+
+        def set_upstream(ctx: ssl.SSLContext | None) -> None:
+            relay.upstream_tls = ctx  # read per new upstream connection
+
+        tls.on_upstream = set_upstream
+        upkeep = Upkeep(self.writer, tls, self.config.tls_watch_s)
+        if metrics is not None:
+            metrics.attach(upkeep.collect)
+        upkeep.start()
+        return upkeep
+
+    def reload(self, why: str = "signal") -> None:
+        """SIGHUP: new capture file, certificates read again for new connections (call on the loop)."""
+        if self.upkeep is not None and not self._stopped:
+            self.upkeep.reload(why)
 
     def _close_metrics(self) -> None:
         if self.metrics_server is not None:
@@ -344,6 +395,7 @@ async def run(config: ProxyConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, proxy.reload)  # logrotate's postrotate convention
     try:
         await stop.wait()
         log.info("shutting_down", open_calls=proxy.relay.open_calls if proxy.relay else 0)

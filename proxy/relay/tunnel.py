@@ -39,6 +39,7 @@ import h2.exceptions
 import hpack.hpack
 import structlog
 
+from proxy.relay.peercert import client_subject
 from proxy.triton import causes, labels
 from proxy.triton.inflight import InFlight
 from proxy.triton.metadata import DEFAULT_REDACT, REDACT_SUFFIXES
@@ -344,9 +345,9 @@ class Relay:
 
     def protocol_factory(self) -> asyncio.Protocol:
         """For ``loop.create_server``: a new tunnel per client connection."""
-        tunnel = Tunnel(self, f"c{next(self._conn_ids)}")
-        self.tunnels.add(tunnel)
-        return tunnel.down
+        # The tunnel joins ``tunnels`` when its connection is made: a TLS client refused at the
+        # handshake never gets that far, and must not stay in the set forever.
+        return Tunnel(self, f"c{next(self._conn_ids)}").down
 
     def begin_shutdown(self) -> None:
         """Stop taking new calls: GOAWAY to every client, in-flight calls go on."""
@@ -394,6 +395,8 @@ class Tunnel:
         #: Open calls by stream id (a call leaves when it ends).
         self.calls: dict[int, Call] = {}
         self.peer = ""
+        #: Subject of the verified client certificate (``--tls-client-ca``), else None.
+        self.client_subject: str | None = None
         self.up_ready = False
         self.up_lost = False
         self.down_lost = False
@@ -434,8 +437,10 @@ class Tunnel:
     def side_made(self, side: _Side) -> None:
         if side is self.down:
             assert side.transport is not None
+            self.relay.tunnels.add(self)
             peer = side.transport.get_extra_info("peername")
             self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+            self.client_subject = client_subject(side.transport)
             # Hold the client's bytes until the upstream connection exists.
             side.hold_reading("connect", True)
             self._connect_task = asyncio.get_running_loop().create_task(
@@ -788,7 +793,7 @@ class Tunnel:
         self.emit(
             ev.CallStarted(
                 t_ns=time.time_ns(), call=call.id, conn=self.conn_id, method=call.method,
-                peer=self.peer, metadata=meta, timeout_ms=timeout_ms,
+                peer=self.peer, metadata=meta, timeout_ms=timeout_ms, client_subject=self.client_subject,
             )
         )  # fmt: skip
         return call
