@@ -249,13 +249,25 @@ class CaptureWriter:
         self._file_t = (0, 0)
         self.paths.append(path)
 
-    def _encode(self, records: list[Any]) -> bytes:
+    def _encode(self, records: list[Any]) -> list[bytes]:
         lines = []
         seq = self._seq
         for r in records:
             lines.append(encode(r, seq))
             seq += 1
-        return b"".join(lines)
+        return lines
+
+    def _cut(self, lines: list[bytes]) -> int:
+        """How many lines go into the live file before it reaches the rotation size (at least one)."""
+        rotate = self._opt.rotate_bytes
+        if rotate is None:
+            return len(lines)
+        size = self._offset
+        for i, line in enumerate(lines):
+            size += len(line)
+            if size >= rotate:
+                return i + 1
+        return len(lines)
 
     def _write_batch(self, records: list[Any], queue_gap: _Gap | None = None, may_rotate: bool = True) -> None:
         # may_rotate: a batch of traffic (False: the writer's own records, written even while paused).
@@ -269,10 +281,13 @@ class CaptureWriter:
             else:
                 self._gap.dropped += queue_gap.dropped
                 self._gap.last_t_ns = queue_gap.last_t_ns
-        if self._fd < 0 or (may_rotate and self._low_disk(records)):
+        if self._fd < 0:
             self._counts.dropped += len(records)
-            if self._fd < 0:
-                self._gap.add(records, "write_error: no capture file could be created")
+            self._gap.add(records, "write_error: no capture file could be created")
+            return
+        if may_rotate and self.ops.paused and not self._space.due(time.monotonic(), 0):
+            # Paused and not time to measure again: drop without encoding (a long pause costs no CPU).
+            self._hold_back(records)
             return
         pending = list(records)
         if self._gap.dropped:
@@ -281,7 +296,17 @@ class CaptureWriter:
                                  last_t_ns=g.last_t_ns)  # fmt: skip
             # A new file starts with its capture_start; the gap it reports comes right after.
             pending.insert(1 if records and type(records[0]) is ev.CaptureStarted else 0, gap)
-        data = self._encode(pending)
+        lines = self._encode(pending)
+        rest: list[Any] = []
+        if may_rotate and (cut := self._cut(lines)) < len(lines):
+            # A batch may hold thousands of records: the file ends where it reaches the rotation
+            # size, and the rest goes on in the next file (encoded again: its seq numbers move by
+            # the capture_end/capture_start in between). Keeps files, and so the budget, honest.
+            rest, pending, lines = pending[cut:], pending[:cut], lines[:cut]
+        data = b"".join(lines)
+        if may_rotate and self._low_disk(len(data)):
+            self._hold_back(records)
+            return
         try:
             if self._opt.before_write is not None:
                 self._opt.before_write(data)
@@ -313,6 +338,8 @@ class CaptureWriter:
                 causes[r.cause] = causes.get(r.cause, 0) + 1
         if may_rotate and self._opt.rotate_bytes is not None and self._offset >= self._opt.rotate_bytes:
             self._rotate()
+        if rest:
+            self._write_batch(rest)
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
@@ -425,7 +452,7 @@ class CaptureWriter:
         self._next_check = now + self._opt.check_interval_s
         self._check_live()
         if self.ops.paused:
-            self._low_disk([])
+            self._low_disk(0)
 
     def _count_reopen(self, reason: str) -> None:
         self.ops.reopens[reason] = self.ops.reopens.get(reason, 0) + 1
@@ -474,13 +501,19 @@ class CaptureWriter:
             self._gap.dropped += gap.dropped
             self._gap.last_t_ns = max(self._gap.last_t_ns, gap.last_t_ns)
 
-    def _low_disk(self, records: list[Any]) -> bool:
-        """Whether free space says to hold ``records`` back (counted into the pending gap if so)."""
+    def _hold_back(self, records: list[Any]) -> None:
+        """Records not written for low free space: counted into the pending gap."""
+        self._counts.dropped += len(records)
+        self.ops.low_disk_dropped += len(records)
+        self._gap.add(records, f"low_disk: free space under --min-free-mb ({self._policy.min_free / MIB:g} MB); "
+                      "records were not written (forwarding went on) until "
+                      f"{(self._policy.min_free + self._policy.hysteresis) / MIB:g} MB were free again")  # fmt: skip
+
+    def _low_disk(self, pending: int) -> bool:
+        """Whether free space says not to write ``pending`` more bytes now."""
         if not self._policy.min_free:
             return False
         now = time.monotonic()
-        # A rough size is enough here (the margin is megabytes); encoding happens only when written.
-        pending = 256 * len(records)
         if self._space.due(now, pending):
             try:
                 _, free = self._opt.disk_usage(self._opt.directory)
@@ -497,11 +530,6 @@ class CaptureWriter:
                             note="forwarding goes on; records are counted and a gap record follows")  # fmt: skip
             else:
                 log.warning("capture_resumed", free_bytes=self._space.free, not_written=self._gap.dropped)
-        if paused and records:
-            self.ops.low_disk_dropped += len(records)
-            self._gap.add(records, f"low_disk: free space under --min-free-mb ({self._policy.min_free / MIB:g} MB); "
-                          "records were not written (forwarding went on) until "
-                          f"{(self._policy.min_free + self._policy.hysteresis) / MIB:g} MB were free again")  # fmt: skip
         return paused
 
     def _finish(self, extra: dict[str, int], queue_gap: _Gap) -> None:
