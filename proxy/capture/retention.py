@@ -6,7 +6,10 @@ Runs in the writer thread only (file-system calls, no asyncio). The decisions ar
 
 from __future__ import annotations
 
+import gzip
 import os
+import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +17,7 @@ from typing import Literal
 
 import structlog
 
-from proxy.capture.budget import CaptureFile, to_remove
+from proxy.capture.budget import MIB, CaptureFile, FreeSpaceEstimate, FreeSpacePolicy, default_min_free, to_remove
 from replay.capture.reader import capture_file_key
 
 log = structlog.get_logger("triton_tap.writer")
@@ -111,3 +114,78 @@ def live_state(fd: int, path: Path) -> LiveState:
     if (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
         return "moved"
     return "ok"
+
+
+def compress(old: Path) -> Path | None:
+    """gzip a closed file to ``.gz`` (0600) and remove the plain one; None (plain file kept) if that fails."""
+    gz = Path(str(old) + ".gz")
+    try:
+        with open(old, "rb") as src, gzip.open(gz, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        os.chmod(gz, 0o600)
+    except OSError as e:
+        # Disk full while compressing: keep the plain file (complete), drop the partial .gz.
+        log.warning("capture_gzip_failed", file=old.name, error=str(e))
+        gz.unlink(missing_ok=True)
+        return None
+    old.unlink()
+    return gz
+
+
+class DiskGate:
+    """``--min-free-mb``: measures free space (rarely) and says when writing must pause or may resume."""
+
+    def __init__(self, directory: Path, disk_usage: DiskUsage, interval_s: float, ops: CaptureOps) -> None:
+        self._dir = directory
+        self._usage = disk_usage
+        self._ops = ops
+        self._space = FreeSpaceEstimate(interval_s=interval_s, margin=0)
+        self._policy = FreeSpacePolicy.for_min_free(0)
+
+    def setup(self, min_free: int | None, max_total: int | None, rotate: int | None) -> None:
+        """Resolve the default (:func:`~proxy.capture.budget.default_min_free`) and say what is in force."""
+        if min_free is None:
+            total, _ = self._usage(self._dir)
+            min_free = default_min_free(total)
+        self._policy = FreeSpacePolicy.for_min_free(min_free)
+        self._space.margin = min_free + self._policy.hysteresis
+        self._ops.min_free = min_free
+        log.info("capture_budget", max_total_bytes=max_total, rotate_bytes=rotate, min_free_bytes=min_free,
+                 resume_free_bytes=min_free + self._policy.hysteresis)  # fmt: skip
+
+    def still_paused(self) -> bool:
+        """Paused, and not yet time to measure again (the caller drops without encoding)."""
+        return self._ops.paused and not self._space.due(time.monotonic(), 0)
+
+    def wrote(self, n: int) -> None:
+        """``n`` bytes were written."""
+        self._space.wrote(n)
+
+    def reason(self) -> str:
+        """The gap record's reason for records held back."""
+        p = self._policy
+        return (f"low_disk: free space under --min-free-mb ({p.min_free / MIB:g} MB); records were not written "
+                f"(forwarding went on) until {(p.min_free + p.hysteresis) / MIB:g} MB were free again")  # fmt: skip
+
+    def paused_for(self, pending: int, held: int) -> bool:
+        """Whether ``pending`` more bytes must wait (``held``: records held back so far, for the log)."""
+        if not self._policy.min_free:
+            return False
+        now = time.monotonic()
+        if self._space.due(now, pending):
+            try:
+                _, free = self._usage(self._dir)
+            except OSError:
+                free = self._space.free
+            self._space.measured(now, free)
+        was = self._ops.paused
+        paused = self._policy.paused(self._space.free, pending, was)
+        if paused != was:
+            self._ops.paused = paused
+            if paused:
+                self._ops.pauses += 1
+                log.warning("capture_paused_low_disk", free_bytes=self._space.free, min_free_bytes=self._policy.min_free,
+                            note="forwarding goes on; records are counted and a gap record follows")  # fmt: skip
+            else:
+                log.warning("capture_resumed", free_bytes=self._space.free, not_written=held)
+        return paused

@@ -20,9 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import gzip
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,8 +30,8 @@ from typing import Any
 import structlog
 
 from proxy.capture import retention
-from proxy.capture.budget import MIB, FreeSpaceEstimate, FreeSpacePolicy, default_min_free
-from proxy.capture.retention import CaptureOps, DiskUsage
+from proxy.capture.budget import MIB
+from proxy.capture.retention import CaptureOps, DiskGate, DiskUsage
 from replay.capture import events as ev
 from replay.capture.schema import encode
 from replay.errors import UserError
@@ -131,8 +129,7 @@ class CaptureWriter:
         #: Set from the loop thread (a plain attribute store): the writer thread reopens at its next turn.
         self._reopen_reason: str | None = None
         self._next_check = 0.0
-        self._space = FreeSpaceEstimate(interval_s=options.check_interval_s, margin=0)
-        self._policy = FreeSpacePolicy.for_min_free(0)
+        self._disk = DiskGate(options.directory, options.disk_usage, options.check_interval_s, self.ops)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(start.t_ns / 1e9))
         self._stem = f"capture-{stamp}-{os.getpid()}"
         self.paths: list[Path] = []
@@ -175,7 +172,7 @@ class CaptureWriter:
         """Create the first capture file and write ``capture_start`` (synchronously, at start-up)."""
         self._open_file()
         try:
-            self._setup_budget()
+            self._disk.setup(self._opt.min_free_bytes, self._opt.max_total_bytes, self._opt.rotate_bytes)
             self._write_batch([self._start], may_rotate=False)
             self._after_new_file()
         except BaseException:
@@ -285,7 +282,7 @@ class CaptureWriter:
             self._counts.dropped += len(records)
             self._gap.add(records, "write_error: no capture file could be created")
             return
-        if may_rotate and self.ops.paused and not self._space.due(time.monotonic(), 0):
+        if may_rotate and self._disk.still_paused():
             # Paused and not time to measure again: drop without encoding (a long pause costs no CPU).
             self._hold_back(records)
             return
@@ -304,7 +301,7 @@ class CaptureWriter:
             # the capture_end/capture_start in between). Keeps files, and so the budget, honest.
             rest, pending, lines = pending[cut:], pending[:cut], lines[:cut]
         data = b"".join(lines)
-        if may_rotate and self._low_disk(len(data)):
+        if may_rotate and self._disk.paused_for(len(data), self._gap.dropped):
             self._hold_back(records)
             return
         try:
@@ -322,7 +319,7 @@ class CaptureWriter:
             return
         self._seq += len(pending)
         self._offset += len(data)
-        self._space.wrote(len(data))
+        self._disk.wrote(len(data))
         self.written += len(pending)
         if pending:
             self._file_t = (self._file_t[0] or pending[0].t_ns, pending[-1].t_ns)
@@ -373,18 +370,9 @@ class CaptureWriter:
         self._next_file([])
 
     def _compress(self, old: Path) -> None:
-        gz = Path(str(old) + ".gz")
-        try:
-            with open(old, "rb") as src, gzip.open(gz, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            os.chmod(gz, 0o600)
-        except OSError as e:
-            # Disk full while compressing: keep the plain file (complete), drop the partial .gz.
-            log.warning("capture_gzip_failed", file=old.name, error=str(e))
-            gz.unlink(missing_ok=True)
-            return
-        old.unlink()
-        self.paths[self.paths.index(old)] = gz
+        gz = retention.compress(old)
+        if gz is not None:
+            self.paths[self.paths.index(old)] = gz
 
     def _next_file(self, notes: list[Any]) -> None:
         """Open the file for ``_file_index`` with its ``capture_start`` (then ``notes``), then apply retention."""
@@ -423,18 +411,6 @@ class CaptureWriter:
 
     # -- housekeeping (writer thread) ----------------------------------------------------------
 
-    def _setup_budget(self) -> None:
-        min_free = self._opt.min_free_bytes
-        if min_free is None:
-            total, _ = self._opt.disk_usage(self._opt.directory)
-            min_free = default_min_free(total)
-        self._policy = FreeSpacePolicy.for_min_free(min_free)
-        self._space.margin = min_free + self._policy.hysteresis
-        self.ops.min_free = min_free
-        if self._opt.max_total_bytes is not None or min_free:
-            log.info("capture_budget", max_total_bytes=self._opt.max_total_bytes, rotate_bytes=self._opt.rotate_bytes,
-                     min_free_bytes=min_free, resume_free_bytes=min_free + self._policy.hysteresis)  # fmt: skip
-
     def _maintain(self) -> None:
         """Reopen when asked; every ``check_interval_s``: is the live file still there, is there space?"""
         now = time.monotonic()
@@ -452,7 +428,7 @@ class CaptureWriter:
         self._next_check = now + self._opt.check_interval_s
         self._check_live()
         if self.ops.paused:
-            self._low_disk(0)
+            self._disk.paused_for(0, self._gap.dropped)
 
     def _count_reopen(self, reason: str) -> None:
         self.ops.reopens[reason] = self.ops.reopens.get(reason, 0) + 1
@@ -505,32 +481,8 @@ class CaptureWriter:
         """Records not written for low free space: counted into the pending gap."""
         self._counts.dropped += len(records)
         self.ops.low_disk_dropped += len(records)
-        self._gap.add(records, f"low_disk: free space under --min-free-mb ({self._policy.min_free / MIB:g} MB); "
-                      "records were not written (forwarding went on) until "
-                      f"{(self._policy.min_free + self._policy.hysteresis) / MIB:g} MB were free again")  # fmt: skip
+        self._gap.add(records, self._disk.reason())
 
-    def _low_disk(self, pending: int) -> bool:
-        """Whether free space says not to write ``pending`` more bytes now."""
-        if not self._policy.min_free:
-            return False
-        now = time.monotonic()
-        if self._space.due(now, pending):
-            try:
-                _, free = self._opt.disk_usage(self._opt.directory)
-            except OSError:
-                free = self._space.free
-            self._space.measured(now, free)
-        was = self.ops.paused
-        paused = self._policy.paused(self._space.free, pending, was)
-        if paused != was:
-            self.ops.paused = paused
-            if paused:
-                self.ops.pauses += 1
-                log.warning("capture_paused_low_disk", free_bytes=self._space.free, min_free_bytes=self._policy.min_free,
-                            note="forwarding goes on; records are counted and a gap record follows")  # fmt: skip
-            else:
-                log.warning("capture_resumed", free_bytes=self._space.free, not_written=self._gap.dropped)
-        return paused
 
     def _finish(self, extra: dict[str, int], queue_gap: _Gap) -> None:
         # The writer task has returned, so the queue is empty; a pending gap goes out first.
