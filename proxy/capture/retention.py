@@ -150,7 +150,7 @@ class DiskGate:
         self._policy = FreeSpacePolicy.for_min_free(min_free)
         self._space.margin = min_free + self._policy.hysteresis
         self._ops.min_free = min_free
-        log.info("capture_budget", max_total_bytes=max_total, rotate_bytes=rotate, min_free_bytes=min_free,
+        log.debug("capture_budget", max_total_bytes=max_total, rotate_bytes=rotate, min_free_bytes=min_free,
                  resume_free_bytes=min_free + self._policy.hysteresis)  # fmt: skip
 
     def still_paused(self) -> bool:

@@ -331,6 +331,9 @@ class RecordingProxy:
             **extra,
             tls=server_tls is not None,
             upstream_tls=up_tls is not None,
+            client_certs=tls.client_certs_required,
+            min_free_bytes=self.writer.ops.min_free,
+            max_total_mb=cfg.max_total_mb,
         )
 
     async def stop(self) -> None:

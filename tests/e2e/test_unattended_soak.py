@@ -47,6 +47,17 @@ def _proc(pid: int) -> tuple[int, int]:
     return rss, len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def _dir_bytes(d: Path) -> int:
+    """Bytes of the files in ``d`` (retention may delete one while it is listed)."""
+    total = 0
+    for p in d.iterdir():
+        try:
+            total += p.stat().st_size
+        except FileNotFoundError:
+            continue
+    return total
+
+
 class _Load:
     """Clients that check every byte they get back; counts what failed and why."""
 
@@ -89,7 +100,7 @@ class _Load:
         while not self.stop.is_set():
             q: queue.Queue[Any] = queue.Queue()
             try:
-                client.start_stream(callback=lambda r, e, q=q: q.put((r, e)))
+                client.start_stream(callback=lambda result, error, q=q: q.put((result, error)))
                 for _ in range(20):
                     n += 1
                     prompt = grpcclient.InferInput("PROMPT", [1], "BYTES")
@@ -161,7 +172,7 @@ def test_unattended_soak(tmp_path: Path) -> None:
                                        "--concurrency-range", "2"],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
             rss, fds = _proc(proxy.pid)
-            disk = sum(p.stat().st_size for p in captures.iterdir())
+            disk = _dir_bytes(captures)
             samples.append({"t": round(now - t0, 1), "rss_kb": rss, "fds": fds, "dir_bytes": disk,
                             "ok": load.ok, "streams_ok": load.streams_ok})  # fmt: skip
             time.sleep(5)

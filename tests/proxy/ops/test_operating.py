@@ -148,6 +148,7 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         'redact-input = ["prompt"]\nredact-salt = "s"\ntls-cert = "/c.pem"\ntls-key = "/k.pem"\n'
         'upstream-tls = true\nupstream-ca = "/ca.pem"\nupstream-cert = "/uc.pem"\nupstream-key = "/uk.pem"\n'
         'upstream-server-name = "triton.internal"\n'
+        'tls-client-ca = "/clients.pem"\ntls-watch = 0\nmax-total-mb = 100\nmin-free-mb = 0\n'
     )
     values = load_config(cfg, parser)
     assert {a.dest for a in parser._actions if a.dest in values} == {config_keys(parser)[f].dest for f in flags}
@@ -159,6 +160,7 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         "redact_input": ["prompt"], "redact_salt": "s", "tls_cert": Path("/c.pem"), "tls_key": Path("/k.pem"),
         "upstream_tls": True, "upstream_ca": Path("/ca.pem"), "upstream_cert": Path("/uc.pem"),
         "upstream_key": Path("/uk.pem"), "upstream_server_name": "triton.internal",
+        "tls_client_ca": Path("/clients.pem"), "tls_watch": 0.0, "max_total_mb": 100.0, "min_free_mb": 0.0,
     }  # fmt: skip
 
 
