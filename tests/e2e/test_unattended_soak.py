@@ -205,6 +205,11 @@ def test_unattended_soak(tmp_path: Path) -> None:
     assert proxy.returncode == 0
     assert not load.wrong, load.wrong[:5]
     assert load.ok > 0 and load.streams_ok > 0
+    # Traffic must come back after the Triton restart: calls succeed again in the last quarter.
+    last = [x for x in samples if x["t"] >= seconds * 0.75]
+    assert last and last[-1]["ok"] > last[0]["ok"] and last[-1]["streams_ok"] > last[0]["streams_ok"], (
+        "no call succeeded after the Triton restart (see the capture's call_end details)"
+    )
     budget = budget_mb * 1024 * 1024
     assert report["max_dir_bytes"] <= budget * 1.1 + 256 * 1024  # budget + one batch (sampling is coarse)
     assert set(gap_kinds) <= {"files_removed", "missing_file"}, reader.gaps[:5]
