@@ -28,6 +28,13 @@ def _evidence(text: str) -> str:
     return text
 
 
+def _zero_or_positive(text: str) -> float:
+    """Seconds or megabytes where 0 means off."""
+    if text.strip() in ("0", "0.0"):
+        return 0.0
+    return positive_float(text)
+
+
 def _always_redacted() -> str:
     from proxy.triton.metadata import DEFAULT_REDACT, REDACT_SUFFIXES
 
@@ -47,6 +54,14 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --payload full: store at most this many bytes per message")
     p.add_argument("--rotate-mb", type=positive_float, default=None, metavar="MB", help="start a new capture file after this many MB")
     p.add_argument("--gzip-rotated", action="store_true", help="compress closed rotated files to .jsonl.gz")
+    p.add_argument("--max-total-mb", type=positive_float, default=None, metavar="MB",
+                   help="disk budget of the capture directory (all triton-tap capture files in it): the oldest closed "
+                   "files are deleted to stay within it, and a files_removed record says which (default: no budget; "
+                   "--rotate-mb defaults to a tenth of it and may be at most half)")
+    p.add_argument("--min-free-mb", type=_zero_or_positive, default=None, metavar="MB",
+                   help="stop writing records (forwarding goes on) while the capture filesystem has less free space; "
+                   "a gap record counts what was not written (default: 64 or 5%% of the filesystem, whichever is "
+                   "smaller; 0: off)")
     p.add_argument("--drain-timeout", type=positive_float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, wait this long for open calls before ending them (default %(default)s)")
     p.add_argument("--redact", action="append", default=[], metavar="KEY",
@@ -60,6 +75,12 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
     tls = p.add_argument_group("TLS (default: h2c, plaintext HTTP/2, on both sides)")
     tls.add_argument("--tls-cert", type=Path, default=None, metavar="PEM", help="serve clients over TLS with this certificate chain (ALPN h2)")
     tls.add_argument("--tls-key", type=Path, default=None, metavar="PEM", help="private key of --tls-cert")
+    tls.add_argument("--tls-client-ca", type=Path, default=None, metavar="PEM",
+                     help="require client certificates signed by this CA bundle (mutual TLS); call_start records "
+                     "the verified subject; refused handshakes are logged and counted")
+    tls.add_argument("--tls-watch", type=_zero_or_positive, default=10.0, metavar="SECONDS",
+                     help="reload the TLS files (both sides) for new connections when they change on disk, checked "
+                     "this often; SIGHUP also reloads them (default %(default)s; 0: only on SIGHUP)")
     tls.add_argument("--upstream-tls", action="store_true", help="connect to Triton over TLS (certificate and name verified)")
     tls.add_argument("--upstream-ca", type=Path, default=None, metavar="PEM", help="CA bundle for the upstream certificate (default: system store)")
     tls.add_argument("--upstream-cert", type=Path, default=None, metavar="PEM", help="client certificate for mutual TLS to Triton")
@@ -116,6 +137,10 @@ def run_record(args: argparse.Namespace) -> int:
         upstream_key=args.upstream_key,
         upstream_server_name=args.upstream_server_name,
         admin=args.admin,
+        tls_client_ca=args.tls_client_ca,
+        tls_watch_s=args.tls_watch,
+        max_total_mb=args.max_total_mb,
+        min_free_mb=args.min_free_mb,
     )
     asyncio.run(run(cfg))
     return 0

@@ -8,6 +8,11 @@ Failure policy: when a write fails (disk full, I/O error) the file is truncated 
 complete batch, the batch's records are counted as dropped, and as soon as a write succeeds again
 a ``gap`` record says how many were lost and why. The same happens when the queue exceeds its
 bound because the disk is slower than the traffic: the data plane is never slowed by the capture.
+
+Housekeeping for unattended runs (docs/operating.md): ``--max-total-mb`` retention after each new
+file (:mod:`proxy.capture.retention`), a pause while free space is under ``--min-free-mb``, a
+reopen on request (SIGHUP) and when the live file was deleted or renamed (checked every
+``check_interval_s``, also while idle). Each leaves a record in the capture saying what happened.
 """
 
 from __future__ import annotations
@@ -15,17 +20,19 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import gzip
 import os
-import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from proxy.capture import retention
+from proxy.capture.budget import MIB
+from proxy.capture.gaps import Counts, Gap
+from proxy.capture.retention import CaptureOps, DiskGate, DiskUsage
 from replay.capture import events as ev
 from replay.capture import naming
 from replay.capture.schema import encode
@@ -50,30 +57,14 @@ class WriterOptions:
     #: Called in the writer thread with each encoded batch before it is written: tests use it to
     #: inject faults (ENOSPC) and slowness without a real full disk.
     before_write: Callable[[bytes], None] | None = None
-
-
-@dataclass
-class _Gap:
-    dropped: int = 0
-    reason: str = ""
-    first_t_ns: int = 0
-    last_t_ns: int = 0
-
-    def add(self, records: list[Any], reason: str) -> None:
-        if not records:
-            return
-        if not self.dropped:
-            self.first_t_ns = records[0].t_ns
-            self.reason = reason
-        self.dropped += len(records)
-        self.last_t_ns = records[-1].t_ns
-
-
-@dataclass
-class _Counts:
-    kinds: dict[str, int] = field(default_factory=dict)
-    causes: dict[str, int] = field(default_factory=dict)
-    dropped: int = 0
+    #: ``--max-total-mb`` in bytes (retention of the oldest closed files), or None; needs ``rotate_bytes``.
+    max_total_bytes: int | None = None
+    #: ``--min-free-mb`` in bytes; None: :func:`~proxy.capture.budget.default_min_free`; 0: no pause.
+    min_free_bytes: int | None = None
+    #: How often the live file's identity is checked (and free space measured at the latest).
+    check_interval_s: float = 2.0
+    #: Injectable so tests can shrink the disk without one (the real one is statvfs).
+    disk_usage: DiskUsage = retention.statvfs_usage
 
 
 def prepare_directory(directory: Path) -> None:
@@ -104,11 +95,19 @@ class CaptureWriter:
         self._fd = -1
         self._offset = 0
         self._file_index = 0
-        self._gap = _Gap()
-        self._queue_gap = _Gap()
+        self._gap = Gap()
+        self._queue_gap = Gap()
         self._failing = False
-        self._counts = _Counts()
+        self._counts = Counts()
         self.written = 0  # records written (writer thread); read by the metrics at scrape time
+        self.ops = CaptureOps()  # housekeeping counters, read by the metrics at scrape time
+        # The live file's records (first seq, first/last event time): what an unlink loses.
+        self._file_seq = 0
+        self._file_t = (0, 0)
+        #: Set from the loop thread (a plain attribute store): the writer thread reopens at its next turn.
+        self._reopen_reason: str | None = None
+        self._next_check = 0.0
+        self._disk = DiskGate(options.directory, options.disk_usage, options.check_interval_s, self.ops)
         self._stem = naming.stem(naming.stamp(start.t_ns), os.getpid())
         self.paths: list[Path] = []
         #: ``tap(first_seq, records, lines)``, called in the writer thread after each successful write.
@@ -142,6 +141,11 @@ class CaptureWriter:
         """(records written, records dropped, backlog), for the metrics (any thread; a snapshot)."""
         return self.written, self._counts.dropped + self._queue_gap.dropped, len(self._queue)
 
+    def request_reopen(self, reason: str = "signal") -> None:
+        """Close the live file and go on in a new one, soon (SIGHUP, the admin service's Rotate)."""
+        self._reopen_reason = reason
+        self._wake.set()
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     @property
@@ -153,10 +157,13 @@ class CaptureWriter:
         """Create the first capture file and write ``capture_start`` (synchronously, at start-up)."""
         self._open_file()
         try:
-            self._write_batch([self._start])
+            self._disk.setup(self._opt.min_free_bytes, self._opt.max_total_bytes, self._opt.rotate_bytes)
+            self._write_batch([self._start], may_rotate=False)
+            self._after_new_file()
         except BaseException:
             self.abandon()
             raise
+        self._next_check = time.monotonic() + self._opt.check_interval_s
         self._task = asyncio.get_running_loop().create_task(self._run(), name="triton-tap-capture-writer")
 
     def abandon(self) -> None:
@@ -192,9 +199,9 @@ class CaptureWriter:
         self._rotate()
         return self.paths[index], self.path
 
-    def _take_queue_gap(self) -> _Gap:
+    def _take_queue_gap(self) -> Gap:
         # Swapped on the loop thread, where emit() adds to it, so no drop is lost between threads.
-        qg, self._queue_gap = self._queue_gap, _Gap()
+        qg, self._queue_gap = self._queue_gap, Gap()
         return qg
 
     async def _run(self) -> None:
@@ -205,6 +212,9 @@ class CaptureWriter:
                 # earlier batch already consumed.
                 if self._closing:
                     return
+                if self._reopen_reason is not None or time.monotonic() >= self._next_check:
+                    # Idle housekeeping: a deleted file or a SIGHUP must not wait for traffic.
+                    await loop.run_in_executor(self._pool, self._maintain)
                 # A tick, not a wake-up per record: waking this task (then the writer thread, then
                 # the loop's self-pipe when the batch is done) once per call cost ~240 us of CPU per
                 # unary call. close() and a full batch still wake it at once.
@@ -227,6 +237,8 @@ class CaptureWriter:
         path = self._opt.directory / self._file_name()
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         self._offset = 0
+        self._file_seq = self._seq
+        self._file_t = (0, 0)
         self.paths.append(path)
 
     def _encode(self, records: list[Any]) -> list[bytes]:
@@ -237,7 +249,22 @@ class CaptureWriter:
             seq += 1
         return lines
 
-    def _write_batch(self, records: list[Any], queue_gap: _Gap | None = None, may_rotate: bool = True) -> None:
+    def _cut(self, lines: list[bytes]) -> int:
+        """How many lines go into the live file before it reaches the rotation size (at least one)."""
+        rotate = self._opt.rotate_bytes
+        if rotate is None:
+            return len(lines)
+        size = self._offset
+        for i, line in enumerate(lines):
+            size += len(line)
+            if size >= rotate:
+                return i + 1
+        return len(lines)
+
+    def _write_batch(self, records: list[Any], queue_gap: Gap | None = None, may_rotate: bool = True) -> None:
+        # may_rotate: a batch of traffic (False: the writer's own records, written even while paused).
+        if may_rotate and (self._reopen_reason is not None or time.monotonic() >= self._next_check):
+            self._maintain()
         if queue_gap is not None and queue_gap.dropped:
             # Queue-overflow drops join the gap that this (or the next successful) write reports.
             self._counts.dropped += queue_gap.dropped
@@ -246,21 +273,32 @@ class CaptureWriter:
             else:
                 self._gap.dropped += queue_gap.dropped
                 self._gap.last_t_ns = queue_gap.last_t_ns
-        pending: list[Any] = []
+        if self._fd < 0:
+            self._counts.dropped += len(records)
+            self._gap.add(records, "write_error: no capture file could be created")
+            return
+        if may_rotate and self._disk.still_paused():
+            # Paused and not time to measure again: drop without encoding (a long pause costs no CPU).
+            self._hold_back(records)
+            return
+        pending = list(records)
         if self._gap.dropped:
             g = self._gap
-            pending.append(
-                ev.GapRecorded(
-                    t_ns=time.time_ns(),
-                    dropped=g.dropped,
-                    reason=g.reason,
-                    first_t_ns=g.first_t_ns,
-                    last_t_ns=g.last_t_ns,
-                )
-            )
-        pending.extend(records)
+            gap = ev.GapRecorded(t_ns=time.time_ns(), dropped=g.dropped, reason=g.reason, first_t_ns=g.first_t_ns,
+                                 last_t_ns=g.last_t_ns)  # fmt: skip
+            # A new file starts with its capture_start; the gap it reports comes right after.
+            pending.insert(1 if records and type(records[0]) is ev.CaptureStarted else 0, gap)
         lines = self._encode(pending)
+        rest: list[Any] = []
+        if may_rotate and (cut := self._cut(lines)) < len(lines):
+            # A batch may hold thousands of records: the file ends where it reaches the rotation
+            # size, and the rest goes on in the next file (encoded again: its seq numbers move by
+            # the capture_end/capture_start in between). Keeps files, and so the budget, honest.
+            rest, pending, lines = pending[cut:], pending[:cut], lines[:cut]
         data = b"".join(lines)
+        if may_rotate and self._disk.paused_for(len(data), self._gap.dropped):
+            self._hold_back(records)
+            return
         try:
             if self._opt.before_write is not None:
                 self._opt.before_write(data)
@@ -280,11 +318,14 @@ class CaptureWriter:
             tap(self._seq, pending, lines)
         self._seq += len(pending)
         self._offset += len(data)
+        self._disk.wrote(len(data))
         self.written += len(pending)
+        if pending:
+            self._file_t = (self._file_t[0] or pending[0].t_ns, pending[-1].t_ns)
         if self._failing or self._gap.dropped:
             log.warning("capture_write_resumed", dropped=self._gap.dropped, reason=self._gap.reason)
             self._failing = False
-            self._gap = _Gap()
+            self._gap = Gap()
         kinds = self._counts.kinds
         for r in pending:
             kinds[r.kind] = kinds.get(r.kind, 0) + 1
@@ -293,6 +334,8 @@ class CaptureWriter:
                 causes[r.cause] = causes.get(r.cause, 0) + 1
         if may_rotate and self._opt.rotate_bytes is not None and self._offset >= self._opt.rotate_bytes:
             self._rotate()
+        if rest:
+            self._write_batch(rest)
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
@@ -314,20 +357,32 @@ class CaptureWriter:
         counts.update(extra)
         return ev.CaptureEnded(t_ns=time.time_ns(), reason=reason, counts=counts, next_file=next_file)
 
-    def _rotate(self) -> None:
+    def _rotate(self, end_reason: str = "rotate", compress: bool = True) -> None:
+        """Close the live file with ``capture_end`` and go on in the next one."""
         self._file_index += 1
-        next_name = self._file_name()
-        self._write_batch([self._end_record("rotate", {}, next_name)], may_rotate=False)
+        self._write_batch([self._end_record(end_reason, {}, self._file_name())], may_rotate=False)
         old = self.path
         os.close(self._fd)
-        if self._opt.gzip_rotated:
-            packed = old.with_name(old.name + naming.GZIP_SUFFIX)
-            with open(old, "rb") as src, gzip.open(packed, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            os.chmod(packed, 0o600)
-            old.unlink()
-            self.paths[-1] = packed
-        self._open_file()
+        self._fd = -1
+        if compress and self._opt.gzip_rotated:
+            self._compress(old)
+        self._next_file([])
+
+    def _compress(self, old: Path) -> None:
+        gz = retention.compress(old)
+        if gz is not None:
+            self.paths[self.paths.index(old)] = gz
+
+    def _next_file(self, notes: list[Any]) -> None:
+        """Open the file for ``_file_index`` with its ``capture_start`` (then ``notes``), then apply retention."""
+        try:
+            self._open_file()
+        except OSError as e:
+            # No file to write to: records are counted as dropped until a later attempt works.
+            self._fd = -1
+            log.warning("capture_open_failed", file=self._file_name(), error=str(e))
+            self._gap.add(notes, f"write_error: cannot create a capture file: {e}")
+            return
         start = ev.CaptureStarted(
             t_ns=time.time_ns(),
             proxy_version=self._start.proxy_version,
@@ -336,13 +391,105 @@ class CaptureWriter:
             options=self._start.options,
             file_index=self._file_index,
         )
-        self._write_batch([start], may_rotate=False)
+        self._write_batch([start, *notes], may_rotate=False)
+        self._after_new_file()
 
-    def _finish(self, extra: dict[str, int], queue_gap: _Gap) -> None:
+    def _after_new_file(self) -> None:
+        """Retention, once a new file exists: what it removed is written into that file."""
+        limit = self._opt.max_total_bytes
+        if limit is None or self._opt.rotate_bytes is None:
+            return
+        removed = retention.enforce(self._opt.directory, self.path, self._opt.rotate_bytes, limit, self.ops)
+        if removed:
+            self._write_batch([ev.FilesRemoved(
+                t_ns=time.time_ns(), reason="retention", files=[f.name for f in removed],
+                size=sum(f.size for f in removed),
+                detail=f"--max-total-mb {limit / MIB:g}: capture files in the directory now take "
+                f"{self.ops.dir_bytes} bytes, the live file may grow to {self._opt.rotate_bytes}",
+            )], may_rotate=False)  # fmt: skip
+
+    # -- housekeeping (writer thread) ----------------------------------------------------------
+
+    def _maintain(self) -> None:
+        """Reopen when asked; every ``check_interval_s``: is the live file still there, is there space?"""
+        now = time.monotonic()
+        reason, self._reopen_reason = self._reopen_reason, None
+        if self._fd < 0:
+            # An earlier file could not be created: try again (the pending gap says what was lost).
+            self._file_index += 1
+            self._next_file([])
+            return
+        if reason is not None:
+            self._count_reopen(reason)
+            self._rotate("reopen")
+        if now < self._next_check:
+            return
+        self._next_check = now + self._opt.check_interval_s
+        self._check_live()
+        if self.ops.paused:
+            self._disk.paused_for(0, self._gap.dropped)
+
+    def _count_reopen(self, reason: str) -> None:
+        self.ops.reopens[reason] = self.ops.reopens.get(reason, 0) + 1
+        log.info("capture_reopen", reason=reason, file=self.path.name)
+
+    def _check_live(self) -> None:
+        try:
+            state = retention.live_state(self._fd, self.path)
+        except OSError as e:
+            log.warning("capture_check_failed", file=self.path.name, error=str(e))
+            return
+        if state == "ok":
+            return
+        old, size, first_seq = self.path, self._offset, self._file_seq
+        self._count_reopen(state)
+        if state == "moved":
+            # Still reachable under its new name: close it properly; the new file says where it went.
+            log.warning("capture_file_moved", file=old.name, note="the capture goes on in a new file")
+            end_seq = self._seq  # the capture_end written into it
+            self._rotate("reopen", compress=False)
+            self._write_batch([ev.FilesRemoved(
+                t_ns=time.time_ns(), reason="moved", files=[old.name], size=size,
+                detail=f"{old.name} was renamed or replaced while being written; its records (seq "
+                f"{first_seq}..{end_seq}) are in the renamed file, not lost",
+            )], may_rotate=False)  # fmt: skip
+            return
+        # Deleted: nothing written there can be read back. Everything the file held is a gap.
+        lost = self._seq - first_seq
+        t0, t1 = self._file_t
+        os.close(self._fd)
+        self._fd = -1
+        self._counts.dropped += lost
+        log.warning("capture_file_unlinked", file=old.name, lost_records=lost,
+                    note="the capture goes on in a new file, starting with a gap record")  # fmt: skip
+        gap = Gap(dropped=lost, first_t_ns=t0, last_t_ns=t1,
+                   reason=f"file_unlinked: {old.name} was deleted while being written; the {lost} record(s) "
+                   f"it held (seq {first_seq}..{self._seq - 1}) are lost")  # fmt: skip
+        self._merge_gap(gap)
+        self._file_index += 1
+        self._next_file([])
+
+    def _merge_gap(self, gap: Gap) -> None:
+        if not self._gap.dropped:
+            self._gap = gap
+        else:
+            self._gap.dropped += gap.dropped
+            self._gap.last_t_ns = max(self._gap.last_t_ns, gap.last_t_ns)
+
+    def _hold_back(self, records: list[Any]) -> None:
+        """Records not written for low free space: counted into the pending gap."""
+        self._counts.dropped += len(records)
+        self.ops.low_disk_dropped += len(records)
+        self._gap.add(records, self._disk.reason())
+
+
+    def _finish(self, extra: dict[str, int], queue_gap: Gap) -> None:
         # The writer task has returned, so the queue is empty; a pending gap goes out first.
         if queue_gap.dropped or self._gap.dropped:
             self._write_batch([], queue_gap, may_rotate=False)
         self._write_batch([self._end_record("shutdown", extra, None)], may_rotate=False)
+        if self._fd < 0:
+            return
         try:
             os.fsync(self._fd)
         except OSError:

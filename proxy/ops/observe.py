@@ -51,6 +51,7 @@ class ProxyMetrics(Collector):
         self.latency_sum = 0.0
         self._pending: list[int] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._extra: list[Callable[[], Iterator[Any]]] = []
 
     def attach_tap(self, stats: Callable[[], tuple[int, int, int]]) -> None:
         """``stats() -> (subscribers, records sent, records dropped)`` of the admin Tail streams."""
@@ -59,6 +60,10 @@ class ProxyMetrics(Collector):
     def attach_writer(self, stats: Callable[[], tuple[int, int, int]]) -> None:
         """``stats() -> (records written, records dropped, backlog)`` of the capture writer."""
         self._writer_stats = stats
+
+    def attach(self, families: Callable[[], Iterator[Any]]) -> None:
+        """More metric families, produced at scrape time (the proxy's upkeep: retention, pauses, TLS)."""
+        self._extra.append(families)
 
     # -- fed on the loop thread ---------------------------------------------------------------------
 
@@ -148,6 +153,8 @@ class ProxyMetrics(Collector):
             yield CounterMetricFamily("triton_tap_tail_records_sent", "records handed to admin Tail streams", value=sent)
             yield CounterMetricFamily("triton_tap_tail_records_dropped", "records dropped for Tail streams that read "
                                       "too slowly (each stream is told)", value=dropped)  # fmt: skip
+        for extra in self._extra:
+            yield from extra()
 
 
 class RecordObserver:

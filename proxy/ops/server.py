@@ -17,9 +17,12 @@ from typing import Any
 import structlog
 
 from proxy import __version__
+from proxy.capture.budget import MIB, rotate_for_budget
 from proxy.capture.writer import CaptureWriter, WriterOptions, prepare_directory
 from proxy.ops.evidence import EvidenceCollector, EvidenceSpec, probe_metrics
 from proxy.ops.observe import MetricsServer, ProxyMetrics, RecordObserver
+from proxy.ops.tls import ReloadableTls, listen_ssl, tls_files, upstream_ssl
+from proxy.ops.upkeep import Upkeep
 from proxy.relay.options import RelayOptions
 from proxy.relay.relay import Relay
 from proxy.triton.metadata import DEFAULT_REDACT
@@ -62,6 +65,15 @@ class ProxyConfig:
     upstream_server_name: str | None = None
     #: ``--admin HOST:PORT``: the admin gRPC service (proxy/admin/), or None (off).
     admin: str | None = None
+    # -- unattended operation (docs/operating.md) --
+    #: ``--tls-client-ca``: require and verify client certificates on the listening side.
+    tls_client_ca: Path | None = None
+    #: ``--tls-watch``: check the TLS files for changes this often (seconds; 0: only on SIGHUP).
+    tls_watch_s: float = 10.0
+    #: ``--max-total-mb``: retention budget of the capture directory.
+    max_total_mb: float | None = None
+    #: ``--min-free-mb``: pause writing below this much free space (None: min(64 MiB, 5 % of the filesystem)).
+    min_free_mb: float | None = None
 
 
 def _with_evidence(emit: Callable[[Any], None], notify: Callable[[ev.CallCancelled], None]) -> Callable[[Any], None]:
@@ -90,44 +102,17 @@ def _guarded_mark(mark: Callable[[str], None]) -> Callable[[str], None]:
     return before_cancel
 
 
-def _load_chain(ctx: ssl.SSLContext, cert: Path, key: Path, what: str) -> None:
-    try:
-        ctx.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as e:
-        raise UserError(f"cannot load {what} certificate/key ({cert}, {key}): {getattr(e, 'strerror', None) or e}") from None
-
-
-def listen_ssl(cfg: ProxyConfig) -> ssl.SSLContext | None:
-    """The TLS context clients are served with (ALPN h2 only: gRPC), or None for h2c."""
-    if cfg.tls_cert is None and cfg.tls_key is None:
-        return None
-    if cfg.tls_cert is None or cfg.tls_key is None:
-        raise UserError("--tls-cert and --tls-key go together")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    _load_chain(ctx, cfg.tls_cert, cfg.tls_key, "--tls-cert/--tls-key")
-    ctx.set_alpn_protocols(["h2"])
-    return ctx
-
-
-def upstream_ssl(cfg: ProxyConfig) -> ssl.SSLContext | None:
-    """The TLS context for connections to Triton (certificate and host name verified), or None for h2c."""
-    tls_only = (cfg.upstream_ca, cfg.upstream_cert, cfg.upstream_key, cfg.upstream_server_name)
-    if not cfg.upstream_tls:
-        if any(v is not None for v in tls_only):
-            raise UserError("--upstream-ca/--upstream-cert/--upstream-key/--upstream-server-name need --upstream-tls")
-        return None
-    if (cfg.upstream_cert is None) != (cfg.upstream_key is None):
-        raise UserError("--upstream-cert and --upstream-key go together")
-    try:
-        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cfg.upstream_ca)
-    except (OSError, ssl.SSLError) as e:
-        raise UserError(f"cannot load --upstream-ca {cfg.upstream_ca}: {getattr(e, 'strerror', None) or e}") from None
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    if cfg.upstream_cert is not None and cfg.upstream_key is not None:
-        _load_chain(ctx, cfg.upstream_cert, cfg.upstream_key, "--upstream-cert/--upstream-key")
-    ctx.set_alpn_protocols(["h2"])
-    return ctx
+def budget_options(cfg: ProxyConfig) -> dict[str, Any]:
+    """Rotation, ``--max-total-mb`` and ``--min-free-mb`` as :class:`WriterOptions` fields (UserError if they clash)."""
+    rotate = int(cfg.rotate_mb * MIB) if cfg.rotate_mb else None
+    max_total = int(cfg.max_total_mb * MIB) if cfg.max_total_mb else None
+    if max_total is not None:
+        try:
+            rotate = rotate_for_budget(max_total, rotate)
+        except ValueError as e:
+            raise UserError(f"--max-total-mb {cfg.max_total_mb:g} with --rotate-mb {cfg.rotate_mb:g}: {e}") from None
+    min_free = int(cfg.min_free_mb * MIB) if cfg.min_free_mb is not None else None
+    return {"rotate_bytes": rotate, "max_total_bytes": max_total, "min_free_bytes": min_free}
 
 
 def is_loopback(host: str) -> bool:
@@ -157,7 +142,7 @@ def check_upstream(
         raise UpstreamError(f"upstream {host}:{port} is unreachable: {e.strerror or e}") from None
 
 
-def capture_options(cfg: ProxyConfig, salt: str, tls_listen: bool, tls_upstream: bool) -> dict[str, Any]:
+def capture_options(cfg: ProxyConfig, salt: str, tls_listen: bool, tls_upstream: bool, client_certs: bool) -> dict[str, Any]:
     """The options recorded in ``capture_start`` (what the capture was taken with)."""
     opts: dict[str, Any] = {
         "payload": cfg.payload,
@@ -173,6 +158,9 @@ def capture_options(cfg: ProxyConfig, salt: str, tls_listen: bool, tls_upstream:
         "redact_salt_given": cfg.redact_salt is not None,
         "tls_listen": tls_listen,
         "tls_upstream": tls_upstream,
+        "tls_client_ca": client_certs,
+        "max_total_mb": cfg.max_total_mb,
+        "min_free_mb": cfg.min_free_mb,
     }
     if cfg.evidence is not None:
         opts["evidence"] = {
@@ -203,6 +191,7 @@ class RecordingProxy:
         self.writer: CaptureWriter | None = None
         self.relay: Relay | None = None
         self.evidence: EvidenceCollector | None = None
+        self.upkeep: Upkeep | None = None
         self.admin: Any = None  # proxy.admin.service.AdminServer with --admin
         if config.admin is not None:  # refused before anything is bound (proxy/admin/address.py)
             from proxy.admin.address import admin_address
@@ -227,7 +216,10 @@ class RecordingProxy:
     async def start(self) -> None:
         """Check, bind and start recording; raises :class:`UserError`/:class:`UpstreamError`."""
         cfg = self.config
-        server_tls, up_tls = await self._check(cfg)
+        # Reloadable (SIGHUP, file watch: proxy/ops/upkeep.py) for new connections; open ones keep theirs.
+        tls = ReloadableTls(lambda: listen_ssl(cfg), lambda: upstream_ssl(cfg), tls_files(cfg))
+        server_tls, up_tls = tls.base, tls.upstream
+        await self._check(cfg, up_tls)
         salt = cfg.redact_salt if cfg.redact_salt is not None else secrets.token_hex(16)
         # Bind before the capture exists so that a busy port leaves no empty capture behind.
         relay_box: list[Relay] = []
@@ -236,11 +228,12 @@ class RecordingProxy:
         start = ev.CaptureStarted(
             t_ns=time.time_ns(), proxy_version=__version__, listen=listen,
             upstream=f"{self.upstream_addr[0]}:{self.upstream_addr[1]}",
-            options=capture_options(cfg, salt, server_tls is not None, up_tls is not None),
+            options=capture_options(cfg, salt, server_tls is not None, up_tls is not None, tls.client_certs_required),
         )  # fmt: skip
         writer = self._open_capture(start)
         try:
             self.relay = self._relay(writer, up_tls, salt)
+            self.upkeep = self._start_upkeep(tls, self.metrics)
             relay_box.append(self.relay)
             if cfg.admin is not None:  # record --admin (proxy/admin/): bound before clients are served
                 from proxy.admin.service import start_admin
@@ -254,13 +247,12 @@ class RecordingProxy:
             server.close()
             self._close_metrics()
             raise
-        self._log_recording(start, server_tls is not None, up_tls is not None)
+        self._log_recording(start, server_tls is not None, up_tls is not None, tls.client_certs_required)
 
-    async def _check(self, cfg: ProxyConfig) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
-        """What must hold before anything is bound or written: TLS material, the capture directory,
-        a reachable upstream. Returns the TLS contexts towards clients and towards the upstream."""
-        server_tls = listen_ssl(cfg)
-        up_tls = upstream_ssl(cfg)
+    async def _check(self, cfg: ProxyConfig, up_tls: ssl.SSLContext | None) -> None:
+        """What must hold before anything is bound or written (TLS material was loaded by the caller):
+        the budget flags, the capture directory, a reachable upstream."""
+        budget_options(cfg)
         prepare_directory(cfg.capture_dir)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(
@@ -271,7 +263,6 @@ class RecordingProxy:
             if why is not None:
                 # Only a warning: Triton's metrics may come up later; each evidence record says what it saw.
                 log.warning("evidence_metrics_unreachable", url=cfg.evidence.metrics_url, error=why)
-        return server_tls, up_tls
 
     async def _listen(self, server_tls: ssl.SSLContext | None, relay_box: list[Relay]) -> asyncio.base_events.Server:
         """Bind the listening socket (not serving yet: ``relay_box`` gets the relay first) and the
@@ -297,9 +288,8 @@ class RecordingProxy:
     def _open_capture(self, start: ev.CaptureStarted) -> CaptureWriter:
         """Create the capture file (its first record is ``start``); on failure nothing stays bound."""
         cfg = self.config
-        rotate = int(cfg.rotate_mb * 1024 * 1024) if cfg.rotate_mb else None
         self.writer = CaptureWriter(
-            WriterOptions(directory=cfg.capture_dir, rotate_bytes=rotate, gzip_rotated=cfg.gzip_rotated), start
+            WriterOptions(directory=cfg.capture_dir, gzip_rotated=cfg.gzip_rotated, **budget_options(cfg)), start
         )
         try:
             self.writer.open()
@@ -335,7 +325,7 @@ class RecordingProxy:
             relay.before_cancel = _guarded_mark(self.evidence.mark)
         return relay
 
-    def _log_recording(self, start: ev.CaptureStarted, tls: bool, upstream_tls: bool) -> None:
+    def _log_recording(self, start: ev.CaptureStarted, tls: bool, upstream_tls: bool, client_certs: bool) -> None:
         assert self._server is not None and self.writer is not None
         cfg = self.config
         extra = {}
@@ -353,6 +343,9 @@ class RecordingProxy:
             **extra,
             tls=tls,
             upstream_tls=upstream_tls,
+            client_certs=client_certs,
+            min_free_bytes=self.writer.ops.min_free,
+            max_total_mb=cfg.max_total_mb,
         )
 
     async def stop(self) -> None:
@@ -376,11 +369,34 @@ class RecordingProxy:
         self.relay.hard_close()
         if self.evidence is not None:
             await self.evidence.close()
+        if self.upkeep is not None:
+            await self.upkeep.close()
         await self.writer.close({"calls.open_at_shutdown": left})
         if self.admin is not None:  # after capture_end, so Tail streams deliver it
             await self.admin.stop()
         self._close_metrics()
         log.info("capture_closed", capture=[str(p) for p in self.writer.paths])
+
+    # -- upkeep: SIGHUP, certificate reload, capture budget (docs/operating.md) -----------------
+
+    def _start_upkeep(self, tls: ReloadableTls, metrics: ProxyMetrics | None) -> Upkeep:
+        assert self.writer is not None and self.relay is not None
+        relay = self.relay
+
+        def set_upstream(ctx: ssl.SSLContext | None) -> None:
+            relay.upstream_tls = ctx  # read per new upstream connection
+
+        tls.on_upstream = set_upstream
+        upkeep = Upkeep(self.writer, tls, self.config.tls_watch_s)
+        if metrics is not None:
+            metrics.attach(upkeep.collect)
+        upkeep.start()
+        return upkeep
+
+    def reload(self, why: str = "signal") -> None:
+        """SIGHUP: new capture file, certificates read again for new connections (call on the loop)."""
+        if self.upkeep is not None and not self._stopped:
+            self.upkeep.reload(why)
 
     def _close_metrics(self) -> None:
         if self.metrics_server is not None:
@@ -396,6 +412,7 @@ async def run(config: ProxyConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, proxy.reload)  # logrotate's postrotate convention
     try:
         await stop.wait()
         log.info("shutting_down", open_calls=proxy.relay.open_calls if proxy.relay else 0)

@@ -123,7 +123,7 @@ class ClientFrames(TunnelState):
         self.emit(
             ev.CallStarted(
                 t_ns=time.time_ns(), call=call.id, conn=self.conn_id, method=call.method,
-                peer=self.peer, metadata=meta, timeout_ms=timeout_ms,
+                peer=self.peer, metadata=meta, timeout_ms=timeout_ms, client_subject=self.client_subject,
             )
         )  # fmt: skip
         return call

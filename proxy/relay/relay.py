@@ -42,9 +42,9 @@ class Relay:
 
     def protocol_factory(self) -> asyncio.Protocol:
         """For ``loop.create_server``: a new tunnel per client connection."""
-        tunnel = Tunnel(self, f"c{next(self._conn_ids)}")
-        self.tunnels.add(tunnel)
-        return tunnel.down
+        # The tunnel joins ``tunnels`` when its connection is made: a TLS client refused at the
+        # handshake never gets that far, and must not stay in the set forever.
+        return Tunnel(self, f"c{next(self._conn_ids)}").down
 
     def begin_shutdown(self) -> None:
         """Stop taking new calls: GOAWAY to every client, in-flight calls go on."""

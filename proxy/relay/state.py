@@ -40,6 +40,8 @@ class TunnelState:
         #: Open calls by stream id (a call leaves when it ends).
         self.calls: dict[int, Call] = {}
         self.peer = ""
+        #: Subject of the verified client certificate (``--tls-client-ca``), else None.
+        self.client_subject: str | None = None
         self.up_ready = False
         self.up_lost = False
         self.down_lost = False

@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from proxy.relay.peercert import client_subject
 from proxy.relay.refuser import Refuser
 from proxy.relay.side import Side
 from proxy.relay.state import Frame, TunnelState
@@ -28,8 +29,10 @@ class Transports(TunnelState):
     def side_made(self, side: Side) -> None:
         if side is self.down:
             assert side.transport is not None
+            self.relay.tunnels.add(self)
             peer = side.transport.get_extra_info("peername")
             self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+            self.client_subject = client_subject(side.transport)
             # Hold the client's bytes until the upstream connection exists.
             side.hold_reading("connect", True)
             self._connect_task = asyncio.get_running_loop().create_task(

@@ -104,6 +104,11 @@ class CallStarted:
         "authorization-like keys replaced by `<redacted>`; `-bin` values as sent (base64 text)",
     ]
     timeout_ms: Annotated[float | None, "deadline from `grpc-timeout` in milliseconds, or null"]
+    client_subject: Annotated[
+        str | None,
+        "`--tls-client-ca`: subject of the client certificate the proxy verified at the handshake "
+        "(RFC 4514 form, e.g. `CN=batch-client,O=team`; never the certificate itself), else null",
+    ] = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -309,7 +314,13 @@ class GapRecorded:
     kind: ClassVar[str] = "gap"
     t_ns: Annotated[int, "unix epoch nanoseconds when the gap was written"]
     dropped: Annotated[int, "number of records that could not be written"]
-    reason: Annotated[str, "why, e.g. `queue_full`, `write_error: [Errno 28] No space left on device`"]
+    reason: Annotated[
+        str,
+        "why, starting with one of `queue_full` (the disk was slower than the traffic), `write_error: ...` "
+        "(e.g. `[Errno 28] No space left on device`), `low_disk` (free space under `--min-free-mb`: "
+        "writing paused, forwarding went on) or `file_unlinked` (the live file was deleted while being "
+        "written: the records it held are lost)",
+    ]
     first_t_ns: Annotated[int, "event time of the first dropped record"]
     last_t_ns: Annotated[int, "event time of the last dropped record"]
 
@@ -325,12 +336,33 @@ class MarkRecorded:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class FilesRemoved:
+    """Capture files left the capture directory while the proxy ran: history before this point is cut."""
+
+    kind: ClassVar[str] = "files_removed"
+    t_ns: Annotated[int, "unix epoch nanoseconds when the proxy removed (or noticed the removal of) the files"]
+    reason: Annotated[
+        Literal["retention", "moved"],
+        "`retention`: the proxy deleted the oldest closed files to stay within `--max-total-mb`; `moved`: "
+        "the live file was renamed or replaced by someone else (its records are under the new name, "
+        "not lost; the capture went on in a new file)",
+    ]
+    files: Annotated[list[str], "names of the files, oldest first (files of earlier proxy runs included)"]
+    size: Annotated[int, "their total size in bytes"]
+    detail: Annotated[str, "one line for people, e.g. the budget and the directory's size after the removal"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CaptureEnded:
     """The capture was closed in order (a missing `capture_end` means the proxy died)."""
 
     kind: ClassVar[str] = "capture_end"
     t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]
-    reason: Annotated[str, "`shutdown` (SIGTERM/SIGINT) or `rotate` (the capture goes on in the next file)"]
+    reason: Annotated[
+        str,
+        "`shutdown` (SIGTERM/SIGINT), `rotate` (the capture goes on in the next file, `--rotate-mb`) or "
+        "`reopen` (SIGHUP, or the live file was renamed: the capture goes on in the next file)",
+    ]
     counts: Annotated[dict[str, int], "records written per kind, calls per cause, dropped records"]
     next_file: Annotated[str | None, "with `rotate`: name of the file the capture continues in"] = None
 
@@ -348,6 +380,7 @@ RECORD_TYPES: tuple[type[Any], ...] = (
     ProtocolViolated,
     GapRecorded,
     MarkRecorded,
+    FilesRemoved,
     CaptureEnded,
 )
 
@@ -363,5 +396,6 @@ Record = (
     | ProtocolViolated
     | GapRecorded
     | MarkRecorded
+    | FilesRemoved
     | CaptureEnded
 )

@@ -42,7 +42,7 @@ PathLike = str | os.PathLike[str]
 class Gap:
     """A hole in a capture: records that were lost, repeated or never written."""
 
-    kind: str  # seq_gap | duplicate_seq | gap_record | missing_capture_end | missing_file
+    kind: str  # seq_gap | duplicate_seq | gap_record | files_removed | missing_capture_end | missing_file
     file: str
     line: int | None
     first_seq: int | None
@@ -131,6 +131,12 @@ class SeqWatch:
                 Gap(kind="gap_record", file=file, line=line, first_seq=seq, last_seq=seq, count=record.dropped,
                     detail=f"the proxy dropped {record.dropped} record(s): {record.reason}")
             )  # fmt: skip
+        elif isinstance(record, ev.FilesRemoved):
+            self.gaps.append(
+                Gap(kind="files_removed", file=file, line=line, first_seq=seq, last_seq=seq, count=None,
+                    detail=f"{len(record.files)} capture file(s) left the directory ({record.reason}): "
+                    f"{', '.join(record.files[:5])}{' ...' if len(record.files) > 5 else ''}")
+            )  # fmt: skip
         self._last = record
         return False
 
@@ -144,7 +150,7 @@ class SeqWatch:
                 Gap(kind="missing_capture_end", file=self._file, line=self._line, first_seq=None, last_seq=None,
                     count=None, detail="no capture_end: the proxy stopped without closing the capture (killed?)")
             )  # fmt: skip
-        elif last.reason == "rotate":
+        elif last.next_file is not None:  # rotate, reopen
             self.gaps.append(
                 Gap(kind="missing_file", file=self._file, line=self._line, first_seq=None, last_seq=None,
                     count=None, detail=f"the capture continues in {last.next_file}, which was not given")

@@ -148,6 +148,7 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         'redact-input = ["prompt"]\nredact-salt = "s"\ntls-cert = "/c.pem"\ntls-key = "/k.pem"\n'
         'upstream-tls = true\nupstream-ca = "/ca.pem"\nupstream-cert = "/uc.pem"\nupstream-key = "/uk.pem"\n'
         'upstream-server-name = "triton.internal"\nadmin = "127.0.0.1:8090"\n'
+        'tls-client-ca = "/clients.pem"\ntls-watch = 0\nmax-total-mb = 100\nmin-free-mb = 0\n'
     )
     values = load_config(cfg, parser)
     assert {a.dest for a in parser._actions if a.dest in values} == {config_keys(parser)[f].dest for f in flags}
@@ -159,6 +160,7 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         "redact_input": ["prompt"], "redact_salt": "s", "tls_cert": Path("/c.pem"), "tls_key": Path("/k.pem"),
         "upstream_tls": True, "upstream_ca": Path("/ca.pem"), "upstream_cert": Path("/uc.pem"), "admin": "127.0.0.1:8090",
         "upstream_key": Path("/uk.pem"), "upstream_server_name": "triton.internal",
+        "tls_client_ca": Path("/clients.pem"), "tls_watch": 0.0, "max_total_mb": 100.0, "min_free_mb": 0.0,
     }  # fmt: skip
 
 
@@ -248,3 +250,35 @@ def test_busy_metrics_port_is_one_line(fake_process: int, tmp_path: Path) -> Non
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f"cannot serve metrics on 127.0.0.1:{busy}" in lines[0], proc.stderr
     assert list((tmp_path / "cap").glob("*.jsonl")) == []
+
+
+def test_sighup_reopens_the_capture_and_keeps_the_open_stream(fake_process: int, tmp_path: Path) -> None:
+    """A real SIGHUP to the record process: a stream open across it goes on; the capture continues in a
+    second file (capture_end reopen -> next_file) and reads as one capture with no hole."""
+    from replay.capture import events as ev
+    from replay.capture.reader import read_capture
+
+    log = tmp_path / "stderr.log"
+    with open(log, "wb") as err:
+        proc = _record(fake_process, tmp_path, err)
+        try:
+            wait_for(lambda: b'"recording"' in log.read_bytes(), 30, "the proxy to start")
+            port = int(json.loads(log.read_text().splitlines()[0])["listen"].rsplit(":", 1)[1])
+            s = StreamSession(f"127.0.0.1:{port}")
+            s.send("tokens", echo_inputs(np.arange(2, dtype=np.uint8)), "a")
+            s.take(3)
+            proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: len(list((tmp_path / "cap").glob("*.jsonl"))) == 2, 30, "a second capture file")
+            s.send("tokens", echo_inputs(np.arange(2, dtype=np.uint8)), "b")
+            s.take(3)
+            s.close()
+            wait_for(lambda: '"call_end"' in log.read_text(), 30, "the stream's call_end")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0
+    reader = read_capture(tmp_path / "cap")
+    recs = [r for _, r in reader]
+    assert reader.gaps == []
+    assert [e.reason for e in recs if isinstance(e, ev.CaptureEnded)] == ["reopen", "shutdown"]
+    (end,) = [r for r in recs if isinstance(r, ev.CallEnded)]
+    assert end.cause == "ok" and end.messages_c2s == 2 and end.messages_s2c == 6

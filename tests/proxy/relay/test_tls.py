@@ -170,7 +170,8 @@ def test_bad_tls_options_are_user_errors(
 
 def test_upstream_context_verifies_names() -> None:
     """The upstream TLS context checks host names and certificates (never CERT_NONE)."""
-    from proxy.ops.server import ProxyConfig, upstream_ssl
+    from proxy.ops.server import ProxyConfig
+    from proxy.ops.tls import upstream_ssl
 
     ctx = upstream_ssl(ProxyConfig(upstream_tls=True))
     assert ctx is not None and ctx.check_hostname and ctx.verify_mode == ssl.CERT_REQUIRED

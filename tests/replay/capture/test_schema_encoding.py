@@ -34,7 +34,8 @@ def test_round_trip_every_kind() -> None:
     """decode(encode(record)) gives the record back for every record kind."""
     records = [
         ev.CaptureStarted(t_ns=1, proxy_version="x", listen="a:1", upstream="b:2", options={"payload": "meta"}),
-        ev.CallStarted(t_ns=2, call="c1.1", conn="c1", method="/m", peer="p", metadata=[["a", "b"]], timeout_ms=None),
+        ev.CallStarted(t_ns=2, call="c1.1", conn="c1", method="/m", peer="p", metadata=[["a", "b"]], timeout_ms=None,
+                       client_subject="CN=c"),
         _message(),
         ev.HalfClosed(t_ns=3, call="c1.1"),
         ev.CallCancelled(
@@ -53,6 +54,7 @@ def test_round_trip_every_kind() -> None:
         ev.ProtocolViolated(t_ns=6, conn="c2", side="client", error="bad frame", error_code=1, open_calls=["c2.1"]),
         ev.GapRecorded(t_ns=6, dropped=3, reason="queue_full", first_t_ns=1, last_t_ns=2),
         ev.MarkRecorded(t_ns=6, note="starting load test 3", labels={"run": "3"}),
+        ev.FilesRemoved(t_ns=6, reason="retention", files=["capture-20250101T000000-1.jsonl"], size=10, detail="d"),
         ev.CaptureEnded(t_ns=7, reason="shutdown", counts={"dropped": 0}),
     ]  # fmt: skip
     assert {type(r) for r in records} == set(ev.RECORD_TYPES)

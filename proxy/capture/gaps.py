@@ -1,0 +1,39 @@
+"""The writer's accounting of what it wrote and what it could not (pure: no I/O).
+
+A record the writer could not write (queue full, disk full, low free space, a deleted file) is
+never lost silently: it is counted into a :class:`Gap`, and the next record written is a `gap`
+record saying how many, why, and over which time span.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Gap:
+    """Records the capture could not hold, not yet reported: one `gap` record says how many and why."""
+
+    dropped: int = 0
+    reason: str = ""
+    first_t_ns: int = 0
+    last_t_ns: int = 0
+
+    def add(self, records: list[Any], reason: str) -> None:
+        if not records:
+            return
+        if not self.dropped:
+            self.first_t_ns = records[0].t_ns
+            self.reason = reason
+        self.dropped += len(records)
+        self.last_t_ns = records[-1].t_ns
+
+
+@dataclass
+class Counts:
+    """What the capture holds so far, by record kind and by call cause (for ``capture_end``)."""
+
+    kinds: dict[str, int] = field(default_factory=dict)
+    causes: dict[str, int] = field(default_factory=dict)
+    dropped: int = 0

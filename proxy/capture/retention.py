@@ -1,0 +1,191 @@
+"""The capture directory as the writer's thread sees it: what retention may delete, whether the live file is still there.
+
+Runs in the writer thread only (file-system calls, no asyncio). The decisions are
+:mod:`proxy.capture.budget`'s; this module measures and acts, and keeps the counters the metrics read.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import structlog
+
+from proxy.capture.budget import MIB, CaptureFile, FreeSpaceEstimate, FreeSpacePolicy, default_min_free, to_remove
+from replay.capture import naming
+
+log = structlog.get_logger("triton_tap.writer")
+
+#: ``disk_usage(directory) -> (filesystem size, bytes free for unprivileged writers)``.
+DiskUsage = Callable[[Path], tuple[int, int]]
+
+
+def statvfs_usage(directory: Path) -> tuple[int, int]:
+    """The real figures: ``f_bavail`` (what a non-root writer may still use), not ``f_bfree``."""
+    st = os.statvfs(directory)
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+@dataclass
+class CaptureOps:
+    """Counters of the writer's housekeeping (written by the writer thread, read at scrape time)."""
+
+    files_removed: int = 0
+    bytes_removed: int = 0
+    #: reopen reason (``signal``, ``unlinked``, ``moved``, ``admin``...) -> count
+    reopens: dict[str, int] = field(default_factory=dict)
+    paused: bool = False
+    pauses: int = 0
+    #: records not written because free space was low (also part of the dropped total)
+    low_disk_dropped: int = 0
+    #: bytes of capture files in the directory at the last retention scan
+    dir_bytes: int = 0
+    min_free: int = 0
+
+
+def scan(directory: Path, live: Path) -> tuple[list[CaptureFile], int]:
+    """The closed capture files of ``directory`` (any proxy run), and the live file's size."""
+    closed: list[CaptureFile] = []
+    live_size = 0
+    with os.scandir(directory) as it:
+        for entry in it:
+            key = naming.parse(entry.name)
+            if key is None:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if entry.name == live.name:
+                live_size = st.st_size
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            closed.append(CaptureFile(name=entry.name, size=st.st_size, order=(key.stem, key.index, entry.name)))
+    return closed, live_size
+
+
+def enforce(directory: Path, live: Path, live_limit: int, max_total: int, ops: CaptureOps) -> list[CaptureFile]:
+    """Delete the oldest closed files beyond the budget; the ones actually deleted, oldest first."""
+    closed, live_size = scan(directory, live)
+    doomed = to_remove(closed, live_limit, max_total)
+    removed: list[CaptureFile] = []
+    for f in doomed:
+        try:
+            os.unlink(directory / f.name)
+        except FileNotFoundError:
+            continue  # someone else removed it: it is gone either way, but not by us
+        except OSError as e:
+            log.warning("retention_unlink_failed", file=f.name, error=str(e))
+            continue
+        removed.append(f)
+    gone = sum(f.size for f in removed)
+    ops.files_removed += len(removed)
+    ops.bytes_removed += gone
+    ops.dir_bytes = sum(f.size for f in closed) - gone + live_size
+    if removed:
+        log.warning("retention_removed_files", files=[f.name for f in removed], bytes=gone,
+                    max_total_bytes=max_total, dir_bytes=ops.dir_bytes)  # fmt: skip
+    return removed
+
+
+LiveState = Literal["ok", "unlinked", "moved"]
+
+
+def live_state(fd: int, path: Path) -> LiveState:
+    """Is the file open on ``fd`` still the one at ``path``? Two syscalls: cheap enough every few seconds.
+
+    ``unlinked``: no name refers to it any more (deleted: what is written there is lost);
+    ``moved``: it still has a name, but not ``path`` (renamed, or ``path`` now names another file).
+    """
+    st = os.fstat(fd)
+    if st.st_nlink == 0:
+        return "unlinked"
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return "moved"
+    if (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
+        return "moved"
+    return "ok"
+
+
+def compress(old: Path) -> Path | None:
+    """gzip a closed file to ``.gz`` (0600) and remove the plain one; None (plain file kept) if that fails."""
+    gz = old.with_name(old.name + naming.GZIP_SUFFIX)
+    try:
+        with open(old, "rb") as src, gzip.open(gz, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        os.chmod(gz, 0o600)
+    except OSError as e:
+        # Disk full while compressing: keep the plain file (complete), drop the partial .gz.
+        log.warning("capture_gzip_failed", file=old.name, error=str(e))
+        gz.unlink(missing_ok=True)
+        return None
+    old.unlink()
+    return gz
+
+
+class DiskGate:
+    """``--min-free-mb``: measures free space (rarely) and says when writing must pause or may resume."""
+
+    def __init__(self, directory: Path, disk_usage: DiskUsage, interval_s: float, ops: CaptureOps) -> None:
+        self._dir = directory
+        self._usage = disk_usage
+        self._ops = ops
+        self._space = FreeSpaceEstimate(interval_s=interval_s, margin=0)
+        self._policy = FreeSpacePolicy.for_min_free(0)
+
+    def setup(self, min_free: int | None, max_total: int | None, rotate: int | None) -> None:
+        """Resolve the default (:func:`~proxy.capture.budget.default_min_free`) and say what is in force."""
+        if min_free is None:
+            total, _ = self._usage(self._dir)
+            min_free = default_min_free(total)
+        self._policy = FreeSpacePolicy.for_min_free(min_free)
+        self._space.margin = min_free + self._policy.hysteresis
+        self._ops.min_free = min_free
+        log.debug("capture_budget", max_total_bytes=max_total, rotate_bytes=rotate, min_free_bytes=min_free,
+                 resume_free_bytes=min_free + self._policy.hysteresis)  # fmt: skip
+
+    def still_paused(self) -> bool:
+        """Paused, and not yet time to measure again (the caller drops without encoding)."""
+        return self._ops.paused and not self._space.due(time.monotonic(), 0)
+
+    def wrote(self, n: int) -> None:
+        """``n`` bytes were written."""
+        self._space.wrote(n)
+
+    def reason(self) -> str:
+        """The gap record's reason for records held back."""
+        p = self._policy
+        return (f"low_disk: free space under --min-free-mb ({p.min_free / MIB:g} MB); records were not written "
+                f"(forwarding went on) until {(p.min_free + p.hysteresis) / MIB:g} MB were free again")  # fmt: skip
+
+    def paused_for(self, pending: int, held: int) -> bool:
+        """Whether ``pending`` more bytes must wait (``held``: records held back so far, for the log)."""
+        if not self._policy.min_free:
+            return False
+        now = time.monotonic()
+        if self._space.due(now, pending):
+            try:
+                _, free = self._usage(self._dir)
+            except OSError:
+                free = self._space.free
+            self._space.measured(now, free)
+        was = self._ops.paused
+        paused = self._policy.paused(self._space.free, pending, was)
+        if paused != was:
+            self._ops.paused = paused
+            if paused:
+                self._ops.pauses += 1
+                log.warning("capture_paused_low_disk", free_bytes=self._space.free, min_free_bytes=self._policy.min_free,
+                            note="forwarding goes on; records are counted and a gap record follows")  # fmt: skip
+            else:
+                log.warning("capture_resumed", free_bytes=self._space.free, not_written=held)
+        return paused

@@ -1,0 +1,227 @@
+"""The writer unattended: retention under --max-total-mb, the --min-free-mb pause, reopen, a deleted or renamed live file.
+
+Retention and the free-space pause run on a real tmpfs of a few MB mounted inside the test's
+directory (the tests run as root here; without ``mount`` they are skipped, and the free-space
+test falls back to nothing: it needs the real filesystem to fill up). The deleted/renamed file
+tests need no small filesystem.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.capture.budget import MIB
+from proxy.capture.writer import CaptureWriter, WriterOptions
+from replay.capture import events as ev
+from replay.capture.reader import read_capture
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs mounted at a fresh directory, unmounted at teardown."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mnt)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _start() -> ev.CaptureStarted:
+    return ev.CaptureStarted(t_ns=time.time_ns(), proxy_version="t", listen="l:1", upstream="u:2", options={})
+
+
+def _msg(i: int) -> ev.MessageSeen:
+    # ~400 bytes a line: enough to fill megabytes quickly, small enough for many records per file.
+    return ev.MessageSeen(t_ns=1000 + i, call=f"c1.{i}", dir="c2s", index=0, size=300, compressed=False,
+                          payload="x" * 300)  # fmt: skip
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
+
+
+async def _until(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        await asyncio.sleep(0.01)
+
+
+def _handled(w: CaptureWriter) -> int:
+    written, dropped, _ = w.stats()
+    return written + dropped
+
+
+async def _emit(w: CaptureWriter, first: int, n: int) -> None:
+    """Emit n records and wait until the writer thread wrote or dropped them (an empty queue is not enough:
+    the batch may still be in the writer thread)."""
+    before = _handled(w)
+    for i in range(first, first + n):
+        w.emit(_msg(i))
+        if i % 200 == 0:
+            await _until(lambda: w.backlog < 1000, "the writer to catch up")
+    await _until(lambda: _handled(w) >= before + n, "the writer to write or drop them")
+
+
+def _dir_bytes(d: Path) -> int:
+    return sum(p.stat().st_size for p in d.iterdir() if p.name.startswith("capture-"))
+
+
+def test_retention_keeps_the_directory_within_budget(tmpfs: Path) -> None:
+    """3+ MB written under a 1 MiB budget: oldest files (an earlier run's first) go, files_removed names them."""
+    old = tmpfs / "capture-20000101T000000-1.jsonl"  # an earlier proxy run's file: the oldest of all
+    old.write_bytes(b"x" * 200_000)
+    budget, rotate = MIB, 128 * 1024
+    seen_max = [0]
+
+    def watch(_: bytes) -> None:  # before each write: the directory never exceeds budget + one batch
+        seen_max[0] = max(seen_max[0], _dir_bytes(tmpfs))
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmpfs, rotate_bytes=rotate, max_total_bytes=budget,
+                                        min_free_bytes=0, before_write=watch), _start())  # fmt: skip
+        w.open()
+        await _emit(w, 0, 8000)
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    assert not old.exists()
+    assert seen_max[0] <= budget + 64 * 1024, seen_max[0]
+    assert _dir_bytes(tmpfs) <= budget + 64 * 1024
+    left = sorted(p for p in tmpfs.iterdir() if p.name.startswith("capture-"))
+    removed: list[str] = []
+    for p in left:
+        removed += [n for r in _lines(p) if r["kind"] == "files_removed" for n in r["files"]]
+    all_files = {p.name for p in w.paths} | {old.name}
+    assert old.name in removed or w.ops.files_removed > len(removed)  # the earliest note may itself be gone
+    assert set(removed) <= all_files and not (set(removed) & {p.name for p in left})
+    assert w.ops.files_removed >= len(set(removed)) > 0 and w.ops.bytes_removed > 0
+    # What is left reads as one capture whose start was cut: the holes say so, seq runs on.
+    reader = read_capture(tmpfs)
+    seqs = [seq for seq, _ in reader]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    kinds = {g.kind for g in reader.gaps}
+    assert "missing_file" in kinds and "files_removed" in kinds
+
+
+def test_low_free_space_pauses_and_resumes_with_a_gap(tmpfs: Path) -> None:
+    """Fill the tmpfs to under --min-free-mb: records are counted, not written; space back: a low_disk gap."""
+    min_free = 1 * MIB
+    filler = tmpfs / "filler"
+
+    async def run() -> tuple[CaptureWriter, int]:
+        # check_interval_s=0: free space measured before every batch (the default re-measures every 2 s
+        # or when the estimate nears the threshold; the filler below is invisible to the estimate).
+        w = CaptureWriter(WriterOptions(directory=tmpfs, min_free_bytes=min_free, check_interval_s=0), _start())
+        w.open()
+        await _emit(w, 0, 10)
+        free = os.statvfs(tmpfs).f_bavail * os.statvfs(tmpfs).f_frsize
+        filler.write_bytes(b"\0" * (free - min_free // 2))  # leave half of min_free
+        size_before = w.path.stat().st_size
+        await _emit(w, 10, 500)
+        assert w.ops.paused and w.path.stat().st_size == size_before
+        not_written = w.ops.low_disk_dropped
+        filler.unlink()
+        await _until(lambda: not w.ops.paused, "the writer to resume")
+        await _emit(w, 510, 5)
+        await w.close()
+        return w, not_written
+
+    w, not_written = asyncio.run(run())
+    recs = _lines(w.path)
+    assert not_written == 500 and w.ops.pauses == 1
+    gaps = [r for r in recs if r["kind"] == "gap"]
+    assert len(gaps) == 1 and gaps[0]["reason"].startswith("low_disk") and gaps[0]["dropped"] == 500
+    assert (gaps[0]["first_t_ns"], gaps[0]["last_t_ns"]) == (1010, 1509)
+    calls = [r["call"] for r in recs if r["kind"] == "message"]
+    assert calls == [f"c1.{i}" for i in [*range(10), *range(510, 515)]]
+    assert [r["seq"] for r in recs] == list(range(len(recs)))
+    assert recs[-1]["kind"] == "capture_end" and recs[-1]["counts"]["dropped"] == 500
+
+
+def test_default_min_free_never_fills_a_small_disk(tmpfs: Path) -> None:
+    """No --min-free-mb on a 4 MiB tmpfs: 5 % (~200 KiB) stays free; writing pauses instead of hitting ENOSPC."""
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmpfs, check_interval_s=0.05), _start())
+        w.open()
+        await _emit(w, 0, 12000)  # ~5 MB: more than the filesystem holds
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    st = os.statvfs(tmpfs)
+    assert w.ops.min_free == int(4 * MIB * 0.05)
+    assert st.f_bavail * st.f_frsize > 0 and w.ops.paused and w.ops.low_disk_dropped > 0
+    recs = _lines(w.path)
+    assert recs[-2]["kind"] == "gap" and recs[-2]["reason"].startswith("low_disk")
+    assert recs[-1]["kind"] == "capture_end"
+
+
+def _reopen_run(tmp_path: Path, act: Callable[[CaptureWriter], None]) -> CaptureWriter:
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path, min_free_bytes=0, check_interval_s=0.05), _start())
+        w.open()
+        await _emit(w, 0, 20)
+        first = w.path
+        act(w)
+        await _until(lambda: w.path != first, "a new capture file")
+        await _emit(w, 20, 5)
+        await w.close()
+        return w
+
+    return asyncio.run(run())
+
+
+def test_deleted_live_file_is_noticed_and_the_loss_recorded(tmp_path: Path) -> None:
+    """rm of the live file (idle proxy): a new file whose gap says how many records went with it."""
+    w = _reopen_run(tmp_path, lambda w: w.path.unlink())
+    assert not w.paths[0].exists()
+    recs = _lines(w.path)
+    assert [r["kind"] for r in recs[:2]] == ["capture_start", "gap"]
+    gap = recs[1]
+    assert gap["reason"].startswith("file_unlinked") and gap["dropped"] == 21  # capture_start + 20 messages
+    assert recs[0]["file_index"] == 1 and recs[0]["seq"] == 21
+    assert w.ops.reopens == {"unlinked": 1}
+    assert [r["call"] for r in recs if r["kind"] == "message"] == [f"c1.{i}" for i in range(20, 25)]
+
+
+def test_renamed_live_file_is_closed_and_the_capture_goes_on(tmp_path: Path) -> None:
+    """mv of the live file: it gets its capture_end (reopen); the new file names it in files_removed (moved)."""
+    moved = tmp_path / "moved.jsonl"
+    w = _reopen_run(tmp_path, lambda w: w.path.rename(moved))
+    old = _lines(moved)
+    assert old[-1]["kind"] == "capture_end" and old[-1]["reason"] == "reopen" and old[-1]["next_file"] == w.path.name
+    recs = _lines(w.path)
+    assert [r["kind"] for r in recs[:2]] == ["capture_start", "files_removed"]
+    assert recs[1]["reason"] == "moved" and recs[1]["files"] == [w.paths[0].name]
+    assert [r["seq"] for r in old + recs] == list(range(len(old) + len(recs)))
+    assert w.ops.reopens == {"moved": 1}
+
+
+def test_reopen_request_starts_a_new_file_without_holes(tmp_path: Path) -> None:
+    """SIGHUP's path: capture_end(reopen) -> next file; the reader sees one capture with no hole."""
+    w = _reopen_run(tmp_path, lambda w: w.request_reopen("signal"))
+    assert len(w.paths) == 2
+    reader = read_capture(tmp_path)
+    recs = list(reader)
+    assert reader.gaps == [] and [s for s, _ in recs] == list(range(len(recs)))
+    ends = [r for _, r in recs if isinstance(r, ev.CaptureEnded)]
+    assert [e.reason for e in ends] == ["reopen", "shutdown"] and ends[0].next_file == w.paths[1].name
+    assert w.ops.reopens == {"signal": 1}
