@@ -52,9 +52,11 @@ class Refuser:
                 return
             tunnel._protocol_error(tunnel.down, int(getattr(e, "error_code", None) or 1), str(e) or type(e).__name__, goaway=False)
             return
+        answered = False
         try:
             for event in events:
                 if isinstance(event, h2.events.RequestReceived):
+                    answered = True
                     call = tunnel._request(event.stream_id, event.headers)
                     try:
                         self.conn.send_headers(event.stream_id, status_trailers(14, self.reason, True), end_stream=True)
@@ -68,6 +70,11 @@ class Refuser:
             tunnel.abort("proxy_error")
             return
         self._write()
+        if answered:
+            # The calls sent so far have their status and its reason; now tell the client to open
+            # no more calls here, so its next call reconnects (and reaches Triton once it is back)
+            # instead of being refused on this connection forever.
+            tunnel.goaway_down()
 
     def goaway(self) -> None:
         """No new calls on this connection."""
