@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 
 from replay.capture import events as ev
-from replay.capture.schema import encode
+from replay.capture.schema import Encoder
 from replay.errors import UserError
 
 log = structlog.get_logger("triton_tap.writer")
@@ -102,6 +102,7 @@ class CaptureWriter:
         self._seq = 0
         self._fd = -1
         self._offset = 0
+        self._encoder = Encoder()
         self._file_index = 0
         self._gap = _Gap()
         self._queue_gap = _Gap()
@@ -209,11 +210,13 @@ class CaptureWriter:
         path = self._opt.directory / self._file_name()
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         self._offset = 0
+        self._encoder = Encoder()  # sparse-encoding state is per file: each file reads on its own
         self.paths.append(path)
 
     def _encode(self, records: list[Any]) -> bytes:
         lines = []
         seq = self._seq
+        encode = self._encoder.encode
         for r in records:
             lines.append(encode(r, seq))
             seq += 1
@@ -248,6 +251,7 @@ class CaptureWriter:
             self._write_all(data)
         except OSError as e:
             self._rollback()
+            self._encoder.reset()  # what this batch said never reached the file
             self._gap.add(records, f"write_error: {e}")
             self._counts.dropped += len(records)
             if not self._failing:

@@ -33,7 +33,7 @@ from typing import IO
 import orjson
 
 from replay.capture import events as ev
-from replay.capture.schema import decode
+from replay.capture.schema import Sticky, decode
 from replay.errors import CaptureError, UnknownKind
 
 PathLike = str | os.PathLike[str]
@@ -228,6 +228,7 @@ class CaptureReader:
         lineno = 0
         found = 0  # lines that were records (of any kind): a file without one is not a capture
         unknown: set[str] = set()
+        sticky: Sticky = {}  # the writer's sparse-encoding state is per file
         try:
             with _open(path) as f:
                 for lineno, line in enumerate(f, 1):
@@ -255,7 +256,7 @@ class CaptureReader:
                         except orjson.JSONDecodeError as e:
                             raise CaptureError(name, lineno, f"not valid JSON: {e}") from None
                     try:
-                        seq, record = decode(raw, path=name, line=lineno)
+                        seq, record = decode(raw, path=name, line=lineno, sticky=sticky)
                     except UnknownKind as e:
                         # Same schema version, newer writer: new kinds are additions, so the rest
                         # of the capture still means what it says; the seq still counts (no hole).

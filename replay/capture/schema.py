@@ -12,6 +12,7 @@ removing or changing the meaning of a field does.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import sys
 import types
 import typing
@@ -23,10 +24,9 @@ import orjson
 from replay.capture import events as ev
 from replay.errors import CaptureError, CaptureTooNew, UnknownKind
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 KINDS: dict[str, type[Any]] = {cls.kind: cls for cls in ev.RECORD_TYPES}
-
 
 
 def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
@@ -37,22 +37,129 @@ def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-# version n -> function upgrading a raw record dict from n to n + 1, one step per version.
-_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+def _v2_to_v3(raw: dict[str, Any]) -> dict[str, Any]:
+    """v3 is sparse (fields equal to their default are omitted); a dense v2 record is already a valid v3 one."""
+    return raw
 
-_HEADS: dict[str, bytes] = {}
+
+# version n -> function upgrading a raw record dict from n to n + 1, one step per version.
+_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+
+#: Marks a field that is never omitted (required and not nullable).
+_ALWAYS = object()
+
+
+def _nullable(tp: Any) -> bool:
+    return (typing.get_origin(tp) is typing.Union or isinstance(tp, types.UnionType)) and type(None) in typing.get_args(tp)
+
+
+def _omitted_as(cls: type[Any]) -> dict[str, Any]:
+    """field -> the value a sparse line omits (and a reader fills in): its default, else null when nullable."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif _nullable(hints[f.name]):
+            out[f.name] = None
+        else:
+            out[f.name] = _ALWAYS
+    return out
+
+
+_OMITTED: dict[str, dict[str, Any]] = {k: _omitted_as(c) for k, c in KINDS.items()}
+_TENSOR_LISTS = ("inputs", "output_tensors")
+_STICKY = ev.MessageSeen.sticky
+
+
+def _tensor(t: ev.TensorSpec) -> dict[str, Any]:
+    d: dict[str, Any] = {"name": t.name, "datatype": t.datatype, "shape": t.shape}
+    if t.size is not None:
+        d["size"] = t.size
+    if t.hmac_sha256 is not None:
+        d["hmac_sha256"] = t.hmac_sha256
+    return d
+
+
+class _Plan:
+    """How one record kind is encoded sparsely: field names, one getter for all values, omitted values."""
+
+    __slots__ = ("get", "kind", "names", "omit", "tensors")
+
+    def __init__(self, cls: type[Any]) -> None:
+        omitted = _OMITTED[cls.kind]
+        self.names = tuple(omitted)
+        self.omit = tuple(omitted.values())
+        self.get = operator.attrgetter(*self.names)
+        self.kind = cls.kind
+        self.tensors = cls is ev.MessageSeen
+
+
+_PLANS: dict[type[Any], _Plan] = {c: _Plan(c) for c in ev.RECORD_TYPES}
+
+
+def _sparse(record: ev.Record, seq: int) -> dict[str, Any]:
+    # Hot loop (writer thread, once per record): one C-level getter call, then an identity test per
+    # field (None/False/0 defaults are singletons; an equal non-identical value is merely written).
+    plan = _PLANS[type(record)]
+    d: dict[str, Any] = {"v": SCHEMA_VERSION, "seq": seq, "kind": plan.kind}
+    for name, value, omit in zip(plan.names, plan.get(record), plan.omit, strict=True):
+        if value is not omit and value != omit:
+            d[name] = value
+    if plan.tensors:
+        for name in _TENSOR_LISTS:
+            specs = d.get(name)
+            if specs:
+                d[name] = [_tensor(t) for t in specs]
+    return d
 
 
 def encode(record: ev.Record, seq: int) -> bytes:
-    """One JSONL line (with newline) for ``record`` as record number ``seq``."""
-    kind = record.kind
-    head = _HEADS.get(kind)
-    if head is None:
-        head = _HEADS[kind] = b',"kind":"' + kind.encode() + b'",'
-    # orjson serialises the slotted dataclass directly; splice the envelope in front of its
-    # fields instead of building an intermediate dict on the hot path.
-    body = orjson.dumps(record)
-    return b'{"v":%d,"seq":%d%s%s\n' % (SCHEMA_VERSION, seq, head, body[1:])
+    """One JSONL line (with newline) for ``record`` as record number ``seq``, sparse but self-contained.
+
+    Sticky fields are always written (a line read alone means what it says); :class:`Encoder` omits them.
+    """
+    d = _sparse(record, seq)
+    if type(record) is ev.MessageSeen and record.dir == "s2c":
+        for name in _STICKY:
+            if name not in d:
+                d[name] = None
+    return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
+
+
+class Encoder:
+    """Sparse encoding of one capture file: also omits an `s2c` message's sticky fields when they repeat.
+
+    State is per file (a reader of one rotated file needs no other) and per open call (dropped at
+    ``call_end``); :meth:`reset` forgets it, e.g. after a batch that was never written.
+    """
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[Any, ...]] = {}
+
+    def reset(self) -> None:
+        """Forget what earlier lines said: the next message of every call writes its sticky fields."""
+        self._last.clear()
+
+    def encode(self, record: ev.Record, seq: int) -> bytes:
+        """One JSONL line (with newline) for ``record`` as record number ``seq``."""
+        d = _sparse(record, seq)
+        kind = type(record)
+        if kind is ev.MessageSeen and record.dir == "s2c":  # type: ignore[union-attr]
+            call = record.call  # type: ignore[union-attr]
+            now = (record.model, record.model_version, record.outputs, record.output_tensors)  # type: ignore[union-attr]
+            before = self._last.get(call)
+            self._last[call] = now
+            for name, value, old in zip(_STICKY, now, before or (_ALWAYS,) * len(_STICKY), strict=True):
+                if value == old:
+                    d.pop(name, None)
+                elif name not in d:
+                    d[name] = None  # null after a non-null value must be said
+        elif kind is ev.CallEnded:
+            self._last.pop(record.call, None)  # type: ignore[union-attr]
+        return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def _required(cls: type[Any]) -> frozenset[str]:
@@ -63,7 +170,11 @@ def _required(cls: type[Any]) -> frozenset[str]:
     )
 
 
-_REQUIRED: dict[str, frozenset[str]] = {k: _required(c) for k, c in KINDS.items()}
+_REQUIRED: dict[str, frozenset[str]] = {k: frozenset(n for n, o in _OMITTED[k].items() if o is _ALWAYS) for k in KINDS}
+# Nullable fields without a default: a sparse line omits them when null, the reader fills null in.
+_NULLS: dict[str, tuple[str, ...]] = {
+    k: tuple(n for n, o in _OMITTED[k].items() if o is None and n in _required(c)) for k, c in KINDS.items()
+}
 
 # A field's check: the exact JSON types it may have (``type(v) in types``: JSON gives exactly int,
 # float, str, bool, None, list and dict, and an exact test keeps ``true`` out of int fields), then an
@@ -196,8 +307,29 @@ _Checks = tuple[tuple[str, frozenset[type], _Deep | None], ...]
 _CHECKS: dict[str, _Checks] = {k: _checks(c) for k, c in KINDS.items()}
 
 
-def decode(raw: Any, *, path: str = "<capture>", line: int | None = None) -> tuple[int, ev.Record]:
-    """``(seq, record)`` from one parsed JSON line; :class:`CaptureError` says what is wrong."""
+#: Per file: call -> the sticky fields of its last `s2c` message (see :class:`Encoder`).
+Sticky = dict[str, dict[str, Any]]
+
+
+def _carry(raw: dict[str, Any], sticky: Sticky) -> dict[str, Any]:
+    """Fill the sticky fields an `s2c` message line omitted from the call's previous one."""
+    call = raw.get("call")
+    if not isinstance(call, str):
+        return raw
+    before = sticky.get(call)
+    if before is not None and not all(name in raw for name in _STICKY):
+        raw = {**before, **raw}
+    sticky[call] = {name: raw.get(name) for name in _STICKY}
+    return raw
+
+
+def decode(raw: Any, *, path: str = "<capture>", line: int | None = None,
+           sticky: Sticky | None = None) -> tuple[int, ev.Record]:  # fmt: skip
+    """``(seq, record)`` from one parsed JSON line; :class:`CaptureError` says what is wrong.
+
+    ``sticky``: the state of the file being read (one dict per file), so sparse `s2c` messages get
+    the sticky fields their line omitted; without it a line is decoded on its own.
+    """
     if not isinstance(raw, dict):
         raise CaptureError(path, line, "a capture line must be a JSON object")
     v = raw.get("v")
@@ -222,6 +354,11 @@ def decode(raw: Any, *, path: str = "<capture>", line: int | None = None) -> tup
         if isinstance(kind, str) and kind:
             raise UnknownKind(path, line, kind, seq)
         raise CaptureError(path, line, f"missing or invalid record kind {kind!r}")
+    if sticky is not None:
+        if cls is ev.MessageSeen and raw.get("dir") == "s2c":
+            raw = _carry(raw, sticky)
+        elif cls is ev.CallEnded and isinstance(call := raw.get("call"), str):
+            sticky.pop(call, None)
     missing = _REQUIRED[kind] - raw.keys()
     if missing:
         raise CaptureError(path, line, f"{kind} record lacks field(s) {', '.join(sorted(missing))}")
@@ -229,8 +366,11 @@ def decode(raw: Any, *, path: str = "<capture>", line: int | None = None) -> tup
     why = _field_error(_CHECKS[kind], raw, fields)
     if why is not None:
         raise CaptureError(path, line, f"{kind} record: {why}")
+    for name in _NULLS[kind]:
+        if name not in fields:
+            fields[name] = None
     if cls is ev.MessageSeen:
-        for name in ("inputs", "output_tensors"):
+        for name in _TENSOR_LISTS:
             specs = fields.get(name)
             if specs is not None:
                 # Already checked (the field's deep check); this keeps the known keys only.
@@ -253,11 +393,23 @@ def _type_text(tp: Any) -> str:
     return text.replace("NoneType", "null").replace(" | ", " or ")
 
 
+def _omitted_text(cls: type[Any], name: str) -> str:
+    if cls is ev.TensorSpec:
+        return "null" if name in ("size", "hmac_sha256") else "never"
+    omit = _OMITTED[cls.kind][name]
+    text = "never" if omit is _ALWAYS else "null" if omit is None else f"`{orjson.dumps(omit).decode()}`"
+    if cls is ev.MessageSeen and name in _STICKY:
+        text += "; on `s2c`: equal to the call's previous `s2c` message in the file"
+    return text
+
+
 def markdown() -> str:
     """docs/capture-format.md's records section, generated from :mod:`replay.capture.events`."""
     out = [
         f"Schema version **{SCHEMA_VERSION}**. Every line: `v` (schema version), `seq` (record number, "
-        "gap-free across the whole capture, rotated files included), `kind`, then the fields below.",
+        "gap-free across the whole capture, rotated files included), `kind`, then the fields below. "
+        "Lines are sparse: a field is left out when its value is the one in the *omitted when* column, "
+        "and a reader fills that value in (a line may also spell it out: versions 1 and 2 always did).",
         "",
     ]
     classes: tuple[type[Any], ...] = (*ev.RECORD_TYPES, ev.TensorSpec)
@@ -266,13 +418,12 @@ def markdown() -> str:
         title = "tensor spec (items of `inputs` and `output_tensors`)" if cls is ev.TensorSpec else f"`{cls.kind}`"
         out.append(f"#### {title}: {cls.__doc__}")
         out.append("")
-        out.append("| field | type | meaning |")
-        out.append("|---|---|---|")
+        out.append("| field | type | omitted when | meaning |")
+        out.append("|---|---|---|---|")
         for f in dataclasses.fields(cls):
             hint = hints[f.name]
             base, doc = typing.get_args(hint)[0], hint.__metadata__[0]
-            opt = "" if f.default is dataclasses.MISSING else " (optional)"
-            out.append(f"| `{f.name}` | `{_type_text(base)}`{opt} | {doc} |")
+            out.append(f"| `{f.name}` | `{_type_text(base)}` | {_omitted_text(cls, f.name)} | {doc} |")
         out.append("")
     return "\n".join(out)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from proxy.lab.tritonserver import free_port
+from tests.support.capture import records
 from tests.support.paths import ROOT
 
 
@@ -243,7 +244,6 @@ def test_redact_salt_from_environment(tmp_path: Path) -> None:
     import signal
 
     import grpc
-    import orjson
     from tritonclient.grpc import service_pb2 as pb
     from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
@@ -283,7 +283,7 @@ def test_redact_salt_from_environment(tmp_path: Path) -> None:
                 p.kill()
                 p.wait(10)
     (path,) = tmp_path.glob("*.jsonl")
-    recs = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    recs = records(path)
     assert recs[0]["options"]["redact_salt"] is None and recs[0]["options"]["redact_salt_given"] is True
     assert b"from-env" not in path.read_bytes()
     (c2s,) = [r for r in recs if r["kind"] == "message" and r["dir"] == "c2s"]
