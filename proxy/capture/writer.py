@@ -26,6 +26,7 @@ from typing import Any
 
 import structlog
 
+from proxy.capture.sink import make_sink
 from replay.capture import events as ev
 from replay.capture.schema import Encoder
 from replay.errors import UserError
@@ -45,6 +46,8 @@ class WriterOptions:
     directory: Path
     rotate_bytes: int | None = None
     gzip_rotated: bool = False
+    #: ``zstd``, ``gzip`` or ``none``: how each written batch is stored (see :mod:`proxy.capture.sink`).
+    compress: str = "none"
     max_queue: int = 200_000
     #: Called in the writer thread with each encoded batch before it is written: tests use it to
     #: inject faults (ENOSPC) and slowness without a real full disk.
@@ -103,6 +106,7 @@ class CaptureWriter:
         self._fd = -1
         self._offset = 0
         self._encoder = Encoder()
+        self._sink = make_sink(options.compress)
         self._file_index = 0
         self._gap = _Gap()
         self._queue_gap = _Gap()
@@ -204,7 +208,7 @@ class CaptureWriter:
 
     def _file_name(self) -> str:
         suffix = "" if self._file_index == 0 else f"-{self._file_index:04d}"
-        return f"{self._stem}{suffix}.jsonl"
+        return f"{self._stem}{suffix}{self._sink.suffix}"
 
     def _open_file(self) -> None:
         path = self._opt.directory / self._file_name()
@@ -244,7 +248,7 @@ class CaptureWriter:
                 )
             )
         pending.extend(records)
-        data = self._encode(pending)
+        data = self._sink.frame(self._encode(pending))
         try:
             if self._opt.before_write is not None:
                 self._opt.before_write(data)
@@ -301,7 +305,7 @@ class CaptureWriter:
         self._write_batch([self._end_record("rotate", {}, next_name)], may_rotate=False)
         old = self.path
         os.close(self._fd)
-        if self._opt.gzip_rotated:
+        if self._opt.gzip_rotated and self._opt.compress == "none":
             with open(old, "rb") as src, gzip.open(str(old) + ".gz", "wb") as dst:
                 shutil.copyfileobj(src, dst)
             os.chmod(str(old) + ".gz", 0o600)

@@ -40,6 +40,8 @@ class ProxyConfig:
     payload_cap: int | None = None
     rotate_mb: float | None = None
     gzip_rotated: bool = False
+    #: how written batches are stored: ``none`` (plain JSONL), ``zstd`` or ``gzip`` (one frame per batch)
+    compress: str = "none"
     drain_timeout: float = 10.0
     connect_timeout: float = 3.0
     redact: tuple[str, ...] = DEFAULT_REDACT
@@ -211,6 +213,7 @@ class RecordingProxy:
             "payload_cap": cfg.payload_cap,
             "rotate_mb": cfg.rotate_mb,
             "gzip_rotated": cfg.gzip_rotated,
+            "compress": cfg.compress,
             "drain_timeout_s": cfg.drain_timeout,
             "redact": list(cfg.redact),
             "redact_inputs": list(cfg.redact_inputs),
@@ -253,7 +256,8 @@ class RecordingProxy:
         )  # fmt: skip
         rotate = int(cfg.rotate_mb * 1024 * 1024) if cfg.rotate_mb else None
         self.writer = CaptureWriter(
-            WriterOptions(directory=cfg.capture_dir, rotate_bytes=rotate, gzip_rotated=cfg.gzip_rotated), start
+            WriterOptions(directory=cfg.capture_dir, rotate_bytes=rotate, gzip_rotated=cfg.gzip_rotated,
+                          compress=cfg.compress), start
         )
         try:
             self.writer.open()

@@ -1,8 +1,8 @@
 """Streaming capture reader: files and directories in, ``(seq, record)`` out, one line at a time.
 
 Which files belong together: the writer names the files of one capture
-``capture-<stamp>-<pid>.jsonl``, ``capture-<stamp>-<pid>-0001.jsonl``, ... (rotated files may be
-gzipped to ``.jsonl.gz``). Files sharing a stem are one capture, read in file-index order; any other
+``capture-<stamp>-<pid>.jsonl``, ``capture-<stamp>-<pid>-0001.jsonl``, ... (``.jsonl.zst`` or
+``.jsonl.gz`` when compressed as written; rotated files may be gzipped to ``.jsonl.gz``). Files sharing a stem are one capture, read in file-index order; any other
 file is a capture of its own. Captures are read in the order given (a directory's in name order,
 which for the writer's names is time order).
 
@@ -34,12 +34,15 @@ import orjson
 
 from replay.capture import events as ev
 from replay.capture.schema import Sticky, decode
+from replay.capture.zst import ZstdLines
 from replay.errors import CaptureError, UnknownKind
 
 PathLike = str | os.PathLike[str]
 
 # The writer's names: capture-<UTC stamp>-<pid>[-<rotation index, 4+ digits>].jsonl[.gz]
-_ROTATED = re.compile(r"^(?P<stem>capture-\d{8}T\d{6}-\d+)(?:-(?P<index>\d{4,}))?\.jsonl(?:\.gz)?$")
+#: The names of capture files a directory is searched for.
+CAPTURE_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+_ROTATED = re.compile(r"^(?P<stem>capture-\d{8}T\d{6}-\d+)(?:-(?P<index>\d{4,}))?\.jsonl(?:\.gz|\.zst)?$")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -163,10 +166,10 @@ def _expand(paths: Iterable[PathLike]) -> list[list[Path]]:
         p = Path(given)
         if p.is_dir():
             found = sorted(
-                q for q in p.iterdir() if q.is_file() and (q.name.endswith(".jsonl") or q.name.endswith(".jsonl.gz"))
+                q for q in p.iterdir() if q.is_file() and q.name.endswith(CAPTURE_SUFFIXES)
             )
             if not found:
-                raise CaptureError(str(p), None, "no *.jsonl or *.jsonl.gz capture files in this directory")
+                raise CaptureError(str(p), None, "no *.jsonl, *.jsonl.zst or *.jsonl.gz capture files in this directory")
         elif p.exists():
             # Not only regular files: a FIFO or /dev/stdin streams a capture too.
             found = [p]
@@ -194,7 +197,9 @@ def _expand(paths: Iterable[PathLike]) -> list[list[Path]]:
     return out
 
 
-def _open(path: Path) -> IO[bytes]:
+def _open(path: Path) -> IO[bytes] | ZstdLines:
+    if path.name.endswith(".zst"):
+        return ZstdLines(path)
     if path.name.endswith(".gz"):
         return gzip.open(path, "rb")  # type: ignore[return-value]
     return open(path, "rb")
@@ -276,7 +281,7 @@ class CaptureReader:
                     yield seq, record
         except (EOFError, gzip.BadGzipFile, zlib.error) as e:
             if not found:
-                raise CaptureError(name, None, f"not a readable gzip capture: {e}") from None
+                raise CaptureError(name, None, f"not a readable {'zstd' if name.endswith('.zst') else 'gzip'} capture: {e}") from None
             if not last:
                 raise CaptureError(name, lineno + 1 if lineno else None, f"broken compressed file: {e}") from None
             self.warnings.append(f"{name}: compressed file cut short after line {lineno}: {e}")

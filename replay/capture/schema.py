@@ -12,7 +12,6 @@ removing or changing the meaning of a field does.
 from __future__ import annotations
 
 import dataclasses
-import operator
 import sys
 import types
 import typing
@@ -81,37 +80,37 @@ def _tensor(t: ev.TensorSpec) -> dict[str, Any]:
     return d
 
 
-class _Plan:
-    """How one record kind is encoded sparsely: field names, one getter for all values, omitted values."""
+def _compile(cls: type[Any]) -> Callable[[Any, int], dict[str, Any]]:
+    """A function building the sparse dict of one record of ``cls`` (generated from its fields).
 
-    __slots__ = ("get", "kind", "names", "omit", "tensors")
+    Hot loop (writer thread, once per record): straight-line code, one attribute read and one
+    identity test per field, measured ~2x faster than a generic loop over the fields. None/False/0
+    defaults are singletons; a value equal to a non-identical default is merely written.
+    """
+    omitted = _OMITTED[cls.kind]
+    env: dict[str, Any] = {"_tensor": _tensor}
+    lines = ["def enc(r, seq):", f"    d = {{'v': {SCHEMA_VERSION}, 'seq': seq, 'kind': {cls.kind!r}}}"]
+    for i, (name, omit) in enumerate(omitted.items()):
+        if omit is _ALWAYS:
+            lines.append(f"    d[{name!r}] = r.{name}")
+            continue
+        env[f"o{i}"] = omit
+        lines.append(f"    v = r.{name}")
+        if name in _TENSOR_LISTS:
+            lines.append(f"    if v is not None: d[{name!r}] = [_tensor(t) for t in v]")
+        else:
+            lines.append(f"    if v is not o{i} and v != o{i}: d[{name!r}] = v")
+    lines.append("    return d")
+    exec("\n".join(lines), env)  # code generated from our own dataclass fields only
+    enc: Callable[[Any, int], dict[str, Any]] = env["enc"]
+    return enc
 
-    def __init__(self, cls: type[Any]) -> None:
-        omitted = _OMITTED[cls.kind]
-        self.names = tuple(omitted)
-        self.omit = tuple(omitted.values())
-        self.get = operator.attrgetter(*self.names)
-        self.kind = cls.kind
-        self.tensors = cls is ev.MessageSeen
 
-
-_PLANS: dict[type[Any], _Plan] = {c: _Plan(c) for c in ev.RECORD_TYPES}
+_ENCODERS: dict[type[Any], Callable[[Any, int], dict[str, Any]]] = {c: _compile(c) for c in ev.RECORD_TYPES}
 
 
 def _sparse(record: ev.Record, seq: int) -> dict[str, Any]:
-    # Hot loop (writer thread, once per record): one C-level getter call, then an identity test per
-    # field (None/False/0 defaults are singletons; an equal non-identical value is merely written).
-    plan = _PLANS[type(record)]
-    d: dict[str, Any] = {"v": SCHEMA_VERSION, "seq": seq, "kind": plan.kind}
-    for name, value, omit in zip(plan.names, plan.get(record), plan.omit, strict=True):
-        if value is not omit and value != omit:
-            d[name] = value
-    if plan.tensors:
-        for name in _TENSOR_LISTS:
-            specs = d.get(name)
-            if specs:
-                d[name] = [_tensor(t) for t in specs]
-    return d
+    return _ENCODERS[type(record)](record, seq)
 
 
 def encode(record: ev.Record, seq: int) -> bytes:
@@ -145,20 +144,28 @@ class Encoder:
 
     def encode(self, record: ev.Record, seq: int) -> bytes:
         """One JSONL line (with newline) for ``record`` as record number ``seq``."""
-        d = _sparse(record, seq)
-        kind = type(record)
-        if kind is ev.MessageSeen and record.dir == "s2c":  # type: ignore[union-attr]
-            call = record.call  # type: ignore[union-attr]
-            now = (record.model, record.model_version, record.outputs, record.output_tensors)  # type: ignore[union-attr]
-            before = self._last.get(call)
-            self._last[call] = now
-            for name, value, old in zip(_STICKY, now, before or (_ALWAYS,) * len(_STICKY), strict=True):
-                if value == old:
+        d = _ENCODERS[type(record)](record, seq)
+        if d["kind"] == "message" and d["dir"] == "s2c":
+            # Compared in their JSON form (str, list, dict): C-level equality, no dataclass __eq__.
+            get = d.get
+            now = (get("model"), get("model_version"), get("outputs"), get("output_tensors"))
+            before = self._last.get(d["call"])
+            self._last[d["call"]] = now
+            if now == before:
+                for name in _STICKY:
                     d.pop(name, None)
-                elif name not in d:
-                    d[name] = None  # null after a non-null value must be said
-        elif kind is ev.CallEnded:
-            self._last.pop(record.call, None)  # type: ignore[union-attr]
+            elif before is not None:
+                for name, value, old in zip(_STICKY, now, before, strict=True):
+                    if value == old:
+                        d.pop(name, None)
+                    elif value is None:
+                        d[name] = None  # null after a non-null value must be said
+            else:
+                for name in _STICKY:
+                    if name not in d:
+                        d[name] = None  # a call's first: spelled out, whatever a reader knew before
+        elif d["kind"] == "call_end":
+            self._last.pop(d["call"], None)
         return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
 
 

@@ -147,7 +147,7 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         'evidence = "metrics=http://triton:8002/metrics"\nevidence-window = 3\n'
         'redact-input = ["prompt"]\nredact-salt = "s"\ntls-cert = "/c.pem"\ntls-key = "/k.pem"\n'
         'upstream-tls = true\nupstream-ca = "/ca.pem"\nupstream-cert = "/uc.pem"\nupstream-key = "/uk.pem"\n'
-        'upstream-server-name = "triton.internal"\n'
+        'upstream-server-name = "triton.internal"\ncompress = "none"\n'
     )
     values = load_config(cfg, parser)
     assert {a.dest for a in parser._actions if a.dest in values} == {config_keys(parser)[f].dest for f in flags}
@@ -158,7 +158,7 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         "evidence": "metrics=http://triton:8002/metrics", "evidence_window": 3.0,
         "redact_input": ["prompt"], "redact_salt": "s", "tls_cert": Path("/c.pem"), "tls_key": Path("/k.pem"),
         "upstream_tls": True, "upstream_ca": Path("/ca.pem"), "upstream_cert": Path("/uc.pem"),
-        "upstream_key": Path("/uk.pem"), "upstream_server_name": "triton.internal",
+        "upstream_key": Path("/uk.pem"), "upstream_server_name": "triton.internal", "compress": "none",
     }  # fmt: skip
 
 
@@ -247,4 +247,4 @@ def test_busy_metrics_port_is_one_line(fake_process: int, tmp_path: Path) -> Non
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f"cannot serve metrics on 127.0.0.1:{busy}" in lines[0], proc.stderr
-    assert list((tmp_path / "cap").glob("*.jsonl")) == []
+    assert list((tmp_path / "cap").glob("capture-*")) == []
