@@ -314,20 +314,37 @@ _Checks = tuple[tuple[str, frozenset[type], _Deep | None], ...]
 _CHECKS: dict[str, _Checks] = {k: _checks(c) for k, c in KINDS.items()}
 
 
-#: Per file: call -> the sticky fields of its last `s2c` message (see :class:`Encoder`).
-Sticky = dict[str, dict[str, Any]]
+#: Per file: call -> the decoded sticky fields of its last `s2c` message (see :class:`Encoder`).
+Sticky = dict[str, tuple[Any, ...]]
+
+#: kind -> field name -> (allowed JSON types, deeper check): the lookup the decoder's loop uses.
+_CHECK_MAP: dict[str, dict[str, tuple[frozenset[type], _Deep | None]]] = {
+    k: {name: (allowed, deep) for name, allowed, deep in checks} for k, checks in _CHECKS.items()
+}
 
 
-def _carry(raw: dict[str, Any], sticky: Sticky) -> dict[str, Any]:
-    """Fill the sticky fields an `s2c` message line omitted from the call's previous one."""
-    call = raw.get("call")
-    if not isinstance(call, str):
-        return raw
-    before = sticky.get(call)
-    if before is not None and not all(name in raw for name in _STICKY):
-        raw = {**before, **raw}
-    sticky[call] = {name: raw.get(name) for name in _STICKY}
-    return raw
+def _envelope(raw: Any, path: str, line: int | None) -> tuple[int, str, dict[str, Any]]:
+    """``(seq, kind, upgraded raw)``, or what is wrong with the envelope."""
+    if not isinstance(raw, dict):
+        raise CaptureError(path, line, "a capture line must be a JSON object")
+    v = raw.get("v")
+    if type(v) is not int or v < 1:
+        raise CaptureError(path, line, f"missing or invalid schema version 'v': {v!r}")
+    if v > SCHEMA_VERSION:
+        raise CaptureTooNew(path, line, f"capture schema version {v} is newer than this triton-tap understands "
+                            f"({SCHEMA_VERSION}); upgrade triton-tap to read it")  # fmt: skip
+    while v < SCHEMA_VERSION:
+        raw = _UPGRADES[v](raw)
+        v += 1
+    seq = raw.get("seq")
+    if type(seq) is not int or seq < 0:
+        raise CaptureError(path, line, f"missing or invalid 'seq': {seq!r}")
+    kind = raw.get("kind")
+    if not isinstance(kind, str) or kind not in KINDS:
+        if isinstance(kind, str) and kind:
+            raise UnknownKind(path, line, kind, seq)
+        raise CaptureError(path, line, f"missing or invalid record kind {kind!r}")
+    return seq, kind, raw
 
 
 def decode(raw: Any, *, path: str = "<capture>", line: int | None = None,
@@ -337,55 +354,45 @@ def decode(raw: Any, *, path: str = "<capture>", line: int | None = None,
     ``sticky``: the state of the file being read (one dict per file), so sparse `s2c` messages get
     the sticky fields their line omitted; without it a line is decoded on its own.
     """
-    if not isinstance(raw, dict):
-        raise CaptureError(path, line, "a capture line must be a JSON object")
-    v = raw.get("v")
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise CaptureError(path, line, f"missing or invalid schema version 'v': {v!r}")
-    if v > SCHEMA_VERSION:
-        raise CaptureTooNew(
-            path,
-            line,
-            f"capture schema version {v} is newer than this triton-tap understands "
-            f"({SCHEMA_VERSION}); upgrade triton-tap to read it",
-        )
-    while v < SCHEMA_VERSION:
-        raw = _UPGRADES[v](raw)
-        v += 1
-    seq = raw.get("seq")
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-        raise CaptureError(path, line, f"missing or invalid 'seq': {seq!r}")
-    kind = raw.get("kind")
-    cls = KINDS.get(kind) if isinstance(kind, str) else None
-    if cls is None:
-        if isinstance(kind, str) and kind:
-            raise UnknownKind(path, line, kind, seq)
-        raise CaptureError(path, line, f"missing or invalid record kind {kind!r}")
-    if sticky is not None:
-        if cls is ev.MessageSeen and raw.get("dir") == "s2c":
-            raw = _carry(raw, sticky)
-        elif cls is ev.CallEnded and isinstance(call := raw.get("call"), str):
-            sticky.pop(call, None)
+    # Hot loop (every record of every read): only the keys the line has are visited (sparse lines
+    # have few), and carried sticky fields are reused already decoded, not checked again.
+    seq, kind, raw = _envelope(raw, path, line)
     missing = _REQUIRED[kind] - raw.keys()
     if missing:
         raise CaptureError(path, line, f"{kind} record lacks field(s) {', '.join(sorted(missing))}")
+    checks = _CHECK_MAP[kind]
     fields: dict[str, Any] = {}
-    why = _field_error(_CHECKS[kind], raw, fields)
-    if why is not None:
-        raise CaptureError(path, line, f"{kind} record: {why}")
+    for name, value in raw.items():
+        check = checks.get(name)
+        if check is None:
+            continue  # the envelope, or a field added by a newer writer
+        allowed, deep = check
+        if type(value) not in allowed:
+            raise CaptureError(path, line, f"{kind} record: field {name!r} must be {_describe(allowed)}, got "
+                               f"{_JSON_NAMES.get(type(value), '?')} {_short(value)}")  # fmt: skip
+        if deep is not None and value is not None and (why := deep(value)) is not None:
+            raise CaptureError(path, line, f"{kind} record: field {name!r}: {why}")
+        fields[name] = value
     for name in _NULLS[kind]:
         if name not in fields:
             fields[name] = None
-    if cls is ev.MessageSeen:
+    if kind == "message":
         for name in _TENSOR_LISTS:
             specs = fields.get(name)
-            if specs is not None:
+            if specs:
                 # Already checked (the field's deep check); this keeps the known keys only.
                 fields[name] = [ev.TensorSpec(**{k: t[k] for k in _TENSOR_FIELDS if k in t}) for t in specs]
-    try:
-        return seq, cls(**fields)
-    except TypeError as e:  # pragma: no cover - guarded by the field checks above
-        raise CaptureError(path, line, str(e)) from None
+        if sticky is not None and fields["dir"] == "s2c":
+            before = sticky.get(fields["call"])
+            if before is not None:
+                for name, old in zip(_STICKY, before, strict=True):
+                    if name not in raw:
+                        fields[name] = old
+            get = fields.get
+            sticky[fields["call"]] = (get("model"), get("model_version"), get("outputs"), get("output_tensors"))
+    elif sticky is not None and kind == "call_end":
+        sticky.pop(fields["call"], None)
+    return seq, KINDS[kind](**fields)
 
 
 def to_dict(record: ev.Record) -> dict[str, Any]:
