@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 import zstandard
 
@@ -15,8 +16,6 @@ from bench.gencapture import records
 from proxy.capture.writer import CaptureWriter, WriterOptions
 from replay.capture import events as ev
 from tests.support.paths import ROOT
-
-duckdb = pytest.importorskip("duckdb")
 
 DATA = ROOT / "tests" / "data"
 BLOCKS = re.findall(r"```sql\n(.*?)```", (ROOT / "docs" / "sql.md").read_text(), re.S)
