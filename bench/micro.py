@@ -27,6 +27,7 @@ from typing import Any
 import h2.config
 import h2.connection
 import h2.events
+import orjson
 from tritonclient.grpc import service_pb2 as pb
 
 from proxy.relay.call import LABEL_KEEP
@@ -38,7 +39,7 @@ from proxy.triton.inflight import InFlight
 from proxy.wire import frames as wire
 from proxy.wire.messages import Assembler
 from replay.capture import events as ev
-from replay.capture.schema import encode
+from replay.capture.schema import Encoder, encode
 from tests.support.transport import MemoryTransport
 
 STREAM_PATH = b"/inference.GRPCInferenceService/ModelStreamInfer"
@@ -246,11 +247,54 @@ def components(n: int) -> list[tuple[str, float]]:
     return out
 
 
+def _dense_v2(record: Any, seq: int) -> bytes:
+    # What schema 2 wrote (every field, nulls included): the "before" of the sparse encoding.
+    return b'{"v":2,"seq":%d,"kind":"%s",%s\n' % (seq, record.kind.encode(), orjson.dumps(record)[1:])
+
+
+def writer_per_record(compress: str, batch: int, n: int = 44_000) -> tuple[float, float, float]:
+    """Writer-thread cost of the issue-15 stream shape: (us per record, raw bytes, stored bytes per record)."""
+    from bench.gencapture import records
+    from proxy.capture.sink import make_sink
+
+    recs = list(records(n))
+    sink = make_sink(compress.removesuffix("-v2"))
+    best, raw, stored = float("inf"), 0, 0
+    for _ in range(3):
+        enc = Encoder()
+        encode_one = _dense_v2 if compress.endswith("-v2") else enc.encode
+        raw = stored = 0
+        t0 = time.perf_counter()
+        for i in range(0, len(recs), batch):
+            data = b"".join([encode_one(r, i + k) for k, r in enumerate(recs[i : i + batch])])
+            raw += len(data)
+            stored += len(sink.frame(data))
+        best = min(best, time.perf_counter() - t0)
+    return best / len(recs) * 1e6, raw / len(recs), stored / len(recs)
+
+
+def print_writer_costs() -> None:
+    """The capture writer's share of the proxy's CPU per record, by --compress and batch size."""
+    print("### capture writer: CPU and bytes per record (issue-15 stream shape; writer thread, best of 3)")
+    print("| encoding / --compress | records per batch | us per record | bytes per record raw | on disk |")
+    print("|---|---|---|---|---|")
+    for compress in ("none-v2", "none", "zstd", "gzip"):
+        for batch in (1, 100, 1000):
+            us, raw, stored = writer_per_record(compress, batch)
+            name = "dense schema 2, none" if compress == "none-v2" else f"sparse schema 3, {compress}"
+            print(f"| {name} | {batch} | {us:.2f} | {raw:.0f} | {stored:.1f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.micro", description=__doc__.split("\n\n")[0])
     p.add_argument("--responses", type=int, default=20_000)
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--writer-only", action="store_true", help="only the capture writer's cost per record")
     args = p.parse_args(argv)
+    print_writer_costs()
+    print()
+    if args.writer_only:
+        return 0
     print("### relay: proxy Python time per streamed response (in-process, medians of", args.reps, "runs)")
     print("| payload | 1 response per read | 8 responses per read |")
     print("|---|---|---|")

@@ -53,7 +53,13 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--payload-cap", type=positive_int, default=None, metavar="BYTES",
                    help="with --payload full: store at most this many bytes per message")
     p.add_argument("--rotate-mb", type=positive_float, default=None, metavar="MB", help="start a new capture file after this many MB")
-    p.add_argument("--gzip-rotated", action="store_true", help="compress closed rotated files to .jsonl.gz")
+    p.add_argument("--gzip-rotated", action="store_true",
+                   help="with --compress none: compress closed rotated files to .jsonl.gz (given alone, it implies "
+                   "--compress none, as before --compress existed)")
+    p.add_argument("--compress", choices=("zstd", "gzip", "none"), default=None,
+                   help="store the capture compressed as it is written, one frame per written batch "
+                   "(capture-*.jsonl.zst / .jsonl.gz; a crash loses at most the last batch), or plain JSONL "
+                   "(default: zstd; none with --gzip-rotated)")
     p.add_argument("--max-total-mb", type=positive_float, default=None, metavar="MB",
                    help="disk budget of the capture directory (all triton-tap capture files in it): the oldest closed "
                    "files are deleted to stay within it, and a files_removed record says which (default: no budget; "
@@ -103,6 +109,16 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                    help="read these settings from a TOML file (keys = flag names without --); flags override it")
 
 
+def _compress(compress: str | None, gzip_rotated: bool) -> str:
+    """``--compress`` resolved: zstd by default; ``--gzip-rotated`` (compress closed files) needs plain files."""
+    if compress is None:
+        return "none" if gzip_rotated else "zstd"
+    if gzip_rotated and compress != "none":
+        raise UserError(f"--gzip-rotated compresses closed plain files; with --compress {compress} every file "
+                        "is already compressed as written: drop --gzip-rotated")  # fmt: skip
+    return compress
+
+
 def run_record(args: argparse.Namespace) -> int:
     """``triton-tap record``."""
     import asyncio
@@ -122,6 +138,7 @@ def run_record(args: argparse.Namespace) -> int:
         payload_cap=args.payload_cap,
         rotate_mb=args.rotate_mb,
         gzip_rotated=args.gzip_rotated,
+        compress=_compress(args.compress, args.gzip_rotated),
         drain_timeout=args.drain_timeout,
         redact=DEFAULT_REDACT + tuple(k.lower() for k in args.redact),
         metrics=args.metrics,

@@ -6,28 +6,26 @@ request id, final flag, error, cause) or, with ``--json``, printed as it is. Fil
 (:class:`proxy.admin.hub.TailFilter`): the admin service applies them server-side, ``--follow``
 applies the same code locally.
 
-``tail CAPTURE_DIR --follow`` reads the newest capture of the directory with aiofiles, from its
-first file on: rotated files (plain or ``.jsonl.gz``) are read whole, the file being written is
-read as it grows (a line without its newline yet is kept until it is complete), and a
-``capture_end`` of reason ``rotate`` leads to the file it names. A ``shutdown`` end stops the tail.
+``tail CAPTURE_DIR --follow`` reads the newest capture of the directory as it is written
+(:mod:`proxy.admin.follow`: plain, zstd or gzip files, across rotation and reopen).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import gzip
 import re
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
 
+from proxy.admin.follow import follow_lines, newest_capture
 from proxy.admin.hub import Dropped, Subscriber, TailFilter
-from replay.capture.schema import decode
-from replay.errors import CaptureError, UnknownKind, UserError
+from replay.capture.schema import Sticky, decode, encode
+from replay.errors import UnknownKind, UserError
 
 #: How often a followed file that did not grow is looked at again.
 POLL_S = 0.1
@@ -171,93 +169,23 @@ async def tail_admin(chan: Any, flt: TailFilter, printer: Printer, from_seq: int
 # -- from files being written ------------------------------------------------------------------------
 
 
-def newest_capture(directory: Path) -> Path:
-    """The first file of the newest capture in ``directory`` (by the writer's names: time order)."""
-    if not directory.is_dir():
-        raise UserError(f"{str(directory)!r} is not a directory")
-    stems = sorted({m["stem"] for p in directory.iterdir() if (m := _CAPTURE.match(p.name))})
-    if not stems:
-        raise UserError(f"no capture files in {str(directory)!r}")
-    return _existing(directory, f"{stems[-1]}.jsonl") or directory / f"{stems[-1]}.jsonl"
-
-
-def _existing(directory: Path, name: str) -> Path | None:
-    # The plain name while it is written (and while the writer gzips it), .gz once compressed.
-    for cand in (directory / name, directory / f"{name}.gz"):
-        if cand.exists():
-            return cand
-    return None
-
-
-async def _lines_gz(path: Path) -> AsyncIterator[bytes]:
-    import aiofiles
-
-    async with aiofiles.open(path, "rb") as f:
-        data = await f.read()
-    try:
-        text = gzip.decompress(data)
-    except (OSError, EOFError) as e:
-        raise CaptureError(str(path), None, f"not a readable gzip capture: {e}") from None
-    for line in text.splitlines():
-        if line.strip():
-            yield line
-
-
-async def _lines_growing(path: Path, done: Callable[[bytes], bool]) -> AsyncIterator[bytes]:
-    """Complete lines of a file being appended to, until ``done(line)`` says the file is finished."""
-    import aiofiles
-
-    buf = b""
-    async with aiofiles.open(path, "rb") as f:
-        while True:
-            chunk = await f.read(1 << 16)
-            if not chunk:
-                await asyncio.sleep(POLL_S)  # a plain file has no "grew" event to await: poll
-                continue
-            buf += chunk
-            *complete, buf = buf.split(b"\n")
-            for line in complete:
-                if line.strip():
-                    yield line
-                    if done(line):
-                        return
-
-
-def _is_end(line: bytes) -> bool:
-    return b'"kind":"capture_end"' in line
-
-
-async def follow_lines(first: Path) -> AsyncIterator[bytes]:
-    """Every line of the capture starting at file ``first``, across rotations, until its shutdown end."""
-    path: Path | None = first
-    directory = first.parent
-    while path is not None:
-        source = _lines_gz(path) if path.name.endswith(".gz") else _lines_growing(path, _is_end)
-        last = b""
-        async for line in source:
-            last = line
-            yield line
-        path = None
-        if _is_end(last):
-            end = orjson.loads(last)
-            nxt = end.get("next_file")
-            if end.get("reason") == "rotate" and isinstance(nxt, str):
-                while (path := _existing(directory, nxt)) is None:
-                    await asyncio.sleep(POLL_S)  # the writer opens it right after the end record
-
-
 async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None:
     """``tail CAPTURE_DIR --follow``: the newest capture, filtered as the admin service filters."""
     sub = Subscriber(flt, asyncio.get_running_loop(), max_queue=2**62, max_bytes=2**62, open_methods={})
-    async for line in follow_lines(newest_capture(directory)):
+    sticky: Sticky = {}
+    current: Path | None = None
+    async for path, line in follow_lines(newest_capture(directory)):
+        if path != current:  # sparse lines lean on earlier lines of their own file only
+            current, sticky = path, {}
         raw = orjson.loads(line)
         try:
-            seq, record = decode(raw, path=str(directory))
+            seq, record = decode(raw, path=str(path), sticky=sticky)
         except UnknownKind as e:
             if not flt.kinds or e.kind in flt.kinds:
                 printer.record(e.seq, line)
             continue
-        sub.offer(seq, record, line)
+        # Printed as a line that stands alone (what the admin service's Tail sends too).
+        sub.offer(seq, record, encode(record, seq).rstrip(b"\n"))
         while sub.items:
             item = sub.items.popleft()
             if not isinstance(item, Dropped):

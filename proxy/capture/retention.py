@@ -19,6 +19,7 @@ import structlog
 
 from proxy.capture.budget import MIB, CaptureFile, FreeSpaceEstimate, FreeSpacePolicy, default_min_free, to_remove
 from replay.capture import naming
+from replay.errors import UserError
 
 log = structlog.get_logger("triton_tap.writer")
 
@@ -189,3 +190,15 @@ class DiskGate:
             else:
                 log.warning("capture_resumed", free_bytes=self._space.free, not_written=held)
         return paused
+
+
+def prepare_directory(directory: Path) -> None:
+    """Create the capture directory (0700) and prove it is writable, or raise :class:`UserError`."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        probe = directory / f".triton-tap-probe-{os.getpid()}"
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"capture directory {str(directory)!r} is not writable: {e.strerror or e}") from None

@@ -33,10 +33,10 @@ from proxy.capture import retention
 from proxy.capture.budget import MIB
 from proxy.capture.gaps import Counts, Gap
 from proxy.capture.retention import CaptureOps, DiskGate, DiskUsage
+from proxy.capture.sink import make_sink
 from replay.capture import events as ev
 from replay.capture import naming
-from replay.capture.schema import encode
-from replay.errors import UserError
+from replay.capture.schema import Encoder, encode
 
 log = structlog.get_logger("triton_tap.writer")
 
@@ -53,6 +53,8 @@ class WriterOptions:
     directory: Path
     rotate_bytes: int | None = None
     gzip_rotated: bool = False
+    #: ``zstd``, ``gzip`` or ``none``: how each written batch is stored (see :mod:`proxy.capture.sink`).
+    compress: str = "none"
     max_queue: int = 200_000
     #: Called in the writer thread with each encoded batch before it is written: tests use it to
     #: inject faults (ENOSPC) and slowness without a real full disk.
@@ -65,18 +67,6 @@ class WriterOptions:
     check_interval_s: float = 2.0
     #: Injectable so tests can shrink the disk without one (the real one is statvfs).
     disk_usage: DiskUsage = retention.statvfs_usage
-
-
-def prepare_directory(directory: Path) -> None:
-    """Create the capture directory (0700) and prove it is writable, or raise :class:`UserError`."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        probe = directory / f".triton-tap-probe-{os.getpid()}"
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.close(fd)
-        probe.unlink()
-    except OSError as e:
-        raise UserError(f"capture directory {str(directory)!r} is not writable: {e.strerror or e}") from None
 
 
 class CaptureWriter:
@@ -94,6 +84,8 @@ class CaptureWriter:
         self._seq = 0
         self._fd = -1
         self._offset = 0
+        self._encoder = Encoder()
+        self._sink = make_sink(options.compress)
         self._file_index = 0
         self._gap = Gap()
         self._queue_gap = Gap()
@@ -231,7 +223,7 @@ class CaptureWriter:
     # -- writer thread -----------------------------------------------------------------------
 
     def _file_name(self) -> str:
-        return naming.file_name(self._stem, self._file_index)
+        return naming.file_name(self._stem, self._file_index, suffix=self._sink.suffix)
 
     def _open_file(self) -> None:
         path = self._opt.directory / self._file_name()
@@ -239,11 +231,13 @@ class CaptureWriter:
         self._offset = 0
         self._file_seq = self._seq
         self._file_t = (0, 0)
+        self._encoder = Encoder()  # sparse-encoding state is per file: each file reads on its own
         self.paths.append(path)
 
     def _encode(self, records: list[Any]) -> list[bytes]:
         lines = []
         seq = self._seq
+        encode = self._encoder.encode
         for r in records:
             lines.append(encode(r, seq))
             seq += 1
@@ -295,8 +289,9 @@ class CaptureWriter:
             # size, and the rest goes on in the next file (encoded again: its seq numbers move by
             # the capture_end/capture_start in between). Keeps files, and so the budget, honest.
             rest, pending, lines = pending[cut:], pending[:cut], lines[:cut]
-        data = b"".join(lines)
+        data = self._sink.frame(b"".join(lines))
         if may_rotate and self._disk.paused_for(len(data), self._gap.dropped):
+            self._encoder.reset()  # what this batch said never reached the file
             self._hold_back(records)
             return
         try:
@@ -305,6 +300,7 @@ class CaptureWriter:
             self._write_all(data)
         except OSError as e:
             self._rollback()
+            self._encoder.reset()  # what this batch said never reached the file
             self._gap.add(records, f"write_error: {e}")
             self._counts.dropped += len(records)
             if not self._failing:
@@ -314,8 +310,11 @@ class CaptureWriter:
             return
         tap = self.tap
         if tap is not None:
-            # record --admin: the lines just written, to Tail subscribers (proxy/admin/hub.py).
-            tap(self._seq, pending, lines)
+            # record --admin: the records just written, to Tail subscribers (proxy/admin/hub.py), as
+            # self-contained lines: a subscriber may start anywhere, so it cannot know what the
+            # file's sticky fields repeated. Costs a second encoding only while --admin is on.
+            first = self._seq
+            tap(first, pending, [encode(r, first + i) for i, r in enumerate(pending)])
         self._seq += len(pending)
         self._offset += len(data)
         self._disk.wrote(len(data))
@@ -364,7 +363,7 @@ class CaptureWriter:
         old = self.path
         os.close(self._fd)
         self._fd = -1
-        if compress and self._opt.gzip_rotated:
+        if compress and self._opt.gzip_rotated and self._opt.compress == "none":
             self._compress(old)
         self._next_file([])
 

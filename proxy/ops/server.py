@@ -18,7 +18,8 @@ import structlog
 
 from proxy import __version__
 from proxy.capture.budget import MIB, rotate_for_budget
-from proxy.capture.writer import CaptureWriter, WriterOptions, prepare_directory
+from proxy.capture.retention import prepare_directory
+from proxy.capture.writer import CaptureWriter, WriterOptions
 from proxy.ops.evidence import EvidenceCollector, EvidenceSpec, probe_metrics
 from proxy.ops.observe import MetricsServer, ProxyMetrics, RecordObserver
 from proxy.ops.tls import ReloadableTls, listen_ssl, tls_files, upstream_ssl
@@ -44,6 +45,8 @@ class ProxyConfig:
     payload_cap: int | None = None
     rotate_mb: float | None = None
     gzip_rotated: bool = False
+    #: how written batches are stored: ``none`` (plain JSONL), ``zstd`` or ``gzip`` (one frame per batch)
+    compress: str = "none"
     drain_timeout: float = 10.0
     connect_timeout: float = 3.0
     redact: tuple[str, ...] = DEFAULT_REDACT
@@ -149,6 +152,7 @@ def capture_options(cfg: ProxyConfig, salt: str, tls_listen: bool, tls_upstream:
         "payload_cap": cfg.payload_cap,
         "rotate_mb": cfg.rotate_mb,
         "gzip_rotated": cfg.gzip_rotated,
+        "compress": cfg.compress,
         "drain_timeout_s": cfg.drain_timeout,
         "redact": list(cfg.redact),
         "redact_inputs": list(cfg.redact_inputs),
@@ -289,7 +293,8 @@ class RecordingProxy:
         """Create the capture file (its first record is ``start``); on failure nothing stays bound."""
         cfg = self.config
         self.writer = CaptureWriter(
-            WriterOptions(directory=cfg.capture_dir, gzip_rotated=cfg.gzip_rotated, **budget_options(cfg)), start
+            WriterOptions(directory=cfg.capture_dir, gzip_rotated=cfg.gzip_rotated, compress=cfg.compress,
+                          **budget_options(cfg)), start
         )
         try:
             self.writer.open()

@@ -2,7 +2,8 @@
 
 Every line of a capture file is one of these events, serialised as a JSON object with three
 envelope fields added by the writer (``v``, ``seq``, ``kind``). The dataclass fields below are the
-record's fields, in order; the ``Annotated`` text is the field's documentation, from which the
+record's fields, in order; a field's default (or null, for a nullable field without one) is what a
+reader fills in when a sparse line omits it (see :mod:`replay.capture.schema`); the ``Annotated`` text is the field's documentation, from which the
 records section of docs/capture-format.md is generated (``python -m replay.capture.schema --markdown``),
 so code and docs cannot drift apart.
 
@@ -134,12 +135,15 @@ class MessageSeen:
     """One complete gRPC message crossed the proxy in one direction."""
 
     kind: ClassVar[str] = "message"
+    #: Sparse encoding (schema 3): on an `s2c` message these fields are omitted when equal to the
+    #: previous `s2c` message of the same call in the same file (readers carry them forward).
+    sticky: ClassVar[tuple[str, ...]] = ("model", "model_version", "outputs", "output_tensors")
     t_ns: Annotated[int, "unix epoch nanoseconds when the last byte of the message was observed"]
     call: Annotated[str, "the RPC"]
     dir: Annotated[Direction, "`c2s` (client to server) or `s2c`"]
     index: Annotated[int, "0-based message index per call and direction"]
     size: Annotated[int, "bytes of the serialized message (without the 5-byte gRPC prefix)"]
-    compressed: Annotated[bool, "the gRPC compressed flag; compressed messages are not decoded"]
+    compressed: Annotated[bool, "the gRPC compressed flag; compressed messages are not decoded"] = False
     model: Annotated[str | None, "Triton `model_name` (inference messages), else null"] = None
     model_version: Annotated[str | None, "Triton `model_version` as sent (empty final responses carry `\"\"`)"] = None
     request_id: Annotated[str | None, "Triton request `id` (`\"\"` when unset); null for non-inference messages"] = None

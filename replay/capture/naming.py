@@ -13,12 +13,14 @@ import re
 import time
 from dataclasses import dataclass
 
-#: What a capture file's name ends with (``GZIP_SUFFIX`` appended once a rotated file is compressed).
+#: What a capture file's name ends with (``GZIP_SUFFIX`` appended once a rotated file is compressed,
+#: ``ZSTD_SUFFIX`` for a file compressed as written).
 SUFFIX = ".jsonl"
 GZIP_SUFFIX = ".gz"
+ZSTD_SUFFIX = ".zst"
 
 _NAME = re.compile(
-    r"^(?P<stem>capture-(?P<stamp>\d{8}T\d{6})-(?P<pid>\d+))(?:-(?P<index>\d{4,}))?\.jsonl(?P<gz>\.gz)?$"
+    r"^(?P<stem>capture-(?P<stamp>\d{8}T\d{6})-(?P<pid>\d+))(?:-(?P<index>\d{4,}))?\.jsonl(?P<comp>\.gz|\.zst)?$"
 )
 
 
@@ -31,6 +33,7 @@ class CaptureName:
     pid: int
     index: int  # 0: the first file; n: the file opened by the n-th rotation
     gzipped: bool
+    zstd: bool = False
 
 
 def stamp(t_ns: int) -> str:
@@ -43,10 +46,11 @@ def stem(stamp: str, pid: int) -> str:
     return f"capture-{stamp}-{pid}"
 
 
-def file_name(stem: str, index: int, *, gzipped: bool = False) -> str:
-    """The name of file ``index`` (0: the first) of the capture ``stem``."""
-    suffix = "" if index == 0 else f"-{index:04d}"
-    return f"{stem}{suffix}{SUFFIX}{GZIP_SUFFIX if gzipped else ''}"
+def file_name(stem: str, index: int, *, gzipped: bool = False, suffix: str = SUFFIX) -> str:
+    """The name of file ``index`` (0: the first) of the capture ``stem`` (``suffix``: ``.jsonl``,
+    ``.jsonl.zst`` or ``.jsonl.gz`` as written; ``gzipped``: a rotated file compressed afterwards)."""
+    part = "" if index == 0 else f"-{index:04d}"
+    return f"{stem}{part}{suffix}{GZIP_SUFFIX if gzipped else ''}"
 
 
 def parse(name: str) -> CaptureName | None:
@@ -55,9 +59,9 @@ def parse(name: str) -> CaptureName | None:
     if m is None:
         return None
     return CaptureName(stem=m["stem"], stamp=m["stamp"], pid=int(m["pid"]), index=int(m["index"] or 0),
-                       gzipped=m["gz"] is not None)  # fmt: skip
+                       gzipped=m["comp"] == GZIP_SUFFIX, zstd=m["comp"] == ZSTD_SUFFIX)  # fmt: skip
 
 
 def looks_like_capture(name: str) -> bool:
-    """A file a directory of captures is read for: ``*.jsonl`` or ``*.jsonl.gz`` (any stem)."""
-    return name.endswith((SUFFIX, SUFFIX + GZIP_SUFFIX))
+    """A file a directory of captures is read for: ``*.jsonl``, ``*.jsonl.gz`` or ``*.jsonl.zst`` (any stem)."""
+    return name.endswith((SUFFIX, SUFFIX + GZIP_SUFFIX, SUFFIX + ZSTD_SUFFIX))

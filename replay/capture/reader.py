@@ -1,8 +1,9 @@
 """Streaming capture reader: files and directories in, ``(seq, record)`` out, one line at a time.
 
 Which files belong together: the writer names the files of one capture
-``capture-<stamp>-<pid>.jsonl``, ``capture-<stamp>-<pid>-0001.jsonl``, ... (rotated files may be
-gzipped to ``.jsonl.gz``; the rule is :mod:`replay.capture.naming`). Files sharing a stem are one capture, read in file-index order; any other
+``capture-<stamp>-<pid>.jsonl``, ``capture-<stamp>-<pid>-0001.jsonl``, ... (``.jsonl.zst`` or
+``.jsonl.gz`` when compressed as written; rotated files may be gzipped to ``.jsonl.gz``; the rule is
+:mod:`replay.capture.naming`). Files sharing a stem are one capture, read in file-index order; any other
 file is a capture of its own. Captures are read in the order given (a directory's in name order,
 which for the writer's names is time order).
 
@@ -33,7 +34,8 @@ import orjson
 
 from replay.capture import events as ev
 from replay.capture import naming
-from replay.capture.schema import decode
+from replay.capture.schema import Sticky, decode
+from replay.capture.zst import ZstdLines
 from replay.errors import CaptureError, UnknownKind
 
 PathLike = str | os.PathLike[str]
@@ -168,7 +170,7 @@ def _expand(paths: Iterable[PathLike]) -> list[list[Path]]:
                 q for q in p.iterdir() if q.is_file() and naming.looks_like_capture(q.name)
             )
             if not found:
-                raise CaptureError(str(p), None, "no *.jsonl or *.jsonl.gz capture files in this directory")
+                raise CaptureError(str(p), None, "no *.jsonl, *.jsonl.zst or *.jsonl.gz capture files in this directory")
         elif p.exists():
             # Not only regular files: a FIFO or /dev/stdin streams a capture too.
             found = [p]
@@ -194,7 +196,9 @@ def _expand(paths: Iterable[PathLike]) -> list[list[Path]]:
     return out
 
 
-def _open(path: Path) -> IO[bytes]:
+def _open(path: Path) -> IO[bytes] | ZstdLines:
+    if path.name.endswith(".zst"):
+        return ZstdLines(path)
     if path.name.endswith(".gz"):
         return gzip.open(path, "rb")  # type: ignore[return-value]
     return open(path, "rb")
@@ -228,6 +232,7 @@ class CaptureReader:
         lineno = 0
         found = 0  # lines that were records (of any kind): a file without one is not a capture
         unknown: set[str] = set()
+        sticky: Sticky = {}  # the writer's sparse-encoding state is per file
         try:
             with _open(path) as f:
                 for lineno, line in enumerate(f, 1):
@@ -255,7 +260,7 @@ class CaptureReader:
                         except orjson.JSONDecodeError as e:
                             raise CaptureError(name, lineno, f"not valid JSON: {e}") from None
                     try:
-                        seq, record = decode(raw, path=name, line=lineno)
+                        seq, record = decode(raw, path=name, line=lineno, sticky=sticky)
                     except UnknownKind as e:
                         # Same schema version, newer writer: new kinds are additions, so the rest
                         # of the capture still means what it says; the seq still counts (no hole).
@@ -275,7 +280,7 @@ class CaptureReader:
                     yield seq, record
         except (EOFError, gzip.BadGzipFile, zlib.error) as e:
             if not found:
-                raise CaptureError(name, None, f"not a readable gzip capture: {e}") from None
+                raise CaptureError(name, None, f"not a readable {'zstd' if name.endswith('.zst') else 'gzip'} capture: {e}") from None
             if not last:
                 raise CaptureError(name, lineno + 1 if lineno else None, f"broken compressed file: {e}") from None
             self.warnings.append(f"{name}: compressed file cut short after line {lineno}: {e}")

@@ -23,10 +23,9 @@ import orjson
 from replay.capture import events as ev
 from replay.errors import CaptureError, CaptureTooNew, UnknownKind
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 KINDS: dict[str, type[Any]] = {cls.kind: cls for cls in ev.RECORD_TYPES}
-
 
 
 def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
@@ -37,22 +36,137 @@ def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-# version n -> function upgrading a raw record dict from n to n + 1, one step per version.
-_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+def _v2_to_v3(raw: dict[str, Any]) -> dict[str, Any]:
+    """v3 is sparse (fields equal to their default are omitted); a dense v2 record is already a valid v3 one."""
+    return raw
 
-_HEADS: dict[str, bytes] = {}
+
+# version n -> function upgrading a raw record dict from n to n + 1, one step per version.
+_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+
+#: Marks a field that is never omitted (required and not nullable).
+_ALWAYS = object()
+
+
+def _nullable(tp: Any) -> bool:
+    return (typing.get_origin(tp) is typing.Union or isinstance(tp, types.UnionType)) and type(None) in typing.get_args(tp)
+
+
+def _omitted_as(cls: type[Any]) -> dict[str, Any]:
+    """field -> the value a sparse line omits (and a reader fills in): its default, else null when nullable."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif _nullable(hints[f.name]):
+            out[f.name] = None
+        else:
+            out[f.name] = _ALWAYS
+    return out
+
+
+_OMITTED: dict[str, dict[str, Any]] = {k: _omitted_as(c) for k, c in KINDS.items()}
+_TENSOR_LISTS = ("inputs", "output_tensors")
+_STICKY = ev.MessageSeen.sticky
+
+
+def _tensor(t: ev.TensorSpec) -> dict[str, Any]:
+    d: dict[str, Any] = {"name": t.name, "datatype": t.datatype, "shape": t.shape}
+    if t.size is not None:
+        d["size"] = t.size
+    if t.hmac_sha256 is not None:
+        d["hmac_sha256"] = t.hmac_sha256
+    return d
+
+
+def _compile(cls: type[Any]) -> Callable[[Any, int], dict[str, Any]]:
+    """A function building the sparse dict of one record of ``cls`` (generated from its fields).
+
+    Hot loop (writer thread, once per record): straight-line code, one attribute read and one
+    identity test per field, measured ~2x faster than a generic loop over the fields. None/False/0
+    defaults are singletons; a value equal to a non-identical default is merely written.
+    """
+    omitted = _OMITTED[cls.kind]
+    env: dict[str, Any] = {"_tensor": _tensor}
+    lines = ["def enc(r, seq):", f"    d = {{'v': {SCHEMA_VERSION}, 'seq': seq, 'kind': {cls.kind!r}}}"]
+    for i, (name, omit) in enumerate(omitted.items()):
+        if omit is _ALWAYS:
+            lines.append(f"    d[{name!r}] = r.{name}")
+            continue
+        env[f"o{i}"] = omit
+        lines.append(f"    v = r.{name}")
+        if name in _TENSOR_LISTS:
+            lines.append(f"    if v is not None: d[{name!r}] = [_tensor(t) for t in v]")
+        else:
+            lines.append(f"    if v is not o{i} and v != o{i}: d[{name!r}] = v")
+    lines.append("    return d")
+    exec("\n".join(lines), env)  # code generated from our own dataclass fields only
+    enc: Callable[[Any, int], dict[str, Any]] = env["enc"]
+    return enc
+
+
+_ENCODERS: dict[type[Any], Callable[[Any, int], dict[str, Any]]] = {c: _compile(c) for c in ev.RECORD_TYPES}
+
+
+def _sparse(record: ev.Record, seq: int) -> dict[str, Any]:
+    return _ENCODERS[type(record)](record, seq)
 
 
 def encode(record: ev.Record, seq: int) -> bytes:
-    """One JSONL line (with newline) for ``record`` as record number ``seq``."""
-    kind = record.kind
-    head = _HEADS.get(kind)
-    if head is None:
-        head = _HEADS[kind] = b',"kind":"' + kind.encode() + b'",'
-    # orjson serialises the slotted dataclass directly; splice the envelope in front of its
-    # fields instead of building an intermediate dict on the hot path.
-    body = orjson.dumps(record)
-    return b'{"v":%d,"seq":%d%s%s\n' % (SCHEMA_VERSION, seq, head, body[1:])
+    """One JSONL line (with newline) for ``record`` as record number ``seq``, sparse but self-contained.
+
+    Sticky fields are always written (a line read alone means what it says); :class:`Encoder` omits them.
+    """
+    d = _sparse(record, seq)
+    if type(record) is ev.MessageSeen and record.dir == "s2c":
+        for name in _STICKY:
+            if name not in d:
+                d[name] = None
+    return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
+
+
+class Encoder:
+    """Sparse encoding of one capture file: also omits an `s2c` message's sticky fields when they repeat.
+
+    State is per file (a reader of one rotated file needs no other) and per open call (dropped at
+    ``call_end``); :meth:`reset` forgets it, e.g. after a batch that was never written.
+    """
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[Any, ...]] = {}
+
+    def reset(self) -> None:
+        """Forget what earlier lines said: the next message of every call writes its sticky fields."""
+        self._last.clear()
+
+    def encode(self, record: ev.Record, seq: int) -> bytes:
+        """One JSONL line (with newline) for ``record`` as record number ``seq``."""
+        d = _ENCODERS[type(record)](record, seq)
+        if d["kind"] == "message" and d["dir"] == "s2c":
+            # Compared in their JSON form (str, list, dict): C-level equality, no dataclass __eq__.
+            get = d.get
+            now = (get("model"), get("model_version"), get("outputs"), get("output_tensors"))
+            before = self._last.get(d["call"])
+            self._last[d["call"]] = now
+            if now == before:
+                for name in _STICKY:
+                    d.pop(name, None)
+            elif before is not None:
+                for name, value, old in zip(_STICKY, now, before, strict=True):
+                    if value == old:
+                        d.pop(name, None)
+                    elif value is None:
+                        d[name] = None  # null after a non-null value must be said
+            else:
+                for name in _STICKY:
+                    if name not in d:
+                        d[name] = None  # a call's first: spelled out, whatever a reader knew before
+        elif d["kind"] == "call_end":
+            self._last.pop(d["call"], None)
+        return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def _required(cls: type[Any]) -> frozenset[str]:
@@ -63,7 +177,11 @@ def _required(cls: type[Any]) -> frozenset[str]:
     )
 
 
-_REQUIRED: dict[str, frozenset[str]] = {k: _required(c) for k, c in KINDS.items()}
+_REQUIRED: dict[str, frozenset[str]] = {k: frozenset(n for n, o in _OMITTED[k].items() if o is _ALWAYS) for k in KINDS}
+# Nullable fields without a default: a sparse line omits them when null, the reader fills null in.
+_NULLS: dict[str, tuple[str, ...]] = {
+    k: tuple(n for n, o in _OMITTED[k].items() if o is None and n in _required(c)) for k, c in KINDS.items()
+}
 
 # A field's check: the exact JSON types it may have (``type(v) in types``: JSON gives exactly int,
 # float, str, bool, None, list and dict, and an exact test keeps ``true`` out of int fields), then an
@@ -196,49 +314,85 @@ _Checks = tuple[tuple[str, frozenset[type], _Deep | None], ...]
 _CHECKS: dict[str, _Checks] = {k: _checks(c) for k, c in KINDS.items()}
 
 
-def decode(raw: Any, *, path: str = "<capture>", line: int | None = None) -> tuple[int, ev.Record]:
-    """``(seq, record)`` from one parsed JSON line; :class:`CaptureError` says what is wrong."""
+#: Per file: call -> the decoded sticky fields of its last `s2c` message (see :class:`Encoder`).
+Sticky = dict[str, tuple[Any, ...]]
+
+#: kind -> field name -> (allowed JSON types, deeper check): the lookup the decoder's loop uses.
+_CHECK_MAP: dict[str, dict[str, tuple[frozenset[type], _Deep | None]]] = {
+    k: {name: (allowed, deep) for name, allowed, deep in checks} for k, checks in _CHECKS.items()
+}
+
+
+def _envelope(raw: Any, path: str, line: int | None) -> tuple[int, str, dict[str, Any]]:
+    """``(seq, kind, upgraded raw)``, or what is wrong with the envelope."""
     if not isinstance(raw, dict):
         raise CaptureError(path, line, "a capture line must be a JSON object")
     v = raw.get("v")
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+    if type(v) is not int or v < 1:
         raise CaptureError(path, line, f"missing or invalid schema version 'v': {v!r}")
     if v > SCHEMA_VERSION:
-        raise CaptureTooNew(
-            path,
-            line,
-            f"capture schema version {v} is newer than this triton-tap understands "
-            f"({SCHEMA_VERSION}); upgrade triton-tap to read it",
-        )
+        raise CaptureTooNew(path, line, f"capture schema version {v} is newer than this triton-tap understands "
+                            f"({SCHEMA_VERSION}); upgrade triton-tap to read it")  # fmt: skip
     while v < SCHEMA_VERSION:
         raw = _UPGRADES[v](raw)
         v += 1
     seq = raw.get("seq")
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+    if type(seq) is not int or seq < 0:
         raise CaptureError(path, line, f"missing or invalid 'seq': {seq!r}")
     kind = raw.get("kind")
-    cls = KINDS.get(kind) if isinstance(kind, str) else None
-    if cls is None:
+    if not isinstance(kind, str) or kind not in KINDS:
         if isinstance(kind, str) and kind:
             raise UnknownKind(path, line, kind, seq)
         raise CaptureError(path, line, f"missing or invalid record kind {kind!r}")
+    return seq, kind, raw
+
+
+def decode(raw: Any, *, path: str = "<capture>", line: int | None = None,
+           sticky: Sticky | None = None) -> tuple[int, ev.Record]:  # fmt: skip
+    """``(seq, record)`` from one parsed JSON line; :class:`CaptureError` says what is wrong.
+
+    ``sticky``: the state of the file being read (one dict per file), so sparse `s2c` messages get
+    the sticky fields their line omitted; without it a line is decoded on its own.
+    """
+    # Hot loop (every record of every read): only the keys the line has are visited (sparse lines
+    # have few), and carried sticky fields are reused already decoded, not checked again.
+    seq, kind, raw = _envelope(raw, path, line)
     missing = _REQUIRED[kind] - raw.keys()
     if missing:
         raise CaptureError(path, line, f"{kind} record lacks field(s) {', '.join(sorted(missing))}")
+    checks = _CHECK_MAP[kind]
     fields: dict[str, Any] = {}
-    why = _field_error(_CHECKS[kind], raw, fields)
-    if why is not None:
-        raise CaptureError(path, line, f"{kind} record: {why}")
-    if cls is ev.MessageSeen:
-        for name in ("inputs", "output_tensors"):
+    for name, value in raw.items():
+        check = checks.get(name)
+        if check is None:
+            continue  # the envelope, or a field added by a newer writer
+        allowed, deep = check
+        if type(value) not in allowed:
+            raise CaptureError(path, line, f"{kind} record: field {name!r} must be {_describe(allowed)}, got "
+                               f"{_JSON_NAMES.get(type(value), '?')} {_short(value)}")  # fmt: skip
+        if deep is not None and value is not None and (why := deep(value)) is not None:
+            raise CaptureError(path, line, f"{kind} record: field {name!r}: {why}")
+        fields[name] = value
+    for name in _NULLS[kind]:
+        if name not in fields:
+            fields[name] = None
+    if kind == "message":
+        for name in _TENSOR_LISTS:
             specs = fields.get(name)
-            if specs is not None:
+            if specs:
                 # Already checked (the field's deep check); this keeps the known keys only.
                 fields[name] = [ev.TensorSpec(**{k: t[k] for k in _TENSOR_FIELDS if k in t}) for t in specs]
-    try:
-        return seq, cls(**fields)
-    except TypeError as e:  # pragma: no cover - guarded by the field checks above
-        raise CaptureError(path, line, str(e)) from None
+        if sticky is not None and fields["dir"] == "s2c":
+            before = sticky.get(fields["call"])
+            if before is not None:
+                for name, old in zip(_STICKY, before, strict=True):
+                    if name not in raw:
+                        fields[name] = old
+            get = fields.get
+            sticky[fields["call"]] = (get("model"), get("model_version"), get("outputs"), get("output_tensors"))
+    elif sticky is not None and kind == "call_end":
+        sticky.pop(fields["call"], None)
+    return seq, KINDS[kind](**fields)
 
 
 def to_dict(record: ev.Record) -> dict[str, Any]:
@@ -253,11 +407,23 @@ def _type_text(tp: Any) -> str:
     return text.replace("NoneType", "null").replace(" | ", " or ")
 
 
+def _omitted_text(cls: type[Any], name: str) -> str:
+    if cls is ev.TensorSpec:
+        return "null" if name in ("size", "hmac_sha256") else "never"
+    omit = _OMITTED[cls.kind][name]
+    text = "never" if omit is _ALWAYS else "null" if omit is None else f"`{orjson.dumps(omit).decode()}`"
+    if cls is ev.MessageSeen and name in _STICKY:
+        text += "; on `s2c`: equal to the call's previous `s2c` message in the file"
+    return text
+
+
 def markdown() -> str:
     """docs/capture-format.md's records section, generated from :mod:`replay.capture.events`."""
     out = [
         f"Schema version **{SCHEMA_VERSION}**. Every line: `v` (schema version), `seq` (record number, "
-        "gap-free across the whole capture, rotated files included), `kind`, then the fields below.",
+        "gap-free across the whole capture, rotated files included), `kind`, then the fields below. "
+        "Lines are sparse: a field is left out when its value is the one in the *omitted when* column, "
+        "and a reader fills that value in (a line may also spell it out: versions 1 and 2 always did).",
         "",
     ]
     classes: tuple[type[Any], ...] = (*ev.RECORD_TYPES, ev.TensorSpec)
@@ -266,13 +432,12 @@ def markdown() -> str:
         title = "tensor spec (items of `inputs` and `output_tensors`)" if cls is ev.TensorSpec else f"`{cls.kind}`"
         out.append(f"#### {title}: {cls.__doc__}")
         out.append("")
-        out.append("| field | type | meaning |")
-        out.append("|---|---|---|")
+        out.append("| field | type | omitted when | meaning |")
+        out.append("|---|---|---|---|")
         for f in dataclasses.fields(cls):
             hint = hints[f.name]
             base, doc = typing.get_args(hint)[0], hint.__metadata__[0]
-            opt = "" if f.default is dataclasses.MISSING else " (optional)"
-            out.append(f"| `{f.name}` | `{_type_text(base)}`{opt} | {doc} |")
+            out.append(f"| `{f.name}` | `{_type_text(base)}` | {_omitted_text(cls, f.name)} | {doc} |")
         out.append("")
     return "\n".join(out)
 

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 from tritonclient.grpc import service_pb2 as pb
 
 from proxy.triton import labels
 from proxy.triton.inflight import InFlight
 from replay.capture import events as ev
 from replay.capture.events import STATUS_NAMES
-from replay.capture.schema import SCHEMA_VERSION, encode
+from replay.capture.schema import SCHEMA_VERSION, Encoder
 
 HERE = Path(__file__).parent
 T0 = 1_780_000_000_000_000_000  # 2026-05-28, fixed so that regeneration is byte-identical
@@ -184,15 +185,22 @@ class Builder:
         self.records.append(ev.CaptureEnded(t_ns=self.t, reason="shutdown", counts={**kinds, "dropped": 0}))
         return self
 
-    def render(self, skip_seqs: tuple[int, ...] = ()) -> bytes:
+    def render(self, skip_seqs: tuple[int, ...] = (), dense_version: int | None = None) -> bytes:
+        """The file as the proxy writes it (sparse, one Encoder per file), or dense as schema <= 2 wrote it."""
         out = []
         seq = 0
+        encoder = Encoder()
         for r in self.records:
             while seq in skip_seqs:
                 seq += 1
-            out.append(encode(r, seq))
+            out.append(encoder.encode(r, seq) if dense_version is None else _dense(r, seq, dense_version))
             seq += 1
         return b"".join(out)
+
+
+def _dense(record: Any, seq: int, version: int) -> bytes:
+    """A line as schema versions 1 and 2 wrote it: every field, nulls included."""
+    return b'{"v":%d,"seq":%d,"kind":"%s",%s\n' % (version, seq, record.kind.encode(), orjson.dumps(record)[1:])
 
 
 # -- scenarios ----------------------------------------------------------------------------------
@@ -287,7 +295,7 @@ def missing_final() -> bytes:
     return b.finish().render()
 
 
-def stream_cancel() -> bytes:
+def stream_cancel(dense_version: int | None = None) -> bytes:
     b = Builder(payload="full").start()
     b.call("c1.1")
     b.request("c1.1", "done", prompt="d", max_tokens=1)
@@ -299,7 +307,7 @@ def stream_cancel() -> bytes:
     b.response("c1.1", "a", "a-1")
     b.cancel("c1.1", "client_cancel", rst_code=8, ms=3)
     b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
-    return b.finish().render()
+    return b.finish().render(dense_version=dense_version)
 
 
 def deadline() -> bytes:
@@ -554,9 +562,12 @@ def too_new() -> bytes:
 
 def stream_cancel_v1() -> bytes:
     # What a schema-1 proxy wrote: the cancel record's `responded` was called `executing`.
-    lines = _lines(stream_cancel())
-    v1 = [ln.replace(b'{"v":%d,' % SCHEMA_VERSION, b'{"v":1,', 1).replace(b'"responded":', b'"executing":') for ln in lines]
-    return b"".join(v1)
+    return stream_cancel(dense_version=1).replace(b'"responded":', b'"executing":')
+
+
+def stream_cancel_v2() -> bytes:
+    # What a schema-2 proxy wrote: dense lines, every field with its nulls.
+    return stream_cancel(dense_version=2)
 
 
 def garbled_middle() -> bytes:
@@ -635,6 +646,13 @@ SCENARIOS: dict[str, Scenario] = {
         stream_cancel_v1,
         "stream_cancel as schema version 1 wrote it (the cancel's `responded` named `executing`): read "
         "through the upgrade chain, same outcomes",
+        0,
+        (("done", "completed", ()), ("a", "cancelled", ()), ("b", "cancelled", ())),
+    ),
+    "stream_cancel_v2.jsonl": Scenario(
+        stream_cancel_v2,
+        "stream_cancel as schema version 2 wrote it (dense: every field, nulls included): read through "
+        "the upgrade chain, same outcomes",
         0,
         (("done", "completed", ()), ("a", "cancelled", ()), ("b", "cancelled", ())),
     ),

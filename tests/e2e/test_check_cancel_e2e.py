@@ -71,7 +71,7 @@ def test_honouring_model_stops_executing_and_queued(
     prepared = [line for line in tail.read() if "] prepared:" in line]
     for rid in ("cc-exec", "cc-queued"):
         assert sum(f"[request id: {rid}] prepared" in line for line in prepared) == 1
-    assert list(tmp_path.glob("*.jsonl"))
+    assert list(tmp_path.glob("capture-*"))
 
 
 def test_ignoring_model_reports_work_that_went_on(triton: TritonServer) -> None:

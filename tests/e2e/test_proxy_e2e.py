@@ -356,7 +356,7 @@ def test_sigterm_to_proxy_is_proxy_shutdown(triton: TritonServer, tmp_path: Path
             proc.kill()
             proc.wait(10)
     assert last[1] == "StatusCode.UNAVAILABLE"
-    (path,) = tmp_path.glob("*.jsonl")
+    (path,) = tmp_path.glob("capture-*")
     recs = records(path)
     (call,) = calls_by_method(recs, "ModelStreamInfer")
     (cancel,) = of_kind(recs, "cancel", call)

@@ -31,6 +31,7 @@ from proxy.lab.background import ProxyThread
 from proxy.lab.tritonserver import TritonServer, free_port
 from replay import feed_stream
 from replay.cli.main import main as replay_main
+from tests.support.capture import read_bytes
 from tests.support.triton_client import bytes_input, int_input, token_inputs
 from tests.support.user_client import TextAssembler
 
@@ -407,10 +408,17 @@ def _wait_listening(port: int, timeout: float) -> None:
             time.sleep(0.05)
 
 
+def _text(path: Path) -> bytes:
+    try:
+        return read_bytes(path)
+    except Exception:  # a zstd frame being written right now: read again at the next poll
+        return b""
+
+
 def _wait_for_text(path_glob: Path, needle: bytes, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        if any(needle in p.read_bytes() for p in path_glob.glob("*.jsonl")):
+        if any(needle in _text(p) for p in path_glob.glob("capture-*")):
             return
         assert time.monotonic() < deadline, f"{needle!r} never reached the capture"
         time.sleep(0.05)

@@ -1,16 +1,48 @@
-"""Reading a capture in tests without the replay reader (so proxy tests do not depend on it)."""
+"""Reading a capture in tests without the replay reader (so proxy tests do not depend on it).
+
+Lines are sparse (schema 3): :func:`records` fills omitted fields in with the format's own rules
+(:func:`replay.capture.schema.decode`), so tests see every field, as in a dense line.
+"""
 
 from __future__ import annotations
 
+import gzip
+import io
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from replay.capture.schema import Sticky, decode, to_dict
+
+
+def dense(lines: list[bytes]) -> list[dict[str, Any]]:
+    """Lines of one capture file as dicts with every field (omitted ones filled in)."""
+    sticky: Sticky = {}
+    out = []
+    for line in lines:
+        raw = orjson.loads(line)
+        _, rec = decode(raw, sticky=sticky)
+        out.append({**raw, **to_dict(rec)})
+    return out
+
 
 def records(path: Path) -> list[dict[str, Any]]:
-    """Every line of a capture file as a dict."""
-    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
+    """Every line of a capture file (plain, .gz or .zst) as a dict with every field."""
+    return dense([line for line in read_bytes(path).splitlines() if line])
+
+
+def read_bytes(path: Path) -> bytes:
+    """The decompressed content of a capture file."""
+    data = path.read_bytes()
+    if path.name.endswith(".gz"):
+        return gzip.decompress(data)
+    if path.name.endswith(".zst"):
+        import zstandard
+
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True) as r:
+            return bytes(r.read())
+    return data
 
 
 def of_kind(recs: list[dict[str, Any]], kind: str, call: str | None = None) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ from proxy.admin.hub import TailFilter
 from proxy.admin.tail import Printer, tail_files
 from proxy.ops.server import ProxyConfig, RecordingProxy
 from replay.capture.reader import read_capture
+from replay.capture.schema import decode
 from replay.cli.check import check
 from replay.errors import UserError
 from tests.support.admin_client import TailClient, admin_call, pb
@@ -74,7 +75,9 @@ def _admin(p: RecordingProxy) -> str:
 
 def test_tail_gets_every_record_in_order_equal_to_the_capture(bg: BackgroundLoop, admin_proxy: RecordingProxy,
                                                                tmp_path: Path) -> None:  # fmt: skip
-    """A watcher sees each record the capture holds from its start on, byte for byte, in seq order, to capture_end."""
+    """A watcher sees each record the capture holds from its start on, in seq order, to capture_end: each
+    Tail line read alone decodes to the record the capture's reader reads (the file may omit what a
+    call's earlier lines said; a Tail line never does, since a watcher may start anywhere)."""
     tail = TailClient(bg, _admin(admin_proxy))
     url = f"127.0.0.1:{admin_proxy.port}"
     stream_traffic(url, "m", 5)
@@ -83,8 +86,9 @@ def test_tail_gets_every_record_in_order_equal_to_the_capture(bg: BackgroundLoop
     assert tail.done.wait(30) and tail.error is None
     got = tail.records()
     first = tail.responses[0].started.first_seq
-    lines = capture_lines(tmp_path / "captures")
-    assert got == [(orjson.loads(line)["seq"], line) for line in lines[first:]]
+    captured = list(read_capture(tmp_path / "captures"))
+    assert [decode(orjson.loads(line)) for _, line in got] == captured[first:]
+    assert [seq for seq, _ in got] == [seq for seq, _ in captured[first:]]
     kinds = [orjson.loads(line)["kind"] for _, line in got]
     assert kinds.count("message") == 5 + 15 + 2 and kinds[-1] == "capture_end"
 
@@ -177,7 +181,8 @@ def test_rotate_starts_a_new_file_read_as_one_capture(bg: BackgroundLoop, start_
 
 def test_tail_follow_survives_rotation(bg: BackgroundLoop, start_proxy: Callable[..., RecordingProxy],
                                        fake_upstream: Any, tmp_path: Path) -> None:  # fmt: skip
-    """`tail CAPTURE_DIR --follow` (aiofiles) prints every line of the capture across a gzipped rotation."""
+    """`tail CAPTURE_DIR --follow` (aiofiles) prints every record of the capture across a gzipped rotation
+    (each printed line stands alone: it decodes to what the capture's reader reads)."""
     p = start_proxy(f"127.0.0.1:{fake_upstream.port}", admin="127.0.0.1:0", gzip_rotated=True)
     out = io.StringIO()
     loop = asyncio.new_event_loop()
@@ -199,8 +204,9 @@ def test_tail_follow_survives_rotation(bg: BackgroundLoop, start_proxy: Callable
     finally:
         follower.join(30)
         loop.close()
-    printed = [line.encode() for line in out.getvalue().splitlines()]
-    assert printed == capture_lines(tmp_path / "captures")
+    printed = [decode(orjson.loads(line)) for line in out.getvalue().splitlines()]
+    assert printed == list(read_capture(tmp_path / "captures"))
+    assert len(printed) == len(capture_lines(tmp_path / "captures"))
     assert len(list((tmp_path / "captures").glob("*.jsonl.gz"))) == 2
 
 
@@ -236,3 +242,38 @@ def test_a_non_loopback_admin_address_needs_tls(tmp_path: Path, capsys: pytest.C
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "non-loopback admin address needs --tls-cert/--tls-key" in err
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("compress", ["zstd", "gzip"])
+def test_tail_follow_reads_files_compressed_as_written(bg: BackgroundLoop, start_proxy: Callable[..., RecordingProxy],
+                                                        fake_upstream: Any, tmp_path: Path, compress: str) -> None:  # fmt: skip
+    """`tail --follow` on a capture compressed as it is written (zstd is record's default): frames read as
+    the file grows, across a reopen, every record equal to what the reader reads afterwards."""
+    p = start_proxy(f"127.0.0.1:{fake_upstream.port}", compress=compress)
+    out = io.StringIO()
+    loop = asyncio.new_event_loop()
+    follower = threading.Thread(
+        target=lambda: loop.run_until_complete(tail_files(tmp_path / "captures", TailFilter(), Printer(out, out, True))),
+        name="test-follow-compressed",
+    )
+    follower.start()
+    try:
+        url = f"127.0.0.1:{p.port}"
+        stream_traffic(url, "m", 3)
+        wait_for(lambda: out.getvalue().count('"kind":"call_end"') >= 1, 30, "the first call printed while written")
+        async def reopen() -> None:  # SIGHUP's path, on the proxy's loop
+            p.reload("test")
+
+        bg.run(reopen())
+        stream_traffic(url, "m", 2)
+        from tests.support.proxy import stop_proxy
+
+        stop_proxy(p)
+        follower.join(30)
+        assert not follower.is_alive(), "tail --follow did not stop at the capture's shutdown end"
+    finally:
+        follower.join(30)
+        loop.close()
+    printed = [decode(orjson.loads(line)) for line in out.getvalue().splitlines()]
+    assert printed == list(read_capture(tmp_path / "captures"))
+    assert len(list((tmp_path / "captures").glob(f"capture-*.jsonl.{'zst' if compress == 'zstd' else 'gz'}"))) == 2

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import gzip
 import stat
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from proxy.capture.writer import CaptureWriter, WriterOptions
 from replay.capture import events as ev
+from tests.support.capture import records
 
 
 def _start() -> ev.CaptureStarted:
@@ -26,8 +24,7 @@ def _half(i: int) -> ev.HalfClosed:
 def _lines(paths: list[Path]) -> list[dict[str, Any]]:
     out = []
     for p in paths:
-        data = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
-        out += [orjson.loads(line) for line in data.splitlines()]
+        out += records(p)
     return out
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from proxy.lab.tritonserver import free_port
+from tests.support.capture import read_bytes, records
 from tests.support.paths import ROOT
 
 
@@ -43,7 +44,7 @@ def test_unreachable_upstream(tmp_path: Path) -> None:
     proc = _run("--upstream", f"127.0.0.1:{port}", "--listen", "127.0.0.1:0", "--capture-dir", str(tmp_path))
     assert proc.returncode == 1
     assert f"upstream 127.0.0.1:{port} is unreachable" in _one_line(proc)
-    assert list(tmp_path.glob("*.jsonl")) == []
+    assert list(tmp_path.glob("capture-*")) == []
 
 
 def test_unwritable_capture_dir(tmp_path: Path, listening: int) -> None:
@@ -60,7 +61,7 @@ def test_busy_listen_port(tmp_path: Path, listening: int) -> None:
     proc = _run("--upstream", f"127.0.0.1:{listening}", "--listen", f"127.0.0.1:{listening}", "--capture-dir", str(tmp_path))
     assert proc.returncode == 2
     assert "cannot listen on" in _one_line(proc)
-    assert list(tmp_path.glob("*.jsonl")) == []
+    assert list(tmp_path.glob("capture-*")) == []
 
 
 @pytest.mark.parametrize(
@@ -105,7 +106,7 @@ def test_bad_evidence_flag(tmp_path: Path, listening: int, value: str, message: 
                 "--evidence", value)  # fmt: skip
     assert proc.returncode == 2
     assert message in _one_line(proc)
-    assert list(tmp_path.glob("*.jsonl")) == []
+    assert list(tmp_path.glob("capture-*")) == []
 
 
 @pytest.mark.parametrize(
@@ -190,7 +191,7 @@ def test_bad_tls_and_redaction_flags(args: list[str], needle: str, tmp_path: Pat
     proc = _run("--upstream", f"127.0.0.1:{listening}", "--listen", "127.0.0.1:0", "--capture-dir", str(tmp_path), *args)
     assert proc.returncode == 2
     assert needle in _one_line(proc)
-    assert list(tmp_path.glob("*.jsonl")) == []
+    assert list(tmp_path.glob("capture-*")) == []
 
 
 def test_unresolvable_upstream_host(tmp_path: Path) -> None:
@@ -205,7 +206,7 @@ def test_listen_address_not_on_this_machine(tmp_path: Path, listening: int) -> N
     proc = _run("--upstream", f"127.0.0.1:{listening}", "--listen", "203.0.113.7:0", "--capture-dir", str(tmp_path))
     assert proc.returncode == 2
     assert "cannot listen on 203.0.113.7:0" in _one_line(proc)
-    assert list(tmp_path.glob("*.jsonl")) == []
+    assert list(tmp_path.glob("capture-*")) == []
 
 
 def test_upstream_tls_against_a_plaintext_port_is_one_line(tmp_path: Path) -> None:
@@ -243,7 +244,6 @@ def test_redact_salt_from_environment(tmp_path: Path) -> None:
     import signal
 
     import grpc
-    import orjson
     from tritonclient.grpc import service_pb2 as pb
     from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
@@ -282,10 +282,10 @@ def test_redact_salt_from_environment(tmp_path: Path) -> None:
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait(10)
-    (path,) = tmp_path.glob("*.jsonl")
-    recs = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    (path,) = tmp_path.glob("capture-*")
+    recs = records(path)
     assert recs[0]["options"]["redact_salt"] is None and recs[0]["options"]["redact_salt_given"] is True
-    assert b"from-env" not in path.read_bytes()
+    assert b"from-env" not in read_bytes(path)
     (c2s,) = [r for r in recs if r["kind"] == "message" and r["dir"] == "c2s"]
     assert c2s["inputs"][0]["hmac_sha256"] == hmac.new(b"from-env", b"SECRET-PAYLOAD", hashlib.sha256).hexdigest()
     assert b"SECRET-PAYLOAD" not in base64.b64decode(c2s["payload"])

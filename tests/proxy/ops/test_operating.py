@@ -148,7 +148,7 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         'redact-input = ["prompt"]\nredact-salt = "s"\ntls-cert = "/c.pem"\ntls-key = "/k.pem"\n'
         'upstream-tls = true\nupstream-ca = "/ca.pem"\nupstream-cert = "/uc.pem"\nupstream-key = "/uk.pem"\n'
         'upstream-server-name = "triton.internal"\nadmin = "127.0.0.1:8090"\n'
-        'tls-client-ca = "/clients.pem"\ntls-watch = 0\nmax-total-mb = 100\nmin-free-mb = 0\n'
+        'tls-client-ca = "/clients.pem"\ntls-watch = 0\nmax-total-mb = 100\nmin-free-mb = 0\ncompress = "none"\n'
     )
     values = load_config(cfg, parser)
     assert {a.dest for a in parser._actions if a.dest in values} == {config_keys(parser)[f].dest for f in flags}
@@ -160,7 +160,7 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         "redact_input": ["prompt"], "redact_salt": "s", "tls_cert": Path("/c.pem"), "tls_key": Path("/k.pem"),
         "upstream_tls": True, "upstream_ca": Path("/ca.pem"), "upstream_cert": Path("/uc.pem"), "admin": "127.0.0.1:8090",
         "upstream_key": Path("/uk.pem"), "upstream_server_name": "triton.internal",
-        "tls_client_ca": Path("/clients.pem"), "tls_watch": 0.0, "max_total_mb": 100.0, "min_free_mb": 0.0,
+        "tls_client_ca": Path("/clients.pem"), "tls_watch": 0.0, "max_total_mb": 100.0, "min_free_mb": 0.0, "compress": "none",
     }  # fmt: skip
 
 
@@ -249,7 +249,7 @@ def test_busy_metrics_port_is_one_line(fake_process: int, tmp_path: Path) -> Non
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f"cannot serve metrics on 127.0.0.1:{busy}" in lines[0], proc.stderr
-    assert list((tmp_path / "cap").glob("*.jsonl")) == []
+    assert list((tmp_path / "cap").glob("capture-*")) == []
 
 
 def test_sighup_reopens_the_capture_and_keeps_the_open_stream(fake_process: int, tmp_path: Path) -> None:
@@ -268,7 +268,7 @@ def test_sighup_reopens_the_capture_and_keeps_the_open_stream(fake_process: int,
             s.send("tokens", echo_inputs(np.arange(2, dtype=np.uint8)), "a")
             s.take(3)
             proc.send_signal(signal.SIGHUP)
-            wait_for(lambda: len(list((tmp_path / "cap").glob("*.jsonl"))) == 2, 30, "a second capture file")
+            wait_for(lambda: len(list((tmp_path / "cap").glob("capture-*"))) == 2, 30, "a second capture file")
             s.send("tokens", echo_inputs(np.arange(2, dtype=np.uint8)), "b")
             s.take(3)
             s.close()

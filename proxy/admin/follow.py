@@ -1,0 +1,120 @@
+"""``tail CAPTURE_DIR --follow``: a capture's lines while it is written, across rotation and compression.
+
+The newest capture of the directory is read from its first file on, with aiofiles. Every file is
+read as it grows: a plain file line by line (a line without its newline yet waits for the rest), a
+``.jsonl.zst`` or ``.jsonl.gz`` file frame by frame (the writer appends one complete zstd frame or
+gzip member per written batch; a frame still being written waits for the rest). A ``capture_end``
+of reason ``rotate`` or ``reopen`` leads to the file it names; any other end stops the follow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from replay.capture import naming
+from replay.errors import CaptureError, UserError
+
+#: How often a followed file that did not grow is looked at again (a file has no "grew" event to await).
+POLL_S = 0.1
+CHUNK = 1 << 16
+
+
+def newest_capture(directory: Path) -> Path:
+    """The first file still present of the newest capture in ``directory`` (names sort in time order)."""
+    if not directory.is_dir():
+        raise UserError(f"{str(directory)!r} is not a directory")
+    files = [(n.stem, n.index, p) for p in directory.iterdir() if (n := naming.parse(p.name)) is not None]
+    if not files:
+        raise UserError(f"no capture files in {str(directory)!r}")
+    newest = max(stem for stem, _, _ in files)
+    return min((index, p) for stem, index, p in files if stem == newest)[1]
+
+
+class _Frames:
+    """Decompresses a growing stream of complete frames (zstd) or members (gzip), one after another."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._obj = make()
+
+    def feed(self, data: bytes) -> bytes:
+        out = []
+        while data:
+            out.append(self._obj.decompress(data))
+            if not self._obj.eof:
+                break  # the frame goes on in bytes not written yet
+            data = self._obj.unused_data
+            self._obj = self._make()
+        return b"".join(out)
+
+
+def _decoder(path: Path) -> Callable[[bytes], bytes]:
+    if path.name.endswith(naming.SUFFIX + naming.ZSTD_SUFFIX):
+        import zstandard
+
+        dctx = zstandard.ZstdDecompressor()
+        return _Frames(dctx.decompressobj).feed
+    if path.name.endswith(naming.SUFFIX + naming.GZIP_SUFFIX):
+        return _Frames(lambda: zlib.decompressobj(wbits=31)).feed  # 31: gzip framing
+    return lambda data: data
+
+
+async def _lines_growing(path: Path, done: Callable[[bytes], bool]) -> AsyncIterator[bytes]:
+    """Complete lines of a file being appended to, until ``done(line)`` says the file is finished."""
+    import aiofiles
+
+    decode = _decoder(path)
+    buf = b""
+    async with aiofiles.open(path, "rb") as f:
+        while True:
+            chunk = await f.read(CHUNK)
+            if not chunk:
+                await asyncio.sleep(POLL_S)
+                continue
+            try:
+                buf += decode(chunk)
+            except Exception as e:  # zstandard.ZstdError, zlib.error: damage, not a frame still growing
+                raise CaptureError(str(path), None, f"not a readable compressed capture: {e}") from None
+            *complete, buf = buf.split(b"\n")
+            for line in complete:
+                if line.strip():
+                    yield line
+                    if done(line):
+                        return
+
+
+def is_end(line: bytes) -> bool:
+    """Whether ``line`` is a ``capture_end`` record (cheap: no JSON parse for the other lines)."""
+    return b'"kind":"capture_end"' in line
+
+
+def _existing(directory: Path, name: str) -> Path | None:
+    # The name as the writer opened it, or with .gz once a rotated plain file was compressed.
+    for cand in (directory / name, directory / f"{name}{naming.GZIP_SUFFIX}"):
+        if cand.exists():
+            return cand
+    return None
+
+
+async def follow_lines(first: Path) -> AsyncIterator[tuple[Path, bytes]]:
+    """``(file, line)`` for every line of the capture starting at file ``first``, across rotations."""
+    path: Path | None = first
+    directory = first.parent
+    while path is not None:
+        last = b""
+        async for line in _lines_growing(path, is_end):
+            last = line
+            yield path, line
+        path = None
+        if is_end(last):
+            end = orjson.loads(last)
+            nxt = end.get("next_file")
+            if end.get("reason") in ("rotate", "reopen") and isinstance(nxt, str):
+                while (path := _existing(directory, nxt)) is None:
+                    await asyncio.sleep(POLL_S)  # the writer opens it right after the end record

@@ -1,0 +1,65 @@
+"""Schema 3 is sparse: lines omit null/default fields and repeated sticky fields; readers fill them in."""
+
+from __future__ import annotations
+
+import orjson
+
+from replay.capture import events as ev
+from replay.capture import schema
+from replay.capture.reader import read_capture
+from tests.support.paths import ROOT
+
+DATA = ROOT / "tests" / "data"
+
+
+def _response(index: int, final: bool | None = False, model: str | None = "tokens") -> ev.MessageSeen:
+    return ev.MessageSeen(
+        t_ns=1_780_000_000_007_000_000 + index, call="c12.345", dir="s2c", index=index, size=69, model=model,
+        model_version="1", request_id="17", final=final, outputs=["TEXT"],
+        output_tensors=[ev.TensorSpec(name="TEXT", datatype="BYTES", shape=[1])],
+    )  # fmt: skip
+
+
+def test_a_streamed_response_line_is_at_most_150_bytes() -> None:
+    """The issue's target: a streamed response after the first of its call takes <= 150 bytes uncompressed."""
+    enc = schema.Encoder()
+    enc.encode(_response(0), 9_999_998)
+    line = enc.encode(_response(1), 9_999_999)
+    assert len(line) <= 150, line
+    assert b"null" not in line and b"model" not in line
+
+
+def test_sticky_fields_round_trip_through_a_file_state() -> None:
+    """Omitted sticky fields come back from the call's previous s2c message; a change to null is written."""
+    records = [_response(0), _response(1), _response(2, final=True, model=None), _response(3, model=None)]
+    enc, sticky = schema.Encoder(), {}
+    lines = [enc.encode(r, i) for i, r in enumerate(records)]
+    assert b'"model":null' in lines[2] and b'"model"' not in lines[3]
+    back = [schema.decode(orjson.loads(line), sticky=sticky)[1] for line in lines]
+    assert back == records
+
+
+def test_reset_makes_the_next_line_self_contained() -> None:
+    """After a batch that was never written, the next message of a call spells its sticky fields out."""
+    enc = schema.Encoder()
+    enc.encode(_response(0), 0)
+    enc.reset()
+    line = enc.encode(_response(1), 1)
+    assert schema.decode(orjson.loads(line))[1] == _response(1)
+
+
+def test_nullable_fields_without_default_are_omitted_and_read_as_null() -> None:
+    """`timeout_ms` has no default but is nullable: omitted when null, decoded as null."""
+    start = ev.CallStarted(t_ns=1, call="c1.1", conn="c1", method="/m", peer="p", metadata=[], timeout_ms=None)
+    line = schema.encode(start, 0)
+    assert b"timeout_ms" not in line
+    assert schema.decode(orjson.loads(line))[1] == start
+
+
+def test_old_versions_read_the_same_as_the_sparse_golden() -> None:
+    """stream_cancel as schema 1, 2 and 3 wrote it decodes to the same records."""
+    def read(name: str) -> list[tuple[int, ev.Record]]:
+        return list(read_capture(DATA / name))
+
+    assert read("stream_cancel_v1.jsonl") == read("stream_cancel_v2.jsonl") == read("stream_cancel.jsonl")
+    assert (DATA / "stream_cancel.jsonl").stat().st_size < (DATA / "stream_cancel_v2.jsonl").stat().st_size
