@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-MAX_BINS = 400
+MAX_BINS = 240
 EXACT = 32
 PER_OCTAVE = 16
 
