@@ -68,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
                 cmd = [str(a.perf_analyzer), "-m", "tokens", "-i", "grpc", "-u", f"127.0.0.1:{port}", "--streaming",
                        "--input-data", str(data), "--concurrency-range", c, "--measurement-interval", "3000"]  # fmt: skip
                 print("$", " ".join(cmd), file=sys.stderr)
-                subprocess.run(cmd, check=True, env=_perf_env(a.perf_analyzer), timeout=600)
+                # On a busy machine perf_analyzer may give up on a stable measurement (exit 2): the
+                # traffic it sent is still real traffic, which is all the report needs.
+                rc = subprocess.run(cmd, check=False, env=_perf_env(a.perf_analyzer), timeout=600).returncode
+                if rc != 0:
+                    print(f"perf_analyzer exited with {rc} (concurrency {c}); its traffic is in the capture", file=sys.stderr)
         finally:
             proxy.send_signal(signal.SIGTERM)
             try:

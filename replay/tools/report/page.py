@@ -44,7 +44,7 @@ def pack_ticks(ticks: dict[str, list[int]], n_lanes: int, *, with_ri: bool) -> d
     lane = np.asarray(ticks["lane"], dtype=np.int64)
     t = np.asarray(ticks["t"], dtype=np.int64)
     counts = np.bincount(lane, minlength=n_lanes).astype(np.int32) if len(lane) else np.zeros(n_lanes, np.int32)
-    first = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    first = (np.cumsum(counts) - counts).astype(np.int64)
     base = np.zeros(n_lanes, dtype=np.float64)
     has = counts > 0
     base[has] = t[first[has]]

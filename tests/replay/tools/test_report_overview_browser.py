@@ -214,3 +214,15 @@ def test_a_call_level_ending_marks_only_the_lanes_it_cut(tmp_path: Path, browser
         tip = browser.hover(browser.eval(f"tritonTapReport.point({t}, {lane})"))
         assert "client_disconnect" not in tip and "call_end" not in tip
     assert browser.eval("window.__errors") == []
+
+
+@needs_chromium
+def test_a_capture_without_calls_renders_an_empty_overview(tmp_path: Path, browser: DevTools) -> None:
+    """No calls, no lanes, no ticks: the overview and the lanes render empty, without errors."""
+    page = tmp_path / "r.html"
+    model = build([ev.CaptureStarted(t_ns=1, proxy_version="t", listen="a:1", upstream="b:2", options={}),
+                   ev.CaptureEnded(t_ns=2, reason="shutdown", counts={})], page)  # fmt: skip
+    assert model["lanes"]["call"] == [] and model["ticks"]["t"] == []
+    open_page(browser, page)
+    assert browser.eval("tritonTapReport.overview().started") == 0
+    assert browser.eval("document.body.dataset.viewLanes") == "0"
