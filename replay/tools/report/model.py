@@ -115,6 +115,7 @@ class _Lanes:
         self.t0 = t0
         self.call_index = {c.id: i for i, c in enumerate(calls)}
         self.columns: dict[str, list[Any]] = {k: [] for k in _LANE_COLUMNS}
+        self._items = list(self.columns.items())
         self.ticks: dict[str, list[int]] = {"lane": [], "t": [], "flags": [], "ri": []}
         self._of: dict[tuple[str, str | None], list[int]] = {}  # (call, request id) -> lanes
         self._extra: list[tuple[int, int, int, int]] = []  # unattributed ticks: (lane, t_ns, flags, ri)
@@ -126,10 +127,10 @@ class _Lanes:
     def add(self, call: _CallInfo, **values: Any) -> int:
         """A new lane of ``call`` (columns not given are null); returns its index."""
         n = len(self.columns["call"])
-        self.columns["call"].append(self.call_index[call.id])
-        for k, column in self.columns.items():
-            if k != "call":
-                column.append(values.get(k))
+        values["call"] = self.call_index[call.id]
+        get = values.get
+        for k, column in self._items:
+            column.append(get(k))
         return n
 
     def name(self, lane: int, call: str, request_id: str | None) -> None:
@@ -244,17 +245,21 @@ class ReportBuilder:
         if isinstance(t, int):
             if self._t0 is None or t < self._t0:
                 self._t0 = t
-            self._t_last = max(self._t_last, t)
+            if t > self._t_last:
+                self._t_last = t
         self._cur_ri = ri
         self.tracker.feed(seq, record)
         q = self.tracker.qualified
-        if isinstance(record, ev.MessageSeen):
-            if record.dir == "c2s" and record.request_id is not None:
+        # Hot loop: one call per record (1M at production scale); the common kinds come first.
+        if type(record) is ev.MessageSeen:
+            if record.request_id is None:
+                pass
+            elif record.dir == "c2s":
                 self._sent[q(record.call), seq] = record.t_ns
-            elif record.dir == "s2c" and record.request_id is not None:
+            elif not self._attributed:
                 # Attributed responses came through _response during tracker.feed; the rest did not.
                 call = self._calls.get(q(record.call))
-                if call is not None and not self._attributed:
+                if call is not None:
                     call.unattributed.append((record.t_ns, _flags(record) | UNATTRIBUTED, ri))
             self._attributed = False
         elif isinstance(record, ev.CallStarted):
@@ -287,11 +292,7 @@ class ReportBuilder:
 
     def _response(self, call: str, request_seq: int, seq: int, rec: ev.MessageSeen) -> None:
         self._attributed = True
-        key = (call, request_seq)
-        req = self._req_key.get(key)
-        if req is None:
-            req = self._req_key[key] = len(self._req_key)
-        self._tick_req.append(req)
+        self._tick_req.append(self._req_key.setdefault((call, request_seq), len(self._req_key)))
         self._tick_t.append(rec.t_ns)
         self._tick_flags.append(_flags(rec))
         self._tick_ri.append(self._cur_ri)
