@@ -9,6 +9,10 @@ each response belongs to come from :class:`~replay.machine.tracker.Tracker` (its
 so the report and ``replay check`` can never disagree. Responses the tracker cannot attribute are
 drawn on a separate lane of their call, never on a guessed request.
 
+The overview (time-series, latency sketches, histograms per model/method/outcome group) is
+computed from the finished lanes and ticks by :mod:`replay.tools.report.overview`, so the page
+never aggregates records itself.
+
 Why columnar arrays: a 100k-record capture has ~100k response ticks; one JSON array per field
 keeps the embedded model at a few bytes per tick (no repeated keys), and the page draws ticks on
 a canvas from those arrays instead of creating a DOM node per record.
