@@ -78,7 +78,9 @@ def add_report_command(sub: Any) -> None:
     p = sub.add_parser(
         "report",
         help="write a self-contained HTML timeline report of captures",
-        description="One self-contained HTML file (no network needed to view it): a timeline with one lane per "
+        description="One self-contained HTML file (no network needed to view it): an overview first (requests, "
+        "responses, errors and cancels over time, latency percentiles, in-flight requests and histograms, "
+        "filterable by model/method/outcome); then, for the window chosen on it, a timeline with one lane per "
         "request, responses, half-closes, cancels with their in-flight sets, deadlines and errors; a per-request "
         "table and a per-model summary.",
     )

@@ -9,6 +9,10 @@ each response belongs to come from :class:`~replay.machine.tracker.Tracker` (its
 so the report and ``replay check`` can never disagree. Responses the tracker cannot attribute are
 drawn on a separate lane of their call, never on a guessed request.
 
+The overview (time-series, latency sketches, histograms per model/method/outcome group) is
+computed from the finished lanes and ticks by :mod:`replay.tools.report.overview`, so the page
+never aggregates records itself.
+
 Why columnar arrays: a 100k-record capture has ~100k response ticks; one JSON array per field
 keeps the embedded model at a few bytes per tick (no repeated keys), and the page draws ticks on
 a canvas from those arrays instead of creating a DOM node per record.
@@ -18,10 +22,13 @@ from __future__ import annotations
 
 import itertools
 import math
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import orjson
 
 from replay.capture import events as ev
@@ -30,6 +37,7 @@ from replay.capture.reader import Gap
 from replay.capture.schema import encode
 from replay.machine.outcomes import RequestOutcome
 from replay.machine.tracker import Tracker
+from replay.tools.report.overview import build_overview
 
 #: Embed every record (for hover) only up to this many; larger captures show the compact fields.
 RECORD_LIMIT = 20_000
@@ -111,8 +119,10 @@ class _Lanes:
         self.t0 = t0
         self.call_index = {c.id: i for i, c in enumerate(calls)}
         self.columns: dict[str, list[Any]] = {k: [] for k in _LANE_COLUMNS}
+        self._items = list(self.columns.items())
         self.ticks: dict[str, list[int]] = {"lane": [], "t": [], "flags": [], "ri": []}
         self._of: dict[tuple[str, str | None], list[int]] = {}  # (call, request id) -> lanes
+        self._extra: list[tuple[int, int, int, int]] = []  # unattributed ticks: (lane, t_ns, flags, ri)
 
     def us(self, t_ns: int | None) -> int | None:
         """Microseconds since the capture's first record."""
@@ -121,10 +131,10 @@ class _Lanes:
     def add(self, call: _CallInfo, **values: Any) -> int:
         """A new lane of ``call`` (columns not given are null); returns its index."""
         n = len(self.columns["call"])
-        self.columns["call"].append(self.call_index[call.id])
-        for k, column in self.columns.items():
-            if k != "call":
-                column.append(values.get(k))
+        values["call"] = self.call_index[call.id]
+        get = values.get
+        for k, column in self._items:
+            column.append(get(k))
         return n
 
     def name(self, lane: int, call: str, request_id: str | None) -> None:
@@ -132,12 +142,24 @@ class _Lanes:
         self._of.setdefault((call, request_id), []).append(lane)
 
     def add_ticks(self, lane: int, items: list[tuple[int, int, int]]) -> None:
-        """Response ticks ``(t_ns, flags, record index)`` on ``lane``."""
-        for t_ns, flags, ri in items:
-            self.ticks["lane"].append(lane)
-            self.ticks["t"].append((t_ns - self.t0) // 1000)
-            self.ticks["flags"].append(flags)
-            self.ticks["ri"].append(ri)
+        """Response ticks ``(t_ns, flags, record index)`` on ``lane`` (unattributed ones: few, kept as tuples)."""
+        self._extra.extend((lane, t_ns, flags, ri) for t_ns, flags, ri in items)
+
+    def assemble(self, lane_of_req: npt.NDArray[np.int64], req: array[int], t: array[int], flags: array[int],
+                 ri: array[int]) -> None:  # fmt: skip
+        """All ticks grouped by lane, in capture order within a lane (the page relies on both)."""
+        lane = lane_of_req[np.frombuffer(req, dtype=np.int64)] if len(req) else np.zeros(0, dtype=np.int64)
+        cols = [lane, np.frombuffer(t, dtype=np.int64), np.frombuffer(flags, dtype=np.uint8).astype(np.int64),
+                np.frombuffer(ri, dtype=np.int64)]  # fmt: skip
+        if self._extra:
+            extra = np.array(self._extra, dtype=np.int64).T
+            cols = [np.concatenate((a, e)) for a, e in zip(cols, extra, strict=True)]
+        keep = cols[0] >= 0
+        cols = [c[keep] for c in cols]
+        order = np.argsort(cols[0], kind="stable")
+        lane_s, t_s, f_s, ri_s = (c[order] for c in cols)
+        self.ticks = {"lane": lane_s.tolist(), "t": ((t_s - self.t0) // 1000).tolist(), "flags": f_s.tolist(),
+                      "ri": ri_s.tolist()}  # fmt: skip
 
     def open_at(self, call: str, ids: list[str], at: int | None) -> list[int]:
         """The lanes of request ``ids`` on ``call`` still open at ``at`` (sorted, once each)."""
@@ -196,7 +218,12 @@ class ReportBuilder:
         self._calls: dict[str, _CallInfo] = {}
         self._order: list[_CallInfo] = []
         self._sent: dict[tuple[str, int], int] = {}  # (call, request seq) -> t_ns
-        self._ticks: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+        # Every attributed response, columnar (a 1M-record capture has ~1M of them: arrays, not tuples).
+        self._req_key: dict[tuple[str, int], int] = {}  # (call, request seq) -> request number
+        self._tick_req = array("q")
+        self._tick_t = array("q")
+        self._tick_flags = array("B")
+        self._tick_ri = array("q")
         self._cancels: list[_Cancel] = []
         self._dropped: list[tuple[int, int, int, str, int]] = []  # gap records: first, last t_ns, count, reason, ri
         self._conn_prefix = ""
@@ -222,17 +249,21 @@ class ReportBuilder:
         if isinstance(t, int):
             if self._t0 is None or t < self._t0:
                 self._t0 = t
-            self._t_last = max(self._t_last, t)
+            if t > self._t_last:
+                self._t_last = t
         self._cur_ri = ri
         self.tracker.feed(seq, record)
         q = self.tracker.qualified
-        if isinstance(record, ev.MessageSeen):
-            if record.dir == "c2s" and record.request_id is not None:
+        # Hot loop: one call per record (1M at production scale); the common kinds come first.
+        if type(record) is ev.MessageSeen:
+            if record.request_id is None:
+                pass
+            elif record.dir == "c2s":
                 self._sent[q(record.call), seq] = record.t_ns
-            elif record.dir == "s2c" and record.request_id is not None:
+            elif not self._attributed:
                 # Attributed responses came through _response during tracker.feed; the rest did not.
                 call = self._calls.get(q(record.call))
-                if call is not None and not self._attributed:
+                if call is not None:
                     call.unattributed.append((record.t_ns, _flags(record) | UNATTRIBUTED, ri))
             self._attributed = False
         elif isinstance(record, ev.CallStarted):
@@ -265,7 +296,10 @@ class ReportBuilder:
 
     def _response(self, call: str, request_seq: int, seq: int, rec: ev.MessageSeen) -> None:
         self._attributed = True
-        self._ticks.setdefault((call, request_seq), []).append((rec.t_ns, _flags(rec), self._cur_ri))
+        self._tick_req.append(self._req_key.setdefault((call, request_seq), len(self._req_key)))
+        self._tick_t.append(rec.t_ns)
+        self._tick_flags.append(_flags(rec))
+        self._tick_ri.append(self._cur_ri)
 
     # -- the model ---------------------------------------------------------------------------------
 
@@ -280,17 +314,21 @@ class ReportBuilder:
         stats = _ModelStats()
         self._lay_out(calls, result.requests, lanes, stats)
         us = lanes.us
+        span_us = max(0, (self._t_last - t0) // 1000)
+        cancels = self._cancel_rows(lanes)
+        call_cols = _call_columns(calls, us)
         return {
             "title": title,
             "files": list(files),
             "records": self._ri,
             "t0_ns": t0,
-            "span_us": max(0, (self._t_last - t0) // 1000),
-            "calls": _call_columns(calls, us),
+            "span_us": span_us,
+            "calls": call_cols,
             "lanes": lanes.columns,
             "ticks": lanes.ticks,
-            "cancels": self._cancel_rows(lanes),
+            "cancels": cancels,
             "models": stats.rows(),
+            "overview": self._overview(span_us, lanes, call_cols, cancels),
             "summary": result.summary(),
             "unattributable": len(result.unattributable),
             "gaps": [g.to_json() for g in gaps],
@@ -302,6 +340,18 @@ class ReportBuilder:
             "record_view": self._records,
         }
 
+    @staticmethod
+    def _overview(span_us: int, lanes: _Lanes, calls: dict[str, list[Any]], cancels: list[dict[str, Any]]) -> dict[str, Any]:
+        cols = lanes.columns
+        method = [calls["method"][c] for c in cols["call"]]
+        # A cancel's model: that of its call's first request lane (a call carries one model in practice).
+        call_model: dict[int, str | None] = {}
+        for c, m in zip(cols["call"], cols["model"], strict=True):
+            if call_model.get(c) is None:
+                call_model[c] = m
+        rows = [(k["t"], call_model.get(k["call"]), calls["method"][k["call"]], k["cause"]) for k in cancels]
+        return build_overview(span_us=span_us, lanes=cols, lane_method=method, ticks=lanes.ticks, cancels=rows)
+
     def _calls_by_connection(self) -> list[_CallInfo]:
         """Calls grouped by connection (in order of first appearance), in start order within it."""
         conn_rank: dict[str, int] = {}
@@ -311,11 +361,13 @@ class ReportBuilder:
 
     def _lay_out(self, calls: list[_CallInfo], requests: Iterable[RequestOutcome], lanes: _Lanes,
                  stats: _ModelStats) -> None:  # fmt: skip
-        """Each call's lanes in order: its requests, then its unattributable responses."""
+        """Each call's lanes in order: its requests, then its unattributable responses; then the ticks."""
         by_call: dict[str, list[RequestOutcome]] = {}
         for r in requests:
             by_call.setdefault(r.call, []).append(r)
         us = lanes.us
+        lane_of_req = np.full(len(self._req_key) + 1, -1, dtype=np.int64)
+        drawn: list[tuple[int, RequestOutcome]] = []
         for call in calls:
             reqs = by_call.get(call.id, [])
             if not reqs and not call.unattributed:
@@ -324,29 +376,43 @@ class ReportBuilder:
                           end=us(call.t_end), ri=call.ri, responses=0, text=0)  # fmt: skip
                 continue
             for r in reqs:
-                self._request_lane(call, r, lanes, stats)
+                lane = self._request_lane(call, r, lanes)
+                req = self._req_key.get((call.id, r.seq))
+                if req is not None:
+                    lane_of_req[req] = lane
+                drawn.append((lane, r))
             if call.unattributed:
                 lane = lanes.add(call, rid=None, model=None, outcome="unattributable", start=us(call.t_start),
                                  end=us(call.t_end), responses=len(call.unattributed), text=0)  # fmt: skip
                 lanes.add_ticks(lane, call.unattributed)
+        lanes.assemble(lane_of_req, self._tick_req, self._tick_t, self._tick_flags, self._tick_ri)
+        self._gaps(drawn, lanes, stats)
 
-    def _request_lane(self, call: _CallInfo, r: RequestOutcome, lanes: _Lanes, stats: _ModelStats) -> None:
-        """The lane of one tracked request: its span, its response ticks and their gaps."""
-        items = self._ticks.get((call.id, r.seq), [])
-        times = [t for t, _, _ in items]
-        inter = [(b - a) / 1e6 for a, b in itertools.pairwise(times)]
+    @staticmethod
+    def _gaps(drawn: list[tuple[int, RequestOutcome]], lanes: _Lanes, stats: _ModelStats) -> None:
+        """Each request lane's inter-response gaps: its p50/p99 columns and the per-model samples."""
+        # Ticks are grouped by lane (assemble), so a lane's ticks are one slice.
+        lane_col, t_col = lanes.ticks["lane"], lanes.ticks["t"]
+        bounds = np.searchsorted(np.asarray(lane_col, dtype=np.int64), np.arange(len(lanes.columns["call"]) + 1))
+        p50, p99 = lanes.columns["inter_p50_ms"], lanes.columns["inter_p99_ms"]
+        for lane, r in drawn:
+            times = t_col[bounds[lane]:bounds[lane + 1]]
+            inter = [(b - a) / 1e3 for a, b in itertools.pairwise(times)]
+            p50[lane], p99[lane] = _r3(percentile(inter, 50)), _r3(percentile(inter, 99))
+            stats.add(r, inter)
+
+    def _request_lane(self, call: _CallInfo, r: RequestOutcome, lanes: _Lanes) -> int:
+        """The lane of one tracked request (its ticks and gaps are filled in once every lane is laid out)."""
         t_sent = self._sent.get((call.id, r.seq), call.t_start)
         end_ns = t_sent + int(r.duration_ms * 1e6) if r.duration_ms is not None else None
         lane = lanes.add(
             call, rid=r.request_id, model=r.model, outcome=r.outcome, start=lanes.us(t_sent), end=lanes.us(end_ns),
             responses=r.responses, text=r.text_responses, ttfr_ms=r.first_response_ms,
-            inter_p50_ms=_r3(percentile(inter, 50)), inter_p99_ms=_r3(percentile(inter, 99)),
             duration_ms=r.duration_ms, violations=[v.name for v in r.violations] or None, error=r.error,
             ri=None,
         )  # fmt: skip
         lanes.name(lane, call.id, r.request_id)
-        lanes.add_ticks(lane, items)
-        stats.add(r, inter)
+        return lane
 
     def _cancel_rows(self, lanes: _Lanes) -> list[dict[str, Any]]:
         """The captured cancels of drawn calls, with the lanes they hit (in flight, responded) at that time."""

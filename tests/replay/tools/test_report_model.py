@@ -128,7 +128,7 @@ def test_page_embeds_the_model_safely() -> None:
     m = model_of("one_response.jsonl")
     m["title"] = "x</script><b>"
     page = render_html(m).decode()
-    assert page.count("</script>") == 3  # the error collector, the data, the page script
+    assert page.count("</script>") == 4  # the error collector, uPlot, the data, the page script
     assert "x&lt;/script>" in page
     assert "__REPORT_DATA__" not in page
 
