@@ -232,7 +232,8 @@ def components(n: int) -> list[tuple[str, float]]:
     out = [
         ("Assembler.feed (one whole message)", timeit(lambda: asm.feed(data), n)),
         ("ModelStreamInferResponse.FromString only", timeit(lambda: pb.ModelStreamInferResponse.FromString(body), n)),
-        ("labels.stream_response_labels", timeit(lambda: labels.stream_response_labels(body, False), n)),
+        ("labels.stream_response_labels (cached: same labels as the last response)", timeit(lambda: labels.stream_response_labels(body, False), n)),
+        ("labels.decode_stream_response_labels (protobuf decode: a cache miss)", timeit(lambda: labels.decode_stream_response_labels(body, False), n)),
         ("InFlight.answered", timeit(lambda: inflight.answered("s0-r0", False), n)),
         ("MessageSeen(...) as replay.capture.events defines it", timeit(lambda: ev.MessageSeen(t_ns=1, call="c1.1", dir="s2c", index=7, size=40, compressed=False, **fields), n)),
         ("same fields, a non-frozen slots dataclass", timeit(lambda: Unfrozen(t_ns=1, call="c1.1", dir="s2c", index=7, size=40, compressed=False, **fields), n)),
