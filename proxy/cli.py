@@ -73,6 +73,9 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                    help="how long to watch after each cancel (default %(default)s)")
     p.add_argument("--metrics", type=hostport("--metrics", listen=True), default=None, metavar="HOST:PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
+    p.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                   help="N proxy processes on the --listen port (SO_REUSEPORT), one capture file chain each, "
+                   "read as one capture set; --metrics port + k for worker k (default %(default)s)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="info: start-up/shutdown, one line per call end, warnings (default %(default)s)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
@@ -112,7 +115,12 @@ def run_record(args: argparse.Namespace) -> int:
         upstream_cert=args.upstream_cert,
         upstream_key=args.upstream_key,
         upstream_server_name=args.upstream_server_name,
+        workers=args.workers,
     )
+    if cfg.workers > 1:
+        from proxy.ops.workers import supervise
+
+        return supervise(cfg, args.log_level)
     asyncio.run(run(cfg))
     return 0
 

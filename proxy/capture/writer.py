@@ -50,6 +50,9 @@ class WriterOptions:
     #: Called in the writer thread with each encoded batch before it is written: tests use it to
     #: inject faults (ENOSPC) and slowness without a real full disk.
     before_write: Callable[[bytes], None] | None = None
+    #: The stem of the capture's file names (``record --workers``: the worker's chain in its set);
+    #: None: ``capture-<stamp>-<pid>`` of this process.
+    stem: str | None = None
 
 
 @dataclass
@@ -109,7 +112,7 @@ class CaptureWriter:
         self._failing = False
         self._counts = _Counts()
         self.written = 0  # records written (writer thread); read by the metrics at scrape time
-        self._stem = naming.stem(naming.stamp(start.t_ns), os.getpid())
+        self._stem = options.stem or naming.stem(naming.stamp(start.t_ns), os.getpid())
         self.paths: list[Path] = []
 
     # -- data plane side -------------------------------------------------------------------
@@ -311,6 +314,9 @@ class CaptureWriter:
             upstream=self._start.upstream,
             options=self._start.options,
             file_index=self._file_index,
+            capture_set=self._start.capture_set,
+            worker=self._start.worker,
+            workers=self._start.workers,
         )
         self._write_batch([start], may_rotate=False)
 

@@ -24,6 +24,7 @@ from proxy.relay.options import RelayOptions
 from proxy.relay.relay import Relay
 from proxy.triton.metadata import DEFAULT_REDACT
 from replay.capture import events as ev
+from replay.capture import naming
 from replay.errors import UpstreamError, UserError
 from replay.hostport import parse_hostport
 
@@ -60,6 +61,11 @@ class ProxyConfig:
     upstream_key: Path | None = None
     #: SNI, certificate name and ``:authority`` sent upstream (default: the upstream host, client's authority).
     upstream_server_name: str | None = None
+    #: ``record --workers N``: how many processes share the listening port (see :mod:`proxy.ops.workers`).
+    workers: int = 1
+    #: Set by the supervisor in each worker process: which worker this is (0-based), and the set's stem.
+    worker: int | None = None
+    capture_set: str | None = None
 
 
 def _with_evidence(emit: Callable[[Any], None], notify: Callable[[ev.CallCancelled], None]) -> Callable[[Any], None]:
@@ -230,6 +236,8 @@ class RecordingProxy:
             t_ns=time.time_ns(), proxy_version=__version__, listen=listen,
             upstream=f"{self.upstream_addr[0]}:{self.upstream_addr[1]}",
             options=capture_options(cfg, salt, server_tls is not None, up_tls is not None),
+            capture_set=cfg.capture_set, worker=cfg.worker,
+            workers=cfg.workers if cfg.worker is not None else None,
         )  # fmt: skip
         writer = self._open_capture(start)
         try:
@@ -268,6 +276,8 @@ class RecordingProxy:
             self._server = await asyncio.get_running_loop().create_server(
                 lambda: relay_box[0].protocol_factory(), host, port, reuse_address=True, start_serving=False,
                 ssl=server_tls,
+                # Workers of one set bind the same port; the kernel spreads connections over them.
+                reuse_port=self.config.worker is not None,
             )
         except OSError as e:
             raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
@@ -285,8 +295,10 @@ class RecordingProxy:
         """Create the capture file (its first record is ``start``); on failure nothing stays bound."""
         cfg = self.config
         rotate = int(cfg.rotate_mb * 1024 * 1024) if cfg.rotate_mb else None
+        stem = naming.worker_stem(cfg.capture_set, cfg.worker) if cfg.worker is not None and cfg.capture_set else None
         self.writer = CaptureWriter(
-            WriterOptions(directory=cfg.capture_dir, rotate_bytes=rotate, gzip_rotated=cfg.gzip_rotated), start
+            WriterOptions(directory=cfg.capture_dir, rotate_bytes=rotate, gzip_rotated=cfg.gzip_rotated, stem=stem),
+            start,
         )
         try:
             self.writer.open()
@@ -317,6 +329,7 @@ class RecordingProxy:
             ),
             upstream_tls=up_tls,
             upstream_server_name=cfg.upstream_server_name,
+            conn_prefix="c" if cfg.worker is None else f"w{cfg.worker}c",
         )  # fmt: skip
         if self.evidence is not None:
             relay.before_cancel = _guarded_mark(self.evidence.mark)

@@ -147,7 +147,7 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         'evidence = "metrics=http://triton:8002/metrics"\nevidence-window = 3\n'
         'redact-input = ["prompt"]\nredact-salt = "s"\ntls-cert = "/c.pem"\ntls-key = "/k.pem"\n'
         'upstream-tls = true\nupstream-ca = "/ca.pem"\nupstream-cert = "/uc.pem"\nupstream-key = "/uk.pem"\n'
-        'upstream-server-name = "triton.internal"\n'
+        'upstream-server-name = "triton.internal"\nworkers = 2\n'
     )
     values = load_config(cfg, parser)
     assert {a.dest for a in parser._actions if a.dest in values} == {config_keys(parser)[f].dest for f in flags}
