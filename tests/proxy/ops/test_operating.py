@@ -153,7 +153,7 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
     assert {a.dest for a in parser._actions if a.dest in values} == {config_keys(parser)[f].dest for f in flags}
     assert values == {
         "listen": "0.0.0.0:9011", "upstream": "triton:8001", "capture_dir": Path("/captures"), "payload": "full",
-        "payload_cap": 4096, "rotate_mb": 64.0, "gzip_rotated": True, "drain_timeout": 25.0,
+        "payload_cap": 4096, "workers": 2, "rotate_mb": 64.0, "gzip_rotated": True, "drain_timeout": 25.0,
         "redact": ["x-team-key"], "metrics": "0.0.0.0:9090", "log_level": "warning",
         "evidence": "metrics=http://triton:8002/metrics", "evidence_window": 3.0,
         "redact_input": ["prompt"], "redact_salt": "s", "tls_cert": Path("/c.pem"), "tls_key": Path("/k.pem"),
