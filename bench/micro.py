@@ -32,6 +32,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from proxy.relay.call import LABEL_KEEP
 from proxy.relay.options import RelayOptions
+from proxy.relay.records import BuildingMessageSeen
 from proxy.relay.relay import Relay
 from proxy.relay.tunnel import Tunnel
 from proxy.triton import labels
@@ -211,6 +212,12 @@ def timeit(fn: Callable[[], Any], n: int) -> float:
     return best
 
 
+def _built(fields: dict[str, Any]) -> Any:
+    rec = BuildingMessageSeen(t_ns=1, call="c1.1", dir="s2c", index=7, size=40, compressed=False, **fields)
+    rec.__class__ = ev.MessageSeen
+    return rec
+
+
 def components(n: int) -> list[tuple[str, float]]:
     body = response_bytes(False)
     data = grpc_frame(body)
@@ -233,10 +240,12 @@ def components(n: int) -> list[tuple[str, float]]:
     out = [
         ("Assembler.feed (one whole message)", timeit(lambda: asm.feed(data), n)),
         ("ModelStreamInferResponse.FromString only", timeit(lambda: pb.ModelStreamInferResponse.FromString(body), n)),
-        ("labels.stream_response_labels", timeit(lambda: labels.stream_response_labels(body, False), n)),
+        ("labels.stream_response_labels (cached: same labels as the last response)", timeit(lambda: labels.stream_response_labels(body, False), n)),
+        ("labels.decode_stream_response_labels (protobuf decode: a cache miss)", timeit(lambda: labels.decode_stream_response_labels(body, False), n)),
         ("InFlight.answered", timeit(lambda: inflight.answered("s0-r0", False), n)),
         ("MessageSeen(...) as replay.capture.events defines it", timeit(lambda: ev.MessageSeen(t_ns=1, call="c1.1", dir="s2c", index=7, size=40, compressed=False, **fields), n)),
         ("same fields, a non-frozen slots dataclass", timeit(lambda: Unfrozen(t_ns=1, call="c1.1", dir="s2c", index=7, size=40, compressed=False, **fields), n)),
+        ("MessageSeen as the relay builds it (proxy.relay.records twin, then __class__)", timeit(lambda: _built(fields), n)),
         ("schema.encode(MessageSeen) (writer thread)", timeit(lambda: encode(rec, 12345), n)),
         ("time.time_ns()", timeit(time.time_ns, n)),
     ]  # fmt: skip

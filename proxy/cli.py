@@ -103,6 +103,9 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--admin", type=hostport("--admin", listen=True), default=None, metavar="HOST:PORT",
                    help="serve the admin gRPC service (status, mark, rotate, tail) here (default: off; a "
                    "non-loopback address needs --tls-cert/--tls-key: it shows live request metadata)")
+    p.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                   help="N proxy processes on the --listen port (SO_REUSEPORT), one capture file chain each, "
+                   "read as one capture set; --metrics port + k for worker k (default %(default)s)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="info: start-up/shutdown, one line per call end, warnings (default %(default)s)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
@@ -158,7 +161,12 @@ def run_record(args: argparse.Namespace) -> int:
         tls_watch_s=args.tls_watch,
         max_total_mb=args.max_total_mb,
         min_free_mb=args.min_free_mb,
+        workers=args.workers,
     )
+    if cfg.workers > 1:
+        from proxy.ops.workers import supervise
+
+        return supervise(cfg, args.log_level)
     asyncio.run(run(cfg))
     return 0
 

@@ -23,7 +23,6 @@ import concurrent.futures
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,8 @@ import structlog
 from proxy.capture import retention
 from proxy.capture.budget import MIB
 from proxy.capture.gaps import Counts, Gap
-from proxy.capture.retention import CaptureOps, DiskGate, DiskUsage
+from proxy.capture.options import WriterOptions as WriterOptions  # re-exported: the writer's options
+from proxy.capture.retention import CaptureOps, DiskGate
 from proxy.capture.sink import make_sink
 from replay.capture import events as ev
 from replay.capture import naming
@@ -44,29 +44,6 @@ log = structlog.get_logger("triton_tap.writer")
 #: FLUSH_AT records are queued): no wake-up per call on the data plane.
 FLUSH_INTERVAL_S = 0.02
 FLUSH_AT = 4096
-
-
-@dataclass
-class WriterOptions:
-    """How and where the capture is written."""
-
-    directory: Path
-    rotate_bytes: int | None = None
-    gzip_rotated: bool = False
-    #: ``zstd``, ``gzip`` or ``none``: how each written batch is stored (see :mod:`proxy.capture.sink`).
-    compress: str = "none"
-    max_queue: int = 200_000
-    #: Called in the writer thread with each encoded batch before it is written: tests use it to
-    #: inject faults (ENOSPC) and slowness without a real full disk.
-    before_write: Callable[[bytes], None] | None = None
-    #: ``--max-total-mb`` in bytes (retention of the oldest closed files), or None; needs ``rotate_bytes``.
-    max_total_bytes: int | None = None
-    #: ``--min-free-mb`` in bytes; None: :func:`~proxy.capture.budget.default_min_free`; 0: no pause.
-    min_free_bytes: int | None = None
-    #: How often the live file's identity is checked (and free space measured at the latest).
-    check_interval_s: float = 2.0
-    #: Injectable so tests can shrink the disk without one (the real one is statvfs).
-    disk_usage: DiskUsage = retention.statvfs_usage
 
 
 class CaptureWriter:
@@ -100,7 +77,7 @@ class CaptureWriter:
         self._reopen_reason: str | None = None
         self._next_check = 0.0
         self._disk = DiskGate(options.directory, options.disk_usage, options.check_interval_s, self.ops)
-        self._stem = naming.stem(naming.stamp(start.t_ns), os.getpid())
+        self._stem = options.stem or naming.stem(naming.stamp(start.t_ns), os.getpid())
         self.paths: list[Path] = []
         #: ``tap(first_seq, records, lines)``, called in the writer thread after each successful write.
         self.tap: Callable[[int, list[Any], list[bytes]], None] | None = None
@@ -389,6 +366,9 @@ class CaptureWriter:
             upstream=self._start.upstream,
             options=self._start.options,
             file_index=self._file_index,
+            capture_set=self._start.capture_set,
+            worker=self._start.worker,
+            workers=self._start.workers,
         )
         self._write_batch([start, *notes], may_rotate=False)
         self._after_new_file()

@@ -28,6 +28,7 @@ from proxy.relay.options import RelayOptions
 from proxy.relay.relay import Relay
 from proxy.triton.metadata import DEFAULT_REDACT
 from replay.capture import events as ev
+from replay.capture import naming
 from replay.errors import UpstreamError, UserError
 from replay.hostport import parse_hostport
 
@@ -77,6 +78,11 @@ class ProxyConfig:
     max_total_mb: float | None = None
     #: ``--min-free-mb``: pause writing below this much free space (None: min(64 MiB, 5 % of the filesystem)).
     min_free_mb: float | None = None
+    #: ``record --workers N``: how many processes share the listening port (see :mod:`proxy.ops.workers`).
+    workers: int = 1
+    #: Set by the supervisor in each worker process: which worker this is (0-based), and the set's stem.
+    worker: int | None = None
+    capture_set: str | None = None
 
 
 def _with_evidence(emit: Callable[[Any], None], notify: Callable[[ev.CallCancelled], None]) -> Callable[[Any], None]:
@@ -233,6 +239,8 @@ class RecordingProxy:
             t_ns=time.time_ns(), proxy_version=__version__, listen=listen,
             upstream=f"{self.upstream_addr[0]}:{self.upstream_addr[1]}",
             options=capture_options(cfg, salt, server_tls is not None, up_tls is not None, tls.client_certs_required),
+            capture_set=cfg.capture_set, worker=cfg.worker,
+            workers=cfg.workers if cfg.worker is not None else None,
         )  # fmt: skip
         writer = self._open_capture(start)
         try:
@@ -276,6 +284,8 @@ class RecordingProxy:
             self._server = await asyncio.get_running_loop().create_server(
                 lambda: relay_box[0].protocol_factory(), host, port, reuse_address=True, start_serving=False,
                 ssl=server_tls,
+                # Workers of one set bind the same port; the kernel spreads connections over them.
+                reuse_port=self.config.worker is not None,
             )
         except OSError as e:
             raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
@@ -292,8 +302,9 @@ class RecordingProxy:
     def _open_capture(self, start: ev.CaptureStarted) -> CaptureWriter:
         """Create the capture file (its first record is ``start``); on failure nothing stays bound."""
         cfg = self.config
+        stem = naming.worker_stem(cfg.capture_set, cfg.worker) if cfg.worker is not None and cfg.capture_set else None
         self.writer = CaptureWriter(
-            WriterOptions(directory=cfg.capture_dir, gzip_rotated=cfg.gzip_rotated, compress=cfg.compress,
+            WriterOptions(directory=cfg.capture_dir, gzip_rotated=cfg.gzip_rotated, compress=cfg.compress, stem=stem,
                           **budget_options(cfg)), start
         )
         try:
@@ -325,6 +336,7 @@ class RecordingProxy:
             ),
             upstream_tls=up_tls,
             upstream_server_name=cfg.upstream_server_name,
+            conn_prefix="c" if cfg.worker is None else f"w{cfg.worker}c",
         )  # fmt: skip
         if self.evidence is not None:
             relay.before_cancel = _guarded_mark(self.evidence.mark)

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from proxy.relay.call import Call
+from proxy.relay.records import BuildingMessageSeen
 from proxy.relay.state import TunnelState
 from proxy.triton import labels
 from proxy.triton.redact import redact_request
@@ -73,9 +74,9 @@ class MessageRecording(TunnelState):
                 shown = body if cap is None else body[:cap]
                 fields["payload"] = None if withheld else base64.b64encode(shown).decode("ascii")
                 fields["payload_truncated"] = cut or len(shown) < len(body)
-            self.emit(
-                ev.MessageSeen(
-                    t_ns=t_ns, call=call.id, dir=dname, index=idx, size=length,
-                    compressed=bool(flag), **fields,
-                )
-            )  # fmt: skip
+            # Built as the non-frozen twin, then made the frozen event (~3 us less per message).
+            rec = BuildingMessageSeen(
+                t_ns=t_ns, call=call.id, dir=dname, index=idx, size=length, compressed=bool(flag), **fields
+            )
+            rec.__class__ = ev.MessageSeen
+            self.emit(rec)

@@ -24,6 +24,7 @@ class Relay:
         options: RelayOptions | None = None,
         upstream_tls: ssl.SSLContext | None = None,
         upstream_server_name: str | None = None,
+        conn_prefix: str = "c",
     ) -> None:
         self.upstream = upstream
         self.emit = emit
@@ -35,6 +36,9 @@ class Relay:
         #: Open tunnels (each a :class:`Tunnel`; it leaves when its client connection is lost).
         self.tunnels: set[TunnelState] = set()
         self._conn_ids = itertools.count(1)
+        #: Connection ids are ``<prefix><n>``: ``record --workers`` gives each worker its own prefix,
+        #: so call ids stay unique across the capture set.
+        self.conn_prefix = conn_prefix
         self.open_calls = 0
         #: Called with the call id just before a cancel is forwarded upstream (``record --evidence``
         #: marks the end of Triton's log there: Triton may log the cancel before the record exists).
@@ -44,7 +48,7 @@ class Relay:
         """For ``loop.create_server``: a new tunnel per client connection."""
         # The tunnel joins ``tunnels`` when its connection is made: a TLS client refused at the
         # handshake never gets that far, and must not stay in the set forever.
-        return Tunnel(self, f"c{next(self._conn_ids)}").down
+        return Tunnel(self, f"{self.conn_prefix}{next(self._conn_ids)}").down
 
     def begin_shutdown(self) -> None:
         """Stop taking new calls: GOAWAY to every client, in-flight calls go on."""

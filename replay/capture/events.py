@@ -87,6 +87,11 @@ class CaptureStarted:
     upstream: Annotated[str, "HOST:PORT of the Triton server"]
     options: Annotated[dict[str, Any], "recording options in force (payload mode, byte cap, rotation, drain timeout)"]
     file_index: Annotated[int, "0 for the first file of a capture, n for the n-th rotated file"] = 0
+    capture_set: Annotated[
+        str | None, "`record --workers`: the capture set's name (`capture-<stamp>-<pid>`), shared by its workers, else null"
+    ] = None
+    worker: Annotated[int | None, "`record --workers`: which worker (0-based) wrote this file's chain, else null"] = None
+    workers: Annotated[int | None, "`record --workers`: how many workers the set has, else null"] = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -4,6 +4,11 @@ The files of one capture are ``capture-<UTC stamp>-<pid>.jsonl``, then, after ea
 ``capture-<UTC stamp>-<pid>-<index, 4+ digits>.jsonl`` (``-0001``, ``-0002``...), each possibly gzipped
 to ``.jsonl.gz``. The stem (``capture-<stamp>-<pid>``) ties the files of one capture together; the
 stamp (``YYYYMMDDTHHMMSS``, UTC, the capture's start) makes a directory's name order its time order.
+
+A capture *set* (``record --workers N``) is one capture written by N worker processes: worker ``k``
+writes ``capture-<stamp>-<pid>.w<k>.jsonl`` (then ``...w<k>-0001.jsonl``...), where ``<pid>`` is
+the supervisor's. Each worker's files are a chain of their own (own ``seq``); the set's stem
+(without ``.w<k>``) ties the chains together. Names without ``.w<k>`` parse as before.
 Pure: names in, names out.
 """
 
@@ -20,7 +25,8 @@ GZIP_SUFFIX = ".gz"
 ZSTD_SUFFIX = ".zst"
 
 _NAME = re.compile(
-    r"^(?P<stem>capture-(?P<stamp>\d{8}T\d{6})-(?P<pid>\d+))(?:-(?P<index>\d{4,}))?\.jsonl(?P<comp>\.gz|\.zst)?$"
+    r"^(?P<stem>(?P<set>capture-(?P<stamp>\d{8}T\d{6})-(?P<pid>\d+))(?:\.w(?P<worker>\d+))?)"
+    r"(?:-(?P<index>\d{4,}))?\.jsonl(?P<comp>\.gz|\.zst)?$"
 )
 
 
@@ -28,12 +34,16 @@ _NAME = re.compile(
 class CaptureName:
     """What a writer-made file name says: which capture (stem) and which of its files (index)."""
 
-    stem: str  # capture-<stamp>-<pid>, as written in the name
+    stem: str  # capture-<stamp>-<pid>[.w<worker>], as written in the name: one chain of files
     stamp: str
     pid: int
     index: int  # 0: the first file; n: the file opened by the n-th rotation
     gzipped: bool
     zstd: bool = False
+    #: A worker's file: the capture set's stem (``capture-<stamp>-<pid>``); "" for a single-process capture.
+    capture_set: str = ""
+    #: The worker that wrote the file (``record --workers``), else None.
+    worker: int | None = None
 
 
 def stamp(t_ns: int) -> str:
@@ -44,6 +54,11 @@ def stamp(t_ns: int) -> str:
 def stem(stamp: str, pid: int) -> str:
     """The stem shared by every file of the capture started at ``stamp`` by process ``pid``."""
     return f"capture-{stamp}-{pid}"
+
+
+def worker_stem(set_stem: str, worker: int) -> str:
+    """The stem of worker ``worker``'s chain of files in the capture set ``set_stem``."""
+    return f"{set_stem}.w{worker}"
 
 
 def file_name(stem: str, index: int, *, gzipped: bool = False, suffix: str = SUFFIX) -> str:
@@ -59,7 +74,9 @@ def parse(name: str) -> CaptureName | None:
     if m is None:
         return None
     return CaptureName(stem=m["stem"], stamp=m["stamp"], pid=int(m["pid"]), index=int(m["index"] or 0),
-                       gzipped=m["comp"] == GZIP_SUFFIX, zstd=m["comp"] == ZSTD_SUFFIX)  # fmt: skip
+                       gzipped=m["comp"] == GZIP_SUFFIX, zstd=m["comp"] == ZSTD_SUFFIX,
+                       capture_set=m["set"] if m["worker"] is not None else "",
+                       worker=int(m["worker"]) if m["worker"] is not None else None)  # fmt: skip
 
 
 def looks_like_capture(name: str) -> bool:

@@ -5,7 +5,10 @@ Which files belong together: the writer names the files of one capture
 ``.jsonl.gz`` when compressed as written; rotated files may be gzipped to ``.jsonl.gz``; the rule is
 :mod:`replay.capture.naming`). Files sharing a stem are one capture, read in file-index order; any other
 file is a capture of its own. Captures are read in the order given (a directory's in name order,
-which for the writer's names is time order).
+which for the writer's names is time order). The chains of one capture set (``record --workers``:
+one chain of files per worker, :mod:`replay.capture.naming`) are one capture: each chain is checked
+for holes on its own (each worker numbers its records), and their records are interleaved by
+``t_ns`` (each chain's own order kept; a call never spans workers).
 
 What is tolerated and what is not: a line cut short at the very end of a capture (the proxy died
 mid-write, or the file is still being written) is skipped with a warning; a file that yields no
@@ -23,6 +26,7 @@ Warnings and holes are collected on the reader object (:attr:`CaptureReader.warn
 from __future__ import annotations
 
 import gzip
+import heapq
 import os
 import zlib
 from collections.abc import Iterable, Iterator
@@ -159,9 +163,10 @@ class SeqWatch:
             )  # fmt: skip
 
 
-def _expand(paths: Iterable[PathLike]) -> list[list[Path]]:
-    """Capture files grouped per capture, each group in file-index order."""
+def _expand(paths: Iterable[PathLike]) -> list[list[list[Path]]]:
+    """Capture files grouped per capture (set), then per chain, each chain in file-index order."""
     groups: dict[str, list[tuple[int, Path]]] = {}
+    sets: dict[str, str] = {}  # chain key -> capture-set key
     seen: set[Path] = set()
     for given in paths:
         p = Path(given)
@@ -184,16 +189,22 @@ def _expand(paths: Iterable[PathLike]) -> list[list[Path]]:
             name = naming.parse(q.name)
             if name is None:
                 groups[str(key)] = [(0, q)]
+                sets[str(key)] = str(key)
                 continue
-            groups.setdefault(str(key.parent / name.stem), []).append((name.index, q))
-    out: list[list[Path]] = []
-    for members in groups.values():
+            chain = str(key.parent / name.stem)
+            groups.setdefault(chain, []).append((name.index, q))
+            sets[chain] = str(key.parent / (name.capture_set or name.stem))
+    chains: dict[str, list[Path]] = {}
+    for chain, members in groups.items():
         by_index: dict[int, Path] = {}
         for index, q in sorted(members, key=lambda t: (t[0], t[1].name.endswith(naming.GZIP_SUFFIX))):
             # While the writer gzips a rotated file both names exist; the plain one is complete.
             by_index.setdefault(index, q)
-        out.append([by_index[i] for i in sorted(by_index)])
-    return out
+        chains[chain] = [by_index[i] for i in sorted(by_index)]
+    out: dict[str, list[list[Path]]] = {}
+    for chain, files in chains.items():
+        out.setdefault(sets[chain], []).append(files)
+    return list(out.values())
 
 
 def _open(path: Path) -> IO[bytes] | ZstdLines:
@@ -210,8 +221,9 @@ class CaptureReader:
     def __init__(self, paths: PathLike | Iterable[PathLike]) -> None:
         if isinstance(paths, str | os.PathLike):
             paths = [paths]
-        self.groups = _expand(paths)
-        self.files: list[Path] = [p for g in self.groups for p in g]
+        #: Per capture (set): its chains of files (one per worker; one for a single-process capture).
+        self.sets = _expand(paths)
+        self.files: list[Path] = [p for chains in self.sets for g in chains for p in g]
         self.warnings: list[str] = []
         self.gaps: list[Gap] = []
         self.records = 0
@@ -219,13 +231,20 @@ class CaptureReader:
 
     def __iter__(self) -> Iterator[tuple[int, ev.Record]]:
         self.warnings, self.gaps, self.records, self.captures = [], [], 0, 0
-        for group in self.groups:
+        for chains in self.sets:
             self.captures += 1
-            watch = SeqWatch()
-            for i, path in enumerate(group):
-                yield from self._file(path, last=i == len(group) - 1, watch=watch)
-            watch.end()
-            self.gaps.extend(watch.gaps)
+            if len(chains) == 1:
+                yield from self._chain(chains[0])
+            else:
+                # One capture written by several workers: their records interleaved by time.
+                yield from heapq.merge(*(self._chain(c) for c in chains), key=lambda r: r[1].t_ns)
+
+    def _chain(self, group: list[Path]) -> Iterator[tuple[int, ev.Record]]:
+        watch = SeqWatch()
+        for i, path in enumerate(group):
+            yield from self._file(path, last=i == len(group) - 1, watch=watch)
+        watch.end()
+        self.gaps.extend(watch.gaps)
 
     def _file(self, path: Path, *, last: bool, watch: SeqWatch) -> Iterator[tuple[int, ev.Record]]:
         name = str(path)

@@ -41,3 +41,13 @@ def test_known_names() -> None:
                   "capture-2023111T221320-42.jsonl", "x-capture-20231114T221320-42.jsonl"):  # fmt: skip
         assert naming.parse(other) is None
     assert naming.looks_like_capture("mine.jsonl") and not naming.looks_like_capture("mine.json")
+
+
+def test_worker_names_parse_into_their_set() -> None:
+    """A worker's file names its chain (stem with .w<k>) and its set; old names have no set or worker."""
+    stem = naming.worker_stem("capture-20260101T000000-12", 3)
+    got = naming.parse(naming.file_name(stem, 2, gzipped=True))
+    assert got is not None and got.stem == stem and got.index == 2 and got.gzipped
+    assert got.capture_set == "capture-20260101T000000-12" and got.worker == 3 and got.pid == 12
+    old = naming.parse("capture-20260101T000000-12-0001.jsonl")
+    assert old is not None and old.worker is None and old.capture_set == "" and old.index == 1

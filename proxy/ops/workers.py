@@ -1,0 +1,137 @@
+"""``record --workers N``: N proxy processes on one port, writing one capture set.
+
+One asyncio process is one core. With ``--workers N`` a supervisor starts N worker processes, each a
+whole :class:`proxy.ops.server.RecordingProxy` with its own capture writer, all bound to the same
+port with ``SO_REUSEPORT``: the kernel spreads new connections over the workers (by a hash of the
+connection's addresses), so a connection and its calls live in one worker from start to end and
+the workers share nothing. Why that and not one acceptor handing sockets to the workers: the
+acceptor would be one more process on the path of every connection set-up and a single point of
+failure, and passing file descriptors (``SCM_RIGHTS``) costs a round of syscalls per connection;
+with ``SO_REUSEPORT`` the kernel does the same balancing for free, and nothing here depends on N
+(16 workers are 16 more of the same processes). The price: balancing is per *connection*, and a
+gRPC channel is one HTTP/2 connection, so one client channel is served by one worker (one core).
+
+Each worker writes its own chain of capture files, named after the set and the worker
+(:func:`replay.capture.naming.worker_stem`), and says so in ``capture_start`` (``capture_set``,
+``worker``, ``workers``); readers treat the set as one capture (:mod:`replay.capture.reader`).
+Connection ids are ``w<k>c<n>``, so call ids are unique across the set. SIGTERM/SIGINT to the
+supervisor is passed to every worker, each drains its calls as a single proxy does, and the
+supervisor exits when all have, with the worst exit status. A worker that fails stops the others.
+Metrics: each worker serves its own ``/metrics``, on ``--metrics`` port + k (port 0: a free port
+each, in each worker's ``recording`` log line); add them up in Prometheus (``sum by``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import time
+from types import FrameType
+
+import structlog
+
+from proxy.ops.server import ProxyConfig
+from replay.capture import naming
+from replay.errors import TritonTapError, UserError, exit_code_for
+from replay.hostport import parse_hostport
+
+log = structlog.get_logger("triton_tap.workers")
+
+
+def _reserve(host: str, port: int) -> socket.socket:
+    """A bound, never listening SO_REUSEPORT socket: fixes the port (0: a free one) for every worker."""
+    family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+
+def worker_configs(cfg: ProxyConfig, port: int, set_stem: str) -> list[ProxyConfig]:
+    """Each worker's configuration: the same port, its index, the set, its own metrics port."""
+    host = parse_hostport(cfg.listen, "--listen", allow_port_zero=True)[0]
+    out = []
+    for k in range(cfg.workers):
+        metrics = cfg.metrics
+        if metrics is not None:
+            mhost, mport = parse_hostport(metrics, "--metrics", allow_port_zero=True)
+            metrics = f"{mhost}:{mport + k if mport else 0}"
+        out.append(dataclasses.replace(cfg, listen=f"{host}:{port}", worker=k, capture_set=set_stem, metrics=metrics))
+    return out
+
+
+def supervise(cfg: ProxyConfig, log_level: str) -> int:
+    """Run ``cfg.workers`` worker processes until SIGTERM/SIGINT (or one fails); their worst exit status."""
+    host, port = parse_hostport(cfg.listen, "--listen", allow_port_zero=True)
+    reserved = _reserve(host, port)
+    port = reserved.getsockname()[1]
+    set_stem = naming.stem(naming.stamp(time.time_ns()), os.getpid())
+    procs: list[subprocess.Popen[bytes]] = []
+    stopping = False
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for wcfg in worker_configs(cfg, port, set_stem):
+            p = subprocess.Popen([sys.executable, "-m", "proxy.ops.workers"], stdin=subprocess.PIPE)
+            assert p.stdin is not None
+            p.stdin.write(pickle.dumps((wcfg, log_level)))
+            p.stdin.close()
+            procs.append(p)
+        log.info("workers_started", listen=f"{host}:{port}", workers=cfg.workers, capture_set=set_stem,
+                 pids=[p.pid for p in procs])  # fmt: skip
+        codes: list[int] = []
+        for _ in procs:
+            pid, status = os.wait()
+            code = os.waitstatus_to_exitcode(status)
+            codes.append(code)
+            if code and not stopping:
+                # A worker that failed (start-up, a crash) takes the set down: a capture set with a
+                # silent hole in its traffic would claim more than the wire showed.
+                log.warning("worker_failed", pid=pid, exit_code=code)
+                stop(signal.SIGTERM, None)
+        for p in procs:
+            p.wait()  # reaped above: only sets returncode
+        return max((c if c > 0 else 1 for c in codes if c), default=0)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        reserved.close()
+
+
+def _worker_main() -> int:
+    import asyncio
+
+    from proxy.ops import logs
+    from proxy.ops.server import run
+
+    cfg, log_level = pickle.loads(sys.stdin.buffer.read())
+    logs.configure(log_level)
+    # SIGINT from a terminal reaches the whole process group: the supervisor forwards SIGTERM, and
+    # the worker's own handler (proxy.ops.server.run) drains on either.
+    try:
+        asyncio.run(run(cfg))
+    except TritonTapError as e:
+        print(f"triton-tap worker {cfg.worker}: {e}", file=sys.stderr)
+        return exit_code_for(e)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main())
