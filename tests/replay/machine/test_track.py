@@ -346,3 +346,39 @@ def test_tracker_is_fed_one_record_at_a_time() -> None:
     result = tracker.finish()
     assert [r.outcome for r in result.requests] == ["completed"]
     assert result.summary()["outcomes"] == {"completed": 1}
+
+
+def _no_final_flag(rid: str, *, requests: int, due: bool) -> Builder:
+    """``requests`` in flight under ``rid``; responses whose ``triton_final_response`` is absent; OK end."""
+    b = Builder().start()
+    b.call("c1.1")
+    for _ in range(requests):
+        b.request("c1.1", rid, empty_final=due)
+    b.response("c1.1", rid, "x", final=None)
+    for _ in range(requests):
+        b.response("c1.1", rid, None, final=None)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b
+
+
+def test_a_response_without_the_final_flag_is_not_final() -> None:
+    """Completion is the flag: a stream response whose triton_final_response is absent completes nothing.
+
+    Without empty finals the protocol gave no completion signal (`unconfirmed`); with them a final
+    was due and never came (`incomplete` + missing_final). Never `completed`, never final=True.
+    """
+    for due, outcome, violations in ((False, "unconfirmed", []), (True, "incomplete", ["missing_final"])):
+        (r,) = track(_no_final_flag("r1", requests=1, due=due).records).requests
+        assert (r.outcome, r.final, [v.name for v in r.violations]) == (outcome, False, violations), due
+
+
+def test_id_less_requests_without_final_flags_each_miss_their_own_final_once() -> None:
+    """Two id-less requests in flight, no response carries the final flag: neither completed; with
+    finals due each request has one missing_final (they all ended alike, so each is its own)."""
+    for due, outcome in ((False, "unconfirmed"), (True, "incomplete")):
+        result = track(_no_final_flag("", requests=2, due=due).records)
+        assert [(r.outcome, r.final) for r in result.requests] == [(outcome, False)] * 2, due
+        assert [[v.name for v in r.violations] for r in result.requests] == [["missing_final"] * due] * 2, due
+        group = result.requests[0].group
+        assert group is not None and (group.ended, group.per_request) == ({outcome: 2}, True)
