@@ -82,3 +82,115 @@ def test_complete_prefix_stops_at_field() -> None:
     assert not lost
     assert pb.ModelInferRequest.FromString(prefix).id == "r1"
     assert len(prefix) < len(body)
+
+
+def test_method_kind_tells_the_inference_methods_apart() -> None:
+    """Only ModelInfer and ModelStreamInfer carry Triton labels; every other method is OTHER."""
+    base = "/inference.GRPCInferenceService/"
+    got = [labels.method_kind(base + m) for m in ("ModelStreamInfer", "ModelInfer", "ModelMetadata", "")]
+    assert got == [labels.STREAM, labels.UNARY_INFER, labels.OTHER, labels.OTHER]
+    assert len({labels.STREAM, labels.UNARY_INFER, labels.OTHER}) == 3
+
+
+def test_request_parameters_are_read_raw_and_absent_ones_are_left_out() -> None:
+    """Sequence flags and the empty-final flag as sent; a request without parameters claims none."""
+    r = pb.ModelInferRequest(model_name="m", model_version="3", id="q")
+    r.parameters["triton_enable_empty_final_response"].bool_param = False
+    r.parameters["sequence_start"].bool_param = True
+    r.parameters["sequence_end"].bool_param = False
+    r.parameters["sequence_id"].string_param = "seq-a"
+    got = labels.request_labels(r.SerializeToString(), truncated=False)
+    assert (got["model_version"], got["enable_empty_final"]) == ("3", False)
+    assert (got["sequence_id"], got["sequence_start"], got["sequence_end"]) == ("seq-a", True, False)
+    bare = labels.request_labels(pb.ModelInferRequest(model_name="m", id="q").SerializeToString(), truncated=False)
+    assert {"enable_empty_final", "sequence_id", "sequence_start", "sequence_end", "decode_error"}.isdisjoint(bare)
+    only_seq = pb.ModelInferRequest(model_name="m")
+    only_seq.parameters["sequence_id"].int64_param = 7
+    got = labels.request_labels(only_seq.SerializeToString(), truncated=False)
+    assert got["enable_empty_final"] is None and got["sequence_id"] == 7 and "sequence_end" not in got
+
+
+def test_a_final_flag_of_another_type_is_not_a_flag() -> None:
+    """triton_final_response must be a bool to count: any other type reads as absent (None)."""
+    r = pb.ModelInferResponse(model_name="m", id="r")
+    r.parameters["triton_final_response"].string_param = "true"
+    body = pb.ModelStreamInferResponse(infer_response=r).SerializeToString()
+    assert labels.stream_response_labels(body, False)["final"] is None
+
+
+def _labels_end(body: bytes, stop_field: int) -> int:
+    """Where the label fields of ``body`` end (the tensor bytes, field ``stop_field``, start)."""
+    prefix, lost = labels.complete_prefix(body, stop_field, cut=False)
+    assert not lost
+    return len(prefix)
+
+
+LONG_ID = "r" * 200  # a length that needs a two-byte varint
+
+
+def test_a_cut_request_is_labelled_whole_or_says_what_it_lost() -> None:
+    """Cut at every byte: past the end of the label fields, the labels are the uncut ones; before
+    it the record says some fields are unknown (a capture never claims more than the wire showed)."""
+    body = _request(rid=LONG_ID, data=b"z" * 300).SerializeToString()
+    full = labels.request_labels(body, truncated=False)
+    end = _labels_end(body, 7)
+    for cut in range(len(body)):
+        got = labels.request_labels(body[:cut], truncated=True)
+        if cut > end:  # at exactly `end` nothing shows that no label field was still to come
+            assert got == full, cut
+        else:
+            assert got["decode_error"] == "message larger than the label buffer: some request fields are unknown", cut
+
+
+def _unary_response(rid: str, final: bool | None) -> pb.ModelInferResponse:
+    r = pb.ModelInferResponse(model_name="echo", model_version="1", id=rid)
+    if final is not None:
+        r.parameters["triton_final_response"].bool_param = final
+    r.outputs.add(name="OUTPUT", datatype="UINT8", shape=[300])
+    r.raw_output_contents.append(b"o" * 300)
+    return r
+
+
+def test_a_cut_unary_response_is_labelled_whole_or_says_what_it_lost() -> None:
+    """A unary response, cut at every byte: whole labels after its label fields, decode_error before."""
+    body = _unary_response(LONG_ID, None).SerializeToString()
+    full = labels.response_labels(body, truncated=False)
+    assert (full["request_id"], full["final"], full["outputs"]) == (LONG_ID, None, ["OUTPUT"])
+    assert full["output_tensors"] == [TensorSpec(name="OUTPUT", datatype="UINT8", shape=[300])]
+    end = _labels_end(body, 6)
+    for cut in range(len(body)):
+        got = labels.response_labels(body[:cut], truncated=True)
+        if cut > end:  # at exactly `end` nothing shows that no label field was still to come
+            assert got == full, cut
+        else:
+            assert got["decode_error"] == "message larger than the label buffer: some response fields are unknown", cut
+
+
+def test_a_cut_stream_response_is_labelled_whole_or_says_what_it_lost() -> None:
+    """A stream response (error text, then the response), cut at every byte: whole labels once the
+    inner response's label fields are in, else decode_error; the error text as far as it came."""
+    inner = _unary_response(LONG_ID, False)
+    body = pb.ModelStreamInferResponse(error_message="e" * 150, infer_response=inner).SerializeToString()
+    full = labels.stream_response_labels(body, truncated=False)
+    assert (full["error"], full["final"], full["request_id"]) == ("e" * 150, False, LONG_ID)
+    inner_body = inner.SerializeToString()
+    end = body.index(inner_body) + _labels_end(inner_body, 6)
+    error_end = body.index(b"e" * 150) + 150
+    for cut in range(len(body)):
+        got = labels.stream_response_labels(body[:cut], truncated=True)
+        if cut > end:  # at exactly `end` nothing shows that no label field was still to come
+            assert got == full, cut
+            continue
+        assert "decode_error" in got, cut
+        if cut >= error_end:
+            assert got["error"] == "e" * 150, cut
+        elif cut > error_end - 150:
+            assert got["error"] == "e" * (cut - (error_end - 150)), cut
+
+
+def test_output_specs_are_shared_between_responses_and_still_right() -> None:
+    """Repeated output specs are one shared record (the hot path); different specs stay different."""
+    a = labels.stream_response_labels(_stream_response(False, outputs=2), False)["output_tensors"]
+    b = labels.stream_response_labels(_stream_response(True, outputs=2), False)["output_tensors"]
+    assert a == b == [TensorSpec(name=f"OUT{i}", datatype="BYTES", shape=[1]) for i in range(2)]
+    assert a[0] is b[0] and a[1] is not a[0]
