@@ -36,7 +36,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-_TRACK = ("tests/replay/machine/test_track.py", "tests/replay/machine/test_golden.py")
+# The tracker's outcomes are what `replay check` prints: its in-process CLI tests read them too.
+_TRACK = ("tests/replay/machine/test_track.py", "tests/replay/machine/test_golden.py", "tests/replay/cli/test_check_cli.py")
 #: Module -> the fast pure tests that cover it (never the e2e tier, never sockets).
 TARGETS: dict[str, tuple[str, ...]] = {
     "replay/machine/table.py": ("tests/replay/machine/test_table.py", "tests/replay/machine/test_track.py"),
@@ -138,13 +139,20 @@ def _run_boxed(argv: list[str], cwd: Path, box: float, log: Path) -> bool:
             proc.wait(timeout=box)
             return False
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            _stop_group(proc)
             return True
+        except BaseException:  # Ctrl-C or a pytest timeout: never leave mutmut's workers behind
+            _stop_group(proc)
+            raise
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def _tally(module: str, work: Path) -> Score:

@@ -382,3 +382,22 @@ def test_id_less_requests_without_final_flags_each_miss_their_own_final_once() -
         assert [[v.name for v in r.violations] for r in result.requests] == [["missing_final"] * due] * 2, due
         group = result.requests[0].group
         assert group is not None and (group.ended, group.per_request) == ({outcome: 2}, True)
+
+
+def test_the_summary_check_json_prints_counts_what_the_capture_holds() -> None:
+    """stream_cancel.jsonl (12 records, one stream cancelled by its client: `done` had finished, `a` and
+    `b` had not): every count of `check --json`'s summary as a user reads it."""
+    from tests.support.paths import DATA
+
+    assert track(str(DATA / "stream_cancel.jsonl")).summary() == {
+        "records": 12, "captures": 1, "complete": True, "calls": 1,
+        "calls_by_method": {"ModelStreamInfer": 1}, "calls_by_cause": {"client_cancel": 1},
+        "requests": 3, "outcomes": {"completed": 1, "cancelled": 2}, "violations": 0, "violations_by_name": {},
+        "unattributable": 0, "groups": 0, "known_only_for_group": 0, "unlabelled_messages": 0, "gaps": 0,
+        "warnings": [],
+    }  # fmt: skip
+    summary = track(str(DATA / "missing_final.jsonl")).summary()
+    assert (summary["violations"], summary["violations_by_name"]) == (1, {"missing_final": 1})
+    killed = track(str(DATA / "proxy_killed.jsonl")).summary()  # no capture_end: one call still open
+    assert (killed["complete"], killed["gaps"], killed["outcomes"]) == (False, 1, {"incomplete": 1, "completed": 1})
+    assert killed["calls_by_cause"].get("open_at_capture_end") == 1
