@@ -194,3 +194,64 @@ def test_output_specs_are_shared_between_responses_and_still_right() -> None:
     b = labels.stream_response_labels(_stream_response(True, outputs=2), False)["output_tensors"]
     assert a == b == [TensorSpec(name=f"OUT{i}", datatype="BYTES", shape=[1]) for i in range(2)]
     assert a[0] is b[0] and a[1] is not a[0]
+
+
+def test_response_labels_name_the_model_and_its_version() -> None:
+    """Which model (and version) answered is read off every response, unary and streamed."""
+    unary = labels.response_labels(_unary_response("u", None).SerializeToString(), truncated=False)
+    streamed = labels.stream_response_labels(_stream_response(True), False)
+    assert (unary["model"], unary["model_version"]) == ("echo", "1")
+    assert (streamed["model"], streamed["model_version"], streamed["request_id"]) == ("tokens", "1", "r1")
+
+
+def test_an_output_spec_seen_for_the_first_time_is_recorded_as_sent() -> None:
+    """A spec not yet shared (a name no earlier response used) still says name, datatype and shape."""
+    r = pb.ModelInferResponse(model_name="m", id="r")
+    r.outputs.add(name="FIRST_SEEN_IN_THIS_TEST", datatype="FP32", shape=[2, 3])
+    got = labels.response_labels(r.SerializeToString(), truncated=False)
+    assert got["output_tensors"] == [TensorSpec(name="FIRST_SEEN_IN_THIS_TEST", datatype="FP32", shape=[2, 3])]
+    assert got["outputs"] == ["FIRST_SEEN_IN_THIS_TEST"]
+
+
+def _field(number: int, wire: int, payload: bytes) -> bytes:
+    return bytes([number << 3 | wire]) + payload
+
+
+def test_complete_prefix_walks_every_wire_type_and_knows_a_whole_buffer() -> None:
+    """Fields of any wire type (a newer Triton may add numeric ones) are skipped whole; a buffer that
+    holds only whole fields is whole; a cut inside any of them, or a wire type it cannot skip, is lost."""
+    varint = _field(1, 0, b"\x96\x01")
+    fixed64 = _field(2, 1, b"\x00" * 8)
+    fixed32 = _field(3, 5, b"\x00" * 4)
+    text = _field(4, 2, b"\x03abc")
+    labelled = varint + fixed64 + fixed32 + text
+    body = labelled + _field(7, 2, b"\x02zz")
+    assert labels.complete_prefix(body, 7) == (labelled, False)
+    assert labels.complete_prefix(labelled, 7, cut=False) == (labelled, False)
+    assert labels.complete_prefix(labelled, 7) == (labelled, True)  # known cut: field 7 never began
+    for cut, whole in ((1, b""), (len(varint) + 5, varint), (len(varint + fixed64) + 2, varint + fixed64)):
+        assert labels.complete_prefix(body[:cut], 7) == (whole, True), cut
+    assert labels.complete_prefix(varint + _field(5, 3, b"") + body, 7) == (varint, True)  # a group: cannot skip
+
+
+def test_a_cut_stream_response_without_error_has_no_error() -> None:
+    """No error_message field on the wire: the cut response's error is None, not an empty error."""
+    body = _stream_response(False, outputs=1)
+    assert labels.stream_response_labels(body[: len(body) - 100], truncated=True)["error"] is None
+
+
+def test_an_error_text_cut_inside_a_character_is_kept_readable() -> None:
+    """A cut inside a multi-byte character of the error text never raises; the text reads as far as it came."""
+    body = pb.ModelStreamInferResponse(error_message="é" * 100, infer_response=_unary_response("r", True))
+    raw = body.SerializeToString()
+    start = raw.index("é".encode())
+    got = labels.stream_response_labels(raw[: start + 5], truncated=True)  # two and a half characters
+    assert got["error"].startswith("éé") and "decode_error" in got
+
+
+def test_a_long_error_text_does_not_hide_the_response_after_it() -> None:
+    """An error text longer than 16 KiB (a three-byte length) is skipped whole: the labels after it are read."""
+    body = pb.ModelStreamInferResponse(error_message="x" * 20_000, infer_response=_unary_response("r9", True))
+    raw = body.SerializeToString()
+    got = labels.stream_response_labels(raw[:-10], truncated=True)
+    assert (got["error"], got["request_id"], got["final"], "decode_error" in got) == ("x" * 20_000, "r9", True, False)
