@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from replay.capture import events as ev
 from replay.machine.tracker import Tracker, track
 from tests.data.make_golden import INFER, Builder
@@ -401,3 +403,45 @@ def test_the_summary_check_json_prints_counts_what_the_capture_holds() -> None:
     killed = track(str(DATA / "proxy_killed.jsonl")).summary()  # no capture_end: one call still open
     assert (killed["complete"], killed["gaps"], killed["outcomes"]) == (False, 1, {"incomplete": 1, "completed": 1})
     assert killed["calls_by_cause"].get("open_at_capture_end") == 1
+
+
+def _pair(rid: str, script: list[tuple[str | None, bool, str | None]], status: str = "OK", cause: str = "ok") -> object:
+    """Two requests in flight under ``rid``, then (text, final, error) responses, then the call's end."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", rid, empty_final=None)
+    b.request("c1.1", rid, empty_final=None)
+    for text, final, error in script:
+        b.response("c1.1", rid, text, final=final, error=error)
+    b.half_close("c1.1")
+    b.end("c1.1", status=status, cause=cause)
+    return track(b.records)
+
+
+def test_what_check_reports_for_an_id_group_by_how_its_requests_ended() -> None:
+    """Per request (outcome, final flag, error) and the group's own counts, for each way a group ends."""
+    from replay.machine.outcomes import GroupOutcome
+
+    def seen(result: Any) -> tuple[list[tuple[str, bool | None, str | None]], GroupOutcome]:
+        assert all(not r.violations for r in result.requests)
+        return [(r.outcome, r.final, r.error) for r in result.requests], result.requests[0].group
+
+    def group(rid: str, responses: int, text: int, ended: dict[str, int], errors: int, per: bool) -> GroupOutcome:
+        return GroupOutcome(first_seq=2, request_id=rid, requests=2, responses=responses, text_responses=text,
+                            ended=ended, errors_without_final=errors, per_request=per)  # fmt: skip
+
+    # One final, one error final: mixed, known only for the group.
+    assert seen(_pair("g", [("a", False, None), (None, True, None), (None, True, "boom")])) == (
+        [("group", None, "boom")] * 2, group("g", 3, 1, {"completed": 1, "error": 1}, 0, False))
+    # Both finals: each request completed.
+    assert seen(_pair("", [("a", False, None), (None, True, None), (None, True, None)])) == (
+        [("completed", True, None)] * 2, group("", 3, 1, {"completed": 2}, 0, True))
+    # An error without final, then two plain finals: one of them failed, which is unknown.
+    assert seen(_pair("", [(None, False, "bad"), (None, True, None), (None, True, None)])) == (
+        [("group", None, "bad")] * 2, group("", 3, 0, {"completed": 2}, 1, False))
+    # An error, then the client cancels: an error and cancels, mixed.
+    assert seen(_pair("", [(None, False, "bad")], "CANCELLED", "client_cancel")) == (
+        [("group", None, "bad")] * 2, group("", 1, 0, {"cancelled": 2}, 1, False))
+    # An error, then the call fails: every request ended in error.
+    assert seen(_pair("", [(None, False, "bad")], "INTERNAL", "error")) == (
+        [("error", False, "bad")] * 2, group("", 1, 0, {"error": 2}, 1, True))
