@@ -445,3 +445,22 @@ def test_what_check_reports_for_an_id_group_by_how_its_requests_ended() -> None:
     # An error, then the call fails: every request ended in error.
     assert seen(_pair("", [(None, False, "bad")], "INTERNAL", "error")) == (
         [("error", False, "bad")] * 2, group("", 1, 0, {"error": 2}, 1, True))
+
+
+def test_check_json_and_text_show_a_groups_request_as_documented() -> None:
+    """The `check --json` object of a group's request (docs/outcomes.md) and the group's text line."""
+    from replay.machine.outcomes import GroupOutcome
+
+    result: Any = _pair("", [(None, False, "bad")], "CANCELLED", "client_cancel")
+    assert result.to_json()["requests"][0] == {
+        "call": "c1.1", "kind": "stream", "model": "tokens", "request_id": "", "occurrence": 0, "seq": 2,
+        "outcome": "group", "responses": 0, "text_responses": 0, "final": None, "first_response_ms": None,
+        "duration_ms": 8.0, "status": "CANCELLED", "error": "bad", "violations": [],
+        "group": {"first_seq": 2, "request_id": "", "requests": 2, "responses": 1, "text_responses": 0,
+                  "ended": {"cancelled": 2}, "errors_without_final": 1, "per_request": False},
+        "notes": [],
+    }  # fmt: skip
+    assert result.requests[0].group.describe() == "group of 2 (ended: 2 cancelled; 1 error(s) without final; 1 response(s))"
+    nothing = GroupOutcome(first_seq=1, request_id="", requests=2, responses=0, text_responses=0,
+                           ended={"completed": 0}, errors_without_final=0, per_request=True)  # fmt: skip
+    assert nothing.describe() == "group of 2 (ended: none; 0 response(s))"
