@@ -464,3 +464,25 @@ def test_check_json_and_text_show_a_groups_request_as_documented() -> None:
     nothing = GroupOutcome(first_seq=1, request_id="", requests=2, responses=0, text_responses=0,
                            ended={"completed": 0}, errors_without_final=0, per_request=True)  # fmt: skip
     assert nothing.describe() == "group of 2 (ended: none; 0 response(s))"
+
+
+def test_check_json_lists_unattributable_responses_and_violations_as_documented() -> None:
+    """unattributable.jsonl's two strays and missing_final.jsonl's violation, as `check --json` prints them;
+    counts by name and by cause add up over requests and calls."""
+    from tests.support.paths import DATA
+
+    assert track(str(DATA / "unattributable.jsonl")).to_json()["unattributable"] == [
+        {"call": "c1.1", "seq": 5, "request_id": "ghost", "reason": "unknown_id", "final": False, "error": None},
+        {"call": "c1.1", "seq": 6, "request_id": "", "reason": "empty_id", "final": False, "error": None},
+    ]
+    assert [r["violations"] for r in track(str(DATA / "missing_final.jsonl")).to_json()["requests"]] == [
+        [{"violation": "missing_final", "seq": 8, "detail": "end_ok_final_due in state receiving"}], [],
+    ]  # fmt: skip
+    b = Builder().start()
+    for call in ("c1.1", "c1.2"):
+        b.call(call)
+        b.request(call, "r", empty_final=True)
+        b.half_close(call)
+        b.end(call)
+    summary = track(b.records).summary()
+    assert (summary["violations_by_name"], summary["calls_by_cause"]) == ({"missing_final": 2}, {"ok": 2})
