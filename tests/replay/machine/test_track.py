@@ -486,3 +486,42 @@ def test_check_json_lists_unattributable_responses_and_violations_as_documented(
         b.end(call)
     summary = track(b.records).summary()
     assert (summary["violations_by_name"], summary["calls_by_cause"]) == ({"missing_final": 2}, {"ok": 2})
+
+
+def test_each_response_is_reported_on_the_request_it_answers() -> None:
+    """What the report draws and serve replays: (call, request record, response record) for every
+    response; a shared group's response goes to the latest request of the group sent before it."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "a")  # seq 2
+    b.response("c1.1", "a", "x")  # 3
+    b.request("c1.1", "", empty_final=None)  # 4
+    b.request("c1.1", "", empty_final=None)  # 5: a shared id group
+    b.response("c1.1", "", None, final=True, error="e1")  # 6
+    b.response("c1.1", "a", None, final=True)  # 7
+    b.response("c1.1", "", None, final=True)  # 8
+    b.half_close("c1.1")
+    b.end("c1.1")
+    seen: list[tuple[str, int, int, str | None]] = []
+    tracker = Tracker(on_response=lambda call, req, seq, rec: seen.append((call, req, seq, rec.request_id)))
+    for seq, record in enumerate(b.records):
+        tracker.feed(seq, record)
+    result = tracker.finish()
+    assert seen == [("c1.1", 2, 3, "a"), ("c1.1", 5, 6, ""), ("c1.1", 2, 7, "a"), ("c1.1", 5, 8, "")]
+    assert [(r.outcome, r.error) for r in result.requests] == [("completed", None), ("group", "e1"), ("group", "e1")]
+
+
+def test_a_unary_response_without_its_request_and_a_late_response_are_reported_where_they_are() -> None:
+    """A unary response whose request was not seen is unattributable (`no_request`) at its record; a
+    response after the final is a violation at the response's record."""
+    b = Builder().start()
+    b.call("c1.1", method=INFER)
+    b.response("c1.1", "u", "x", final=None)
+    b.end("c1.1")
+    assert track(b.records).to_json()["unattributable"] == [
+        {"call": "c1.1", "seq": 2, "request_id": "u", "reason": "no_request", "final": None, "error": None}
+    ]
+    from tests.support.paths import DATA
+
+    (late,) = track(str(DATA / "response_after_final.jsonl")).requests
+    assert (late.outcome, [(v.name, v.seq) for v in late.violations]) == ("completed", [("response_after_final", 5)])
