@@ -525,3 +525,13 @@ def test_a_unary_response_without_its_request_and_a_late_response_are_reported_w
 
     (late,) = track(str(DATA / "response_after_final.jsonl")).requests
     assert (late.outcome, [(v.name, v.seq) for v in late.violations]) == ("completed", [("response_after_final", 5)])
+
+
+def test_a_groups_counts_add_up_finals_ends_and_errors() -> None:
+    """One error final, then the call fails: both requests ended in error (1 by its final + 1 by the end);
+    two errors without final are two."""
+    one_final: Any = _pair("", [(None, True, "boom")], "INTERNAL", "error")
+    assert [r.outcome for r in one_final.requests] == ["error", "error"]
+    assert (one_final.requests[0].group.ended, one_final.requests[0].group.errors_without_final) == ({"error": 2}, 0)
+    two_errors: Any = _pair("", [(None, False, "e1"), (None, False, "e2")], "INTERNAL", "error")
+    assert (two_errors.requests[0].group.ended, two_errors.requests[0].group.errors_without_final) == ({"error": 2}, 2)
