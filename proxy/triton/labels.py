@@ -166,7 +166,7 @@ def decode_stream_response_labels(body: bytes, truncated: bool) -> dict[str, Any
     # nested message whose own prefix we label.
     error: str | None = None
     inner = b""
-    lost = False
+    lost = seen_inner = False
     i = 0
     try:
         while i < len(body):
@@ -177,11 +177,14 @@ def decode_stream_response_labels(body: bytes, truncated: bool) -> dict[str, Any
                 error = chunk.decode("utf-8", "replace") or None
                 lost = lost or len(chunk) < length
             elif tag >> 3 == 2:
+                seen_inner = True
                 inner, cut = complete_prefix(chunk, 6, cut=len(chunk) < length)
                 lost = lost or cut
             i += length
     except IndexError:
         lost = True
+    # Cut before the response began: its labels (id, final...) are unknown, not empty.
+    lost = lost or not seen_inner
     out = _response_labels(pb.ModelInferResponse.FromString(inner))
     out["error"] = error
     if lost:

@@ -328,8 +328,9 @@ class Tracker:
             if group.shared and group.outcome is None:
                 due = end is Input.END_OK and any(m.final_due for m in group.members)
                 group.close(Input.END_OK_FINAL_DUE if due else end, seq)
-                if due and group.open:
+                if due and group.open and group.outcome is not None and not group.outcome.per_request:
                     # Finals were due and some never came; whose is unknown: one violation for the group.
+                    # (When every member ended alike, each request's own missing_final says it.)
                     group.members[0].machine.add_violation(
                         "missing_final", seq, f"{group.open} of the {len(group.members)} requests with id "
                         f"{group.request_id!r} sent together got no final flag before the call ended OK",

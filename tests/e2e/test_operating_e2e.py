@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -33,6 +34,7 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 def test_metrics_follow_real_traffic(triton: TritonServer, tmp_path: Path) -> None:
     """Open streams, calls by method and cause, messages/bytes per direction, writer and latency figures."""
+    started = time.monotonic()
     with ProxyThread(triton.grpc_url, tmp_path / "cap", payload="meta", drain_timeout=5,
                      metrics="127.0.0.1:0") as proxy:  # fmt: skip
         assert proxy.proxy.metrics_server is not None
@@ -67,15 +69,19 @@ def test_metrics_follow_real_traffic(triton: TritonServer, tmp_path: Path) -> No
         assert after["triton_tap_capture_records_dropped_total", ()] == 0
         assert after["triton_tap_capture_writer_backlog", ()] >= 0
         capture = proxy.stop()
+    session_s = time.monotonic() - started
     recs = of_kind(records(capture), "message")
     for d in ("c2s", "s2c"):
         mine = [r for r in recs if r["dir"] == d]
         assert after["triton_tap_messages_total", (("direction", d),)] == len(mine)
         assert after["triton_tap_message_bytes_total", (("direction", d),)] == sum(r["size"] for r in mine)
-    # One latency observation per message, all well under a second on loopback.
+    # One latency observation per message. Relative, not a wall-clock bound: forwarding the messages
+    # one by one takes, all together, less than the session that sent them, whose streams spend most
+    # of it waiting for the model (150 ms and 100 ms per token); a latency in the wrong unit, or one
+    # that kept counting while the model worked, would exceed it.
     assert after["triton_tap_forwarding_latency_seconds_count", ()] == len(recs)
-    assert after["triton_tap_forwarding_latency_seconds_bucket", (("le", "1.0"),)] == len(recs)
-    assert 0 < after["triton_tap_forwarding_latency_seconds_sum", ()] < len(recs) * 0.5
+    assert after["triton_tap_forwarding_latency_seconds_bucket", (("le", "+Inf"),)] == len(recs)
+    assert 0 < after["triton_tap_forwarding_latency_seconds_sum", ()] < session_s
 
 
 def test_health_command_through_the_proxy(triton: TritonServer, recording_proxy: ProxyThread) -> None:

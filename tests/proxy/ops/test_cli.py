@@ -236,7 +236,11 @@ def test_upstream_tls_against_a_plaintext_port_is_one_line(tmp_path: Path) -> No
 
 
 def test_redact_salt_from_environment(tmp_path: Path) -> None:
-    """TRITON_TAP_REDACT_SALT keys the HMAC of --redact-input tensors, is not recorded, and the data is not stored."""
+    """TRITON_TAP_REDACT_SALT keys the HMAC of --redact-input tensors, is not recorded, and the data is not stored.
+
+    The upstream is the fake Triton: what is checked happens in the proxy (the salt, the capture),
+    the upstream need only answer, and this tier starts no tritonserver (tests/e2e has the real one).
+    """
     import base64
     import hashlib
     import hmac

@@ -2,7 +2,7 @@
 
 The proxy runs as a real `triton-tap record` process in front of the fake Triton (tests/support/
 fake_triton.py, a subprocess): the fake is used because these tests pin the proxy's own output,
-not Triton's behaviour; the metrics under real traffic are pinned in tests/e2e/test_metrics_e2e.py.
+not Triton's behaviour; the metrics under real traffic are pinned in tests/e2e/test_operating_e2e.py.
 """
 
 from __future__ import annotations

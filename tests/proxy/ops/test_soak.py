@@ -7,7 +7,7 @@ no `gap` record, and the proxy's RSS and open fds flat after warm-up.
 
 The CI variant runs 100 streams for ~10 s. The slow one (1,000 streams, 10 minutes) runs with:
 
-    python -m pytest -m slow tests/proxy/test_soak.py -s
+    python -m pytest -m slow tests/proxy/ops/test_soak.py -s
 
 (`SOAK_STREAMS` / `SOAK_SECONDS` override its size; `SOAK_REPORT=path.json` writes the figures.)
 The upstream is tests/support/soak_upstream.py (a fake: the real Python-backend Triton is ~1 ms

@@ -62,3 +62,10 @@ def test_every_non_ok_cause_has_a_client_status() -> None:
     """Each cause the proxy can assign without an upstream status maps to a status name."""
     for cause in ("client_cancel", "deadline", "client_disconnect", "upstream_disconnect", "proxy_shutdown"):
         assert ev.STATUS_FOR_CAUSE[cause] in ev.STATUS_NAMES.values()
+
+
+def test_status_names_are_grpcs_and_unknown_codes_stay_readable() -> None:
+    """What a capture's ``status`` says: gRPC's name for the code; a code gRPC does not define as CODE_<n>."""
+    status_name = causes.status_name
+    assert [status_name(c) for c in (0, 1, 4, 14)] == ["OK", "CANCELLED", "DEADLINE_EXCEEDED", "UNAVAILABLE"]
+    assert status_name(99) == "CODE_99"

@@ -38,3 +38,15 @@ def test_unknown_response_id_is_ignored() -> None:
     f = InFlight(unary=False)
     f.answered("ghost", True)
     assert f.snapshot() == ([], [])
+
+
+def test_an_id_sent_again_after_its_final_has_no_response_yet() -> None:
+    """cancel.responded is about the request now in flight: a re-used id's earlier responses do not count."""
+    f = InFlight(unary=False)
+    f.sent("a")
+    f.answered("a", False)
+    f.answered("a", True)
+    f.sent("a")
+    assert f.snapshot() == (["a"], [])
+    f.answered("a", None)  # no final flag: still in flight, now with a response
+    assert f.snapshot() == (["a"], ["a"])

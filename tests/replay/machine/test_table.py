@@ -17,6 +17,7 @@ from replay.machine.table import (
     Input,
     RequestMachine,
     State,
+    Violation,
     violation_name,
 )
 
@@ -182,3 +183,45 @@ def test_unary_outcome_comes_from_the_status_not_the_response(end: Input, outcom
     assert m.state is State.REPLIED
     m.feed(end)
     assert m.state is outcome
+
+
+@pytest.mark.parametrize(
+    ("state", "inp", "name"),
+    [
+        # A response for a request whose call already ended without its final: after the end.
+        (State.CANCELLED, Input.RESPONSE, "response_after_end"),
+        (State.UNCONFIRMED, Input.FINAL, "response_after_end"),
+        (State.INCOMPLETE, Input.ERROR_FINAL, "response_after_end"),
+        (State.DEADLINE, Input.REPLY, "response_after_end"),
+        # ... and for one whose final (or whole id group) was already seen: after the final.
+        (State.GROUP, Input.RESPONSE, "response_after_final"),
+        (State.REPLIED, Input.REPLY, "response_after_final"),
+        # A unary reply on a stream request: neither after an end nor after a final.
+        (State.RECEIVING, Input.REPLY, "unexpected_reply"),
+        # A second end of a request whose call had ended.
+        (State.COMPLETED, Input.END_OK, "end_after_end"),
+        (State.CANCELLED, Input.END_CLIENT_CANCEL, "end_after_end"),
+        (State.INCOMPLETE, Input.CAPTURE_ENDED, "end_after_end"),
+        (State.UNCONFIRMED, Input.END_OK_FINAL_DUE, "end_after_end"),
+        # Its id group's mixed ends, once the request's own outcome is already known.
+        (State.COMPLETED, Input.GROUP_MIXED, "group_after_end"),
+        (State.FINAL_RECEIVED, Input.GROUP_MIXED, "group_after_end"),
+        (State.CANCELLED, Input.GROUP_MIXED, "group_after_end"),
+        # An OK end with a final still due.
+        (State.SENT, Input.END_OK_FINAL_DUE, "missing_final"),
+        (State.ERROR_RECEIVED, Input.END_OK_FINAL_DUE, "missing_final"),
+    ],
+)
+def test_each_disallowed_input_is_reported_under_the_name_check_shows(state: State, inp: Input, name: str) -> None:
+    """The violation's name is what `check` prints and what users grep for: one name per rule broken."""
+    m = RequestMachine(state)
+    assert not m.feed(inp, 4)
+    assert [(v.name, v.seq, v.detail) for v in m.violations] == [(name, 4, f"{inp.value} in state {state.value}")]
+
+
+def test_a_violation_found_outside_the_table_is_kept_as_given() -> None:
+    """``add_violation`` (e.g. restarted_after_cancel found by the tracker) keeps name, record and detail."""
+    m = RequestMachine(State.RECEIVING)
+    m.add_violation("restarted_after_cancel", 12, "sent again after its cancel")
+    assert m.violations == [Violation(name="restarted_after_cancel", seq=12, detail="sent again after its cancel")]
+    assert m.state is State.RECEIVING

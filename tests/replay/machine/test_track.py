@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from replay.capture import events as ev
 from replay.machine.tracker import Tracker, track
 from tests.data.make_golden import INFER, Builder
@@ -346,3 +348,190 @@ def test_tracker_is_fed_one_record_at_a_time() -> None:
     result = tracker.finish()
     assert [r.outcome for r in result.requests] == ["completed"]
     assert result.summary()["outcomes"] == {"completed": 1}
+
+
+def _no_final_flag(rid: str, *, requests: int, due: bool) -> Builder:
+    """``requests`` in flight under ``rid``; responses whose ``triton_final_response`` is absent; OK end."""
+    b = Builder().start()
+    b.call("c1.1")
+    for _ in range(requests):
+        b.request("c1.1", rid, empty_final=due)
+    b.response("c1.1", rid, "x", final=None)
+    for _ in range(requests):
+        b.response("c1.1", rid, None, final=None)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b
+
+
+def test_a_response_without_the_final_flag_is_not_final() -> None:
+    """Completion is the flag: a stream response whose triton_final_response is absent completes nothing.
+
+    Without empty finals the protocol gave no completion signal (`unconfirmed`); with them a final
+    was due and never came (`incomplete` + missing_final). Never `completed`, never final=True.
+    """
+    for due, outcome, violations in ((False, "unconfirmed", []), (True, "incomplete", ["missing_final"])):
+        (r,) = track(_no_final_flag("r1", requests=1, due=due).records).requests
+        assert (r.outcome, r.final, [v.name for v in r.violations]) == (outcome, False, violations), due
+
+
+def test_id_less_requests_without_final_flags_each_miss_their_own_final_once() -> None:
+    """Two id-less requests in flight, no response carries the final flag: neither completed; with
+    finals due each request has one missing_final (they all ended alike, so each is its own)."""
+    for due, outcome in ((False, "unconfirmed"), (True, "incomplete")):
+        result = track(_no_final_flag("", requests=2, due=due).records)
+        assert [(r.outcome, r.final) for r in result.requests] == [(outcome, False)] * 2, due
+        assert [[v.name for v in r.violations] for r in result.requests] == [["missing_final"] * due] * 2, due
+        group = result.requests[0].group
+        assert group is not None and (group.ended, group.per_request) == ({outcome: 2}, True)
+
+
+def test_the_summary_check_json_prints_counts_what_the_capture_holds() -> None:
+    """stream_cancel.jsonl (12 records, one stream cancelled by its client: `done` had finished, `a` and
+    `b` had not): every count of `check --json`'s summary as a user reads it."""
+    from tests.support.paths import DATA
+
+    assert track(str(DATA / "stream_cancel.jsonl")).summary() == {
+        "records": 12, "captures": 1, "complete": True, "calls": 1,
+        "calls_by_method": {"ModelStreamInfer": 1}, "calls_by_cause": {"client_cancel": 1},
+        "requests": 3, "outcomes": {"completed": 1, "cancelled": 2}, "violations": 0, "violations_by_name": {},
+        "unattributable": 0, "groups": 0, "known_only_for_group": 0, "unlabelled_messages": 0, "gaps": 0,
+        "warnings": [],
+    }  # fmt: skip
+    summary = track(str(DATA / "missing_final.jsonl")).summary()
+    assert (summary["violations"], summary["violations_by_name"]) == (1, {"missing_final": 1})
+    killed = track(str(DATA / "proxy_killed.jsonl")).summary()  # no capture_end: one call still open
+    assert (killed["complete"], killed["gaps"], killed["outcomes"]) == (False, 1, {"incomplete": 1, "completed": 1})
+    assert killed["calls_by_cause"].get("open_at_capture_end") == 1
+
+
+def _pair(rid: str, script: list[tuple[str | None, bool, str | None]], status: str = "OK", cause: str = "ok") -> object:
+    """Two requests in flight under ``rid``, then (text, final, error) responses, then the call's end."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", rid, empty_final=None)
+    b.request("c1.1", rid, empty_final=None)
+    for text, final, error in script:
+        b.response("c1.1", rid, text, final=final, error=error)
+    b.half_close("c1.1")
+    b.end("c1.1", status=status, cause=cause)
+    return track(b.records)
+
+
+def test_what_check_reports_for_an_id_group_by_how_its_requests_ended() -> None:
+    """Per request (outcome, final flag, error) and the group's own counts, for each way a group ends."""
+    from replay.machine.outcomes import GroupOutcome
+
+    def seen(result: Any) -> tuple[list[tuple[str, bool | None, str | None]], GroupOutcome]:
+        assert all(not r.violations for r in result.requests)
+        return [(r.outcome, r.final, r.error) for r in result.requests], result.requests[0].group
+
+    def group(rid: str, responses: int, text: int, ended: dict[str, int], errors: int, per: bool) -> GroupOutcome:
+        return GroupOutcome(first_seq=2, request_id=rid, requests=2, responses=responses, text_responses=text,
+                            ended=ended, errors_without_final=errors, per_request=per)  # fmt: skip
+
+    # One final, one error final: mixed, known only for the group.
+    assert seen(_pair("g", [("a", False, None), (None, True, None), (None, True, "boom")])) == (
+        [("group", None, "boom")] * 2, group("g", 3, 1, {"completed": 1, "error": 1}, 0, False))
+    # Both finals: each request completed.
+    assert seen(_pair("", [("a", False, None), (None, True, None), (None, True, None)])) == (
+        [("completed", True, None)] * 2, group("", 3, 1, {"completed": 2}, 0, True))
+    # An error without final, then two plain finals: one of them failed, which is unknown.
+    assert seen(_pair("", [(None, False, "bad"), (None, True, None), (None, True, None)])) == (
+        [("group", None, "bad")] * 2, group("", 3, 0, {"completed": 2}, 1, False))
+    # An error, then the client cancels: an error and cancels, mixed.
+    assert seen(_pair("", [(None, False, "bad")], "CANCELLED", "client_cancel")) == (
+        [("group", None, "bad")] * 2, group("", 1, 0, {"cancelled": 2}, 1, False))
+    # An error, then the call fails: every request ended in error.
+    assert seen(_pair("", [(None, False, "bad")], "INTERNAL", "error")) == (
+        [("error", False, "bad")] * 2, group("", 1, 0, {"error": 2}, 1, True))
+
+
+def test_check_json_and_text_show_a_groups_request_as_documented() -> None:
+    """The `check --json` object of a group's request (docs/outcomes.md) and the group's text line."""
+    from replay.machine.outcomes import GroupOutcome
+
+    result: Any = _pair("", [(None, False, "bad")], "CANCELLED", "client_cancel")
+    assert result.to_json()["requests"][0] == {
+        "call": "c1.1", "kind": "stream", "model": "tokens", "request_id": "", "occurrence": 0, "seq": 2,
+        "outcome": "group", "responses": 0, "text_responses": 0, "final": None, "first_response_ms": None,
+        "duration_ms": 8.0, "status": "CANCELLED", "error": "bad", "violations": [],
+        "group": {"first_seq": 2, "request_id": "", "requests": 2, "responses": 1, "text_responses": 0,
+                  "ended": {"cancelled": 2}, "errors_without_final": 1, "per_request": False},
+        "notes": [],
+    }  # fmt: skip
+    assert result.requests[0].group.describe() == "group of 2 (ended: 2 cancelled; 1 error(s) without final; 1 response(s))"
+    nothing = GroupOutcome(first_seq=1, request_id="", requests=2, responses=0, text_responses=0,
+                           ended={"completed": 0}, errors_without_final=0, per_request=True)  # fmt: skip
+    assert nothing.describe() == "group of 2 (ended: none; 0 response(s))"
+
+
+def test_check_json_lists_unattributable_responses_and_violations_as_documented() -> None:
+    """unattributable.jsonl's two strays and missing_final.jsonl's violation, as `check --json` prints them;
+    counts by name and by cause add up over requests and calls."""
+    from tests.support.paths import DATA
+
+    assert track(str(DATA / "unattributable.jsonl")).to_json()["unattributable"] == [
+        {"call": "c1.1", "seq": 5, "request_id": "ghost", "reason": "unknown_id", "final": False, "error": None},
+        {"call": "c1.1", "seq": 6, "request_id": "", "reason": "empty_id", "final": False, "error": None},
+    ]
+    assert [r["violations"] for r in track(str(DATA / "missing_final.jsonl")).to_json()["requests"]] == [
+        [{"violation": "missing_final", "seq": 8, "detail": "end_ok_final_due in state receiving"}], [],
+    ]  # fmt: skip
+    b = Builder().start()
+    for call in ("c1.1", "c1.2"):
+        b.call(call)
+        b.request(call, "r", empty_final=True)
+        b.half_close(call)
+        b.end(call)
+    summary = track(b.records).summary()
+    assert (summary["violations_by_name"], summary["calls_by_cause"]) == ({"missing_final": 2}, {"ok": 2})
+
+
+def test_each_response_is_reported_on_the_request_it_answers() -> None:
+    """What the report draws and serve replays: (call, request record, response record) for every
+    response; a shared group's response goes to the latest request of the group sent before it."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "a")  # seq 2
+    b.response("c1.1", "a", "x")  # 3
+    b.request("c1.1", "", empty_final=None)  # 4
+    b.request("c1.1", "", empty_final=None)  # 5: a shared id group
+    b.response("c1.1", "", None, final=True, error="e1")  # 6
+    b.response("c1.1", "a", None, final=True)  # 7
+    b.response("c1.1", "", None, final=True)  # 8
+    b.half_close("c1.1")
+    b.end("c1.1")
+    seen: list[tuple[str, int, int, str | None]] = []
+    tracker = Tracker(on_response=lambda call, req, seq, rec: seen.append((call, req, seq, rec.request_id)))
+    for seq, record in enumerate(b.records):
+        tracker.feed(seq, record)
+    result = tracker.finish()
+    assert seen == [("c1.1", 2, 3, "a"), ("c1.1", 5, 6, ""), ("c1.1", 2, 7, "a"), ("c1.1", 5, 8, "")]
+    assert [(r.outcome, r.error) for r in result.requests] == [("completed", None), ("group", "e1"), ("group", "e1")]
+
+
+def test_a_unary_response_without_its_request_and_a_late_response_are_reported_where_they_are() -> None:
+    """A unary response whose request was not seen is unattributable (`no_request`) at its record; a
+    response after the final is a violation at the response's record."""
+    b = Builder().start()
+    b.call("c1.1", method=INFER)
+    b.response("c1.1", "u", "x", final=None)
+    b.end("c1.1")
+    assert track(b.records).to_json()["unattributable"] == [
+        {"call": "c1.1", "seq": 2, "request_id": "u", "reason": "no_request", "final": None, "error": None}
+    ]
+    from tests.support.paths import DATA
+
+    (late,) = track(str(DATA / "response_after_final.jsonl")).requests
+    assert (late.outcome, [(v.name, v.seq) for v in late.violations]) == ("completed", [("response_after_final", 5)])
+
+
+def test_a_groups_counts_add_up_finals_ends_and_errors() -> None:
+    """One error final, then the call fails: both requests ended in error (1 by its final + 1 by the end);
+    two errors without final are two."""
+    one_final: Any = _pair("", [(None, True, "boom")], "INTERNAL", "error")
+    assert [r.outcome for r in one_final.requests] == ["error", "error"]
+    assert (one_final.requests[0].group.ended, one_final.requests[0].group.errors_without_final) == ({"error": 2}, 0)
+    two_errors: Any = _pair("", [(None, False, "e1"), (None, False, "e2")], "INTERNAL", "error")
+    assert (two_errors.requests[0].group.ended, two_errors.requests[0].group.errors_without_final) == ({"error": 2}, 2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from replay.tools.match import Candidate, Key, Matcher, input_hash, parse_strategies
+from replay.tools.match import Candidate, Key, Match, Matcher, input_hash, input_hash_of_bytes, parse_strategies
 
 
 def _key(rid: str | None, model: str = "tokens", h: str | None = None, kind: str = "stream") -> Key:
@@ -68,7 +68,7 @@ def test_explain_names_the_closest_candidate_and_why() -> None:
     text = m.explain(_key("zzz", h="h9"))
     assert "no captured request matches stream request id 'zzz' of model 'tokens'" in text
     assert "closest: stream request id 'a' of model 'tokens' (call c1.1, seq 10)" in text
-    assert "id differs ('a' captured)" in text and "payload: inputs differ" in text
+    assert text.endswith(": id differs ('a' captured); payload: inputs differ")
 
 
 def test_explain_for_an_unknown_model_and_for_exhausted_order() -> None:
@@ -99,3 +99,79 @@ def test_parse_strategies_rejects_unknown_names() -> None:
     assert parse_strategies("payload, order") == ("payload", "order")
     with pytest.raises(ValueError, match="unknown match strategy 'idd'"):
         parse_strategies("idd")
+
+
+def test_explain_says_which_strategy_could_not_apply() -> None:
+    """Each reason a user reads in NOT_FOUND: no id to match on, inputs unknown on either side, already used."""
+    m = Matcher(_cands(_key("a", h=None)), ["id", "payload"])
+    text = m.explain(_key("", h="h1"))
+    assert "no captured request matches stream request without id of model 'tokens' (match strategies: id, payload)" in text
+    assert text.endswith(
+        "(call c1.1, seq 10): id: the request has no id; "
+        "payload: not captured (record with --payload full to match on inputs)"
+    )
+    assert m.explain(_key("b", h=None)).endswith("id differs ('a' captured); payload: the request's inputs are unknown")
+    used = Matcher(_cands(_key("a")), ["id"], reuse=False)
+    assert used.match(_key("a")).candidate is not None
+    assert used.explain(_key("a")).endswith("(call c1.1, seq 10): already used")
+
+
+def test_explain_names_the_candidate_closest_in_model_then_id_then_inputs() -> None:
+    """Among several captured requests the one sharing the most with the request is named."""
+    cands = _cands(_key("x", model="other"), _key("x", h="h0"), _key("a", h="h0"), _key("b", h="h1"))
+    m = Matcher(cands, ["id", "payload"], reuse=False)
+    assert "closest: stream request id 'a' of model 'tokens' (call c1.1, seq 12)" in m.explain(_key("a", h="h9"))
+    assert "closest: stream request id 'b' of model 'tokens' (call c1.1, seq 13)" in m.explain(_key("q", h="h1"))
+    assert "(call c1.1, seq 11)" in m.explain(_key("q", h=None))  # nothing shared: the first of the model
+    m.match(_key("a", h="h9"))  # uses seq 12
+    assert "(call c1.1, seq 12)" in m.explain(_key("a", h="h9"))  # still the closest, now "already used"
+
+
+def test_parse_strategies_error_names_every_bad_name_and_the_choices() -> None:
+    """Every unknown name is listed, and an empty --match shows what was given."""
+    with pytest.raises(ValueError) as bad:
+        parse_strategies("idd,order,x")
+    assert str(bad.value) == "unknown match strategy 'idd', 'x' (choose from id, payload, order)"
+    with pytest.raises(ValueError) as empty:
+        parse_strategies(" , ")
+    assert str(empty.value) == "unknown match strategy ' , ' (choose from id, payload, order)"
+
+
+def test_input_hash_follows_what_the_request_asks_for() -> None:
+    """A sequence replayed under new sequence ids still matches; shape, other parameters and typed
+    contents (inputs sent without raw bytes) all count; the serialized form hashes alike."""
+
+    def req(seq_id: int = 1, shape: int = 2, flag: bool = True, contents: int = 5) -> pb.ModelInferRequest:
+        r = pb.ModelInferRequest(model_name="steps", id="s")
+        r.parameters["sequence_id"].int64_param = seq_id
+        r.parameters["sequence_start"].bool_param = flag
+        t = r.inputs.add(name="IN", datatype="INT32", shape=[shape])
+        t.contents.int_contents.extend([contents] * shape)
+        return r
+
+    assert input_hash(req(seq_id=1)) == input_hash(req(seq_id=99))
+    assert len({input_hash(req()), input_hash(req(shape=3)), input_hash(req(flag=False)), input_hash(req(contents=6))}) == 4
+    assert input_hash_of_bytes(req().SerializeToString()) == input_hash(req())
+
+
+def test_unused_candidates_come_first_and_an_unknown_model_matches_nothing() -> None:
+    """Two captured requests with one id are replayed in turn before either repeats; among equally close
+    candidates NOT_FOUND names an unused one; a model never captured matches nothing, by any strategy."""
+    m = Matcher(_cands(_key("a"), _key("a")), ["id"])
+    assert [m.match(_key("a")).candidate.seq for _ in range(3)] == [10, 11, 10]  # type: ignore[union-attr]
+    half = Matcher(_cands(_key("b"), _key("b")), ["id"], reuse=False)
+    half.match(_key("b"))
+    assert "(call c1.1, seq 11)" in half.explain(_key("zzz"))
+    assert Matcher(_cands(_key("a"))).match(_key("a", model="nope")) == Match(candidate=None, by=None)
+
+
+def test_input_hash_tells_shapes_apart_with_the_same_bytes() -> None:
+    """[2, 3] and [3, 2] of the same bytes are different requests."""
+
+    def req(shape: list[int]) -> pb.ModelInferRequest:
+        r = pb.ModelInferRequest(model_name="m")
+        r.inputs.add(name="X", datatype="UINT8", shape=shape)
+        r.raw_input_contents.append(bytes(6))
+        return r
+
+    assert input_hash(req([2, 3])) != input_hash(req([3, 2]))

@@ -1,0 +1,260 @@
+"""Mutation testing of the pure core: ``python -m tests.mutation [MODULE...]`` (docs/testing.md).
+
+Each module in :data:`TARGETS` is mutated by mutmut 3 with only the fast pure tests that cover it,
+in a scratch copy of the tree (the work tree is never mutated, an interrupted run leaves nothing
+behind), time-boxed; it prints killed / survived / timeout / no tests / not checked per module and
+the surviving mutants (``--show`` prints their diffs). ``--floor PCT`` exits 1 when a module's
+score is below PCT; CI runs :data:`CI_MODULES` that way (tests/test_mutation.py).
+
+Why mutmut and not cosmic-ray: mutmut forks every mutant from a process that has already imported
+pytest, Hypothesis and the code, and runs only the tests that called the mutated function; on this
+2-core machine a fresh pytest process (what cosmic-ray starts per mutant) costs ~9 s before the
+first test, which would put even the three CI modules at tens of minutes. Its limit: mutmut mutates
+function bodies only, not module-level constants (the cause->input maps, ``RST_TO_STATUS``); the
+exhaustive (state, input) tests of the table read those on every run.
+
+This module is also the pytest plugin loaded into every mutant run (``-p tests.mutation``):
+- it recomputes the tables built at import time (:data:`IMPORT_TIME`): mutmut switches a mutant on
+  at call time, so a function called once at import (``_table()``) would never be seen mutated;
+- it derandomizes Hypothesis and drops its example database, so a score is reproducible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The tracker's outcomes are what `replay check` prints: its in-process CLI tests read them too.
+_TRACK = ("tests/replay/machine/test_track.py", "tests/replay/machine/test_golden.py", "tests/replay/cli/test_check_cli.py")
+#: Module -> the fast pure tests that cover it (never the e2e tier, never sockets).
+TARGETS: dict[str, tuple[str, ...]] = {
+    "replay/machine/table.py": ("tests/replay/machine/test_table.py", "tests/replay/machine/test_track.py"),
+    "replay/machine/groups.py": _TRACK,
+    "replay/machine/tracker.py": _TRACK,
+    "replay/machine/outcomes.py": _TRACK,
+    "proxy/triton/causes.py": ("tests/proxy/triton/test_causes.py",),
+    "proxy/triton/inflight.py": ("tests/proxy/triton/test_inflight.py",),
+    "proxy/triton/labels.py": ("tests/proxy/triton/test_labels.py",),
+    "replay/tools/match.py": ("tests/replay/tools/test_match.py",),
+    # Being changed on other branches; run them after those merge.
+    "replay/capture/schema.py": ("tests/replay/capture",),
+    "replay/capture/reader.py": ("tests/replay/capture",),
+    "proxy/capture/writer.py": ("tests/proxy/capture/test_writer.py",),
+    "replay/tools/diff.py": ("tests/replay/tools/test_diff.py",),
+}
+#: What CI runs (tests/test_mutation.py): the request table, causes and the in-flight set.
+CI_MODULES = ("replay/machine/table.py", "proxy/triton/causes.py", "proxy/triton/inflight.py")
+
+#: Module -> (global, expression) pairs computed at import time, recomputed before every test.
+IMPORT_TIME: dict[str, tuple[tuple[str, str], ...]] = {
+    "replay.machine.table": (("_TRANSITIONS", "_table()"),),
+    "replay.capture.schema": (
+        ("_TENSOR_CHECKS", "_checks(ev.TensorSpec)"),
+        ("_TENSOR_FIELDS", "tuple(name for name, _, _ in _TENSOR_CHECKS)"),
+        ("_TENSOR_REQUIRED", "_required(ev.TensorSpec)"),
+        ("_REQUIRED", "{k: _required(c) for k, c in KINDS.items()}"),
+        ("_CHECKS", "{k: _checks(c) for k, c in KINDS.items()}"),
+    ),
+}
+
+# mutmut's exit codes of a mutant's test run (mutmut/stats.py), grouped as reported.
+_KILLED = {1, 3}
+_SURVIVED = {0}
+_TIMEOUT = {36, 24, -24, 152, 255}
+_NO_TESTS = {5, 33}
+_SKIPPED = {34}
+
+
+@dataclass
+class Score:
+    """The outcome of one module's run."""
+
+    module: str
+    killed: int = 0
+    survived: int = 0
+    timeout: int = 0
+    no_tests: int = 0
+    not_checked: int = 0
+    other: int = 0
+    survivors: list[str] = field(default_factory=list)
+    boxed: bool = False  # the time box ended the run before every mutant was checked
+
+    @property
+    def checked(self) -> int:
+        return self.killed + self.survived + self.timeout + self.no_tests + self.other
+
+    @property
+    def percent(self) -> float:
+        """Mutants the tests detect (killed, or made to hang) out of those checked."""
+        return 100.0 * (self.killed + self.timeout) / self.checked if self.checked else 0.0
+
+    def line(self) -> str:
+        box = " (time box hit)" if self.boxed else ""
+        return (
+            f"{self.module:32} killed {self.killed:4}  survived {self.survived:3}  timeout {self.timeout:2}  "
+            f"no tests {self.no_tests:2}  not checked {self.not_checked:3}  score {self.percent:5.1f} %{box}"
+        )
+
+
+def _scratch(module: str, tests: tuple[str, ...], parent: Path) -> Path:
+    """A copy of the tree mutmut may mutate, configured for ``module`` and its ``tests``."""
+    work = Path(tempfile.mkdtemp(prefix="mutation-", dir=parent))
+    junk = shutil.ignore_patterns("__pycache__", ".hypothesis", "e2e", "*.pyc")
+    for name in ("proxy", "replay", "tests"):
+        shutil.copytree(ROOT / name, work / name, ignore=junk)
+    config = {
+        "source_paths": ["proxy/", "replay/"],
+        "only_mutate": [module],
+        "pytest_add_cli_args_test_selection": list(tests),
+        "pytest_add_cli_args": ["-p", "tests.mutation"],
+        "use_git_change_detection": False,
+    }
+    body = "\n".join(f"{key} = {json.dumps(value)}" for key, value in config.items())
+    (work / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + f"\n[tool.mutmut]\n{body}\n")
+    return work
+
+
+def _mutmut() -> str:
+    beside = Path(sys.executable).with_name("mutmut")
+    return str(beside) if beside.exists() else "mutmut"
+
+
+def _run_boxed(argv: list[str], cwd: Path, box: float, log: Path) -> bool:
+    """Run ``argv`` in its own process group; stop the whole group after ``box`` s. True if stopped."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(timeout=box)
+            return False
+        except subprocess.TimeoutExpired:
+            _stop_group(proc)
+            return True
+        except BaseException:  # Ctrl-C or a pytest timeout: never leave mutmut's workers behind
+            _stop_group(proc)
+            raise
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _tally(module: str, work: Path) -> Score:
+    score = Score(module=module)
+    meta = work / "mutants" / (module + ".meta")
+    codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+    for name, code in sorted(codes.items()):
+        if code is None:
+            score.not_checked += 1
+        elif code in _KILLED:
+            score.killed += 1
+        elif code in _TIMEOUT:
+            score.timeout += 1
+        elif code in _SKIPPED:
+            score.not_checked += 1
+        elif code in _SURVIVED or code in _NO_TESTS:
+            if code in _SURVIVED:
+                score.survived += 1
+            else:
+                score.no_tests += 1
+            score.survivors.append(name)
+        else:
+            score.other += 1
+            score.survivors.append(f"{name} (exit {code})")
+    return score
+
+
+def run_module(module: str, *, box: float, children: int, show: bool, keep: bool, parent: Path) -> Score:
+    """Mutate ``module`` against its tests for at most ``box`` seconds."""
+    work = _scratch(module, TARGETS[module], parent)
+    try:
+        argv = ["nice", "-n", "10", _mutmut(), "run", "--max-children", str(children)]
+        boxed = _run_boxed(argv, work, box, work / "mutmut.log")
+        score = _tally(module, work)
+        score.boxed = boxed
+        if not score.checked:
+            print((work / "mutmut.log").read_text()[-3000:], file=sys.stderr)
+        if show:
+            for name in score.survivors:
+                diff = subprocess.run(
+                    [_mutmut(), "show", name.split(" ")[0]], cwd=work, capture_output=True, text=True, check=False
+                )
+                print(diff.stdout)
+        return score
+    finally:
+        if keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.mutation", description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", metavar="MODULE", help=f"source files (default: all of {len(TARGETS)})")
+    parser.add_argument("--ci", action="store_true", help=f"the CI set: {', '.join(CI_MODULES)}")
+    parser.add_argument("--box", type=float, default=900.0, help="time box per module, seconds (default 900)")
+    parser.add_argument("--children", type=int, default=2, help="mutants tested at once (default 2)")
+    parser.add_argument("--floor", type=float, help="exit 1 when a module scores below this percentage")
+    parser.add_argument("--show", action="store_true", help="print each surviving mutant's diff")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch copies (to run mutmut browse there)")
+    args = parser.parse_args(argv)
+    modules = list(CI_MODULES) if args.ci else args.modules or list(TARGETS)
+    unknown = [m for m in modules if m not in TARGETS]
+    if unknown:
+        parser.error(f"no test selection for {', '.join(unknown)}; known: {', '.join(TARGETS)}")
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="triton-tap-mutation-") as scratch:
+        parent = Path(tempfile.mkdtemp(prefix="triton-tap-mutation-")) if args.keep else Path(scratch)
+        for module in modules:
+            started = time.monotonic()
+            score = run_module(
+                module, box=args.box, children=args.children, show=args.show, keep=args.keep, parent=parent
+            )
+            print(score.line() + f"  ({time.monotonic() - started:.0f} s)", flush=True)
+            for name in score.survivors:
+                print(f"    survived: {name}", flush=True)
+            if args.floor is not None and (score.percent < args.floor or not score.checked):
+                print(f"    below the floor of {args.floor:.0f} %", flush=True)
+                failed = True
+    return 1 if failed else 0
+
+
+# --- the pytest plugin side (loaded by mutmut's test runs with -p tests.mutation) ---
+
+
+def pytest_configure(config: Any) -> None:
+    """Derandomized Hypothesis without an example database: one score per tree, every run."""
+    from hypothesis import settings
+
+    settings.register_profile("mutation", derandomize=True, database=None)
+    settings.load_profile("mutation")
+
+
+def pytest_runtest_setup(item: Any) -> None:
+    """Recompute import-time tables, so the mutant now switched on (if any) is the one in them."""
+    for module_name, pairs in IMPORT_TIME.items():
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        for attr, expression in pairs:
+            setattr(module, attr, eval(expression, vars(module)))  # our own fixed expressions
+
+
+if __name__ == "__main__":
+    sys.exit(main())
