@@ -57,17 +57,16 @@ TARGETS: dict[str, tuple[str, ...]] = {
 #: What CI runs (tests/test_mutation.py): the request table, causes and the in-flight set.
 CI_MODULES = ("replay/machine/table.py", "proxy/triton/causes.py", "proxy/triton/inflight.py")
 
-#: Module -> (global, expression) pairs computed at import time, recomputed before every test.
-IMPORT_TIME: dict[str, tuple[tuple[str, str], ...]] = {
-    "replay.machine.table": (("_TRANSITIONS", "_table()"),),
+#: Module -> globals computed at import time (tables built by calling the module's own functions),
+#: recomputed before every test from the module's own source, so this list names them but never
+#: repeats how they are computed (a copy here went stale once: the schema's required fields).
+IMPORT_TIME: dict[str, tuple[str, ...]] = {
+    "replay.machine.table": ("_TRANSITIONS",),
     "replay.capture.schema": (
-        ("_TENSOR_CHECKS", "_checks(ev.TensorSpec)"),
-        ("_TENSOR_FIELDS", "tuple(name for name, _, _ in _TENSOR_CHECKS)"),
-        ("_TENSOR_REQUIRED", "_required(ev.TensorSpec)"),
-        ("_REQUIRED", "{k: _required(c) for k, c in KINDS.items()}"),
-        ("_CHECKS", "{k: _checks(c) for k, c in KINDS.items()}"),
+        "_OMITTED", "_ENCODERS", "_REQUIRED", "_NULLS", "_TENSOR_CHECKS", "_TENSOR_FIELDS", "_TENSOR_REQUIRED",
+        "_CHECKS", "_CHECK_MAP",
     ),
-}
+}  # fmt: skip
 
 # mutmut's exit codes of a mutant's test run (mutmut/stats.py), grouped as reported.
 _KILLED = {1, 3}
@@ -246,14 +245,37 @@ def pytest_configure(config: Any) -> None:
     settings.load_profile("mutation")
 
 
+_COMPILED: dict[str, list[tuple[str, Any]]] = {}
+
+
+def _assignments(module: Any, names: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """The module's own top-level ``NAME = expression`` statements for ``names``, compiled, in file order."""
+    if module.__name__ in _COMPILED:
+        return _COMPILED[module.__name__]
+    import ast
+    import inspect
+
+    source = inspect.getsource(module)
+    out = []
+    for node in ast.parse(source).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(target, ast.Name) and target.id in names and node.value is not None:  # type: ignore[union-attr]
+            expr = ast.Expression(node.value)  # type: ignore[union-attr]
+            out.append((target.id, compile(expr, inspect.getfile(module), "eval")))
+    missing = set(names) - {name for name, _ in out}
+    assert not missing, f"{module.__name__} no longer assigns {sorted(missing)} at import: update IMPORT_TIME"
+    _COMPILED[module.__name__] = out
+    return out
+
+
 def pytest_runtest_setup(item: Any) -> None:
     """Recompute import-time tables, so the mutant now switched on (if any) is the one in them."""
-    for module_name, pairs in IMPORT_TIME.items():
+    for module_name, names in IMPORT_TIME.items():
         module = sys.modules.get(module_name)
         if module is None:
             continue
-        for attr, expression in pairs:
-            setattr(module, attr, eval(expression, vars(module)))  # our own fixed expressions
+        for attr, code in _assignments(module, names):
+            setattr(module, attr, eval(code, vars(module)))  # the module's own expression, in its globals
 
 
 if __name__ == "__main__":
