@@ -145,3 +145,21 @@ def test_error_without_final_then_final(recording_proxy: ProxyThread, capsys: py
     (r,) = doc["requests"]
     assert code == 0 and [e[0] for e in live] == ["error", "result", "result"]
     assert (r["outcome"], r["responses"], r["final"], r["notes"], r["violations"]) == ("error", 3, True, [], [])
+
+
+def test_error_without_final_and_nothing_more(recording_proxy: ProxyThread, capsys: pytest.CaptureFixture[str]) -> None:
+    """A text, then an error response without the final flag, then nothing: the request reported an
+    error but never ended. Live, Triton 2.51 keeps such a stream open after the client's half-close
+    (stop_stream without cancel had not returned after 20 s when tried), so the call can only end by
+    a cancel here; the clean end without a final (`error` + `missing_final` note) is the golden
+    capture error_without_final.jsonl. What the client saw and what replay check says agree:
+    `error` (sticky: the cancel does not turn it into `cancelled`), final never true."""
+    s = StreamSession(recording_proxy.url)
+    _send(s, "t,e", "nf", empty_final=False)
+    live = s.take(2)
+    assert [e[0] for e in live] == ["result", "error"]
+    s.close(cancel_requests=True)  # the server would wait for a final that never comes
+    code, doc = _check(recording_proxy, capsys)
+    (r,) = doc["requests"]
+    assert r["outcome"] == "error" and r["final"] is not True and r["responses"] == 2, r
+    assert code == 0, doc
