@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from replay.errors import UserError
 
 
@@ -29,3 +31,13 @@ def parse_hostport(value: str, what: str, *, allow_port_zero: bool = False) -> t
 def format_hostport(host: str, port: int) -> str:
     """The inverse of :func:`parse_hostport` (IPv6 hosts in brackets, as grpc wants them)."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) only reaches this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import secrets
 import signal
 import socket
@@ -30,7 +29,7 @@ from proxy.triton.metadata import DEFAULT_REDACT
 from replay.capture import events as ev
 from replay.capture import naming
 from replay.errors import UpstreamError, UserError
-from replay.hostport import parse_hostport
+from replay.hostport import is_loopback, parse_hostport
 
 log = structlog.get_logger("triton_tap.proxy")
 
@@ -123,15 +122,6 @@ def budget_options(cfg: ProxyConfig) -> dict[str, Any]:
     min_free = int(cfg.min_free_mb * MIB) if cfg.min_free_mb is not None else None
     return {"rotate_bytes": rotate, "max_total_bytes": max_total, "min_free_bytes": min_free}
 
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or address) only reaches this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_upstream(

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from replay.cli.base import hostport, positive_float, positive_int
+from replay.cli.base import add_capture_argument, hostport, positive_float, positive_int
 from replay.errors import EXIT_OK, UserError
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def add_send_command(sub: Any) -> None:
         "in-process recorder, so the new capture (in --out) has the same schema and causes: compare it with "
         "`triton-tap diff CAPTURE NEW`. Exit 0: sent; 2: bad input or unreachable target (nothing written).",
     )
-    p.add_argument("capture", nargs="+", metavar="CAPTURE", help="capture files (.jsonl, .jsonl.gz) and/or directories")
+    add_capture_argument(p)
     p.add_argument("--target", required=True, type=hostport("--target", listen=False), help="HOST:PORT of Triton's gRPC endpoint")
     p.add_argument("--out", type=Path, default=Path("sent"), metavar="DIR", help="directory for the new capture (default %(default)s)")
     p.add_argument("--speed", default="1", metavar="F|max", help="2 = twice as fast, 0.5 = half; max = no waiting (default 1)")

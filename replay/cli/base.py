@@ -22,6 +22,12 @@ MAX_INT = 2**31
 MAX_FLOAT = 1e9
 
 
+def add_capture_argument(p: argparse.ArgumentParser) -> None:
+    """The ``CAPTURE...`` positional every offline command takes (one help text for every command)."""
+    p.add_argument("capture", nargs="+", metavar="CAPTURE",
+                   help="capture files (.jsonl, .jsonl.zst, .jsonl.gz) and/or directories")  # fmt: skip
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that reports a bad command line as one line (exit :data:`~replay.errors.EXIT_USAGE`)."""
 

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from replay.capture import events as ev
 from replay.capture.reader import read_capture
+from replay.cli.base import add_capture_argument
 from replay.cli.output import QuietConsole, write_result
 from replay.cli.progress import with_progress
 from replay.errors import EXIT_FINDINGS, EXIT_OK
@@ -170,7 +171,7 @@ def add_check_command(sub: Any) -> None:
         "(requests known only for their id group are a warning); 1: violations or unattributable "
         "responses; 2: unreadable capture.",
     )
-    p.add_argument("capture", nargs="+", metavar="CAPTURE", help="capture files (.jsonl, .jsonl.gz) and/or directories")
+    add_capture_argument(p)
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.add_argument(
         "--rows",

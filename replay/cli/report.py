@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from replay.capture.reader import read_capture
+from replay.cli.base import add_capture_argument
 from replay.cli.progress import with_progress
 from replay.errors import UserError
 from replay.tools.report.model import ReportBuilder
@@ -84,7 +85,7 @@ def add_report_command(sub: Any) -> None:
         "request, responses, half-closes, cancels with their in-flight sets, deadlines and errors; a per-request "
         "table and a per-model summary.",
     )
-    p.add_argument("capture", nargs="+", metavar="CAPTURE", help="capture files (.jsonl, .jsonl.gz) and/or directories")
+    add_capture_argument(p)
     p.add_argument("-o", "--output", type=Path, default=Path("report.html"), help="the HTML file to write (default %(default)s)")
     p.add_argument("--title", default=None, help="page title (default: the capture names)")
 

@@ -9,6 +9,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from replay.cli.base import add_capture_argument
 from replay.cli.matching import MATCH_HELP, payload_hint, strategies_type
 from replay.tools.match import STRATEGIES
 
@@ -66,7 +67,7 @@ def add_serve_command(sub: Any) -> None:
         "readiness/metadata RPCs are answered from the capture(s). A request that matches nothing gets NOT_FOUND "
         "naming the closest captured request. Runs until SIGINT/SIGTERM.",
     )
-    p.add_argument("capture", nargs="+", metavar="CAPTURE", help="capture files (.jsonl, .jsonl.gz) and/or directories")
+    add_capture_argument(p)
     p.add_argument("--listen", default="127.0.0.1:8001", help="HOST:PORT to serve on (default %(default)s)")
     p.add_argument(
         "--timing",
