@@ -39,7 +39,8 @@ def test_two_workers_one_capture_set(triton: TritonServer, tmp_path: Path) -> No
     log = (tmp_path / "proxy.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "proxy", "--workers", "2", "--listen", f"127.0.0.1:{port}",
-         "--upstream", triton.grpc_url, "--capture-dir", str(captures), "--drain-timeout", "20"],
+         "--upstream", triton.grpc_url, "--capture-dir", str(captures), "--drain-timeout", "20",
+         "--compress", "none"],  # plain files: the test watches lines arrive in them
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
