@@ -179,34 +179,47 @@ def test_rotate_starts_a_new_file_read_as_one_capture(bg: BackgroundLoop, start_
     assert sum(1 for _, r in records if r.kind == "call_start") == 2
 
 
+class _Follower:
+    """`tail CAPTURE_DIR --follow --json` on its own thread and event loop, printing into ``out``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.out = io.StringIO()
+        self._loop = asyncio.new_event_loop()
+        printer = Printer(self.out, self.out, True)
+        self._thread = threading.Thread(
+            target=lambda: self._loop.run_until_complete(tail_files(directory, TailFilter(), printer)),
+            name="test-follow",
+        )
+        self._thread.start()
+
+    def join(self) -> None:
+        """Wait for the follow to end by itself (at the capture's shutdown end); fail if it does not."""
+        self._thread.join(30)
+        alive = self._thread.is_alive()
+        if not alive:
+            self._loop.close()
+        assert not alive, "tail --follow did not stop at the capture's shutdown end"
+
+    def records(self) -> list[Any]:
+        return [decode(orjson.loads(line)) for line in self.out.getvalue().splitlines()]
+
+
 def test_tail_follow_survives_rotation(bg: BackgroundLoop, start_proxy: Callable[..., RecordingProxy],
                                        fake_upstream: Any, tmp_path: Path) -> None:  # fmt: skip
     """`tail CAPTURE_DIR --follow` (aiofiles) prints every record of the capture across a gzipped rotation
     (each printed line stands alone: it decodes to what the capture's reader reads)."""
     p = start_proxy(f"127.0.0.1:{fake_upstream.port}", admin="127.0.0.1:0", gzip_rotated=True)
-    out = io.StringIO()
-    loop = asyncio.new_event_loop()
-    follower = threading.Thread(
-        target=lambda: loop.run_until_complete(tail_files(tmp_path / "captures", TailFilter(), Printer(out, out, True))),
-        name="test-follow",
-    )
-    follower.start()
-    try:
-        url = f"127.0.0.1:{p.port}"
-        stream_traffic(url, "m", 2)
-        admin_call(bg, _admin(p), "Rotate", pb.RotateRequest())
-        stream_traffic(url, "m", 2)
-        admin_call(bg, _admin(p), "Rotate", pb.RotateRequest())
-        stream_traffic(url, "m", 1)
-        bg.run(p.stop())
-        follower.join(30)
-        assert not follower.is_alive(), "tail --follow did not stop at the capture's shutdown end"
-    finally:
-        follower.join(30)
-        loop.close()
-    printed = [decode(orjson.loads(line)) for line in out.getvalue().splitlines()]
-    assert printed == list(read_capture(tmp_path / "captures"))
-    assert len(printed) == len(capture_lines(tmp_path / "captures"))
+    follow = _Follower(tmp_path / "captures")
+    url = f"127.0.0.1:{p.port}"
+    stream_traffic(url, "m", 2)
+    admin_call(bg, _admin(p), "Rotate", pb.RotateRequest())
+    stream_traffic(url, "m", 2)
+    admin_call(bg, _admin(p), "Rotate", pb.RotateRequest())
+    stream_traffic(url, "m", 1)
+    bg.run(p.stop())
+    follow.join()
+    assert follow.records() == list(read_capture(tmp_path / "captures"))
+    assert len(follow.records()) == len(capture_lines(tmp_path / "captures"))
     assert len(list((tmp_path / "captures").glob("*.jsonl.gz"))) == 2
 
 
@@ -250,30 +263,17 @@ def test_tail_follow_reads_files_compressed_as_written(bg: BackgroundLoop, start
     """`tail --follow` on a capture compressed as it is written (zstd is record's default): frames read as
     the file grows, across a reopen, every record equal to what the reader reads afterwards."""
     p = start_proxy(f"127.0.0.1:{fake_upstream.port}", compress=compress)
-    out = io.StringIO()
-    loop = asyncio.new_event_loop()
-    follower = threading.Thread(
-        target=lambda: loop.run_until_complete(tail_files(tmp_path / "captures", TailFilter(), Printer(out, out, True))),
-        name="test-follow-compressed",
-    )
-    follower.start()
-    try:
-        url = f"127.0.0.1:{p.port}"
-        stream_traffic(url, "m", 3)
-        wait_for(lambda: out.getvalue().count('"kind":"call_end"') >= 1, 30, "the first call printed while written")
-        async def reopen() -> None:  # SIGHUP's path, on the proxy's loop
-            p.reload("test")
+    follow = _Follower(tmp_path / "captures")
+    url = f"127.0.0.1:{p.port}"
+    stream_traffic(url, "m", 3)
+    wait_for(lambda: follow.out.getvalue().count('"kind":"call_end"') >= 1, 30, "the first call printed while written")
 
-        bg.run(reopen())
-        stream_traffic(url, "m", 2)
-        from tests.support.proxy import stop_proxy
+    async def reopen() -> None:  # SIGHUP's path, on the proxy's loop
+        p.reload("test")
 
-        stop_proxy(p)
-        follower.join(30)
-        assert not follower.is_alive(), "tail --follow did not stop at the capture's shutdown end"
-    finally:
-        follower.join(30)
-        loop.close()
-    printed = [decode(orjson.loads(line)) for line in out.getvalue().splitlines()]
-    assert printed == list(read_capture(tmp_path / "captures"))
+    bg.run(reopen())
+    stream_traffic(url, "m", 2)
+    bg.run(p.stop())
+    follow.join()
+    assert follow.records() == list(read_capture(tmp_path / "captures"))
     assert len(list((tmp_path / "captures").glob(f"capture-*.jsonl.{'zst' if compress == 'zstd' else 'gz'}"))) == 2
