@@ -14,6 +14,7 @@ from replay.cli.check import add_check_command
 from replay.cli.diff import add_diff_command
 from replay.cli.report import add_report_command
 from replay.cli.serve import add_serve_command
+from replay.cli.upgrade import add_upgrade_command
 
 
 def add_replay_commands(sub: Any) -> Any:
@@ -25,6 +26,7 @@ def add_replay_commands(sub: Any) -> Any:
     rp = sub.add_parser("replay", help="offline commands on captures")
     rsub = rp.add_subparsers(dest="replay_command", required=True, parser_class=type(rp))
     add_check_command(rsub)
+    add_upgrade_command(rsub)
     add_report_command(sub)
     add_serve_command(sub)
     add_diff_command(sub)
@@ -36,6 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = Parser(prog="python -m replay", description="Offline commands on triton-tap captures.")
     sub = parser.add_subparsers(dest="replay_command", required=True, parser_class=Parser)
     add_check_command(sub)
+    add_upgrade_command(sub)
     add_report_command(sub)
     add_serve_command(sub)
     add_diff_command(sub)

@@ -1,0 +1,103 @@
+"""``triton-tap replay upgrade``: rewrite captures of older schema versions as the current one.
+
+Older files keep reading through the upgrade chain; this makes them as small as new ones (sparse,
+compressed) and readable by tools that only know the current version. File by file: each output
+file holds exactly the records of its input file, seq numbers unchanged, so rotation and holes stay
+what they were. Nothing is overwritten: an output name that exists is refused, and each file is
+written to a temporary name and renamed only when complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from replay.capture import naming
+from replay.capture.reader import read_capture
+from replay.capture.schema import Encoder
+from replay.cli.base import add_capture_argument
+from replay.errors import EXIT_OK, UserError
+
+_SUFFIX = {"zstd": naming.SUFFIX + naming.ZSTD_SUFFIX, "gzip": naming.SUFFIX + naming.GZIP_SUFFIX, "none": naming.SUFFIX}
+
+
+def _inputs(paths: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            files += sorted(q for q in p.iterdir() if q.is_file() and naming.looks_like_capture(q.name))
+        else:
+            files.append(p)
+    return files
+
+
+def _output_name(src: Path, compress: str) -> str:
+    name = src.name
+    for suffix in (naming.SUFFIX + naming.ZSTD_SUFFIX, naming.SUFFIX + naming.GZIP_SUFFIX, naming.SUFFIX):
+        if name.endswith(suffix):
+            return name[: -len(suffix)] + _SUFFIX[compress]
+    return name + _SUFFIX[compress]
+
+
+def _open(f: BinaryIO, compress: str) -> Any:
+    if compress == "zstd":
+        import zstandard
+
+        return zstandard.ZstdCompressor(level=3, write_checksum=True).stream_writer(f, closefd=False)
+    if compress == "gzip":
+        return gzip.GzipFile(fileobj=f, mode="wb")
+    return f
+
+
+def upgrade(paths: list[str], out_dir: Path, compress: str = "zstd") -> list[Path]:
+    """Rewrite each capture file of ``paths`` into ``out_dir`` at the current schema; the new paths."""
+    files = _inputs(paths)
+    if not files:
+        raise UserError("no capture files to upgrade")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    targets = [out_dir / _output_name(src, compress) for src in files]
+    clash = [str(t) for t in targets if t.exists()] + [str(t) for t, s in zip(targets, files, strict=True)
+                                                       if t.resolve() == s.resolve()]  # fmt: skip
+    if clash:
+        raise UserError(f"will not overwrite {clash[0]}: choose an empty output directory")
+    written = []
+    for src, target in zip(files, targets, strict=True):
+        records = list(read_capture(src))  # one file at a time: its records exactly (CaptureError if damaged)
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".upgrade-")
+        try:
+            with os.fdopen(fd, "wb") as raw, _open(raw, compress) as out:
+                encoder = Encoder()  # sparse state is per file, as the writer keeps it
+                for seq, record in records:
+                    out.write(encoder.encode(record, seq))
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        written.append(target)
+    return written
+
+
+def add_upgrade_command(sub: Any) -> None:
+    """Register ``upgrade`` on the ``replay`` subparser set."""
+    p = sub.add_parser(
+        "upgrade",
+        help="rewrite captures of older schema versions as the current one (sparse, compressed)",
+        description="Rewrite capture files at the current schema version, file by file (seq numbers, "
+        "rotation and holes unchanged), into an output directory; never overwrites. Exit 0: done; "
+        "2: unreadable capture or an output file that exists.",
+    )
+    add_capture_argument(p)
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="directory for the rewritten files")
+    p.add_argument("--compress", choices=tuple(_SUFFIX), default="zstd", help="how to store them (default %(default)s)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    for path in upgrade(args.capture, args.output, args.compress):
+        print(path)
+    return EXIT_OK
