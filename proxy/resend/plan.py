@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from replay.capture import events as ev
+from replay.capture.ids import CaptureIds
 from replay.capture.methods import INFERENCE, short_method
 from replay.errors import UserError
 
@@ -107,20 +108,17 @@ def _why_unsendable(rec: ev.MessageSeen) -> str | None:
 def scripts(records: Iterable[tuple[int, ev.Record]]) -> list[CallScript]:
     """Every call of a capture (several captures: later ids prefixed ``2:``, ``3:``... as ``check`` does)."""
     out: dict[str, CallScript] = {}
-    prefix, captures = "", 0
+    ids = CaptureIds()
     for _seq, rec in records:
-        if isinstance(rec, ev.CaptureStarted):
-            if rec.file_index == 0:
-                captures += 1
-                prefix = f"{captures}:" if captures > 1 else ""
+        if ids.starts(rec) or isinstance(rec, ev.CaptureStarted):
             continue
         if isinstance(rec, ev.CallStarted):
-            cid = prefix + rec.call
+            cid = ids.of(rec.call)
             if cid not in out:
-                out[cid] = _start(cid, prefix + rec.conn, rec)
+                out[cid] = _start(cid, ids.of(rec.conn), rec)
             continue
         raw = getattr(rec, "call", None)
-        call = out.get(prefix + raw) if isinstance(raw, str) else None
+        call = out.get(ids.of(raw)) if isinstance(raw, str) else None
         if call is None or call.recorded_cause is not None:
             continue
         _feed(call, rec)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from replay.capture import events as ev
+from replay.capture.ids import CaptureIds
 from replay.capture.methods import INFER, STREAM_INFER
 from replay.capture.reader import Gap, PathLike, SeqWatch, read_capture
 from replay.machine.groups import Group
@@ -133,8 +134,7 @@ class Tracker:
         self._unattributable: list[Unattributable] = []
         self._warnings: list[str] = []
         self._orphans: set[str] = set()
-        self._captures = 0
-        self._prefix = ""
+        self._ids = CaptureIds()
         self._cancelled_keys: dict[tuple[str | None, str], str] = {}
         self._cancelled_hashes: dict[str, str] = {}
         self._unlabelled = 0
@@ -148,7 +148,7 @@ class Tracker:
         if isinstance(record, ev.MessageSeen):
             self._message(seq, record)
         elif isinstance(record, ev.CallStarted):
-            cid = self._prefix + record.call
+            cid = self._ids.of(record.call)
             if cid in self._calls:
                 self._warnings.append(f"seq {seq}: call {cid} started twice; the second start is ignored")
                 return
@@ -171,19 +171,16 @@ class Tracker:
                     self._end(known, record.cause, seq, record.t_ns)
                 known.status, known.details, known.duration_ms = record.status, record.details, record.duration_ms
         elif isinstance(record, ev.CaptureStarted):
-            if record.file_index == 0:
-                if self._captures:
-                    # A second capture in the same run: its call ids restart, so keep them apart.
-                    self._capture_over(seq)
-                    self._prefix = f"{self._captures + 1}:"
-                self._captures += 1
+            if record.file_index == 0 and self._ids.captures:
+                self._capture_over(seq)  # the previous capture ends here (the next one's ids restart)
+            self._ids.starts(record)
 
     def qualified(self, raw_id: str) -> str:
         """The call id as reported (a second capture in one run prefixes its ids, see :meth:`feed`)."""
-        return self._prefix + raw_id
+        return self._ids.of(raw_id)
 
     def _call(self, raw_id: str, seq: int) -> _Call | None:
-        cid = self._prefix + raw_id
+        cid = self._ids.of(raw_id)
         call = self._calls.get(cid)
         if call is None and cid not in self._orphans:
             self._orphans.add(cid)
@@ -382,7 +379,7 @@ class Tracker:
             )
         return TrackResult(
             requests=tuple(requests), unattributable=tuple(self._unattributable), calls=tuple(calls),
-            gaps=tuple(gaps), warnings=tuple(warns), records=self._records, captures=self._captures,
+            gaps=tuple(gaps), warnings=tuple(warns), records=self._records, captures=self._ids.captures,
             unlabelled_messages=self._unlabelled,
         )  # fmt: skip
 

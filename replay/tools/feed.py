@@ -51,6 +51,7 @@ from tritonclient.utils import InferenceServerException
 
 from replay.capture import events as ev
 from replay.capture.events import STATUS_FOR_CAUSE
+from replay.capture.ids import CaptureIds
 from replay.capture.methods import STREAM_INFER
 from replay.errors import UserError
 from replay.machine.tracker import CaptureSource, open_source
@@ -132,20 +133,16 @@ def _stream(capture: CaptureSource, call: str | None) -> Iterator[int | _Respons
     """The chosen call's start time, then its responses and end, in capture order (read lazily)."""
     records, _ = open_source(capture)
     chosen: str | None = None
-    prefix = ""
-    captures = 0
+    ids = CaptureIds()
     streams: list[str] = []
     unary_match = False
     cancel: ev.CallCancelled | None = None
     for seq, rec in records:
-        if isinstance(rec, ev.CaptureStarted):
-            if rec.file_index == 0:
-                captures += 1
-                prefix = f"{captures}:" if captures > 1 else ""
+        if ids.starts(rec) or isinstance(rec, ev.CaptureStarted):
             continue
         if chosen is None:
             if isinstance(rec, ev.CallStarted):
-                cid = prefix + rec.call
+                cid = ids.of(rec.call)
                 if rec.method == STREAM_INFER:
                     if len(streams) <= 10:  # only for the error message
                         streams.append(cid)
@@ -155,7 +152,7 @@ def _stream(capture: CaptureSource, call: str | None) -> Iterator[int | _Respons
                 elif cid == call:
                     unary_match = True
             continue
-        if getattr(rec, "call", None) is None or prefix + rec.call != chosen:  # type: ignore[union-attr]
+        if getattr(rec, "call", None) is None or ids.of(rec.call) != chosen:  # type: ignore[union-attr]
             continue
         if isinstance(rec, ev.MessageSeen):
             if rec.dir == "s2c":
@@ -295,12 +292,10 @@ def stream_calls(capture: CaptureSource) -> list[str]:
     """The ids of the capture's ModelStreamInfer calls, in order (what ``call=`` accepts)."""
     records, _ = open_source(capture)
     out: list[str] = []
-    captures = 0
-    prefix = ""
+    ids = CaptureIds()
     for _, rec in records:
-        if isinstance(rec, ev.CaptureStarted) and rec.file_index == 0:
-            captures += 1
-            prefix = f"{captures}:" if captures > 1 else ""
-        elif isinstance(rec, ev.CallStarted) and rec.method == STREAM_INFER:
-            out.append(prefix + rec.call)
+        if ids.starts(rec):
+            continue
+        if isinstance(rec, ev.CallStarted) and rec.method == STREAM_INFER:
+            out.append(ids.of(rec.call))
     return out

@@ -32,6 +32,7 @@ import numpy.typing as npt
 import orjson
 
 from replay.capture import events as ev
+from replay.capture.ids import CaptureIds
 from replay.capture.methods import short_method
 from replay.capture.reader import Gap
 from replay.capture.schema import encode
@@ -226,8 +227,7 @@ class ReportBuilder:
         self._tick_ri = array("q")
         self._cancels: list[_Cancel] = []
         self._dropped: list[tuple[int, int, int, str, int]] = []  # gap records: first, last t_ns, count, reason, ri
-        self._conn_prefix = ""
-        self._captures = 0
+        self._ids = CaptureIds()  # connection ids follow the tracker's rule for call ids
         self._attributed = False  # set by _response while the tracker takes the current record
         self._cur_ri = 0
 
@@ -269,7 +269,7 @@ class ReportBuilder:
         elif isinstance(record, ev.CallStarted):
             cid = q(record.call)
             if cid not in self._calls:
-                info = _CallInfo(id=cid, conn=self._conn_prefix + record.conn, method=record.method,
+                info = _CallInfo(id=cid, conn=self._ids.of(record.conn), method=record.method,
                                  t_start=record.t_ns, timeout_ms=record.timeout_ms, ri=ri)  # fmt: skip
                 self._calls[cid] = info
                 self._order.append(info)
@@ -289,10 +289,8 @@ class ReportBuilder:
                 call.end_ri = ri
         elif isinstance(record, ev.GapRecorded):
             self._dropped.append((record.first_t_ns, record.last_t_ns, record.dropped, record.reason, ri))
-        elif isinstance(record, ev.CaptureStarted) and record.file_index == 0:
-            self._captures += 1
-            # The tracker keeps a second capture's call ids apart; connection ids restart too.
-            self._conn_prefix = "" if self._captures == 1 else f"{self._captures}:"
+        elif isinstance(record, ev.CaptureStarted):
+            self._ids.starts(record)
 
     def _response(self, call: str, request_seq: int, seq: int, rec: ev.MessageSeen) -> None:
         self._attributed = True

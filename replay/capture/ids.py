@@ -1,0 +1,33 @@
+"""Call and connection ids as every tool reports them when several captures are read in one run.
+
+A capture's ids restart at ``c1`` / ``c1.1``, so when a run reads two captures the second one's
+ids would collide with the first's: every reader (``check``, ``report``, ``feed``, ``replay send``)
+prefixes the ids of the n-th capture with ``n:`` (the first keeps its ids as written). One rule,
+here, so an id that ``check`` prints is the id ``feed(call=...)`` and ``send --only`` accept.
+"""
+
+from __future__ import annotations
+
+from replay.capture import events as ev
+
+
+class CaptureIds:
+    """Follows ``capture_start`` records (pure): which capture of the run this is, and its id prefix."""
+
+    __slots__ = ("captures", "prefix")
+
+    def __init__(self) -> None:
+        self.captures = 0
+        self.prefix = ""
+
+    def starts(self, record: ev.Record) -> bool:
+        """Whether ``record`` starts a new capture (its first file's ``capture_start``); updates the prefix."""
+        if type(record) is not ev.CaptureStarted or record.file_index != 0:
+            return False
+        self.captures += 1
+        self.prefix = f"{self.captures}:" if self.captures > 1 else ""
+        return True
+
+    def of(self, raw_id: str) -> str:
+        """``raw_id`` (a call or connection id as written in the capture) as reported."""
+        return self.prefix + raw_id
