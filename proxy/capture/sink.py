@@ -31,6 +31,9 @@ class Sink:
     """Plain JSONL: the batch as it is."""
 
     suffix = ".jsonl"
+    #: Whether a line's length is what it adds to the file (only uncompressed), so a batch can be
+    #: cut exactly where the file reaches its rotation size.
+    exact_sizes = True
 
     def frame(self, data: bytes) -> bytes:
         """The bytes to append to the file for one encoded batch."""
@@ -41,6 +44,7 @@ class ZstdSink(Sink):
     """One zstd frame per batch (content size and checksum in the frame, so readers can verify it)."""
 
     suffix = ".jsonl.zst"
+    exact_sizes = False
 
     def __init__(self) -> None:
         import zstandard
@@ -57,6 +61,7 @@ class GzipSink(Sink):
     """One gzip member per batch (a multi-member gzip file, which every gzip reader reads whole)."""
 
     suffix = ".jsonl.gz"
+    exact_sizes = False
 
     def frame(self, data: bytes) -> bytes:
         """One complete gzip member holding ``data``."""

@@ -221,9 +221,14 @@ class CaptureWriter:
         return lines
 
     def _cut(self, lines: list[bytes]) -> int:
-        """How many lines go into the live file before it reaches the rotation size (at least one)."""
+        """How many lines go into the live file before it reaches the rotation size (at least one).
+
+        Only where line lengths are file bytes (plain files): a cut must be followed by the rotation,
+        because the rest is encoded again for the next file (its sparse encoding starts fresh there).
+        A compressed file rotates after the batch that took it past the size (one batch over, at most).
+        """
         rotate = self._opt.rotate_bytes
-        if rotate is None:
+        if rotate is None or not self._sink.exact_sizes:
             return len(lines)
         size = self._offset
         for i, line in enumerate(lines):
