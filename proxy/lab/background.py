@@ -14,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from proxy.ops.eventloop import loop_factory
 from proxy.ops.server import ProxyConfig, RecordingProxy
 
 T = TypeVar("T")
@@ -28,10 +29,14 @@ async def _cancel_leftovers() -> None:
 
 
 class LoopThread:
-    """One asyncio loop running in a daemon thread (started here) until :meth:`close`."""
+    """One event loop running in a daemon thread (started here) until :meth:`close`.
 
-    def __init__(self, name: str = "loop-thread") -> None:
-        self.loop = asyncio.new_event_loop()
+    ``event_loop``: which loop (:mod:`proxy.ops.eventloop`); the proxy's own thread runs the one its
+    config names, helper servers and clients asyncio's.
+    """
+
+    def __init__(self, name: str = "loop-thread", event_loop: str = "asyncio") -> None:
+        self.loop = loop_factory(event_loop)()
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
         self._closed = False
@@ -81,7 +86,7 @@ class ProxyThread:
 
     def start(self, timeout: float = 60.0) -> ProxyThread:
         """Bind, open the capture and serve; returns self."""
-        self._thread = LoopThread("e2e-proxy-loop")
+        self._thread = LoopThread("e2e-proxy-loop", self.config.event_loop)
         try:
             self._thread.run(self.proxy.start(), timeout)
         except BaseException:

@@ -19,6 +19,7 @@ from proxy import __version__
 from proxy.capture.budget import MIB, rotate_for_budget
 from proxy.capture.retention import prepare_directory
 from proxy.capture.writer import CaptureWriter, WriterOptions
+from proxy.ops.eventloop import running_loop_name
 from proxy.ops.evidence import EvidenceCollector, EvidenceSpec, probe_metrics
 from proxy.ops.observe import MetricsServer, ProxyMetrics, RecordObserver
 from proxy.ops.tls import ReloadableTls, listen_ssl, tls_files, upstream_ssl
@@ -79,6 +80,8 @@ class ProxyConfig:
     min_free_mb: float | None = None
     #: ``record --workers N``: how many processes share the listening port (see :mod:`proxy.ops.workers`).
     workers: int = 1
+    #: ``--event-loop``: ``auto`` (uvloop when installed), ``uvloop`` or ``asyncio`` (see :mod:`proxy.ops.eventloop`).
+    event_loop: str = "auto"
     #: Set by the supervisor in each worker process: which worker this is (0-based), and the set's stem.
     worker: int | None = None
     capture_set: str | None = None
@@ -161,6 +164,7 @@ def capture_options(cfg: ProxyConfig, salt: str, tls_listen: bool, tls_upstream:
         "tls_client_ca": client_certs,
         "max_total_mb": cfg.max_total_mb,
         "min_free_mb": cfg.min_free_mb,
+        "event_loop": running_loop_name(),
     }
     if cfg.evidence is not None:
         opts["evidence"] = {

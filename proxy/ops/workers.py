@@ -116,9 +116,7 @@ def supervise(cfg: ProxyConfig, log_level: str) -> int:
 
 
 def _worker_main() -> int:
-    import asyncio
-
-    from proxy.ops import logs
+    from proxy.ops import eventloop, logs
     from proxy.ops.server import run
 
     cfg, log_level = pickle.loads(sys.stdin.buffer.read())
@@ -126,7 +124,7 @@ def _worker_main() -> int:
     # SIGINT from a terminal reaches the whole process group: the supervisor forwards SIGTERM, and
     # the worker's own handler (proxy.ops.server.run) drains on either.
     try:
-        asyncio.run(run(cfg))
+        eventloop.run(run(cfg), cfg.event_loop)
     except TritonTapError as e:
         print(f"triton-tap worker {cfg.worker}: {e}", file=sys.stderr)
         return exit_code_for(e)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from proxy.relay.state import TunnelState
@@ -24,14 +24,21 @@ class Side(asyncio.Protocol):
         #: Why reading this side is paused: "connect" (upstream not there yet), "peer" (the other
         #: side's write buffer is full). Reading resumes when no reason is left.
         self.hold: set[str] = set()
+        #: Bytes that arrived while reading was held for "connect": some event loops (uvloop) may
+        #: deliver a read already under way when reading is paused inside connection_made.
+        self._early: list[bytes] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.set_write_buffer_limits(WRITE_HIGH, WRITE_LOW)
+        # A stream transport (the protocol is only used with create_server/create_connection); not an
+        # isinstance check: uvloop's transports implement the interface without subclassing asyncio's.
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(WRITE_HIGH, WRITE_LOW)
         self.tunnel.side_made(self)
 
     def data_received(self, data: bytes) -> None:
+        if self._early is not None:
+            self._early.append(data)
+            return
         self.tunnel.side_data(self, data)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -51,8 +58,14 @@ class Side(asyncio.Protocol):
         before = bool(self.hold)
         if on:
             self.hold.add(reason)
+            if reason == "connect":
+                self._early = []
         else:
             self.hold.discard(reason)
+            if reason == "connect" and self._early is not None:
+                early, self._early = self._early, None
+                for data in early:
+                    self.tunnel.side_data(self, data)
         t = self.transport
         if t is None or t.is_closing() or before == bool(self.hold):
             return

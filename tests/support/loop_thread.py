@@ -1,4 +1,4 @@
-"""An asyncio loop in a background thread, so sync tritonclient code can talk to in-process servers.
+"""An event loop in a background thread, so sync tritonclient code can talk to in-process servers.
 
 The one definition is :class:`proxy.lab.background.LoopThread`; tests name theirs ``test-loop``.
 """
@@ -11,5 +11,5 @@ from proxy.lab.background import LoopThread
 class BackgroundLoop(LoopThread):
     """Owns one event loop running in a daemon thread until :meth:`close`."""
 
-    def __init__(self) -> None:
-        super().__init__("test-loop")
+    def __init__(self, event_loop: str = "asyncio") -> None:
+        super().__init__("test-loop", event_loop)

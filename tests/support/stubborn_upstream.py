@@ -13,7 +13,7 @@ starting with ``wait`` get none (they stay "queued" as far as the wire shows).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import h2.config
 import h2.connection
@@ -40,8 +40,7 @@ class StubbornUpstream(asyncio.Protocol):
         self.reset: set[int] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
         self.conn.initiate_connection()
         self._flush()
 
@@ -80,6 +79,7 @@ class StubbornUpstream(asyncio.Protocol):
                 # Raw frame: what a server that ignores RST_STREAM would still put on the wire.
                 assert self.transport is not None
                 self.transport.write(hyperframe.frame.DataFrame(sid, data=msg).serialize())
+                self.owner.late_texts.append(f"t{i}")
                 late += 1
             else:
                 self.conn.send_data(sid, msg)
@@ -104,6 +104,8 @@ class Stubborn:
         self.interval = interval
         self.requests: list[str] = []
         self.resets: list[int] = []
+        #: the TEXT of every message written after a reset (raw frames a real server would not send)
+        self.late_texts: list[str] = []
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
         self._conns: list[StubbornUpstream] = []
