@@ -281,14 +281,18 @@ def run(scenarios: list[str], cfg: PaConfig, workdir: Path, want_nginx: bool,
     return results, b.notes, b.errors
 
 
-def calls_per_file(workdir: Path, pattern: str) -> dict[str, int]:
-    """``call_start`` records in each capture file under ``workdir/pattern`` (how SO_REUSEPORT spread the calls)."""
+def calls_per_file(workdir: Path, pattern: str) -> dict[str, dict[str, int]]:
+    """Calls and client connections in each capture file under ``workdir/pattern`` (how SO_REUSEPORT spread them)."""
+    import orjson
+
     from replay.capture.zst import ZstdLines
 
-    out: dict[str, int] = {}
+    out: dict[str, dict[str, int]] = {}
     for f in sorted(workdir.glob(f"{pattern}/capture-*.jsonl.zst")):
+        calls: list[str] = []
         with ZstdLines(f) as lines:
-            out[f.name] = sum(1 for line in lines if b'"call_start"' in line)
+            calls = [orjson.loads(line)["call"] for line in lines if b'"call_start"' in line]
+        out[f.name] = {"calls": len(calls), "connections": len({c.split(".")[0] for c in calls})}
     return out
 
 
@@ -308,8 +312,8 @@ def table(sc: dict[str, Any]) -> str:
             add(f"| {p} | {_f(v['responses_per_s'])} | {_f(v['ratio'], '{:.2f}')} | {_f(v['proxy_cpu_us_per_resp'], '{:.1f}')} "
                 f"| {_f(v['triton_cpu_us_per_resp'], '{:.1f}')} | {_f(v['pa_cpu_us_per_resp'], '{:.1f}')} | {v['unstable']}/{v['runs']} |")  # fmt: skip
         if s.get("calls_per_worker_file"):
-            add("calls per worker file (--workers 2, all rounds): "
-                + ", ".join(f"{k}: {v}" for k, v in s["calls_per_worker_file"].items()))
+            add("--workers 2, all runs (warm-up included): " + ", ".join(
+                f"{k}: {v['connections']} connections, {v['calls']} calls" for k, v in s["calls_per_worker_file"].items()))
         add("")
     return "\n".join(lines)
 
