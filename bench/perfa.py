@@ -334,3 +334,56 @@ def targets(sc: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"target": "throughput with 1 and 2 workers (shown, no target)", "value": None, "met": None,
                     "shown": shown})  # fmt: skip
     return out
+
+
+def _user_sys(pid: int) -> tuple[float, float]:
+    """(utime, stime) of one process, all threads, in seconds (/proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def profile(cfg: PaConfig, workdir: Path, top: int, log: Callable[[str], None]) -> dict[str, Any] | None:
+    """``--profile --scenarios perf_analyzer``: the proxy under py-spy while perf_analyzer streams through
+    it (two runs after a warm-up), plus its user/system CPU split; None without perf_analyzer."""
+    from bench.profiling import pyspy_top
+
+    pa = find_perf_analyzer()
+    if pa is None:
+        log(f"perf_analyzer: not found (set {PA_ENV}=/path/to/perf_analyzer)")
+        return None
+    b = PaBench(pa, cfg, workdir, log)
+    out: dict[str, Any] = {"profiler": "py-spy", "scenario": "perf_analyzer", "payload": "meta", "module": "proxy"}
+    spy: subprocess.Popen[bytes] | None = None
+    try:
+        b.start_triton()
+        b.add_proxy("proxy")
+        _, proc = b.targets["proxy"]
+        assert proc is not None
+        b.run_pa("proxy", cfg.concurrency, None, warmup=True)
+        raw = workdir / "pyspy.txt"
+        spy_bin = Path(procs.PY).parent / "py-spy"
+        spy = subprocess.Popen([str(spy_bin) if spy_bin.exists() else "py-spy", "record", "--pid", str(proc.pid),
+                                "--rate", "1000", "--gil", "--format", "raw", "--output", str(raw)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        time.sleep(1.0)
+        u0, s0 = _user_sys(proc.pid)
+        runs = [r for r in (b.run_pa("proxy", cfg.concurrency, None) for _ in range(2)) if r is not None]
+        u1, s1 = _user_sys(proc.pid)
+        responses = sum(r["responses"] for r in runs)
+        out["responses"] = responses
+        out["proxy_cpu_us_per_resp_under_profiler"] = sum(r["proxy_cpu_s"] for r in runs) / max(1, responses) * 1e6
+        out["user_us_per_resp"] = (u1 - u0) / max(1, responses) * 1e6
+        out["system_us_per_resp"] = (s1 - s0) / max(1, responses) * 1e6
+        spy.send_signal(2)  # SIGINT: py-spy writes its output and exits
+        spy.wait(30)
+        spy = None
+        out.update(pyspy_top(raw, top))
+    finally:
+        if spy is not None and spy.poll() is None:
+            spy.kill()
+            spy.wait()
+        b.stop()
+    out["errors"] = b.errors
+    return out

@@ -170,9 +170,11 @@ def run_profile(
             else "cprofile"
         )
     prof_scenario = scenarios[0] if args.scenarios != ",".join(SCENARIOS) else "streaming"
+    if prof_scenario == "perf_analyzer":
+        return perfa.profile(perfa.PaConfig(), workdir, args.top, log)
     if prof_scenario not in ("streaming", "unary", "large", "paced"):
         print(
-            f"python -m bench: --profile runs streaming, unary, large or paced, not {prof_scenario}",
+            f"python -m bench: --profile runs streaming, unary, large, paced or perf_analyzer, not {prof_scenario}",
             file=sys.stderr,
         )
         return None
