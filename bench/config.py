@@ -9,6 +9,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PAYLOADS = ("none", "meta", "full")
 ALL_PATHS = ("direct", "proxy-none", "proxy-meta", "proxy-full", "nginx")
 SCENARIOS = ("streaming", "unary", "large", "paced", "scaling", "memory")
+#: Against the real tritonserver with NVIDIA perf_analyzer (bench.perfa): only when asked for by --scenarios.
+PA_SCENARIOS = ("perf_analyzer", "pa_workers")
 MB = 1024 * 1024
 
 

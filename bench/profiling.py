@@ -141,6 +141,8 @@ def cprofile_top(path: Path, top: int) -> dict[str, Any]:
 def profile_table(p: dict[str, Any]) -> str:
     lines = [f"### proxy profile ({p['profiler']}, --payload {p['payload']}, {p['scenario']}; {p.get('responses', 0)} responses; "
              f"CPU under the profiler {p.get('proxy_cpu_us_per_resp_under_profiler', 0):.1f} us/response)"]  # fmt: skip
+    if "system_us_per_resp" in p:
+        lines.append(f"(CPU per response, user / system: {p['user_us_per_resp']:.1f} / {p['system_us_per_resp']:.1f} us)")
     if p["profiler"] == "py-spy":
         for title, key in (("self (leaf) samples", "self"), ("inclusive samples", "inclusive")):
             lines += [

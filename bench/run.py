@@ -29,8 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import procs
-from bench.config import ALL_PATHS, FULL, PAYLOADS, RESULTS, SCENARIOS, SMOKE, Config
+from bench import perfa, procs
+from bench.config import ALL_PATHS, FULL, PA_SCENARIOS, PAYLOADS, RESULTS, SCENARIOS, SMOKE, Config
 from bench.profiling import profile, profile_table
 from bench.report import table, targets, targets_table
 from bench.scenarios import Bench
@@ -67,7 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="auto",
         help="with --profile: py-spy when installed (auto), else cProfile",
     )
-    p.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    p.add_argument("--scenarios", default=",".join(SCENARIOS),
+                   help=f"comma-separated subset of {','.join(SCENARIOS)} (the default), or of "
+                   f"{','.join(PA_SCENARIOS)} (real tritonserver + perf_analyzer, only when named)")
     p.add_argument("--reps", type=int, default=None, help="repetitions of each interleaved round (default 5, smoke 1)")
     p.add_argument("--no-nginx", action="store_true", help="do not run the nginx grpc_pass comparison")
     p.add_argument("--paths", default="", help=f"comma-separated subset of {','.join(ALL_PATHS)} (default: all)")
@@ -108,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         if "direct" not in cfg.only_paths:
             cfg.only_paths = ("direct", *cfg.only_paths)
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    bad = [s for s in scenarios if s not in SCENARIOS]
+    bad = [s for s in scenarios if s not in SCENARIOS + PA_SCENARIOS]
     if bad:
-        print(f"python -m bench: unknown scenario(s) {bad}; choose from {SCENARIOS}", file=sys.stderr)
+        print(f"python -m bench: unknown scenario(s) {bad}; choose from {SCENARIOS + PA_SCENARIOS}", file=sys.stderr)
         return 2
 
     def log(msg: str) -> None:
@@ -168,9 +170,11 @@ def run_profile(
             else "cprofile"
         )
     prof_scenario = scenarios[0] if args.scenarios != ",".join(SCENARIOS) else "streaming"
+    if prof_scenario == "perf_analyzer":
+        return perfa.profile(perfa.PaConfig(), workdir, args.top, log)
     if prof_scenario not in ("streaming", "unary", "large", "paced"):
         print(
-            f"python -m bench: --profile runs streaming, unary, large or paced, not {prof_scenario}",
+            f"python -m bench: --profile runs streaming, unary, large, paced or perf_analyzer, not {prof_scenario}",
             file=sys.stderr,
         )
         return None
@@ -180,6 +184,8 @@ def run_profile(
 
 def run_bench(cfg: Config, scenarios: list[str], workdir: Path, want_nginx: bool, smoke: bool,
               log: Callable[[str], None]) -> tuple[dict[str, Any], int]:  # fmt: skip
+    pa_scenarios = [s for s in scenarios if s in PA_SCENARIOS]
+    scenarios = [s for s in scenarios if s not in PA_SCENARIOS]
     paths: set[str] = set()
     for s in scenarios:
         paths |= set(cfg.paths.get(s, ()))
@@ -191,19 +197,31 @@ def run_bench(cfg: Config, scenarios: list[str], workdir: Path, want_nginx: bool
     results: dict[str, Any] = {"mode": "smoke" if smoke else "full", "config": dataclasses.asdict(cfg),
                                "environment": environment(), "scenarios": {}}  # fmt: skip
     try:
-        bench.start(paths)
+        if scenarios:
+            bench.start(paths)
         for s in scenarios:
             log(f"scenario {s} ...")
             results["scenarios"][s] = getattr(bench, s)()
     finally:
         bench.stop()
+    if pa_scenarios:
+        pa_cfg = perfa.PaConfig(rounds=1, measurement_ms=1000) if smoke else perfa.PaConfig(rounds=cfg.scaling_reps)
+        pa_res, notes, errors = perfa.run(pa_scenarios, pa_cfg, workdir, want_nginx, log)
+        results["scenarios"].update(pa_res)
+        bench.notes += notes
+        bench.errors += errors
     results["notes"] = bench.notes
     results["errors"] = bench.errors
     results["targets"] = targets(results)
+    results["pa_targets"] = perfa.targets(results["scenarios"])
     print(f"## triton-tap bench ({results['mode']}; {results['environment']['cpus']} CPUs; "
           f"load average at start {results['environment']['loadavg'][0]:.2f})\n")  # fmt: skip
     print(table(results))
-    print(targets_table(results["targets"]))
+    if scenarios:
+        print(targets_table(results["targets"]))
+    if pa_scenarios:
+        print(perfa.table(results["scenarios"]))
+        print(targets_table(results["pa_targets"]).replace("(issue 6)", "(issue 18)"))
     if smoke:
         print("(smoke: counts too small for the figures to mean anything; this run only proves the harness works)")
     for n in bench.notes:
