@@ -31,7 +31,7 @@ def add_export_command(sub: Any) -> None:
                    help="write into a non-empty OUT: the partitions of the exported captures are replaced, "
                    "other captures' partitions are kept")  # fmt: skip
     p.add_argument("--row-group", type=positive_int, default=None, metavar="ROWS",
-                   help="records per Parquet row group, and the most each table holds in memory (default 65536)")
+                   help="records per Parquet row group, and the most each table holds in memory (default 16384)")
     p.set_defaults(func=_run)
 
 
@@ -46,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"triton-tap: warning: {where}: {gap.detail}", file=sys.stderr)
         records = sum(done.records.values())
         kinds = ", ".join(f"{k} {n}" for k, n in done.records.items() if n)
-        print(f"{done.capture}: {records} records ({kinds}), {len(done.holes) + len(done.warnings)} hole(s)")
+        print(f"{done.capture}: {records} records ({kinds}); holes: {len(done.holes)}, warnings: {len(done.warnings)}")
 
     export_parquet(args.capture, args.parquet, overwrite=args.overwrite, rows=args.row_group or ROWS, on_capture=report)
     print(f"written: {args.parquet}")

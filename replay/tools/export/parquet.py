@@ -41,8 +41,9 @@ from replay.capture.reader import Gap, PathLike, read_capture
 from replay.errors import UserError
 from replay.tools.export.columns import Column, columns
 
-#: Records per row group (and the most a table holds in memory): about 20 MB of message rows.
-ROWS = 65_536
+#: Records per row group, and the most a table holds before writing (measured, docs/sql.md: 40 MB of RSS
+#: above the reader's own; 65536 took 110 MB and wrote bigger files).
+ROWS = 16_384
 #: The table of what the reader found missing (it is not a record kind: no seq, no t_ns).
 HOLE = "hole"
 _PREFIX = ".export-"

@@ -124,7 +124,7 @@ def test_an_unreadable_capture_leaves_out_as_it_was(tmp_path: Path) -> None:
     out = tmp_path / "out"
     export_parquet([DATA / "one_response.jsonl"], out)
     before = _tree(out)
-    with pytest.raises(CaptureError, match="garbled_middle.jsonl"):
+    with pytest.raises(CaptureError, match=r"garbled_middle\.jsonl"):
         export_parquet([DATA / "stream_cancel.jsonl", DATA / "garbled_middle.jsonl"], out, overwrite=True)
     assert _tree(out) == before
     assert not [p for p in out.iterdir() if p.name.startswith(".export-")]
