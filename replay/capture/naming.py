@@ -82,3 +82,18 @@ def parse(name: str) -> CaptureName | None:
 def looks_like_capture(name: str) -> bool:
     """A file a directory of captures is read for: ``*.jsonl``, ``*.jsonl.gz`` or ``*.jsonl.zst`` (any stem)."""
     return name.endswith((SUFFIX, SUFFIX + GZIP_SUFFIX, SUFFIX + ZSTD_SUFFIX))
+
+
+def capture_name(name: str) -> str:
+    """The name of the capture a file of that name belongs to (``export`` partitions by it).
+
+    A worker's file: its capture set's stem (the set is one capture); another writer-made file: its
+    stem (rotated files are one capture); any other file: its name without the capture suffix.
+    """
+    parsed = parse(name)
+    if parsed is not None:
+        return parsed.capture_set or parsed.stem
+    for suffix in (SUFFIX + ZSTD_SUFFIX, SUFFIX + GZIP_SUFFIX, SUFFIX):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name

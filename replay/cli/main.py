@@ -12,13 +12,14 @@ from typing import Any
 from replay.cli.base import Parser, run_guarded
 from replay.cli.check import add_check_command
 from replay.cli.diff import add_diff_command
+from replay.cli.export import add_export_command
 from replay.cli.report import add_report_command
 from replay.cli.serve import add_serve_command
 from replay.cli.upgrade import add_upgrade_command
 
 
 def add_replay_commands(sub: Any) -> Any:
-    """Register ``replay ...``, ``report``, ``serve`` and ``diff`` under the ``triton-tap`` command tree.
+    """Register ``replay ...``, ``report``, ``serve``, ``diff`` and ``export`` under the ``triton-tap`` command tree.
 
     Returns the ``replay`` subparser set, so the live side can add commands that need the proxy
     (``replay send``) without replay importing it.
@@ -30,6 +31,7 @@ def add_replay_commands(sub: Any) -> Any:
     add_report_command(sub)
     add_serve_command(sub)
     add_diff_command(sub)
+    add_export_command(sub)
     return rsub
 
 
@@ -42,5 +44,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_report_command(sub)
     add_serve_command(sub)
     add_diff_command(sub)
+    add_export_command(sub)
     args = parser.parse_args(argv)
     return run_guarded(lambda: int(args.func(args)))

@@ -1,8 +1,10 @@
-"""docs/sql.md's recipes run with DuckDB on plain, zstd and rotated captures and give the known answers."""
+"""docs/sql.md's recipes run with DuckDB on plain, zstd and rotated captures and give the known answers,
+and the same answers over the Parquet export (`triton-tap export --parquet`) of the same captures."""
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import re
 import shutil
 from pathlib import Path
@@ -15,16 +17,23 @@ import zstandard
 from bench.gencapture import records
 from proxy.capture.writer import CaptureWriter, WriterOptions
 from replay.capture import events as ev
+from replay.capture import naming
+from replay.tools.export.parquet import export_parquet
 from tests.support.paths import ROOT
 
 DATA = ROOT / "tests" / "data"
-BLOCKS = re.findall(r"```sql\n(.*?)```", (ROOT / "docs" / "sql.md").read_text(), re.S)
+DOC = (ROOT / "docs" / "sql.md").read_text()
+JSONL_PART, PARQUET_PART = DOC.split("\n## Parquet\n")
+BLOCKS = re.findall(r"```sql\n(.*?)```", JSONL_PART, re.S)
+(PARQUET_MACRO,) = re.findall(r"```sql\n(.*?)```", PARQUET_PART, re.S)
+(SPARK,) = re.findall(r"```python\n(.*?)```", PARQUET_PART, re.S)
 
 
-def _run(files: str) -> list[list[tuple[Any, ...]]]:
-    macro, *recipes = BLOCKS
+def _run(files: str, macro: str | None = None) -> list[list[tuple[Any, ...]]]:
+    """Every recipe over ``files`` with the JSONL macro (or ``macro``)."""
+    jsonl_macro, *recipes = BLOCKS
     con = duckdb.connect()
-    con.execute(macro)
+    con.execute(macro or jsonl_macro)
     return [con.execute(sql.replace("captures/*.jsonl*", files)).fetchall() for sql in recipes]
 
 
@@ -35,8 +44,9 @@ def _zst(src: Path, dst: Path) -> None:
 
 
 def test_the_docs_hold_the_macro_and_four_recipes() -> None:
-    """One macro, four recipes: nothing in docs/sql.md goes untested."""
+    """One macro, four recipes, the Parquet macro and the Spark read: nothing in docs/sql.md goes untested."""
     assert len(BLOCKS) == 5 and "CREATE MACRO capture" in BLOCKS[0]
+    assert "CREATE MACRO capture" in PARQUET_MACRO and "spark.read" in SPARK
 
 
 @pytest.mark.parametrize("compressed", [False, True])
@@ -55,14 +65,14 @@ def test_recipes_on_the_stream_cancel_golden(tmp_path: Path, compressed: bool) -
     assert gaps[0][2] == 2 and gaps[0][0] > 0
 
 
-def test_recipes_on_a_directory_of_rotated_zstd_files(tmp_path: Path) -> None:
-    """The writer's own rotated .jsonl.zst files: every request of the synthetic stream has its 21 responses."""
-    recs = list(records(3000))
+def _rotated(directory: Path, n: int = 3000) -> list[ev.Record]:
+    """A capture of about ``n`` synthetic records written by the writer itself as rotated .jsonl.zst files."""
+    recs = list(records(n))
     start, body = recs[0], recs[1:-1]
     assert isinstance(start, ev.CaptureStarted)
 
     async def go() -> CaptureWriter:
-        w = CaptureWriter(WriterOptions(directory=tmp_path, compress="zstd", rotate_bytes=2_000), start)
+        w = CaptureWriter(WriterOptions(directory=directory, compress="zstd", rotate_bytes=2_000), start)
         w.open()
         for i in range(0, len(body), 300):
             for r in body[i : i + 300]:
@@ -74,6 +84,12 @@ def test_recipes_on_a_directory_of_rotated_zstd_files(tmp_path: Path) -> None:
 
     w = asyncio.run(go())
     assert len(w.paths) > 3
+    return body
+
+
+def test_recipes_on_a_directory_of_rotated_zstd_files(tmp_path: Path) -> None:
+    """The writer's own rotated .jsonl.zst files: every request of the synthetic stream has its 21 responses."""
+    body = _rotated(tmp_path)
     by_model, cancels, unfinished, gaps = _run(f"{tmp_path}/*.jsonl.zst")
     # the synthetic stream reuses request id "" per call: one (call, "") group per stream
     ((model, requests, per_request, _, _),) = by_model
@@ -81,3 +97,80 @@ def test_recipes_on_a_directory_of_rotated_zstd_files(tmp_path: Path) -> None:
         1 for r in body if isinstance(r, ev.MessageSeen) and r.dir == "s2c") / 4  # fmt: skip
     assert cancels == [] and unfinished == []
     assert gaps[0][2] > 0
+
+
+# -- the same recipes over the Parquet export ------------------------------------------------------
+
+
+def _parquet(out: Path) -> list[list[tuple[Any, ...]]]:
+    return _run(f"{out}/*/*/*.parquet", PARQUET_MACRO)
+
+
+def test_parquet_gives_the_jsonl_answers_on_the_stream_cancel_golden(tmp_path: Path) -> None:
+    """Plain and zstd copies of one golden, and a second capture: every recipe, the same rows, capture ids included."""
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(DATA / "stream_cancel.jsonl", src / "capture-20260528T000000-1.jsonl")
+    _zst(DATA / "interleaved.jsonl", src / "capture-20260528T000001-2.jsonl.zst")
+    export_parquet([src], tmp_path / "out")
+    jsonl, parquet = _run(f"{src}/*.jsonl*"), _parquet(tmp_path / "out")
+    assert parquet == jsonl
+    by_model, cancels, unfinished, _ = parquet
+    assert by_model[0][:2] == ("tokens", 4) and cancels == [("client_cancel", 1)]  # 2 requests in each
+    assert {capture for capture, _, _ in unfinished} == {"capture-20260528T000000-1"}
+
+
+def test_parquet_gives_the_jsonl_answers_on_rotated_zstd_files(tmp_path: Path) -> None:
+    """The writer's rotated .jsonl.zst files are one capture, one partition; the recipes agree."""
+    src = tmp_path / "src"
+    src.mkdir()
+    _rotated(src)
+    (done,) = export_parquet([src], tmp_path / "out")
+    assert [p.name for p in (tmp_path / "out" / "message").iterdir()] == [f"capture={done.capture}"]
+    jsonl, parquet = _run(f"{src}/*.jsonl.zst"), _parquet(tmp_path / "out")
+    assert parquet == jsonl and parquet[0][0][1] == 4
+
+
+def test_two_captures_are_two_partitions(tmp_path: Path) -> None:
+    """Call ids repeat across captures (`c1.1` in both): the partition keeps them apart, as capture_id does."""
+    export_parquet([DATA / "stream_cancel.jsonl", DATA / "one_response.jsonl"], tmp_path / "out")
+    con = duckdb.connect()
+    con.execute(PARQUET_MACRO)
+    got = con.execute("SELECT capture_id, count(DISTINCT call) FROM capture(?) WHERE kind = 'call_start' "
+                      "GROUP BY ALL ORDER BY ALL", [f"{tmp_path}/out/*/*/*.parquet"]).fetchall()  # fmt: skip
+    assert got == [("one_response", 1), ("stream_cancel", 1)]
+    assert sorted(p.name for p in (tmp_path / "out" / "call_start").iterdir()) == [
+        "capture=one_response", "capture=stream_cancel"]  # fmt: skip
+
+
+def test_the_spark_sql_gives_the_recipes_answers(tmp_path: Path) -> None:
+    """The Spark SQL of docs/sql.md, run in DuckDB over views named like the Spark ones (Spark is not in CI)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(DATA / "stream_cancel.jsonl", src / "capture-20260528T000000-1.jsonl")
+    shutil.copy(DATA / "interleaved.jsonl", src / "capture-20260528T000001-2.jsonl")
+    export_parquet([src], tmp_path / "out")
+    (first_response,) = re.findall(r'FIRST_RESPONSE = """(.*?)"""', SPARK, re.S)
+    (cancels_sql,) = re.findall(r'spark\.sql\("(SELECT cause.*?)"\)', SPARK)
+    con = duckdb.connect()
+    for kind in re.findall(r'"(\w+)"', SPARK[SPARK.index("for kind in") :].split(":")[0]):
+        con.execute(f"CREATE VIEW {kind} AS SELECT * FROM read_parquet('{tmp_path}/out/{kind}/*/*.parquet', "
+                    "hive_partitioning = true, hive_types = {'capture': 'VARCHAR'})")  # fmt: skip
+    by_model, cancels, _, _ = _run(f"{src}/*.jsonl")
+    assert con.execute(first_response).fetchall() == by_model
+    assert con.execute(cancels_sql).fetchall() == cancels
+
+
+def test_capture_id_in_sql_is_the_export_partition_name(tmp_path: Path) -> None:
+    """The JSONL macro's capture_id and naming.capture_name (the partition) are one rule."""
+    names = ["capture-20260528T000000-1.jsonl", "capture-20260528T000000-1-0001.jsonl.zst",
+             "capture-20260528T000009-7.w1-0002.jsonl.gz", "capture-20260528T000009-7.w0.jsonl",
+             "mine.jsonl", "other.capture.jsonl.zst", "x-capture-20260528T000000-1.jsonl"]  # fmt: skip
+    line = (DATA / "one_response.jsonl").read_bytes().splitlines(keepends=True)[0]
+    for name in names:
+        data = zstandard.ZstdCompressor().compress(line) if name.endswith(".zst") else line
+        (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    con = duckdb.connect()
+    con.execute(BLOCKS[0])
+    got = dict(con.execute("SELECT filename, capture_id FROM capture(?)", [f"{tmp_path}/*.jsonl*"]).fetchall())
+    assert {Path(f).name: c for f, c in got.items()} == {n: naming.capture_name(n) for n in names}

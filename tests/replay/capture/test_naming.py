@@ -51,3 +51,12 @@ def test_worker_names_parse_into_their_set() -> None:
     assert got.capture_set == "capture-20260101T000000-12" and got.worker == 3 and got.pid == 12
     old = naming.parse("capture-20260101T000000-12-0001.jsonl")
     assert old is not None and old.worker is None and old.capture_set == "" and old.index == 1
+
+
+def test_capture_name_is_one_per_capture_set_or_chain() -> None:
+    """Rotated files and the workers' chains of a set share the name; another file is its own, suffix cut."""
+    assert {naming.capture_name(n) for n in ("capture-20231114T221320-42.jsonl", "capture-20231114T221320-42-0003.jsonl.gz",
+            "capture-20231114T221320-42.w1.jsonl.zst", "capture-20231114T221320-42.w0-0001.jsonl")} == {
+        "capture-20231114T221320-42"}  # fmt: skip
+    assert naming.capture_name("mine.jsonl.zst") == "mine" and naming.capture_name("mine.jsonl") == "mine"
+    assert naming.capture_name("notes.txt") == "notes.txt" and naming.capture_name(".jsonl") == ".jsonl"

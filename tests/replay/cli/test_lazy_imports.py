@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-HEAVY = ("h2", "hpack", "tritonclient", "grpc", "proxy.relay.tunnel")
+HEAVY = ("h2", "hpack", "tritonclient", "grpc", "proxy.relay.tunnel", "pyarrow")
 
 
-@pytest.mark.parametrize("argv", [[], ["replay", "check"], ["record"], ["diff"], ["serve"], ["report"], ["health"]])
+@pytest.mark.parametrize("argv", [[], ["replay", "check"], ["record"], ["diff"], ["serve"], ["report"], ["health"], ["export"]])
 def test_help_imports_nothing_heavy(argv: list[str]) -> None:
     """Building the whole command tree and printing one command's help imports none of HEAVY."""
     code = (
