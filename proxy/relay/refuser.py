@@ -46,10 +46,12 @@ class Refuser:
         try:
             events = self.conn.receive_data(data)
         except h2.exceptions.ProtocolError as e:
-            self._write()
             if self.closed:
-                # After our GOAWAY h2 refuses every frame; the client has done nothing wrong.
+                # After our GOAWAY h2 refuses every frame and queues a GOAWAY(PROTOCOL_ERROR) of its
+                # own; but frames a client had in flight (PING, WINDOW_UPDATE) are legal: drop it.
+                self.conn.data_to_send()
                 return
+            self._write()
             tunnel._protocol_error(tunnel.down, int(getattr(e, "error_code", None) or 1), str(e) or type(e).__name__, goaway=False)
             return
         answered = False

@@ -64,3 +64,51 @@ def test_client_refused_while_triton_is_down_reconnects_when_it_is_back(
     ends = of_kind(records(proxy.writer.path), "call_end") if proxy.writer else []
     assert {e["cause"] for e in ends} >= {"upstream_disconnect", "ok"}
     assert grpc.StatusCode.UNAVAILABLE.name in {e["status"] for e in ends}
+
+
+def _goaway_codes(data: bytes) -> list[int]:
+    """The error codes of the GOAWAY frames in ``data`` (whole frames, as read from a socket)."""
+    codes, i = [], 0
+    while len(data) - i >= 9:
+        length = int.from_bytes(data[i : i + 3], "big")
+        if data[i + 3] == 7 and len(data) >= i + 9 + 8:
+            codes.append(int.from_bytes(data[i + 13 : i + 17], "big"))
+        i += 9 + length
+    return codes
+
+
+def test_frames_after_the_refusal_goaway_are_not_called_a_protocol_error(
+    bg: BackgroundLoop, fake_upstream: Any, start_proxy: Callable[..., RecordingProxy]
+) -> None:
+    """While Triton is down, a call is refused with UNAVAILABLE and the connection told to go away
+    (NO_ERROR). A client may still send frames it had queued (a PING, a WINDOW_UPDATE): that is
+    legal and must not earn it a GOAWAY(PROTOCOL_ERROR) (grpc clients logged "Got goaway [1]"
+    during a Triton restart in the unattended soak)."""
+    import socket
+
+    import h2.config
+    import h2.connection
+    import hyperframe.frame
+
+    proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}")
+    bg.run(fake_upstream.stop(None))
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(sid, [(":method", "POST"), (":scheme", "http"), (":authority", "x"),
+                            (":path", "/inference.GRPCInferenceService/ModelInfer"),
+                            ("content-type", "application/grpc"), ("te", "trailers")])  # fmt: skip
+    conn.send_data(sid, b"\x00\x00\x00\x00\x00", end_stream=True)
+    got = b""
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as s:
+        s.sendall(conn.data_to_send())
+        while not _goaway_codes(got):
+            chunk = s.recv(65536)
+            assert chunk, "the proxy closed the connection without a GOAWAY"
+            got += chunk
+        assert _goaway_codes(got) == [0]
+        s.sendall(hyperframe.frame.PingFrame(0, opaque_data=b"12345678").serialize())
+        s.sendall(hyperframe.frame.WindowUpdateFrame(0, window_increment=1024).serialize())
+        while chunk := s.recv(65536):  # until the proxy closes the connection (it has no call left)
+            got += chunk
+    assert set(_goaway_codes(got)) == {0}, _goaway_codes(got)
