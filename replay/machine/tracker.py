@@ -119,6 +119,8 @@ def _ms(start: int | None, end: int | None) -> float | None:
     return round((end - start) / 1e6, 3)
 
 
+_DONE = frozenset({State.FINAL_RECEIVED, State.ERROR})
+
 #: ``on_response(call, request_seq, seq, record)``: a response was attributed to the request whose
 #: request record is ``request_seq`` on ``call`` (the report draws it on that request's lane).
 ResponseObserver = Callable[[str, int, int, ev.MessageSeen], None]
@@ -139,13 +141,19 @@ class Tracker:
         self._cancelled_hashes: dict[str, str] = {}
         self._unlabelled = 0
         self._records = 0
+        self._live: dict[str, _Call] = {}  # raw call id (as written) -> its call, for the current capture
 
     # -- feeding ---------------------------------------------------------------------------------
 
     def feed(self, seq: int, record: ev.Record) -> None:
         """One capture record, in capture order."""
         self._records += 1
-        if isinstance(record, ev.MessageSeen):
+        if type(record) is ev.MessageSeen:
+            # Hot loop: most records are responses on a known open stream (see _streamed).
+            call = self._live.get(record.call)
+            if call is not None and record.dir == "s2c" and call.stream and not call.ended and record.request_id is not None:
+                self._streamed(call, seq, record)
+                return
             self._message(seq, record)
         elif isinstance(record, ev.CallStarted):
             cid = self._ids.of(record.call)
@@ -173,7 +181,8 @@ class Tracker:
         elif isinstance(record, ev.CaptureStarted):
             if record.file_index == 0 and self._ids.captures:
                 self._capture_over(seq)  # the previous capture ends here (the next one's ids restart)
-            self._ids.starts(record)
+            if self._ids.starts(record):
+                self._live.clear()
 
     def qualified(self, raw_id: str) -> str:
         """The call id as reported (a second capture in one run prefixes its ids, see :meth:`feed`)."""
@@ -182,7 +191,9 @@ class Tracker:
     def _call(self, raw_id: str, seq: int) -> _Call | None:
         cid = self._ids.of(raw_id)
         call = self._calls.get(cid)
-        if call is None and cid not in self._orphans:
+        if call is not None:
+            self._live[raw_id] = call
+        elif cid not in self._orphans:
             self._orphans.add(cid)
             self._warnings.append(f"seq {seq}: records of call {cid} without its call_start (lost in a gap?): ignored")
         return call
@@ -276,6 +287,33 @@ class Tracker:
         if rec.error and target.error is None:
             target.error = rec.error
         if target.t_done is None and target.machine.state in (State.FINAL_RECEIVED, State.ERROR):
+            target.t_done = rec.t_ns
+        if self._on_response is not None:
+            self._on_response(call.id, target.seq, seq, rec)
+
+    def _streamed(self, call: _Call, seq: int, rec: ev.MessageSeen) -> None:
+        """A labelled response on an open stream: :meth:`_received`'s stream case, its common path first."""
+        group = call.groups.get(rec.request_id)  # type: ignore[arg-type]  # the caller checked: not None
+        if group is None or (group.shared and group.open):
+            self._received(call, seq, rec)
+            return
+        target = group.members[-1]
+        machine = target.machine
+        error, fin = rec.error, rec.final is True
+        inp = Input.ERROR_FINAL if error and fin else Input.ERROR if error else Input.FINAL if fin else Input.RESPONSE
+        if fin and machine.state in OPEN:
+            group.open -= 1
+        machine.feed(inp, seq)
+        target.responses += 1
+        if rec.outputs:
+            target.text += 1
+        if target.t_first is None:
+            target.t_first = rec.t_ns
+        if fin:
+            target.final = True
+        if error and target.error is None:
+            target.error = error
+        if target.t_done is None and machine.state in _DONE:
             target.t_done = rec.t_ns
         if self._on_response is not None:
             self._on_response(call.id, target.seq, seq, rec)
