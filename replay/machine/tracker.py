@@ -189,6 +189,8 @@ class Tracker:
                     # Its requests cannot change any more: handed over now, so memory stays flat.
                     self._sink.call_over(known.pos, known.status, [outcome_of(known, r, r.machine.state)
                                                                    for r in known.requests])  # fmt: skip
+                    for r in known.requests:
+                        r.group = None  # (a cycle, see _retire)
                     known.requests.clear()
                     known.groups.clear()
                     known.reported = True  # (a second call_end, in a damaged capture, changes nothing reported)
@@ -392,6 +394,7 @@ class Tracker:
                 return
             requests.popleft()
             self._sink.settled(call.pos, outcome_of(call, r, state))  # type: ignore[union-attr]
+            r.group = None  # request <-> group is a cycle: without it the request is freed right away
 
     @staticmethod
     def _close_groups(call: _Call, end: Input, seq: int | None) -> None:
