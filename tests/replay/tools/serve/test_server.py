@@ -22,8 +22,7 @@ import tritonclient.grpc.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
 from replay import feed_stream
-from replay.tools.captured import load
-from replay.tools.serve import MockTriton
+from replay.tools.serve import MockTriton, load
 from tests.support.loop_thread import BackgroundLoop
 from tests.support.paths import DATA
 from tests.support.triton_client import echo_inputs, token_inputs
