@@ -82,14 +82,19 @@ class AnswerStore:
         self.size = 0  # bytes written
         self._memo: dict[bytes, int] = {}
         self._unflushed = False
+        self._last: bytes | None = None
+        self._last_at = 0
         #: Rebuilt (meta) answers by what they are built from; the label lists by identity, as the reader
         #: hands on the same objects for a call's repeated sticky fields (kept alive in the value).
         self.rebuilt: dict[tuple[object, ...], tuple[bytes, object, object]] = {}
 
     def put(self, data: bytes) -> int:
         """Store ``data``; its offset."""
+        if data is self._last:  # the same answer object as just now (a rebuilt answer looked up again)
+            return self._last_at
         small = len(data) <= self.MEMO_MAX_BYTES
         if small and (at := self._memo.get(data)) is not None:
+            self._last, self._last_at = data, at
             return at
         at = self.size
         self._f.write(data)
@@ -99,12 +104,14 @@ class AnswerStore:
             if len(self._memo) >= self.MEMO:
                 self._memo.clear()
             self._memo[data] = at
+        self._last, self._last_at = data, at
         return at
 
     def seal(self) -> None:
         """Everything is written: drop the memo of repeats (it is only needed while writing)."""
         self._memo = {}
         self.rebuilt = {}
+        self._last = None
         self._f.flush()
         self._unflushed = False
 
@@ -123,8 +130,8 @@ class AnswerStore:
 class CapturedCall:
     """One captured RPC, indexed: its requests, its responses (answers in the store) and its end."""
 
-    __slots__ = ("_req", "_req_seq", "_resp", "_store", "asked", "end", "id", "kind", "method", "t_start",
-                 "timeout_ms")  # fmt: skip
+    __slots__ = ("_last_req", "_req", "_req_seq", "_resp", "_store", "asked", "end", "id", "kind", "method",
+                 "t_start", "timeout_ms")  # fmt: skip
 
     def __init__(self, *, id: str, method: str, t_start: int, timeout_ms: float | None, store: AnswerStore) -> None:
         self.id = id
@@ -139,6 +146,7 @@ class CapturedCall:
         self._req_seq = array("q")  # request seqs, ascending (a call's records are in capture order)
         self._req = array("q")
         self._resp = array("q")
+        self._last_req = (-1, 0)  # (request seq, its row): responses of one request come in runs
 
     @property
     def short_method(self) -> str:
@@ -162,9 +170,15 @@ class CapturedCall:
         at, length = (self._store.put(data), len(data)) if data is not None else (0, -1)
         row = len(self._resp) // _RESP
         self._resp.extend((seq, rec.t_ns, at, length, real, -1))
-        i = self._row(request_seq) if request_seq is not None else None
-        if i is None:
+        if request_seq is None:
             return
+        if request_seq == self._last_req[0]:
+            i: int | None = self._last_req[1]
+        else:
+            i = self._row(request_seq)
+            if i is None:
+                return
+            self._last_req = (request_seq, i)
         base = i * _REQ
         last = self._req[base + 3]
         if last < 0:
@@ -177,10 +191,11 @@ class CapturedCall:
         # Rebuilding a meta answer (a protobuf message) costs more than reading its record: repeats are
         # looked up first (every response of a stream of one model and output looks the same but for
         # the final flag).
-        if self.kind.name not in ("ModelStreamInfer", "ModelInfer") or has_bytes(rec):
-            return answer_bytes(self.kind, rec)
+        kind = self.kind
+        if not kind.inference or has_bytes(rec):
+            return answer_bytes(kind, rec)
         rebuilt = self._store.rebuilt
-        key = (self.kind.name, rec.model, rec.model_version, rec.request_id, rec.final, rec.error, id(rec.outputs),
+        key = (kind.name, rec.model, rec.model_version, rec.request_id, rec.final, rec.error, id(rec.outputs),
                id(rec.output_tensors))  # fmt: skip
         hit = rebuilt.get(key)
         if hit is not None:

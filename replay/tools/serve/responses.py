@@ -183,11 +183,12 @@ class Kind:
 
     name: str | None
     response_type: Any
+    inference: bool = False  # ModelStreamInfer or ModelInfer
 
     @property
     def other(self) -> str | None:
-        """The RPC's name when it is neither ModelStreamInfer nor ModelInfer."""
-        return self.name if self.name not in ("ModelStreamInfer", "ModelInfer") else None
+        """The RPC's name when it is served and neither ModelStreamInfer nor ModelInfer."""
+        return None if self.inference else self.name
 
 
 @functools.cache
@@ -197,7 +198,7 @@ def answer_kind(method: str) -> Kind:
     rpc = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name.get(name)
     if service != SERVICE or rpc is None:
         return Kind(None, None)
-    return Kind(name, getattr(pb, rpc.output_type.name))
+    return Kind(name, getattr(pb, rpc.output_type.name), name in ("ModelStreamInfer", "ModelInfer"))
 
 
 def answer_bytes(kind: Kind, rec: ev.MessageSeen) -> tuple[bytes | None, bool]:
