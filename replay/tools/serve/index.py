@@ -173,11 +173,12 @@ class CapturedCall:
         if request_seq is None:
             return
         if request_seq == self._last_req[0]:
-            i: int | None = self._last_req[1]
+            i = self._last_req[1]
         else:
-            i = self._row(request_seq)
-            if i is None:
+            found = self._row(request_seq)
+            if found is None:
                 return
+            i = found
             self._last_req = (request_seq, i)
         base = i * _REQ
         last = self._req[base + 3]
