@@ -53,7 +53,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "replay/tools/match.py": ("tests/replay/tools/test_match.py",),
     "replay/capture/schema.py": ("tests/replay/capture",),
     "replay/capture/reader.py": ("tests/replay/capture",),
-    "proxy/capture/gaps.py": ("tests/proxy/capture/test_gaps.py", *_WRITER),
+    "proxy/capture/gaps.py": ("tests/proxy/capture/test_gaps.py", "tests/proxy/capture/test_writer.py"),
     "proxy/capture/writer.py": _WRITER,
     "replay/tools/diff.py": ("tests/replay/tools/test_diff.py",),
 }
@@ -66,8 +66,8 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
                      "_hold_back", "_finish", "_end_record")
     ),
 }  # fmt: skip
-#: What CI runs (tests/test_mutation.py): the request table, causes and the in-flight set.
-CI_MODULES = ("replay/machine/table.py", "proxy/triton/causes.py", "proxy/triton/inflight.py")
+#: What CI runs (tests/test_mutation.py): the request table, causes, the in-flight set and the writer's pending gap.
+CI_MODULES = ("replay/machine/table.py", "proxy/triton/causes.py", "proxy/triton/inflight.py", "proxy/capture/gaps.py")
 
 #: Module -> globals computed at import time (tables built by calling the module's own functions),
 #: recomputed before every test from the module's own source, so this list names them but never

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 import pytest
+import structlog
 
 from proxy.capture.budget import MIB
 from proxy.capture.writer import CaptureWriter, WriterOptions
@@ -190,8 +191,12 @@ def _reopen_run(tmp_path: Path, act: Callable[[CaptureWriter], None]) -> Capture
 
 
 def test_deleted_live_file_is_noticed_and_the_loss_recorded(tmp_path: Path) -> None:
-    """rm of the live file (idle proxy): a new file whose gap says how many records went with it."""
-    w = _reopen_run(tmp_path, lambda w: w.path.unlink())
+    """rm of the live file (idle proxy): a new file whose gap says how many records went with it; the
+    log names the file and the loss (docs/operating.md)."""
+    with structlog.testing.capture_logs() as logs:
+        w = _reopen_run(tmp_path, lambda w: w.path.unlink())
+    (event,) = [e for e in logs if e["event"] == "capture_file_unlinked"]
+    assert (event["file"], event["lost_records"], event["log_level"]) == (w.paths[0].name, 21, "warning")
     assert not w.paths[0].exists()
     recs = _lines(w.path)
     assert [r["kind"] for r in recs[:2]] == ["capture_start", "gap"]
@@ -205,7 +210,12 @@ def test_deleted_live_file_is_noticed_and_the_loss_recorded(tmp_path: Path) -> N
 def test_renamed_live_file_is_closed_and_the_capture_goes_on(tmp_path: Path) -> None:
     """mv of the live file: it gets its capture_end (reopen); the new file names it in files_removed (moved)."""
     moved = tmp_path / "moved.jsonl"
-    w = _reopen_run(tmp_path, lambda w: w.path.rename(moved))
+    with structlog.testing.capture_logs() as logs:
+        w = _reopen_run(tmp_path, lambda w: w.path.rename(moved))
+    (event,) = [e for e in logs if e["event"] == "capture_file_moved"]
+    assert (event["file"], event["note"], event["log_level"]) == (
+        w.paths[0].name, "the capture goes on in a new file", "warning",
+    )  # fmt: skip
     old = _lines(moved)
     assert old[-1]["kind"] == "capture_end" and old[-1]["reason"] == "reopen" and old[-1]["next_file"] == w.path.name
     recs = _lines(w.path)
