@@ -123,10 +123,11 @@ def _scratch(module: str, tests: tuple[str, ...], parent: Path) -> Path:
     """A copy of the tree mutmut may mutate, configured for ``module`` and its ``tests``."""
     work = Path(tempfile.mkdtemp(prefix="mutation-", dir=parent))
     junk = shutil.ignore_patterns("__pycache__", ".hypothesis", "e2e", "*.pyc")
-    for name in ("proxy", "replay", "tests"):
+    for name in ("proxy", "replay", "tests", "docs"):  # docs: the schema's tests read capture-format.md
         shutil.copytree(ROOT / name, work / name, ignore=junk)
     config = {
         "source_paths": ["proxy/", "replay/"],
+        "also_copy": ["docs/"],
         "only_mutate": [module],
         "pytest_add_cli_args_test_selection": list(tests),
         "pytest_add_cli_args": ["-p", "tests.mutation"],

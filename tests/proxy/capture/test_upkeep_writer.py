@@ -221,6 +221,11 @@ def test_renamed_live_file_is_closed_and_the_capture_goes_on(tmp_path: Path) -> 
     recs = _lines(w.path)
     assert [r["kind"] for r in recs[:2]] == ["capture_start", "files_removed"]
     assert recs[1]["reason"] == "moved" and recs[1]["files"] == [w.paths[0].name]
+    # What it held before its capture_end (seq 21), and where its records are.
+    assert recs[1]["size"] == len(moved.read_bytes()) - len(moved.read_bytes().splitlines(keepends=True)[-1])
+    assert recs[1]["detail"] == (f"{w.paths[0].name} was renamed or replaced while being written; its records "
+                                 "(seq 0..21) are in the renamed file, not lost")  # fmt: skip
+    assert isinstance(recs[1]["t_ns"], int) and recs[1]["t_ns"] >= recs[0]["t_ns"]
     assert [r["seq"] for r in old + recs] == list(range(len(old) + len(recs)))
     assert w.ops.reopens == {"moved": 1}
 
@@ -235,3 +240,27 @@ def test_reopen_request_starts_a_new_file_without_holes(tmp_path: Path) -> None:
     ends = [r for _, r in recs if isinstance(r, ev.CaptureEnded)]
     assert [e.reason for e in ends] == ["reopen", "shutdown"] and ends[0].next_file == w.paths[1].name
     assert w.ops.reopens == {"signal": 1}
+
+
+def test_a_deleted_later_file_loses_only_its_own_records(tmp_path: Path) -> None:
+    """After a reopen, rm of the second file: the gap counts that file's records only (its seq range)."""
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path, min_free_bytes=0, check_interval_s=0.05), _start())
+        w.open()
+        await _emit(w, 0, 20)  # seq 0 capture_start, 1..20; 21 its capture_end
+        first = w.path
+        w.request_reopen("signal")
+        await _until(lambda: w.path != first, "the second file")
+        await _emit(w, 20, 3)  # seq 22 capture_start, 23..25
+        second = w.path
+        second.unlink()
+        await _until(lambda: w.path != second, "a third file")
+        await _emit(w, 23, 2)
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    gap = _lines(w.path)[1]
+    assert gap["kind"] == "gap" and gap["dropped"] == 4
+    assert gap["reason"].endswith("the 4 record(s) it held (seq 22..25) are lost")

@@ -71,7 +71,10 @@ def test_queue_overflow_is_counted_not_silent(tmp_path: Path) -> None:
         w.open()
         for i in range(10):  # no await in between: the writer cannot drain
             w.emit(_half(i))
+        # Counted at once (admin Status, metrics), before any gap record is written.
+        assert (w.counts()[2], w.stats()[1:]) == (7, (7, 3))
         await w.close()
+        assert w.counts() == ({"capture_start": 1, "half_close": 3, "gap": 1, "capture_end": 1}, {}, 7)
         return w
 
     recs = _lines(asyncio.run(run()).paths)
