@@ -253,3 +253,14 @@ def test_holes_are_reported_as_check_json_lists_them() -> None:
          "last_seq": None, "count": None,
          "detail": "no capture_end: the proxy stopped without closing the capture (killed?)"},
     ]  # fmt: skip
+
+
+def test_a_rotated_file_read_without_its_next_names_it_where_it_ends(tmp_path: Path) -> None:
+    """Only the first of two rotated files: one `missing_file` hole at its last line, naming the next file."""
+    first, second = _rotated(tmp_path, _sample(), [5])
+    reader = read_capture(first)
+    list(reader)
+    assert [g.to_json() for g in reader.gaps] == [
+        {"kind": "missing_file", "file": str(first), "line": 6, "first_seq": None, "last_seq": None, "count": None,
+         "detail": f"the capture continues in {second.name}, which was not given"},
+    ]  # fmt: skip
