@@ -41,6 +41,14 @@ ROOT = Path(__file__).resolve().parent.parent
 _TRACK = ("tests/replay/machine/test_track.py", "tests/replay/machine/test_golden.py", "tests/replay/cli/test_check_cli.py")
 # The writer's own tests: a real writer thread on a temporary directory (no sockets).
 _WRITER = ("tests/proxy/capture/test_writer.py", "tests/proxy/capture/test_upkeep_writer.py")
+# What `diff` prints is its result: the in-process CLI tests read it too (not the one binding a port).
+_DIFF_CLI = tuple(
+    f"tests/replay/cli/test_diff_cli.py::{name}"
+    for name in ("test_identical_captures_exit_0", "test_changed_requests_are_shown_field_by_field_and_exit_1",
+                 "test_json_document", "test_diff_lists_the_holes_of_either_capture",
+                 "test_a_duplicated_response_line_is_not_a_false_change",
+                 "test_payload_matching_on_meta_captures_warns_or_fails")
+)  # fmt: skip
 #: Module -> the fast pure tests that cover it (never the e2e tier, never sockets).
 TARGETS: dict[str, tuple[str, ...]] = {
     "replay/machine/table.py": ("tests/replay/machine/test_table.py", "tests/replay/machine/test_track.py"),
@@ -55,7 +63,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "replay/capture/reader.py": ("tests/replay/capture",),
     "proxy/capture/gaps.py": ("tests/proxy/capture/test_gaps.py", "tests/proxy/capture/test_writer.py"),
     "proxy/capture/writer.py": _WRITER,
-    "replay/tools/diff.py": ("tests/replay/tools/test_diff.py",),
+    "replay/tools/diff.py": ("tests/replay/tools/test_diff.py", *_DIFF_CLI),
 }
 #: Modules scored on part of their functions only (mutmut's names: ``xǁClassǁmethod`` or ``x_function``,
 #: fnmatch patterns): the writer's gap accounting, not its file handling (rotation, retention, reopen).
