@@ -154,3 +154,31 @@ def test_json_names_each_unpaired_request_by_call_record_model_id_and_kind() -> 
     ref = {"call": "c1.1", "seq": 2, "model": "tokens", "kind": "stream"}
     assert (doc["only_a"], doc["only_b"]) == ([{**ref, "request_id": "x"}], [{**ref, "request_id": "y"}])
     assert (doc["equivalent"], doc["summary"]["only_a"], doc["summary"]["only_b"], doc["match"]) == (False, 1, 1, ["id"])
+
+
+def _requests(*rids: str) -> Builder:
+    b = Builder().start()
+    b.call("c1.1")
+    for rid in rids:
+        b.request("c1.1", rid)
+        b.response("c1.1", rid, None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish()
+
+
+def test_every_request_of_b_is_paired_or_listed_and_a_request_of_a_pairs_once() -> None:
+    """An unmatched request of B does not stop the pairing of the ones after it; a request of A sent
+    once pairs with one request of B (the same request sent twice in B is once only in B)."""
+    result = _diff(_requests("x", "z"), _requests("y", "x", "x", "z"), strategies=("id",))
+    assert [(p.a.request_id, p.b.request_id, p.b.seq) for p in result.pairs] == [("x", "x", 4), ("z", "z", 8)]
+    assert [(r.request_id, r.seq) for r in result.only_b] == [("y", 2), ("x", 6)]
+    assert result.only_a == ()
+
+
+def test_a_percentage_tolerance_widens_the_timing_threshold() -> None:
+    """--tolerance-pct: a timing that moved by less than that share of A's is no change, even beyond the ms threshold."""
+    slow = _diff(_stream(first_ms=200.0), _stream(first_ms=300.0), threshold_ms=10.0)
+    assert "first_response_ms" in _changes(slow)
+    tolerant = _diff(_stream(first_ms=200.0), _stream(first_ms=300.0), threshold_ms=10.0, tolerance_pct=60.0)
+    assert "first_response_ms" not in _changes(tolerant) and tolerant.tolerance_pct == 60.0
