@@ -94,7 +94,7 @@ def test_a_line_encoded_alone_means_what_it_says_in_any_file() -> None:
     """encode() (self-contained lines, e.g. for --admin subscribers) spells out a response's null sticky
     fields, so a reader that saw another response of the call before reads this one's own values."""
     seen: schema.Sticky = {}
-    schema.decode(orjson.loads(schema.encode(_response(0), 0)), sticky=seen)
+    assert schema.decode(orjson.loads(schema.encode(_response(0), 0)), sticky=seen) == (0, _response(0))
     alone = ev.MessageSeen(t_ns=1, call="c12.345", dir="s2c", index=1, size=9, request_id="17", final=True)
     assert schema.decode(orjson.loads(schema.encode(alone, 1)), sticky=seen) == (1, alone)
     request = ev.MessageSeen(t_ns=2, call="c12.345", dir="c2s", index=0, size=9, model="tokens", request_id="18")
