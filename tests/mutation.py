@@ -22,6 +22,7 @@ This module is also the pytest plugin loaded into every mutant run (``-p tests.m
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -38,6 +39,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The tracker's outcomes are what `replay check` prints: its in-process CLI tests read them too.
 _TRACK = ("tests/replay/machine/test_track.py", "tests/replay/machine/test_golden.py", "tests/replay/cli/test_check_cli.py")
+# The writer's own tests: a real writer thread on a temporary directory (no sockets).
+_WRITER = ("tests/proxy/capture/test_writer.py", "tests/proxy/capture/test_upkeep_writer.py")
+# What `diff` prints is its result: the in-process CLI tests read it too (not the one binding a port).
+_DIFF_CLI = tuple(
+    f"tests/replay/cli/test_diff_cli.py::{name}"
+    for name in ("test_identical_captures_exit_0", "test_changed_requests_are_shown_field_by_field_and_exit_1",
+                 "test_json_document", "test_diff_lists_the_holes_of_either_capture",
+                 "test_a_duplicated_response_line_is_not_a_false_change",
+                 "test_payload_matching_on_meta_captures_warns_or_fails")
+)  # fmt: skip
 #: Module -> the fast pure tests that cover it (never the e2e tier, never sockets).
 TARGETS: dict[str, tuple[str, ...]] = {
     "replay/machine/table.py": ("tests/replay/machine/test_table.py", "tests/replay/machine/test_track.py"),
@@ -48,14 +59,23 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "proxy/triton/inflight.py": ("tests/proxy/triton/test_inflight.py",),
     "proxy/triton/labels.py": ("tests/proxy/triton/test_labels.py",),
     "replay/tools/match.py": ("tests/replay/tools/test_match.py",),
-    # Being changed on other branches; run them after those merge.
     "replay/capture/schema.py": ("tests/replay/capture",),
     "replay/capture/reader.py": ("tests/replay/capture",),
-    "proxy/capture/writer.py": ("tests/proxy/capture/test_writer.py",),
-    "replay/tools/diff.py": ("tests/replay/tools/test_diff.py",),
+    "proxy/capture/gaps.py": ("tests/proxy/capture/test_gaps.py", "tests/proxy/capture/test_writer.py"),
+    "proxy/capture/writer.py": _WRITER,
+    "replay/tools/diff.py": ("tests/replay/tools/test_diff.py", *_DIFF_CLI),
 }
-#: What CI runs (tests/test_mutation.py): the request table, causes and the in-flight set.
-CI_MODULES = ("replay/machine/table.py", "proxy/triton/causes.py", "proxy/triton/inflight.py")
+#: Modules scored on part of their functions only (mutmut's names: ``xǁClassǁmethod`` or ``x_function``,
+#: fnmatch patterns): the writer's gap accounting, not its file handling (rotation, retention, reopen).
+FUNCTIONS: dict[str, tuple[str, ...]] = {
+    "proxy/capture/writer.py": tuple(
+        f"xǁCaptureWriterǁ{name}"
+        for name in ("emit", "counts", "stats", "_take_queue_gap", "_write_batch", "_check_live", "_merge_gap",
+                     "_hold_back", "_finish", "_end_record")
+    ),
+}  # fmt: skip
+#: What CI runs (tests/test_mutation.py): the request table, causes, the in-flight set and the writer's pending gap.
+CI_MODULES = ("replay/machine/table.py", "proxy/triton/causes.py", "proxy/triton/inflight.py", "proxy/capture/gaps.py")
 
 #: Module -> globals computed at import time (tables built by calling the module's own functions),
 #: recomputed before every test from the module's own source, so this list names them but never
@@ -111,10 +131,11 @@ def _scratch(module: str, tests: tuple[str, ...], parent: Path) -> Path:
     """A copy of the tree mutmut may mutate, configured for ``module`` and its ``tests``."""
     work = Path(tempfile.mkdtemp(prefix="mutation-", dir=parent))
     junk = shutil.ignore_patterns("__pycache__", ".hypothesis", "e2e", "*.pyc")
-    for name in ("proxy", "replay", "tests"):
+    for name in ("proxy", "replay", "tests", "docs"):  # docs: the schema's tests read capture-format.md
         shutil.copytree(ROOT / name, work / name, ignore=junk)
     config = {
         "source_paths": ["proxy/", "replay/"],
+        "also_copy": ["docs/"],
         "only_mutate": [module],
         "pytest_add_cli_args_test_selection": list(tests),
         "pytest_add_cli_args": ["-p", "tests.mutation"],
@@ -154,10 +175,24 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _tally(module: str, work: Path) -> Score:
+def _patterns(module: str, only: list[str] | None = None) -> list[str]:
+    """mutmut's mutant-name patterns for what is run of ``module`` ([]: all of it).
+
+    ``only``: mutant names or fnmatch patterns (``--only``, e.g. to re-check the survivors of a run
+    after adding tests); else the part of the module in :data:`FUNCTIONS`.
+    """
+    if only:
+        return [name for name in only if name.startswith(module.removesuffix(".py").replace("/", ".") + ".")]
+    dotted = module.removesuffix(".py").replace("/", ".")
+    return [f"{dotted}.{function}__mutmut_*" for function in FUNCTIONS.get(module, ())]
+
+
+def _tally(module: str, work: Path, patterns: list[str]) -> Score:
     score = Score(module=module)
     meta = work / "mutants" / (module + ".meta")
     codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+    if patterns:
+        codes = {k: v for k, v in codes.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
     for name, code in sorted(codes.items()):
         if code is None:
             score.not_checked += 1
@@ -179,13 +214,16 @@ def _tally(module: str, work: Path) -> Score:
     return score
 
 
-def run_module(module: str, *, box: float, children: int, show: bool, keep: bool, parent: Path) -> Score:
+def run_module(
+    module: str, *, box: float, children: int, show: bool, keep: bool, parent: Path, only: list[str] | None = None
+) -> Score:
     """Mutate ``module`` against its tests for at most ``box`` seconds."""
     work = _scratch(module, TARGETS[module], parent)
+    patterns = _patterns(module, only)
     try:
-        argv = ["nice", "-n", "10", _mutmut(), "run", "--max-children", str(children)]
+        argv = ["nice", "-n", "10", _mutmut(), "run", "--max-children", str(children), *patterns]
         boxed = _run_boxed(argv, work, box, work / "mutmut.log")
-        score = _tally(module, work)
+        score = _tally(module, work, patterns)
         score.boxed = boxed
         if not score.checked:
             print((work / "mutmut.log").read_text()[-3000:], file=sys.stderr)
@@ -212,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor", type=float, help="exit 1 when a module scores below this percentage")
     parser.add_argument("--show", action="store_true", help="print each surviving mutant's diff")
     parser.add_argument("--keep", action="store_true", help="keep the scratch copies (to run mutmut browse there)")
+    parser.add_argument("--only", action="append", metavar="MUTANT",
+                        help="run only these mutants (names as printed, or fnmatch patterns; repeatable)")
     args = parser.parse_args(argv)
     modules = list(CI_MODULES) if args.ci else args.modules or list(TARGETS)
     unknown = [m for m in modules if m not in TARGETS]
@@ -223,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         for module in modules:
             started = time.monotonic()
             score = run_module(
-                module, box=args.box, children=args.children, show=args.show, keep=args.keep, parent=parent
+                module, box=args.box, children=args.children, show=args.show, keep=args.keep, parent=parent,
+                only=args.only,
             )
             print(score.line() + f"  ({time.monotonic() - started:.0f} s)", flush=True)
             for name in score.survivors:

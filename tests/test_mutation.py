@@ -1,4 +1,4 @@
-"""CI's mutation floor: the request table, cause classification and the in-flight set.
+"""CI's mutation floor: the request table, cause classification, the in-flight set and the writer's pending gap.
 
 Runs ``python -m tests.mutation --ci --floor 90`` (tests/mutation.py: mutmut 3 in a scratch copy of
 the tree, each module against its own pure tests). It fails when a module's share of detected

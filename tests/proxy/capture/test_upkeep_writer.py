@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 import pytest
+import structlog
 
 from proxy.capture.budget import MIB
 from proxy.capture.writer import CaptureWriter, WriterOptions
@@ -190,8 +191,12 @@ def _reopen_run(tmp_path: Path, act: Callable[[CaptureWriter], None]) -> Capture
 
 
 def test_deleted_live_file_is_noticed_and_the_loss_recorded(tmp_path: Path) -> None:
-    """rm of the live file (idle proxy): a new file whose gap says how many records went with it."""
-    w = _reopen_run(tmp_path, lambda w: w.path.unlink())
+    """rm of the live file (idle proxy): a new file whose gap says how many records went with it; the
+    log names the file and the loss (docs/operating.md)."""
+    with structlog.testing.capture_logs() as logs:
+        w = _reopen_run(tmp_path, lambda w: w.path.unlink())
+    (event,) = [e for e in logs if e["event"] == "capture_file_unlinked"]
+    assert (event["file"], event["lost_records"], event["log_level"]) == (w.paths[0].name, 21, "warning")
     assert not w.paths[0].exists()
     recs = _lines(w.path)
     assert [r["kind"] for r in recs[:2]] == ["capture_start", "gap"]
@@ -205,12 +210,22 @@ def test_deleted_live_file_is_noticed_and_the_loss_recorded(tmp_path: Path) -> N
 def test_renamed_live_file_is_closed_and_the_capture_goes_on(tmp_path: Path) -> None:
     """mv of the live file: it gets its capture_end (reopen); the new file names it in files_removed (moved)."""
     moved = tmp_path / "moved.jsonl"
-    w = _reopen_run(tmp_path, lambda w: w.path.rename(moved))
+    with structlog.testing.capture_logs() as logs:
+        w = _reopen_run(tmp_path, lambda w: w.path.rename(moved))
+    (event,) = [e for e in logs if e["event"] == "capture_file_moved"]
+    assert (event["file"], event["note"], event["log_level"]) == (
+        w.paths[0].name, "the capture goes on in a new file", "warning",
+    )  # fmt: skip
     old = _lines(moved)
     assert old[-1]["kind"] == "capture_end" and old[-1]["reason"] == "reopen" and old[-1]["next_file"] == w.path.name
     recs = _lines(w.path)
     assert [r["kind"] for r in recs[:2]] == ["capture_start", "files_removed"]
     assert recs[1]["reason"] == "moved" and recs[1]["files"] == [w.paths[0].name]
+    # What it held before its capture_end (seq 21), and where its records are.
+    assert recs[1]["size"] == len(moved.read_bytes()) - len(moved.read_bytes().splitlines(keepends=True)[-1])
+    assert recs[1]["detail"] == (f"{w.paths[0].name} was renamed or replaced while being written; its records "
+                                 "(seq 0..21) are in the renamed file, not lost")  # fmt: skip
+    assert isinstance(recs[1]["t_ns"], int) and recs[1]["t_ns"] >= recs[0]["t_ns"]
     assert [r["seq"] for r in old + recs] == list(range(len(old) + len(recs)))
     assert w.ops.reopens == {"moved": 1}
 
@@ -225,3 +240,27 @@ def test_reopen_request_starts_a_new_file_without_holes(tmp_path: Path) -> None:
     ends = [r for _, r in recs if isinstance(r, ev.CaptureEnded)]
     assert [e.reason for e in ends] == ["reopen", "shutdown"] and ends[0].next_file == w.paths[1].name
     assert w.ops.reopens == {"signal": 1}
+
+
+def test_a_deleted_later_file_loses_only_its_own_records(tmp_path: Path) -> None:
+    """After a reopen, rm of the second file: the gap counts that file's records only (its seq range)."""
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path, min_free_bytes=0, check_interval_s=0.05), _start())
+        w.open()
+        await _emit(w, 0, 20)  # seq 0 capture_start, 1..20; 21 its capture_end
+        first = w.path
+        w.request_reopen("signal")
+        await _until(lambda: w.path != first, "the second file")
+        await _emit(w, 20, 3)  # seq 22 capture_start, 23..25
+        second = w.path
+        second.unlink()
+        await _until(lambda: w.path != second, "a third file")
+        await _emit(w, 23, 2)
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    gap = _lines(w.path)[1]
+    assert gap["kind"] == "gap" and gap["dropped"] == 4
+    assert gap["reason"].endswith("the 4 record(s) it held (seq 22..25) are lost")

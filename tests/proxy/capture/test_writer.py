@@ -71,7 +71,10 @@ def test_queue_overflow_is_counted_not_silent(tmp_path: Path) -> None:
         w.open()
         for i in range(10):  # no await in between: the writer cannot drain
             w.emit(_half(i))
+        # Counted at once (admin Status, metrics), before any gap record is written.
+        assert (w.counts()[2], w.stats()[1:]) == (7, (7, 3))
         await w.close()
+        assert w.counts() == ({"capture_start": 1, "half_close": 3, "gap": 1, "capture_end": 1}, {}, 7)
         return w
 
     recs = _lines(asyncio.run(run()).paths)
@@ -140,3 +143,54 @@ def test_startup_failure_after_the_capture_opened_removes_it(tmp_path: Path, mon
     finally:
         upstream.close()
     assert list((tmp_path / "c").iterdir()) == []
+
+
+def test_records_lost_to_a_full_disk_and_then_a_deleted_file_are_one_gap(tmp_path: Path) -> None:
+    """The disk fills (a batch is dropped), then the operator deletes the live file to free space: the
+    new file starts with one gap counting both losses, from the first lost record's time to the last,
+    with the reason that started it; the capture's end counts them too."""
+    import time
+
+    failing = {"on": False}
+
+    def before_write(data: bytes) -> None:
+        if failing["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    async def until(cond: Any, what: str) -> None:
+        deadline = time.monotonic() + 30
+        while not cond():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.01)
+
+    def handled(w: CaptureWriter) -> int:
+        written, dropped, _ = w.stats()
+        return written + dropped
+
+    async def run() -> CaptureWriter:
+        opts = WriterOptions(directory=tmp_path, before_write=before_write, min_free_bytes=0, check_interval_s=0.05)
+        w = CaptureWriter(opts, _start())
+        w.open()
+        for i in range(3):
+            w.emit(_half(i))  # t_ns 100..102: written
+        await until(lambda: handled(w) >= 4, "the first records written")
+        failing["on"] = True
+        w.emit(ev.HalfClosed(t_ns=200, call="c2.0"))
+        w.emit(ev.HalfClosed(t_ns=201, call="c2.1"))
+        await until(lambda: w.stats()[1] >= 2, "the batch dropped")
+        failing["on"] = False
+        first = w.path
+        first.unlink()
+        await until(lambda: w.path != first, "a new capture file")
+        w.emit(_half(9))
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    recs = records(w.path)
+    assert [r["kind"] for r in recs] == ["capture_start", "gap", "half_close", "capture_end"]
+    gap = recs[1]
+    assert gap["dropped"] == 6  # 2 never written + capture_start and 3 records gone with the file
+    assert gap["reason"].startswith("write_error") and "No space left" in gap["reason"]
+    assert (gap["first_t_ns"], gap["last_t_ns"]) == (200, 201)
+    assert recs[-1]["counts"]["dropped"] == 6 and w.stats()[1] == 6

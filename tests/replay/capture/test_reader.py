@@ -230,3 +230,37 @@ def test_record_without_kind_is_still_an_error(tmp_path: Path) -> None:
     path.write_bytes(encode(_sample().records[0], 0) + b'{"v":1,"seq":1}\n')
     with pytest.raises(CaptureError, match=r"nokind.jsonl:2: missing or invalid record kind"):
         list(read_capture(path))
+
+
+def test_holes_are_reported_as_check_json_lists_them() -> None:
+    """Each hole's `check --json` entry: its kind, the file and line where it shows, the seq range, how
+    many records, and the sentence users read."""
+    from tests.support.paths import DATA
+
+    gaps = read_capture(str(DATA / "gaps.jsonl"))
+    list(gaps)
+    killed = read_capture(str(DATA / "proxy_killed.jsonl"))
+    list(killed)
+    name = str(DATA / "gaps.jsonl")
+    assert [g.to_json() for g in gaps.gaps] == [
+        {"kind": "gap_record", "file": name, "line": 4, "first_seq": 3, "last_seq": 3, "count": 3,
+         "detail": "the proxy dropped 3 record(s): queue_full: the capture disk is slower than the traffic"},
+        {"kind": "seq_gap", "file": name, "line": 7, "first_seq": 6, "last_seq": 7, "count": 2,
+         "detail": "2 record(s) missing before seq 8"},
+    ]  # fmt: skip
+    assert [g.to_json() for g in killed.gaps] == [
+        {"kind": "missing_capture_end", "file": str(DATA / "proxy_killed.jsonl"), "line": 6, "first_seq": None,
+         "last_seq": None, "count": None,
+         "detail": "no capture_end: the proxy stopped without closing the capture (killed?)"},
+    ]  # fmt: skip
+
+
+def test_a_rotated_file_read_without_its_next_names_it_where_it_ends(tmp_path: Path) -> None:
+    """Only the first of two rotated files: one `missing_file` hole at its last line, naming the next file."""
+    first, second = _rotated(tmp_path, _sample(), [5])
+    reader = read_capture(first)
+    list(reader)
+    assert [g.to_json() for g in reader.gaps] == [
+        {"kind": "missing_file", "file": str(first), "line": 6, "first_seq": None, "last_seq": None, "count": None,
+         "detail": f"the capture continues in {second.name}, which was not given"},
+    ]  # fmt: skip

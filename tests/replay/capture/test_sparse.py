@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 
 from replay.capture import events as ev
@@ -63,3 +65,37 @@ def test_old_versions_read_the_same_as_the_sparse_golden() -> None:
 
     assert read("stream_cancel_v1.jsonl") == read("stream_cancel_v2.jsonl") == read("stream_cancel.jsonl")
     assert (DATA / "stream_cancel.jsonl").stat().st_size < (DATA / "stream_cancel_v2.jsonl").stat().st_size
+
+
+def test_a_capture_file_reads_back_exactly_as_written(tmp_path: Path) -> None:
+    """What the writer's encoder puts in a file is what the reader gives back, record for record: requests
+    keep their model, a response's changed sticky field (Triton's empty final has model_version "") is
+    written, a call's state ends with it, and every line ends with a newline."""
+    from tests.data.make_golden import Builder
+
+    b = Builder().start()
+    for call in ("c1.1", "c1.3"):
+        b.call(call)
+        b.request(call, "a")
+        b.response(call, "a", "x")  # model_version "1"
+        b.response(call, "a", None, final=True)  # model_version ""
+        b.request(call, "b", model="echo")
+        b.response(call, "b", "y", model="echo")
+        b.half_close(call)
+        b.end(call)
+    b.finish()
+    path = tmp_path / "capture.jsonl"
+    path.write_bytes(b.render())
+    assert [record for _, record in read_capture(path)] == b.records
+    assert path.read_bytes().count(b"\n") == len(b.records)
+
+
+def test_a_line_encoded_alone_means_what_it_says_in_any_file() -> None:
+    """encode() (self-contained lines, e.g. for --admin subscribers) spells out a response's null sticky
+    fields, so a reader that saw another response of the call before reads this one's own values."""
+    seen: schema.Sticky = {}
+    assert schema.decode(orjson.loads(schema.encode(_response(0), 0)), sticky=seen) == (0, _response(0))
+    alone = ev.MessageSeen(t_ns=1, call="c12.345", dir="s2c", index=1, size=9, request_id="17", final=True)
+    assert schema.decode(orjson.loads(schema.encode(alone, 1)), sticky=seen) == (1, alone)
+    request = ev.MessageSeen(t_ns=2, call="c12.345", dir="c2s", index=0, size=9, model="tokens", request_id="18")
+    assert b"outputs" not in schema.encode(request, 2)  # sticky fields are a response's only

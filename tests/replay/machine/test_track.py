@@ -535,3 +535,301 @@ def test_a_groups_counts_add_up_finals_ends_and_errors() -> None:
     assert (one_final.requests[0].group.ended, one_final.requests[0].group.errors_without_final) == ({"error": 2}, 0)
     two_errors: Any = _pair("", [(None, False, "e1"), (None, False, "e2")], "INTERNAL", "error")
     assert (two_errors.requests[0].group.ended, two_errors.requests[0].group.errors_without_final) == ({"error": 2}, 2)
+
+
+def test_warnings_say_which_record_was_ignored_and_why() -> None:
+    """Records the tracker cannot use are not guessed at: one warning each, naming the record and the call,
+    in capture order after the reader's own warnings; what was tracked is unaffected."""
+    b = Builder().start()
+    b.call("c1.1")  # seq 1
+    b.call("c1.1")  # 2: a second start of the same call
+    b.request("c1.1", "r")  # 3
+    b.records.append(ev.MessageSeen(t_ns=b.tick(), call="c1.1", dir="c2s", index=1, size=9, compressed=True,
+                                    decode_error="compressed message: not decoded"))  # 4  # fmt: skip
+    b.response("c1.1", "r", None, final=True)  # 5
+    b.half_close("c1.1")  # 6
+    b.end("c1.1")  # 7
+    b.response("c1.1", "r", "late")  # 8: after the call's end
+    b.call("c1.3", method=INFER)  # 9
+    b.request("c1.3", "u", model="echo", empty_final=None)  # 10
+    b.request("c1.3", "v", model="echo", empty_final=None)  # 11: a second request on a unary call
+    b.response("c1.3", "u", "x", final=None, model="echo")  # 12
+    b.end("c1.3")  # 13
+    # Calls whose call_start is not in the capture (lost in a gap), whatever their first record: one warning each.
+    b.records.append(ev.MessageSeen(t_ns=b.tick(), call="c9.1", dir="s2c", index=0, size=9, compressed=False,
+                                    request_id="z", final=True))  # 14  # fmt: skip
+    b.records.append(ev.HalfClosed(t_ns=b.tick(), call="c9.1"))  # 15: the same call, not warned about again
+    b.records.append(ev.HalfClosed(t_ns=b.tick(), call="c9.3"))  # 16
+    b.records.append(ev.CallCancelled(t_ns=b.tick(), call="c9.5", cause="client_cancel", in_flight=[], responded=[],
+                                      rst_code=8, elapsed_ms=1.0, forwarded_upstream=True))  # 17  # fmt: skip
+    tracker = Tracker()
+    for seq, record in enumerate(b.records):
+        tracker.feed(seq, record)
+    result = tracker.finish(warnings=["from the reader"])
+    assert result.warnings == (
+        "from the reader",
+        "seq 2: call c1.1 started twice; the second start is ignored",
+        "seq 4: request on call c1.1 not decoded (compressed message: not decoded): not tracked",
+        "seq 8: message on call c1.1 after its end: ignored",
+        "seq 11: second request message on unary call c1.3: ignored",
+        "seq 14: records of call c9.1 without its call_start (lost in a gap?): ignored",
+        "seq 16: records of call c9.3 without its call_start (lost in a gap?): ignored",
+        "seq 17: records of call c9.5 without its call_start (lost in a gap?): ignored",
+    )
+    assert [(r.call, r.request_id, r.outcome, r.responses) for r in result.requests] == [
+        ("c1.1", "r", "completed", 1), ("c1.3", "u", "completed", 1),
+    ]  # fmt: skip
+    assert result.unattributable == () and result.unlabelled_messages == 0 and result.records == len(b.records)
+
+
+def test_check_passes_on_what_the_reader_tolerated() -> None:
+    """A capture whose last line was cut short: `check` reports the reader's warning with the outcomes."""
+    from tests.support.paths import DATA
+
+    result = track(str(DATA / "truncated_last_line.jsonl"))
+    assert len(result.warnings) == 1 and "last line cut short" in result.warnings[0]
+
+
+def test_every_call_is_listed_with_how_it_ended() -> None:
+    """`track().calls`: each call in capture order, inference or not, with its method, status, cause,
+    details, duration and how many requests it carried; a call open at the capture's end has no status."""
+    b = Builder().start()
+    b.call("c1.1", method="/inference.GRPCInferenceService/ServerReady")
+    b.end("c1.1", ms=2)
+    b.call("c1.3", method=INFER)
+    b.request("c1.3", "u", model="echo", empty_final=None)
+    b.end("c1.3", "INTERNAL", "error", details="boom", ms=3)
+    b.call("c1.5")
+    b.request("c1.5", "a")
+    b.request("c1.5", "b")
+    result = track(b.records)
+    assert [(c.call, c.method, c.status, c.cause, c.details, c.duration_ms, c.requests) for c in result.calls] == [
+        ("c1.1", "/inference.GRPCInferenceService/ServerReady", "OK", "ok", None, 2.0, 0),
+        ("c1.3", INFER, "INTERNAL", "error", "boom", 4.0, 1),
+        ("c1.5", "/inference.GRPCInferenceService/ModelStreamInfer", None, None, None, None, 2),
+    ]
+    (unary,) = [r for r in result.requests if r.call == "c1.3"]
+    assert (unary.outcome, unary.status, unary.error) == ("error", "INTERNAL", "boom")
+
+
+def test_timings_are_milliseconds_to_the_microsecond() -> None:
+    """first_response_ms / duration_ms keep three decimals (nanosecond clocks, millisecond report)."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r")
+    b.response("c1.1", "r", "a", ms=1.23456)
+    b.response("c1.1", "r", None, final=True, ms=4000)
+    b.end("c1.1")
+    (r,) = track(b.records).requests
+    assert (r.first_response_ms, r.duration_ms) == (1.235, 4001.235)
+
+
+def test_the_missing_final_note_is_only_for_an_error_without_final_at_a_clean_end() -> None:
+    """No note when the error carried the final flag, or when the call did not end OK (its end explains
+    the missing final); with an OK end and no final it is noted (the test above)."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "x", empty_final=None)
+    b.response("c1.1", "x", None, final=True, error="boom")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    b.call("c1.3")
+    b.request("c1.3", "y", empty_final=None)
+    b.response("c1.3", "y", None, error="boom")
+    b.cancel("c1.3", "client_cancel", rst_code=8)
+    b.end("c1.3", "CANCELLED", "client_cancel", ms=0)
+    got = [(r.request_id, r.outcome, r.final, r.notes) for r in track(b.records).requests]
+    assert got == [("x", "error", True, ()), ("y", "error", False, ())]
+
+
+def test_a_restart_after_cancel_says_where_the_cancelled_request_was() -> None:
+    """The violation is at the re-sent request's record and names the cancelled one's call and record."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "job", model="tokens")  # seq 2
+    b.cancel("c1.1", "client_cancel", rst_code=8)
+    b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
+    b.call("c1.3")
+    b.request("c1.3", "job", model="other")  # 6: same id, another model: not a restart
+    b.request("c1.3", "job", model="tokens")  # 7: the restart
+    result = track(b.records)
+    assert [[(v.name, v.seq, v.detail) for v in r.violations] for r in result.requests] == [
+        [], [], [("restarted_after_cancel", 7, "request 'job' of model 'tokens' was cancelled before (call c1.1, seq 2)")],
+    ]  # fmt: skip
+
+
+def test_a_capture_missing_a_rotated_file_is_not_complete() -> None:
+    """`complete` is false whenever a file of the capture was not given: its first (the records start at
+    rotated file 1) or its next (the last file says where it continues)."""
+    import dataclasses
+
+    b = Builder().start()
+    b.call("c1.1")
+    b.end("c1.1")
+    b.finish()
+    later = [dataclasses.replace(b.records[0], file_index=1), *b.records[1:]]
+    summary = track(later).summary()
+    assert (summary["complete"], summary["gaps"]) == (False, 1)
+    cut = [*b.records[:-1], dataclasses.replace(b.records[-1], reason="rotate", next_file="capture-x-0001.jsonl")]
+    summary = track(cut).summary()
+    assert (summary["complete"], summary["gaps"]) == (False, 1)
+    assert track(b.records).summary()["complete"] is True
+
+
+def test_messages_without_labels_are_counted_one_by_one() -> None:
+    """Requests and responses without Triton labels add up, each one counted."""
+    b = Builder().start()
+    b.call("c1.1")
+    for i in range(3):
+        b.records.append(ev.MessageSeen(t_ns=b.tick(), call="c1.1", dir="c2s", index=i, size=10, compressed=False))
+    b.records.append(ev.MessageSeen(t_ns=b.tick(), call="c1.1", dir="s2c", index=0, size=10, compressed=False))
+    b.end("c1.1")
+    result = track(b.records)
+    assert result.unlabelled_messages == 4
+    assert result.warnings[-1].startswith("4 inference message(s) carry no Triton labels")
+
+
+def test_an_unattributable_error_keeps_its_error_text() -> None:
+    """An error response for an id no request used is listed with its error (what the server said)."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r")
+    b.response("c1.1", "ghost", None, final=True, error="model is gone")
+    b.response("c1.1", "r", None, final=True)
+    b.end("c1.1")
+    assert [u.to_json() for u in track(b.records).unattributable] == [
+        {"call": "c1.1", "seq": 3, "request_id": "ghost", "reason": "unknown_id", "final": True, "error": "model is gone"}
+    ]
+
+
+def test_several_paths_or_nothing_can_be_tracked() -> None:
+    """track() takes a list of capture paths (each its own capture) or an empty iterable (nothing to report)."""
+    from tests.support.paths import DATA
+
+    both = track([str(DATA / "one_response.jsonl"), DATA / "no_text.jsonl"])
+    assert (both.captures, [r.call for r in both.requests]) == (2, ["c1.1", "2:c1.1"])
+    nothing = track([])
+    assert (nothing.requests, nothing.calls, nothing.gaps, nothing.records) == ((), (), (), 0)
+
+
+def test_records_in_memory_are_checked_for_holes_like_a_file() -> None:
+    """Records given as (seq, record): a missing seq is a hole named `<records>`; an exactly repeated
+    record is reported and skipped, and what follows it is still tracked."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r")
+    b.response("c1.1", "r", "a")
+    b.response("c1.1", "r", None, final=True)
+    b.end("c1.1")
+    b.finish()
+    numbered = list(enumerate(b.records))
+    repeated = [*numbered[:4], numbered[3], *numbered[4:]]
+    result = track(repeated)
+    assert [(g.kind, g.file, g.line, g.first_seq) for g in result.gaps] == [("duplicate_seq", "<records>", None, 3)]
+    assert [(r.outcome, r.responses) for r in result.requests] == [("completed", 2)]
+    holed = [*numbered[:3], *numbered[4:]]
+    result = track(holed)
+    assert [(g.kind, g.file, g.first_seq, g.count) for g in result.gaps] == [("seq_gap", "<records>", 3, 1)]
+
+
+def test_a_capture_ending_twice_in_one_run_ends_its_open_requests_once() -> None:
+    """The first of two captures read together ends (at the second's start) with a request open: it is
+    incomplete, without a violation when the run ends too."""
+    first = Builder().start()
+    first.call("c1.1")
+    first.request("c1.1", "r")
+    second = Builder().start()
+    second.call("c1.1")
+    second.end("c1.1")
+    result = track([*enumerate(first.records), *enumerate(second.finish().records)])
+    assert [(r.call, r.outcome, r.violations) for r in result.requests] == [("c1.1", "incomplete", ())]
+
+
+def test_a_rotated_file_does_not_end_the_calls_still_open() -> None:
+    """A stream open across a rotation (capture_end `rotate`, then file 1's capture_start) goes on in
+    the next file: its request completes there, in one capture."""
+    import dataclasses
+
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r")
+    b.records.append(ev.CaptureEnded(t_ns=b.tick(), reason="rotate", counts={}, next_file="capture-x-0001.jsonl"))
+    b.records.append(dataclasses.replace(b.records[0], t_ns=b.tick(), file_index=1))
+    b.response("c1.1", "r", None, final=True)
+    b.end("c1.1")
+    b.finish()
+    result = track(b.records)
+    assert [(r.outcome, r.violations) for r in result.requests] == [("completed", ())]
+    assert (result.captures, result.gaps) == (1, ())
+
+
+def test_a_groups_missing_final_says_how_many_and_where() -> None:
+    """Two requests with one id in flight together, finals due, one final: the group's violation is at
+    the call's end record and says how many of the group got no final."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "d", empty_final=True)
+    b.request("c1.1", "d", empty_final=True)
+    b.response("c1.1", "d", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")  # seq 6
+    (first, _) = track(b.records).requests
+    assert [(v.name, v.seq, v.detail) for v in first.violations] == [
+        ("missing_final", 6, "1 of the 2 requests with id 'd' sent together got no final flag before the call ended OK")
+    ]
+
+
+def test_a_shared_group_reports_its_first_error_and_ends_at_its_last_final() -> None:
+    """Three id-less requests in flight: the group's error is the first error text seen; each request's
+    duration runs to the group's last final (not to the call's end, 100 ms later); every response is
+    reported on the latest request of the group sent before it."""
+    b = Builder().start()
+    b.call("c1.1")
+    for _ in range(3):
+        b.request("c1.1", "", empty_final=None)  # seq 2, 3, 4
+    b.response("c1.1", "", None, final=True, error="first")  # 5
+    b.response("c1.1", "", None, final=True, error="second")  # 6
+    b.response("c1.1", "", None, final=True, ms=10)  # 7
+    b.half_close("c1.1", ms=100)
+    b.end("c1.1")
+    seen: list[tuple[int, int]] = []
+    tracker = Tracker(on_response=lambda call, req, seq, rec: seen.append((req, seq)))
+    for seq, record in enumerate(b.records):
+        tracker.feed(seq, record)
+    result = tracker.finish()
+    assert [(r.outcome, r.error, r.duration_ms) for r in result.requests] == [
+        ("group", "first", 22.0), ("group", "first", 21.0), ("group", "first", 20.0),
+    ]  # fmt: skip
+    assert seen == [(4, 5), (4, 6), (4, 7)]
+
+
+def test_occurrences_are_counted_per_id() -> None:
+    """The occurrence counts earlier requests with the same id on the call only."""
+    b = Builder().start()
+    b.call("c1.1")
+    for rid in ("a", "b", "a"):
+        b.request("c1.1", rid)
+        b.response("c1.1", rid, None, final=True)
+    b.end("c1.1")
+    assert [(r.request_id, r.occurrence) for r in track(b.records).requests] == [("a", 0), ("b", 0), ("a", 1)]
+
+
+def test_a_cancelled_request_ends_at_the_cancel_not_at_the_later_call_end() -> None:
+    """The cancel record ends the call (duration to it); its call_end, 50 ms later, only adds the status."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r")
+    b.cancel("c1.1", "client_cancel", rst_code=8, ms=20)
+    b.end("c1.1", "CANCELLED", "client_cancel", ms=50)
+    (r,) = track(b.records).requests
+    assert (r.outcome, r.duration_ms, r.status) == ("cancelled", 20.0, "CANCELLED")
+
+
+def test_a_raw_call_id_is_qualified_as_check_reports_it() -> None:
+    """Tracker.qualified (what serve and diff use to find a call): the id as reported, prefixed from the
+    second capture of a run on."""
+    tracker = Tracker()
+    tracker.feed(0, Builder().start().records[0])
+    assert tracker.qualified("c1.1") == "c1.1"
+    tracker.feed(0, Builder().start().records[0])
+    assert tracker.qualified("c1.1") == "2:c1.1"

@@ -116,3 +116,69 @@ def test_other_calls_are_compared_as_counts_per_method_and_status() -> None:
         "ServerLive UNAVAILABLE": (0, 1),
         "ModelMetadata OK": (1, 2),
     }
+
+
+def _errored(error: str, *, model: str = "tokens", end: str = "ok") -> Builder:
+    """One request answered by an in-band error final, the call then ending OK or by a deadline."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r1", model=model)
+    b.response("c1.1", "r1", None, final=True, error=error, model=model)
+    if end == "ok":
+        b.half_close("c1.1")
+        b.end("c1.1")
+    else:
+        b.cancel("c1.1", end)
+        b.end("c1.1", "DEADLINE_EXCEEDED", end, details=error, ms=0)
+    return b.finish()
+
+
+def test_a_different_error_text_is_a_change_unless_both_ended_alike_on_the_client_side() -> None:
+    """The server's error message changed: a change. The same deadline on both sides: its text only says
+    who noticed first (a race), not a change."""
+    assert _changes(_diff(_errored("boom"), _errored("bang"))) == {"error": ("boom", "bang")}
+    assert _diff(_errored("boom", end="deadline"), _errored("bang", end="deadline")).equivalent
+
+
+def test_model_map_pairs_a_renamed_models_requests() -> None:
+    """--model-map old=new: A's requests for `tokens` pair with B's for `tokens_v2` (and only with it)."""
+    a, b = _errored("boom"), _errored("boom", model="tokens_v2")
+    assert not _diff(a, b).equivalent
+    mapped = _diff(a, b, model_map={"tokens": "tokens_v2"})
+    assert mapped.equivalent and [(p.a.model, p.b.model) for p in mapped.pairs] == [("tokens", "tokens_v2")]
+
+
+def test_json_names_each_unpaired_request_by_call_record_model_id_and_kind() -> None:
+    """`diff --json`'s only_a / only_b entries say where each unpaired request is."""
+    doc = _diff(_stream(rid="x"), _stream(rid="y"), strategies=("id",)).to_json()
+    ref = {"call": "c1.1", "seq": 2, "model": "tokens", "kind": "stream"}
+    assert (doc["only_a"], doc["only_b"]) == ([{**ref, "request_id": "x"}], [{**ref, "request_id": "y"}])
+    assert (doc["equivalent"], doc["summary"]["only_a"], doc["summary"]["only_b"], doc["match"]) == (False, 1, 1, ["id"])
+
+
+def _requests(*rids: str) -> Builder:
+    b = Builder().start()
+    b.call("c1.1")
+    for rid in rids:
+        b.request("c1.1", rid)
+        b.response("c1.1", rid, None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish()
+
+
+def test_every_request_of_b_is_paired_or_listed_and_a_request_of_a_pairs_once() -> None:
+    """An unmatched request of B does not stop the pairing of the ones after it; a request of A sent
+    once pairs with one request of B (the same request sent twice in B is once only in B)."""
+    result = _diff(_requests("x", "z"), _requests("y", "x", "x", "z"), strategies=("id",))
+    assert [(p.a.request_id, p.b.request_id, p.b.seq) for p in result.pairs] == [("x", "x", 4), ("z", "z", 8)]
+    assert [(r.request_id, r.seq) for r in result.only_b] == [("y", 2), ("x", 6)]
+    assert result.only_a == ()
+
+
+def test_a_percentage_tolerance_widens_the_timing_threshold() -> None:
+    """--tolerance-pct: a timing that moved by less than that share of A's is no change, even beyond the ms threshold."""
+    slow = _diff(_stream(first_ms=200.0), _stream(first_ms=300.0), threshold_ms=10.0)
+    assert "first_response_ms" in _changes(slow)
+    tolerant = _diff(_stream(first_ms=200.0), _stream(first_ms=300.0), threshold_ms=10.0, tolerance_pct=60.0)
+    assert "first_response_ms" not in _changes(tolerant) and tolerant.tolerance_pct == 60.0

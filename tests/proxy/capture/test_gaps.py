@@ -1,0 +1,29 @@
+"""The writer's pending gap (proxy/capture/gaps.py): what one `gap` record will say about records lost in a row."""
+
+from __future__ import annotations
+
+from proxy.capture.gaps import Gap
+from replay.capture import events as ev
+
+
+def _lost(*t_ns: int) -> list[ev.HalfClosed]:
+    return [ev.HalfClosed(t_ns=t, call="c1.1") for t in t_ns]
+
+
+def test_losses_in_a_row_add_up_to_one_gap_spanning_them_with_the_first_reason() -> None:
+    """Several failed batches before the next successful write: one gap, every record counted, from the
+    first lost record's time to the last one's, with the reason that started it."""
+    gap = Gap()
+    gap.add(_lost(10, 11, 12), "write_error: disk full")
+    gap.add([], "ignored: nothing was lost")
+    gap.add(_lost(20, 21), "queue_full: the capture disk is slower than the traffic")
+    assert (gap.dropped, gap.first_t_ns, gap.last_t_ns, gap.reason) == (5, 10, 21, "write_error: disk full")
+
+
+def test_nothing_lost_is_no_gap() -> None:
+    """An empty batch leaves the gap empty: no `gap` record will be written for it."""
+    gap = Gap()
+    gap.add([], "write_error: disk full")
+    assert gap == Gap()
+    gap.add(_lost(7), "write_error: disk full")
+    assert (gap.dropped, gap.first_t_ns, gap.last_t_ns) == (1, 7, 7)
