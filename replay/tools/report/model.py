@@ -20,7 +20,6 @@ a canvas from those arrays instead of creating a DOM node per record.
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +37,8 @@ from replay.capture.schema import encode
 from replay.machine.outcomes import RequestOutcome
 from replay.machine.tracker import Tracker
 from replay.tools.report.overview import build_overview
+from replay.tools.report.stats import IntArray, ModelStats, group_percentiles
+from replay.tools.report.stats import percentile as percentile  # re-exported: tests and callers know it here
 
 #: Embed every record (for hover) only up to this many; larger captures show the compact fields.
 RECORD_LIMIT = 20_000
@@ -48,52 +49,6 @@ FINAL = 2  # raw triton_final_response = true
 ERROR = 4  # in-band error_message
 UNATTRIBUTED = 8  # the tracker could not give it to a request
 
-
-
-IntArray = npt.NDArray[np.int64]
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (``q`` in 0..100) of ``values``, or None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def _r3(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
-
-
-def _group_percentiles(group: IntArray, values: IntArray, n_groups: int,
-                       qs: Sequence[float]) -> list[list[float | None]]:  # fmt: skip
-    """Nearest-rank percentiles of ``values`` (µs) per group, in ms rounded like :func:`_r3`.
-
-    The same numbers as :func:`percentile` over each group's ``value / 1e3`` list (int µs to float
-    and one division are exact the same way in numpy), for every group at once: one sort by
-    (group, value) instead of a Python ``sorted`` per lane.
-    """
-    counts = np.bincount(group, minlength=n_groups)
-    lo = int(values.min()) if len(values) else 0
-    width = int(values.max()) - lo + 1 if len(values) else 1
-    if n_groups * width < 2**62:
-        # One int64 key per value, sorted in place of a two-key lexsort (several times faster at 1M).
-        keys = np.sort(group * width + (values - lo))
-        ordered = keys - (keys // width) * width + lo
-    else:
-        ordered = values[np.lexsort((values, group))]
-    first = np.cumsum(counts) - counts
-    has = counts > 0
-    out: list[list[float | None]] = []
-    for q in qs:
-        col: list[float | None] = [None] * n_groups
-        rank = np.maximum(1, np.ceil(q / 100 * counts[has])).astype(np.int64)
-        picked = (ordered[first[has] + rank - 1] / 1e3).tolist()
-        for g, v in zip(np.flatnonzero(has).tolist(), picked, strict=True):
-            col[g] = round(v, 3)
-        out.append(col)
-    return out
 
 
 @dataclass
@@ -205,49 +160,6 @@ class _Lanes:
         ends = self.columns["end"]
         return sorted({ln for rid in ids for ln in self._of.get((call, rid), [])
                        if at is None or ends[ln] is None or ends[ln] >= at})  # fmt: skip
-
-
-class _ModelStats:
-    """Per-model counts and latency samples, summarised as one row per model."""
-
-    def __init__(self) -> None:
-        self._samples: dict[str, dict[str, list[float]]] = {}
-        self._counts: dict[str, dict[str, Any]] = {}
-        self._inter: dict[str, tuple[float | None, float | None]] = {}
-
-    def add(self, r: RequestOutcome) -> None:
-        """One request's outcome."""
-        model = r.model or "(none)"
-        agg = self._samples.setdefault(model, {"ttfr": [], "duration": []})
-        if r.first_response_ms is not None:
-            agg["ttfr"].append(r.first_response_ms)
-        if r.duration_ms is not None:
-            agg["duration"].append(r.duration_ms)
-        mc = self._counts.setdefault(model, {"requests": 0, "responses": 0, "text": 0, "outcomes": {}, "violations": 0})
-        mc["requests"] += 1
-        mc["responses"] += r.responses
-        mc["text"] += r.text_responses
-        mc["outcomes"][r.outcome] = mc["outcomes"].get(r.outcome, 0) + 1
-        mc["violations"] += len(r.violations)
-
-    def set_inter(self, model: str, p50: float | None, p99: float | None) -> None:
-        """p50/p99 (ms) of the inter-response gaps of every request of ``model`` (computed in :func:`_gaps`)."""
-        self._inter[model] = (p50, p99)
-
-    def rows(self) -> list[dict[str, Any]]:
-        """One row per model, by name: counts and p50/p99 of time to first response, gaps, durations."""
-        rows = []
-        for name in sorted(self._counts):
-            agg = self._samples[name]
-            row: dict[str, Any] = {"model": name, **self._counts[name]}
-            for what in ("ttfr", "inter", "duration"):
-                if what == "inter":
-                    row["inter_p50_ms"], row["inter_p99_ms"] = self._inter.get(name, (None, None))
-                    continue
-                row[f"{what}_p50_ms"] = _r3(percentile(agg[what], 50))
-                row[f"{what}_p99_ms"] = _r3(percentile(agg[what], 99))
-            rows.append(row)
-        return rows
 
 
 class ReportBuilder:
@@ -380,7 +292,7 @@ class ReportBuilder:
         t0 = self._t0 or 0
         calls = self._calls_by_connection()
         lanes = _Lanes(t0, calls)
-        stats = _ModelStats()
+        stats = ModelStats()
         self._lay_out(calls, result.requests, lanes, stats)
         us = lanes.us
         span_us = max(0, (self._t_last - t0) // 1000)
@@ -429,7 +341,7 @@ class ReportBuilder:
         return sorted(self._order, key=lambda c: (conn_rank[c.conn], c.t_start))
 
     def _lay_out(self, calls: list[_CallInfo], requests: Iterable[RequestOutcome], lanes: _Lanes,
-                 stats: _ModelStats) -> None:  # fmt: skip
+                 stats: ModelStats) -> None:  # fmt: skip
         """Each call's lanes in order: its requests, then its unattributable responses; then the ticks."""
         by_call: dict[str, list[RequestOutcome]] = {}
         for r in requests:
@@ -459,7 +371,7 @@ class ReportBuilder:
         self._gaps(drawn, lanes, stats)
 
     @staticmethod
-    def _gaps(drawn: list[tuple[int, RequestOutcome]], lanes: _Lanes, stats: _ModelStats) -> None:
+    def _gaps(drawn: list[tuple[int, RequestOutcome]], lanes: _Lanes, stats: ModelStats) -> None:
         """Each request lane's inter-response gaps: its p50/p99 columns and the per-model p50/p99."""
         n_lanes = len(lanes.columns["call"])
         lane, t = lanes.tick_arrays["lane"], lanes.tick_arrays["t"]
@@ -476,11 +388,11 @@ class ReportBuilder:
         g_lane = lane[1:][same]
         keep = is_req[g_lane]
         g_lane, g_val = g_lane[keep], (t[1:] - t[:-1])[same][keep]
-        p50, p99 = _group_percentiles(g_lane, g_val, n_lanes, (50, 99))
+        p50, p99 = group_percentiles(g_lane, g_val, n_lanes, (50, 99))
         col50, col99 = lanes.columns["inter_p50_ms"], lanes.columns["inter_p99_ms"]
         for ln, _ in drawn:
             col50[ln], col99[ln] = p50[ln], p99[ln]
-        m50, m99 = _group_percentiles(model_of[g_lane], g_val, len(models), (50, 99))
+        m50, m99 = group_percentiles(model_of[g_lane], g_val, len(models), (50, 99))
         for name, m in models.items():
             stats.set_inter(name, m50[m], m99[m])
 

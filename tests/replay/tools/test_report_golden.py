@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from replay.tools.report.model import _group_percentiles, _r3, percentile
+from replay.tools.report.stats import group_percentiles, percentile, r3
 from tests.replay.tools import report_golden as g
 
 
@@ -66,12 +66,12 @@ def test_the_comparison_sees_a_changed_percentile_and_a_lost_tick(stored: dict[s
 
 @pytest.mark.parametrize("spread", [1_000, 2**61], ids=["one-key-sort", "lexsort-fallback"])
 def test_group_percentiles_equal_the_nearest_rank_percentile_of_each_group(spread: int) -> None:
-    """Both sorting paths give, per group, exactly ``_r3(percentile([v / 1e3 ...], q))`` (negatives too)."""
+    """Both sorting paths give, per group, exactly ``r3(percentile([v / 1e3 ...], q))`` (negatives too)."""
     rng = np.random.default_rng(19)
     n_groups = 40
     group = rng.integers(0, n_groups - 3, 3000)  # the last groups stay empty: None
     values = rng.integers(-spread // 10, spread, 3000)
-    got = _group_percentiles(group, values, n_groups, (50, 99, 0.1))
+    got = group_percentiles(group, values, n_groups, (50, 99, 0.1))
     for q, col in zip((50, 99, 0.1), got, strict=True):
-        want = [_r3(percentile([int(v) / 1e3 for v in values[group == g]], q)) for g in range(n_groups)]
+        want = [r3(percentile([int(v) / 1e3 for v in values[group == g]], q)) for g in range(n_groups)]
         assert col == want
