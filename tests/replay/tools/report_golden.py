@@ -3,7 +3,9 @@
 ``python -m tests.replay.tools.report_golden`` rewrites ``data/report_models.json.gz``: run it only
 when the report is *meant* to show something different, and say so in the commit. The stored file
 was written by the builder before its speed-up (issue 19), so a faster builder that loses a tick,
-moves a lane or computes a percentile differently fails ``test_report_golden``.
+moves a lane or computes a percentile differently fails ``test_report_golden``. The synthetic
+capture comes from :mod:`bench.report_capture` and the golden ones through the capture reader: a
+change of either that changes the records also shows here (regenerate, after checking why).
 """
 
 from __future__ import annotations
