@@ -13,11 +13,13 @@ about a minute; big files go to a temporary directory, never into the repository
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 from tritonclient.grpc import service_pb2 as pb
 
 from proxy.capture.sink import COMPRESS_CHOICES, make_sink
@@ -76,12 +78,56 @@ def records(n: int) -> Iterator[ev.Record]:
         for call in calls:
             index[call] += 1
         made += per_request * STREAMS
+    yield from _tail(t, calls, index[calls[0]])
+
+
+def _cycles(n: int) -> int:
+    """How many request rounds :func:`records` writes for ``n``."""
+    first, per_round = 2 + STREAMS, (RESPONSES + 2) * STREAMS
+    return 0 if n < first + per_round + 2 * STREAMS else (n - first - per_round - 2 * STREAMS) // per_round + 1
+
+
+def lines(n: int) -> Iterator[bytes]:
+    """The encoded lines of ``records(n)``, made fast: 10M records in seconds rather than an hour.
+
+    The writer's Encoder encodes the first two request rounds; from the second on every round is
+    the same lines with seq, t_ns and index moved on by the same amounts (the sticky state of the
+    sparse encoding repeats round to round), so later rounds are those lines re-stamped. Byte for
+    byte what encoding ``records(n)`` gives (tests/bench/test_gencapture.py).
+    """
+    cycles = _cycles(n)
+    encoder = Encoder()
+    if cycles <= 2:
+        yield from (encoder.encode(rec, seq) for seq, rec in enumerate(records(n)))
+        return
+    head = 1 + STREAMS + 2 * (RESPONSES + 2) * STREAMS  # capture_start, call_starts, two rounds
+    made = [encoder.encode(rec, seq) for seq, rec in enumerate(itertools.islice(records(10**9), head))]
+    yield from made
+    per_round = (RESPONSES + 2) * STREAMS
+    one, two = [orjson.loads(x) for x in made[-2 * per_round : -per_round]], [orjson.loads(x) for x in made[-per_round:]]
+    templates = []
+    for a, b, line in zip(one, two, made[-per_round:], strict=True):
+        text = line.replace(b"%", b"%%")
+        for key in ("seq", "t_ns", "index"):
+            text = text.replace(b'"%s":%d' % (key.encode(), b[key]), b'"%s":%%d' % key.encode(), 1)
+        templates.append((text, b["seq"], b["t_ns"], b["index"], b["t_ns"] - a["t_ns"], b["index"] - a["index"]))
+    for c in range(1, cycles - 1):
+        for text, seq, t_ns, index, dt, di in templates:
+            yield text % (seq + c * per_round, t_ns + c * dt, index + c * di)
+    seq = 1 + STREAMS + cycles * per_round
+    t = two[-1]["t_ns"] + (cycles - 2) * (two[-1]["t_ns"] - one[-1]["t_ns"])
+    for tail in _tail(t, [f"c1.{2 * i + 1}" for i in range(STREAMS)], cycles):
+        yield encoder.encode(tail, seq)
+        seq += 1
+
+
+def _tail(t: int, calls: list[str], cycles: int) -> Iterator[ev.Record]:
     for call in calls:
         t += 10_000
         yield ev.HalfClosed(t_ns=t, call=call)
         yield ev.CallEnded(t_ns=t, call=call, status="OK", details=None, cause="ok", trailers=[["grpc-status", "0"]],
-                           initial_metadata=None, duration_ms=(t - T0) / 1e6, messages_c2s=index[call],
-                           messages_s2c=index[call] * (RESPONSES + 1))  # fmt: skip
+                           initial_metadata=None, duration_ms=(t - T0) / 1e6, messages_c2s=cycles,
+                           messages_s2c=cycles * (RESPONSES + 1))  # fmt: skip
     yield ev.CaptureEnded(t_ns=t + 1, reason="shutdown", counts={})
 
 
@@ -90,11 +136,10 @@ def write(out: Path, n: int, compress: str = "none", batch: int = 100) -> Path:
     sink = make_sink(compress)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"capture-20260528T000000-1{sink.suffix}"
-    encoder = Encoder()
     buf: list[bytes] = []
     with open(path, "wb") as f:
-        for seq, rec in enumerate(records(n)):
-            buf.append(encoder.encode(rec, seq))
+        for line in lines(n):
+            buf.append(line)
             if len(buf) >= batch:
                 f.write(sink.frame(b"".join(buf)))
                 buf.clear()

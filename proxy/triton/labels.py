@@ -201,23 +201,32 @@ def decode_stream_response_labels(body: bytes, truncated: bool) -> dict[str, Any
 # top-level fields and returns those bytes; a hit skips the protobuf decode and the dict building
 # (~7 us -> ~2 us per streamed response). Anything it does not fully understand (a group, a cut or
 # malformed field) gets no key and is decoded as before, so every label comes from protobuf once.
+#
+# The request id is left out of the key too (its bytes are read by the scanner and put into the
+# labels of a hit): clients such as perf_analyzer give every request its own id, which made the
+# first response of every request, and every request, a miss. protobuf's rules are kept: the last
+# occurrence of the id wins, and an id that is not UTF-8 is decoded by protobuf (which refuses it).
 
 #: Tags (field number << 3 | wire type 2) of the tensor-bytes fields whose contents labels never read.
 RAW_INPUT_TAG = 7 << 3 | 2  # ModelInferRequest.raw_input_contents (repeated bytes)
 RAW_OUTPUT_TAG = 6 << 3 | 2  # ModelInferResponse.raw_output_contents (repeated bytes)
 INFER_RESPONSE_TAG = 2 << 3 | 2  # ModelStreamInferResponse.infer_response (ModelInferResponse)
+ID_TAG = 3 << 3 | 2  # ModelInferRequest.id and ModelInferResponse.id (string)
 _CACHE_MAX = 1024
 
 
-def label_key(buf: bytes, strip: int, nested: int = 0) -> bytes | None:
+def label_key(buf: bytes, strip: int, nested: int = 0, ident: int = 0, nested_ident: int = 0,
+              ids: list[bytes] | None = None) -> bytes | None:  # fmt: skip
     """``buf``'s bytes without the contents of its ``strip``-tagged fields, or None when ``buf`` is
     not a well-formed run of fields this scanner reads.
 
-    A ``nested``-tagged field's contents are themselves keyed with ``strip``. Two messages with the
-    same key differ only in the contents of ``strip`` fields (bytes fields: any bytes are valid), so
-    they decode to the same values everywhere else. The key is unambiguous: every field is kept as
-    it was on the wire except a ``strip`` field (its tag alone) and a ``nested`` field (its tag, 4
-    bytes of length, its key).
+    A ``nested``-tagged field's contents are themselves keyed with ``strip`` (and ``nested_ident``
+    as their ``ident``). The contents of ``ident``-tagged fields (a string: the request id) are left
+    out too and appended to ``ids`` in wire order. Two messages with the same key differ only in the
+    contents of ``strip`` fields (bytes fields: any bytes are valid) and ``ident`` fields (given
+    back in ``ids``), so they decode to the same values everywhere else. The key is unambiguous:
+    every field is kept as it was on the wire except a ``strip`` or ``ident`` field (its tag alone)
+    and a ``nested`` field (its tag, 4 bytes of length, its key).
     """
     # A measured hot loop (``python -m bench.icount``): one pass over the top-level tags, varints
     # of one byte read inline. Longer than the house limit on purpose.
@@ -232,7 +241,7 @@ def label_key(buf: bytes, strip: int, nested: int = 0) -> bytes | None:
             i += 1
             if tag & 0x80:
                 tag, i = _varint(buf, start)
-                if tag == strip or tag == nested:
+                if tag == strip or tag == nested or tag == ident:
                     return None  # an over-long tag would be normalised away: let protobuf judge it
             wire = tag & 7
             if wire == 2:
@@ -250,8 +259,13 @@ def label_key(buf: bytes, strip: int, nested: int = 0) -> bytes | None:
                     parts.append(buf[last:start])
                     parts.append(bytes((tag,)))
                     last = end
+                elif tag == ident and ids is not None:
+                    ids.append(buf[i:end])
+                    parts.append(buf[last:start])
+                    parts.append(bytes((tag,)))
+                    last = end
                 elif tag == nested:
-                    inner = label_key(buf[i:end], strip)
+                    inner = label_key(buf[i:end], strip, 0, nested_ident, 0, ids)
                     if inner is None:
                         return None
                     parts.append(buf[last:start])
@@ -284,7 +298,7 @@ _stream_responses: dict[bytes, dict[str, Any]] = {}
 
 
 def _cached(
-    cache: dict[bytes, dict[str, Any]], key: bytes | None, decode: Any, body: bytes
+    cache: dict[bytes, dict[str, Any]], key: bytes | None, ids: list[bytes], decode: Any, body: bytes
 ) -> dict[str, Any]:
     if key is None:
         out: dict[str, Any] = decode(body, False)
@@ -295,28 +309,44 @@ def _cached(
             cache.clear()
         # A raising decode caches nothing: the caller records the error for this message.
         hit = cache[key] = decode(body, False)
+        return dict(hit)
     # A copy: the caller may add or drop fields (payload modes). The lists in it are shared
     # between records, like the tensor specs: records are facts, never mutated.
-    return dict(hit)
+    out = dict(hit)
+    if ids:
+        try:
+            # protobuf checks every occurrence; the last one is the field's value.
+            rid = ""
+            for raw in ids:
+                rid = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return dict(decode(body, False))  # protobuf refuses it: its error, as without the cache
+        out["request_id"] = rid
+    return out
 
 
 def request_labels(body: bytes, truncated: bool) -> dict[str, Any]:
     """Fields of a ``message`` record for a ModelInferRequest (unary or stream)."""
     if truncated:
         return decode_request_labels(body, truncated)
-    return _cached(_requests, label_key(body, RAW_INPUT_TAG), decode_request_labels, body)
+    ids: list[bytes] = []
+    key = label_key(body, RAW_INPUT_TAG, 0, ID_TAG, 0, ids)
+    return _cached(_requests, key, ids, decode_request_labels, body)
 
 
 def response_labels(body: bytes, truncated: bool) -> dict[str, Any]:
     """Fields of a ``message`` record for a ModelInferResponse (unary)."""
     if truncated:
         return decode_response_labels(body, truncated)
-    return _cached(_responses, label_key(body, RAW_OUTPUT_TAG), decode_response_labels, body)
+    ids: list[bytes] = []
+    key = label_key(body, RAW_OUTPUT_TAG, 0, ID_TAG, 0, ids)
+    return _cached(_responses, key, ids, decode_response_labels, body)
 
 
 def stream_response_labels(body: bytes, truncated: bool) -> dict[str, Any]:
     """Fields of a ``message`` record for a ModelStreamInferResponse."""
     if truncated:
         return decode_stream_response_labels(body, truncated)
-    key = label_key(body, RAW_OUTPUT_TAG, INFER_RESPONSE_TAG)
-    return _cached(_stream_responses, key, decode_stream_response_labels, body)
+    ids: list[bytes] = []
+    key = label_key(body, RAW_OUTPUT_TAG, INFER_RESPONSE_TAG, 0, ID_TAG, ids)
+    return _cached(_stream_responses, key, ids, decode_stream_response_labels, body)

@@ -99,6 +99,12 @@ class SeqWatch:
         it so nothing counts it twice; the repeat is still reported as a ``duplicate_seq`` hole.
         """
         self._file, self._line = file, line
+        if seq == self._expected and type(record) is ev.MessageSeen:
+            # Hot loop: the common case (the next seq, a message) in a few steps; the same as below.
+            self._expected = seq + 1
+            self._recent[seq % self.RECENT] = (seq, record)
+            self._last = record
+            return False
         if isinstance(record, ev.CaptureStarted) and not self._seen_start:
             self._seen_start = True
             if record.file_index > 0:
@@ -254,8 +260,16 @@ class CaptureReader:
         sticky: Sticky = {}  # the writer's sparse-encoding state is per file
         try:
             with _open(path) as f:
+                # Hot loop (every line of every capture read): the common line (a complete JSON
+                # object) takes the first branch; names are bound to locals once.
+                loads, record, decode_ = orjson.loads, watch.record, decode
                 for lineno, line in enumerate(f, 1):
-                    if not line.endswith(b"\n"):
+                    if line[:1] == b"{" and line[-1:] == b"\n":
+                        try:
+                            raw = loads(line)
+                        except orjson.JSONDecodeError as e:
+                            raise CaptureError(name, lineno, f"not valid JSON: {e}") from None
+                    elif not line.endswith(b"\n"):
                         try:
                             raw = orjson.loads(line)
                         except orjson.JSONDecodeError:
@@ -279,12 +293,12 @@ class CaptureReader:
                         except orjson.JSONDecodeError as e:
                             raise CaptureError(name, lineno, f"not valid JSON: {e}") from None
                     try:
-                        seq, record = decode(raw, path=name, line=lineno, sticky=sticky)
+                        seq, rec = decode_(raw, path=name, line=lineno, sticky=sticky)
                     except UnknownKind as e:
                         # Same schema version, newer writer: new kinds are additions, so the rest
                         # of the capture still means what it says; the seq still counts (no hole).
                         found += 1
-                        watch.record(e.seq, None, name, lineno)
+                        record(e.seq, None, name, lineno)
                         if e.kind not in unknown:
                             self.warnings.append(
                                 f"{name}:{lineno}: record kind {e.kind!r} is unknown to this triton-tap "
@@ -293,10 +307,10 @@ class CaptureReader:
                         unknown.add(e.kind)
                         continue
                     found += 1
-                    if watch.record(seq, record, name, lineno):
+                    if record(seq, rec, name, lineno):
                         continue
                     self.records += 1
-                    yield seq, record
+                    yield seq, rec
         except (EOFError, gzip.BadGzipFile, zlib.error) as e:
             if not found:
                 raise CaptureError(name, None, f"not a readable {'zstd' if name.endswith('.zst') else 'gzip'} capture: {e}") from None

@@ -21,6 +21,8 @@ from typing import Any
 import orjson
 
 from replay.capture import events as ev
+from replay.capture.shapes import OneOf, Shape, compile_shape
+from replay.capture.shapes import generic as _generic
 from replay.errors import CaptureError, CaptureTooNew, UnknownKind
 
 SCHEMA_VERSION = 3
@@ -208,8 +210,7 @@ def _types_of(tp: Any) -> tuple[frozenset[type], _Deep | None]:
         return frozenset(allowed), lambda v: deeps[type(v)](v) if type(v) in deeps else None
     if origin is typing.Literal:
         values = frozenset(typing.get_args(tp))
-        shown = ", ".join(sorted(repr(v) for v in values))
-        return frozenset(type(v) for v in values), lambda v: None if v in values else f"must be one of {shown}"
+        return frozenset(type(v) for v in values), OneOf(values)
     if origin is list:
         (item,) = typing.get_args(tp)
         if item is ev.TensorSpec:
@@ -354,8 +355,23 @@ def decode(raw: Any, *, path: str = "<capture>", line: int | None = None,
     ``sticky``: the state of the file being read (one dict per file), so sparse `s2c` messages get
     the sticky fields their line omitted; without it a line is decoded on its own.
     """
-    # Hot loop (every record of every read): only the keys the line has are visited (sparse lines
-    # have few), and carried sticky fields are reused already decoded, not checked again.
+    # Hot loop (every record of every read): a line of a shape seen before is one dict lookup and
+    # its generated decoder (replay/capture/shapes.py); the rest, and every error, the generic way.
+    if type(raw) is dict:
+        keys = tuple(raw)
+        fast = _SHAPES.get(keys)
+        if fast is None:
+            fast = _shape(raw, keys)
+        done = fast(raw, sticky)
+        if done is not None:
+            return done
+    return _decode(raw, path, line, sticky)
+
+
+def _decode(raw: Any, path: str, line: int | None, sticky: Sticky | None) -> tuple[int, ev.Record]:
+    """The generic decoder: the reference the fast path (:mod:`replay.capture.shapes`) must equal, and every error."""
+    # Only the keys the line has are visited (sparse lines have few), and carried sticky fields
+    # are reused already decoded, not checked again.
     seq, kind, raw = _envelope(raw, path, line)
     missing = _REQUIRED[kind] - raw.keys()
     if missing:
@@ -381,7 +397,7 @@ def decode(raw: Any, *, path: str = "<capture>", line: int | None = None,
             specs = fields.get(name)
             if specs:
                 # Already checked (the field's deep check); this keeps the known keys only.
-                fields[name] = [ev.TensorSpec(**{k: t[k] for k in _TENSOR_FIELDS if k in t}) for t in specs]
+                fields[name] = _specs(specs)
         if sticky is not None and fields["dir"] == "s2c":
             before = sticky.get(fields["call"])
             if before is not None:
@@ -393,6 +409,31 @@ def decode(raw: Any, *, path: str = "<capture>", line: int | None = None,
     elif sticky is not None and kind == "call_end":
         sticky.pop(fields["call"], None)
     return seq, KINDS[kind](**fields)
+
+
+def _specs(specs: list[dict[str, Any]]) -> list[ev.TensorSpec]:
+    return [ev.TensorSpec(**{k: t[k] for k in _TENSOR_FIELDS if k in t}) for t in specs]
+
+
+def _shape(raw: dict[str, Any], keys: tuple[str, ...]) -> Shape:
+    """The fast decoder of lines with ``keys`` and ``raw``'s kind (kept for the next ones while there is room)."""
+    kind = raw.get("kind")
+    if type(kind) is not str or kind not in KINDS:
+        return _generic
+    message = kind == "message"
+    fast = compile_shape(KINDS[kind], keys, version=SCHEMA_VERSION, checks=_CHECK_MAP[kind], omitted=_OMITTED[kind],
+                         always=_ALWAYS, sticky_names=_STICKY if message else (),
+                         tensor_lists=_TENSOR_LISTS if message else (), to_specs=_specs,
+                         forget_sticky=kind == "call_end")  # fmt: skip
+    if len(_SHAPES) < _MAX_SHAPES:
+        _SHAPES[keys] = fast
+    return fast
+
+
+#: line keys (in order) -> its fast decoder, which also checks the kind it was made for (another
+#: kind with the same keys takes the generic way); at most _MAX_SHAPES (odd lines beyond: generic).
+_SHAPES: dict[tuple[str, ...], Shape] = {}
+_MAX_SHAPES = 256
 
 
 def to_dict(record: ev.Record) -> dict[str, Any]:

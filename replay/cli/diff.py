@@ -147,12 +147,12 @@ def run_diff(paths_a: Sequence[str], paths_b: Sequence[str], *, as_json: bool = 
     import orjson
 
     from replay.cli.output import write_result
-    from replay.tools.captured import load
+    from replay.tools.captured import summarize
     from replay.tools.diff import diff
 
     out = out or sys.stdout
     err = err or sys.stderr
-    a, b = load(list(paths_a)), load(list(paths_b))
+    a, b = summarize(list(paths_a)), summarize(list(paths_b))
     for side, cap in (("A", a), ("B", b)):
         for w in cap.outcomes.warnings:
             print(f"triton-tap: warning: {side}: {w}", file=err)

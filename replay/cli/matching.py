@@ -10,7 +10,7 @@ from replay.errors import UserError
 from replay.tools.match import STRATEGIES, parse_strategies
 
 if TYPE_CHECKING:
-    from replay.tools.captured import LoadedCapture
+    from replay.tools.captured import CaptureSummary
 
 
 def strategies_type(text: str) -> tuple[str, ...]:
@@ -26,7 +26,7 @@ MATCH_HELP = (f"comma-separated match strategies tried in order: id (model + req
                f"default {','.join(STRATEGIES)}")  # fmt: skip
 
 
-def payload_hint(capture: LoadedCapture, strategies: Sequence[str], what: str, err: TextIO) -> None:
+def payload_hint(capture: CaptureSummary, strategies: Sequence[str], what: str, err: TextIO) -> None:
     """``--match payload`` on a capture without request bytes: an error when it is the only strategy
     (nothing could ever match), else a warning that it is skipped for this capture. The default
     strategies (the very :data:`STRATEGIES` object, not a --match the user gave) try payload only

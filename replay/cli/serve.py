@@ -42,8 +42,7 @@ async def _serve_until_signalled(server: MockTriton, listen: str, what: str) -> 
 
 def run_serve(args: argparse.Namespace) -> int:
     """``triton-tap serve``."""
-    from replay.tools.captured import load
-    from replay.tools.serve import MockTriton
+    from replay.tools.serve import MockTriton, load
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
@@ -52,9 +51,14 @@ def run_serve(args: argparse.Namespace) -> int:
     for w in capture.outcomes.warnings:
         log.warning("capture: %s", w)
     payload_hint(capture, args.match, "the capture", sys.stderr)
-    server = MockTriton(capture, speed=args.timing, strategies=args.match, keep_ids=args.keep_ids)
-    what = f"{len(capture.calls)} captured call(s), {len(capture.candidates)} request(s)"
-    asyncio.run(_serve_until_signalled(server, args.listen, what))
+    try:
+        server = MockTriton(capture, speed=args.timing, strategies=args.match, keep_ids=args.keep_ids)
+        spilled = capture.store.size if capture.store is not None else 0
+        what = (f"{len(capture.calls)} captured call(s), {len(capture.candidates)} request(s) "
+                f"({spilled:,} bytes of answers on disk)")  # fmt: skip
+        asyncio.run(_serve_until_signalled(server, args.listen, what))
+    finally:
+        capture.close()
     return 0
 
 

@@ -6,11 +6,11 @@ Plain frozen values built by :class:`~replay.machine.tracker.Tracker`; ``to_json
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from replay.capture.methods import short_method
 from replay.capture.reader import Gap
-from replay.machine.table import Violation
+from replay.machine.table import State, Violation
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -162,14 +162,13 @@ class TrackResult:
         """Requests whose own outcome is known only for their id group (a warning, not a failure)."""
         return sum(1 for r in self.requests if r.group is not None and not r.group.per_request)
 
-    def summary(self) -> dict[str, Any]:
-        """Counts for the ``summary`` object of ``check --json``."""
-        outcomes: dict[str, int] = {}
-        for r in self.requests:
-            outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
-        names: dict[str, int] = {}
-        for _, v in self.violations:
-            names[v.name] = names.get(v.name, 0) + 1
+    def summary(self, tally: Tally | None = None) -> dict[str, Any]:
+        """Counts for the ``summary`` object of ``check --json`` (``tally``: of requests not in ``requests``)."""
+        if tally is None:
+            tally = Tally()
+            for r in self.requests:
+                tally.add(r)
+        outcomes, names = tally.outcomes, tally.violations
         methods: dict[str, int] = {}
         for c in self.calls:
             short = short_method(c.method)
@@ -185,13 +184,13 @@ class TrackResult:
             "calls": len(self.calls),
             "calls_by_method": methods,
             "calls_by_cause": causes,
-            "requests": len(self.requests),
+            "requests": tally.requests,
             "outcomes": outcomes,
             "violations": sum(names.values()),
             "violations_by_name": names,
             "unattributable": len(self.unattributable),
-            "groups": len({(r.call, r.group.first_seq) for r in self.requests if r.group is not None}),
-            "known_only_for_group": self.group_only,
+            "groups": len(tally.groups),
+            "known_only_for_group": tally.group_only,
             "unlabelled_messages": self.unlabelled_messages,
             "gaps": len(self.gaps),
             "warnings": list(self.warnings),
@@ -205,3 +204,70 @@ class TrackResult:
             "gaps": [g.to_json() for g in self.gaps],
             "summary": self.summary(),
         }
+
+
+class RequestSink(Protocol):
+    """Where a :class:`~replay.machine.tracker.Tracker` made with a sink puts request outcomes instead of keeping them.
+
+    So that reading a capture keeps memory bounded by the requests in flight (plus the calls), not
+    by the capture's size: a request is handed over as soon as its outcome can no longer change
+    (:meth:`settled`), before its call's end is known, so with ``status`` None; when the call
+    ends (its first ``call_end``, else at ``finish``) the call's status and its remaining requests
+    follow (:meth:`call_over`: once per call that had requests, in any call order). A call's
+    requests in report order: those settled for it, then those of its ``call_over``; calls in
+    ``call_pos`` order.
+    """
+
+    def settled(self, call_pos: int, outcome: RequestOutcome) -> None:
+        """``outcome`` of a request on the ``call_pos``-th call is final but for ``status`` (the call's, later)."""
+
+    def call_over(self, call_pos: int, status: str | None, outcomes: list[RequestOutcome]) -> None:
+        """The ``call_pos``-th call ended with ``status``: its other requests' outcomes."""
+
+
+class Tally:
+    """The request counts of ``check --json``'s summary, added up one outcome at a time."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.outcomes: dict[str, int] = {}
+        self.violations: dict[str, int] = {}
+        self.groups: set[tuple[str, int]] = set()
+        self.group_only = 0
+
+    def add(self, r: RequestOutcome) -> None:
+        """Count one request."""
+        self.requests += 1
+        self.outcomes[r.outcome] = self.outcomes.get(r.outcome, 0) + 1
+        for v in r.violations:
+            self.violations[v.name] = self.violations.get(v.name, 0) + 1
+        if r.group is not None:
+            self.groups.add((r.call, r.group.first_seq))
+            if not r.group.per_request:
+                self.group_only += 1
+
+
+def _ms(start: int | None, end: int | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return round((end - start) / 1e6, 3)
+
+
+
+def outcome_of(call: Any, r: Any, state: State) -> RequestOutcome:
+    """What ``check`` reports about the tracker's request ``r`` of ``call`` (its ``_Request`` and ``_Call``) in ``state``."""
+    error = r.error
+    group = r.group.outcome if r.group is not None else None
+    if error is None and r.group is not None and state in (State.ERROR, State.GROUP):
+        error = r.group.error
+    if error is None and state is not State.COMPLETED and call.status not in (None, "OK"):
+        error = call.details or call.status
+    # An error without the final flag and a clean end: no final seen (see docs/outcomes.md).
+    notes = ("missing_final",) if state is State.ERROR and r.final is False and call.cause == "ok" else ()
+    return RequestOutcome(
+        call=call.id, kind="unary" if call.unary else "stream", model=r.model, request_id=r.request_id,
+        occurrence=r.occurrence, seq=r.seq, outcome=state.value, responses=r.responses,
+        text_responses=r.text, final=r.final, first_response_ms=_ms(r.t_sent, r.t_first),
+        duration_ms=_ms(r.t_sent, r.t_done), status=call.status, error=error,
+        violations=tuple(r.machine.violations), group=group, notes=notes,
+    )  # fmt: skip

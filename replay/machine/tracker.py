@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -33,7 +34,7 @@ from replay.capture.ids import CaptureIds
 from replay.capture.methods import INFER, STREAM_INFER
 from replay.capture.reader import Gap, PathLike, SeqWatch, read_capture
 from replay.machine.groups import Group
-from replay.machine.outcomes import CallOutcome, RequestOutcome, TrackResult, Unattributable
+from replay.machine.outcomes import CallOutcome, RequestOutcome, RequestSink, TrackResult, Unattributable, outcome_of
 from replay.machine.table import END_BY_CAUSE, OPEN, Input, RequestMachine, State
 
 #: A capture: path(s) of files/directories, or records (with or without their ``seq``).
@@ -90,21 +91,27 @@ class _Call:
         "groups",
         "id",
         "method",
+        "pos",
+        "reported",
         "requests",
+        "sent",
         "status",
         "stream",
         "t_start",
         "unary",
     )  # fmt: skip
 
-    def __init__(self, call_id: str, method: str, t_start: int) -> None:
+    def __init__(self, call_id: str, method: str, t_start: int, pos: int) -> None:
         self.id = call_id
+        self.pos = pos  # the call's place in the capture (calls are reported in this order)
         self.method = method
         self.unary = method == INFER
         self.stream = method == STREAM_INFER
         self.t_start = t_start
-        self.requests: list[_Request] = []
-        self.by_id: dict[str, list[_Request]] = {}
+        self.requests: deque[_Request] = deque()  # still tracked (see Tracker's ``sink``), in order
+        self.sent = 0  # requests sent on the call, retired ones included
+        self.reported = False  # a sink has its requests (see Tracker's ``sink``)
+        self.by_id: dict[str, int] = {}  # request id -> requests sent with it (the next one's occurrence)
         self.groups: dict[str, Group[_Request]] = {}  # the latest id group per request id (stream calls)
         self.ended = False
         self.status: str | None = None
@@ -113,11 +120,7 @@ class _Call:
         self.duration_ms: float | None = None
 
 
-def _ms(start: int | None, end: int | None) -> float | None:
-    if start is None or end is None:
-        return None
-    return round((end - start) / 1e6, 3)
-
+_DONE = frozenset({State.FINAL_RECEIVED, State.ERROR})
 
 #: ``on_response(call, request_seq, seq, record)``: a response was attributed to the request whose
 #: request record is ``request_seq`` on ``call`` (the report draws it on that request's lane).
@@ -125,10 +128,16 @@ ResponseObserver = Callable[[str, int, int, ev.MessageSeen], None]
 
 
 class Tracker:
-    """Feeds every request's state machine from capture records; never awaits, never raises."""
+    """Feeds every request's state machine from capture records; never awaits, never raises.
 
-    def __init__(self, on_response: ResponseObserver | None = None) -> None:
+    With a ``sink`` (:class:`~replay.machine.outcomes.RequestSink`) outcomes go there as they settle
+    and :meth:`finish` returns none: memory is then O(open calls' unsettled requests + calls), not
+    O(requests), when ids are re-used (tritonclient's default ``""``) or calls end.
+    """
+
+    def __init__(self, on_response: ResponseObserver | None = None, sink: RequestSink | None = None) -> None:
         self._on_response = on_response
+        self._sink = sink
         self._calls: dict[str, _Call] = {}
         self._order: list[_Call] = []
         self._unattributable: list[Unattributable] = []
@@ -139,20 +148,26 @@ class Tracker:
         self._cancelled_hashes: dict[str, str] = {}
         self._unlabelled = 0
         self._records = 0
+        self._live: dict[str, _Call] = {}  # raw call id (as written) -> its call, for the current capture
 
     # -- feeding ---------------------------------------------------------------------------------
 
     def feed(self, seq: int, record: ev.Record) -> None:
         """One capture record, in capture order."""
         self._records += 1
-        if isinstance(record, ev.MessageSeen):
+        if type(record) is ev.MessageSeen:
+            # Hot loop: most records are responses on a known open stream (see _streamed).
+            call = self._live.get(record.call)
+            if call is not None and record.dir == "s2c" and call.stream and not call.ended and record.request_id is not None:
+                self._streamed(call, seq, record)
+                return
             self._message(seq, record)
         elif isinstance(record, ev.CallStarted):
             cid = self._ids.of(record.call)
             if cid in self._calls:
                 self._warnings.append(f"seq {seq}: call {cid} started twice; the second start is ignored")
                 return
-            call = _Call(cid, record.method, record.t_ns)
+            call = _Call(cid, record.method, record.t_ns, len(self._order))
             self._calls[cid] = call
             self._order.append(call)
         elif isinstance(record, ev.HalfClosed):
@@ -170,10 +185,20 @@ class Tracker:
                 if not known.ended:
                     self._end(known, record.cause, seq, record.t_ns)
                 known.status, known.details, known.duration_ms = record.status, record.details, record.duration_ms
+                if self._sink is not None and known.sent and not known.reported:
+                    # Its requests cannot change any more: handed over now, so memory stays flat.
+                    self._sink.call_over(known.pos, known.status, [outcome_of(known, r, r.machine.state)
+                                                                   for r in known.requests])  # fmt: skip
+                    for r in known.requests:
+                        r.group = None  # (a cycle, see _retire)
+                    known.requests.clear()
+                    known.groups.clear()
+                    known.reported = True  # (a second call_end, in a damaged capture, changes nothing reported)
         elif isinstance(record, ev.CaptureStarted):
             if record.file_index == 0 and self._ids.captures:
                 self._capture_over(seq)  # the previous capture ends here (the next one's ids restart)
-            self._ids.starts(record)
+            if self._ids.starts(record):
+                self._live.clear()
 
     def qualified(self, raw_id: str) -> str:
         """The call id as reported (a second capture in one run prefixes its ids, see :meth:`feed`)."""
@@ -182,7 +207,9 @@ class Tracker:
     def _call(self, raw_id: str, seq: int) -> _Call | None:
         cid = self._ids.of(raw_id)
         call = self._calls.get(cid)
-        if call is None and cid not in self._orphans:
+        if call is not None:
+            self._live[raw_id] = call
+        elif cid not in self._orphans:
             self._orphans.add(cid)
             self._warnings.append(f"seq {seq}: records of call {cid} without its call_start (lost in a gap?): ignored")
         return call
@@ -211,10 +238,11 @@ class Tracker:
         if call.unary and call.requests:
             self._warnings.append(f"seq {seq}: second request message on unary call {call.id}: ignored")
             return
-        same = call.by_id.setdefault(rec.request_id, [])
-        r = _Request(call, rec, seq, len(same))
-        same.append(r)
+        occurrence = call.by_id.get(rec.request_id, 0)
+        call.by_id[rec.request_id] = occurrence + 1
+        r = _Request(call, rec, seq, occurrence)
         call.requests.append(r)
+        call.sent += 1
         if call.stream:
             group = call.groups.get(rec.request_id)
             if group is not None and group.open:
@@ -222,6 +250,8 @@ class Tracker:
             else:
                 call.groups[rec.request_id] = Group(r, rec.request_id)
             r.group = call.groups[rec.request_id]
+            if self._sink is not None and group is not None and r.group is not group:
+                self._retire(call)  # the replaced group's requests can no longer change
         where = None
         if rec.request_id:
             where = self._cancelled_keys.get((rec.model, rec.request_id))
@@ -280,6 +310,33 @@ class Tracker:
         if self._on_response is not None:
             self._on_response(call.id, target.seq, seq, rec)
 
+    def _streamed(self, call: _Call, seq: int, rec: ev.MessageSeen) -> None:
+        """A labelled response on an open stream: :meth:`_received`'s stream case, its common path first."""
+        group = call.groups.get(rec.request_id)  # type: ignore[arg-type]  # the caller checked: not None
+        if group is None or (group.shared and group.open):
+            self._received(call, seq, rec)
+            return
+        target = group.members[-1]
+        machine = target.machine
+        error, fin = rec.error, rec.final is True
+        inp = Input.ERROR_FINAL if error and fin else Input.ERROR if error else Input.FINAL if fin else Input.RESPONSE
+        if fin and machine.state in OPEN:
+            group.open -= 1
+        machine.feed(inp, seq)
+        target.responses += 1
+        if rec.outputs:
+            target.text += 1
+        if target.t_first is None:
+            target.t_first = rec.t_ns
+        if fin:
+            target.final = True
+        if error and target.error is None:
+            target.error = error
+        if target.t_done is None and machine.state in _DONE:
+            target.t_done = rec.t_ns
+        if self._on_response is not None:
+            self._on_response(call.id, target.seq, seq, rec)
+
     def _grouped(self, call: _Call, group: Group[_Request], seq: int, rec: ev.MessageSeen) -> None:
         """A response of a shared id group: counted for the group; the group closes at its last final."""
         if rec.error and group.error is None:
@@ -319,6 +376,26 @@ class Tracker:
                 if r.sha is not None:
                     self._cancelled_hashes[r.sha] = where
 
+    def _retire(self, call: _Call) -> None:
+        """Hand the call's oldest requests whose outcome is settled to the sink (see :class:`RequestSink`).
+
+        Settled: final flag seen (or an error with it) and no longer reachable (a newer request took
+        over its id, so no later response can be its). A request still open keeps those after it.
+        """
+        requests = call.requests
+        while requests:
+            r = requests[0]
+            state = r.machine.state
+            if r.final is not True or call.groups.get(r.request_id) is r.group:  # type: ignore[arg-type]
+                return
+            if state is State.FINAL_RECEIVED:
+                state = State.COMPLETED  # what any end of the call makes it (table.py)
+            elif state is not State.ERROR or r.error is None:
+                return
+            requests.popleft()
+            self._sink.settled(call.pos, outcome_of(call, r, state))  # type: ignore[union-attr]
+            r.group = None  # request <-> group is a cycle: without it the request is freed right away
+
     @staticmethod
     def _close_groups(call: _Call, end: Input, seq: int | None) -> None:
         for group in call.groups.values():
@@ -344,32 +421,20 @@ class Tracker:
     # -- result ----------------------------------------------------------------------------------
 
     def finish(self, gaps: Iterable[Gap] = (), warnings: Iterable[str] = ()) -> TrackResult:
-        """End of the capture: requests still open are ``incomplete``; the outcomes."""
+        """End of the capture: requests still open are ``incomplete``; the outcomes (none with a sink)."""
         self._capture_over(None)
         requests: list[RequestOutcome] = []
         calls: list[CallOutcome] = []
         for call in self._order:
-            for r in call.requests:
-                error = r.error
-                state = r.machine.state
-                group = r.group.outcome if r.group is not None else None
-                if error is None and r.group is not None and state in (State.ERROR, State.GROUP):
-                    error = r.group.error
-                if error is None and state is not State.COMPLETED and call.status not in (None, "OK"):
-                    error = call.details or call.status
-                # An error without the final flag and a clean end: no final seen (see docs/outcomes.md).
-                notes = ("missing_final",) if state is State.ERROR and r.final is False and call.cause == "ok" else ()
-                out = RequestOutcome(
-                    call=call.id, kind="unary" if call.unary else "stream", model=r.model, request_id=r.request_id,
-                    occurrence=r.occurrence, seq=r.seq, outcome=state.value, responses=r.responses,
-                    text_responses=r.text, final=r.final, first_response_ms=_ms(r.t_sent, r.t_first),
-                    duration_ms=_ms(r.t_sent, r.t_done), status=call.status, error=error,
-                    violations=tuple(r.machine.violations), group=group, notes=notes,
-                )  # fmt: skip
-                requests.append(out)
+            outcomes = [outcome_of(call, r, r.machine.state) for r in call.requests]
+            if self._sink is not None:
+                if call.sent and not call.reported:
+                    self._sink.call_over(call.pos, call.status, outcomes)
+            else:
+                requests.extend(outcomes)
             calls.append(
                 CallOutcome(call=call.id, method=call.method, status=call.status, cause=call.cause,
-                            details=call.details, duration_ms=call.duration_ms, requests=len(call.requests))
+                            details=call.details, duration_ms=call.duration_ms, requests=call.sent)
             )  # fmt: skip
         warns = [*warnings, *self._warnings]
         if self._unlabelled:

@@ -1,82 +1,43 @@
-"""A capture read whole for ``serve`` and ``diff``: per-call scripts, matchable requests, outcomes.
+"""A capture read once, streaming, for ``serve`` and ``diff``: per-request summaries, never records.
 
 One pass over the records feeds :class:`~replay.machine.tracker.Tracker` (the outcomes ``replay check``
-reports, and which request each response belongs to) and keeps, per call, its request and
-response messages and how it ended. Unlike ``check`` this holds the capture in memory (payloads
-included), which is what a mock server needs to answer from it.
+reports, and which request each response belongs to) and keeps the match key of every inference
+request (:class:`~replay.tools.match.Candidate`). That is all ``diff`` needs (:func:`summarize`): its
+memory is the tracker's per-request outcomes plus one candidate per request, whatever the number of
+responses. ``serve`` needs more (what to answer): it passes an observer that sees every record once,
+in the same pass, and keeps what it needs (:mod:`replay.tools.serve.index`: a compact index, the
+answers on disk).
 """
 
 from __future__ import annotations
 
 import base64
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from replay.capture import events as ev
-from replay.capture.events import STATUS_FOR_CAUSE
-from replay.capture.methods import INFER, STREAM_INFER, short_method
+from replay.capture.methods import INFER, STREAM_INFER
 from replay.machine.outcomes import RequestOutcome, TrackResult
 from replay.machine.tracker import CaptureSource, Tracker, open_source
 from replay.tools.match import Candidate, Key, input_hash_of_bytes
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class CallEnd:
-    """How a captured call ended, at the point the client learned it."""
-
-    t_ns: int  # the cancel record's time when there is one (the captured point), else call_end's
-    seq: int
-    status: str
-    details: str | None
-    cause: str
-    trailers: list[list[str]] | None
-    initial_metadata: list[list[str]] | None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Response:
-    """One captured server message of a call, with the request it answers (null when unattributable)."""
-
-    seq: int
-    record: ev.MessageSeen
-    request_seq: int | None
+#: ``observer(seq, record, call, request_seq)``, called for every record of a call after the tracker
+#: saw it: ``call`` is its qualified id (as ``replay check`` names it); ``request_seq`` is, for a
+#: response, the record of the request the tracker attributed it to (None: unattributable, or not a
+#: response). Records of calls whose ``call_start`` was not captured, or after their ``call_end``,
+#: are not passed on.
+Observer = Callable[[int, ev.Record, str, int | None], None]
 
 
 @dataclass(kw_only=True)
-class CapturedCall:
-    """One captured RPC: its messages in capture order and its end."""
+class CaptureSummary:
+    """What ``diff`` (and the request matching of ``serve``) needs from one or more capture files."""
 
-    id: str
-    method: str
-    t_start: int
-    timeout_ms: float | None
-    requests: list[tuple[int, ev.MessageSeen]] = field(default_factory=list)
-    responses: list[Response] = field(default_factory=list)
-    end: CallEnd | None = None
-    _by_request: dict[int, list[Response]] | None = field(default=None, repr=False)
-
-    def responses_of(self, request_seq: int) -> list[Response]:
-        """The responses attributed to the request recorded at ``request_seq``, in capture order."""
-        if self._by_request is None:
-            self._by_request = {}
-            for r in self.responses:
-                if r.request_seq is not None:
-                    self._by_request.setdefault(r.request_seq, []).append(r)
-        return self._by_request.get(request_seq, [])
-
-    @property
-    def short_method(self) -> str:
-        """The method as people read it (:func:`replay.capture.methods.short_method`)."""
-        return short_method(self.method)
-
-
-@dataclass(kw_only=True)
-class LoadedCapture:
-    """Everything ``serve`` and ``diff`` need from one or more capture files."""
-
-    calls: dict[str, CapturedCall]
     candidates: list[Candidate]
     outcomes: TrackResult
     payload_modes: set[str]
+    _outcomes: dict[tuple[str, int], RequestOutcome] | None = field(default=None, repr=False)
 
     @property
     def matchable_by_payload(self) -> bool:
@@ -86,15 +47,9 @@ class LoadedCapture:
 
     def outcome(self, call: str, seq: int) -> RequestOutcome | None:
         """The ``check`` outcome of the request recorded at ``seq`` on ``call``."""
+        if self._outcomes is None:
+            self._outcomes = {(r.call, r.seq): r for r in self.outcomes.requests}
         return self._outcomes.get((call, seq))
-
-    def __post_init__(self) -> None:
-        self._outcomes = {(r.call, r.seq): r for r in self.outcomes.requests}
-        self._requests = {(c.id, seq): rec for c in self.calls.values() for seq, rec in c.requests}
-
-    def request(self, call: str, seq: int) -> ev.MessageSeen:
-        """The captured request message recorded at ``seq`` on ``call``."""
-        return self._requests[call, seq]
 
 
 def request_key(rec: ev.MessageSeen, kind: str) -> Key:
@@ -105,64 +60,78 @@ def request_key(rec: ev.MessageSeen, kind: str) -> Key:
             digest = input_hash_of_bytes(base64.b64decode(rec.payload))
         except Exception:  # a payload that does not parse cannot be matched on; the labels still can
             digest = None
-    return Key(kind=kind, model=rec.model, request_id=rec.request_id, input_hash=digest)
+    model = sys.intern(rec.model) if rec.model is not None else None  # one string per model, not per request
+    return Key(kind=kind, model=model, request_id=rec.request_id, input_hash=digest)
 
 
-def load(capture: CaptureSource) -> LoadedCapture:
-    """Read a capture (paths or records) whole; raises :class:`~replay.errors.CaptureError` when unreadable."""
+class _Requests:
+    """The matchable requests of each call, kept per call so candidates come out call by call."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, str | None] = {}  # call -> stream | unary | None (not an inference call)
+        self.ended: set[str] = set()
+        self.by_call: dict[str, list[tuple[int, Key]]] = {}
+
+    def started(self, cid: str, method: str) -> None:
+        kind = "stream" if method == STREAM_INFER else "unary" if method == INFER else None
+        self.kinds.setdefault(cid, kind)
+
+    def request(self, cid: str, seq: int, rec: ev.MessageSeen) -> None:
+        kind = self.kinds[cid]
+        if kind is None or rec.request_id is None:  # unlabelled (payload none) or undecoded: nothing to match on
+            return
+        keys = self.by_call.setdefault(cid, [])
+        if kind == "unary" and keys:  # a unary call answers its first request
+            return
+        keys.append((seq, request_key(rec, kind)))
+
+    def candidates(self) -> list[Candidate]:
+        """In call order (``call_start``), each call's requests in capture order; positions per kind and model."""
+        out: list[Candidate] = []
+        positions: dict[tuple[str, str | None], int] = {}
+        for cid in self.kinds:
+            for seq, key in self.by_call.get(cid, ()):
+                pos = positions.get((key.kind, key.model), 0)
+                positions[key.kind, key.model] = pos + 1
+                out.append(Candidate(key=key, call=cid, seq=seq, position=pos))
+        return out
+
+
+def summarize(capture: CaptureSource, observe: Observer | None = None) -> CaptureSummary:
+    """Read a capture (paths or records) in one streaming pass; raises :class:`~replay.errors.CaptureError`
+    when unreadable. ``observe`` sees every record of a call (see :data:`Observer`)."""
     records, reader = open_source(capture)
-    # (call, response seq) -> seq of the request the tracker attributed the response to
-    attribution: dict[tuple[str, int], int] = {}
-    tracker = Tracker(on_response=lambda cid, req_seq, seq, _rec: attribution.__setitem__((cid, seq), req_seq))
-    calls: dict[str, CapturedCall] = {}
-    cancels: dict[str, tuple[int, ev.CallCancelled]] = {}
+    # The tracker names the request a response answers while it is fed that response: kept for one record.
+    last = [-1, -1]  # [response seq, request seq]
+
+    def attributed(_cid: str, req_seq: int, seq: int, _rec: ev.MessageSeen) -> None:
+        last[0], last[1] = seq, req_seq
+
+    tracker = Tracker(on_response=attributed)
+    requests = _Requests()
     modes: set[str] = set()
     for seq, rec in records:
+        last[0] = -1  # seqs are per worker chain: a stale attribution of an equal seq must not count
         tracker.feed(seq, rec)
         if isinstance(rec, ev.CaptureStarted):
             modes.add(str(rec.options.get("payload", "unknown")))
             continue
-        if isinstance(rec, ev.CallStarted):
-            cid = tracker.qualified(rec.call)
-            calls.setdefault(cid, CapturedCall(id=cid, method=rec.method, t_start=rec.t_ns, timeout_ms=rec.timeout_ms))
-            continue
         raw = getattr(rec, "call", None)
         if raw is None:
             continue
-        call = calls.get(tracker.qualified(raw))
-        if call is None or call.end is not None:
-            continue
-        if isinstance(rec, ev.MessageSeen):
-            if rec.dir == "c2s":
-                call.requests.append((seq, rec))
-            else:
-                call.responses.append(
-                    Response(seq=seq, record=rec, request_seq=attribution.get((call.id, seq)))
-                )
-        elif isinstance(rec, ev.CallCancelled):
-            cancels[call.id] = (seq, rec)
-        elif isinstance(rec, ev.CallEnded):
-            cancelled = cancels.pop(call.id, None)
-            t = cancelled[1].t_ns if cancelled is not None else rec.t_ns
-            call.end = CallEnd(t_ns=t, seq=seq, status=rec.status, details=rec.details, cause=rec.cause,
-                               trailers=rec.trailers, initial_metadata=rec.initial_metadata)  # fmt: skip
-    for cid, (cseq, cancel) in cancels.items():
-        # The capture stops between the cancel and its call_end: the cancel says how it ended.
-        calls[cid].end = CallEnd(t_ns=cancel.t_ns, seq=cseq, status=STATUS_FOR_CAUSE.get(cancel.cause, "UNKNOWN"),
-                                 details=None, cause=cancel.cause, trailers=None, initial_metadata=None)  # fmt: skip
-    outcomes = tracker.finish(reader.gaps, reader.warnings) if reader is not None else tracker.finish()
-    candidates: list[Candidate] = []
-    positions: dict[tuple[str, str | None], int] = {}
-    for call in calls.values():
-        if call.method not in (STREAM_INFER, INFER):
-            continue
-        kind = "stream" if call.method == STREAM_INFER else "unary"
-        for seq, rec in call.requests:
-            if rec.request_id is None:  # unlabelled (payload none) or undecoded: nothing to match on
+        cid = tracker.qualified(raw)
+        if isinstance(rec, ev.CallStarted):
+            if cid in requests.kinds:
                 continue
-            pos = positions.get((kind, rec.model), 0)
-            positions[kind, rec.model] = pos + 1
-            candidates.append(Candidate(key=request_key(rec, kind), call=call.id, seq=seq, position=pos))
-            if kind == "unary":
-                break
-    return LoadedCapture(calls=calls, candidates=candidates, outcomes=outcomes, payload_modes=modes)
+            requests.started(cid, rec.method)
+        elif cid not in requests.kinds or cid in requests.ended:
+            continue
+        elif isinstance(rec, ev.CallEnded):
+            requests.ended.add(cid)
+        elif isinstance(rec, ev.MessageSeen) and rec.dir == "c2s":
+            requests.request(cid, seq, rec)
+        if observe is not None:
+            is_response = isinstance(rec, ev.MessageSeen) and rec.dir == "s2c" and last[0] == seq
+            observe(seq, rec, cid, last[1] if is_response else None)
+    outcomes = tracker.finish(reader.gaps, reader.warnings) if reader is not None else tracker.finish()
+    return CaptureSummary(candidates=requests.candidates(), outcomes=outcomes, payload_modes=modes)

@@ -1,6 +1,6 @@
 """``triton-tap diff A B``: what changed between two captures of the same traffic, request by request.
 
-Pure over two :class:`~replay.tools.captured.LoadedCapture` objects: B's requests are matched to A's as
+Pure over two :class:`~replay.tools.captured.CaptureSummary` objects: B's requests are matched to A's as
 ``serve`` matches incoming requests (:mod:`replay.tools.match`, without reusing a request), then each pair
 is compared on what the client experienced: outcome, responses and text responses, final flag, error
 text, the call's status and cause, protocol violations, and the time to the first response and to
@@ -25,7 +25,7 @@ from typing import Any
 from replay.capture.methods import INFER, STREAM_INFER
 from replay.capture.reader import Gap
 from replay.machine.outcomes import RequestOutcome
-from replay.tools.captured import LoadedCapture
+from replay.tools.captured import CaptureSummary
 from replay.tools.match import STRATEGIES, Candidate, Matcher
 from replay.tools.regression import ModelRegression, Tolerance, per_model
 
@@ -160,7 +160,7 @@ def compare(
 
 
 def diff(
-    a: LoadedCapture, b: LoadedCapture, *, strategies: Sequence[str] = STRATEGIES,
+    a: CaptureSummary, b: CaptureSummary, *, strategies: Sequence[str] = STRATEGIES,
     threshold_ms: float = DEFAULT_THRESHOLD_MS, tolerance_pct: float = 0.0, model_map: Mapping[str, str] | None = None,
 ) -> DiffResult:  # fmt: skip
     """Match B's requests to A's and compare each pair."""
@@ -201,7 +201,7 @@ def _renamed(candidates: Sequence[Candidate], model_map: Mapping[str, str]) -> l
             for c in candidates]  # fmt: skip
 
 
-def _other_counts(c: LoadedCapture) -> Counter[str]:
+def _other_counts(c: CaptureSummary) -> Counter[str]:
     return Counter(
         f"{call.method.rsplit('/', 1)[-1]} {call.status or 'open'}"
         for call in c.outcomes.calls
@@ -209,7 +209,7 @@ def _other_counts(c: LoadedCapture) -> Counter[str]:
     )
 
 
-def other_calls(a: LoadedCapture, b: LoadedCapture) -> tuple[Change, ...]:
+def other_calls(a: CaptureSummary, b: CaptureSummary) -> tuple[Change, ...]:
     """Non-inference calls (readiness, metadata...) compared as counts per method and status."""
     ca, cb = _other_counts(a), _other_counts(b)
     return tuple(Change(field=k, a=ca[k], b=cb[k]) for k in sorted(ca.keys() | cb.keys()) if ca[k] != cb[k])

@@ -16,7 +16,9 @@ Within a strategy, candidates of the call already paired with the incoming one's
 (so a stream keeps following one captured stream), then unused ones before reused ones (``id``
 and ``payload`` may replay a candidate again, ``order`` never does), then capture order.
 When nothing matches, :meth:`Matcher.explain` names the closest candidate and why it failed, in
-the spirit of vcrpy's "can't find a match" message.
+the spirit of vcrpy's "can't find a match" message. A match costs amortised O(1) whatever the number
+of candidates (per group of equal model and id, input hash or nothing: candidate lanes with a cursor
+at the first unused one), so ``diff`` of two captures of many requests is not quadratic.
 """
 
 from __future__ import annotations
@@ -107,6 +109,34 @@ class Match:
     reused: bool = False  # the candidate had been matched before
 
 
+class _Lane:
+    """Candidate indexes in capture order, per call too, each with a cursor at the first one that may be
+    unused (``used`` only grows, so a cursor never moves back: a match costs amortised O(1))."""
+
+    __slots__ = ("_next", "by_call", "items")
+
+    def __init__(self) -> None:
+        self.items: list[int] = []
+        self._next = 0
+        self.by_call: dict[str, _Lane] = {}  # empty in the per-call lanes themselves
+
+    def add(self, i: int, call: str) -> None:
+        """Candidate ``i`` (of ``call``), after every one added before."""
+        self.items.append(i)
+        sub = self.by_call.get(call)
+        if sub is None:
+            sub = self.by_call[call] = _Lane()
+        sub.items.append(i)
+
+    def first(self, used: set[int]) -> int | None:
+        """The lowest unused index, None when all are used."""
+        items, n = self.items, self._next
+        while n < len(items) and items[n] in used:
+            n += 1
+        self._next = n
+        return items[n] if n < len(items) else None
+
+
 class Matcher:
     """Pairs requests with captured candidates; pure, keeps which candidates were used."""
 
@@ -120,30 +150,71 @@ class Matcher:
         self._by_model: dict[tuple[str, str | None], list[int]] = {}
         for i, c in enumerate(self.candidates):
             self._by_model.setdefault((c.key.kind, c.key.model), []).append(i)
+        self._lanes: dict[str, dict[tuple[str, str | None, str | None], int | _Lane]] = {}
 
     def match(self, key: Key, prefer_call: str | None = None) -> Match:
         """The candidate ``key`` stands for (and mark it used), or ``Match(None, None)``."""
-        pool = self._by_model.get((key.kind, key.model), [])
         for strategy in self.strategies:
             if strategy == "id":
                 if not key.request_id:
                     continue
-                hits = [i for i in pool if self.candidates[i].key.request_id == key.request_id]
+                value: str | None = key.request_id
             elif strategy == "payload":
                 if key.input_hash is None:
                     continue
-                hits = [i for i in pool if self.candidates[i].key.input_hash == key.input_hash]
+                value = key.input_hash
             else:
-                hits = [i for i in pool if i not in self.used]
-            if not self.reuse:
-                hits = [i for i in hits if i not in self.used]
-            if not hits:
+                value = None
+            best = self._pick(strategy, (key.kind, key.model, value), prefer_call)
+            if best is None:
                 continue
-            best = min(hits, key=lambda i: (self.candidates[i].call != prefer_call, i in self.used, i))
             reused = best in self.used
             self.used.add(best)
             return Match(candidate=self.candidates[best], by=strategy, reused=reused)
         return Match(candidate=None, by=None)
+
+    def _pick(self, strategy: str, group: tuple[str, str | None, str | None], prefer_call: str | None) -> int | None:
+        """The best of ``group``'s candidates: on ``prefer_call`` first, then unused before used (``order``,
+        or ``reuse=False``: unused only), then capture order. Amortised O(1): lanes keep a cursor."""
+        lanes = self._lanes_of(strategy)
+        whole = lanes.get(group)
+        if whole is None:
+            return None
+        reuse = self.reuse and strategy != "order"  # order matches unused candidates only
+        if isinstance(whole, int):  # one candidate
+            return whole if reuse or whole not in self.used else None
+        if prefer_call is not None:
+            mine = whole.by_call.get(prefer_call)
+            if mine is not None:
+                i = mine.first(self.used)
+                if i is not None:
+                    return i
+                if reuse:
+                    return mine.items[0]
+        i = whole.first(self.used)
+        if i is not None:
+            return i
+        return whole.items[0] if reuse else None
+
+    def _lanes_of(self, strategy: str) -> dict[tuple[str, str | None, str | None], int | _Lane]:
+        """Per (kind, model, id or input hash or None for ``order``): its candidates (built on first use)."""
+        lanes = self._lanes.get(strategy)
+        if lanes is None:
+            lanes = {}
+            for i, c in enumerate(self.candidates):
+                value = c.key.request_id if strategy == "id" else c.key.input_hash if strategy == "payload" else None
+                group = (c.key.kind, c.key.model, value)
+                had = lanes.get(group)
+                if had is None:
+                    lanes[group] = i  # most groups of id and payload hold one candidate: no lane for them
+                    continue
+                if isinstance(had, int):
+                    first, had = had, _Lane()
+                    had.add(first, self.candidates[first].call)
+                    lanes[group] = had
+                had.add(i, c.call)
+            self._lanes[strategy] = lanes
+        return lanes
 
     def explain(self, key: Key) -> str:
         """Why ``key`` matched nothing: the closest candidate and what differs (one line)."""

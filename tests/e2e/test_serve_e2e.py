@@ -23,8 +23,7 @@ from tritonclient.utils import InferenceServerException
 from proxy.lab.background import ProxyThread
 from proxy.lab.tritonserver import TritonServer
 from replay.cli.main import main as replay_main
-from replay.tools.captured import load
-from replay.tools.serve import MockTriton
+from replay.tools.serve import MockTriton, load
 from tests.support.loop_thread import BackgroundLoop
 from tests.support.triton_client import bytes_input, echo_inputs, token_inputs
 from tests.support.user_client import TextAssembler

@@ -53,3 +53,32 @@ def of_kind(recs: list[dict[str, Any]], kind: str, call: str | None = None) -> l
 def calls_by_method(recs: list[dict[str, Any]], suffix: str) -> list[str]:
     """Call ids whose method path ends with ``suffix``, in start order."""
     return [r["call"] for r in recs if r["kind"] == "call_start" and r["method"].endswith(suffix)]
+
+
+def write_rotated(records: list[Any], directory: Path, *, compress: str = "zstd", rotate_bytes: int = 1_500,
+                  batch: int = 7) -> list[Path]:  # fmt: skip
+    """Write ``records`` (a capture_start first; no capture_end: closing writes it) with the proxy's own
+    writer, rotating at ``rotate_bytes`` and compressing as written; the files written, in order.
+
+    Records go in ``batch`` at a time, each batch written before the next (rotation is checked after
+    each written batch), so a small capture still spans several files.
+    """
+    import asyncio
+
+    from proxy.capture.writer import CaptureWriter, WriterOptions
+
+    start, body = records[0], records[1:]
+
+    async def go() -> list[Path]:
+        w = CaptureWriter(WriterOptions(directory=directory, compress=compress, rotate_bytes=rotate_bytes), start)
+        w.open()
+        for i in range(0, len(body), batch):
+            for r in body[i : i + batch]:
+                w.emit(r)
+            async with asyncio.timeout(30):
+                while w.backlog:  # the writer thread drains its queue; no event says so
+                    await asyncio.sleep(0.002)
+        await w.close()
+        return list(w.paths)
+
+    return asyncio.run(go())

@@ -1,8 +1,10 @@
 """``triton-tap serve``: a mock Triton that answers real clients from captures.
 
 A grpc.aio server implementing ``inference.GRPCInferenceService`` (tritonclient's ``service_pb2_grpc``
-servicer) whose answers come from a :class:`~replay.tools.captured.LoadedCapture`:
-:mod:`~replay.tools.serve.responses` builds the answers from captured records (pure),
+servicer) whose answers come from a :class:`~replay.tools.serve.index.LoadedCapture` (:func:`load`: one
+streaming pass; a compact index in memory, the answers in a temporary file, read back when asked:
+:mod:`~replay.tools.serve.index`, pure); :mod:`~replay.tools.serve.responses` builds the answers from
+captured records (pure),
 :mod:`~replay.tools.serve.stream` replays one ModelStreamInfer call, :mod:`~replay.tools.serve.server`
 is the grpc.aio shell. Which captured request an incoming one stands for is :mod:`replay.tools.match`'s
 decision.
@@ -25,7 +27,8 @@ decision.
   not match, and a log line.
 """
 
+from replay.tools.serve.index import LoadedCapture, load
 from replay.tools.serve.responses import parse_timing
 from replay.tools.serve.server import MockTriton
 
-__all__ = ["MockTriton", "parse_timing"]
+__all__ = ["LoadedCapture", "MockTriton", "load", "parse_timing"]

@@ -9,17 +9,20 @@ or touches a socket; :mod:`replay.tools.serve.server` schedules and sends.
 from __future__ import annotations
 
 import base64
+import functools
 import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import service_pb2 as pb
 
 from replay.capture import events as ev
-from replay.tools.captured import CapturedCall
-from replay.tools.feed import _DEFAULT_DETAILS
+from replay.capture.methods import SERVICE
 from replay.tools.match import Key, input_hash
+
+if TYPE_CHECKING:
+    from replay.tools.serve.index import CapturedCall
 
 # The RPCs whose answer is one bool field, and its name: the only answers a meta capture can rebuild.
 READINESS = {"ServerLive": "live", "ServerReady": "ready", "ModelReady": "ready"}
@@ -46,11 +49,6 @@ def parse_timing(text: str) -> float | None:
 def delay_s(from_ns: int, to_ns: int, speed: float) -> float:
     """The replayed delay between two captured instants at ``speed`` (negative when ``to_ns`` is earlier)."""
     return (to_ns - from_ns) / 1e9 / speed
-
-
-def status_details(status: str, details: str | None) -> str:
-    """What the client's gRPC would have reported for a status that came without a message."""
-    return details if details is not None else _DEFAULT_DETAILS.get(status, "")
 
 
 def request_key(kind: str, request: Any) -> Key:
@@ -94,7 +92,8 @@ def has_bytes(rec: ev.MessageSeen) -> bool:
     return rec.payload is not None and not rec.payload_truncated and not rec.compressed
 
 
-def _payload(rec: ev.MessageSeen) -> bytes:
+def payload_bytes(rec: ev.MessageSeen) -> bytes:
+    """The captured message bytes of a record that :func:`has_bytes`."""
     assert rec.payload is not None
     return base64.b64decode(rec.payload)
 
@@ -120,7 +119,7 @@ def infer_response(rec: ev.MessageSeen) -> tuple[Any, bool]:
 def stream_response(rec: ev.MessageSeen) -> tuple[Any, bool]:
     """The ``ModelStreamInferResponse`` to send for a captured one, and whether its data is real."""
     if has_bytes(rec):
-        return pb.ModelStreamInferResponse.FromString(_payload(rec)), True
+        return pb.ModelStreamInferResponse.FromString(payload_bytes(rec)), True
     inner, _ = infer_response(rec)
     return pb.ModelStreamInferResponse(error_message=rec.error or "", infer_response=inner), False
 
@@ -128,25 +127,26 @@ def stream_response(rec: ev.MessageSeen) -> tuple[Any, bool]:
 def unary_response(rec: ev.MessageSeen) -> tuple[Any, bool]:
     """The ``ModelInferResponse`` to send for a captured unary response, and whether its data is real."""
     if has_bytes(rec):
-        return pb.ModelInferResponse.FromString(_payload(rec)), True
+        return pb.ModelInferResponse.FromString(payload_bytes(rec)), True
     return infer_response(rec)
 
 
 def other_response(name: str, response_type: Any, rec: ev.MessageSeen) -> Any:
     """The answer of a non-inference RPC ``name`` from its captured response."""
     if has_bytes(rec):
-        return response_type.FromString(_payload(rec))
+        return response_type.FromString(payload_bytes(rec))
     # Only readiness gets here without bytes: proto3 writes a false bool as nothing, so a
     # non-empty answer was `true`.
     return response_type(**{READINESS[name]: rec.size > 0})
 
 
-def _same_request(call: CapturedCall, request: Any, wanted: bytes) -> bool | None:
-    """Whether ``call`` was asked ``request`` (serialised as ``wanted``); None: its bytes were not captured."""
-    if not call.requests or not has_bytes(call.requests[0][1]):
+def _same_request(call: CapturedCall, wanted: bytes, request_type: type[Any]) -> bool | None:
+    """Whether ``call`` was asked ``wanted`` (a request serialised deterministically); None: its bytes were
+    not captured."""
+    asked = call.asked_bytes()
+    if asked is None:
         return None
-    parsed = type(request).FromString(_payload(call.requests[0][1]))
-    return bool(parsed.SerializeToString(deterministic=True) == wanted)
+    return bool(request_type.FromString(asked).SerializeToString(deterministic=True) == wanted)
 
 
 def pick_other(name: str, calls: Sequence[CapturedCall], request: Any, used: Collection[str]) -> CapturedCall | str:
@@ -158,7 +158,7 @@ def pick_other(name: str, calls: Sequence[CapturedCall], request: Any, used: Col
     if not calls:
         return f"triton-tap serve: the capture has no {name} call to answer with"
     wanted = request.SerializeToString(deterministic=True)
-    verdicts = [(c, _same_request(c, request, wanted)) for c in calls]
+    verdicts = [(c, _same_request(c, wanted, type(request))) for c in calls]
     pool = [c for c, v in verdicts if v is True] or [c for c, v in verdicts if v is None]
     if not pool:
         asked = " ".join(str(request).split()) or "empty request"
@@ -170,7 +170,49 @@ def pick_other(name: str, calls: Sequence[CapturedCall], request: Any, used: Col
 def missing_answer(name: str, call: CapturedCall) -> str | None:
     """The FAILED_PRECONDITION message when ``call``'s OK answer to ``name`` cannot be rebuilt, else None."""
     ok = call.end is None or call.end.status == "OK"
-    if ok and call.responses and name not in READINESS and not has_bytes(call.responses[0].record):
+    first = call.first_response()
+    if ok and first is not None and name not in READINESS and not first.real:
         return (f"triton-tap serve: the capture holds no bytes of the {name} answer (recorded with "
                 "--payload meta); record with --payload full to serve it")  # fmt: skip
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """Which RPC a captured call's answers are for: its name and response type (None: not served)."""
+
+    name: str | None
+    response_type: Any
+    inference: bool = False  # ModelStreamInfer or ModelInfer
+
+    @property
+    def other(self) -> str | None:
+        """The RPC's name when it is served and neither ModelStreamInfer nor ModelInfer."""
+        return None if self.inference else self.name
+
+
+@functools.cache
+def answer_kind(method: str) -> Kind:
+    """The :class:`Kind` of a captured call's method path (one shared object per method)."""
+    service, _, name = method.lstrip("/").rpartition("/")
+    rpc = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name.get(name)
+    if service != SERVICE or rpc is None:
+        return Kind(None, None)
+    return Kind(name, getattr(pb, rpc.output_type.name), name in ("ModelStreamInfer", "ModelInfer"))
+
+
+def answer_bytes(kind: Kind, rec: ev.MessageSeen) -> tuple[bytes | None, bool]:
+    """The serialized answer serve sends for a captured response of a call of ``kind``, and whether it
+    is the captured bytes; None when serve does not answer it (not served, or a meta capture's
+    metadata/config answer: see :func:`missing_answer`)."""
+    if kind.name is None:
+        return None, False
+    if has_bytes(rec):
+        return payload_bytes(rec), True
+    if kind.name == "ModelStreamInfer":
+        return stream_response(rec)[0].SerializeToString(), False
+    if kind.name == "ModelInfer":
+        return unary_response(rec)[0].SerializeToString(), False
+    if kind.name in READINESS:
+        return other_response(kind.name, kind.response_type, rec).SerializeToString(), False
+    return None, False

@@ -21,22 +21,19 @@ from tritonclient.grpc import service_pb2 as pb
 from replay.capture.methods import SERVICE, path_of
 from replay.errors import UserError
 from replay.hostport import format_hostport, parse_hostport
-from replay.tools.captured import CapturedCall, LoadedCapture, Response
 from replay.tools.feed import _metadata
 from replay.tools.grpcstatus import status_code
 from replay.tools.match import STRATEGIES, Key, Matcher
+from replay.tools.serve.index import Answer, CapturedCall, LoadedCapture
 from replay.tools.serve.responses import (
     Undecodable,
     delay_s,
     lenient,
     missing_answer,
-    other_response,
     pick_other,
     request_key,
-    status_details,
-    unary_response,
 )
-from replay.tools.serve.stream import Stream
+from replay.tools.serve.stream import Stream, status_details
 
 log = logging.getLogger("triton_tap.serve")
 
@@ -199,13 +196,13 @@ class MockTriton:
             return None
         call = self.capture.calls[m.candidate.call]
         log.debug("ModelInfer: %s matched call %s by %s", key.describe(), call.id, m.by)
-        req = self.capture.request(call.id, m.candidate.seq)
-        return await self._answer(call, req.t_ns, context, lambda r: self._unary(r, request.id),
+        return await self._answer(call, call.request_t(m.candidate.seq), context, lambda r: self._unary(r, request.id),
                                   lambda: pb.ModelInferResponse(id=request.id))  # fmt: skip
 
-    def _unary(self, resp: Response, incoming_id: str) -> Any:
-        msg, real = unary_response(resp.record)
-        self.note_dataless(real, "ModelInfer")
+    def _unary(self, answer: Answer, incoming_id: str) -> Any:
+        assert answer.data is not None  # every ModelInfer response has an answer
+        msg = pb.ModelInferResponse.FromString(answer.data)
+        self.note_dataless(answer.real, "ModelInfer")
         if not self.keep_ids:
             msg.id = incoming_id
         return msg
@@ -218,20 +215,20 @@ class MockTriton:
                                 tuple(_metadata(end.trailers)))  # fmt: skip
         if end is not None and end.trailers:
             context.set_trailing_metadata(tuple(_metadata(end.trailers)))
-        if not call.responses:
+        first = call.first_response()
+        if first is None:
             # A 0-byte answer is a message record of size 0; here the capture has none at all, yet the
             # status the client got was OK (or never recorded): answer that status with the empty message.
             log.warning("captured call %s (%s) has no response message: answering %s with an empty message",
                         call.id, call.short_method, "OK" if end is not None else "its unrecorded end")  # fmt: skip
             return empty()
-        return build(call.responses[0])
+        return build(first)
 
     async def other(self, name: str, response_type: Any, request: Any, context: Any) -> Any:
         """Readiness, metadata and the other unary RPCs (see :mod:`replay.tools.serve`)."""
         if isinstance(request, Undecodable):
             await self.undecodable(context, request, name)
-        calls = [c for c in self.capture.calls.values() if c.method == path_of(name)]
-        call = pick_other(name, calls, request, self._other_used)
+        call = pick_other(name, self.capture.calls_of(path_of(name)), request, self._other_used)
         if isinstance(call, str):
             self.unmatched.append(call)
             log.warning("%s: %s", name, call)
@@ -242,6 +239,5 @@ class MockTriton:
         if refusal is not None:
             log.warning("%s: %s", name, refusal)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, refusal)
-        t0 = call.requests[0][1].t_ns if call.requests else call.t_start
-        return await self._answer(call, t0, context, lambda r: other_response(name, response_type, r.record),
+        return await self._answer(call, call.first_request_t, context, lambda r: response_type.FromString(r.data),
                                   response_type)  # fmt: skip

@@ -10,12 +10,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from replay.tools.captured import CapturedCall
-from replay.tools.feed import _metadata
+from tritonclient.grpc import service_pb2 as pb
+
+from replay.tools.feed import _DEFAULT_DETAILS, _metadata
 from replay.tools.grpcstatus import status_code
-from replay.tools.serve.responses import Undecodable, delay_s, request_key, status_details, stream_response
+from replay.tools.serve.responses import Undecodable, delay_s, request_key
 
 if TYPE_CHECKING:
+    from replay.tools.serve.index import CapturedCall
     from replay.tools.serve.server import MockTriton
 
 log = logging.getLogger("triton_tap.serve")
@@ -28,6 +30,11 @@ class _Due:
     n: int
     message: Any = field(compare=False)
     call: str = field(compare=False)
+
+
+def status_details(status: str, details: str | None) -> str:
+    """What the client's gRPC would have reported for a status that came without a message."""
+    return details if details is not None else _DEFAULT_DETAILS.get(status, "")
 
 
 class Stream:
@@ -43,19 +50,19 @@ class Stream:
         self.arrived: dict[int, float] = {}  # captured request seq (primary call) -> arrival (monotonic)
         self.half_closed = False
         self._before_end: list[int] = []  # the primary call's requests captured before its end
-        self._sent_at: dict[int, int] = {}  # the primary call's request seq -> captured t_ns
 
     def _schedule(self, call: CapturedCall, req_seq: int, req_t: int, incoming_id: str, now: float) -> None:
         speed = self.server.speed
-        for resp in call.responses_of(req_seq):
-            msg, real = stream_response(resp.record)
-            self.server.note_dataless(real, "ModelStreamInfer")
+        for answer in call.responses_of(req_seq):
+            assert answer.data is not None  # every ModelStreamInfer response has an answer
+            msg = pb.ModelStreamInferResponse.FromString(answer.data)
+            self.server.note_dataless(answer.real, "ModelStreamInfer")
             if not self.server.keep_ids:
                 msg.infer_response.id = incoming_id
             # fast: everything is due at once, so the heap orders what is pending by captured seq,
             # which keeps the captured interleaving among the requests that have arrived.
-            at = 0.0 if speed is None else now + delay_s(req_t, resp.record.t_ns, speed)
-            heapq.heappush(self.pending, _Due(at, resp.seq, next(self.counter), msg, call.id))
+            at = 0.0 if speed is None else now + delay_s(req_t, answer.t_ns, speed)
+            heapq.heappush(self.pending, _Due(at, answer.seq, next(self.counter), msg, call.id))
 
     def _end_reachable(self) -> bool:
         """A captured non-OK end is next once the requests captured before it arrived (or can no longer)."""
@@ -78,8 +85,7 @@ class Stream:
         speed = self.server.speed
         if speed is None or call is None or call.end is None or not self.arrived:
             return 0.0
-        t = self._sent_at
-        return max(at + delay_s(t[seq], call.end.t_ns, speed) for seq, at in self.arrived.items())
+        return max(at + delay_s(call.request_t(seq), call.end.t_ns, speed) for seq, at in self.arrived.items())
 
     async def _take(self, item: Any) -> None:
         if item is None:
@@ -143,12 +149,10 @@ class Stream:
         if self.primary is None:
             self.primary = call
             end_seq = call.end.seq if call.end is not None else -1
-            self._before_end = [seq for seq, rec in call.requests if seq < end_seq and rec.request_id is not None]
-            self._sent_at = {seq: rec.t_ns for seq, rec in call.requests}
+            self._before_end = [r.seq for r in call.requests() if r.seq < end_seq and r.labelled]
         if call is self.primary:
             self.arrived[m.candidate.seq] = now
-        req_t = self.server.capture.request(call.id, m.candidate.seq).t_ns
-        self._schedule(call, m.candidate.seq, req_t, request.id, now)
+        self._schedule(call, m.candidate.seq, call.request_t(m.candidate.seq), request.id, now)
 
     async def _abort_as_captured(self) -> None:
         assert self.primary is not None and self.primary.end is not None

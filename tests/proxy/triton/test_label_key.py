@@ -93,7 +93,10 @@ def _outcome(fn: Callable[[bytes, bool], dict[str, Any]], body: bytes) -> tuple[
 
 def _same(kind: str, body: bytes) -> None:
     cached, decode = _FUNCS[kind]
-    assert _outcome(cached, body) == _outcome(decode, body)
+    # Compared by repr: an edited double parameter may decode to NaN, and NaN != NaN (repr keeps
+    # every float exactly, so nothing else is loosened).
+    got, want = _outcome(cached, body), _outcome(decode, body)
+    assert repr(got) == repr(want), (got, want)
 
 
 def _clear() -> None:
@@ -135,7 +138,7 @@ def test_random_bytes_equal_protobuf(kind: str, a: bytes, b: bytes) -> None:
 
 
 def test_key_ignores_only_tensor_bytes() -> None:
-    """Responses differing only in tensor bytes share a key; a different id does not."""
+    """Responses differing only in tensor bytes share a key; a different id does not (without ``ids``)."""
     def body(rid: str, data: bytes) -> bytes:
         r = pb.ModelInferResponse(model_name="m", id=rid)
         r.outputs.add(name="OUT", datatype="BYTES", shape=[1])
@@ -148,3 +151,38 @@ def test_key_ignores_only_tensor_bytes() -> None:
     assert key(body("a", b"x")) == key(body("a", b"yyyy" * 100)) is not None
     assert key(body("a", b"x")) != key(body("b", b"x"))
     assert labels.label_key(b"\x32", labels.RAW_OUTPUT_TAG) is None  # a cut field: no key
+
+
+def test_a_new_request_id_is_a_hit_with_its_own_id() -> None:
+    """perf_analyzer gives every request its own id: the labels of request and responses of a new
+    id come from the cache (no protobuf decode), with that id; a non-UTF-8 id is protobuf's to refuse."""
+    def request(rid: bytes) -> bytes:
+        r = pb.ModelInferRequest(model_name="m", id="x" * len(rid))
+        r.inputs.add(name="IN", datatype="BYTES", shape=[1])
+        body = r.SerializeToString()
+        return body.replace(b"x" * len(rid), rid)
+
+    def stream(rid: str, final: bool) -> bytes:
+        r = pb.ModelInferResponse(model_name="m", id=rid)
+        r.parameters["triton_final_response"].bool_param = final
+        r.outputs.add(name="OUT", datatype="BYTES", shape=[1])
+        r.raw_output_contents.append(rid.encode())
+        return pb.ModelStreamInferResponse(infer_response=r).SerializeToString()
+
+    _clear()
+    assert labels.request_labels(request(b"req-1"), False)["request_id"] == "req-1"
+    assert labels.stream_response_labels(stream("req-1", False), False)["request_id"] == "req-1"
+    decoded: list[bytes] = []
+    real = (labels.decode_request_labels, labels.decode_stream_response_labels)
+    try:
+        labels.decode_request_labels = lambda b, t: decoded.append(b) or real[0](b, t)  # type: ignore[assignment,func-returns-value]
+        labels.decode_stream_response_labels = lambda b, t: decoded.append(b) or real[1](b, t)  # type: ignore[assignment,func-returns-value]
+        got = labels.request_labels(request(b"req-2"), False)
+        assert got["request_id"] == "req-2" and got["model"] == "m"
+        resp = labels.stream_response_labels(stream("req-2", False), False)
+        assert (resp["request_id"], resp["final"]) == ("req-2", False)
+        assert decoded == []  # both were hits
+    finally:
+        labels.decode_request_labels, labels.decode_stream_response_labels = real
+    assert _outcome(labels.request_labels, request(b"\xff\xfe-3")) == _outcome(labels.decode_request_labels, request(b"\xff\xfe-3"))
+    assert _outcome(labels.request_labels, request(b"\xff\xfe-3"))[0] == "error"

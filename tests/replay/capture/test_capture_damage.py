@@ -20,7 +20,7 @@ from replay.cli.diff import run_diff
 from replay.cli.report import build_report
 from replay.errors import CaptureError
 from replay.machine.tracker import track
-from replay.tools.captured import load
+from replay.tools.serve import load
 from tests.support.paths import DATA
 
 GOLDEN = ("stream_cancel.jsonl", "unary.jsonl", "interleaved.jsonl", "gaps.jsonl", "error_midstream.jsonl")
@@ -61,7 +61,7 @@ def _entry_points(path: Path, out_dir: Path) -> dict[str, Any]:
         "report": lambda: build_report([str(path)], out_dir / "r.html", err=quiet()),
         "diff": lambda: run_diff([str(DATA / "stream_cancel.jsonl")], [str(path)], out=quiet(), err=quiet()),
         "diff-reversed": lambda: run_diff([str(path)], [str(DATA / "stream_cancel.jsonl")], out=quiet(), err=quiet()),
-        "load": lambda: load(path),
+        "serve": lambda: load(path).close(),
     }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from replay.tools.captured import load
+from replay.tools.captured import summarize
 from replay.tools.diff import DiffResult, diff
 from tests.data.make_golden import Builder
 
@@ -25,7 +25,7 @@ def _stream(*, rid: str = "r1", final: bool = True, first_ms: float = 5.0, cance
 
 
 def _diff(a: Builder, b: Builder, **kw: object) -> DiffResult:
-    return diff(load(a.records), load(b.records), **kw)  # type: ignore[arg-type]
+    return diff(summarize(a.records), summarize(b.records), **kw)  # type: ignore[arg-type]
 
 
 def _changes(result: DiffResult) -> dict[str, tuple[object, object]]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2 as pb
 
 from replay.tools.match import Candidate, Key, Match, Matcher, input_hash, input_hash_of_bytes, parse_strategies
@@ -175,3 +177,47 @@ def test_input_hash_tells_shapes_apart_with_the_same_bytes() -> None:
         return r
 
     assert input_hash(req([2, 3])) != input_hash(req([3, 2]))
+
+
+def _reference(m: Matcher, key: Key, prefer_call: str | None) -> int | None:
+    """The matching rule spelled out over every candidate (what Matcher's lanes must agree with)."""
+    pool = [i for i, c in enumerate(m.candidates) if (c.key.kind, c.key.model) == (key.kind, key.model)]
+    for strategy in m.strategies:
+        if strategy == "id":
+            if not key.request_id:
+                continue
+            hits = [i for i in pool if m.candidates[i].key.request_id == key.request_id]
+        elif strategy == "payload":
+            if key.input_hash is None:
+                continue
+            hits = [i for i in pool if m.candidates[i].key.input_hash == key.input_hash]
+        else:
+            hits = [i for i in pool if i not in m.used]
+        if not m.reuse:
+            hits = [i for i in hits if i not in m.used]
+        if hits:
+            return min(hits, key=lambda i: (m.candidates[i].call != prefer_call, i in m.used, i))
+    return None
+
+
+_small_keys = st.builds(_key, st.sampled_from([None, "", "a", "b"]), st.sampled_from(["tokens", "echo"]),
+                        st.sampled_from([None, "h1", "h2"]), st.sampled_from(["stream", "unary"]))  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cands=st.lists(st.tuples(_small_keys, st.sampled_from(["c1.1", "c1.3", "c1.5"])), max_size=12),
+    asks=st.lists(st.tuples(_small_keys, st.sampled_from([None, "c1.1", "c1.3"])), max_size=15),
+    strategies=st.permutations(["id", "payload", "order"]).map(tuple),
+    reuse=st.booleans(),
+)
+def test_matcher_agrees_with_the_rule_spelled_out(
+    cands: list[tuple[Key, str]], asks: list[tuple[Key, str | None]], strategies: tuple[str, ...], reuse: bool
+) -> None:
+    """Whatever the candidates, strategies and asks: the indexed matcher picks what the plain rule picks."""
+    m = Matcher([Candidate(key=k, call=c, seq=i, position=i) for i, (k, c) in enumerate(cands)], strategies,
+                reuse=reuse)  # fmt: skip
+    for key, prefer in asks:
+        want = _reference(m, key, prefer)
+        got = m.match(key, prefer_call=prefer)
+        assert (got.candidate.seq if got.candidate is not None else None) == want

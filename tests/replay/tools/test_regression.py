@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from replay.tools.captured import load
+from replay.tools.captured import summarize
 from replay.tools.diff import diff
 from replay.tools.regression import Tolerance, parse_tolerance, percentile
 from tests.data.make_golden import Builder
@@ -44,7 +44,7 @@ def test_percentiles_are_nearest_rank() -> None:
 
 
 def test_same_traffic_has_one_unchanged_model_row() -> None:
-    result = diff(load(_capture("tokens", 5.0).records), load(_capture("tokens", 5.0).records))
+    result = diff(summarize(_capture("tokens", 5.0).records), summarize(_capture("tokens", 5.0).records))
     (m,) = result.models
     assert (m.model, m.requests_a, m.requests_b, m.changed) == ("tokens", 4, 4, False)
     assert {t.name for t in m.timings} >= {"first_response_ms p50", "duration_ms p95"}
@@ -53,7 +53,7 @@ def test_same_traffic_has_one_unchanged_model_row() -> None:
 
 def test_a_slower_model_is_flagged_beyond_tolerance_only() -> None:
     """First responses 300 ms later: flagged at 100 ms, within 1000 ms or 10000 %."""
-    a, b = load(_capture("tokens", 5.0).records), load(_capture("tokens", 305.0).records)
+    a, b = summarize(_capture("tokens", 5.0).records), summarize(_capture("tokens", 305.0).records)
     slow = diff(a, b, threshold_ms=100.0)
     assert not slow.equivalent and [m.model for m in slow.slower] == ["tokens"]
     assert any(t.regressed and t.name == "first_response_ms p50" for t in slow.models[0].timings)
@@ -63,7 +63,7 @@ def test_a_slower_model_is_flagged_beyond_tolerance_only() -> None:
 
 def test_model_map_pairs_a_renamed_model_and_counts_outcome_and_error_changes() -> None:
     """A's `tokens` sent to `tokens_v2`, which errors: paired by --model-map, counted under A's name."""
-    a, b = load(_capture("tokens", 5.0).records), load(_capture("tokens_v2", 5.0, error=True).records)
+    a, b = summarize(_capture("tokens", 5.0).records), summarize(_capture("tokens_v2", 5.0, error=True).records)
     unmapped = diff(a, b)
     assert len(unmapped.only_a) == 4 and len(unmapped.only_b) == 4
     result = diff(a, b, model_map={"tokens": "tokens_v2"})
@@ -85,4 +85,4 @@ def test_the_same_client_side_ending_with_another_text_is_no_change() -> None:
         b.end("c1.1", "DEADLINE_EXCEEDED", "deadline", ms=300, details=details)
         return b.finish()
 
-    assert diff(load(capture("DEADLINE_EXCEEDED").records), load(capture("Deadline Exceeded").records)).equivalent
+    assert diff(summarize(capture("DEADLINE_EXCEEDED").records), summarize(capture("Deadline Exceeded").records)).equivalent

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import math
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
@@ -11,8 +12,8 @@ from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2 as pb
 
 from replay.capture import events as ev
-from replay.tools.captured import CallEnd, CapturedCall, Response
 from replay.tools.serve import parse_timing
+from replay.tools.serve.index import AnswerStore, CallEnd, CapturedCall
 from replay.tools.serve.responses import (
     Undecodable,
     lenient,
@@ -34,13 +35,26 @@ def _full(message: object, dir: ev.Direction = "s2c") -> ev.MessageSeen:
     return _msg(dir, size=len(data), payload=base64.b64encode(data).decode())
 
 
+@pytest.fixture
+def store() -> Iterator[AnswerStore]:
+    """Where the test calls' answers go; dropped at teardown."""
+    s = AnswerStore()
+    yield s
+    s.close()
+
+
 def _call(
-    cid: str, request: ev.MessageSeen | None, response: ev.MessageSeen | None, status: str = "OK"
-) -> CapturedCall:
-    end = CallEnd(t_ns=2, seq=9, status=status, details=None, cause="ok", trailers=None, initial_metadata=None)
-    return CapturedCall(id=cid, method="/inference.GRPCInferenceService/ServerMetadata", t_start=0, timeout_ms=None,
-                        requests=[(1, request)] if request else [],
-                        responses=[Response(seq=2, record=response, request_seq=1)] if response else [], end=end)  # fmt: skip
+    store: AnswerStore, cid: str, request: ev.MessageSeen | None, response: ev.MessageSeen | None,
+    status: str = "OK",
+) -> CapturedCall:  # fmt: skip
+    call = CapturedCall(id=cid, method="/inference.GRPCInferenceService/ServerMetadata", t_start=0, timeout_ms=None,
+                        store=store)  # fmt: skip
+    if request is not None:
+        call.add_request(1, request)
+    if response is not None:
+        call.add_response(2, response, 1)
+    call.end = CallEnd(t_ns=2, seq=9, status=status, details=None, cause="ok", trailers=None, initial_metadata=None)
+    return call
 
 
 @pytest.mark.parametrize(("text", "want"), [("as-captured", 1.0), ("fast", None), ("x2", 2.0), ("x0.5", 0.5)])
@@ -102,39 +116,39 @@ def test_readiness_without_bytes_is_told_by_size() -> None:
     assert other_response("ModelReady", pb.ModelReadyResponse, _msg(size=0)).ready is False
 
 
-def test_pick_other_prefers_the_same_request_then_walks_unused_calls() -> None:
+def test_pick_other_prefers_the_same_request_then_walks_unused_calls(store: AnswerStore) -> None:
     """A call asked the same thing wins; repeated asks take the next unused one, then the last."""
     ask = pb.ModelMetadataRequest(name="a")
-    other = _call("c0", _full(pb.ModelMetadataRequest(name="b"), "c2s"), None)
-    same1 = _call("c1", _full(ask, "c2s"), None)
-    same2 = _call("c2", _full(ask, "c2s"), None)
+    other = _call(store, "c0", _full(pb.ModelMetadataRequest(name="b"), "c2s"), None)
+    same1 = _call(store, "c1", _full(ask, "c2s"), None)
+    same2 = _call(store, "c2", _full(ask, "c2s"), None)
     calls = [other, same1, same2]
     assert pick_other("ModelMetadata", calls, ask, set()) is same1
     assert pick_other("ModelMetadata", calls, ask, {"c1"}) is same2
     assert pick_other("ModelMetadata", calls, ask, {"c1", "c2"}) is same2
 
 
-def test_pick_other_explains_when_nothing_answers() -> None:
+def test_pick_other_explains_when_nothing_answers(store: AnswerStore) -> None:
     """No call of the method, or only calls asked something else: the NOT_FOUND message says which."""
     ask = pb.ModelMetadataRequest(name="a")
     assert "has no ModelMetadata call" in str(pick_other("ModelMetadata", [], ask, set()))
-    other = _call("c0", _full(pb.ModelMetadataRequest(name="b"), "c2s"), None)
+    other = _call(store, "c0", _full(pb.ModelMetadataRequest(name="b"), "c2s"), None)
     why = pick_other("ModelMetadata", [other], ask, set())
     assert isinstance(why, str) and "1 captured ModelMetadata call(s) asked something else" in why
 
 
-def test_pick_other_falls_back_to_calls_whose_request_was_not_captured() -> None:
+def test_pick_other_falls_back_to_calls_whose_request_was_not_captured(store: AnswerStore) -> None:
     """A meta capture holds no request bytes: any call of the method may answer."""
-    meta = _call("c0", _msg("c2s", size=3), None)
+    meta = _call(store, "c0", _msg("c2s", size=3), None)
     assert pick_other("ModelMetadata", [meta], pb.ModelMetadataRequest(name="a"), set()) is meta
 
 
-def test_missing_answer_only_for_ok_non_readiness_answers_without_bytes() -> None:
+def test_missing_answer_only_for_ok_non_readiness_answers_without_bytes(store: AnswerStore) -> None:
     """A meta capture cannot rebuild a metadata answer; readiness, errors and full captures are fine."""
-    assert missing_answer("ServerMetadata", _call("c", None, _msg(size=5))) is not None
-    assert missing_answer("ServerReady", _call("c", None, _msg(size=5))) is None
-    assert missing_answer("ServerMetadata", _call("c", None, _msg(size=5), status="UNAVAILABLE")) is None
-    assert missing_answer("ServerMetadata", _call("c", None, _full(pb.ServerMetadataResponse(name="t")))) is None
+    assert missing_answer("ServerMetadata", _call(store, "c", None, _msg(size=5))) is not None
+    assert missing_answer("ServerReady", _call(store, "c", None, _msg(size=5))) is None
+    assert missing_answer("ServerMetadata", _call(store, "c", None, _msg(size=5), status="UNAVAILABLE")) is None
+    assert missing_answer("ServerMetadata", _call(store, "c", None, _full(pb.ServerMetadataResponse(name="t")))) is None
 
 
 def test_lenient_deserializer_hands_on_what_does_not_parse() -> None:

@@ -22,8 +22,7 @@ import tritonclient.grpc.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
 from replay import feed_stream
-from replay.tools.captured import load
-from replay.tools.serve import MockTriton
+from replay.tools.serve import MockTriton, load
 from tests.support.loop_thread import BackgroundLoop
 from tests.support.paths import DATA
 from tests.support.triton_client import echo_inputs, token_inputs
@@ -363,3 +362,24 @@ def test_a_captured_ok_call_without_a_response_message_answers_ok(
     finally:
         c.close()
     assert any("has no response message" in r.getMessage() for r in caplog.records)
+
+
+def test_a_rotated_zstd_capture_is_served_as_captured(serve: Serve, tmp_path: Path) -> None:
+    """The writer's rotated .jsonl.zst files of a full capture, served from serve's index: three interleaved
+    requests get the texts and finals the capture holds (as fed to a callback), and the unary echo its bytes."""
+    from tests.replay.tools.serve.test_index import _capture
+    from tests.support.capture import write_rotated
+
+    files = write_rotated(_capture("full", responses=6).records, tmp_path, rotate_bytes=500)
+    assert len(files) >= 3
+    url = serve(str(tmp_path), speed=None)
+    sends = [("tokens", f"r{i}", token_inputs(f"r{i}", 6)) for i in range(3)]
+    state = _stream(url, sends, lambda c: c.done == {"r0", "r1", "r2"})
+    assert state == _fed(str(tmp_path))
+    assert state["text"] == {f"r{i}": "".join(f"r{i}-{k}" for k in range(6)) for i in range(3)}
+    c = grpcclient.InferenceServerClient(url)
+    try:
+        result = c.infer("echo", echo_inputs(np.zeros(2, dtype=np.uint8)), request_id="e1")
+        assert result.as_numpy("OUTPUT").tolist() == [b"hi"]
+    finally:
+        c.close()
