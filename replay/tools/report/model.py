@@ -20,8 +20,6 @@ a canvas from those arrays instead of creating a DOM node per record.
 
 from __future__ import annotations
 
-import itertools
-import math
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +37,8 @@ from replay.capture.schema import encode
 from replay.machine.outcomes import RequestOutcome
 from replay.machine.tracker import Tracker
 from replay.tools.report.overview import build_overview
+from replay.tools.report.stats import IntArray, ModelStats, group_percentiles
+from replay.tools.report.stats import percentile as percentile  # re-exported: tests and callers know it here
 
 #: Embed every record (for hover) only up to this many; larger captures show the compact fields.
 RECORD_LIMIT = 20_000
@@ -49,19 +49,6 @@ FINAL = 2  # raw triton_final_response = true
 ERROR = 4  # in-band error_message
 UNATTRIBUTED = 8  # the tracker could not give it to a request
 
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (``q`` in 0..100) of ``values``, or None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def _r3(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
 
 
 @dataclass
@@ -119,9 +106,10 @@ class _Lanes:
     def __init__(self, t0: int, calls: Sequence[_CallInfo]) -> None:
         self.t0 = t0
         self.call_index = {c.id: i for i, c in enumerate(calls)}
-        self.columns: dict[str, list[Any]] = {k: [] for k in _LANE_COLUMNS}
-        self._items = list(self.columns.items())
+        self.columns: dict[str, list[Any]] = {k: [] for k in _LANE_COLUMNS}  # filled by laid_out()
+        self._rows: list[tuple[Any, ...]] = []
         self.ticks: dict[str, list[int]] = {"lane": [], "t": [], "flags": [], "ri": []}
+        self.tick_arrays: dict[str, IntArray] = {}
         self._of: dict[tuple[str, str | None], list[int]] = {}  # (call, request id) -> lanes
         self._extra: list[tuple[int, int, int, int]] = []  # unattributed ticks: (lane, t_ns, flags, ri)
 
@@ -131,12 +119,15 @@ class _Lanes:
 
     def add(self, call: _CallInfo, **values: Any) -> int:
         """A new lane of ``call`` (columns not given are null); returns its index."""
-        n = len(self.columns["call"])
         values["call"] = self.call_index[call.id]
-        get = values.get
-        for k, column in self._items:
-            column.append(get(k))
-        return n
+        # One row now (map runs in C), columns once at the end: ~30k request lanes at 1M records.
+        self._rows.append(tuple(map(values.get, _LANE_COLUMNS)))
+        return len(self._rows) - 1
+
+    def laid_out(self) -> None:
+        """Every lane is added: the rows become the columns."""
+        cols = list(zip(*self._rows, strict=True)) or [() for _ in _LANE_COLUMNS]
+        self.columns = {k: list(col) for k, col in zip(_LANE_COLUMNS, cols, strict=True)}
 
     def name(self, lane: int, call: str, request_id: str | None) -> None:
         """``lane`` draws request ``request_id`` of ``call`` (cancels find their lanes by id)."""
@@ -159,8 +150,9 @@ class _Lanes:
         cols = [c[keep] for c in cols]
         order = np.argsort(cols[0], kind="stable")
         lane_s, t_s, f_s, ri_s = (c[order] for c in cols)
-        self.ticks = {"lane": lane_s.tolist(), "t": ((t_s - self.t0) // 1000).tolist(), "flags": f_s.tolist(),
-                      "ri": ri_s.tolist()}  # fmt: skip
+        # Kept as arrays too: the gaps and the overview compute on them, the model carries lists.
+        self.tick_arrays = {"lane": lane_s, "t": (t_s - self.t0) // 1000, "flags": f_s, "ri": ri_s}
+        self.ticks = {k: v.tolist() for k, v in self.tick_arrays.items()}
 
     def open_at(self, call: str, ids: list[str], at: int | None) -> list[int]:
         """The lanes of request ``ids`` on ``call`` still open at ``at`` (sorted, once each)."""
@@ -170,49 +162,13 @@ class _Lanes:
                        if at is None or ends[ln] is None or ends[ln] >= at})  # fmt: skip
 
 
-class _ModelStats:
-    """Per-model counts and latency samples, summarised as one row per model."""
-
-    def __init__(self) -> None:
-        self._samples: dict[str, dict[str, list[float]]] = {}
-        self._counts: dict[str, dict[str, Any]] = {}
-
-    def add(self, r: RequestOutcome, inter: list[float]) -> None:
-        """One request's outcome and its inter-response gaps (ms)."""
-        model = r.model or "(none)"
-        agg = self._samples.setdefault(model, {"ttfr": [], "inter": [], "duration": []})
-        agg["inter"].extend(inter)
-        if r.first_response_ms is not None:
-            agg["ttfr"].append(r.first_response_ms)
-        if r.duration_ms is not None:
-            agg["duration"].append(r.duration_ms)
-        mc = self._counts.setdefault(model, {"requests": 0, "responses": 0, "text": 0, "outcomes": {}, "violations": 0})
-        mc["requests"] += 1
-        mc["responses"] += r.responses
-        mc["text"] += r.text_responses
-        mc["outcomes"][r.outcome] = mc["outcomes"].get(r.outcome, 0) + 1
-        mc["violations"] += len(r.violations)
-
-    def rows(self) -> list[dict[str, Any]]:
-        """One row per model, by name: counts and p50/p99 of time to first response, gaps, durations."""
-        rows = []
-        for name in sorted(self._counts):
-            agg = self._samples[name]
-            row: dict[str, Any] = {"model": name, **self._counts[name]}
-            for what in ("ttfr", "inter", "duration"):
-                row[f"{what}_p50_ms"] = _r3(percentile(agg[what], 50))
-                row[f"{what}_p99_ms"] = _r3(percentile(agg[what], 99))
-            rows.append(row)
-        return rows
-
-
 class ReportBuilder:
     """Collects what the report shows while a capture is read; :meth:`finish` returns the model."""
 
     def __init__(self, *, record_limit: int = RECORD_LIMIT) -> None:
         self.tracker = Tracker(on_response=self._response)
         self._limit = record_limit
-        self._records: list[dict[str, Any]] | None = []
+        self._pending: list[tuple[ev.Record, int]] = []  # the first records, for hover (small captures)
         self._ri = 0  # index of the record being fed, across every file given
         self._t0: int | None = None
         self._t_last = 0
@@ -225,11 +181,14 @@ class ReportBuilder:
         self._tick_t = array("q")
         self._tick_flags = array("B")
         self._tick_ri = array("q")
+        self._add_req, self._add_t = self._tick_req.append, self._tick_t.append
+        self._add_flags, self._add_ri = self._tick_flags.append, self._tick_ri.append
+        self._last_call: str | None = None  # the last response's request and its number (_response)
+        self._last_seq = self._last_req = -1
         self._cancels: list[_Cancel] = []
         self._dropped: list[tuple[int, int, int, str, int]] = []  # gap records: first, last t_ns, count, reason, ri
         self._ids = CaptureIds()  # connection ids follow the tracker's rule for call ids
         self._attributed = False  # set by _response while the tracker takes the current record
-        self._cur_ri = 0
 
     @property
     def records(self) -> int:
@@ -238,35 +197,47 @@ class ReportBuilder:
 
     def feed(self, seq: int, record: ev.Record) -> None:
         """One capture record, in capture order."""
+        # Hot loop: one call per record (1M at production scale); messages, ~all of them, come first
+        # and take the short way.
         ri = self._ri
-        self._ri += 1
-        if self._records is not None:
-            if len(self._records) < self._limit:
-                self._records.append(_record_view(record, seq))
-            else:
-                self._records = None
-        t = getattr(record, "t_ns", None)
-        if isinstance(t, int):
-            if self._t0 is None or t < self._t0:
-                self._t0 = t
-            if t > self._t_last:
-                self._t_last = t
-        self._cur_ri = ri
-        self.tracker.feed(seq, record)
-        q = self.tracker.qualified
-        # Hot loop: one call per record (1M at production scale); the common kinds come first.
+        self._ri = ri + 1
+        if ri < self._limit:
+            # Kept as they are, turned into hover views at finish only if the capture stays small.
+            self._pending.append((record, seq))
+        elif ri == self._limit:
+            self._pending.clear()
         if type(record) is ev.MessageSeen:
+            t = record.t_ns
+            if isinstance(t, int):
+                if self._t0 is None or t < self._t0:
+                    self._t0 = t
+                if t > self._t_last:
+                    self._t_last = t
+            self.tracker.feed(seq, record)
             if record.request_id is None:
                 pass
             elif record.dir == "c2s":
-                self._sent[q(record.call), seq] = record.t_ns
+                self._sent[self.tracker.qualified(record.call), seq] = t
             elif not self._attributed:
                 # Attributed responses came through _response during tracker.feed; the rest did not.
-                call = self._calls.get(q(record.call))
+                call = self._calls.get(self.tracker.qualified(record.call))
                 if call is not None:
-                    call.unattributed.append((record.t_ns, _flags(record) | UNATTRIBUTED, ri))
+                    call.unattributed.append((t, _flags(record) | UNATTRIBUTED, ri))
             self._attributed = False
-        elif isinstance(record, ev.CallStarted):
+            return
+        at = getattr(record, "t_ns", None)
+        if isinstance(at, int):
+            if self._t0 is None or at < self._t0:
+                self._t0 = at
+            if at > self._t_last:
+                self._t_last = at
+        self.tracker.feed(seq, record)
+        self._other(ri, record)
+
+    def _other(self, ri: int, record: ev.Record) -> None:
+        """A record other than a message (after the tracker has taken it)."""
+        q = self.tracker.qualified
+        if isinstance(record, ev.CallStarted):
             cid = q(record.call)
             if cid not in self._calls:
                 info = _CallInfo(id=cid, conn=self._ids.of(record.conn), method=record.method,
@@ -293,11 +264,23 @@ class ReportBuilder:
             self._ids.starts(record)
 
     def _response(self, call: str, request_seq: int, seq: int, rec: ev.MessageSeen) -> None:
+        # Hot loop: once per response. A request's responses mostly come one after the other, so
+        # the last request's number is reused without building and hashing a key.
         self._attributed = True
-        self._tick_req.append(self._req_key.setdefault((call, request_seq), len(self._req_key)))
-        self._tick_t.append(rec.t_ns)
-        self._tick_flags.append(_flags(rec))
-        self._tick_ri.append(self._cur_ri)
+        if request_seq == self._last_seq and call == self._last_call:
+            req = self._last_req
+        else:
+            req = self._req_key.setdefault((call, request_seq), len(self._req_key))
+            self._last_call, self._last_seq, self._last_req = call, request_seq, req
+        self._add_req(req)
+        self._add_t(rec.t_ns)
+        f = TEXT if rec.outputs else 0
+        if rec.final is True:
+            f |= FINAL
+        if rec.error:
+            f |= ERROR
+        self._add_flags(f)
+        self._add_ri(self._ri - 1)
 
     # -- the model ---------------------------------------------------------------------------------
 
@@ -309,7 +292,7 @@ class ReportBuilder:
         t0 = self._t0 or 0
         calls = self._calls_by_connection()
         lanes = _Lanes(t0, calls)
-        stats = _ModelStats()
+        stats = ModelStats()
         self._lay_out(calls, result.requests, lanes, stats)
         us = lanes.us
         span_us = max(0, (self._t_last - t0) // 1000)
@@ -335,7 +318,7 @@ class ReportBuilder:
             "dropped": [{"t0": us(a), "t1": us(b), "count": n, "reason": why, "ri": ri}
                         for a, b, n, why, ri in self._dropped],
             "warnings": list(result.warnings),
-            "record_view": self._records,
+            "record_view": [_record_view(r, seq) for r, seq in self._pending] if self._ri <= self._limit else None,
         }
 
     @staticmethod
@@ -348,7 +331,7 @@ class ReportBuilder:
             if call_model.get(c) is None:
                 call_model[c] = m
         rows = [(k["t"], call_model.get(k["call"]), calls["method"][k["call"]], k["cause"]) for k in cancels]
-        return build_overview(span_us=span_us, lanes=cols, lane_method=method, ticks=lanes.ticks, cancels=rows)
+        return build_overview(span_us=span_us, lanes=cols, lane_method=method, ticks=lanes.tick_arrays, cancels=rows)
 
     def _calls_by_connection(self) -> list[_CallInfo]:
         """Calls grouped by connection (in order of first appearance), in start order within it."""
@@ -358,7 +341,7 @@ class ReportBuilder:
         return sorted(self._order, key=lambda c: (conn_rank[c.conn], c.t_start))
 
     def _lay_out(self, calls: list[_CallInfo], requests: Iterable[RequestOutcome], lanes: _Lanes,
-                 stats: _ModelStats) -> None:  # fmt: skip
+                 stats: ModelStats) -> None:  # fmt: skip
         """Each call's lanes in order: its requests, then its unattributable responses; then the ticks."""
         by_call: dict[str, list[RequestOutcome]] = {}
         for r in requests:
@@ -383,21 +366,35 @@ class ReportBuilder:
                 lane = lanes.add(call, rid=None, model=None, outcome="unattributable", start=us(call.t_start),
                                  end=us(call.t_end), responses=len(call.unattributed), text=0)  # fmt: skip
                 lanes.add_ticks(lane, call.unattributed)
+        lanes.laid_out()
         lanes.assemble(lane_of_req, self._tick_req, self._tick_t, self._tick_flags, self._tick_ri)
         self._gaps(drawn, lanes, stats)
 
     @staticmethod
-    def _gaps(drawn: list[tuple[int, RequestOutcome]], lanes: _Lanes, stats: _ModelStats) -> None:
-        """Each request lane's inter-response gaps: its p50/p99 columns and the per-model samples."""
-        # Ticks are grouped by lane (assemble), so a lane's ticks are one slice.
-        lane_col, t_col = lanes.ticks["lane"], lanes.ticks["t"]
-        bounds = np.searchsorted(np.asarray(lane_col, dtype=np.int64), np.arange(len(lanes.columns["call"]) + 1))
-        p50, p99 = lanes.columns["inter_p50_ms"], lanes.columns["inter_p99_ms"]
-        for lane, r in drawn:
-            times = t_col[bounds[lane]:bounds[lane + 1]]
-            inter = [(b - a) / 1e3 for a, b in itertools.pairwise(times)]
-            p50[lane], p99[lane] = _r3(percentile(inter, 50)), _r3(percentile(inter, 99))
-            stats.add(r, inter)
+    def _gaps(drawn: list[tuple[int, RequestOutcome]], lanes: _Lanes, stats: ModelStats) -> None:
+        """Each request lane's inter-response gaps: its p50/p99 columns and the per-model p50/p99."""
+        n_lanes = len(lanes.columns["call"])
+        lane, t = lanes.tick_arrays["lane"], lanes.tick_arrays["t"]
+        # Ticks are grouped by lane in capture order (assemble): a gap is a difference of neighbours
+        # on the same lane; only request lanes (drawn) have gaps, unattributed lanes do not.
+        is_req = np.zeros(n_lanes, dtype=bool)
+        model_of = np.full(n_lanes, -1, dtype=np.int64)
+        models: dict[str, int] = {}
+        for ln, r in drawn:
+            is_req[ln] = True
+            model_of[ln] = models.setdefault(r.model or "(none)", len(models))
+            stats.add(r)
+        same = lane[1:] == lane[:-1]
+        g_lane = lane[1:][same]
+        keep = is_req[g_lane]
+        g_lane, g_val = g_lane[keep], (t[1:] - t[:-1])[same][keep]
+        p50, p99 = group_percentiles(g_lane, g_val, n_lanes, (50, 99))
+        col50, col99 = lanes.columns["inter_p50_ms"], lanes.columns["inter_p99_ms"]
+        for ln, _ in drawn:
+            col50[ln], col99[ln] = p50[ln], p99[ln]
+        m50, m99 = group_percentiles(model_of[g_lane], g_val, len(models), (50, 99))
+        for name, m in models.items():
+            stats.set_inter(name, m50[m], m99[m])
 
     def _request_lane(self, call: _CallInfo, r: RequestOutcome, lanes: _Lanes) -> int:
         """The lane of one tracked request (its ticks and gaps are filled in once every lane is laid out)."""

@@ -111,7 +111,8 @@ def _group_ids(keys: Sequence[tuple[str, str, str]]) -> tuple[IntArray, list[tup
     return ids, list(index)
 
 
-def build_overview(*, span_us: int, lanes: dict[str, list[Any]], lane_method: Sequence[str], ticks: dict[str, list[int]],
+def build_overview(*, span_us: int, lanes: dict[str, list[Any]], lane_method: Sequence[str],
+                   ticks: dict[str, list[int]] | dict[str, IntArray],
                    cancels: Sequence[tuple[int, str | None, str, str]]) -> dict[str, Any]:  # fmt: skip
     """The overview of a report model's lanes and ticks (``cancels``: (t µs, model, method, cause))."""
     width = bin_width_us(span_us)
