@@ -148,14 +148,7 @@ class PaBench:
         self.targets["nginx"] = (port, proc)
 
     def stop(self) -> None:
-        for p in reversed(self.procs):
-            try:
-                code = p.stop()
-                if p.name.startswith("proxy") and code not in (0, None):
-                    self.errors.append(f"{p.name} exited with {code}: {p.log_tail(500)}")
-            except Exception as e:
-                self.errors.append(f"stopping {p.name}: {e}")
-        self.procs.clear()
+        procs.stop_all(self.procs, self.errors)
         if getattr(self, "triton", None) is not None:
             self.triton.stop()
 

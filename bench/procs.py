@@ -321,3 +321,16 @@ def _start_nginx(workdir: Path, upstream_port: int) -> tuple[Proc, int]:
                 log=d / "stderr.log")  # fmt: skip
     _wait(proc, port, 10)
     return proc, port
+
+
+def stop_all(started: list[Any], errors: list[str]) -> None:
+    """Stop ``started`` processes (last first) and empty the list; a proxy that exited non-zero, or a
+    process that would not stop, is an entry in ``errors`` (a benchmark of a crashed proxy is no figure)."""
+    for p in reversed(started):
+        try:
+            code = p.stop()
+            if p.name.startswith("proxy") and code not in (0, None):
+                errors.append(f"{p.name} exited with {code}: {p.log_tail(500)}")
+        except Exception as e:
+            errors.append(f"stopping {p.name}: {e}")
+    started.clear()
