@@ -176,9 +176,11 @@ def test_default_min_free_never_fills_a_small_disk(tmpfs: Path) -> None:
     assert recs[-1]["kind"] == "capture_end"
 
 
-def _reopen_run(tmp_path: Path, act: Callable[[CaptureWriter], None]) -> CaptureWriter:
+def _reopen_run(
+    tmp_path: Path, act: Callable[[CaptureWriter], None], start: ev.CaptureStarted | None = None
+) -> CaptureWriter:
     async def run() -> CaptureWriter:
-        w = CaptureWriter(WriterOptions(directory=tmp_path, min_free_bytes=0, check_interval_s=0.05), _start())
+        w = CaptureWriter(WriterOptions(directory=tmp_path, min_free_bytes=0, check_interval_s=0.05), start or _start())
         w.open()
         await _emit(w, 0, 20)
         first = w.path
@@ -194,8 +196,9 @@ def _reopen_run(tmp_path: Path, act: Callable[[CaptureWriter], None]) -> Capture
 def test_deleted_live_file_is_noticed_and_the_loss_recorded(tmp_path: Path) -> None:
     """rm of the live file (idle proxy): a new file whose gap says how many records went with it; the
     log names the file and the loss (docs/operating.md)."""
+    start = _start()
     with structlog.testing.capture_logs() as logs:
-        w = _reopen_run(tmp_path, lambda w: w.path.unlink())
+        w = _reopen_run(tmp_path, lambda w: w.path.unlink(), start)
     (event,) = [e for e in logs if e["event"] == "capture_file_unlinked"]
     assert (event["file"], event["lost_records"], event["log_level"]) == (w.paths[0].name, 21, "warning")
     assert event["note"] == "the capture goes on in a new file, starting with a gap record"
@@ -204,6 +207,7 @@ def test_deleted_live_file_is_noticed_and_the_loss_recorded(tmp_path: Path) -> N
     assert [r["kind"] for r in recs[:2]] == ["capture_start", "gap"]
     gap = recs[1]
     assert gap["reason"].startswith("file_unlinked") and gap["dropped"] == 21  # capture_start + 20 messages
+    assert (gap["first_t_ns"], gap["last_t_ns"]) == (start.t_ns, 1019)  # its first record's time, its last's
     assert recs[0]["file_index"] == 1 and recs[0]["seq"] == 21
     assert w.ops.reopens == {"unlinked": 1}
     assert [r["call"] for r in recs if r["kind"] == "message"] == [f"c1.{i}" for i in range(20, 25)]
