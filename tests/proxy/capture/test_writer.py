@@ -351,3 +351,33 @@ def test_calls_ended_are_counted_by_cause(tmp_path: Path) -> None:
     }
     assert (counts["records.call_end"], counts["records.half_close"], counts["dropped"]) == (3, 1, 0)
     assert w.counts()[1] == {"client_cancel": 2, "deadline": 1}
+
+
+def test_a_gap_spans_every_record_it_counts_whatever_order_they_were_lost_in(tmp_path: Path) -> None:
+    """The queue overflows (the burst's later records are dropped first), then the write of its
+    earlier, queued records fails: the gap's span (what the report draws as time lost) runs from the
+    earliest of them to the latest, not from the first counted to the last counted."""
+    failing = {"on": False}
+
+    def before_write(data: bytes) -> None:
+        if failing["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path, before_write=before_write, max_queue=3), _start())
+        w.open()
+        failing["on"] = True
+        for i in range(10, 20):  # no await in between: 3 queued (t_ns 110..112), 7 dropped (113..119)
+            w.emit(_half(i))
+        await _until(lambda: w.stats()[1] == 10, "the queued records' write failed")
+        failing["on"] = False
+        w.emit(_half(20))
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    recs = _lines(w.paths)
+    assert [r["kind"] for r in recs] == ["capture_start", "gap", "half_close", "capture_end"]
+    gap = recs[1]
+    assert gap["dropped"] == 10 and gap["reason"].startswith("queue_full")
+    assert (gap["first_t_ns"], gap["last_t_ns"]) == (110, 119)
