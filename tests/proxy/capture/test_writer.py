@@ -381,3 +381,18 @@ def test_a_gap_spans_every_record_it_counts_whatever_order_they_were_lost_in(tmp
     gap = recs[1]
     assert gap["dropped"] == 10 and gap["reason"].startswith("queue_full")
     assert (gap["first_t_ns"], gap["last_t_ns"]) == (110, 119)
+
+
+def test_a_file_that_reaches_the_rotation_size_exactly_is_closed_there(tmp_path: Path) -> None:
+    """--rotate-mb is the size at which a file is closed: a file whose records make exactly that many
+    bytes gets its capture_end then, and the next record starts the next file."""
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "rotated").mkdir()
+    plain = asyncio.run(_write(WriterOptions(directory=tmp_path / "plain"), [[_half(0)], [_half(1)]]))
+    size = sum(len(line) for line in plain.path.read_bytes().splitlines(keepends=True)[:2])  # start + c1.0
+    opts = WriterOptions(directory=tmp_path / "rotated", rotate_bytes=size)
+    w = asyncio.run(_write(opts, [[_half(0)], [_half(1)]]))
+    first = records(w.paths[0])
+    assert [r["kind"] for r in first] == ["capture_start", "half_close", "capture_end"]
+    assert w.paths[0].stat().st_size == size + len(w.paths[0].read_bytes().splitlines(keepends=True)[-1])
+    assert [r["call"] for r in records(w.paths[1]) if r["kind"] == "half_close"] == ["c1.1"]
