@@ -267,7 +267,8 @@ def test_a_deleted_later_file_loses_only_its_own_records(tmp_path: Path) -> None
         return w
 
     w = asyncio.run(run())
-    gap = _lines(w.path)[1]
+    start, gap = _lines(w.path)[:2]
+    assert start["file_index"] == 2 and w.path.name == w.paths[0].name.replace(".jsonl", "-0002.jsonl")
     assert gap["kind"] == "gap" and gap["dropped"] == 4
     assert gap["reason"].endswith("the 4 record(s) it held (seq 22..25) are lost")
 
