@@ -418,3 +418,26 @@ def test_a_live_file_that_cannot_be_checked_is_logged_and_the_capture_goes_on(
     assert len(w.paths) == 1 and w.ops.reopens == {} and w.stats()[:2] == (7, 0)
     recs = _lines(w.path)
     assert [r["call"] for r in recs if r["kind"] == "message"] == [f"c1.{i}" for i in range(5)]
+
+
+def test_records_after_a_reopen_request_go_to_the_new_file(tmp_path: Path) -> None:
+    """SIGHUP while records keep coming (logrotate's postrotate): what arrives after the request is
+    written to the new file, never appended to the one just closed (logrotate may compress it next)."""
+
+    async def run() -> CaptureWriter:
+        # No periodic check during the test: only the request itself can start the new file.
+        w = CaptureWriter(WriterOptions(directory=tmp_path, min_free_bytes=0, check_interval_s=3600), _start())
+        w.open()
+        await _emit(w, 0, 3)
+        w.request_reopen("signal")
+        w.emit(_msg(3))  # in the same loop turn as the request: the writer sees both at once
+        await _until(lambda: _handled(w) >= 7, "the record written")  # start, 3, end, start, 1
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    old, new = _lines(w.paths[0]), _lines(w.paths[1])
+    assert [r["call"] for r in old if r["kind"] == "message"] == ["c1.0", "c1.1", "c1.2"]
+    assert old[-1]["kind"] == "capture_end" and old[-1]["reason"] == "reopen"
+    assert [r["call"] for r in new if r["kind"] == "message"] == ["c1.3"]
+    assert w.ops.reopens == {"signal": 1}
