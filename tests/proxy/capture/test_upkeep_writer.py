@@ -182,7 +182,8 @@ def _reopen_run(
     async def run() -> CaptureWriter:
         w = CaptureWriter(WriterOptions(directory=tmp_path, min_free_bytes=0, check_interval_s=0.05), start or _start())
         w.open()
-        await _emit(w, 0, 20)
+        await _emit(w, 0, 10)  # two batches after capture_start's: a file's span starts at its first
+        await _emit(w, 10, 10)
         first = w.path
         act(w)
         await _until(lambda: w.path != first, "a new capture file")
