@@ -23,11 +23,17 @@ class Gap:
     def add(self, records: list[Any], reason: str) -> None:
         if not records:
             return
+        # Batches are not always lost in time order (a queue overflow drops a burst's later records
+        # before the write of its earlier ones fails): the span covers them all. A batch is in
+        # emit order, so its ends are its earliest and latest records (no scan of a long pause).
+        first, last = records[0].t_ns, records[-1].t_ns
         if not self.dropped:
-            self.first_t_ns = records[0].t_ns
+            self.first_t_ns, self.last_t_ns = first, last
             self.reason = reason
+        else:
+            self.first_t_ns = min(self.first_t_ns, first)
+            self.last_t_ns = max(self.last_t_ns, last)
         self.dropped += len(records)
-        self.last_t_ns = records[-1].t_ns
 
 
 @dataclass

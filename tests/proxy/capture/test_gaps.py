@@ -27,3 +27,15 @@ def test_nothing_lost_is_no_gap() -> None:
     assert gap == Gap()
     gap.add(_lost(7), "write_error: disk full")
     assert (gap.dropped, gap.first_t_ns, gap.last_t_ns) == (1, 7, 7)
+
+
+def test_a_gap_spans_its_records_whatever_order_they_were_lost_in() -> None:
+    """Records lost out of time order (a burst's tail dropped from a full queue before its head's write
+    failed): the span runs from the earliest lost record to the latest, keeping the first reason."""
+    gap = Gap()
+    gap.add(_lost(13, 19), "queue_full: the capture disk is slower than the traffic")
+    gap.add(_lost(10, 12), "write_error: disk full")
+    assert (gap.dropped, gap.first_t_ns, gap.last_t_ns) == (4, 10, 19)
+    assert gap.reason.startswith("queue_full")
+    gap.add(_lost(15), "write_error: disk full")  # inside the span: it stays
+    assert (gap.dropped, gap.first_t_ns, gap.last_t_ns) == (5, 10, 19)

@@ -3,7 +3,8 @@
 Retention and the free-space pause run on a real tmpfs of a few MB mounted inside the test's
 directory (the tests run as root here; without ``mount`` they are skipped, and the free-space
 test falls back to nothing: it needs the real filesystem to fill up). The deleted/renamed file
-tests need no small filesystem.
+tests need no small filesystem; a pause that must last over several batches, or meet a renamed
+file, sets the free space through ``WriterOptions.disk_usage`` (``_Disk``) instead of filling one.
 """
 
 from __future__ import annotations
@@ -175,11 +176,14 @@ def test_default_min_free_never_fills_a_small_disk(tmpfs: Path) -> None:
     assert recs[-1]["kind"] == "capture_end"
 
 
-def _reopen_run(tmp_path: Path, act: Callable[[CaptureWriter], None]) -> CaptureWriter:
+def _reopen_run(
+    tmp_path: Path, act: Callable[[CaptureWriter], None], start: ev.CaptureStarted | None = None
+) -> CaptureWriter:
     async def run() -> CaptureWriter:
-        w = CaptureWriter(WriterOptions(directory=tmp_path, min_free_bytes=0, check_interval_s=0.05), _start())
+        w = CaptureWriter(WriterOptions(directory=tmp_path, min_free_bytes=0, check_interval_s=0.05), start or _start())
         w.open()
-        await _emit(w, 0, 20)
+        await _emit(w, 0, 10)  # two batches after capture_start's: a file's span starts at its first
+        await _emit(w, 10, 10)
         first = w.path
         act(w)
         await _until(lambda: w.path != first, "a new capture file")
@@ -193,15 +197,18 @@ def _reopen_run(tmp_path: Path, act: Callable[[CaptureWriter], None]) -> Capture
 def test_deleted_live_file_is_noticed_and_the_loss_recorded(tmp_path: Path) -> None:
     """rm of the live file (idle proxy): a new file whose gap says how many records went with it; the
     log names the file and the loss (docs/operating.md)."""
+    start = _start()
     with structlog.testing.capture_logs() as logs:
-        w = _reopen_run(tmp_path, lambda w: w.path.unlink())
+        w = _reopen_run(tmp_path, lambda w: w.path.unlink(), start)
     (event,) = [e for e in logs if e["event"] == "capture_file_unlinked"]
     assert (event["file"], event["lost_records"], event["log_level"]) == (w.paths[0].name, 21, "warning")
+    assert event["note"] == "the capture goes on in a new file, starting with a gap record"
     assert not w.paths[0].exists()
     recs = _lines(w.path)
     assert [r["kind"] for r in recs[:2]] == ["capture_start", "gap"]
     gap = recs[1]
     assert gap["reason"].startswith("file_unlinked") and gap["dropped"] == 21  # capture_start + 20 messages
+    assert (gap["first_t_ns"], gap["last_t_ns"]) == (start.t_ns, 1019)  # its first record's time, its last's
     assert recs[0]["file_index"] == 1 and recs[0]["seq"] == 21
     assert w.ops.reopens == {"unlinked": 1}
     assert [r["call"] for r in recs if r["kind"] == "message"] == [f"c1.{i}" for i in range(20, 25)]
@@ -261,6 +268,177 @@ def test_a_deleted_later_file_loses_only_its_own_records(tmp_path: Path) -> None
         return w
 
     w = asyncio.run(run())
-    gap = _lines(w.path)[1]
+    start, gap = _lines(w.path)[:2]
+    assert start["file_index"] == 2 and w.path.name == w.paths[0].name.replace(".jsonl", "-0002.jsonl")
     assert gap["kind"] == "gap" and gap["dropped"] == 4
     assert gap["reason"].endswith("the 4 record(s) it held (seq 22..25) are lost")
+
+
+class _Disk:
+    """A filesystem whose free space the test sets (``WriterOptions.disk_usage``): pauses without filling a disk."""
+
+    def __init__(self) -> None:
+        self.free = 100 * MIB
+
+    def __call__(self, _directory: Path) -> tuple[int, int]:
+        return 1000 * MIB, self.free
+
+
+def _paused_options(tmp_path: Path, disk: _Disk) -> WriterOptions:
+    # check_interval_s=0: free space is measured before every batch, and the live file checked at every turn.
+    return WriterOptions(directory=tmp_path, min_free_bytes=10 * MIB, check_interval_s=0, disk_usage=disk)
+
+
+def test_a_pause_over_several_batches_counts_every_record_not_written(tmp_path: Path) -> None:
+    """Free space stays low while three batches arrive: the low-disk metric, the dropped total and the
+    one gap record written on resuming all count the three batches' records, not the last batch's."""
+    disk = _Disk()
+
+    async def run() -> tuple[CaptureWriter, list[int]]:
+        w = CaptureWriter(_paused_options(tmp_path, disk), _start())
+        w.open()
+        await _emit(w, 0, 2)
+        disk.free = 5 * MIB  # under --min-free-mb 10
+        seen = []
+        for first in (2, 5, 8):  # three batches of three, each handled before the next is queued
+            await _emit(w, first, 3)
+            seen.append(w.ops.low_disk_dropped)
+        disk.free = 100 * MIB
+        await _emit(w, 11, 1)
+        await w.close()
+        return w, seen
+
+    with structlog.testing.capture_logs() as logs:
+        w, seen = asyncio.run(run())
+    assert seen == [3, 6, 9]
+    assert (w.ops.low_disk_dropped, w.ops.pauses, w.ops.paused, w.stats()[1]) == (9, 1, False, 9)
+    (resumed,) = [e for e in logs if e["event"] == "capture_resumed"]
+    assert resumed["not_written"] == 9
+    recs = _lines(w.path)
+    assert [r["kind"] for r in recs] == ["capture_start", "message", "message", "gap", "message", "capture_end"]
+    gap = recs[3]
+    assert gap["reason"].startswith("low_disk") and gap["dropped"] == 9
+    assert (gap["first_t_ns"], gap["last_t_ns"]) == (1002, 1010)
+    assert recs[-1]["counts"]["dropped"] == 9
+
+
+def test_a_file_moved_while_paused_still_says_where_its_records_went(tmp_path: Path) -> None:
+    """The live file is renamed while writing is paused for low free space: the writer's own records
+    are written even while paused, so the new file still starts with files_removed (moved), and that
+    note is not counted as a record not written (only the traffic's records are)."""
+    disk = _Disk()
+    moved = tmp_path / "moved.jsonl"
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(_paused_options(tmp_path, disk), _start())
+        w.open()
+        await _emit(w, 0, 3)
+        disk.free = 5 * MIB
+        await _emit(w, 3, 2)
+        assert w.ops.paused
+        first = w.path
+        first.rename(moved)
+        await _until(lambda: w.path != first, "a new capture file")
+        await _emit(w, 5, 2)
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    assert w.ops.paused and w.ops.reopens == {"moved": 1}
+    assert (w.ops.low_disk_dropped, w.stats()[1]) == (4, 4)
+    old, new = _lines(moved), _lines(w.path)
+    assert old[-1]["kind"] == "capture_end" and old[-1]["next_file"] == w.path.name
+    assert [r["kind"] for r in new[:2]] == ["capture_start", "files_removed"]
+    assert new[1]["reason"] == "moved" and new[1]["files"] == [w.paths[0].name]
+    assert not [r for r in old + new if r["kind"] == "message" and r["call"] not in {"c1.0", "c1.1", "c1.2"}]
+    gaps = [r for r in old + new if r["kind"] == "gap"]
+    assert sum(g["dropped"] for g in gaps) == 4 and all(g["reason"].startswith("low_disk") for g in gaps)
+    assert new[-1]["kind"] == "capture_end" and new[-1]["counts"]["dropped"] == 4
+
+
+def test_gzip_rotated_leaves_a_moved_file_and_its_replacement_alone(tmp_path: Path) -> None:
+    """--gzip-rotated, and the live file is renamed with a new empty file put under its old name (what
+    logrotate's ``create`` does): the proxy closes the renamed file where it now is, plain, and neither
+    compresses nor removes the file that now has the old name (it is not the proxy's)."""
+
+    async def run() -> tuple[CaptureWriter, Path]:
+        opts = WriterOptions(directory=tmp_path, gzip_rotated=True, min_free_bytes=0, check_interval_s=0.05)
+        w = CaptureWriter(opts, _start())
+        w.open()
+        await _emit(w, 0, 5)
+        first = w.path
+        os.link(first, tmp_path / "moved.jsonl")
+        (tmp_path / "empty").write_bytes(b"")
+        os.replace(tmp_path / "empty", first)  # the old name never stops existing: always "replaced"
+        await _until(lambda: w.path != first, "a new capture file")
+        await _emit(w, 5, 2)
+        await w.close()
+        return w, first
+
+    with structlog.testing.capture_logs() as logs:
+        w, first = asyncio.run(run())
+    assert [e for e in logs if e["event"] == "capture_gzip_failed"] == []
+    assert first.read_bytes() == b"" and w.paths == [first, w.path]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, "moved.jsonl", w.path.name])
+    old = _lines(tmp_path / "moved.jsonl")
+    assert [r["call"] for r in old if r["kind"] == "message"] == [f"c1.{i}" for i in range(5)]
+    assert old[-1]["kind"] == "capture_end" and old[-1]["reason"] == "reopen"
+    new = _lines(w.path)
+    assert new[1]["kind"] == "files_removed" and new[1]["reason"] == "moved" and new[1]["files"] == [first.name]
+    assert w.ops.reopens == {"moved": 1}
+
+
+def test_a_live_file_that_cannot_be_checked_is_logged_and_the_capture_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check of the live file fails (``fstat`` gives EIO): a warning names the file and the error,
+    and the capture goes on in the same file, nothing reopened or lost."""
+    import errno
+
+    from proxy.capture import retention
+
+    def broken(_fd: int, _path: Path) -> str:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(retention, "live_state", broken)
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path, min_free_bytes=0, check_interval_s=0), _start())
+        w.open()
+        await _emit(w, 0, 5)
+        await w.close()
+        return w
+
+    with structlog.testing.capture_logs() as logs:
+        w = asyncio.run(run())
+    failed = [e for e in logs if e["event"] == "capture_check_failed"]
+    assert failed, [e["event"] for e in logs]
+    assert {(e["file"], e["error"], e["log_level"]) for e in failed} == {
+        (w.paths[0].name, "[Errno 5] Input/output error", "warning"),
+    }  # fmt: skip
+    assert len(w.paths) == 1 and w.ops.reopens == {} and w.stats()[:2] == (7, 0)
+    recs = _lines(w.path)
+    assert [r["call"] for r in recs if r["kind"] == "message"] == [f"c1.{i}" for i in range(5)]
+
+
+def test_records_after_a_reopen_request_go_to_the_new_file(tmp_path: Path) -> None:
+    """SIGHUP while records keep coming (logrotate's postrotate): what arrives after the request is
+    written to the new file, never appended to the one just closed (logrotate may compress it next)."""
+
+    async def run() -> CaptureWriter:
+        # No periodic check during the test: only the request itself can start the new file.
+        w = CaptureWriter(WriterOptions(directory=tmp_path, min_free_bytes=0, check_interval_s=3600), _start())
+        w.open()
+        await _emit(w, 0, 3)
+        w.request_reopen("signal")
+        w.emit(_msg(3))  # in the same loop turn as the request: the writer sees both at once
+        await _until(lambda: _handled(w) >= 7, "the record written")  # start, 3, end, start, 1
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    old, new = _lines(w.paths[0]), _lines(w.paths[1])
+    assert [r["call"] for r in old if r["kind"] == "message"] == ["c1.0", "c1.1", "c1.2"]
+    assert old[-1]["kind"] == "capture_end" and old[-1]["reason"] == "reopen"
+    assert [r["call"] for r in new if r["kind"] == "message"] == ["c1.3"]
+    assert w.ops.reopens == {"signal": 1}

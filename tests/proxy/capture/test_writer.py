@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import errno
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from proxy.capture.writer import CaptureWriter, WriterOptions
 from replay.capture import events as ev
-from tests.support.capture import records
+from tests.support.capture import dense, records
 
 
 def _start() -> ev.CaptureStarted:
@@ -52,11 +55,21 @@ def test_disk_full_gives_gap_record_and_valid_file(tmp_path: Path) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
 
     opts = WriterOptions(directory=tmp_path, before_write=before_write)
-    w = asyncio.run(_write(opts, [[_half(0)], [_half(1)], [_half(2)], [_half(3)]]))
+    with structlog.testing.capture_logs() as logs:
+        w = asyncio.run(_write(opts, [[_half(0)], [_half(1)], [_half(2)], [_half(3)], [_half(4)]]))
+    # Logged once when writing starts failing, once when it works again (docs/reliability.md).
+    events = [e for e in logs if e["event"].startswith("capture_write")]
+    assert [(e["event"], e["log_level"]) for e in events] == [
+        ("capture_write_failed", "warning"), ("capture_write_resumed", "warning"),
+    ]  # fmt: skip
+    failed, resumed = events
+    assert failed["error"] == "[Errno 28] No space left on device" and failed["path"] == str(w.paths[0])
+    assert failed["note"] == "dropping records until writing works again; a gap record will say how many"
+    assert resumed["dropped"] == 2 and resumed["reason"] == "write_error: [Errno 28] No space left on device"
     recs = _lines(w.paths)
     assert [r["seq"] for r in recs] == list(range(len(recs)))
     kinds = [r["kind"] for r in recs]
-    assert kinds == ["capture_start", "half_close", "gap", "half_close", "capture_end"]
+    assert kinds == ["capture_start", "half_close", "gap", "half_close", "half_close", "capture_end"]
     gap = recs[2]
     assert gap["dropped"] == 2 and "No space left" in gap["reason"]
     assert (gap["first_t_ns"], gap["last_t_ns"]) == (101, 102)
@@ -194,3 +207,192 @@ def test_records_lost_to_a_full_disk_and_then_a_deleted_file_are_one_gap(tmp_pat
     assert gap["reason"].startswith("write_error") and "No space left" in gap["reason"]
     assert (gap["first_t_ns"], gap["last_t_ns"]) == (200, 201)
     assert recs[-1]["counts"]["dropped"] == 6 and w.stats()[1] == 6
+
+
+async def _until(cond: Any, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def test_queue_overflow_while_the_disk_is_failing_joins_the_same_gap(tmp_path: Path) -> None:
+    """A write fails (ENOSPC), then, before anything is written again, the queue overflows: one gap
+    record counts both, with the reason that started it, from the first lost record to the last."""
+    failing = {"on": True}
+
+    def before_write(data: bytes) -> None:
+        if failing["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path, before_write=before_write, max_queue=3), _start())
+        failing["on"] = False
+        w.open()
+        failing["on"] = True
+        w.emit(_half(0))  # t_ns 100: its write fails
+        await _until(lambda: w.stats()[1] == 1, "the failed write")
+        failing["on"] = False
+        for i in range(10, 20):  # no await in between: 3 queued (t_ns 110..112), 7 dropped (113..119)
+            w.emit(_half(i))
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    recs = _lines(w.paths)
+    assert [r["kind"] for r in recs] == [
+        "capture_start",
+        "gap",
+        "half_close",
+        "half_close",
+        "half_close",
+        "capture_end",
+    ]
+    gap = recs[1]
+    assert gap["dropped"] == 8 and gap["reason"] == "write_error: [Errno 28] No space left on device"
+    assert (gap["first_t_ns"], gap["last_t_ns"]) == (100, 119)
+    assert recs[-1]["counts"]["dropped"] == 8 and w.stats()[1] == 8
+
+
+def test_records_while_no_capture_file_can_be_created_are_a_gap_in_the_next_file(tmp_path: Path) -> None:
+    """A reopen cannot create the next file (here its name is taken, standing in for any open error):
+    the records that arrive until a later attempt works are counted, and the file that attempt creates
+    starts with a gap saying how many and why; seq runs on."""
+    (tmp_path / "cap-0001.jsonl").write_bytes(b"not ours")
+
+    async def run() -> CaptureWriter:
+        # check_interval_s: no periodic retry during the test, only the reopens it asks for.
+        w = CaptureWriter(WriterOptions(directory=tmp_path, stem="cap", check_interval_s=3600), _start())
+        w.open()
+        w.emit(_half(0))
+        await _until(lambda: w.stats()[0] == 2, "the first record")
+        w.request_reopen("signal")
+        await _until(lambda: w.stats()[0] == 3, "the first file's capture_end")
+
+        async def dropped(*calls: int) -> None:  # one batch, handled before the next
+            target = w.stats()[1] + len(calls)
+            for i in calls:
+                w.emit(_half(i))
+            await _until(lambda: w.stats()[1] == target, "the batch dropped")
+
+        await dropped(1, 2)
+        await dropped(3)
+        w.request_reopen("signal")
+        await _until(lambda: w.path.name == "cap-0002.jsonl", "the next file")
+        w.emit(_half(4))
+        await w.close()
+        return w
+
+    with structlog.testing.capture_logs() as logs:
+        w = asyncio.run(run())
+    assert (tmp_path / "cap-0001.jsonl").read_bytes() == b"not ours"
+    assert [p.name for p in w.paths] == ["cap.jsonl", "cap-0002.jsonl"]
+    (failed,) = [e for e in logs if e["event"] == "capture_open_failed"]
+    assert failed["file"] == "cap-0001.jsonl" and "File exists" in failed["error"]
+    old, new = records(w.paths[0]), records(w.paths[1])
+    assert [r["kind"] for r in new] == ["capture_start", "gap", "half_close", "capture_end"]
+    gap = new[1]
+    assert gap["dropped"] == 3 and gap["reason"] == "write_error: no capture file could be created"
+    assert (gap["first_t_ns"], gap["last_t_ns"]) == (101, 103)
+    assert [r["seq"] for r in old + new] == list(range(len(old) + len(new)))
+    assert new[-1]["counts"]["dropped"] == 3 and w.stats()[1] == 3
+
+
+def test_the_tap_gets_each_written_record_as_a_line_that_reads_alone(tmp_path: Path) -> None:
+    """record --admin's Tail: every record written reaches the tap with its seq, as a line that means
+    what the file's (sparse) line means without the lines before it; nothing not written reaches it."""
+    tapped: list[tuple[int, list[Any], list[bytes]]] = []
+
+    def before_write(data: bytes) -> None:
+        if b'"c1.1"' in data:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path, before_write=before_write), _start())
+        w.tap = lambda first, recs, lines: tapped.append((first, list(recs), list(lines)))
+        w.open()
+        for batch in ([_half(0)], [_half(1)], [_half(2), _half(3)]):
+            for r in batch:
+                w.emit(r)
+            while w.backlog:
+                await asyncio.sleep(0)
+            await asyncio.sleep(0.01)
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    on_disk = records(w.path)
+    firsts = [first for first, _, _ in tapped]
+    lines = [line for _, _, ls in tapped for line in ls]
+    assert len(lines) == len(on_disk) and firsts[0] == 0
+    assert [len(recs) for _, recs, _ in tapped] == [len(ls) for _, _, ls in tapped]
+    assert [r.kind for _, recs, _ in tapped for r in recs] == [r["kind"] for r in on_disk]
+    assert [dense([line])[0] for line in lines] == on_disk  # each line read on its own
+    seq = 0
+    for first, recs, _ in tapped:
+        assert first == seq
+        seq += len(recs)
+    assert "c1.1" not in b"".join(lines).decode()
+
+
+def test_calls_ended_are_counted_by_cause(tmp_path: Path) -> None:
+    """capture_end and the admin Status count the calls ended by each cause, and the records by kind."""
+
+    def end(i: int, cause: str) -> ev.CallEnded:
+        return ev.CallEnded(t_ns=200 + i, call=f"c1.{i}", status="CANCELLED", details=None, cause=cause,
+                            trailers=None, initial_metadata=None, duration_ms=1.0, messages_c2s=1, messages_s2c=0)  # fmt: skip
+
+    batches = [[end(0, "client_cancel"), _half(1)], [end(2, "deadline"), end(3, "client_cancel")]]
+    w = asyncio.run(_write(WriterOptions(directory=tmp_path), batches))
+    counts = records(w.path)[-1]["counts"]
+    assert {k: v for k, v in counts.items() if k.startswith("calls.")} == {
+        "calls.client_cancel": 2,
+        "calls.deadline": 1,
+    }
+    assert (counts["records.call_end"], counts["records.half_close"], counts["dropped"]) == (3, 1, 0)
+    assert w.counts()[1] == {"client_cancel": 2, "deadline": 1}
+
+
+def test_a_gap_spans_every_record_it_counts_whatever_order_they_were_lost_in(tmp_path: Path) -> None:
+    """The queue overflows (the burst's later records are dropped first), then the write of its
+    earlier, queued records fails: the gap's span (what the report draws as time lost) runs from the
+    earliest of them to the latest, not from the first counted to the last counted."""
+    failing = {"on": False}
+
+    def before_write(data: bytes) -> None:
+        if failing["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path, before_write=before_write, max_queue=3), _start())
+        w.open()
+        failing["on"] = True
+        for i in range(10, 20):  # no await in between: 3 queued (t_ns 110..112), 7 dropped (113..119)
+            w.emit(_half(i))
+        await _until(lambda: w.stats()[1] == 10, "the queued records' write failed")
+        failing["on"] = False
+        w.emit(_half(20))
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    recs = _lines(w.paths)
+    assert [r["kind"] for r in recs] == ["capture_start", "gap", "half_close", "capture_end"]
+    gap = recs[1]
+    assert gap["dropped"] == 10 and gap["reason"].startswith("queue_full")
+    assert (gap["first_t_ns"], gap["last_t_ns"]) == (110, 119)
+
+
+def test_a_file_that_reaches_the_rotation_size_exactly_is_closed_there(tmp_path: Path) -> None:
+    """--rotate-mb is the size at which a file is closed: a file whose records make exactly that many
+    bytes gets its capture_end then, and the next record starts the next file."""
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "rotated").mkdir()
+    plain = asyncio.run(_write(WriterOptions(directory=tmp_path / "plain"), [[_half(0)], [_half(1)]]))
+    size = sum(len(line) for line in plain.path.read_bytes().splitlines(keepends=True)[:2])  # start + c1.0
+    opts = WriterOptions(directory=tmp_path / "rotated", rotate_bytes=size)
+    w = asyncio.run(_write(opts, [[_half(0)], [_half(1)]]))
+    first = records(w.paths[0])
+    assert [r["kind"] for r in first] == ["capture_start", "half_close", "capture_end"]
+    assert w.paths[0].stat().st_size == size + len(w.paths[0].read_bytes().splitlines(keepends=True)[-1])
+    assert [r["call"] for r in records(w.paths[1]) if r["kind"] == "half_close"] == ["c1.1"]
