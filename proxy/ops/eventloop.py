@@ -2,8 +2,9 @@
 
 Why uvloop: the relay is a pair of ``asyncio.Protocol`` objects per connection, so every read and
 write goes through the loop's transports; uvloop's are libuv in C: the proxy spends 14 % fewer
-instructions per unary call on it than on asyncio's selector loop (docs/benchmarks.md, "Event loop"). Nothing in the relay depends on which loop runs it; the
-test suite runs the relay on both (tests/proxy/relay/conftest.py).
+instructions per unary call on it than on asyncio's selector loop (docs/benchmarks.md, "Event loop").
+Nothing in the relay depends on which loop runs it; the test suite runs the relay on both
+(tests/proxy/relay/conftest.py).
 
 ``--event-loop asyncio`` is the escape hatch (a platform without uvloop wheels, or to rule the loop
 out when debugging); ``auto`` falls back to it silently only when uvloop is not installed.

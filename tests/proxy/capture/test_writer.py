@@ -162,19 +162,12 @@ def test_records_lost_to_a_full_disk_and_then_a_deleted_file_are_one_gap(tmp_pat
     """The disk fills (a batch is dropped), then the operator deletes the live file to free space: the
     new file starts with one gap counting both losses, from the first lost record's time to the last,
     with the reason that started it; the capture's end counts them too."""
-    import time
 
     failing = {"on": False}
 
     def before_write(data: bytes) -> None:
         if failing["on"]:
             raise OSError(errno.ENOSPC, "No space left on device")
-
-    async def until(cond: Any, what: str) -> None:
-        deadline = time.monotonic() + 30
-        while not cond():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            await asyncio.sleep(0.01)
 
     def handled(w: CaptureWriter) -> int:
         written, dropped, _ = w.stats()
@@ -186,15 +179,15 @@ def test_records_lost_to_a_full_disk_and_then_a_deleted_file_are_one_gap(tmp_pat
         w.open()
         for i in range(3):
             w.emit(_half(i))  # t_ns 100..102: written
-        await until(lambda: handled(w) >= 4, "the first records written")
+        await _until(lambda: handled(w) >= 4, "the first records written")
         failing["on"] = True
         w.emit(ev.HalfClosed(t_ns=200, call="c2.0"))
         w.emit(ev.HalfClosed(t_ns=201, call="c2.1"))
-        await until(lambda: w.stats()[1] >= 2, "the batch dropped")
+        await _until(lambda: w.stats()[1] >= 2, "the batch dropped")
         failing["on"] = False
         first = w.path
         first.unlink()
-        await until(lambda: w.path != first, "a new capture file")
+        await _until(lambda: w.path != first, "a new capture file")
         w.emit(_half(9))
         await w.close()
         return w
