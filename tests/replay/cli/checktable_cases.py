@@ -95,10 +95,14 @@ def run(paths: list[Path], rows: int) -> dict[str, object]:
     """What ``replay check --rows ROWS PATHS`` prints and returns."""
     out, err = io.StringIO(), io.StringIO()
     code = check([str(p) for p in paths], rows=rows, out=out, err=err)
-    text = {"out": out.getvalue(), "err": err.getvalue()}
-    for p in paths:  # holes and warnings name the files: by their names alone, wherever they are
-        text = {k: v.replace(f"{p.parent}/", "") for k, v in text.items()}
-    return {**text, "code": code}
+    return printed(paths, out.getvalue(), err.getvalue(), code)
+
+
+def printed(paths: list[Path], out: str, err: str, code: int) -> dict[str, object]:
+    """The case's result, files named by their names alone (holes and warnings name them) wherever they are."""
+    for p in paths:
+        out, err = out.replace(f"{p.parent}/", ""), err.replace(f"{p.parent}/", "")
+    return {"out": out, "err": err, "code": code}
 
 
 def cases(tmp: Path) -> dict[str, tuple[list[Path], int]]:
