@@ -108,7 +108,7 @@ def captures(draw: st.DrawFn) -> bytes:
     return b.render()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(blob=captures(), rows=st.integers(0, 8))
 def test_generated_captures_print_what_the_in_memory_table_printed(blob: bytes, rows: int, tmp_path: Path) -> None:
     path = tmp_path / "capture-gen.jsonl"
