@@ -1,0 +1,156 @@
+"""``replay check``'s table in flat memory: only the requests it will show are kept, the others counted.
+
+The table lists every request when there are at most ``--rows`` of them; beyond, the first
+``rows`` of those needing attention (a violation, or an outcome other than ``completed``) in
+capture order, and how many it does not show. :class:`TableSink` takes the outcomes from the
+tracker as they settle (:class:`~replay.machine.outcomes.RequestSink`) and keeps at most
+``rows + 1`` of them plus the summary's counts (:class:`~replay.machine.outcomes.Tally`): memory
+does not grow with the capture, except with ``--rows 0`` (show every request), which keeps them
+all. The output is byte for byte what the table built from every request in memory printed
+(tests/replay/cli/test_check_table_stream.py).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import TextIO
+
+from rich.table import Table
+
+from replay.cli.output import QuietConsole
+from replay.machine.outcomes import RequestOutcome, Tally, TrackResult
+
+_STYLE = {
+    "completed": "green",
+    "cancelled": "yellow",
+    "deadline": "yellow",
+    "disconnected": "red",
+    "interrupted": "red",
+    "error": "red",
+    "unconfirmed": "cyan",
+    "incomplete": "magenta",
+    "group": "cyan",
+}
+
+
+def needs_attention(r: RequestOutcome) -> bool:
+    """What the table keeps when there are more requests than rows: a violation or not ``completed``."""
+    return bool(r.violations) or r.outcome != "completed"
+
+
+class TableSink:
+    """Keeps the requests the table will show (at most ``rows``; all with ``rows`` 0) and counts every one."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self.tally = Tally()
+        # (-call position, -arrival, outcome): negated so that the heap's top is the last in capture
+        # order, the one to drop. Calls end in any order, but a call's requests arrive in its order
+        # (RequestSink), so (call position, arrival) is capture order; the pair is unique, so the
+        # outcomes themselves are never compared.
+        self._kept: list[tuple[int, int, RequestOutcome]] = []
+        self._arrived = 0
+        self._cut = False  # more requests than rows: only those needing attention are shown
+
+    def settled(self, call_pos: int, outcome: RequestOutcome) -> None:
+        """A request's outcome, final but for its call's status (see RequestSink; the table does not show it)."""
+        self._add(call_pos, outcome)
+
+    def call_over(self, call_pos: int, status: str | None, outcomes: list[RequestOutcome]) -> None:
+        """A call's status and its remaining requests."""
+        for outcome in outcomes:
+            self._add(call_pos, outcome)
+
+    def _add(self, call_pos: int, outcome: RequestOutcome) -> None:
+        self.tally.add(outcome)
+        self._arrived += 1
+        if self._cut and not needs_attention(outcome):
+            return
+        entry = (-call_pos, -self._arrived, outcome)
+        kept = self._kept
+        if self._cut:
+            if len(kept) < self.rows:
+                heapq.heappush(kept, entry)
+            else:
+                heapq.heappushpop(kept, entry)  # drops whichever of them comes last in capture order
+            return
+        kept.append(entry)
+        if self.rows and self.tally.requests > self.rows:
+            self._cut = True
+            kept[:] = [e for e in kept if needs_attention(e[2])]
+            heapq.heapify(kept)
+            while len(kept) > self.rows:
+                heapq.heappop(kept)
+
+    def shown(self) -> list[RequestOutcome]:
+        """The table's requests, in capture order."""
+        return [e[2] for e in sorted(self._kept, reverse=True)]
+
+    @property
+    def hidden(self) -> int:
+        """Requests the table does not show."""
+        return self.tally.requests - len(self._kept) if self._cut else 0
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}"
+
+
+def render_human(
+    result: TrackResult, out: TextIO, *, shown: Sequence[RequestOutcome], hidden: int, tally: Tally | None = None
+) -> None:
+    """The rich table of ``shown`` requests, unattributable responses, holes and a summary (``tally``: see summary)."""
+    console = QuietConsole(file=out, width=None if out.isatty() else 160, highlight=False)
+    table = Table(title="requests", title_justify="left")
+    for col, justify in (
+        ("call", "left"), ("request id", "left"), ("model", "left"), ("outcome", "left"),
+        ("responses (text)", "right"), ("final", "left"), ("first ms", "right"), ("ms", "right"),
+        ("violations", "left"),
+    ):  # fmt: skip
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in shown:
+        rid = "(none)" if r.request_id is None else repr(r.request_id) if r.request_id == "" else r.request_id
+        if r.occurrence:
+            rid += f" #{r.occurrence + 1}"
+        style = _STYLE.get(r.outcome, "")
+        outcome = f"[{style}]{r.outcome}[/]" if style else r.outcome
+        if r.error and r.outcome != "completed":
+            outcome += f" ({r.error})"
+        if r.notes:
+            outcome += " (note: " + ", ".join(r.notes) + ")"  # not [..]: rich markup
+        if r.group is not None:
+            outcome += " " + ("" if r.group.per_request else "known only for the ") + r.group.describe()
+        table.add_row(
+            r.call, rid, r.model or "", outcome, f"{r.responses} ({r.text_responses})",
+            "" if r.final is None else str(r.final).lower(), _ms(r.first_response_ms), _ms(r.duration_ms),
+            "[bold red]" + ", ".join(v.name for v in r.violations) + "[/]" if r.violations else "",
+        )  # fmt: skip
+    console.print(table)
+    if hidden:
+        console.print(f"{hidden} request(s) not shown (--rows 0 shows all; --json gives everything)")
+    if result.unattributable:
+        un = Table(title="unattributable responses", title_justify="left")
+        for col in ("call", "seq", "request id", "reason", "final", "error"):
+            un.add_column(col)
+        for u in result.unattributable:
+            un.add_row(u.call, str(u.seq), repr(u.request_id), u.reason, str(u.final), u.error or "")
+        console.print(un)
+    for g in result.gaps:
+        where = f"{g.file}:{g.line}" if g.line is not None else g.file
+        console.print(f"[yellow]hole[/] {g.kind} at {where}: {g.detail}")
+    s = result.summary(tally)
+    outcomes = ", ".join(f"{k} {v}" for k, v in sorted(s["outcomes"].items())) or "none"
+    console.print(
+        f"{s['requests']} request(s) on {s['calls']} call(s) in {s['records']} record(s): {outcomes}; "
+        f"{s['violations']} violation(s), {s['unattributable']} unattributable response(s), {s['gaps']} hole(s)"
+        + ("" if s["complete"] else "; capture incomplete")
+    )
+    if s["known_only_for_group"]:
+        console.print(
+            f"[yellow]warning[/]: {s['known_only_for_group']} request(s) sent together with the same id ended in "
+            "different ways: each one's outcome is known only for its group (give requests distinct ids to "
+            "know each one's; not a failure)"
+        )
+    if s["violations_by_name"]:
+        console.print("violations: " + ", ".join(f"{k} {v}" for k, v in sorted(s["violations_by_name"].items())))
