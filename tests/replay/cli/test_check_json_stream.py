@@ -5,33 +5,24 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
 
-from replay.capture import events as ev
-from replay.capture.reader import read_capture
 from replay.cli import checkjson
 from replay.cli.check import check
 from replay.machine.outcomes import RequestOutcome
 from replay.machine.tracker import Tracker
 from tests.data.make_golden import INFER, Builder
 from tests.support.paths import DATA
+from tests.support.tracking import track_in_memory
 
 GOLDEN = sorted(p for p in DATA.glob("*.jsonl") if p.name not in ("garbled_middle.jsonl", "too_new.jsonl"))
 
 
 def _in_memory(paths: list[Path]) -> tuple[str, int]:
     """The document as `check --json` wrote it before it streamed (all outcomes kept), and the exit code."""
-    reader = read_capture(paths)
-    tracker = Tracker()
-    marks: list[dict[str, Any]] = []
-    for seq, record in reader:
-        if type(record) is ev.MarkRecorded:
-            marks.append({"seq": seq, "t_ns": record.t_ns, "note": record.note, "labels": record.labels})
-        tracker.feed(seq, record)
-    result = tracker.finish(reader.gaps, reader.warnings)
+    result, marks = track_in_memory(paths)
     doc = {**result.to_json(), "marks": marks}
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n", 0 if result.ok else 1
 

@@ -25,6 +25,7 @@ from replay.machine.outcomes import RequestOutcome
 from replay.machine.tracker import Tracker
 from tests.data.make_golden import INFER, STREAM, Builder
 from tests.replay.cli import checktable_cases as cases
+from tests.support.tracking import track_in_memory
 
 EXPECTED: dict[str, dict[str, Any]] = orjson.loads(cases.EXPECTED.read_bytes())
 
@@ -48,14 +49,7 @@ def test_table_is_what_main_printed(name: str, all_cases: dict[str, tuple[list[P
 
 def _in_memory(paths: list[Path], rows: int) -> dict[str, object]:
     """What the table printed when it was built from every request (main at 2e82fd7, its selection here)."""
-    reader = read_capture(paths)
-    tracker = Tracker()
-    marks: list[dict[str, Any]] = []
-    for seq, record in reader:
-        if type(record) is ev.MarkRecorded:
-            marks.append({"seq": seq, "t_ns": record.t_ns, "note": record.note, "labels": record.labels})
-        tracker.feed(seq, record)
-    result = tracker.finish(reader.gaps, reader.warnings)
+    result, marks = track_in_memory(paths)
     shown: Sequence[RequestOutcome] = result.requests
     hidden = 0
     if rows and len(shown) > rows:
