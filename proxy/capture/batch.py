@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.capture.sidefile import pending_bytes
+from proxy.capture.sidefile import Pending, pending_bytes, pending_len
 from replay.capture.schema import Encoder
 from replay.capture.schema import encode as encode_one
 
 
-def encode(encoder: Encoder, records: list[Any], seq: int, side_at: int) -> tuple[list[bytes], list[bytes | None] | None]:
+def encode(encoder: Encoder, records: list[Any], seq: int, side_at: int) -> tuple[list[bytes], list[Pending | None] | None]:
     """The batch's lines from record number ``seq`` on, and (when some message brings bytes for the
     side file, whose committed size is ``side_at``) each line's bytes, else None.
 
@@ -21,7 +21,7 @@ def encode(encoder: Encoder, records: list[Any], seq: int, side_at: int) -> tupl
     batch encoded again for the next file (a rotation cut) gets that file's offsets.
     """
     lines = []
-    bodies: list[bytes | None] = []
+    bodies: list[Pending | None] = []
     found = False
     enc = encoder.encode
     for r in records:
@@ -29,7 +29,7 @@ def encode(encoder: Encoder, records: list[Any], seq: int, side_at: int) -> tupl
         if body is None:
             lines.append(enc(r, seq))
         else:
-            n = len(body)
+            n = pending_len(body)
             lines.append(enc(r, seq, [side_at, n]))
             side_at += n
             found = True
@@ -38,7 +38,7 @@ def encode(encoder: Encoder, records: list[Any], seq: int, side_at: int) -> tupl
     return lines, bodies if found else None
 
 
-def cut(lines: list[bytes], bodies: list[bytes | None] | None, size: int, rotate: int) -> int:
+def cut(lines: list[bytes], bodies: list[Pending | None] | None, size: int, rotate: int) -> int:
     """How many lines go into a plain file of ``size`` bytes (its side file's included) before it
     reaches ``rotate`` bytes (at least one).
 
@@ -49,18 +49,19 @@ def cut(lines: list[bytes], bodies: list[bytes | None] | None, size: int, rotate
     for i, line in enumerate(lines):
         size += len(line)
         if bodies is not None and (body := bodies[i]) is not None:
-            size += len(body)  # rotation counts the side file too
+            size += pending_len(body)  # rotation counts the side file too
         if size >= rotate:
             return i + 1
     return len(lines)
 
 
-def self_contained(records: list[Any], first: int, bodies: list[bytes | None] | None, side_at: int) -> list[bytes]:
+def self_contained(records: list[Any], first: int, bodies: list[Pending | None] | None, side_at: int) -> list[bytes]:
     """The records as lines a reader may start at (sticky fields spelled out), for ``record --admin``'s Tail."""
     if bodies is None:
         return [encode_one(r, first + i) for i, r in enumerate(records)]
     out = []
     for i, (r, body) in enumerate(zip(records, bodies, strict=True)):
-        out.append(encode_one(r, first + i, None if body is None else [side_at, len(body)]))
-        side_at += len(body) if body is not None else 0
+        n = pending_len(body) if body is not None else 0
+        out.append(encode_one(r, first + i, None if body is None else [side_at, n]))
+        side_at += n
     return out

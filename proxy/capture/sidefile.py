@@ -7,7 +7,7 @@ writer thread appends them to the capture file's side file (``<name>.payload``, 
 :mod:`replay.capture.naming`) and writes ``payload_at: [offset, length]`` into the line instead.
 Base64, its text and compressing it were three quarters of the proxy's time on a 100 MB tensor
 (bench/README.md, issue 18); the side file is written with one ``os.writev`` of the batch's message
-bytes (no join, no copy), raw and uncompressed (tensors are mostly incompressible).
+bytes (no join, no copy: a long message stays the list of pieces the assembler kept), raw and uncompressed (tensors are mostly incompressible).
 
 Order and failure: a batch's message bytes are written *before* its lines, so a line never points
 at bytes not yet written (a crash leaves at most unreferenced bytes at the side file's end); when
@@ -29,13 +29,37 @@ from replay.capture import naming
 IOV_MAX = 1024
 
 
-def pending_bytes(record: Any) -> bytes | None:
-    """The bytes a record brings for the side file (a ``message`` whose ``payload_at`` holds ``bytes``), else None."""
+#: What a record brings for the side file: the message's bytes, or (a long message, never joined)
+#: the pieces they came in.
+Pending = bytes | list[bytes]
+
+
+def pending_bytes(record: Any) -> Pending | None:
+    """The bytes a record brings for the side file (a ``message`` whose ``payload_at`` holds ``bytes``
+    or a list of ``bytes``), else None."""
     if type(record) is ev.MessageSeen:
         body: Any = record.payload_at
-        if type(body) is bytes:
+        if type(body) is bytes or (type(body) is list and body and type(body[0]) is bytes):
             return body
     return None
+
+
+def pending_len(body: Pending) -> int:
+    """How many bytes ``body`` puts in the side file."""
+    return sum(map(len, body)) if isinstance(body, list) else len(body)
+
+
+def flat(bodies: list[Pending | None]) -> list[bytes]:
+    """The buffers of a batch's side-file bytes, in order, for one ``writev``."""
+    out: list[bytes] = []
+    for body in bodies:
+        if body is None:
+            continue
+        if isinstance(body, list):
+            out.extend(body)
+        else:
+            out.append(body)
+    return out
 
 
 def writev_all(fd: int, parts: list[bytes]) -> None:

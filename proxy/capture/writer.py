@@ -32,7 +32,7 @@ from typing import Any
 
 import structlog
 
-from proxy.capture import batch, retention
+from proxy.capture import batch, retention, sidefile
 from proxy.capture.budget import MIB
 from proxy.capture.gaps import Counts, Gap
 from proxy.capture.options import WriterOptions as WriterOptions  # re-exported: the writer's options
@@ -221,7 +221,7 @@ class CaptureWriter:
         self._encoder = Encoder()  # sparse-encoding state is per file: each file reads on its own
         self.paths.append(path)
 
-    def _cut(self, lines: list[bytes], bodies: list[bytes | None] | None) -> int:
+    def _cut(self, lines: list[bytes], bodies: list[sidefile.Pending | None] | None) -> int:
         """How many lines go into the live file before it reaches the rotation size (:func:`batch.cut`)."""
         rotate = self._opt.rotate_bytes
         if rotate is None or not self._sink.exact_sizes:
@@ -264,7 +264,7 @@ class CaptureWriter:
             rest, pending, lines = pending[cut:], pending[:cut], lines[:cut]
             bodies = bodies[:cut] if bodies is not None else None
         data = self._sink.frame(b"".join(lines))
-        parts = [b for b in bodies if b is not None] if bodies is not None else None
+        parts = sidefile.flat(bodies) if bodies is not None else None
         side_len = sum(map(len, parts)) if parts is not None else 0
         if may_rotate and self._disk.paused_for(len(data) + side_len, self._gap.dropped):
             self._encoder.reset()  # what this batch said never reached the file

@@ -21,6 +21,7 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from proxy.ops.server import RecordingProxy
 from proxy.relay.messages import SIDE_MIN_BYTES
 from proxy.resend.plan import scripts
+from proxy.triton import pieces
 from replay import feed_stream
 from replay.capture import events as ev
 from replay.capture import naming
@@ -36,7 +37,8 @@ from tests.support.proxy import stop_proxy
 
 STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
-TENSOR = np.random.default_rng(18).integers(0, 255, 300_000, dtype=np.uint8).tobytes()
+#: Over 1 MiB: the request and its echo reach the proxy in many pieces, kept unjoined for the side file.
+TENSOR = np.random.default_rng(18).integers(0, 255, 3_000_000, dtype=np.uint8).tobytes()
 
 
 def _requests() -> tuple[pb.ModelInferRequest, list[pb.ModelInferRequest]]:
@@ -83,10 +85,25 @@ def _messages(directory: Path) -> dict[tuple[str, int], bytes | None]:
     return out
 
 
+def _spy_heads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """What the proxy's check "does the head of a long message hold all its labels?" answered."""
+    seen: list[bool] = []
+    real = pieces.only_field_from
+
+    def spy(parts: list[bytes], pos: int, field: int) -> bool:
+        seen.append(real(parts, pos, field))
+        return seen[-1]
+
+    monkeypatch.setattr(pieces, "only_field_from", spy)
+    return seen
+
+
 def test_full_payloads_go_to_the_side_file_and_every_reader_gets_the_same_bytes_as_inline(
-    fake_upstream: Any, start_proxy: Callable[..., RecordingProxy], tmp_path: Path
+    fake_upstream: Any, start_proxy: Callable[..., RecordingProxy], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    heads = _spy_heads(monkeypatch)
     side = _record(start_proxy, fake_upstream.port, tmp_path / "side")
+    assert heads == [True, True]  # the tensor request and its echo: labelled from their heads, never joined
     inline = _record(start_proxy, fake_upstream.port, tmp_path / "inline", payload_store="inline")
 
     # On disk: the side store's lines hold no bytes of 1 KiB or more, only where they are (the tensor
@@ -104,6 +121,16 @@ def test_full_payloads_go_to_the_side_file_and_every_reader_gets_the_same_bytes_
     assert not list(inline.glob("*.payload"))
     assert all(r["payload"] and r["payload_at"] is None for r in records(next(inline.glob("*.jsonl")))
                if r["kind"] == "message")  # fmt: skip
+
+    # Labels read from a long message's head equal the whole message's (the inline capture decodes it whole).
+    def labels(directory: Path) -> list[dict[str, Any]]:
+        drop = {"t_ns", "seq", "payload", "payload_at"}  # a stream's requests and responses may interleave differently
+        msgs = [r for r in records(next(directory.glob("*.jsonl"))) if r["kind"] == "message"]
+        return sorted(({k: v for k, v in r.items() if k not in drop} for r in msgs),
+                      key=lambda r: (r["call"], r["dir"], r["index"]))  # fmt: skip
+
+    assert labels(side) == labels(inline)
+    assert [(t["name"], t["shape"]) for t in labels(side)[0]["inputs"]] == [("INPUT", [len(TENSOR)])]
 
     # The reader + payload_bytes: the same bytes either way, and they are what crossed the wire.
     got = _messages(side)
@@ -161,3 +188,23 @@ def test_the_cap_cuts_what_is_stored_and_1_kib_stored_goes_to_the_side_file(
     assert first.payload_truncated is True and first.payload_sha256 == hashlib.sha256(whole).hexdigest()
     assert payload_bytes(first) == whole[:cap]
     assert (first.payload_at == [0, cap]) == (cap >= SIDE_MIN_BYTES) and (first.payload is None) == (cap >= SIDE_MIN_BYTES)
+
+
+def test_labels_missing_from_a_long_message_head_come_from_the_whole_message(
+    fake_upstream: Any, start_proxy: Callable[..., RecordingProxy], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request whose tensor bytes come before its other fields (protobuf allows any order): the
+    head does not hold its labels, so the proxy decodes the whole message, and still stores it unjoined."""
+    raw = pb.ModelInferRequest(raw_input_contents=[TENSOR]).SerializeToString()
+    raw += pb.ModelInferRequest(model_name="echo", id="late-id", inputs=[
+        pb.ModelInferRequest.InferInputTensor(name="INPUT", datatype="UINT8", shape=[len(TENSOR)])]).SerializeToString()
+    heads = _spy_heads(monkeypatch)
+    proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}", payload="full", capture_dir=tmp_path)
+    with grpc.insecure_channel(f"127.0.0.1:{proxy.port}", options=[("grpc.max_receive_message_length", -1)]) as ch:
+        call = ch.unary_unary(INFER, request_serializer=lambda b: b, response_deserializer=pb.ModelInferResponse.FromString)
+        assert call(raw, timeout=30).id == "late-id"
+    stop_proxy(proxy)
+    assert heads[0] is False
+    req = next(r for _, r in read_capture(tmp_path) if isinstance(r, ev.MessageSeen))
+    assert (req.model, req.request_id, req.decode_error) == ("echo", "late-id", None)
+    assert payload_bytes(req) == raw and req.payload_at == [0, len(raw)]
