@@ -438,11 +438,13 @@ class CaptureWriter:
             # Still reachable under its new name: close it properly; the new file says where it went.
             log.warning("capture_file_moved", file=old.name, note="the capture goes on in a new file")
             end_seq = self._seq  # the capture_end written into it
+            # Its side file keeps its name: readers find it by the capture file's name.
+            side = f"; its message bytes are in {naming.side_name(old.name)}: rename that alike" if self._side.fd >= 0 else ""
             self._rotate("reopen", compress=False)
             self._write_batch([ev.FilesRemoved(
                 t_ns=time.time_ns(), reason="moved", files=[old.name], size=size,
                 detail=f"{old.name} was renamed or replaced while being written; its records (seq "
-                f"{first_seq}..{end_seq}) are in the renamed file, not lost",
+                f"{first_seq}..{end_seq}) are in the renamed file, not lost{side}",
             )], may_rotate=False)  # fmt: skip
             return
         # Deleted: nothing written there can be read back. Everything the file held is a gap.

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from proxy.capture import sidefile
@@ -196,3 +197,48 @@ def test_payload_at_read_back_equals_the_written_list(tmp_path: Path) -> None:
     (rec,) = [r for _, r in read_capture(tmp_path) if isinstance(r, ev.MessageSeen)]
     assert isinstance(rec.payload_at, PayloadAt) and rec.payload_at == [0, 300]
     assert rec.payload_at.side == tmp_path / naming.side_name(next(tmp_path.glob("*.jsonl")).name)
+
+
+def test_the_admin_tap_gets_lines_that_point_into_the_side_file(tmp_path: Path) -> None:
+    """record --admin's Tail lines say the same payload_at as the file's lines."""
+    tapped: list[bytes] = []
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path), _start())
+        w.tap = lambda first, recs, lines: tapped.extend(lines)
+        w.open()
+        for batch in ([_msg(0), ev.HalfClosed(t_ns=150, call="c1.0")], [_msg(1, 2000)]):
+            for r in batch:
+                w.emit(r)
+            while w.backlog:
+                await asyncio.sleep(0)
+            await asyncio.sleep(0.01)
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    from_tap = [orjson.loads(line) for line in tapped]
+    from_file = records(w.paths[0])
+    assert [r.get("payload_at") for r in from_tap if r["kind"] == "message"] == [[0, 300], [300, 2000]]
+    assert [r.get("payload_at") for r in from_tap] == [r["payload_at"] if r["kind"] == "message" else None
+                                                       for r in from_file[: len(from_tap)]]  # fmt: skip
+
+
+def test_a_live_file_renamed_says_where_its_message_bytes_are(tmp_path: Path) -> None:
+    """The writer cannot rename the side file along (it does not know the new name): the record says which it is."""
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path, check_interval_s=0.05), _start())
+        w.open()
+        w.emit(_msg(0))
+        while not (tmp_path / naming.side_name(w.paths[0].name)).exists():
+            await asyncio.sleep(0.01)
+        w.paths[0].rename(tmp_path / "kept.jsonl")
+        while len(w.paths) < 2:
+            await asyncio.sleep(0.01)
+        await w.close()
+        return w
+
+    w = asyncio.run(asyncio.wait_for(run(), 30))
+    (moved,) = [r for r in records(w.paths[-1]) if r["kind"] == "files_removed"]
+    assert moved["reason"] == "moved" and naming.side_name(w.paths[0].name) in moved["detail"]

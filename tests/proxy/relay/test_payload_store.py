@@ -51,6 +51,8 @@ def _requests() -> tuple[pb.ModelInferRequest, list[pb.ModelInferRequest]]:
         r.inputs.add(name="PROMPT", datatype="BYTES", shape=[1])
         r.raw_input_contents.append(b"\x05\x00\x00\x00hello" + rid.encode())
         r.parameters["n"].int64_param = 3
+        if rid == "s1":  # 2,000-byte texts: s1's responses go to the side file, s2's stay in their lines
+            r.parameters["size"].int64_param = 2000
         stream.append(r)
     return unary, stream
 
@@ -107,15 +109,17 @@ def test_full_payloads_go_to_the_side_file_and_every_reader_gets_the_same_bytes_
     inline = _record(start_proxy, fake_upstream.port, tmp_path / "inline", payload_store="inline")
 
     # On disk: the side store's lines hold no bytes of 1 KiB or more, only where they are (the tensor
-    # request and its echo); the stream's small messages stay base64 in their lines. Inline: all base64.
+    # request, its echo, s1's responses), one after the other; smaller messages stay base64 in their
+    # lines. Inline: all base64.
     (capture,) = side.glob("*.jsonl")
     msgs = [r for r in records(capture) if r["kind"] == "message"]
-    assert [(r["call"], r["dir"]) for r in msgs if r["payload_at"] is not None] == [("c1.1", "c2s"), ("c1.1", "s2c")]
+    assert len(msgs) == 2 + 2 + 6
+    assert all((r["payload_at"] is not None) == (r["size"] >= SIDE_MIN_BYTES) for r in msgs)
     assert all((r["payload"] is None) == (r["payload_at"] is not None) for r in msgs)
     big = [r["payload_at"] for r in msgs if r["payload_at"] is not None]
-    assert big[0][0] == 0 and big[1][0] == big[0][1] and big[0][1] > len(TENSOR)
-    assert (side / naming.side_name(capture.name)).stat().st_size == big[0][1] + big[1][1]
-    assert len(msgs) == 2 + 2 + 6 and all(r["size"] < SIDE_MIN_BYTES for r in msgs if r["call"] != "c1.1")
+    assert len(big) == 5 and big[0][1] > len(TENSOR)
+    assert [at for at, _ in big] == [sum(n for _, n in big[:i]) for i in range(len(big))]
+    assert (side / naming.side_name(capture.name)).stat().st_size == sum(n for _, n in big)
     (start,) = [r for r in records(capture) if r["kind"] == "capture_start"]
     assert (start["options"]["payload"], start["options"]["payload_store"]) == ("full", "side")
     assert not list(inline.glob("*.payload"))
@@ -161,7 +165,7 @@ def test_full_payloads_go_to_the_side_file_and_every_reader_gets_the_same_bytes_
     # feed: real InferResults (tensor data), not rebuilt from labels.
     texts: list[bytes] = []
     feed_stream(side, lambda result, error: texts.append(result.as_numpy("TEXT")[0]))
-    assert texts == [b"tok0", b"tok1", b"tok2"] * 2
+    assert texts == [b"x" * 2000] * 3 + [b"tok0", b"tok1", b"tok2"]
 
     # replay send: the requests' bodies, as captured.
     plans = {s.method: s for s in scripts(read_capture(side))}
