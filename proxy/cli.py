@@ -59,7 +59,7 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                    "raw, uncompressed, in a side file beside each capture file (capture-*.payload; their lines "
                    "say payload_at [offset, length]; keep the two files together), smaller ones base64 in their "
                    "line; inline: all base64 inside the JSON lines (self-contained files that triton-tap "
-                   "versions before the side file read whole; ~1.5x the proxy CPU on a 100 MB tensor)")
+                   "versions before the side file read whole; ~1.7x the proxy CPU on a 100 MB tensor)")
     p.add_argument("--rotate-mb", type=positive_float, default=None, metavar="MB", help="start a new capture file after this many MB (its side file, with --payload full, included)")
     p.add_argument("--gzip-rotated", action="store_true",
                    help="with --compress none: compress closed rotated files to .jsonl.gz (given alone, it implies "
