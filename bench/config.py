@@ -7,7 +7,11 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PAYLOADS = ("none", "meta", "full")
-ALL_PATHS = ("direct", "proxy-none", "proxy-meta", "proxy-full", "nginx")
+#: ``proxy-full``: ``--payload full`` with its default store (message bytes in a raw side file);
+#: ``proxy-full-inline``: ``--payload full --payload-store inline`` (base64 inside the JSON line).
+ALL_PATHS = ("direct", "proxy-none", "proxy-meta", "proxy-full", "proxy-full-inline", "nginx")
+#: Proxy paths that are a payload mode plus flags: name -> (payload, extra flags).
+FLAGGED_PATHS: dict[str, tuple[str, tuple[str, ...]]] = {"proxy-full-inline": ("full", ("--payload-store", "inline"))}
 SCENARIOS = ("streaming", "unary", "large", "paced", "scaling", "memory")
 #: Against the real tritonserver with NVIDIA perf_analyzer (bench.perfa): only when asked for by --scenarios.
 PA_SCENARIOS = ("perf_analyzer", "pa_workers")
@@ -46,7 +50,7 @@ class Config:
         default_factory=lambda: {
             "streaming": ALL_PATHS,
             "unary": ALL_PATHS,
-            "large": ("direct", "proxy-none", "proxy-meta", "proxy-full", "nginx"),
+            "large": ("direct", "proxy-none", "proxy-meta", "proxy-full", "proxy-full-inline", "nginx"),
             "paced": ("direct", "proxy-meta", "nginx"),
             "scaling": ("direct", "proxy-meta", "nginx"),
         }

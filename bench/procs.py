@@ -209,14 +209,14 @@ def _start_upstream(workdir: Path) -> tuple[Proc, int]:
 
 
 def _start_proxy(workdir: Path, upstream_port: int, payload: str, *, profile: str | None = None,
-                module: str = "proxy", name: str | None = None) -> tuple[Proc, int]:  # fmt: skip
+                module: str = "proxy", name: str | None = None, flags: tuple[str, ...] = ()) -> tuple[Proc, int]:  # fmt: skip
     """``python -m proxy`` (optionally under ``python -m cProfile -o PROFILE``; ``module`` replaces
     ``proxy`` to A/B a patched proxy that takes the same flags)."""
     port = free_port()
     name = name or f"proxy-{payload}"
     cap = workdir / f"capture-{name}-{port}"
     args = ["--listen", f"127.0.0.1:{port}", "--upstream", f"127.0.0.1:{upstream_port}",
-            "--capture-dir", str(cap), "--payload", payload, "--log-level", "warning"]  # fmt: skip
+            "--capture-dir", str(cap), "--payload", payload, "--log-level", "warning", *flags]  # fmt: skip
     argv = [PY, "-m", "cProfile", "-o", profile, "-m", module, *args] if profile else [PY, "-m", module, *args]
     proc = Proc(name, argv, log=workdir / f"{name}-{port}.log")
     _wait(proc, port, 20)
@@ -255,10 +255,11 @@ def start_upstream(workdir: Path) -> tuple[Proc, int]:
 
 
 def start_proxy(workdir: Path, upstream_port: int, payload: str, *, profile: str | None = None,
-                module: str = "proxy", name: str | None = None) -> tuple[Proc, int]:  # fmt: skip
+                module: str = "proxy", name: str | None = None, flags: tuple[str, ...] = ()) -> tuple[Proc, int]:  # fmt: skip
     """``python -m proxy`` (optionally under ``python -m cProfile -o PROFILE``; ``module`` replaces
-    ``proxy`` to A/B a patched proxy that takes the same flags)."""
-    return _retry(lambda: _start_proxy(workdir, upstream_port, payload, profile=profile, module=module, name=name))
+    ``proxy`` to A/B a patched proxy that takes the same flags; ``flags``: more of them)."""
+    return _retry(lambda: _start_proxy(workdir, upstream_port, payload, profile=profile, module=module, name=name,
+                                       flags=flags))  # fmt: skip
 
 
 def start_nginx(workdir: Path, upstream_port: int) -> tuple[Proc, int]:

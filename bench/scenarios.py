@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import procs
-from bench.config import ALL_PATHS, MB, PAYLOADS, Config, scaling_shape
+from bench.config import ALL_PATHS, FLAGGED_PATHS, MB, PAYLOADS, Config, scaling_shape
 from bench.summary import summarise_latency, summarise_throughput
 
 
@@ -40,6 +40,11 @@ class Bench:
                 proc, port = procs.start_proxy(self.workdir, self.uport, payload)
                 self.procs.append(proc)
                 self.targets[f"proxy-{payload}"] = (port, proc)
+        for name, (payload, flags) in FLAGGED_PATHS.items():
+            if name in paths:
+                proc, port = procs.start_proxy(self.workdir, self.uport, payload, name=name, flags=flags)
+                self.procs.append(proc)
+                self.targets[name] = (port, proc)
         for name, module in self.cfg.extra.items():
             proc, port = procs.start_proxy(self.workdir, self.uport, "meta", module=module, name=name)
             self.procs.append(proc)

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from bench import perfa
-from bench.payload_sidefile import _capture_dir, _SideFile
 from tests.support.paths import ROOT
 
 # What perf_analyzer 2.51 prints for a decoupled model with --streaming (trimmed).
@@ -99,14 +98,3 @@ def test_bench_skips_perf_analyzer_scenarios_with_one_line(tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     skipped = [line for line in proc.stdout.splitlines() if "perf_analyzer: skipped" in line]
     assert len(skipped) == 1 and "PERF_ANALYZER" in skipped[0]
-
-
-def test_sidefile_prototype_writes_raw_bytes_and_a_reference(tmp_path: Path) -> None:
-    """The prototype stores the bytes raw, appended, and returns an @offset+length reference."""
-    side = _SideFile(str(tmp_path))
-    assert side.b64encode(b"abc") == b"@0+3"
-    assert side.b64encode(memoryview(b"defgh")) == b"@3+5"
-    os.close(side._fd)
-    assert (tmp_path / "payload-prototype.bin").read_bytes() == b"abcdefgh"
-    assert _capture_dir(["--listen", "x", "--capture-dir", "/d"]) == "/d"
-    assert _capture_dir(["--capture-dir=/e"]) == "/e"

@@ -52,11 +52,16 @@ def rotate_for_budget(max_total: int, rotate: int | None) -> int:
 
 @dataclass(frozen=True, slots=True)
 class CaptureFile:
-    """A closed capture file as the writer measured it; ``order`` sorts oldest first."""
+    """A closed capture file as the writer measured it; ``order`` sorts oldest first.
+
+    ``size`` includes its side file (``--payload full`` message bytes), named ``side``: the two are
+    counted and deleted as one.
+    """
 
     name: str
     size: int
     order: tuple[str, int, str]
+    side: str | None = None
 
 
 def to_remove(closed: Sequence[CaptureFile], live_limit: int, max_total: int) -> list[CaptureFile]:

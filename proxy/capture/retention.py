@@ -51,29 +51,48 @@ class CaptureOps:
 
 
 def scan(directory: Path, live: Path) -> tuple[list[CaptureFile], int]:
-    """The closed capture files of ``directory`` (any proxy run), and the live file's size."""
-    closed: list[CaptureFile] = []
+    """The closed capture files of ``directory`` (any proxy run), each with its side file, and the
+    live file's size (its side file's included).
+
+    A side file whose capture file is gone (deleted by hand, or unlinked while live) is a closed file
+    of its own, so the budget still counts it and retention removes it in its turn.
+    """
+    captures: dict[str, tuple[str, int, tuple[str, int, str]]] = {}
+    sides: dict[str, tuple[int, tuple[str, int, str]]] = {}
     live_size = 0
     with os.scandir(directory) as it:
         for entry in it:
             key = naming.parse(entry.name)
-            if key is None:
+            is_side = key is None and (key := naming.side_owner(entry.name)) is not None
+            if key is None or not entry.is_file(follow_symlinks=False):
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            if entry.name == live.name:
-                live_size = st.st_size
-                continue
-            if not entry.is_file(follow_symlinks=False):
-                continue
-            closed.append(CaptureFile(name=entry.name, size=st.st_size, order=(key.stem, key.index, entry.name)))
+            order = (key.stem, key.index, entry.name)
+            if is_side:
+                sides[entry.name] = (st.st_size, order)
+            elif entry.name == live.name:
+                live_size += st.st_size
+            else:
+                captures[entry.name] = (naming.side_name(entry.name), st.st_size, order)
+    live_side = sides.pop(naming.side_name(live.name), None)
+    if live_side is not None:
+        live_size += live_side[0]
+    closed: list[CaptureFile] = []
+    for name, (side, size, order) in captures.items():
+        # While a rotated file is gzipped both names exist for a moment: the side file goes with one.
+        found = sides.pop(side, None)
+        closed.append(CaptureFile(name=name, size=size + (found[0] if found else 0), order=order,
+                                  side=side if found else None))  # fmt: skip
+    closed.extend(CaptureFile(name=name, size=size, order=order) for name, (size, order) in sides.items())
     return closed, live_size
 
 
 def enforce(directory: Path, live: Path, live_limit: int, max_total: int, ops: CaptureOps) -> list[CaptureFile]:
-    """Delete the oldest closed files beyond the budget; the ones actually deleted, oldest first."""
+    """Delete the oldest closed files beyond the budget, each with its side file; the ones actually
+    deleted, oldest first (:func:`removed_names` lists their files)."""
     closed, live_size = scan(directory, live)
     doomed = to_remove(closed, live_limit, max_total)
     removed: list[CaptureFile] = []
@@ -86,14 +105,26 @@ def enforce(directory: Path, live: Path, live_limit: int, max_total: int, ops: C
             log.warning("retention_unlink_failed", file=f.name, error=str(e))
             continue
         removed.append(f)
+        if f.side is not None:
+            try:
+                os.unlink(directory / f.side)
+            except FileNotFoundError:
+                pass
+            except OSError as e:  # rare; the next scan counts it as a file of its own and tries again
+                log.warning("retention_unlink_failed", file=f.side, error=str(e))
     gone = sum(f.size for f in removed)
     ops.files_removed += len(removed)
     ops.bytes_removed += gone
     ops.dir_bytes = sum(f.size for f in closed) - gone + live_size
     if removed:
-        log.warning("retention_removed_files", files=[f.name for f in removed], bytes=gone,
+        log.warning("retention_removed_files", files=removed_names(removed), bytes=gone,
                     max_total_bytes=max_total, dir_bytes=ops.dir_bytes)  # fmt: skip
     return removed
+
+
+def removed_names(removed: list[CaptureFile]) -> list[str]:
+    """The files ``removed`` held: each capture file, then its side file if it had one."""
+    return [name for f in removed for name in (f.name, f.side) if name is not None]
 
 
 LiveState = Literal["ok", "unlinked", "moved"]

@@ -4,8 +4,12 @@ The data plane calls :meth:`CaptureWriter.emit`, which only appends to a deque. 
 hands whole batches to one dedicated thread, which encodes them (``seq`` is assigned there, so it
 stays gap-free even when records are dropped) and appends them to the file with one ``write``.
 
-Failure policy: when a write fails (disk full, I/O error) the file is truncated back to the last
-complete batch, the batch's records are counted as dropped, and as soon as a write succeeds again
+``--payload full`` message bytes go to the capture file's side file (:mod:`proxy.capture.sidefile`),
+written before the batch's lines; rotation, retention and the budget count a file and its side file
+as one.
+
+Failure policy: when a write fails (disk full, I/O error) the file (and its side file) is truncated
+back to the last complete batch, the batch's records are counted as dropped, and as soon as a write succeeds again
 a ``gap`` record says how many were lost and why. The same happens when the queue exceeds its
 bound because the disk is slower than the traffic: the data plane is never slowed by the capture.
 
@@ -28,15 +32,16 @@ from typing import Any
 
 import structlog
 
-from proxy.capture import retention
+from proxy.capture import batch, retention, sidefile
 from proxy.capture.budget import MIB
 from proxy.capture.gaps import Counts, Gap
 from proxy.capture.options import WriterOptions as WriterOptions  # re-exported: the writer's options
 from proxy.capture.retention import CaptureOps, DiskGate
+from proxy.capture.sidefile import SideFile
 from proxy.capture.sink import make_sink
 from replay.capture import events as ev
 from replay.capture import naming
-from replay.capture.schema import Encoder, encode
+from replay.capture.schema import Encoder
 
 log = structlog.get_logger("triton_tap.writer")
 
@@ -61,6 +66,7 @@ class CaptureWriter:
         self._seq = 0
         self._fd = -1
         self._offset = 0
+        self._side = SideFile()
         self._encoder = Encoder()
         self._sink = make_sink(options.compress)
         self._file_index = 0
@@ -143,8 +149,11 @@ class CaptureWriter:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        self._side.close()
         while self.paths:
-            self.paths.pop().unlink(missing_ok=True)
+            p = self.paths.pop()
+            p.unlink(missing_ok=True)
+            p.with_name(naming.side_name(p.name)).unlink(missing_ok=True)
         self._pool.shutdown(wait=False)
 
     async def close(self, counts_extra: dict[str, int] | None = None) -> None:
@@ -206,36 +215,18 @@ class CaptureWriter:
         path = self._opt.directory / self._file_name()
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         self._offset = 0
+        self._side.follow(path)
         self._file_seq = self._seq
         self._file_t = (0, 0)
         self._encoder = Encoder()  # sparse-encoding state is per file: each file reads on its own
         self.paths.append(path)
 
-    def _encode(self, records: list[Any]) -> list[bytes]:
-        lines = []
-        seq = self._seq
-        encode = self._encoder.encode
-        for r in records:
-            lines.append(encode(r, seq))
-            seq += 1
-        return lines
-
-    def _cut(self, lines: list[bytes]) -> int:
-        """How many lines go into the live file before it reaches the rotation size (at least one).
-
-        Only where line lengths are file bytes (plain files): a cut must be followed by the rotation,
-        because the rest is encoded again for the next file (its sparse encoding starts fresh there).
-        A compressed file rotates after the batch that took it past the size (one batch over, at most).
-        """
+    def _cut(self, lines: list[bytes], bodies: list[sidefile.Pending | None] | None) -> int:
+        """How many lines go into the live file before it reaches the rotation size (:func:`batch.cut`)."""
         rotate = self._opt.rotate_bytes
         if rotate is None or not self._sink.exact_sizes:
             return len(lines)
-        size = self._offset
-        for i, line in enumerate(lines):
-            size += len(line)
-            if size >= rotate:
-                return i + 1
-        return len(lines)
+        return batch.cut(lines, bodies, self._offset + self._side.offset, rotate)
 
     def _write_batch(self, records: list[Any], queue_gap: Gap | None = None, may_rotate: bool = True) -> None:
         # may_rotate: a batch of traffic (False: the writer's own records, written even while paused).
@@ -264,31 +255,22 @@ class CaptureWriter:
                                  last_t_ns=g.last_t_ns)  # fmt: skip
             # A new file starts with its capture_start; the gap it reports comes right after.
             pending.insert(1 if records and type(records[0]) is ev.CaptureStarted else 0, gap)
-        lines = self._encode(pending)
+        lines, bodies = batch.encode(self._encoder, pending, self._seq, self._side.offset)
         rest: list[Any] = []
-        if may_rotate and (cut := self._cut(lines)) < len(lines):
+        if may_rotate and (cut := self._cut(lines, bodies)) < len(lines):
             # A batch may hold thousands of records: the file ends where it reaches the rotation
             # size, and the rest goes on in the next file (encoded again: its seq numbers move by
             # the capture_end/capture_start in between). Keeps files, and so the budget, honest.
             rest, pending, lines = pending[cut:], pending[:cut], lines[:cut]
+            bodies = bodies[:cut] if bodies is not None else None
         data = self._sink.frame(b"".join(lines))
-        if may_rotate and self._disk.paused_for(len(data), self._gap.dropped):
+        parts = sidefile.flat(bodies) if bodies is not None else None
+        side_len = sum(map(len, parts)) if parts is not None else 0
+        if may_rotate and self._disk.paused_for(len(data) + side_len, self._gap.dropped):
             self._encoder.reset()  # what this batch said never reached the file
             self._hold_back(records)
             return
-        try:
-            if self._opt.before_write is not None:
-                self._opt.before_write(data)
-            self._write_all(data)
-        except OSError as e:
-            self._rollback()
-            self._encoder.reset()  # what this batch said never reached the file
-            self._gap.add(records, f"write_error: {e}")
-            self._counts.dropped += len(records)
-            if not self._failing:
-                self._failing = True
-                log.warning("capture_write_failed", error=str(e), path=str(self.path),
-                            note="dropping records until writing works again; a gap record will say how many")
+        if not self._store(records, data, parts):
             return
         tap = self.tap
         if tap is not None:
@@ -296,10 +278,11 @@ class CaptureWriter:
             # self-contained lines: a subscriber may start anywhere, so it cannot know what the
             # file's sticky fields repeated. Costs a second encoding only while --admin is on.
             first = self._seq
-            tap(first, pending, [encode(r, first + i) for i, r in enumerate(pending)])
+            tap(first, pending, batch.self_contained(pending, first, bodies, self._side.offset))
         self._seq += len(pending)
         self._offset += len(data)
-        self._disk.wrote(len(data))
+        self._side.offset += side_len
+        self._disk.wrote(len(data) + side_len)
         self.written += len(pending)
         if pending:
             self._file_t = (self._file_t[0] or pending[0].t_ns, pending[-1].t_ns)
@@ -313,10 +296,32 @@ class CaptureWriter:
             if r.kind == "call_end":
                 causes = self._counts.causes
                 causes[r.cause] = causes.get(r.cause, 0) + 1
-        if may_rotate and self._opt.rotate_bytes is not None and self._offset >= self._opt.rotate_bytes:
+        if may_rotate and self._opt.rotate_bytes is not None and self._offset + self._side.offset >= self._opt.rotate_bytes:
             self._rotate()
         if rest:
             self._write_batch(rest)
+
+    def _store(self, records: list[Any], data: bytes, parts: list[bytes] | None) -> bool:
+        """Append a batch: its side-file bytes, then its lines. On failure both files go back to the
+        last complete batch and ``records`` (the batch as queued) join the pending gap."""
+        try:
+            if parts is not None:
+                # Before the lines: a line never points at bytes that are not in the side file.
+                self._side.write(parts)
+            if self._opt.before_write is not None:
+                self._opt.before_write(data)
+            self._write_all(data)
+        except OSError as e:
+            self._rollback()
+            self._encoder.reset()  # what this batch said never reached the file
+            self._gap.add(records, f"write_error: {e}")
+            self._counts.dropped += len(records)
+            if not self._failing:
+                self._failing = True
+                log.warning("capture_write_failed", error=str(e), path=str(self.path),
+                            note="dropping records until writing works again; a gap record will say how many")
+            return False
+        return True
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
@@ -325,7 +330,8 @@ class CaptureWriter:
             view = view[n:]
 
     def _rollback(self) -> None:
-        # A partial write must not leave half a line in the middle of the file.
+        # A partial write must not leave half a line in the middle of the file, nor bytes no line points at.
+        self._side.rollback()
         try:
             os.ftruncate(self._fd, self._offset)
         except OSError:
@@ -345,6 +351,7 @@ class CaptureWriter:
         old = self.path
         os.close(self._fd)
         self._fd = -1
+        self._side.close()
         if compress and self._opt.gzip_rotated and self._opt.compress == "none":
             self._compress(old)
         self._next_file([])
@@ -386,7 +393,7 @@ class CaptureWriter:
         removed = retention.enforce(self._opt.directory, self.path, self._opt.rotate_bytes, limit, self.ops)
         if removed:
             self._write_batch([ev.FilesRemoved(
-                t_ns=time.time_ns(), reason="retention", files=[f.name for f in removed],
+                t_ns=time.time_ns(), reason="retention", files=retention.removed_names(removed),
                 size=sum(f.size for f in removed),
                 detail=f"--max-total-mb {limit / MIB:g}: capture files in the directory now take "
                 f"{self.ops.dir_bytes} bytes, the live file may grow to {self._opt.rotate_bytes}",
@@ -431,11 +438,13 @@ class CaptureWriter:
             # Still reachable under its new name: close it properly; the new file says where it went.
             log.warning("capture_file_moved", file=old.name, note="the capture goes on in a new file")
             end_seq = self._seq  # the capture_end written into it
+            # Its side file keeps its name: readers find it by the capture file's name.
+            side = f"; its message bytes are in {naming.side_name(old.name)}: rename that alike" if self._side.fd >= 0 else ""
             self._rotate("reopen", compress=False)
             self._write_batch([ev.FilesRemoved(
                 t_ns=time.time_ns(), reason="moved", files=[old.name], size=size,
                 detail=f"{old.name} was renamed or replaced while being written; its records (seq "
-                f"{first_seq}..{end_seq}) are in the renamed file, not lost",
+                f"{first_seq}..{end_seq}) are in the renamed file, not lost{side}",
             )], may_rotate=False)  # fmt: skip
             return
         # Deleted: nothing written there can be read back. Everything the file held is a gap.
@@ -443,6 +452,7 @@ class CaptureWriter:
         t0, t1 = self._file_t
         os.close(self._fd)
         self._fd = -1
+        self._side.close()
         self._counts.dropped += lost
         log.warning("capture_file_unlinked", file=old.name, lost_records=lost,
                     note="the capture goes on in a new file, starting with a gap record")  # fmt: skip
@@ -480,3 +490,4 @@ class CaptureWriter:
             pass
         os.close(self._fd)
         self._fd = -1
+        self._side.close(sync=True)

@@ -44,6 +44,8 @@ class ProxyConfig:
     capture_dir: Path = Path("captures")
     payload: str = "meta"
     payload_cap: int | None = None
+    #: ``--payload-store``: where ``full`` payloads go: ``side`` (a raw side file per capture file) or ``inline``.
+    payload_store: str = "side"
     rotate_mb: float | None = None
     gzip_rotated: bool = False
     #: how written batches are stored: ``none`` (plain JSONL), ``zstd`` or ``gzip`` (one frame per batch)
@@ -149,6 +151,7 @@ def capture_options(cfg: ProxyConfig, salt: str, tls_listen: bool, tls_upstream:
     opts: dict[str, Any] = {
         "payload": cfg.payload,
         "payload_cap": cfg.payload_cap,
+        "payload_store": cfg.payload_store,
         "rotate_mb": cfg.rotate_mb,
         "gzip_rotated": cfg.gzip_rotated,
         "compress": cfg.compress,
@@ -192,6 +195,8 @@ class RecordingProxy:
         self.metrics: ProxyMetrics | None = None
         if config.payload not in ("none", "meta", "full"):
             raise UserError(f"--payload must be none, meta or full, got {config.payload!r}")
+        if config.payload_store not in ("side", "inline"):
+            raise UserError(f"--payload-store must be side or inline, got {config.payload_store!r}")
         self.writer: CaptureWriter | None = None
         self.relay: Relay | None = None
         self.evidence: EvidenceCollector | None = None
@@ -325,7 +330,7 @@ class RecordingProxy:
             self.upstream_addr,
             emit,
             RelayOptions(
-                payload=cfg.payload, payload_cap=cfg.payload_cap, redact=cfg.redact,
+                payload=cfg.payload, payload_cap=cfg.payload_cap, payload_store=cfg.payload_store, redact=cfg.redact,
                 redact_inputs=frozenset(cfg.redact_inputs), redact_key=salt.encode(),
             ),
             upstream_tls=up_tls,

@@ -52,7 +52,8 @@ class LateFrames(TunnelState):
         late = self._late[sid]
         since = (time.monotonic_ns() - late.t_rst) / 1e6
         if kind == "data":
-            for flag, length, body, truncated, _ in late.asm.feed(data):
+            for flag, length, kept, truncated, _ in late.asm.feed(data):
+                body = b"".join(kept) if isinstance(kept, list) else kept
                 fields: dict[str, Any] = {}
                 if late.mkind and not flag:
                     try:

@@ -7,12 +7,18 @@ import hashlib
 import time
 from typing import Any
 
-from proxy.relay.call import Call
+from proxy.relay.call import LABEL_KEEP, Call
 from proxy.relay.records import BuildingMessageSeen
 from proxy.relay.state import TunnelState
-from proxy.triton import labels
+from proxy.triton import labels, pieces
 from proxy.triton.redact import redact_request
 from replay.capture import events as ev
+
+#: ``--payload-store side``: messages with fewer stored bytes stay base64 in their line. Below ~1 KiB the
+#: side file saves nothing (measured: +0.2-0.9 us per 76-byte message in the writer thread, against
+#: -6 us at 1 KiB and -20 us at 4 KiB), and small messages (token streams) compress well inside the
+#: zstd frame of their batch, while side-file bytes are stored raw (bench/README.md, issue 18).
+SIDE_MIN_BYTES = 1024
 
 #: ``--payload none`` keeps that a response carried an in-band error, not its text.
 NONE_ERROR_TEXT = "(error text not recorded: --payload none)"
@@ -31,20 +37,29 @@ class MessageRecording(TunnelState):
         payload = self.opts.payload
         t_ns = time.time_ns()
         dname: ev.Direction = "c2s" if direction == 0 else "s2c"
-        for flag, length, body, truncated, digest in done:
+        for flag, length, kept, truncated, digest in done:
             idx = call.index[direction]
             call.index[direction] = idx + 1
             fields: dict[str, Any] = {}
+            # A long message in pieces (--payload full, side file): labels read its head, as meta does.
+            parts: list[bytes] | None = None
+            if isinstance(kept, list):
+                parts, body = kept, _head(kept)
+            else:
+                body = kept
             if mkind and not flag:
                 try:
+                    if parts is not None:
+                        head = _head_labels(mkind, direction, body, parts)
+                        if head is None:  # the head does not say it all: the whole message, as before
+                            body, parts = b"".join(parts), None
+                        else:
+                            fields = head
+                    if parts is None:
+                        fields = _labels(mkind, direction, body, truncated)
                     if direction == 0:
-                        fields = labels.request_labels(body, truncated)
                         call.inflight.sent(fields["request_id"])
                     else:
-                        if mkind == labels.STREAM:
-                            fields = labels.stream_response_labels(body, truncated)
-                        else:
-                            fields = labels.response_labels(body, truncated)
                         call.inflight.answered(fields["request_id"], fields["final"])
                 except Exception as e:
                     fields = {"decode_error": f"not a valid {'request' if direction == 0 else 'response'}: {e}"}
@@ -59,6 +74,8 @@ class MessageRecording(TunnelState):
                     fields["error"] = NONE_ERROR_TEXT
             if payload == "full":
                 cut, withheld = truncated, False
+                if parts is not None and direction == 0 and mkind and self.opts.redact_inputs:
+                    body, parts = b"".join(parts), None  # redaction reads the whole request
                 if direction == 0 and mkind and self.opts.redact_inputs:
                     red = None if flag or truncated else redact_request(body, self.opts.redact_inputs, self.opts.redact_key)
                     if red is None:
@@ -72,7 +89,16 @@ class MessageRecording(TunnelState):
                 cap = self.opts.payload_cap
                 fields["payload_sha256"] = digest
                 shown = body if cap is None else body[:cap]
-                fields["payload"] = None if withheld else base64.b64encode(shown).decode("ascii")
+                if withheld:
+                    pass
+                elif parts is not None:
+                    fields["payload_at"] = parts  # written with one writev, never joined
+                elif len(shown) >= SIDE_MIN_BYTES and self.opts.payload_store == "side":
+                    # The bytes ride in payload_at to the writer thread, which puts them in the side
+                    # file and writes [offset, length] instead (proxy/capture/sidefile.py): no base64.
+                    fields["payload_at"] = shown
+                else:
+                    fields["payload"] = base64.b64encode(shown).decode("ascii")
                 fields["payload_truncated"] = cut or len(shown) < len(body)
             # Built as the non-frozen twin, then made the frozen event (~3 us less per message).
             rec = BuildingMessageSeen(
@@ -80,3 +106,42 @@ class MessageRecording(TunnelState):
             )
             rec.__class__ = ev.MessageSeen
             self.emit(rec)
+
+
+def _labels(mkind: int, direction: int, body: bytes, truncated: bool) -> dict[str, Any]:
+    """The Triton labels of one message (raises when it does not decode)."""
+    if direction == 0:
+        return labels.request_labels(body, truncated)
+    if mkind == labels.STREAM:
+        return labels.stream_response_labels(body, truncated)
+    return labels.response_labels(body, truncated)
+
+
+def _head_labels(mkind: int, direction: int, head: bytes, parts: list[bytes]) -> dict[str, Any] | None:
+    """The labels of a long message kept in ``parts``, read from its ``head``; None when the head may
+    not hold all of them (the caller then decodes the whole message: labels never depend on how the
+    bytes were kept). Streamed responses (labels nested in ``infer_response``) are always decoded whole."""
+    if direction == 0:
+        raw = 7  # ModelInferRequest.raw_input_contents
+    elif mkind == labels.UNARY_INFER:
+        raw = 6  # ModelInferResponse.raw_output_contents
+    else:
+        return None
+    prefix, lost = labels.complete_prefix(head, raw)
+    if lost or not pieces.only_field_from(parts, len(prefix), raw):
+        return None
+    try:
+        fields = _labels(mkind, direction, head, True)
+    except Exception:
+        return None
+    return None if "decode_error" in fields else fields
+
+
+def _head(parts: list[bytes]) -> bytes:
+    """The first pieces of a message, joined, up to at least ``LABEL_KEEP`` bytes (what labels read)."""
+    n = 0
+    for i, p in enumerate(parts):
+        n += len(p)
+        if n >= LABEL_KEEP:
+            return b"".join(parts[: i + 1])
+    return b"".join(parts)

@@ -15,6 +15,9 @@ class RelayOptions:
 
     payload: str = "meta"  # none | meta | full
     payload_cap: int | None = None
+    #: ``full`` payloads: ``side`` (messages of 1 KiB or more raw in the capture file's side file,
+    #: ``payload_at``; smaller ones base64 in the line) or ``inline`` (all base64).
+    payload_store: str = "side"
     redact: tuple[str, ...] = DEFAULT_REDACT
     #: ``--redact-input``: input tensors whose data never reaches the capture (``full`` mode).
     redact_inputs: frozenset[str] = frozenset()

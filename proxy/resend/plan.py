@@ -10,13 +10,13 @@ cut by ``--payload-cap``, an input cut by ``--redact-input``) are :class:`Unsend
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from replay.capture import events as ev
 from replay.capture.ids import CaptureIds
 from replay.capture.methods import INFERENCE, short_method
+from replay.capture.payload import has_payload, payload_bytes
 from replay.errors import UserError
 
 #: Connection-specific headers HTTP/2 forbids or a new connection sets itself (RFC 9113 8.2.2).
@@ -96,7 +96,7 @@ class Unsendable:
 
 
 def _why_unsendable(rec: ev.MessageSeen) -> str | None:
-    if rec.payload is None:
+    if not has_payload(rec):
         return NO_BYTES
     if rec.payload_truncated:
         return CUT
@@ -149,8 +149,9 @@ def _feed(call: CallScript, rec: ev.Record) -> None:
         if why is not None:
             call.unsendable = call.unsendable or why
             return
-        assert rec.payload is not None
-        call.messages.append(Message(at_ns=at, body=base64.b64decode(rec.payload), compressed=rec.compressed,
+        body = payload_bytes(rec)
+        assert body is not None
+        call.messages.append(Message(at_ns=at, body=body, compressed=rec.compressed,
                                      model=rec.model))  # fmt: skip
     elif isinstance(rec, ev.HalfClosed):
         call.half_close_ns = at

@@ -3,7 +3,9 @@
 Pure and synchronous, like :mod:`proxy.wire.frames`: the relay feeds it the DATA payload of each
 frame as read, in whatever pieces the peer chose, and gets whole messages back. Per call it keeps
 at most ``keep`` bytes of a message (labels only need the head; tensor bytes come last) and, when
-asked, hashes all of it.
+asked, hashes all of it. With ``split_at``, a message of that many bytes or more that arrived in
+several pieces is handed over as the list of its pieces, not joined: ``--payload full`` writes them
+to the side file with one ``writev`` (joining a 100 MB message costs ~80 ms of CPU for nothing).
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+#: A message's kept bytes: joined, or (``split_at``) the pieces as they came.
+Body = bytes | list[bytes]
+
 
 class Assembler:
     """Cuts one direction of a stream's DATA into gRPC messages (5-byte prefix + body)."""
 
-    __slots__ = ("_flag", "_hash", "_hdr", "_keep", "_kept", "_length", "_parts", "_remaining")
+    __slots__ = ("_flag", "_hash", "_hdr", "_keep", "_kept", "_length", "_parts", "_remaining", "_split_at")
 
-    def __init__(self, keep: int, hashing: bool) -> None:
+    def __init__(self, keep: int, hashing: bool, split_at: int | None = None) -> None:
         self._hdr = bytearray()
         self._remaining = -1
         self._flag = 0
@@ -26,15 +31,17 @@ class Assembler:
         self._kept = 0
         self._keep = keep
         self._hash: Any = hashlib.sha256() if hashing else None
+        self._split_at = split_at if split_at is not None else 2**63
 
     @property
     def partial(self) -> bool:
         """Bytes of an unfinished message are buffered."""
         return bool(self._hdr) or self._remaining >= 0
 
-    def feed(self, data: bytes | memoryview) -> list[tuple[int, int, bytes, bool, str | None]]:
-        """Complete messages in ``data``: ``(flag, length, kept bytes, truncated, sha256)``."""
-        out: list[tuple[int, int, bytes, bool, str | None]] = []
+    def feed(self, data: bytes | memoryview) -> list[tuple[int, int, Body, bool, str | None]]:
+        """Complete messages in ``data``: ``(flag, length, kept bytes, truncated, sha256)``; the kept
+        bytes are a list of pieces (see ``split_at``) only for a long message that came in several."""
+        out: list[tuple[int, int, Body, bool, str | None]] = []
         i = 0
         n = len(data)
         while i < n:
@@ -80,9 +87,10 @@ class Assembler:
                 i += take
                 self._remaining -= take
             if self._remaining == 0:
-                body = b"".join(self._parts)
+                parts = self._parts
+                kept: Body = parts if self._length >= self._split_at and len(parts) > 1 else b"".join(parts)
                 digest = self._hash.hexdigest() if self._hash is not None else None
-                out.append((self._flag, self._length, body, self._length > self._kept, digest))
+                out.append((self._flag, self._length, kept, self._length > self._kept, digest))
                 self._remaining = -1
                 self._parts = []
         return out

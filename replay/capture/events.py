@@ -173,8 +173,18 @@ class MessageSeen:
     payload_sha256: Annotated[
         str | None, "`--payload full`: hex SHA-256 of the whole serialized message (for replay matching)"
     ] = None
-    payload: Annotated[str | None, "`--payload full`: the serialized message, base64 (cut at the byte cap)"] = None
-    payload_truncated: Annotated[bool | None, "`--payload full`: true when `payload` was cut at the byte cap"] = None
+    payload: Annotated[
+        str | None,
+        "`--payload full`: the serialized message, base64 (cut at the byte cap), when its line holds it "
+        "(under 1 KiB stored, or any size with `--payload-store inline`), else null",
+    ] = None
+    payload_at: Annotated[
+        list[int] | None,
+        "`--payload full`: `[offset, length]` of the serialized message's bytes (cut at the byte cap) in "
+        "the capture file's side file (`<name>.payload`: raw bytes, 1 KiB or more stored, default "
+        "`--payload-store side`), else null",
+    ] = None
+    payload_truncated: Annotated[bool | None, "`--payload full`: true when the stored bytes (`payload` or `payload_at`) were cut at the byte cap"] = None
     decode_error: Annotated[str | None, "why the message could not be decoded as the method's type, else null"] = None
 
 

@@ -9,7 +9,11 @@ A capture *set* (``record --workers N``) is one capture written by N worker proc
 writes ``capture-<stamp>-<pid>.w<k>.jsonl`` (then ``...w<k>-0001.jsonl``...), where ``<pid>`` is
 the supervisor's. Each worker's files are a chain of their own (own ``seq``); the set's stem
 (without ``.w<k>``) ties the chains together. Names without ``.w<k>`` parse as before.
-Pure: names in, names out.
+
+A capture file written with ``--payload full`` (side-file store) has a *side file* holding the
+messages' raw bytes: its name is the capture file's with the capture suffix (``.jsonl``,
+``.jsonl.zst``, ``.jsonl.gz``) replaced by ``.payload`` (:func:`side_name`), so a rotated file that is
+gzipped later keeps its side file. Pure: names in, names out.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from dataclasses import dataclass
 SUFFIX = ".jsonl"
 GZIP_SUFFIX = ".gz"
 ZSTD_SUFFIX = ".zst"
+#: What a capture file's side file (raw message bytes, ``--payload full``) is named with instead of the capture suffix.
+SIDE_SUFFIX = ".payload"
 
 _NAME = re.compile(
     r"^(?P<stem>(?P<set>capture-(?P<stamp>\d{8}T\d{6})-(?P<pid>\d+))(?:\.w(?P<worker>\d+))?)"
@@ -77,6 +83,24 @@ def parse(name: str) -> CaptureName | None:
                        gzipped=m["comp"] == GZIP_SUFFIX, zstd=m["comp"] == ZSTD_SUFFIX,
                        capture_set=m["set"] if m["worker"] is not None else "",
                        worker=int(m["worker"]) if m["worker"] is not None else None)  # fmt: skip
+
+
+def side_name(name: str) -> str:
+    """The side file of the capture file ``name``: its capture suffix replaced by ``.payload``
+    (any name: ``capture-X-0001.jsonl.gz`` -> ``capture-X-0001.payload``, ``my.jsonl`` -> ``my.payload``;
+    a name without a capture suffix gets ``.payload`` appended)."""
+    for suffix in (SUFFIX + ZSTD_SUFFIX, SUFFIX + GZIP_SUFFIX, SUFFIX):
+        if name.endswith(suffix):
+            return name[: -len(suffix)] + SIDE_SUFFIX
+    return name + SIDE_SUFFIX
+
+
+def side_owner(name: str) -> CaptureName | None:
+    """What the side file ``name`` of a writer-made capture file says (its capture file's stem and
+    index), or None for any other name: :func:`side_name` read backwards."""
+    if not name.endswith(SIDE_SUFFIX):
+        return None
+    return parse(name[: -len(SIDE_SUFFIX)] + SUFFIX)
 
 
 def looks_like_capture(name: str) -> bool:

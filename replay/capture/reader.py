@@ -38,6 +38,7 @@ import orjson
 
 from replay.capture import events as ev
 from replay.capture import naming
+from replay.capture.payload import SideRefs
 from replay.capture.schema import Sticky, decode
 from replay.capture.zst import ZstdLines
 from replay.errors import CaptureError, UnknownKind
@@ -258,6 +259,7 @@ class CaptureReader:
         found = 0  # lines that were records (of any kind): a file without one is not a capture
         unknown: set[str] = set()
         sticky: Sticky = {}  # the writer's sparse-encoding state is per file
+        sides: SideRefs | None = None  # its side file (--payload full bytes), once a line points there
         try:
             with _open(path) as f:
                 # Hot loop (every line of every capture read): the common line (a complete JSON
@@ -278,7 +280,7 @@ class CaptureReader:
                                     f"{name}:{lineno}: last line cut short ({len(line)} bytes): skipped "
                                     "(the proxy stopped mid-write, or the file is still being written)"
                                 )
-                                return
+                                break
                             if not found:
                                 raise CaptureError(name, lineno, "not a capture: no record, only an unterminated "
                                                    "line that is not JSON") from None  # fmt: skip
@@ -309,6 +311,10 @@ class CaptureReader:
                     found += 1
                     if record(seq, rec, name, lineno):
                         continue
+                    if "payload_at" in raw and type(rec) is ev.MessageSeen and rec.payload_at is not None:
+                        if sides is None:
+                            sides = SideRefs(path, last)
+                        sides.attach(rec, lineno)
                     self.records += 1
                     yield seq, rec
         except (EOFError, gzip.BadGzipFile, zlib.error) as e:
@@ -321,6 +327,8 @@ class CaptureReader:
             raise CaptureError(name, None, f"cannot read: {e.strerror or e}") from None
         if not found:
             raise CaptureError(name, None, "no capture records in this file (empty, or not a triton-tap capture)")
+        if sides is not None and (why := sides.warning()) is not None:
+            self.warnings.append(why)
 
 
 def read_capture(paths: PathLike | Iterable[PathLike]) -> CaptureReader:

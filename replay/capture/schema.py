@@ -115,12 +115,15 @@ def _sparse(record: ev.Record, seq: int) -> dict[str, Any]:
     return _ENCODERS[type(record)](record, seq)
 
 
-def encode(record: ev.Record, seq: int) -> bytes:
+def encode(record: ev.Record, seq: int, payload_at: list[int] | None = None) -> bytes:
     """One JSONL line (with newline) for ``record`` as record number ``seq``, sparse but self-contained.
 
     Sticky fields are always written (a line read alone means what it says); :class:`Encoder` omits them.
+    ``payload_at``: the message's place in the side file, when the writer just put its bytes there.
     """
     d = _sparse(record, seq)
+    if payload_at is not None:
+        d["payload_at"] = payload_at
     if type(record) is ev.MessageSeen and record.dir == "s2c":
         for name in _STICKY:
             if name not in d:
@@ -144,9 +147,11 @@ class Encoder:
         """Forget what earlier lines said: the next message of every call writes its sticky fields."""
         self._last.clear()
 
-    def encode(self, record: ev.Record, seq: int) -> bytes:
-        """One JSONL line (with newline) for ``record`` as record number ``seq``."""
+    def encode(self, record: ev.Record, seq: int, payload_at: list[int] | None = None) -> bytes:
+        """One JSONL line (with newline) for ``record`` as record number ``seq`` (``payload_at``: as :func:`encode`)."""
         d = _ENCODERS[type(record)](record, seq)
+        if payload_at is not None:
+            d["payload_at"] = payload_at
         if d["kind"] == "message" and d["dir"] == "s2c":
             # Compared in their JSON form (str, list, dict): C-level equality, no dataclass __eq__.
             get = d.get

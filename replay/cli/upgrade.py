@@ -4,7 +4,8 @@ Older files keep reading through the upgrade chain; this makes them as small as 
 compressed) and readable by tools that only know the current version. File by file: each output
 file holds exactly the records of its input file, seq numbers unchanged, so rotation and holes stay
 what they were. Nothing is overwritten: an output name that exists is refused, and each file is
-written to a temporary name and renamed only when complete.
+written to a temporary name and renamed only when complete. A file's side file (``--payload full``
+message bytes) is copied along under the output's side-file name; offsets do not change.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -60,7 +62,8 @@ def upgrade(paths: list[str], out_dir: Path, compress: str = "zstd") -> list[Pat
         raise UserError("no capture files to upgrade")
     out_dir.mkdir(parents=True, exist_ok=True)
     targets = [out_dir / _output_name(src, compress) for src in files]
-    clash = [str(t) for t in targets if t.exists()] + [str(t) for t, s in zip(targets, files, strict=True)
+    sides = [(_side(src), _side(t)) for src, t in zip(files, targets, strict=True)]
+    clash = [str(t) for t in targets if t.exists()] + [str(t) for s, t in sides if s.exists() and t.exists()] + [str(t) for t, s in zip(targets, files, strict=True)
                                                        if t.resolve() == s.resolve()]  # fmt: skip
     if clash:
         raise UserError(f"will not overwrite {clash[0]}: choose an empty output directory")
@@ -74,12 +77,31 @@ def upgrade(paths: list[str], out_dir: Path, compress: str = "zstd") -> list[Pat
                 for seq, record in records:
                     out.write(encoder.encode(record, seq))
             os.chmod(tmp, 0o600)
+            side, side_target = _side(src), _side(target)
+            if side.exists():
+                _copy(side, side_target)  # before the capture file: its lines point there
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
         written.append(target)
     return written
+
+
+def _side(capture: Path) -> Path:
+    return capture.with_name(naming.side_name(capture.name))
+
+
+def _copy(src: Path, target: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".upgrade-")
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def add_upgrade_command(sub: Any) -> None:

@@ -11,13 +11,13 @@ answers on disk).
 
 from __future__ import annotations
 
-import base64
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from replay.capture import events as ev
 from replay.capture.methods import INFER, STREAM_INFER
+from replay.capture.payload import has_payload, payload_bytes
 from replay.machine.outcomes import RequestOutcome, TrackResult
 from replay.machine.tracker import CaptureSource, Tracker, open_source
 from replay.tools.match import Candidate, Key, input_hash_of_bytes
@@ -55,9 +55,10 @@ class CaptureSummary:
 def request_key(rec: ev.MessageSeen, kind: str) -> Key:
     """The matching key of a captured request message."""
     digest: str | None = None
-    if rec.payload is not None and not rec.payload_truncated and not rec.compressed:
+    if has_payload(rec) and not rec.payload_truncated and not rec.compressed:
+        data = payload_bytes(rec)  # a side file that cannot give them is a CaptureError, not "no match"
         try:
-            digest = input_hash_of_bytes(base64.b64decode(rec.payload))
+            digest = input_hash_of_bytes(data or b"")
         except Exception:  # a payload that does not parse cannot be matched on; the labels still can
             digest = None
     model = sys.intern(rec.model) if rec.model is not None else None  # one string per model, not per request

@@ -53,6 +53,7 @@ from replay.capture import events as ev
 from replay.capture.events import STATUS_FOR_CAUSE
 from replay.capture.ids import CaptureIds
 from replay.capture.methods import STREAM_INFER
+from replay.capture.payload import has_payload, payload_bytes
 from replay.errors import UserError
 from replay.machine.tracker import CaptureSource, open_source
 from replay.tools.grpcstatus import status_code
@@ -104,8 +105,9 @@ def _rebuild(rec: ev.MessageSeen, seq: int, call: str) -> _Response:
     """The callback arguments tritonclient would produce from this captured response."""
     if rec.compressed:
         raise UserError(f"seq {seq}: response {rec.index} of call {call} is gRPC-compressed; it cannot be fed")
-    if rec.payload is not None and not rec.payload_truncated:
-        msg = pb.ModelStreamInferResponse.FromString(base64.b64decode(rec.payload))
+    data = payload_bytes(rec) if not rec.payload_truncated else None
+    if data is not None:
+        msg = pb.ModelStreamInferResponse.FromString(data)
         if msg.error_message != "":
             return _Response(rec.t_ns, None, InferenceServerException(msg=msg.error_message))
         return _Response(rec.t_ns, InferResult(msg.infer_response), None)
@@ -123,7 +125,7 @@ def _rebuild(rec: ev.MessageSeen, seq: int, call: str) -> _Response:
         r.outputs.add(name=name)
     why = (
         "the capture's payload was cut at --payload-cap"
-        if rec.payload is not None
+        if has_payload(rec)
         else "tensor data is not recorded with --payload meta (record with --payload full)"
     )
     return _Response(rec.t_ns, DatalessInferResult(r, why), None)

@@ -198,9 +198,16 @@ class Builder:
         return b"".join(out)
 
 
+#: Fields added after schema 2 (optional): a version 1 or 2 writer never wrote them.
+_NEWER_FIELDS = ("payload_at",)
+
+
 def _dense(record: Any, seq: int, version: int) -> bytes:
-    """A line as schema versions 1 and 2 wrote it: every field, nulls included."""
-    return b'{"v":%d,"seq":%d,"kind":"%s",%s\n' % (version, seq, record.kind.encode(), orjson.dumps(record)[1:])
+    """A line as schema versions 1 and 2 wrote it: every field they knew, nulls included."""
+    fields = orjson.loads(orjson.dumps(record))
+    for name in _NEWER_FIELDS:
+        fields.pop(name, None)
+    return b'{"v":%d,"seq":%d,"kind":"%s",%s\n' % (version, seq, record.kind.encode(), orjson.dumps(fields)[1:])
 
 
 # -- scenarios ----------------------------------------------------------------------------------

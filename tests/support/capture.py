@@ -6,6 +6,7 @@ Lines are sparse (schema 3): :func:`records` fills omitted fields in with the fo
 
 from __future__ import annotations
 
+import base64
 import gzip
 import io
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from replay.capture import naming
 from replay.capture.schema import Sticky, decode, to_dict
 
 
@@ -43,6 +45,24 @@ def read_bytes(path: Path) -> bytes:
         with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True) as r:
             return bytes(r.read())
     return data
+
+
+def stored_payload(capture: Path, rec: dict[str, Any]) -> bytes:
+    """The message bytes a record of ``capture`` keeps: base64 ``payload``, or ``payload_at`` in its side file."""
+    if rec.get("payload") is not None:
+        return base64.b64decode(rec["payload"])
+    offset, length = rec["payload_at"]
+    with open(capture.with_name(naming.side_name(capture.name)), "rb") as f:
+        f.seek(offset)
+        data = f.read(length)
+    assert len(data) == length, f"side file of {capture.name} is short"
+    return data
+
+
+def side_bytes(capture: Path) -> bytes:
+    """The content of ``capture``'s side file (b"" when it has none)."""
+    side = capture.with_name(naming.side_name(capture.name))
+    return side.read_bytes() if side.exists() else b""
 
 
 def of_kind(recs: list[dict[str, Any]], kind: str, call: str | None = None) -> list[dict[str, Any]]:

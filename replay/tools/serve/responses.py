@@ -8,7 +8,6 @@ or touches a socket; :mod:`replay.tools.serve.server` schedules and sends.
 
 from __future__ import annotations
 
-import base64
 import functools
 import math
 from collections.abc import Callable, Collection, Sequence
@@ -19,6 +18,8 @@ from tritonclient.grpc import service_pb2 as pb
 
 from replay.capture import events as ev
 from replay.capture.methods import SERVICE
+from replay.capture.payload import has_payload
+from replay.capture.payload import payload_bytes as stored_bytes
 from replay.tools.match import Key, input_hash
 
 if TYPE_CHECKING:
@@ -89,13 +90,14 @@ def zeros(spec: ev.TensorSpec) -> bytes:
 
 def has_bytes(rec: ev.MessageSeen) -> bool:
     """The record holds the message's complete, uncompressed bytes (``--payload full``)."""
-    return rec.payload is not None and not rec.payload_truncated and not rec.compressed
+    return has_payload(rec) and not rec.payload_truncated and not rec.compressed
 
 
 def payload_bytes(rec: ev.MessageSeen) -> bytes:
-    """The captured message bytes of a record that :func:`has_bytes`."""
-    assert rec.payload is not None
-    return base64.b64decode(rec.payload)
+    """The captured message bytes of a record that :func:`has_bytes` (inline or in its side file)."""
+    data = stored_bytes(rec)
+    assert data is not None
+    return data
 
 
 def infer_response(rec: ev.MessageSeen) -> tuple[Any, bool]:

@@ -6,7 +6,6 @@ would), which lets the capture be searched for the prompt text.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import queue
@@ -25,7 +24,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from proxy.ops.server import RecordingProxy
 from proxy.triton.redact import MARK
-from tests.support.capture import calls_by_method, of_kind, records
+from tests.support.capture import calls_by_method, of_kind, records, side_bytes, stored_payload
 from tests.support.loop_thread import BackgroundLoop
 from tests.support.proxy import stop_proxy
 from tests.support.triton_client import wait_for
@@ -98,14 +97,14 @@ def test_redact_input_keeps_shape_and_keyed_hash_never_the_data(
     proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}", payload="full", redact_inputs=("PROMPT",))
     _stream_prompts(proxy.port, [PROMPT, PROMPT, "another prompt"])
     stop_proxy(proxy)
-    raw = proxy.capture_path.read_bytes()
+    raw = proxy.capture_path.read_bytes() + side_bytes(proxy.capture_path)
     assert PROMPT.encode() not in raw and b"XYZZY" not in raw
     salt = records(proxy.capture_path)[0]["options"]["redact_salt"]
     assert isinstance(salt, str) and len(salt) == 32
     reqs = _requests(proxy.capture_path)
     assert len(reqs) == 3
     for r in reqs:
-        stored = base64.b64decode(r["payload"])
+        stored = stored_payload(proxy.capture_path, r)
         assert b"XYZZY" not in stored and b"another" not in stored
         assert r["payload_sha256"] == hashlib.sha256(stored).hexdigest() and r["payload_truncated"] is False
         msg = pb.ModelInferRequest.FromString(stored)

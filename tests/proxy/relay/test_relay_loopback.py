@@ -6,7 +6,6 @@ makes cheap to observe: exactly what reached the upstream, trailers, payload cap
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +19,7 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from tritonclient.utils import InferenceServerException
 
 from proxy.ops.server import RecordingProxy
-from tests.support.capture import calls_by_method, of_kind, records
+from tests.support.capture import calls_by_method, of_kind, records, stored_payload
 from tests.support.proxy import stop_proxy as bg_stop
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -142,7 +141,7 @@ def test_stream_records_ids_finals_and_half_close(
 
 
 def test_payload_full_stores_message_and_hash(fake_upstream: Any, start_proxy: Callable[..., RecordingProxy]) -> None:
-    """--payload full keeps each message base64 with its SHA-256; the cap cuts and says so."""
+    """--payload full keeps each message (in the side file) with its SHA-256; the cap cuts and says so."""
     proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}", payload="full", payload_cap=10)
     _infer_with_call(f"127.0.0.1:{proxy.port}", "r", [])
     bg_stop(proxy)
@@ -152,7 +151,7 @@ def test_payload_full_stores_message_and_hash(fake_upstream: Any, start_proxy: C
     expected.raw_input_contents.append(b"\x01\x02\x03")
     raw = expected.SerializeToString()
     assert req["payload_sha256"] == hashlib.sha256(raw).hexdigest()
-    assert base64.b64decode(req["payload"]) == raw[:10] and req["payload_truncated"] is True
+    assert stored_payload(proxy.capture_path, req) == raw[:10] and req["payload_truncated"] is True
 
 
 def test_large_tensor_round_trips(fake_upstream: Any, start_proxy: Callable[..., RecordingProxy]) -> None:
