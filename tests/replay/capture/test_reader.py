@@ -264,3 +264,60 @@ def test_a_rotated_file_read_without_its_next_names_it_where_it_ends(tmp_path: P
         {"kind": "missing_file", "file": str(first), "line": 6, "first_seq": None, "last_seq": None, "count": None,
          "detail": f"the capture continues in {second.name}, which was not given"},
     ]  # fmt: skip
+
+
+def test_a_capture_read_from_a_later_rotated_file_names_the_records_before_it(tmp_path: Path) -> None:
+    """Only the second of two rotated files: one `missing_file` hole at its first line, saying every record
+    before its first one (seqs up to 5) is in files that were not given."""
+    _, second = _rotated(tmp_path, _sample(), [5])
+    reader = read_capture(second)
+    list(reader)
+    assert [g.to_json() for g in reader.gaps] == [
+        {"kind": "missing_file", "file": str(second), "line": 1, "first_seq": None, "last_seq": 5, "count": None,
+         "detail": "the capture starts at rotated file 1: its earlier files were not given"},
+    ]  # fmt: skip
+
+
+def test_a_rotated_file_starting_at_seq_0_claims_no_record_before_it(tmp_path: Path) -> None:
+    """A later rotated file whose first record is seq 0 (numbered anew): the earlier files are still missing,
+    but no seq before 0 is named as lost."""
+    start = _sample().records[0]
+    path = tmp_path / f"{STEM}-0002.jsonl"
+    path.write_bytes(encode(ev.CaptureStarted(t_ns=start.t_ns, proxy_version="0.1.0", listen=start.listen,
+                                              upstream=start.upstream, options=start.options, file_index=2), 0))  # fmt: skip
+    reader = read_capture(path)
+    list(reader)
+    assert [(g.kind, g.line, g.first_seq, g.last_seq) for g in reader.gaps] == [
+        ("missing_file", 1, None, None), ("missing_capture_end", 1, None, None),
+    ]  # fmt: skip
+
+
+def test_any_one_lost_record_is_a_seq_gap_naming_it(tmp_path: Path) -> None:
+    """Whichever single record is missing (after a request, a response, a call's start...), the hole is
+    exactly that seq, and every other record is read."""
+    b = _sample()
+    for lost in range(1, len(b.records)):
+        path = tmp_path / f"lost{lost}.jsonl"
+        path.write_bytes(b.render(skip_seqs=(lost,)))
+        reader = read_capture(path)
+        records = list(reader)
+        assert len(records) == len(b.records), lost
+        assert [(g.kind, g.first_seq, g.last_seq, g.count) for g in reader.gaps] == [("seq_gap", lost, lost, 1)], lost
+
+
+def test_any_one_line_written_twice_is_read_once_and_reported(tmp_path: Path) -> None:
+    """Whichever line is repeated exactly, the records read are the capture's own, and one `duplicate_seq`
+    hole names the repeated seq at the repeat's line."""
+    b = _sample()
+    lines = b.render().splitlines(keepends=True)
+    clean = list(read_capture(_write(tmp_path / "clean.jsonl", lines)))
+    for i in range(1, len(lines)):
+        path = _write(tmp_path / f"dup{i}.jsonl", [*lines[: i + 1], lines[i], *lines[i + 1 :]])
+        reader = read_capture(path)
+        assert list(reader) == clean, i
+        assert [(g.kind, g.line, g.first_seq, g.last_seq) for g in reader.gaps] == [("duplicate_seq", i + 2, i, i)], i
+
+
+def _write(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"".join(lines))
+    return path
