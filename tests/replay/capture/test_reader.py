@@ -315,9 +315,23 @@ def test_any_one_line_written_twice_is_read_once_and_reported(tmp_path: Path) ->
         path = _write(tmp_path / f"dup{i}.jsonl", [*lines[: i + 1], lines[i], *lines[i + 1 :]])
         reader = read_capture(path)
         assert list(reader) == clean, i
-        assert [(g.kind, g.line, g.first_seq, g.last_seq) for g in reader.gaps] == [("duplicate_seq", i + 2, i, i)], i
+        assert [(g.kind, g.file, g.line, g.first_seq, g.last_seq, g.count) for g in reader.gaps] == [
+            ("duplicate_seq", str(path), i + 2, i, i, 1),
+        ], i
 
 
 def _write(path: Path, lines: list[bytes]) -> Path:
     path.write_bytes(b"".join(lines))
     return path
+
+
+def test_a_capture_whose_start_record_is_not_seq_0_lost_the_records_before_it(tmp_path: Path) -> None:
+    """The first file of a capture starting at seq 2: records 0 and 1 were lost, said at its first line."""
+    records = _sample().records
+    path = _write(tmp_path / "late.jsonl", [encode(r, seq) for seq, r in enumerate(records, 2)])
+    reader = read_capture(path)
+    assert len(list(reader)) == len(records)
+    assert [g.to_json() for g in reader.gaps] == [
+        {"kind": "seq_gap", "file": str(path), "line": 1, "first_seq": 0, "last_seq": 1, "count": 2,
+         "detail": "2 record(s) missing before seq 2"},
+    ]  # fmt: skip
