@@ -335,3 +335,28 @@ def test_a_capture_whose_start_record_is_not_seq_0_lost_the_records_before_it(tm
         {"kind": "seq_gap", "file": str(path), "line": 1, "first_seq": 0, "last_seq": 1, "count": 2,
          "detail": "2 record(s) missing before seq 2"},
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("files", "named"),
+    [
+        (2, "2 capture file(s) left the directory (retention): old-0.jsonl, old-1.jsonl"),
+        (5, "5 capture file(s) left the directory (retention): " + ", ".join(f"old-{i}.jsonl" for i in range(5))),
+        (7, "7 capture file(s) left the directory (retention): " + ", ".join(f"old-{i}.jsonl" for i in range(5))
+         + " ..."),
+    ],
+)  # fmt: skip
+def test_files_removed_by_retention_are_a_hole_naming_the_first_five(tmp_path: Path, files: int, named: str) -> None:
+    """The proxy deleted old files to stay within its budget: a `files_removed` hole at that record, naming
+    how many files and the first five (history before it is cut, the records after it are all read)."""
+    records = _sample().records
+    removed = ev.FilesRemoved(t_ns=records[1].t_ns, reason="retention", files=[f"old-{i}.jsonl" for i in range(files)],
+                              size=100, detail="over --max-total-mb")  # fmt: skip
+    body = [*records[:2], removed, *records[2:]]
+    path = _write(tmp_path / "kept.jsonl", [encode(r, seq) for seq, r in enumerate(body)])
+    reader = read_capture(path)
+    assert len(list(reader)) == len(body)
+    assert [g.to_json() for g in reader.gaps] == [
+        {"kind": "files_removed", "file": str(path), "line": 3, "first_seq": 2, "last_seq": 2, "count": None,
+         "detail": named},
+    ]  # fmt: skip
