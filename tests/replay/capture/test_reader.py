@@ -360,3 +360,39 @@ def test_files_removed_by_retention_are_a_hole_naming_the_first_five(tmp_path: P
         {"kind": "files_removed", "file": str(path), "line": 3, "first_seq": 2, "last_seq": 2, "count": None,
          "detail": named},
     ]  # fmt: skip
+
+
+def _worker(offset_ns: int, call: str) -> Builder:
+    b = Builder(t=Builder().t + offset_ns).start()
+    b.call(call)
+    for rid in ("a", "b"):
+        b.request(call, rid)
+        b.response(call, rid, None, final=True)
+    b.half_close(call)
+    b.end(call)
+    return b.finish()
+
+
+def test_the_chains_of_a_capture_set_are_one_capture_interleaved_by_time(tmp_path: Path) -> None:
+    """`record --workers 2` wrote one chain per worker, each numbered from 0: a directory of them reads as
+    one capture, every record of both, in time order (each chain's own order kept), without holes."""
+    chains = {0: _worker(0, "c1.1"), 1: _worker(500_000, "c2.1")}
+    for k, b in chains.items():
+        (tmp_path / f"{STEM}.w{k}.jsonl").write_bytes(b.render())
+    reader = read_capture(tmp_path)
+    got = [(seq, r) for seq, r in reader]
+    timeline = sorted(((r.t_ns, k, seq, r) for k, b in chains.items() for seq, r in enumerate(b.records)),
+                      key=lambda t: (t[0], t[1]))  # fmt: skip
+    assert got == [(seq, r) for _, _, seq, r in timeline]
+    assert (reader.captures, reader.records, reader.gaps) == (1, len(got), [])
+
+
+def test_counts_say_how_many_captures_and_records_were_read_on_every_pass(tmp_path: Path) -> None:
+    """Two unrelated capture files: two captures; `records` counts what was yielded, afresh on each pass."""
+    one, other = tmp_path / "one.jsonl", tmp_path / "other.jsonl"
+    one.write_bytes(_sample().render())
+    other.write_bytes(_worker(0, "c1.1").render())
+    reader = read_capture([one, other])
+    for _ in range(2):
+        n = len(list(reader))
+        assert (reader.captures, reader.records, n) == (2, len(_sample().records) + len(_worker(0, "c1.1").records), n)
