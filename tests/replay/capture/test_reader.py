@@ -5,9 +5,11 @@ from __future__ import annotations
 import gzip
 import os
 import threading
+import zlib
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from replay.capture import events as ev
 from replay.capture.reader import read_capture
@@ -396,3 +398,133 @@ def test_counts_say_how_many_captures_and_records_were_read_on_every_pass(tmp_pa
     for _ in range(2):
         n = len(list(reader))
         assert (reader.captures, reader.records, n) == (2, len(_sample().records) + len(_worker(0, "c1.1").records), n)
+
+
+def _lines(name: str = "one_response.jsonl") -> list[bytes]:
+    return (DATA / name).read_bytes().splitlines(keepends=True)
+
+
+def test_blank_lines_between_records_are_skipped(tmp_path: Path) -> None:
+    """Empty and whitespace-only lines (a hand-edited capture) are no records and no damage."""
+    lines = _lines()
+    path = _write(tmp_path / "blank.jsonl", [lines[0], b"\n", b"  \n", *lines[1:3], b"\n", *lines[3:]])
+    reader = read_capture(path)
+    assert list(reader) == list(read_capture(DATA / "one_response.jsonl"))
+    assert (reader.warnings, reader.gaps) == ([], [])
+
+
+def test_a_record_missing_only_its_newline_at_the_end_is_read(tmp_path: Path) -> None:
+    """The last line is complete JSON without its newline: a record like the others, no warning."""
+    path = _write(tmp_path / "nonl.jsonl", [(DATA / "one_response.jsonl").read_bytes()[:-1]])
+    reader = read_capture(path)
+    assert list(reader) == list(read_capture(DATA / "one_response.jsonl"))
+    assert (reader.warnings, reader.gaps) == ([], [])
+
+
+def test_a_record_line_indented_by_hand_is_read(tmp_path: Path) -> None:
+    """A record line starting with spaces is still one JSON object: read like the others."""
+    lines = _lines()
+    path = _write(tmp_path / "indented.jsonl", [lines[0], b"  " + lines[1], *lines[2:]])
+    assert list(read_capture(path)) == list(read_capture(DATA / "one_response.jsonl"))
+
+
+def test_a_junk_line_in_the_middle_is_an_error_naming_file_and_line(tmp_path: Path) -> None:
+    """A line that is not JSON at all (not even starting with `{`) in the middle: file, line, and why."""
+    lines = _lines()
+    path = _write(tmp_path / "junk.jsonl", [lines[0], b"garbage\n", *lines[1:]])
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(path))
+    assert (info.value.path, info.value.line) == (str(path), 2)
+    assert str(info.value).startswith(f"{path}:2: not valid JSON: ")
+
+
+def test_what_an_unterminated_line_means_depends_on_where_it_is(tmp_path: Path) -> None:
+    """A cut line at the very end: a warning saying why it is tolerated. The same in a file a later rotated
+    file follows: an error. A file of nothing but an unterminated junk line: not a capture."""
+    reader = read_capture(DATA / "truncated_last_line.jsonl")
+    list(reader)
+    cut = len(_lines("truncated_last_line.jsonl")[-1])
+    assert reader.warnings == [
+        f"{DATA / 'truncated_last_line.jsonl'}:8: last line cut short ({cut} bytes): skipped "
+        "(the proxy stopped mid-write, or the file is still being written)"
+    ]
+    paths = _rotated(tmp_path, _sample(), [5])
+    paths[0].write_bytes(paths[0].read_bytes()[:-10])
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(tmp_path))
+    assert str(info.value) == f"{paths[0]}:6: line cut short in the middle of a capture (a later file follows)"
+    junk = _write(tmp_path / "junk.txt", [b"this is not a capture"])
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(junk))
+    assert str(info.value) == f"{junk}:1: not a capture: no record, only an unterminated line that is not JSON"
+
+
+def _unknown(seq: int, kind: str = "from_the_future") -> bytes:
+    return b'{"v":3,"seq":%d,"kind":"%s","x":1}\n' % (seq, kind.encode())
+
+
+def test_each_unknown_record_kind_is_warned_about_once(tmp_path: Path) -> None:
+    """One warning per unknown kind, at its first line, saying what is skipped and why; known records read."""
+    records = _sample().records
+    lines = [encode(records[0], 0), _unknown(1), encode(records[1], 2), _unknown(3, "later_still"), _unknown(4)]
+    lines += [encode(r, seq) for seq, r in enumerate(records[2:], 5)]
+    path = _write(tmp_path / "future.jsonl", lines)
+    reader = read_capture(path)
+    assert [r for _, r in reader] == records
+    assert reader.warnings == [
+        f"{path}:{line}: record kind {kind!r} is unknown to this triton-tap (written by a newer version?): "
+        "such records are skipped"
+        for line, kind in ((2, "from_the_future"), (4, "later_still"))
+    ]
+    assert (reader.gaps, reader.records) == ([], len(records))
+
+
+def test_a_file_of_one_record_and_one_unknown_kind_is_a_capture(tmp_path: Path) -> None:
+    """A capture_start then one record of a newer kind: a (short) capture, not "no capture records"."""
+    start = _sample().records[0]
+    for lines in ([encode(start, 0), _unknown(1)], [_unknown(0), encode(start, 1)]):
+        path = _write(tmp_path / "short.jsonl", lines)
+        reader = read_capture(path)
+        assert [r for _, r in reader] == [start]
+        assert len(reader.warnings) == 1
+
+
+def test_records_lost_before_an_unknown_kind_are_a_hole_at_its_line(tmp_path: Path) -> None:
+    """Seqs 2..3 missing, then a record of an unknown kind at seq 4: the seq_gap names that line."""
+    records = _sample().records
+    lines = [encode(records[0], 0), encode(records[1], 1), _unknown(4)]
+    lines += [encode(r, seq) for seq, r in enumerate(records[2:], 5)]
+    path = _write(tmp_path / "lost.jsonl", lines)
+    reader = read_capture(path)
+    list(reader)
+    assert [g.to_json() for g in reader.gaps] == [
+        {"kind": "seq_gap", "file": str(path), "line": 3, "first_seq": 2, "last_seq": 3, "count": 2,
+         "detail": "2 record(s) missing before seq 4"},
+    ]  # fmt: skip
+
+
+def test_a_compressed_file_that_cannot_be_read_says_which_compression(tmp_path: Path) -> None:
+    """A .gz that is not gzip, a .zst whose only frame is cut: one line naming the file and its compression."""
+    plain = (DATA / "one_response.jsonl").read_bytes()
+    notgz = _write(tmp_path / "capture.jsonl.gz", [plain])
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(notgz))
+    assert (info.value.line, str(info.value).startswith(f"{notgz}: not a readable gzip capture: ")) == (None, True)
+    frame = zstandard.ZstdCompressor(write_checksum=True).compress(plain)
+    cut = _write(tmp_path / "capture.jsonl.zst", [frame[: len(frame) // 2]])
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(cut))
+    assert (info.value.line, str(info.value).startswith(f"{cut}: not a readable zstd capture: ")) == (None, True)
+
+
+def test_a_gzip_broken_before_a_later_file_names_the_file_and_the_line_it_broke_at(tmp_path: Path) -> None:
+    """A rotated .gz cut short with another file after it: the error names that file and the first line it
+    could not give (the one after the last complete line)."""
+    paths = _rotated(tmp_path, _sample(), [3, 6], gz=frozenset({1}))
+    data = paths[1].read_bytes()
+    paths[1].write_bytes(data[: len(data) - 20])
+    complete = zlib.decompressobj(wbits=31).decompress(data[: len(data) - 20]).count(b"\n")
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(tmp_path))
+    assert (info.value.path, info.value.line) == (str(paths[1]), complete + 1)
+    assert str(info.value).startswith(f"{paths[1]}:{complete + 1}: broken compressed file: ")
