@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import socket
+import tempfile
 import threading
 import zlib
 from pathlib import Path
@@ -528,3 +530,22 @@ def test_a_gzip_broken_before_a_later_file_names_the_file_and_the_line_it_broke_
         list(read_capture(tmp_path))
     assert (info.value.path, info.value.line) == (str(paths[1]), complete + 1)
     assert str(info.value).startswith(f"{paths[1]}:{complete + 1}: broken compressed file: ")
+
+
+def test_a_file_without_records_says_so(tmp_path: Path) -> None:
+    """A file of blank lines: one line naming it and that it holds no record (not an empty capture)."""
+    path = _write(tmp_path / "blank.jsonl", [b"\n", b"\n"])
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(path))
+    assert str(info.value) == f"{path}: no capture records in this file (empty, or not a triton-tap capture)"
+
+
+def test_a_path_that_cannot_be_opened_is_one_line_naming_it_and_why() -> None:
+    """A Unix socket given as a capture (it exists, but cannot be opened as a file): the OS's reason."""
+    with tempfile.TemporaryDirectory() as d, socket.socket(socket.AF_UNIX) as s:  # a short path: AF_UNIX limit
+        path = Path(d) / "s.jsonl"
+        s.bind(str(path))
+        with pytest.raises(CaptureError) as info:
+            list(read_capture(path))
+    assert (info.value.path, info.value.line) == (str(path), None)
+    assert str(info.value) == f"{path}: cannot read: No such device or address"
