@@ -14,7 +14,7 @@ import pytest
 import zstandard
 
 from replay.capture import events as ev
-from replay.capture.reader import read_capture
+from replay.capture.reader import SeqWatch, read_capture
 from replay.capture.schema import encode
 from replay.errors import CaptureError, CaptureTooNew
 from replay.machine.tracker import track
@@ -549,3 +549,52 @@ def test_a_path_that_cannot_be_opened_is_one_line_naming_it_and_why() -> None:
             list(read_capture(path))
     assert (info.value.path, info.value.line) == (str(path), None)
     assert str(info.value) == f"{path}: cannot read: No such device or address"
+
+
+def test_a_reader_and_a_watch_report_nothing_before_they_read() -> None:
+    """Before iterating: no warning, hole, record or capture; a SeqWatch fed nothing has not started and
+    finds no hole at its end (``track`` ends one at every capture_start of in-memory records)."""
+    reader = read_capture(DATA / "one_response.jsonl")
+    assert (reader.warnings, reader.gaps, reader.records, reader.captures) == ([], [], 0, 0)
+    watch = SeqWatch()
+    watch.end()
+    assert (watch.started, watch.gaps) == (False, [])
+
+
+def test_a_directory_is_read_for_its_capture_files_only(tmp_path: Path) -> None:
+    """Notes, other files and a sub-directory (even one named like a capture) beside a capture are left alone."""
+    (tmp_path / "capture.jsonl").write_bytes((DATA / "one_response.jsonl").read_bytes())
+    (tmp_path / "README.txt").write_text("notes")
+    (tmp_path / "old.jsonl").mkdir()
+    reader = read_capture(tmp_path)
+    assert reader.files == [tmp_path / "capture.jsonl"]
+    assert list(reader) == list(read_capture(DATA / "one_response.jsonl"))
+
+
+def test_nothing_to_read_names_the_path_and_why(tmp_path: Path) -> None:
+    """A path that does not exist, a directory without capture files: one line each, naming the path."""
+    with pytest.raises(CaptureError) as info:
+        read_capture(tmp_path / "nope.jsonl")
+    assert str(info.value) == f"{tmp_path / 'nope.jsonl'}: no such file or directory"
+    with pytest.raises(CaptureError) as info:
+        read_capture(tmp_path)
+    assert str(info.value) == f"{tmp_path}: no *.jsonl, *.jsonl.zst or *.jsonl.gz capture files in this directory"
+
+
+def test_a_file_then_its_directory_reads_every_file_once(tmp_path: Path) -> None:
+    """The first rotated file named, then the directory holding it and the next one: both files, once each."""
+    paths = _rotated(tmp_path, _sample(), [5])
+    reader = read_capture([paths[0], tmp_path])
+    assert reader.files == paths
+    assert [seq for seq, _ in reader] == list(range(len(_sample().records) + 2))
+
+
+def test_every_capture_in_a_directory_is_its_own_capture(tmp_path: Path) -> None:
+    """Two captures by the proxy (different stems) and two named by hand: four captures, each read whole."""
+    other = "capture-20260101T000500-4243"
+    for name in (f"{STEM}.jsonl", f"{other}.jsonl", "mine.jsonl", "yours.jsonl"):
+        (tmp_path / name).write_bytes(_sample().render())
+    reader = read_capture(tmp_path)
+    got = list(reader)
+    assert (reader.captures, len(got), reader.gaps) == (4, 4 * len(_sample().records), [])
+    assert [seq for seq, _ in got] == list(range(len(_sample().records))) * 4
