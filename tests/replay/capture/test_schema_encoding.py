@@ -156,3 +156,27 @@ def test_a_bad_value_in_a_map_field_is_named_by_its_key(raw: dict[str, object], 
     with pytest.raises(CaptureError) as info:
         schema.decode(raw, path="f.jsonl", line=3)
     assert str(info.value) == "f.jsonl:3: " + says
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ([], "a capture line must be a JSON object"),
+        ({"seq": 0, "kind": "gap"}, "missing or invalid schema version 'v': None"),
+        ({"v": 0, "seq": 0, "kind": "gap"}, "missing or invalid schema version 'v': 0"),
+        ({"v": True, "seq": 0, "kind": "gap"}, "missing or invalid schema version 'v': True"),
+        ({"v": 1, "kind": "gap"}, "missing or invalid 'seq': None"),
+        ({"v": 1, "seq": -1, "kind": "gap"}, "missing or invalid 'seq': -1"),
+        ({"v": 1, "seq": 0, "kind": ""}, "missing or invalid record kind ''"),
+        ({"v": 1, "seq": 0}, "missing or invalid record kind None"),
+        ({"v": 1, "seq": 0, "kind": "half_close"}, "half_close record lacks field(s) call, t_ns"),
+        ({"v": schema.SCHEMA_VERSION + 1, "seq": 0, "kind": "gap"},
+         f"capture schema version {schema.SCHEMA_VERSION + 1} is newer than this triton-tap understands "
+         f"({schema.SCHEMA_VERSION}); upgrade triton-tap to read it"),
+    ],
+)  # fmt: skip
+def test_what_a_bad_envelope_says(raw: object, says: str) -> None:
+    """The whole line `check` prints for a line whose envelope (v, seq, kind, required fields) is wrong."""
+    with pytest.raises(CaptureError) as info:
+        schema.decode(raw, path="f.jsonl", line=9)
+    assert (str(info.value), info.value.path, info.value.line) == ("f.jsonl:9: " + says, "f.jsonl", 9)
