@@ -169,6 +169,7 @@ def test_a_bad_value_in_a_map_field_is_named_by_its_key(raw: dict[str, object], 
         ({"v": 1, "seq": -1, "kind": "gap"}, "missing or invalid 'seq': -1"),
         ({"v": 1, "seq": 0, "kind": ""}, "missing or invalid record kind ''"),
         ({"v": 1, "seq": 0}, "missing or invalid record kind None"),
+        ({"v": 1, "seq": 0, "kind": 5}, "missing or invalid record kind 5"),  # damage, not a newer writer's kind
         ({"v": 1, "seq": 0, "kind": "half_close"}, "half_close record lacks field(s) call, t_ns"),
         ({"v": schema.SCHEMA_VERSION + 1, "seq": 0, "kind": "gap"},
          f"capture schema version {schema.SCHEMA_VERSION + 1} is newer than this triton-tap understands "
