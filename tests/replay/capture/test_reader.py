@@ -346,7 +346,7 @@ def test_a_capture_whose_start_record_is_not_seq_0_lost_the_records_before_it(tm
     [
         (2, "2 capture file(s) left the directory (retention): old-0.jsonl, old-1.jsonl"),
         (5, "5 capture file(s) left the directory (retention): " + ", ".join(f"old-{i}.jsonl" for i in range(5))),
-        (7, "7 capture file(s) left the directory (retention): " + ", ".join(f"old-{i}.jsonl" for i in range(5))
+        (6, "6 capture file(s) left the directory (retention): " + ", ".join(f"old-{i}.jsonl" for i in range(5))
          + " ..."),
     ],
 )  # fmt: skip
@@ -582,11 +582,13 @@ def test_nothing_to_read_names_the_path_and_why(tmp_path: Path) -> None:
 
 
 def test_a_file_then_its_directory_reads_every_file_once(tmp_path: Path) -> None:
-    """The first rotated file named, then the directory holding it and the next one: both files, once each."""
+    """One rotated file named, then the directory holding it and the other one: both files, once each,
+    whichever of them was named first."""
     paths = _rotated(tmp_path, _sample(), [5])
-    reader = read_capture([paths[0], tmp_path])
-    assert reader.files == paths
-    assert [seq for seq, _ in reader] == list(range(len(_sample().records) + 2))
+    for named in paths:
+        reader = read_capture([named, tmp_path])
+        assert reader.files == paths
+        assert [seq for seq, _ in reader] == list(range(len(_sample().records) + 2))
 
 
 def test_every_capture_in_a_directory_is_its_own_capture(tmp_path: Path) -> None:
