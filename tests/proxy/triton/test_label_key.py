@@ -209,3 +209,24 @@ def test_a_unary_response_of_a_new_id_and_other_tensor_bytes_is_a_hit() -> None:
         labels.decode_response_labels = real
     assert decoded == []
     assert got == {**first, "request_id": "req-22"}
+
+
+def test_a_request_with_other_tensor_bytes_is_a_hit() -> None:
+    """The same request with other input bytes (a new prompt, same shape): its labels come from the cache."""
+    def request(data: bytes) -> bytes:
+        r = pb.ModelInferRequest(model_name="m", model_version="1", id="q")
+        r.inputs.add(name="IN", datatype="BYTES", shape=[1])
+        r.raw_input_contents.append(data)
+        body: bytes = r.SerializeToString()
+        return body
+
+    _clear()
+    first = labels.request_labels(request(b"a prompt"), False)
+    decoded: list[bytes] = []
+    real = labels.decode_request_labels
+    try:
+        labels.decode_request_labels = lambda b, t: decoded.append(b) or real(b, t)  # type: ignore[assignment,func-returns-value]
+        got = labels.request_labels(request(b"another, longer prompt"), False)
+    finally:
+        labels.decode_request_labels = real
+    assert (decoded, got) == ([], first)
