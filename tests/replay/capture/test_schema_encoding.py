@@ -124,6 +124,8 @@ _START = {"v": 3, "seq": 9, "kind": "call_start", "t_ns": 1, "call": "c", "conn"
          "message record: field 'inputs': item 0: field 'size' must be integer or null, got string 'big'"),
         ((4, {"inputs": [{"name": "X", "datatype": "INT32", "shape": [1, "2"]}]}),
          "message record: field 'inputs': item 0: field 'shape': item 1 must be integer, got string"),
+        ((4, {"inputs": [{"name": "X", "datatype": "INT32", "shape": [1], "hmac_sha256": 5}]}),  # no size before it
+         "message record: field 'inputs': item 0: field 'hmac_sha256' must be null or string, got integer 5"),
         ((2, {"duration_ms": "1"}), "call_end record: field 'duration_ms' must be integer or number, got string '1'"),
         ((2, {"details": 5}), "call_end record: field 'details' must be null or string, got integer 5"),
         ((None, {"metadata": [["a", 1]]}), "call_start record: field 'metadata': item 0: item 1 must be string, got integer"),
