@@ -57,7 +57,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "replay/machine/outcomes.py": _TRACK,
     "proxy/triton/causes.py": ("tests/proxy/triton/test_causes.py",),
     "proxy/triton/inflight.py": ("tests/proxy/triton/test_inflight.py",),
-    "proxy/triton/labels.py": ("tests/proxy/triton/test_labels.py",),
+    # test_label_key: the field scanner and cache in front of protobuf's decode give what the decode gives.
+    "proxy/triton/labels.py": ("tests/proxy/triton/test_labels.py", "tests/proxy/triton/test_label_key.py"),
     "replay/tools/match.py": ("tests/replay/tools/test_match.py",),
     "replay/capture/schema.py": ("tests/replay/capture",),
     "replay/capture/reader.py": ("tests/replay/capture",),
@@ -87,6 +88,15 @@ IMPORT_TIME: dict[str, tuple[str, ...]] = {
         "_CHECKS", "_CHECK_MAP",
     ),
 }  # fmt: skip
+
+#: Module -> caches its functions fill as they run (memoised results, compiled decoders), emptied before
+#: every test: mutmut forks each mutant from the process that ran the clean tests, so a cache filled
+#: there would answer in place of the mutated code (a mutant of the labels' protobuf decode survived
+#: that way, never called).
+CACHES: dict[str, tuple[str, ...]] = {
+    "proxy.triton.labels": ("_requests", "_responses", "_stream_responses", "_SPECS"),
+    "replay.capture.schema": ("_SHAPES",),
+}
 
 # mutmut's exit codes of a mutant's test run (mutmut/stats.py), grouped as reported.
 _KILLED = {1, 3}
@@ -310,13 +320,21 @@ def _assignments(module: Any, names: tuple[str, ...]) -> list[tuple[str, Any]]:
 
 
 def pytest_runtest_setup(item: Any) -> None:
-    """Recompute import-time tables, so the mutant now switched on (if any) is the one in them."""
+    """Recompute import-time tables and empty caches, so the mutant now switched on (if any) is the one used."""
     for module_name, names in IMPORT_TIME.items():
         module = sys.modules.get(module_name)
         if module is None:
             continue
         for attr, code in _assignments(module, names):
             setattr(module, attr, eval(code, vars(module)))  # the module's own expression, in its globals
+    for module_name, names in CACHES.items():
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        for attr in names:
+            cache = getattr(module, attr, None)
+            assert isinstance(cache, dict), f"{module_name} has no cache {attr!r} any more: update CACHES"
+            cache.clear()
 
 
 if __name__ == "__main__":

@@ -186,3 +186,47 @@ def test_a_new_request_id_is_a_hit_with_its_own_id() -> None:
         labels.decode_request_labels, labels.decode_stream_response_labels = real
     assert _outcome(labels.request_labels, request(b"\xff\xfe-3")) == _outcome(labels.decode_request_labels, request(b"\xff\xfe-3"))
     assert _outcome(labels.request_labels, request(b"\xff\xfe-3"))[0] == "error"
+
+
+def test_a_unary_response_of_a_new_id_and_other_tensor_bytes_is_a_hit() -> None:
+    """ModelInfer's responses too: one differing from an earlier one only in its id and tensor bytes gets
+    its labels from the cache (no protobuf decode), with its own id."""
+    def response(rid: str) -> bytes:
+        r = pb.ModelInferResponse(model_name="m", model_version="1", id=rid)
+        r.outputs.add(name="OUT", datatype="BYTES", shape=[1])
+        r.raw_output_contents.append(rid.encode() * 3)
+        body: bytes = r.SerializeToString()
+        return body
+
+    _clear()
+    first = labels.response_labels(response("req-1"), False)
+    decoded: list[bytes] = []
+    real = labels.decode_response_labels
+    try:
+        labels.decode_response_labels = lambda b, t: decoded.append(b) or real(b, t)  # type: ignore[assignment,func-returns-value]
+        got = labels.response_labels(response("req-22"), False)
+    finally:
+        labels.decode_response_labels = real
+    assert decoded == []
+    assert got == {**first, "request_id": "req-22"}
+
+
+def test_a_request_with_other_tensor_bytes_is_a_hit() -> None:
+    """The same request with other input bytes (a new prompt, same shape): its labels come from the cache."""
+    def request(data: bytes) -> bytes:
+        r = pb.ModelInferRequest(model_name="m", model_version="1", id="q")
+        r.inputs.add(name="IN", datatype="BYTES", shape=[1])
+        r.raw_input_contents.append(data)
+        body: bytes = r.SerializeToString()
+        return body
+
+    _clear()
+    first = labels.request_labels(request(b"a prompt"), False)
+    decoded: list[bytes] = []
+    real = labels.decode_request_labels
+    try:
+        labels.decode_request_labels = lambda b, t: decoded.append(b) or real(b, t)  # type: ignore[assignment,func-returns-value]
+        got = labels.request_labels(request(b"another, longer prompt"), False)
+    finally:
+        labels.decode_request_labels = real
+    assert (decoded, got) == ([], first)

@@ -258,3 +258,13 @@ def test_a_long_error_text_does_not_hide_the_response_after_it() -> None:
     raw = body.SerializeToString()
     got = labels.stream_response_labels(raw[:-10], truncated=True)
     assert (got["error"], got["request_id"], got["final"], "decode_error" in got) == ("x" * 20_000, "r9", True, False)
+
+
+def test_a_parameter_sent_without_a_value_is_recorded_as_null() -> None:
+    """A client may send a parameter entry with no value set (an empty InferParameter): it is there, and
+    it says nothing, so its label is null (not a crash, not a default value)."""
+    r = pb.ModelInferRequest(model_name="m", id="q")
+    r.parameters["sequence_id"].SetInParent()
+    r.parameters["triton_enable_empty_final_response"].SetInParent()
+    got = labels.request_labels(r.SerializeToString(), truncated=False)
+    assert (got["sequence_id"], got["enable_empty_final"]) == (None, None)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import gzip
 import os
+import socket
+import tempfile
 import threading
+import zlib
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from replay.capture import events as ev
-from replay.capture.reader import read_capture
+from replay.capture.reader import SeqWatch, read_capture
 from replay.capture.schema import encode
 from replay.errors import CaptureError, CaptureTooNew
 from replay.machine.tracker import track
@@ -264,3 +268,335 @@ def test_a_rotated_file_read_without_its_next_names_it_where_it_ends(tmp_path: P
         {"kind": "missing_file", "file": str(first), "line": 6, "first_seq": None, "last_seq": None, "count": None,
          "detail": f"the capture continues in {second.name}, which was not given"},
     ]  # fmt: skip
+
+
+def test_a_capture_read_from_a_later_rotated_file_names_the_records_before_it(tmp_path: Path) -> None:
+    """Only the second of two rotated files: one `missing_file` hole at its first line, saying every record
+    before its first one (seqs up to 5) is in files that were not given."""
+    _, second = _rotated(tmp_path, _sample(), [5])
+    reader = read_capture(second)
+    list(reader)
+    assert [g.to_json() for g in reader.gaps] == [
+        {"kind": "missing_file", "file": str(second), "line": 1, "first_seq": None, "last_seq": 5, "count": None,
+         "detail": "the capture starts at rotated file 1: its earlier files were not given"},
+    ]  # fmt: skip
+
+
+def test_a_rotated_file_starting_at_seq_0_claims_no_record_before_it(tmp_path: Path) -> None:
+    """A later rotated file whose first record is seq 0 (numbered anew): the earlier files are still missing,
+    but no seq before 0 is named as lost."""
+    start = _sample().records[0]
+    path = tmp_path / f"{STEM}-0002.jsonl"
+    path.write_bytes(encode(ev.CaptureStarted(t_ns=start.t_ns, proxy_version="0.1.0", listen=start.listen,
+                                              upstream=start.upstream, options=start.options, file_index=2), 0))  # fmt: skip
+    reader = read_capture(path)
+    list(reader)
+    assert [(g.kind, g.line, g.first_seq, g.last_seq) for g in reader.gaps] == [
+        ("missing_file", 1, None, None), ("missing_capture_end", 1, None, None),
+    ]  # fmt: skip
+
+
+def test_any_one_lost_record_is_a_seq_gap_naming_it(tmp_path: Path) -> None:
+    """Whichever single record is missing (after a request, a response, a call's start...), the hole is
+    exactly that seq, and every other record is read."""
+    b = _sample()
+    for lost in range(1, len(b.records)):
+        path = tmp_path / f"lost{lost}.jsonl"
+        path.write_bytes(b.render(skip_seqs=(lost,)))
+        reader = read_capture(path)
+        records = list(reader)
+        assert len(records) == len(b.records), lost
+        assert [(g.kind, g.first_seq, g.last_seq, g.count) for g in reader.gaps] == [("seq_gap", lost, lost, 1)], lost
+
+
+def test_any_one_line_written_twice_is_read_once_and_reported(tmp_path: Path) -> None:
+    """Whichever line is repeated exactly, the records read are the capture's own, and one `duplicate_seq`
+    hole names the repeated seq at the repeat's line."""
+    b = _sample()
+    lines = b.render().splitlines(keepends=True)
+    clean = list(read_capture(_write(tmp_path / "clean.jsonl", lines)))
+    for i in range(1, len(lines)):
+        path = _write(tmp_path / f"dup{i}.jsonl", [*lines[: i + 1], lines[i], *lines[i + 1 :]])
+        reader = read_capture(path)
+        assert list(reader) == clean, i
+        assert [(g.kind, g.file, g.line, g.first_seq, g.last_seq, g.count) for g in reader.gaps] == [
+            ("duplicate_seq", str(path), i + 2, i, i, 1),
+        ], i
+
+
+def _write(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"".join(lines))
+    return path
+
+
+def test_a_capture_whose_start_record_is_not_seq_0_lost_the_records_before_it(tmp_path: Path) -> None:
+    """The first file of a capture starting at seq 2: records 0 and 1 were lost, said at its first line."""
+    records = _sample().records
+    path = _write(tmp_path / "late.jsonl", [encode(r, seq) for seq, r in enumerate(records, 2)])
+    reader = read_capture(path)
+    assert len(list(reader)) == len(records)
+    assert [g.to_json() for g in reader.gaps] == [
+        {"kind": "seq_gap", "file": str(path), "line": 1, "first_seq": 0, "last_seq": 1, "count": 2,
+         "detail": "2 record(s) missing before seq 2"},
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("files", "named"),
+    [
+        (2, "2 capture file(s) left the directory (retention): old-0.jsonl, old-1.jsonl"),
+        (5, "5 capture file(s) left the directory (retention): " + ", ".join(f"old-{i}.jsonl" for i in range(5))),
+        (6, "6 capture file(s) left the directory (retention): " + ", ".join(f"old-{i}.jsonl" for i in range(5))
+         + " ..."),
+    ],
+)  # fmt: skip
+def test_files_removed_by_retention_are_a_hole_naming_the_first_five(tmp_path: Path, files: int, named: str) -> None:
+    """The proxy deleted old files to stay within its budget: a `files_removed` hole at that record, naming
+    how many files and the first five (history before it is cut, the records after it are all read)."""
+    records = _sample().records
+    removed = ev.FilesRemoved(t_ns=records[1].t_ns, reason="retention", files=[f"old-{i}.jsonl" for i in range(files)],
+                              size=100, detail="over --max-total-mb")  # fmt: skip
+    body = [*records[:2], removed, *records[2:]]
+    path = _write(tmp_path / "kept.jsonl", [encode(r, seq) for seq, r in enumerate(body)])
+    reader = read_capture(path)
+    assert len(list(reader)) == len(body)
+    assert [g.to_json() for g in reader.gaps] == [
+        {"kind": "files_removed", "file": str(path), "line": 3, "first_seq": 2, "last_seq": 2, "count": None,
+         "detail": named},
+    ]  # fmt: skip
+
+
+def _worker(offset_ns: int, call: str) -> Builder:
+    b = Builder(t=Builder().t + offset_ns).start()
+    b.call(call)
+    for rid in ("a", "b"):
+        b.request(call, rid)
+        b.response(call, rid, None, final=True)
+    b.half_close(call)
+    b.end(call)
+    return b.finish()
+
+
+def test_the_chains_of_a_capture_set_are_one_capture_interleaved_by_time(tmp_path: Path) -> None:
+    """`record --workers 2` wrote one chain per worker, each numbered from 0: a directory of them reads as
+    one capture, every record of both, in time order (each chain's own order kept), without holes."""
+    chains = {0: _worker(0, "c1.1"), 1: _worker(500_000, "c2.1")}
+    for k, b in chains.items():
+        (tmp_path / f"{STEM}.w{k}.jsonl").write_bytes(b.render())
+    reader = read_capture(tmp_path)
+    got = [(seq, r) for seq, r in reader]
+    timeline = sorted(((r.t_ns, k, seq, r) for k, b in chains.items() for seq, r in enumerate(b.records)),
+                      key=lambda t: (t[0], t[1]))  # fmt: skip
+    assert got == [(seq, r) for _, _, seq, r in timeline]
+    assert (reader.captures, reader.records, reader.gaps) == (1, len(got), [])
+
+
+def test_counts_say_how_many_captures_and_records_were_read_on_every_pass(tmp_path: Path) -> None:
+    """Two unrelated capture files: two captures; `records` counts what was yielded, afresh on each pass."""
+    one, other = tmp_path / "one.jsonl", tmp_path / "other.jsonl"
+    one.write_bytes(_sample().render())
+    other.write_bytes(_worker(0, "c1.1").render())
+    reader = read_capture([one, other])
+    for _ in range(2):
+        n = len(list(reader))
+        assert (reader.captures, reader.records, n) == (2, len(_sample().records) + len(_worker(0, "c1.1").records), n)
+
+
+def _lines(name: str = "one_response.jsonl") -> list[bytes]:
+    return (DATA / name).read_bytes().splitlines(keepends=True)
+
+
+def test_blank_lines_between_records_are_skipped(tmp_path: Path) -> None:
+    """Empty and whitespace-only lines (a hand-edited capture) are no records and no damage."""
+    lines = _lines()
+    path = _write(tmp_path / "blank.jsonl", [lines[0], b"\n", b"  \n", *lines[1:3], b"\n", *lines[3:]])
+    reader = read_capture(path)
+    assert list(reader) == list(read_capture(DATA / "one_response.jsonl"))
+    assert (reader.warnings, reader.gaps) == ([], [])
+
+
+def test_a_record_missing_only_its_newline_at_the_end_is_read(tmp_path: Path) -> None:
+    """The last line is complete JSON without its newline: a record like the others, no warning."""
+    path = _write(tmp_path / "nonl.jsonl", [(DATA / "one_response.jsonl").read_bytes()[:-1]])
+    reader = read_capture(path)
+    assert list(reader) == list(read_capture(DATA / "one_response.jsonl"))
+    assert (reader.warnings, reader.gaps) == ([], [])
+
+
+def test_a_record_line_indented_by_hand_is_read(tmp_path: Path) -> None:
+    """A record line starting with spaces is still one JSON object: read like the others."""
+    lines = _lines()
+    path = _write(tmp_path / "indented.jsonl", [lines[0], b"  " + lines[1], *lines[2:]])
+    assert list(read_capture(path)) == list(read_capture(DATA / "one_response.jsonl"))
+
+
+def test_a_junk_line_in_the_middle_is_an_error_naming_file_and_line(tmp_path: Path) -> None:
+    """A line that is not JSON at all (not even starting with `{`) in the middle: file, line, and why."""
+    lines = _lines()
+    path = _write(tmp_path / "junk.jsonl", [lines[0], b"garbage\n", *lines[1:]])
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(path))
+    assert (info.value.path, info.value.line) == (str(path), 2)
+    assert str(info.value).startswith(f"{path}:2: not valid JSON: ")
+
+
+def test_what_an_unterminated_line_means_depends_on_where_it_is(tmp_path: Path) -> None:
+    """A cut line at the very end: a warning saying why it is tolerated. The same in a file a later rotated
+    file follows: an error. A file of nothing but an unterminated junk line: not a capture."""
+    reader = read_capture(DATA / "truncated_last_line.jsonl")
+    list(reader)
+    cut = len(_lines("truncated_last_line.jsonl")[-1])
+    assert reader.warnings == [
+        f"{DATA / 'truncated_last_line.jsonl'}:8: last line cut short ({cut} bytes): skipped "
+        "(the proxy stopped mid-write, or the file is still being written)"
+    ]
+    paths = _rotated(tmp_path, _sample(), [5])
+    paths[0].write_bytes(paths[0].read_bytes()[:-10])
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(tmp_path))
+    assert str(info.value) == f"{paths[0]}:6: line cut short in the middle of a capture (a later file follows)"
+    junk = _write(tmp_path / "junk.txt", [b"this is not a capture"])
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(junk))
+    assert str(info.value) == f"{junk}:1: not a capture: no record, only an unterminated line that is not JSON"
+
+
+def _unknown(seq: int, kind: str = "from_the_future") -> bytes:
+    return b'{"v":3,"seq":%d,"kind":"%s","x":1}\n' % (seq, kind.encode())
+
+
+def test_each_unknown_record_kind_is_warned_about_once(tmp_path: Path) -> None:
+    """One warning per unknown kind, at its first line, saying what is skipped and why; known records read."""
+    records = _sample().records
+    lines = [encode(records[0], 0), _unknown(1), encode(records[1], 2), _unknown(3, "later_still"), _unknown(4)]
+    lines += [encode(r, seq) for seq, r in enumerate(records[2:], 5)]
+    path = _write(tmp_path / "future.jsonl", lines)
+    reader = read_capture(path)
+    assert [r for _, r in reader] == records
+    assert reader.warnings == [
+        f"{path}:{line}: record kind {kind!r} is unknown to this triton-tap (written by a newer version?): "
+        "such records are skipped"
+        for line, kind in ((2, "from_the_future"), (4, "later_still"))
+    ]
+    assert (reader.gaps, reader.records) == ([], len(records))
+
+
+def test_a_file_of_one_record_and_one_unknown_kind_is_a_capture(tmp_path: Path) -> None:
+    """A capture_start then one record of a newer kind: a (short) capture, not "no capture records"."""
+    start = _sample().records[0]
+    for lines in ([encode(start, 0), _unknown(1)], [_unknown(0), encode(start, 1)]):
+        path = _write(tmp_path / "short.jsonl", lines)
+        reader = read_capture(path)
+        assert [r for _, r in reader] == [start]
+        assert len(reader.warnings) == 1
+
+
+def test_records_lost_before_an_unknown_kind_are_a_hole_at_its_line(tmp_path: Path) -> None:
+    """Seqs 2..3 missing, then a record of an unknown kind at seq 4: the seq_gap names that line."""
+    records = _sample().records
+    lines = [encode(records[0], 0), encode(records[1], 1), _unknown(4)]
+    lines += [encode(r, seq) for seq, r in enumerate(records[2:], 5)]
+    path = _write(tmp_path / "lost.jsonl", lines)
+    reader = read_capture(path)
+    list(reader)
+    assert [g.to_json() for g in reader.gaps] == [
+        {"kind": "seq_gap", "file": str(path), "line": 3, "first_seq": 2, "last_seq": 3, "count": 2,
+         "detail": "2 record(s) missing before seq 4"},
+    ]  # fmt: skip
+
+
+def test_a_compressed_file_that_cannot_be_read_says_which_compression(tmp_path: Path) -> None:
+    """A .gz that is not gzip, a .zst whose only frame is cut: one line naming the file and its compression."""
+    plain = (DATA / "one_response.jsonl").read_bytes()
+    notgz = _write(tmp_path / "capture.jsonl.gz", [plain])
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(notgz))
+    assert (info.value.line, str(info.value).startswith(f"{notgz}: not a readable gzip capture: ")) == (None, True)
+    frame = zstandard.ZstdCompressor(write_checksum=True).compress(plain)
+    cut = _write(tmp_path / "capture.jsonl.zst", [frame[: len(frame) // 2]])
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(cut))
+    assert (info.value.line, str(info.value).startswith(f"{cut}: not a readable zstd capture: ")) == (None, True)
+
+
+def test_a_gzip_broken_before_a_later_file_names_the_file_and_the_line_it_broke_at(tmp_path: Path) -> None:
+    """A rotated .gz cut short with another file after it: the error names that file and the first line it
+    could not give (the one after the last complete line)."""
+    paths = _rotated(tmp_path, _sample(), [3, 6], gz=frozenset({1}))
+    data = paths[1].read_bytes()
+    paths[1].write_bytes(data[: len(data) - 20])
+    complete = zlib.decompressobj(wbits=31).decompress(data[: len(data) - 20]).count(b"\n")
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(tmp_path))
+    assert (info.value.path, info.value.line) == (str(paths[1]), complete + 1)
+    assert str(info.value).startswith(f"{paths[1]}:{complete + 1}: broken compressed file: ")
+
+
+def test_a_file_without_records_says_so(tmp_path: Path) -> None:
+    """A file of blank lines: one line naming it and that it holds no record (not an empty capture)."""
+    path = _write(tmp_path / "blank.jsonl", [b"\n", b"\n"])
+    with pytest.raises(CaptureError) as info:
+        list(read_capture(path))
+    assert str(info.value) == f"{path}: no capture records in this file (empty, or not a triton-tap capture)"
+
+
+def test_a_path_that_cannot_be_opened_is_one_line_naming_it_and_why() -> None:
+    """A Unix socket given as a capture (it exists, but cannot be opened as a file): the OS's reason."""
+    with tempfile.TemporaryDirectory() as d, socket.socket(socket.AF_UNIX) as s:  # a short path: AF_UNIX limit
+        path = Path(d) / "s.jsonl"
+        s.bind(str(path))
+        with pytest.raises(CaptureError) as info:
+            list(read_capture(path))
+    assert (info.value.path, info.value.line) == (str(path), None)
+    assert str(info.value) == f"{path}: cannot read: No such device or address"
+
+
+def test_a_reader_and_a_watch_report_nothing_before_they_read() -> None:
+    """Before iterating: no warning, hole, record or capture; a SeqWatch fed nothing has not started and
+    finds no hole at its end (``track`` ends one at every capture_start of in-memory records)."""
+    reader = read_capture(DATA / "one_response.jsonl")
+    assert (reader.warnings, reader.gaps, reader.records, reader.captures) == ([], [], 0, 0)
+    watch = SeqWatch()
+    watch.end()
+    assert (watch.started, watch.gaps) == (False, [])
+
+
+def test_a_directory_is_read_for_its_capture_files_only(tmp_path: Path) -> None:
+    """Notes, other files and a sub-directory (even one named like a capture) beside a capture are left alone."""
+    (tmp_path / "capture.jsonl").write_bytes((DATA / "one_response.jsonl").read_bytes())
+    (tmp_path / "README.txt").write_text("notes")
+    (tmp_path / "old.jsonl").mkdir()
+    reader = read_capture(tmp_path)
+    assert reader.files == [tmp_path / "capture.jsonl"]
+    assert list(reader) == list(read_capture(DATA / "one_response.jsonl"))
+
+
+def test_nothing_to_read_names_the_path_and_why(tmp_path: Path) -> None:
+    """A path that does not exist, a directory without capture files: one line each, naming the path."""
+    with pytest.raises(CaptureError) as info:
+        read_capture(tmp_path / "nope.jsonl")
+    assert str(info.value) == f"{tmp_path / 'nope.jsonl'}: no such file or directory"
+    with pytest.raises(CaptureError) as info:
+        read_capture(tmp_path)
+    assert str(info.value) == f"{tmp_path}: no *.jsonl, *.jsonl.zst or *.jsonl.gz capture files in this directory"
+
+
+def test_a_file_then_its_directory_reads_every_file_once(tmp_path: Path) -> None:
+    """One rotated file named, then the directory holding it and the other one: both files, once each,
+    whichever of them was named first."""
+    paths = _rotated(tmp_path, _sample(), [5])
+    for named in paths:
+        reader = read_capture([named, tmp_path])
+        assert reader.files == paths
+        assert [seq for seq, _ in reader] == list(range(len(_sample().records) + 2))
+
+
+def test_every_capture_in_a_directory_is_its_own_capture(tmp_path: Path) -> None:
+    """Two captures by the proxy (different stems) and two named by hand: four captures, each read whole."""
+    other = "capture-20260101T000500-4243"
+    for name in (f"{STEM}.jsonl", f"{other}.jsonl", "mine.jsonl", "yours.jsonl"):
+        (tmp_path / name).write_bytes(_sample().render())
+    reader = read_capture(tmp_path)
+    got = list(reader)
+    assert (reader.captures, len(got), reader.gaps) == (4, 4 * len(_sample().records), [])
+    assert [seq for seq, _ in got] == list(range(len(_sample().records))) * 4

@@ -31,7 +31,8 @@ def test_line_has_envelope_first() -> None:
 
 
 def test_round_trip_every_kind() -> None:
-    """decode(encode(record)) gives the record back for every record kind."""
+    """decode(encode(record)) gives the record back for every record kind; so does the record's dense JSON
+    object (``to_dict``, what the test captures are built from) under an envelope."""
     records = [
         ev.CaptureStarted(t_ns=1, proxy_version="x", listen="a:1", upstream="b:2", options={"payload": "meta"}),
         ev.CallStarted(t_ns=2, call="c1.1", conn="c1", method="/m", peer="p", metadata=[["a", "b"]], timeout_ms=None,
@@ -61,6 +62,8 @@ def test_round_trip_every_kind() -> None:
     for i, rec in enumerate(records):
         seq, back = schema.decode(orjson.loads(schema.encode(rec, i)))
         assert (seq, back) == (i, rec)
+        dense = schema.to_dict(rec)  # every field spelled out, as a v3 line may also say it
+        assert schema.decode({"v": schema.SCHEMA_VERSION, "seq": i, **dense}) == (i, rec)
 
 
 def test_newer_version_is_refused_clearly() -> None:
@@ -96,3 +99,87 @@ def test_docs_document_the_schema() -> None:
     """docs/capture-format.md's records section is what replay.capture.schema generates (one source of truth)."""
     page = (ROOT / "docs" / "capture-format.md").read_text()
     assert schema.markdown() in page, "regenerate its records section: python -m replay.capture.schema --markdown"
+
+
+def _unary_line(index: int) -> dict[str, object]:
+    """Line ``index`` of the golden unary capture, parsed (2: a call_end, 4: a request message)."""
+    parsed: dict[str, object] = orjson.loads((ROOT / "tests" / "data" / "unary.jsonl").read_bytes().splitlines()[index])
+    return parsed
+
+
+_START = {"v": 3, "seq": 9, "kind": "call_start", "t_ns": 1, "call": "c", "conn": "c", "method": "m", "peer": "p"}
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ((4, {"t_ns": "x" * 60}), "message record: field 't_ns' must be integer, got string '" + "x" * 36 + "..."),
+        ((4, {"t_ns": "x" * 38}), "message record: field 't_ns' must be integer, got string '" + "x" * 38 + "'"),
+        ((4, {"t_ns": "x" * 39}), "message record: field 't_ns' must be integer, got string '" + "x" * 36 + "..."),
+        ((4, {"inputs": ["PROMPT"]}), "message record: field 'inputs': item 0 must be a tensor object, got string"),
+        ((4, {"inputs": [{"name": "X"}]}), "message record: field 'inputs': item 0 lacks datatype, shape"),
+        ((4, {"inputs": [{"name": "X", "datatype": "INT32", "shape": [1]}, {"name": 5, "datatype": "INT32", "shape": [1]}]}),
+         "message record: field 'inputs': item 1: field 'name' must be string, got integer 5"),
+        ((4, {"inputs": [{"name": "X", "datatype": "INT32", "shape": [1], "size": "big"}]}),
+         "message record: field 'inputs': item 0: field 'size' must be integer or null, got string 'big'"),
+        ((4, {"inputs": [{"name": "X", "datatype": "INT32", "shape": [1, "2"]}]}),
+         "message record: field 'inputs': item 0: field 'shape': item 1 must be integer, got string"),
+        ((4, {"inputs": [{"name": "X", "datatype": "INT32", "shape": [1], "hmac_sha256": 5}]}),  # no size before it
+         "message record: field 'inputs': item 0: field 'hmac_sha256' must be null or string, got integer 5"),
+        ((2, {"duration_ms": "1"}), "call_end record: field 'duration_ms' must be integer or number, got string '1'"),
+        ((2, {"details": 5}), "call_end record: field 'details' must be null or string, got integer 5"),
+        ((None, {"metadata": [["a", 1]]}), "call_start record: field 'metadata': item 0: item 1 must be string, got integer"),
+        ((None, {"metadata": [["a", "b"], "x"]}), "call_start record: field 'metadata': item 1 must be array, got string"),
+    ],
+)  # fmt: skip
+def test_a_bad_field_is_named_with_what_it_must_be_and_what_it_holds(
+    line: tuple[int | None, dict[str, object]], says: str
+) -> None:
+    """The one line `check` prints for a corrupt record: the record kind, the field (and the item inside
+    it), the JSON types it may hold, and what it holds (a long value cut to 40 characters)."""
+    index, changed = line
+    raw = {**(_unary_line(index) if index is not None else _START), **changed}
+    with pytest.raises(CaptureError) as info:
+        schema.decode(raw, path="f.jsonl", line=3)
+    assert str(info.value) == "f.jsonl:3: " + says
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ({"v": 3, "seq": 9, "kind": "mark", "t_ns": 1, "note": "n", "labels": {"run": 3}},
+         "mark record: field 'labels': value of 'run' must be string, got integer"),
+        ({"v": 3, "seq": 9, "kind": "capture_end", "t_ns": 1, "reason": "shutdown", "counts": {"dropped": "0"}},
+         "capture_end record: field 'counts': value of 'dropped' must be integer, got string"),
+    ],
+)  # fmt: skip
+def test_a_bad_value_in_a_map_field_is_named_by_its_key(raw: dict[str, object], says: str) -> None:
+    """A mark's labels or a capture_end's counts holding a wrong value: the key is named."""
+    with pytest.raises(CaptureError) as info:
+        schema.decode(raw, path="f.jsonl", line=3)
+    assert str(info.value) == "f.jsonl:3: " + says
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ([], "a capture line must be a JSON object"),
+        ({"seq": 0, "kind": "gap"}, "missing or invalid schema version 'v': None"),
+        ({"v": 0, "seq": 0, "kind": "gap"}, "missing or invalid schema version 'v': 0"),
+        ({"v": True, "seq": 0, "kind": "gap"}, "missing or invalid schema version 'v': True"),
+        ({"v": 1, "kind": "gap"}, "missing or invalid 'seq': None"),
+        ({"v": 1, "seq": -1, "kind": "gap"}, "missing or invalid 'seq': -1"),
+        ({"v": 1, "seq": 0, "kind": ""}, "missing or invalid record kind ''"),
+        ({"v": 1, "seq": 0}, "missing or invalid record kind None"),
+        ({"v": 1, "seq": 0, "kind": 5}, "missing or invalid record kind 5"),  # damage, not a newer writer's kind
+        ({"v": 1, "seq": 0, "kind": "half_close"}, "half_close record lacks field(s) call, t_ns"),
+        ({"v": schema.SCHEMA_VERSION + 1, "seq": 0, "kind": "gap"},
+         f"capture schema version {schema.SCHEMA_VERSION + 1} is newer than this triton-tap understands "
+         f"({schema.SCHEMA_VERSION}); upgrade triton-tap to read it"),
+    ],
+)  # fmt: skip
+def test_what_a_bad_envelope_says(raw: object, says: str) -> None:
+    """The whole line `check` prints for a line whose envelope (v, seq, kind, required fields) is wrong."""
+    with pytest.raises(CaptureError) as info:
+        schema.decode(raw, path="f.jsonl", line=9)
+    assert (str(info.value), info.value.path, info.value.line) == ("f.jsonl:9: " + says, "f.jsonl", 9)

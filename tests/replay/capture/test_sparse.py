@@ -99,3 +99,26 @@ def test_a_line_encoded_alone_means_what_it_says_in_any_file() -> None:
     assert schema.decode(orjson.loads(schema.encode(alone, 1)), sticky=seen) == (1, alone)
     request = ev.MessageSeen(t_ns=2, call="c12.345", dir="c2s", index=0, size=9, model="tokens", request_id="18")
     assert b"outputs" not in schema.encode(request, 2)  # sticky fields are a response's only
+
+
+def test_a_response_repeating_some_sticky_fields_writes_only_the_changed_ones() -> None:
+    """Triton's empty final keeps the model but says model_version "" and no outputs: its line names what
+    changed and leaves the repeated model out."""
+    enc = schema.Encoder()
+    enc.encode(_response(0), 0)
+    final = ev.MessageSeen(t_ns=2, call="c12.345", dir="s2c", index=1, size=9, model="tokens", model_version="",
+                           request_id="17", final=True)  # fmt: skip
+    line = orjson.loads(enc.encode(final, 1))
+    assert "model" not in line
+    assert (line["model_version"], line["outputs"], line["output_tensors"]) == ("", None, None)
+
+
+def test_a_calls_sticky_state_ends_with_its_call_end() -> None:
+    """After a call's call_end the encoder keeps nothing of it: a message on that call id again (a new call
+    of a later proxy run, say) spells its sticky fields out."""
+    enc = schema.Encoder()
+    first = enc.encode(_response(0), 0)
+    enc.encode(ev.CallEnded(t_ns=3, call="c12.345", status="OK", details=None, cause="ok", trailers=None,
+                            initial_metadata=None, duration_ms=1.0, messages_c2s=1, messages_s2c=1), 1)  # fmt: skip
+    again = enc.encode(_response(0), 2)
+    assert orjson.loads(again) == {**orjson.loads(first), "seq": 2}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from replay.tools.captured import summarize
+from pathlib import Path
+
+from replay.tools.captured import CaptureSummary, summarize
 from replay.tools.diff import DiffResult, diff
 from tests.data.make_golden import Builder
 
@@ -182,3 +184,163 @@ def test_a_percentage_tolerance_widens_the_timing_threshold() -> None:
     assert "first_response_ms" in _changes(slow)
     tolerant = _diff(_stream(first_ms=200.0), _stream(first_ms=300.0), threshold_ms=10.0, tolerance_pct=60.0)
     assert "first_response_ms" not in _changes(tolerant) and tolerant.tolerance_pct == 60.0
+
+
+def _written(path: Path, b: Builder) -> CaptureSummary:
+    """``b`` read back from a file as the proxy writes it: holes are what the reader finds in files."""
+    path.write_bytes(b.render())
+    return summarize(path)
+
+
+def _timed(*, first_ms: float, gaps: tuple[int, ...] = (), live: bool = False) -> Builder:
+    """One stream request (first response after ``first_ms``), then ``gap`` records and a ServerLive call."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r1")
+    b.response("c1.1", "r1", "hi-0", ms=first_ms)
+    b.response("c1.1", "r1", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    for dropped in gaps:
+        b.gap(dropped)
+    if live:
+        b.call("c2.1", method="/inference.GRPCInferenceService/ServerLive")
+        b.end("c2.1")
+    return b.finish()
+
+
+def test_json_document_in_full(tmp_path: Path) -> None:
+    """The whole `diff --json` document a script reads: settings, pairs, other calls, holes, per-model table,
+    summary. B answered 80 ms later (within 10 % of A's 1 s), lost other records and made no ServerLive call."""
+    a = _written(tmp_path / "a.jsonl", _timed(first_ms=1000.0, gaps=(3,), live=True))
+    b = _written(tmp_path / "b.jsonl", _timed(first_ms=1080.0, gaps=(1, 2)))
+    doc = diff(a, b, threshold_ms=50.0, tolerance_pct=10.0, strategies=("id", "order")).to_json()
+    ref = {"call": "c1.1", "seq": 2, "model": "tokens", "request_id": "r1", "kind": "stream"}
+    why = "the proxy dropped {} record(s): queue_full: the capture disk is slower than the traffic"
+
+    def hole(side: str, line: int, count: int) -> dict[str, object]:
+        return {"kind": "gap_record", "file": str(tmp_path / f"{side}.jsonl"), "line": line, "first_seq": line - 1,
+                "last_seq": line - 1, "count": count, "detail": why.format(count)}  # fmt: skip
+
+    def timing(name: str, a_ms: float, b_ms: float) -> dict[str, object]:
+        return {"name": name, "a": a_ms, "b": b_ms, "beyond_tolerance": False}
+
+    timings = [timing(f"first_response_ms p{p}", 1000.0, 1080.0) for p in (50, 95, 99)]
+    timings += [timing(f"duration_ms p{p}", 1005.0, 1085.0) for p in (50, 95, 99)]
+    model = {"model": "tokens", "requests_a": 1, "requests_b": 1, "only_a": 0, "only_b": 0, "outcome_changes": {},
+             "responses_changed": 0, "final_changed": 0, "error_changed": 0, "timings": timings, "changed": False}  # fmt: skip
+    summary = {"paired": 1, "changed": 0, "only_a": 0, "only_b": 0, "calls_changed": 1, "holes_a": 1, "holes_b": 2}
+    assert doc == {
+        "equivalent": False,
+        "threshold_ms": 50.0,
+        "match": ["id", "order"],
+        "requests": [{"a": ref, "b": ref, "matched_by": "id", "changes": []}],
+        "only_a": [],
+        "only_b": [],
+        "calls": [{"field": "ServerLive OK", "a": 1, "b": 0}],
+        "holes": {"a": [hole("a", 8, 3)], "b": [hole("b", 8, 1), hole("b", 9, 2)]},
+        "tolerance": {"ms": 50.0, "pct": 10.0},
+        "models": [model],
+        "summary": summary,
+    }
+
+
+def test_a_tolerance_percentage_applies_to_the_per_model_percentiles_too() -> None:
+    """Every request 80 ms slower on a 1 s baseline: beyond a 50 ms threshold, within 10 %: with both given,
+    neither the request nor its model's percentiles count as slower, and the captures are equivalent."""
+    a, b = _timed(first_ms=1000.0), _timed(first_ms=1080.0)
+    assert not _diff(a, b, threshold_ms=50.0).equivalent
+    tolerant = _diff(a, b, threshold_ms=50.0, tolerance_pct=10.0)
+    assert tolerant.equivalent and tolerant.slower == [] and len(tolerant.models) == 1
+
+
+def test_by_default_only_the_millisecond_threshold_counts_however_long_the_request() -> None:
+    """Without --tolerance-pct, a first response 150 ms later is a change even on a 20 s request."""
+    changes = _changes(_diff(_timed(first_ms=20_000.0), _timed(first_ms=20_150.0)))
+    assert changes["first_response_ms"] == (20_000.0, 20_150.0)
+
+
+def test_other_calls_still_open_at_the_end_are_counted_as_open() -> None:
+    """A ServerReady call that never ended in A but answered OK in B: two different counts, by short method name."""
+
+    def with_ready(ended: bool) -> Builder:
+        b = _stream()
+        b.records.pop()  # reopen: drop capture_end
+        b.call("c2.1", method="/inference.GRPCInferenceService/ServerReady")
+        if ended:
+            b.end("c2.1")
+        return b.finish()
+
+    result = _diff(with_ready(False), with_ready(True))
+    assert {c.field: (c.a, c.b) for c in result.calls} == {"ServerReady open": (1, 0), "ServerReady OK": (0, 1)}
+
+
+def test_an_other_call_whose_path_has_no_slash_is_counted_under_its_path() -> None:
+    """A broken client's path without a '/' (the proxy forwards it as it came): counted as it is, no crash."""
+
+    def with_odd(n: int) -> Builder:
+        b = _stream()
+        b.records.pop()
+        for i in range(n):
+            b.call(f"c2.{i}", method="ServerLive")
+            b.end(f"c2.{i}", "UNIMPLEMENTED", "error")
+        return b.finish()
+
+    result = _diff(with_odd(1), with_odd(2))
+    assert [(c.field, c.a, c.b) for c in result.calls] == [("ServerLive UNIMPLEMENTED", 1, 2)]
+
+
+def _two_models(model_b: str, *, extra_b: bool = False) -> Builder:
+    """One request of `tokens` (or its renamed ``model_b``) and one of `echo`, answered alike."""
+    b = Builder().start()
+    b.call("c1.1")
+    rids = [("t1", model_b), ("e1", "echo")] + ([("t2", model_b)] if extra_b else [])
+    for rid, model in rids:
+        b.request("c1.1", rid, model=model)
+        b.response("c1.1", rid, None, final=True, model=model)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish()
+
+
+def test_model_map_leaves_the_models_it_does_not_name_as_they_are() -> None:
+    """--model-map tokens=tokens_v2: the `echo` requests, not in the map, still pair with each other."""
+    result = _diff(_two_models("tokens"), _two_models("tokens_v2"), model_map={"tokens": "tokens_v2"})
+    assert result.equivalent
+    assert sorted((p.a.model, p.b.model) for p in result.pairs) == [("echo", "echo"), ("tokens", "tokens_v2")]
+
+
+def test_the_per_model_table_names_a_renamed_model_by_its_name_in_a() -> None:
+    """--model-map tokens=tokens_v2 and one more tokens_v2 request in B: the table's row is `tokens`
+    (A's name), with that request as only in B; no row of its own for `tokens_v2`."""
+    result = _diff(_two_models("tokens"), _two_models("tokens_v2", extra_b=True), model_map={"tokens": "tokens_v2"})
+    assert [r.request_id for r in result.only_b] == ["t2"]
+    rows = {m.model: (m.requests_a, m.requests_b, m.only_b) for m in result.models}
+    assert rows == {"echo": (1, 1, 0), "tokens": (1, 2, 1)}
+
+
+def test_a_stream_of_b_keeps_following_the_stream_of_a_its_first_request_paired_with() -> None:
+    """A has two streams sending ids r0, r1; B's first stream sends only r0 (pairs with A's first stream),
+    B's second sends r0, r1: its r1 pairs with the r1 of A's second stream (the stream its r0 paired with),
+    not with the still unpaired r1 of A's first stream, which answered differently."""
+
+    def streams(calls: dict[str, list[tuple[str, int]]]) -> Builder:
+        b = Builder().start()
+        for call, requests in calls.items():
+            b.call(call)
+            for rid, texts in requests:
+                b.request(call, rid)
+                for i in range(texts):
+                    b.response(call, rid, f"{rid}-{i}")
+                b.response(call, rid, None, final=True)
+            b.half_close(call)
+            b.end(call)
+        return b.finish()
+
+    a = streams({"c1.1": [("r0", 1), ("r1", 1)], "c2.1": [("r0", 1), ("r1", 3)]})
+    b = streams({"c1.1": [("r0", 1)], "c2.1": [("r0", 1), ("r1", 3)]})
+    result = _diff(a, b, strategies=("id",))
+    assert [(p.a.call, p.b.call, p.b.request_id) for p in result.pairs] == [
+        ("c1.1", "c1.1", "r0"), ("c2.1", "c2.1", "r0"), ("c2.1", "c2.1", "r1"),
+    ]  # fmt: skip
+    assert result.changed == [] and [(r.call, r.request_id) for r in result.only_a] == [("c1.1", "r1")]

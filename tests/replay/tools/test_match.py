@@ -221,3 +221,14 @@ def test_matcher_agrees_with_the_rule_spelled_out(
         want = _reference(m, key, prefer)
         got = m.match(key, prefer_call=prefer)
         assert (got.candidate.seq if got.candidate is not None else None) == want
+
+
+def test_a_followed_stream_sent_again_replays_its_requests_from_its_first() -> None:
+    """A captured stream sent the id "x" twice; a client stream following it sends "x" three times: the first
+    two meet the captured ones in order, the third replays the stream's first "x" again (capture order)."""
+    cands = _cands(_key("x"), _key("x"), call="c1.3") + _cands(_key("x"), call="c1.1")
+    m = Matcher(cands)
+    got = [m.match(_key("x"), prefer_call="c1.3") for _ in range(3)]
+    assert [(g.candidate and (g.candidate.call, g.candidate.seq), g.reused) for g in got] == [
+        (("c1.3", 10), False), (("c1.3", 11), False), (("c1.3", 10), True),
+    ]  # fmt: skip
