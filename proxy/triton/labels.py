@@ -30,7 +30,8 @@ def method_kind(path: str) -> int:
     return OTHER
 
 
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
+def varint(buf: bytes, i: int) -> tuple[int, int]:
+    """The protobuf varint at ``buf[i]`` and the index after it (IndexError when ``buf`` ends inside it)."""
     shift = value = 0
     while True:
         if i >= len(buf):
@@ -54,14 +55,14 @@ def complete_prefix(buf: bytes, stop_field: int, cut: bool = True) -> tuple[byte
     try:
         while i < n:
             start = i
-            tag, i = _varint(buf, i)
+            tag, i = varint(buf, i)
             field, wire = tag >> 3, tag & 7
             if field >= stop_field:
                 return buf[:start], False
             if wire == 0:
-                _, i = _varint(buf, i)
+                _, i = varint(buf, i)
             elif wire == 2:
-                length, i = _varint(buf, i)
+                length, i = varint(buf, i)
                 i += length
             elif wire == 1:
                 i += 8
@@ -170,8 +171,8 @@ def decode_stream_response_labels(body: bytes, truncated: bool) -> dict[str, Any
     i = 0
     try:
         while i < len(body):
-            tag, i = _varint(body, i)
-            length, i = _varint(body, i)
+            tag, i = varint(body, i)
+            length, i = varint(body, i)
             chunk = body[i : i + length]
             if tag >> 3 == 1:
                 error = chunk.decode("utf-8", "replace") or None
@@ -240,7 +241,7 @@ def label_key(buf: bytes, strip: int, nested: int = 0, ident: int = 0, nested_id
             tag = buf[i]
             i += 1
             if tag & 0x80:
-                tag, i = _varint(buf, start)
+                tag, i = varint(buf, start)
                 if tag == strip or tag == nested or tag == ident:
                     return None  # an over-long tag would be normalised away: let protobuf judge it
             wire = tag & 7
@@ -249,7 +250,7 @@ def label_key(buf: bytes, strip: int, nested: int = 0, ident: int = 0, nested_id
                 i += 1
                 if length & 0x80:
                     at = i - 1
-                    length, i = _varint(buf, at)
+                    length, i = varint(buf, at)
                     if i - at > 5 or not buf[i - 1]:
                         return None  # over-long length varints: let protobuf judge them
                 end = i + length

@@ -12,6 +12,8 @@ from __future__ import annotations
 import bisect
 import itertools
 
+from proxy.triton.labels import varint
+
 
 def only_field_from(parts: list[bytes], pos: int, field: int) -> bool:
     """From byte ``pos`` of the message ``b"".join(parts)`` to its end there are only length-delimited
@@ -22,10 +24,10 @@ def only_field_from(parts: list[bytes], pos: int, field: int) -> bool:
     while pos < size:
         head = _peek(parts, ends, pos)
         try:
-            tag, i = _varint(head, 0)
+            tag, i = varint(head, 0)
             if tag != want:
                 return False
-            length, i = _varint(head, i)
+            length, i = varint(head, i)
         except IndexError:
             return False
         pos += i + length
@@ -42,15 +44,3 @@ def _peek(parts: list[bytes], ends: list[int], pos: int, n: int = 20) -> bytes:
         k += 1
     return out
 
-
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        if i >= len(buf):
-            raise IndexError
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, i
-        shift += 7

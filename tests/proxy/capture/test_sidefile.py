@@ -23,6 +23,7 @@ from replay.capture import naming
 from replay.capture.payload import PayloadAt, payload_bytes
 from replay.capture.reader import read_capture
 from tests.support.capture import records
+from tests.support.writer import write_batches
 
 
 def _start() -> ev.CaptureStarted:
@@ -42,16 +43,7 @@ def _msg(i: int, size: int = 300) -> ev.MessageSeen:
 
 
 async def _write(opts: WriterOptions, batches: list[list[Any]]) -> CaptureWriter:
-    w = CaptureWriter(opts, _start())
-    w.open()
-    for batch in batches:
-        for r in batch:
-            w.emit(r)
-        while w.backlog:  # batch boundaries matter here: one writer batch per list
-            await asyncio.sleep(0)
-        await asyncio.sleep(0.01)
-    await w.close()
-    return w
+    return await write_batches(opts, _start(), batches)
 
 
 def _read_back(directory: Path) -> dict[str, bytes]:

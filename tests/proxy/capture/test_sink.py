@@ -17,6 +17,7 @@ from proxy.capture.writer import CaptureWriter, WriterOptions
 from replay.capture import events as ev
 from replay.capture.reader import read_capture
 from tests.support.capture import records
+from tests.support.writer import write_batches
 
 
 def _start() -> ev.CaptureStarted:
@@ -28,16 +29,7 @@ def _half(i: int) -> ev.HalfClosed:
 
 
 async def _write(opts: WriterOptions, batches: list[list[Any]]) -> CaptureWriter:
-    w = CaptureWriter(opts, _start())
-    w.open()
-    for batch in batches:
-        for r in batch:
-            w.emit(r)
-        while w.backlog:  # one batch per written frame: let the writer task take it
-            await asyncio.sleep(0)
-        await asyncio.sleep(0.01)
-    await w.close()
-    return w
+    return await write_batches(opts, _start(), batches)
 
 
 def _frames(data: bytes) -> int:
