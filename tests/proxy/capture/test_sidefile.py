@@ -113,7 +113,7 @@ def test_a_failed_side_write_is_a_gap_and_nothing_is_left_behind(tmp_path: Path,
             raise OSError(errno.EIO, "Input/output error")
         return real(fd, buffers)
 
-    monkeypatch.setattr(sidefile.os, "writev", failing_writev)
+    monkeypatch.setattr(os, "writev", failing_writev)
     w = asyncio.run(_write(WriterOptions(directory=tmp_path), [[_msg(0)], [_msg(1)], [_msg(2)]]))
     assert (tmp_path / naming.side_name(w.paths[0].name)).read_bytes() == _body(0) + _body(2)
     assert [r["dropped"] for r in records(w.paths[0]) if r["kind"] == "gap"] == [1]
@@ -172,7 +172,7 @@ def test_writev_all_finishes_partial_writes(tmp_path: Path, monkeypatch: pytest.
     def stingy(fd: int, buffers: list[bytes]) -> int:
         return real(fd, [bytes(memoryview(b"".join(buffers))[:1000])])
 
-    monkeypatch.setattr(sidefile.os, "writev", stingy)
+    monkeypatch.setattr(os, "writev", stingy)
     parts = [_body(i, n) for i, n in enumerate([10, 2500, 0, 999, 1, 3000])] + [b"z"] * 2500
     path = tmp_path / "f"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT)
