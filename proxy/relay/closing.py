@@ -45,6 +45,7 @@ class Closing(TunnelState):
         # Nothing more may be sent on that connection; its calls end when the transport is lost.
         if side.upstream:
             self.up_lost = True
+            self._up_error = error
         else:
             self.down_lost = True
         if t is not None:
@@ -66,7 +67,11 @@ class Closing(TunnelState):
                 return
             self.up_lost = True
             self.down.hold_reading("peer", False)
-            if not self._down_settings and self.max_down_id == 0 and self.goaway_last is None:
+            if self.max_down_id == 0 and self.goaway_last is None and (not self._down_settings or self._up_error):
+                # No call yet, and a new connection would meet the same upstream: answer calls
+                # with the reason. An upstream that spoke HTTP/2 and closed cleanly (a restart, an
+                # idle timeout) gets the GOAWAY below instead: the client reconnects and its next
+                # call is not failed for nothing.
                 self._refuse_connection(exc)
                 return
             for call in list(self.calls.values()):
@@ -77,10 +82,15 @@ class Closing(TunnelState):
 
     def _refuse_connection(self, exc: Exception | None) -> None:
         """The upstream closed before it spoke HTTP/2 (an mTLS upstream rejecting our certificate,
-        a port-forward with nothing behind it) and the client has opened no call yet: it is served
-        as when the upstream is unreachable, every call UNAVAILABLE with the reason. A GOAWAY instead
-        would send a gRPC client round reconnecting until its deadline, never telling it why."""
-        reason = "triton-tap: upstream closed the connection before speaking HTTP/2" + (f" ({exc})" if exc else "")
+        a port-forward with nothing behind it) or broke HTTP/2, and the client has opened no call
+        yet: it is served as when the upstream is unreachable, every call UNAVAILABLE with the
+        reason. A GOAWAY instead would send a gRPC client round reconnecting until its deadline,
+        never telling it why: a GOAWAY whose last stream id is 0 says no call was processed, and
+        gRPC retries such calls transparently, without limit, each on a new connection."""
+        if self._up_error is not None:
+            reason = f"triton-tap: upstream broke HTTP/2 ({self._up_error})"
+        else:
+            reason = "triton-tap: upstream closed the connection before speaking HTTP/2" + (f" ({exc})" if exc else "")
         log.warning("upstream_closed_early", conn=self.conn_id, error=reason)
         self.refuser = Refuser(self, reason)
         # What the client sent so far went to the lost upstream: the refuser gets a preface in its

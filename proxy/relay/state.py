@@ -69,6 +69,8 @@ class TunnelState:
         # client then sends is not the upstream's to see.
         self._down_settings = False
         self._own_settings_acks = 0
+        #: The HTTP/2 violation the upstream committed, if that is how its connection ended.
+        self._up_error: str | None = None
         #: Streams whose HEADERS the proxy kept back (refused after its GOAWAY): the upstream never
         #: heard of them, so nothing else of theirs may reach it.
         self._kept_back: set[int] = set()

@@ -334,3 +334,65 @@ def test_upstream_closing_before_http2_gives_calls_the_reason(_loop: asyncio.Abs
     assert trailers[b"grpc-status"] == b"14" and b"before speaking HTTP/2" in trailers[b"grpc-message"]
     (end,) = rig.of("call_end")
     assert end.cause == "upstream_disconnect" and "before speaking HTTP/2" in end.details
+
+
+@pytest.mark.parametrize("client_saw_settings", [True, False])
+def test_upstream_breaking_http2_before_any_call_gives_calls_the_reason(
+    _loop: asyncio.AbstractEventLoop, client_saw_settings: bool
+) -> None:
+    """Upstream sends its SETTINGS, then a frame no HTTP/2 peer may send, before the client's first call.
+
+    Whether or not the client already read the upstream's SETTINGS, its call gets UNAVAILABLE with
+    the reason, never a GOAWAY saying no call was processed: gRPC retries such calls on a new
+    connection without limit, which met the same upstream each time until the call's deadline.
+    """
+    rig = _Rig()
+    server = rig.server
+    assert server is not None
+    got: list[Any] = []
+
+    def scenario() -> None:
+        rig.down(rig.client.data_to_send())  # the client's preface and SETTINGS, forwarded
+        server.receive_data(rig.ut.take())
+        # SETTINGS, then DATA on stream 0 in the same read: a connection error for any client.
+        rig.up(server.data_to_send() + wire.frame(wire.DATA, 0, 0, b"junk"))
+        if client_saw_settings:
+            got.extend(rig.client.receive_data(rig.dt.take()))
+        rig.t.side_lost(rig.t.up, None)  # the proxy closed the upstream connection
+        sid = rig.client.get_next_available_stream_id()
+        rig.client.send_headers(sid, REQ, end_stream=True)
+        for _ in range(5):
+            if data := rig.client.data_to_send():
+                rig.down(data)
+            if rig.dt.out:
+                got.extend(rig.client.receive_data(rig.dt.take()))
+
+    _in_loop(_loop, scenario)
+    assert not [e for e in got if isinstance(e, h2.events.ConnectionTerminated) and e.last_stream_id == 0], got
+    (headers,) = [e for e in got if isinstance(e, h2.events.ResponseReceived)]
+    trailers = dict(headers.headers)
+    assert trailers[b"grpc-status"] == b"14" and b"upstream broke HTTP/2" in trailers[b"grpc-message"]
+    (violation,) = rig.of("protocol_error")
+    assert violation.side == "upstream"
+    (end,) = rig.of("call_end")
+    assert end.cause == "upstream_disconnect" and "frame type 0 on stream 0" in end.details
+
+
+def test_upstream_closing_cleanly_before_any_call_sends_the_client_elsewhere(_loop: asyncio.AbstractEventLoop) -> None:
+    """Upstream spoke HTTP/2, then closed (a restart, an idle timeout) before the client's first call.
+
+    The client is told to open its calls on a new connection (GOAWAY), not failed: its next call
+    may well reach a Triton that is back.
+    """
+    rig = _Rig()
+    got: list[Any] = []
+
+    def scenario() -> None:
+        rig.pump()
+        rig.t.side_lost(rig.t.up, None)
+        got.extend(rig.client.receive_data(rig.dt.take()))
+
+    _in_loop(_loop, scenario)
+    (goaway,) = [e for e in got if isinstance(e, h2.events.ConnectionTerminated)]
+    assert goaway.last_stream_id == 0 and goaway.error_code == 0
+    assert not rig.of("call_end") and not rig.of("protocol_error")
