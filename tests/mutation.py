@@ -16,7 +16,8 @@ exhaustive (state, input) tests of the table read those on every run.
 This module is also the pytest plugin loaded into every mutant run (``-p tests.mutation``):
 - it recomputes the tables built at import time (:data:`IMPORT_TIME`): mutmut switches a mutant on
   at call time, so a function called once at import (``_table()``) would never be seen mutated;
-- it derandomizes Hypothesis and drops its example database, so a score is reproducible.
+- it derandomizes Hypothesis and drops its example database, so a score is reproducible, and
+  skips shrinking (the first failing example kills the mutant).
 """
 
 from __future__ import annotations
@@ -289,10 +290,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def pytest_configure(config: Any) -> None:
-    """Derandomized Hypothesis without an example database: one score per tree, every run."""
-    from hypothesis import settings
+    """Derandomized Hypothesis without an example database: one score per tree, every run.
 
-    settings.register_profile("mutation", derandomize=True, database=None)
+    And no shrinking: a mutant is killed by the first failing example; shrinking it to the
+    smallest (which the verdict does not need) took most of the time of the schema's slowest
+    mutants, whose tests are Hypothesis round trips over whole records.
+    """
+    from hypothesis import Phase, settings
+
+    settings.register_profile(
+        "mutation", derandomize=True, database=None, phases=(Phase.explicit, Phase.reuse, Phase.generate)
+    )
     settings.load_profile("mutation")
 
 

@@ -122,3 +122,39 @@ def test_a_calls_sticky_state_ends_with_its_call_end() -> None:
                             initial_metadata=None, duration_ms=1.0, messages_c2s=1, messages_s2c=1), 1)  # fmt: skip
     again = enc.encode(_response(0), 2)
     assert orjson.loads(again) == {**orjson.loads(first), "seq": 2}
+
+
+def _call_end(call: str) -> ev.CallEnded:
+    return ev.CallEnded(t_ns=3, call=call, status="OK", details=None, cause="ok", trailers=None,
+                        initial_metadata=None, duration_ms=1.0, messages_c2s=1, messages_s2c=1)  # fmt: skip
+
+
+def test_the_readers_per_file_state_holds_open_calls_only() -> None:
+    """A reader keeps a call's sticky fields until its call_end, then nothing of it: a capture of millions
+    of calls reads in memory that grows with the calls open at once, not with the calls seen.
+
+    Both decoders: the fast path, and the generic one it must equal (which reads older versions and
+    every line the fast path refuses)."""
+    enc = schema.Encoder()
+    lines = [enc.encode(_response(0), 0), enc.encode(_response(1), 1), enc.encode(_call_end("c12.345"), 2)]
+    for decode in (lambda raw, sticky: schema.decode(raw, sticky=sticky),
+                   lambda raw, sticky: schema._decode(raw, "f.jsonl", None, sticky)):  # fmt: skip
+        sticky: schema.Sticky = {}
+        decode(orjson.loads(lines[0]), sticky)
+        assert set(sticky) == {"c12.345"}
+        assert decode(orjson.loads(lines[1]), sticky)[1] == _response(1)
+        decode(orjson.loads(lines[2]), sticky)
+        assert sticky == {}
+        # A line read alone (no file state) is not an error and leaves nothing behind either.
+        assert decode(orjson.loads(lines[2]), None)[1] == _call_end("c12.345")
+
+
+def test_a_messages_side_file_place_is_written_in_its_line() -> None:
+    """`payload_at` (where `--payload full` bytes went in the side file) is in the line, as written by the
+    writer's encoder and by the self-contained one, and reads back as the same [offset, length]."""
+    request = ev.MessageSeen(t_ns=2, call="c12.345", dir="c2s", index=0, size=4096, model="tokens", request_id="18",
+                             payload_sha256="ab" * 32)  # fmt: skip
+    for line in (schema.Encoder().encode(request, 5, [1024, 4096]), schema.encode(request, 5, [1024, 4096])):
+        assert orjson.loads(line)["payload_at"] == [1024, 4096]
+        seq, back = schema.decode(orjson.loads(line), sticky={})
+        assert (seq, back.payload_at) == (5, [1024, 4096])
