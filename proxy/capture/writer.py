@@ -4,9 +4,8 @@ The data plane calls :meth:`CaptureWriter.emit`, which only appends to a deque. 
 hands whole batches to one dedicated thread, which encodes them (``seq`` is assigned there, so it
 stays gap-free even when records are dropped) and appends them to the file with one ``write``.
 
-``--payload full`` message bytes go to the capture file's side file (:mod:`proxy.capture.sidefile`),
-written before the batch's lines; rotation, retention and the budget count a file and its side file
-as one.
+``--payload full`` message bytes go to the side file (:mod:`proxy.capture.sidefile`), written before
+the batch's lines; rotation, retention and the budget count a file and its side file as one.
 
 Failure policy: when a write fails (disk full, I/O error) the file (and its side file) is truncated
 back to the last complete batch, the batch's records are counted as dropped, and as soon as a write succeeds again
@@ -45,8 +44,8 @@ from replay.capture.schema import Encoder
 
 log = structlog.get_logger("triton_tap.writer")
 
-#: The writer task hands what is queued to the writer thread at most this often (and at once when
-#: FLUSH_AT records are queued): no wake-up per call on the data plane.
+#: The writer task hands what is queued to the writer thread at most this often (at once when FLUSH_AT
+#: records are queued): no wake-up per call, nor per write, on the data plane.
 FLUSH_INTERVAL_S = 0.02
 FLUSH_AT = 4096
 
@@ -196,15 +195,23 @@ class CaptureWriter:
                 # A tick, not a wake-up per record: waking this task (then the writer thread, then
                 # the loop's self-pipe when the batch is done) once per call cost ~240 us of CPU per
                 # unary call. close() and a full batch still wake it at once.
-                try:
-                    await asyncio.wait_for(self._wake.wait(), FLUSH_INTERVAL_S)
-                except TimeoutError:
-                    pass
-                self._wake.clear()
+                await self._nap(FLUSH_INTERVAL_S)
                 continue
             batch = list(self._queue)
             self._queue.clear()
+            tick = loop.time() + FLUSH_INTERVAL_S
             await loop.run_in_executor(self._pool, self._write_batch, batch, self._take_queue_gap())
+            # The tick again: with steady traffic the queue is never empty here (3 records a write).
+            if not self._closing and len(self._queue) < FLUSH_AT and (wait := tick - loop.time()) > 0:
+                await self._nap(wait)
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep until ``seconds`` have passed or something wakes the writer (a full queue, close, reopen)."""
+        try:
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        except TimeoutError:
+            pass
+        self._wake.clear()
 
     # -- writer thread -----------------------------------------------------------------------
 

@@ -389,3 +389,40 @@ def test_a_file_that_reaches_the_rotation_size_exactly_is_closed_there(tmp_path:
     assert [r["kind"] for r in first] == ["capture_start", "half_close", "capture_end"]
     assert w.paths[0].stat().st_size == size + len(w.paths[0].read_bytes().splitlines(keepends=True)[-1])
     assert [r["call"] for r in records(w.paths[1]) if r["kind"] == "half_close"] == ["c1.1"]
+
+
+def test_steady_traffic_is_written_in_batches_of_a_tick_not_one_per_write(tmp_path: Path, monkeypatch: Any) -> None:
+    """Records that keep coming one at a time (a real Triton's responses each arrive alone) are handed to
+    the writer thread once per tick, not again as soon as each write ends: every hand-over costs a
+    thread wake-up, the event loop's wake-up and a compressed frame.
+
+    An upper bound on the writes only (a loaded machine makes fewer, larger batches, never more)."""
+    monkeypatch.setattr("proxy.capture.writer.FLUSH_INTERVAL_S", 0.05)
+    monkeypatch.setattr("proxy.capture.writer.FLUSH_AT", 10**9)  # the tick alone (a full queue is handed over at once)
+    writes: list[int] = []
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path), _start())
+        w.open()
+        real = w._write_batch
+
+        def counted(batch: list[Any], *args: Any, **kwargs: Any) -> None:
+            writes.append(len(batch))
+            real(batch, *args, **kwargs)
+
+        monkeypatch.setattr(w, "_write_batch", counted)
+        t0 = time.monotonic()
+        i = 0
+        while time.monotonic() - t0 < 0.3:
+            w.emit(_half(i))
+            i += 1
+            await asyncio.sleep(0)  # one record per loop turn, as the relay emits them
+        elapsed, n = time.monotonic() - t0, len(writes)
+        # The first record's write at once, then one per tick begun.
+        assert n <= elapsed / 0.05 + 2, (n, elapsed, writes[:20])
+        await w.close()
+        return w
+
+    recs = _lines(asyncio.run(run()).paths)
+    # Every record but capture_start (written at open) went through those writes, many per write.
+    assert sum(writes) == len(recs) - 1 > 100 * len(writes)
