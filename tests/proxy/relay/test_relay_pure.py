@@ -58,6 +58,16 @@ class _Rig:
     def up(self, data: bytes) -> None:
         self.t.side_data(self.t.up, data)
 
+    def one_call(self, got: list[Any]) -> None:
+        """The client opens one call (HEADERS ending its stream); bytes go to and fro a few times, its events into ``got``."""
+        sid = self.client.get_next_available_stream_id()
+        self.client.send_headers(sid, REQ, end_stream=True)
+        for _ in range(5):
+            if data := self.client.data_to_send():
+                self.down(data)
+            if self.dt.out:
+                got.extend(self.client.receive_data(self.dt.take()))
+
     def pump(self, client_reads: bool = True) -> None:
         """Move bytes until quiet (the client may be told not to read what it is sent)."""
         for _ in range(100):
@@ -320,13 +330,7 @@ def test_upstream_closing_before_http2_gives_calls_the_reason(_loop: asyncio.Abs
     def scenario() -> None:
         rig.down(rig.client.data_to_send())  # the client's preface and SETTINGS, forwarded
         rig.t.side_lost(rig.t.up, None)
-        sid = rig.client.get_next_available_stream_id()
-        rig.client.send_headers(sid, REQ, end_stream=True)
-        for _ in range(5):
-            if data := rig.client.data_to_send():
-                rig.down(data)
-            if rig.dt.out:
-                got.extend(rig.client.receive_data(rig.dt.take()))
+        rig.one_call(got)
 
     _in_loop(_loop, scenario)
     (headers,) = [e for e in got if isinstance(e, h2.events.ResponseReceived)]
@@ -359,13 +363,7 @@ def test_upstream_breaking_http2_before_any_call_gives_calls_the_reason(
         if client_saw_settings:
             got.extend(rig.client.receive_data(rig.dt.take()))
         rig.t.side_lost(rig.t.up, None)  # the proxy closed the upstream connection
-        sid = rig.client.get_next_available_stream_id()
-        rig.client.send_headers(sid, REQ, end_stream=True)
-        for _ in range(5):
-            if data := rig.client.data_to_send():
-                rig.down(data)
-            if rig.dt.out:
-                got.extend(rig.client.receive_data(rig.dt.take()))
+        rig.one_call(got)
 
     _in_loop(_loop, scenario)
     assert not [e for e in got if isinstance(e, h2.events.ConnectionTerminated) and e.last_stream_id == 0], got
