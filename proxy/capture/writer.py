@@ -201,7 +201,7 @@ class CaptureWriter:
             self._queue.clear()
             tick = loop.time() + FLUSH_INTERVAL_S
             await loop.run_in_executor(self._pool, self._write_batch, batch, self._take_queue_gap())
-            # The tick again: with steady traffic the queue is never empty here (3 records a write).
+            # The tick again: with steady traffic the queue is never empty here (~7 records a write).
             if not self._closing and len(self._queue) < FLUSH_AT and (wait := tick - loop.time()) > 0:
                 await self._nap(wait)
 
