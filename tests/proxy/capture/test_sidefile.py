@@ -195,20 +195,9 @@ def test_the_admin_tap_gets_lines_that_point_into_the_side_file(tmp_path: Path) 
     """record --admin's Tail lines say the same payload_at as the file's lines."""
     tapped: list[bytes] = []
 
-    async def run() -> CaptureWriter:
-        w = CaptureWriter(WriterOptions(directory=tmp_path), _start())
-        w.tap = lambda first, recs, lines: tapped.extend(lines)
-        w.open()
-        for batch in ([_msg(0), ev.HalfClosed(t_ns=150, call="c1.0")], [_msg(1, 2000)]):
-            for r in batch:
-                w.emit(r)
-            while w.backlog:
-                await asyncio.sleep(0)
-            await asyncio.sleep(0.01)
-        await w.close()
-        return w
-
-    w = asyncio.run(run())
+    w = asyncio.run(write_batches(WriterOptions(directory=tmp_path), _start(),
+                                  [[_msg(0), ev.HalfClosed(t_ns=150, call="c1.0")], [_msg(1, 2000)]],
+                                  tap=lambda first, recs, lines: tapped.extend(lines)))  # fmt: skip
     from_tap = [orjson.loads(line) for line in tapped]
     from_file = records(w.paths[0])
     assert [r.get("payload_at") for r in from_tap if r["kind"] == "message"] == [[0, 300], [300, 2000]]

@@ -14,6 +14,7 @@ import structlog
 from proxy.capture.writer import CaptureWriter, WriterOptions
 from replay.capture import events as ev
 from tests.support.capture import dense, records
+from tests.support.writer import write_batches
 
 
 def _start() -> ev.CaptureStarted:
@@ -32,17 +33,7 @@ def _lines(paths: list[Path]) -> list[dict[str, Any]]:
 
 
 async def _write(opts: WriterOptions, batches: list[list[Any]]) -> CaptureWriter:
-    w = CaptureWriter(opts, _start())
-    w.open()
-    for batch in batches:
-        for r in batch:
-            w.emit(r)
-        # Let the writer task pick the batch up before the next one (batch boundaries matter here).
-        while w.backlog:
-            await asyncio.sleep(0)
-        await asyncio.sleep(0.01)
-    await w.close()
-    return w
+    return await write_batches(opts, _start(), batches)
 
 
 def test_disk_full_gives_gap_record_and_valid_file(tmp_path: Path) -> None:
@@ -300,20 +291,9 @@ def test_the_tap_gets_each_written_record_as_a_line_that_reads_alone(tmp_path: P
         if b'"c1.1"' in data:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    async def run() -> CaptureWriter:
-        w = CaptureWriter(WriterOptions(directory=tmp_path, before_write=before_write), _start())
-        w.tap = lambda first, recs, lines: tapped.append((first, list(recs), list(lines)))
-        w.open()
-        for batch in ([_half(0)], [_half(1)], [_half(2), _half(3)]):
-            for r in batch:
-                w.emit(r)
-            while w.backlog:
-                await asyncio.sleep(0)
-            await asyncio.sleep(0.01)
-        await w.close()
-        return w
-
-    w = asyncio.run(run())
+    w = asyncio.run(write_batches(WriterOptions(directory=tmp_path, before_write=before_write), _start(),
+                                  [[_half(0)], [_half(1)], [_half(2), _half(3)]],
+                                  tap=lambda first, recs, lines: tapped.append((first, list(recs), list(lines)))))  # fmt: skip
     on_disk = records(w.path)
     firsts = [first for first, _, _ in tapped]
     lines = [line for _, _, ls in tapped for line in ls]
