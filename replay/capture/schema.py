@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from replay.capture import events as ev
-from replay.capture.shapes import OneOf, Shape, compile_shape
+from replay.capture.shapes import OneOf, Shape, SpecMemo, compile_shape
 from replay.capture.shapes import generic as _generic
 from replay.errors import CaptureError, CaptureTooNew, UnknownKind
 
@@ -420,6 +420,10 @@ def _specs(specs: list[dict[str, Any]]) -> list[ev.TensorSpec]:
     return [ev.TensorSpec(**{k: t[k] for k in _TENSOR_FIELDS if k in t}) for t in specs]
 
 
+#: The fast path's tensor lists: checked as the field's deep check does, built by _specs, memoized.
+_SPECS = SpecMemo(lambda v: None if _tensor_list(v) is not None else _specs(v))
+
+
 def _shape(raw: dict[str, Any], keys: tuple[str, ...]) -> Shape:
     """The fast decoder of lines with ``keys`` and ``raw``'s kind (kept for the next ones while there is room)."""
     kind = raw.get("kind")
@@ -428,7 +432,7 @@ def _shape(raw: dict[str, Any], keys: tuple[str, ...]) -> Shape:
     message = kind == "message"
     fast = compile_shape(KINDS[kind], keys, version=SCHEMA_VERSION, checks=_CHECK_MAP[kind], omitted=_OMITTED[kind],
                          always=_ALWAYS, sticky_names=_STICKY if message else (),
-                         tensor_lists=_TENSOR_LISTS if message else (), to_specs=_specs,
+                         tensor_lists=_TENSOR_LISTS if message else (), to_specs=_SPECS,
                          forget_sticky=kind == "call_end")  # fmt: skip
     if len(_SHAPES) < _MAX_SHAPES:
         _SHAPES[keys] = fast

@@ -24,6 +24,8 @@ import dataclasses
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+import orjson
+
 #: ``fn(raw, sticky) -> (seq, record)``, or None: decode this line the generic way.
 Shape = Callable[[dict[str, Any], "dict[str, tuple[Any, ...]] | None"], "tuple[int, Any] | None"]
 
@@ -41,6 +43,44 @@ class OneOf:
 
     def __call__(self, v: Any) -> str | None:
         return None if v in self.values else f"must be one of {self.shown}"
+
+
+class SpecMemo:
+    """Tensor lists seen before, by their exact JSON text: each checked and built once.
+
+    Why: a model's inputs and output tensors repeat on every request and on every response that
+    states them, and checking and building the specs took ~6.5 us of such a line's ~8 us decode
+    (issue 15). The key is the list's JSON text, which is type-exact: ``[1]`` and ``[true]`` differ,
+    as they must (as Python tuples they would be equal keys, and a cached ``[1]`` would let a
+    ``[true]`` shape through). Each call returns a new list: records never share one.
+    """
+
+    __slots__ = ("_build", "_seen")
+
+    #: Distinct lists kept (``--redact-input`` makes every request's list distinct: those beyond
+    #: this are checked and built each time, as without the memo).
+    LIMIT = 4096
+
+    def __init__(self, build: Callable[[list[Any]], list[Any] | None]) -> None:
+        self._build = build  # the list's specs, or None when it is not a valid tensor list
+        self._seen: dict[bytes, tuple[Any, ...]] = {}
+
+    def __call__(self, v: Any) -> list[Any] | None:
+        if type(v) is not list:
+            return None
+        try:
+            key = orjson.dumps(v)
+        except orjson.JSONEncodeError:  # not from a JSON line (an int beyond 64 bits): checked, not kept
+            return self._build(v)
+        made = self._seen.get(key)
+        if made is None:
+            built = self._build(v)
+            if built is None:
+                return None
+            made = tuple(built)
+            if len(self._seen) < self.LIMIT:
+                self._seen[key] = made
+        return list(made)
 
 
 _TWINS: dict[type[Any], type[Any]] = {}
@@ -64,12 +104,13 @@ def twin(cls: type[Any]) -> type[Any]:
 def compile_shape(cls: type[Any], keys: tuple[str, ...], *, version: int,
                   checks: Mapping[str, tuple[frozenset[type], Callable[[Any], str | None] | None]],
                   omitted: Mapping[str, Any], always: object, sticky_names: Collection[str] = (),
-                  tensor_lists: Collection[str] = (), to_specs: Callable[[list[Any]], list[Any]] | None = None,
+                  tensor_lists: Collection[str] = (), to_specs: Callable[[Any], list[Any] | None] | None = None,
                   forget_sticky: bool = False) -> Shape:  # fmt: skip
     """The fast decoder of lines of record class ``cls`` having exactly ``keys`` (in this order).
 
     ``checks``/``omitted`` are the generic decoder's tables for ``cls`` (field -> allowed JSON
     types and deep check; field -> the value an omitted field reads as, ``always`` for required);
+    ``tensor_lists``: fields ``to_specs`` checks and builds (``None``: not a valid tensor list);
     ``sticky_names``: fields an `s2c` message carries over from its call's previous one;
     ``forget_sticky``: the record ends its call (the carried-over state is dropped).
     """
@@ -82,7 +123,7 @@ def compile_shape(cls: type[Any], keys: tuple[str, ...], *, version: int,
             f"    if type({local['seq']}) is not int or {local['seq']} < 0: return None",
             f"    if {local['kind']} != {cls.kind!r}: return None"]  # fmt: skip
     for i, (name, (allowed, deep)) in enumerate(checks.items()):
-        if name in local:
+        if name in local and name not in tensor_lists:  # tensor lists: checked by _specs (a SpecMemo)
             body.append(f"    if {_bad(local[name], allowed, deep, i, env)}: return None")
     values: dict[str, str] = {}
     for i, name in enumerate(omitted):
@@ -94,8 +135,9 @@ def compile_shape(cls: type[Any], keys: tuple[str, ...], *, version: int,
                 env[f"d{i}"] = omit
                 values[name] = f"d{i}"
         elif name in tensor_lists:
-            body.append(f"    if {local[name]}: {local[name]} = _specs({local[name]})")
-            values[name] = local[name]
+            x = local[name]
+            body.append(f"    if {x} is not None and ({x} := _specs({x})) is None: return None")
+            values[name] = x
         else:
             values[name] = local[name]
     if sticky_names:

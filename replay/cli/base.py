@@ -9,9 +9,11 @@ heavy: ``triton-tap --help`` must not load the relay, grpc or tritonclient.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 from replay.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, TritonTapError, UserError, exit_code_for
@@ -20,6 +22,23 @@ from replay.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, TritonTapError,
 MAX_INT = 2**31
 #: Upper bound of the float flags (seconds, milliseconds, MB): larger ones overflow timers and sizes.
 MAX_FLOAT = 1e9
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: for reads of millions of records.
+
+    Why: a read allocates millions of records and frees them again, none in a reference cycle, so
+    each collection only walks what the tool keeps (tracker state, the report's columns) over and
+    over: ~20 % of `check`'s time, ~5 % of `report`'s. The collector's state is restored on the way out.
+    """
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def add_capture_argument(p: argparse.ArgumentParser) -> None:

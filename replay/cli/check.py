@@ -12,7 +12,6 @@ are a warning in the summary; holes in the capture are reported but do not chang
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 import time
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ from typing import Any, TextIO
 
 from replay.capture import events as ev
 from replay.capture.reader import CaptureReader, read_capture
-from replay.cli.base import add_capture_argument
+from replay.cli.base import add_capture_argument, gc_paused
 from replay.cli.checkjson import SpillSink, write_json
 from replay.cli.checktable import TableSink, render_human
 from replay.cli.output import write_result
@@ -57,18 +56,11 @@ def _check(reader: CaptureReader, sink: SpillSink | TableSink, out: TextIO, err:
     tracker = Tracker(sink=sink)
     marks: list[dict[str, Any]] = []
     feed = tracker.feed
-    # The read allocates millions of records and frees them again, none in a reference cycle: the
-    # cyclic collector would only walk the tracker's live objects over and over (~20% of the time).
-    gc_was_on = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         for seq, record in with_progress(reader, err):
             if type(record) is ev.MarkRecorded:  # operators' marks (admin Mark) are shown, not tracked
                 marks.append({"seq": seq, "t_ns": record.t_ns, "note": record.note, "labels": record.labels})
             feed(seq, record)
-    finally:
-        if gc_was_on:
-            gc.enable()
     result = tracker.finish(reader.gaps, reader.warnings)
     for w in result.warnings:
         print(f"triton-tap: warning: {w}", file=err)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from replay.capture.reader import read_capture
-from replay.cli.base import add_capture_argument
+from replay.cli.base import add_capture_argument, gc_paused
 from replay.cli.progress import with_progress
 from replay.errors import UserError
 from replay.tools.report.model import ReportBuilder
@@ -57,8 +57,10 @@ def build_report(paths: Sequence[str], output: Path, *, err: TextIO | None = Non
     _check_output(paths, output)
     reader = read_capture(list(paths))
     builder = ReportBuilder()
-    for seq, record in with_progress(reader, err):
-        builder.feed(seq, record)
+    feed = builder.feed
+    with gc_paused():
+        for seq, record in with_progress(reader, err):
+            feed(seq, record)
     for w in reader.warnings:
         print(f"triton-tap: warning: {w}", file=err)
     model = builder.finish(files=[str(p) for p in reader.files], gaps=reader.gaps, warnings=reader.warnings,

@@ -133,3 +133,38 @@ def test_a_wrong_type_on_the_fast_path_is_the_generic_error() -> None:
         schema.decode({**line, "final": 1}, path="f.jsonl", line=9)
     with pytest.raises(CaptureError, match=r"field 'dir': must be one of 'c2s', 's2c'"):
         schema.decode({**line, "dir": "up"}, path="f.jsonl", line=9)
+
+
+def _tensor_line(shape: object, **more: object) -> dict[str, Any]:
+    return {"v": schema.SCHEMA_VERSION, "seq": 1, "kind": "message", "t_ns": 5, "call": "c", "dir": "c2s",
+            "index": 0, "size": 3, "model": "m", "request_id": "",
+            "inputs": [{"name": "IN", "datatype": "INT32", "shape": shape, **more}]}  # fmt: skip
+
+
+def test_a_remembered_tensor_list_does_not_let_a_different_json_type_through() -> None:
+    """``[1]`` and ``[true]`` are equal as Python tuples: the memo must still tell them apart."""
+    _, rec = schema.decode(_tensor_line([1]))
+    assert isinstance(rec, ev.MessageSeen) and rec.inputs == [ev.TensorSpec(name="IN", datatype="INT32", shape=[1])]
+    with pytest.raises(CaptureError, match=r"f.jsonl:7: .*field 'inputs': item 0: .*'shape'.*must be integer, got boolean"):
+        schema.decode(_tensor_line([True]), path="f.jsonl", line=7)
+    with pytest.raises(CaptureError, match=r"f.jsonl:7: .*field 'inputs': item 0: field 'size'"):
+        schema.decode(_tensor_line([1], size=1.5), path="f.jsonl", line=7)
+    # A dict not parsed from JSON may hold what JSON cannot: decoded without the memo.
+    _, big = schema.decode(_tensor_line([2**70]))
+    assert isinstance(big, ev.MessageSeen) and big.inputs is not None and big.inputs[0].shape == [2**70]
+
+
+def test_records_decoded_from_one_remembered_tensor_list_do_not_share_it() -> None:
+    first, second = (schema.decode(_tensor_line([2, 3]))[1] for _ in range(2))
+    assert isinstance(first, ev.MessageSeen) and isinstance(second, ev.MessageSeen)
+    assert first == second and first.inputs is not second.inputs
+
+
+def test_tensor_lists_beyond_the_memo_s_limit_still_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(type(schema._SPECS), "LIMIT", 3)  # the memo is filled by earlier tests: none may be added
+    before = len(schema._SPECS._seen)
+    for n in range(10):
+        _, rec = schema.decode(_tensor_line([n], hmac_sha256=f"h{n}", size=n))
+        assert isinstance(rec, ev.MessageSeen) and rec.inputs is not None
+        assert rec.inputs[0] == ev.TensorSpec(name="IN", datatype="INT32", shape=[n], size=n, hmac_sha256=f"h{n}")
+    assert len(schema._SPECS._seen) <= max(before, 3)
