@@ -65,6 +65,10 @@ class SpecMemo:
         self._build = build  # the list's specs, or None when it is not a valid tensor list
         self._seen: dict[bytes, tuple[Any, ...]] = {}
 
+    def clear(self) -> None:
+        """Forget every list (tests: a mutated check must not be answered from the memo)."""
+        self._seen.clear()
+
     def __call__(self, v: Any) -> list[Any] | None:
         if type(v) is not list:
             return None
