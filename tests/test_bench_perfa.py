@@ -51,6 +51,7 @@ def test_summarise_pairs_rounds_with_direct() -> None:
     }
     s = perfa.summarise(raw)  # type: ignore[arg-type]
     assert s["proxy"]["ratio"] == pytest.approx(0.85)
+    assert s["proxy"]["ratio_range"] == pytest.approx([0.8, 0.9])
     assert s["proxy"]["proxy_cpu_us_per_resp"] == pytest.approx(60.0)
     assert s["proxy"]["runs"] == 2 and s["proxy"]["unstable"] == 1
     assert s["direct"]["ratio"] == 1.0 and s["direct"]["proxy_cpu_us_per_resp"] is None
@@ -64,6 +65,16 @@ def test_targets_say_met_or_not() -> None:
     sc["perf_analyzer"]["summary"]["proxy"]["ratio"] = 0.97
     assert perfa.targets(sc)[0]["met"] is True
     assert perfa.targets({})[0]["met"] is None
+
+
+def test_the_target_shows_whether_the_rounds_agree() -> None:
+    """Judged on the median; the rounds' range is shown, and said when it straddles 0.95."""
+    sc = {"perf_analyzer": {"summary": {"proxy": {"ratio": 0.97, "ratio_range": [0.9, 1.02]}}}}
+    t = perfa.targets(sc)[0]
+    assert t["met"] is True and t["shown"] == "0.97x (rounds 0.90-1.02: they straddle 0.95)"
+    sc["perf_analyzer"]["summary"]["proxy"] = {"ratio": 0.85, "ratio_range": [0.8, 0.9]}
+    t = perfa.targets(sc)[0]
+    assert t["met"] is False and t["shown"] == "0.85x (rounds 0.80-0.90)"
 
 
 def test_find_perf_analyzer_honours_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
