@@ -106,8 +106,8 @@ class SeqWatch:
         if seq == self._expected and type(record) is ev.MessageSeen:
             # Hot loop: the common case (the next seq, a message) in a few steps; the same as below.
             self._expected = seq + 1
-            self._recent[seq % 1024] = record  # 1024: RECENT, as a constant
-            self._recent_seq[seq % 1024] = seq
+            self._recent[seq % self.RECENT] = record
+            self._recent_seq[seq % self.RECENT] = seq
             self._last = record
             return False
         if isinstance(record, ev.CaptureStarted) and not self._seen_start:

@@ -324,6 +324,22 @@ def test_any_one_line_written_twice_is_read_once_and_reported(tmp_path: Path) ->
         ], i
 
 
+def test_an_exact_repeat_is_told_from_a_conflicting_one_after_the_ring_wrapped() -> None:
+    """SeqWatch keeps the last RECENT records: a repeat among them is recognised even laps later;
+    an older seq, or the same seq with other content, is a conflict (not skipped)."""
+    watch = SeqWatch()
+    msgs = [ev.MessageSeen(t_ns=s, call="c", dir="s2c", index=s, size=1, request_id="", final=False)
+            for s in range(3 * SeqWatch.RECENT + 7)]  # fmt: skip
+    watch.record(0, ev.CaptureStarted(t_ns=0, proxy_version="x", listen="l", upstream="u", options={}), "f", 1)
+    for s, m in enumerate(msgs[1:], 1):
+        assert watch.record(s, m, "f", s + 1) is False
+    last = len(msgs) - 1
+    assert watch.record(last - 5, msgs[last - 5], "f", 0) is True  # exact, within the ring
+    assert watch.record(last - SeqWatch.RECENT - 5, msgs[last - SeqWatch.RECENT - 5], "f", 0) is False  # fell out
+    assert watch.record(last - 3, msgs[last - 2], "f", 0) is False  # same seq, other content
+    assert [("repeated exactly" in g.detail) for g in watch.gaps] == [True, False, False]
+
+
 def _write(path: Path, lines: list[bytes]) -> Path:
     path.write_bytes(b"".join(lines))
     return path
