@@ -11,6 +11,7 @@ import base64
 import hashlib
 from pathlib import Path
 
+import orjson
 import pytest
 
 from replay.capture import events as ev
@@ -86,6 +87,32 @@ def test_a_side_file_cut_at_the_end_reads_what_is_complete_and_warns(tmp_path: P
     assert [has_payload(m) for m in msgs] == [True, True, False, False]
     (warning,) = [w for w in warnings if "side file" in w]
     assert str(side) in warning and "cut short at 250 bytes" in warning and "last 2 message(s)" in warning
+
+
+def test_a_cut_side_file_and_a_cut_last_line_are_both_warned_about(tmp_path: Path) -> None:
+    """The proxy killed mid-write cuts both files: the cut line is skipped, and the side file's warning
+    still comes (the read goes on to the file's end checks after skipping the line)."""
+    bodies = [_body(i) for i in range(4)]
+    path = _file(tmp_path / "capture-20260101T000000-1.jsonl", bodies, end=False)
+    side = path.with_name(naming.side_name(path.name))
+    side.write_bytes(side.read_bytes()[:250])
+    path.write_bytes(path.read_bytes() + encode(_message(4, _body(4)), 5, [400, 100])[:30])
+    msgs, warnings = _read(path)
+    assert [payload_bytes(m) for m in msgs] == [bodies[0], bodies[1], None, None]
+    assert ["last line cut short" in w for w in warnings] == [True, False]
+    assert "cut short at 250 bytes" in warnings[1]
+
+
+def test_a_line_spelling_out_payload_at_null_has_no_side_file(tmp_path: Path) -> None:
+    """A line may spell out a default (older writers did): ``"payload_at": null`` means no bytes stored."""
+    line = orjson.loads(encode(_message(0, _body(0)), 1))
+    assert "payload_at" not in line
+    path = tmp_path / "capture-20260101T000000-1.jsonl"
+    start = encode(ev.CaptureStarted(t_ns=1, proxy_version="t", listen="l:1", upstream="u:2", options={}), 0)
+    end = encode(ev.CaptureEnded(t_ns=99, reason="shutdown", counts={}), 2)
+    path.write_bytes(start + orjson.dumps({**line, "payload_at": None}) + b"\n" + end)
+    msgs, warnings = _read(path)
+    assert [m.payload_at for m in msgs] == [None] and warnings == []
 
 
 def test_a_missing_side_file_is_a_capture_error_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
