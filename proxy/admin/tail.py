@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -26,10 +25,6 @@ from proxy.admin.follow import follow_lines, newest_capture
 from proxy.admin.hub import Dropped, Subscriber, TailFilter
 from replay.capture.schema import Sticky, decode, encode
 from replay.errors import UnknownKind, UserError
-
-#: How often a followed file that did not grow is looked at again.
-POLL_S = 0.1
-_CAPTURE = re.compile(r"^(?P<stem>capture-\d{8}T\d{6}-\d+)(?:-(?P<index>\d{4,}))?\.jsonl(?:\.gz)?$")
 
 _STYLE = {"call_start": "cyan", "call_end": "bold", "cancel": "yellow", "late": "magenta", "gap": "red",
           "protocol_error": "red", "mark": "bold green", "capture_start": "dim", "capture_end": "dim"}  # fmt: skip

@@ -33,16 +33,6 @@ Cause = Literal[
     "proxy_shutdown",
     "proxy_error",
 ]
-CAUSES: tuple[str, ...] = (
-    "ok",
-    "error",
-    "client_cancel",
-    "deadline",
-    "client_disconnect",
-    "upstream_disconnect",
-    "proxy_shutdown",
-    "proxy_error",
-)
 
 #: gRPC status code -> name, as the capture writes it.
 STATUS_NAMES: dict[int, str] = {
