@@ -52,7 +52,8 @@ class SpecMemo:
     states them, and checking and building the specs took ~6.5 us of such a line's ~8 us decode
     (issue 15). The key is the list's JSON text, which is type-exact: ``[1]`` and ``[true]`` differ,
     as they must (as Python tuples they would be equal keys, and a cached ``[1]`` would let a
-    ``[true]`` shape through). Each call returns a new list: records never share one.
+    ``[true]`` shape through). Each call returns a new list; the frozen specs in it are shared
+    between records (like every record field, nothing changes them after decoding).
     """
 
     __slots__ = ("_build", "_seen")
