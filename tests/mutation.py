@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from replay.capture.lines import PURE_ENV
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # The tracker's outcomes are what `replay check` prints: its in-process CLI tests read them too.
@@ -165,7 +167,10 @@ def _mutmut() -> str:
 def _run_boxed(argv: list[str], cwd: Path, box: float, log: Path) -> bool:
     """Run ``argv`` in its own process group; stop the whole group after ``box`` s. True if stopped."""
     with log.open("w") as out:
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        # The Python decoder only: with the compiled one (replay/capture/lines.py) a mutated Python
+        # shape would decode a line or two and the compiled one the rest, and its mutants survive.
+        env = {**os.environ, PURE_ENV: "1"}
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             proc.wait(timeout=box)
             return False

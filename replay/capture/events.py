@@ -4,7 +4,7 @@ Every line of a capture file is one of these events, serialised as a JSON object
 envelope fields added by the writer (``v``, ``seq``, ``kind``). The dataclass fields below are the
 record's fields, in order; a field's default (or null, for a nullable field without one) is what a
 reader fills in when a sparse line omits it (see :mod:`replay.capture.schema`); the ``Annotated`` text is the field's documentation, from which the
-records section of docs/capture-format.md is generated (``python -m replay.capture.schema --markdown``),
+records section of docs/capture-format.md is generated (``python -m replay.capture.formatdoc --markdown``),
 so code and docs cannot drift apart.
 
 The proxy builds these on the hot path and the writer hands them to orjson as they are (orjson

@@ -38,13 +38,14 @@ from typing import IO
 import orjson
 
 from replay.capture import events as ev
-from replay.capture import naming
+from replay.capture import lines, naming
 from replay.capture.payload import SideRefs
 from replay.capture.schema import Sticky, decode
 from replay.capture.zst import ZstdLines
 from replay.errors import CaptureError, UnknownKind
 
 PathLike = str | os.PathLike[str]
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Gap:
@@ -183,11 +184,11 @@ def _expand(paths: Iterable[PathLike]) -> list[list[list[Path]]]:
     for given in paths:
         p = Path(given)
         if p.is_dir():
-            found = sorted(
-                q for q in p.iterdir() if q.is_file() and naming.looks_like_capture(q.name)
-            )
+            found = sorted(q for q in p.iterdir() if q.is_file() and naming.looks_like_capture(q.name))
             if not found:
-                raise CaptureError(str(p), None, "no *.jsonl, *.jsonl.zst or *.jsonl.gz capture files in this directory")
+                raise CaptureError(
+                    str(p), None, "no *.jsonl, *.jsonl.zst or *.jsonl.gz capture files in this directory"
+                )
         elif p.exists():
             # Not only regular files: a FIFO or /dev/stdin streams a capture too.
             found = [p]
@@ -278,7 +279,17 @@ class CaptureReader:
                 # Hot loop (every line of every capture read): the common line (a complete JSON
                 # object) takes the first branch; names are bound to locals once.
                 loads, record, decode_ = orjson.loads, watch.record, decode
+                compiled = lines.TABLE.decode if lines.TABLE is not None else None
                 for lineno, line in enumerate(f, 1):
+                    if compiled is not None and (done := compiled(line, sticky)) is not None:
+                        # The compiled decoder took the line (replay/capture/lines.py): the same
+                        # record the Python path below makes, without its dict.
+                        found += 1
+                        if record(done[0], done[1], name, lineno):
+                            continue
+                        self.records += 1
+                        yield done
+                        continue
                     if line[:1] == b"{" and line[-1:] == b"\n":
                         try:
                             raw = loads(line)
@@ -332,7 +343,9 @@ class CaptureReader:
                     yield seq, rec
         except (EOFError, gzip.BadGzipFile, zlib.error) as e:
             if not found:
-                raise CaptureError(name, None, f"not a readable {'zstd' if name.endswith('.zst') else 'gzip'} capture: {e}") from None
+                raise CaptureError(
+                    name, None, f"not a readable {'zstd' if name.endswith('.zst') else 'gzip'} capture: {e}"
+                ) from None
             if not last:
                 raise CaptureError(name, lineno + 1 if lineno else None, f"broken compressed file: {e}") from None
             self.warnings.append(f"{name}: compressed file cut short after line {lineno}: {e}")

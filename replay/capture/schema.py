@@ -12,7 +12,6 @@ removing or changing the meaning of a field does.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import types
 import typing
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import Any
 import orjson
 
 from replay.capture import events as ev
+from replay.capture import lines
 from replay.capture.shapes import OneOf, Shape, SpecMemo, compile_shape
 from replay.capture.shapes import generic as _generic
 from replay.errors import CaptureError, CaptureTooNew, UnknownKind
@@ -51,7 +51,9 @@ _ALWAYS = object()
 
 
 def _nullable(tp: Any) -> bool:
-    return (typing.get_origin(tp) is typing.Union or isinstance(tp, types.UnionType)) and type(None) in typing.get_args(tp)
+    return (typing.get_origin(tp) is typing.Union or isinstance(tp, types.UnionType)) and type(None) in typing.get_args(
+        tp
+    )
 
 
 def _omitted_as(cls: type[Any]) -> dict[str, Any]:
@@ -429,14 +431,19 @@ def _shape(raw: dict[str, Any], keys: tuple[str, ...]) -> Shape:
     kind = raw.get("kind")
     if type(kind) is not str or kind not in KINDS:
         return _generic
-    message = kind == "message"
-    fast = compile_shape(KINDS[kind], keys, version=SCHEMA_VERSION, checks=_CHECK_MAP[kind], omitted=_OMITTED[kind],
-                         always=_ALWAYS, sticky_names=_STICKY if message else (),
-                         tensor_lists=_TENSOR_LISTS if message else (), to_specs=_SPECS,
-                         forget_sticky=kind == "call_end")  # fmt: skip
+    fast = compile_shape(KINDS[kind], keys, **shape_tables(kind))
     if len(_SHAPES) < _MAX_SHAPES:
         _SHAPES[keys] = fast
+        lines.register(lines.TABLE, KINDS[kind], keys, **shape_tables(kind))  # the next such lines: compiled
     return fast
+
+
+def shape_tables(kind: str) -> dict[str, Any]:
+    """What the fast paths of ``kind``'s lines are made from (compile_shape's and lines.plan's arguments)."""
+    message = kind == "message"
+    return {"version": SCHEMA_VERSION, "checks": _CHECK_MAP[kind], "omitted": _OMITTED[kind], "always": _ALWAYS,
+            "sticky_names": _STICKY if message else (), "tensor_lists": _TENSOR_LISTS if message else (),
+            "to_specs": _SPECS, "forget_sticky": kind == "call_end"}  # fmt: skip
 
 
 #: line keys (in order) -> its fast decoder, which also checks the kind it was made for (another
@@ -449,52 +456,3 @@ def to_dict(record: ev.Record) -> dict[str, Any]:
     """The record as the JSON object a capture line holds (without ``v``/``seq``)."""
     d: dict[str, Any] = orjson.loads(orjson.dumps(record))
     return {"kind": record.kind, **d}
-
-
-def _type_text(tp: Any) -> str:
-    text = str(tp).replace("typing.", "").replace("replay.capture.events.", "")
-    text = text.replace("<class '", "").replace("'>", "")
-    return text.replace("NoneType", "null").replace(" | ", " or ")
-
-
-def _omitted_text(cls: type[Any], name: str) -> str:
-    if cls is ev.TensorSpec:
-        return "null" if name in ("size", "hmac_sha256") else "never"
-    omit = _OMITTED[cls.kind][name]
-    text = "never" if omit is _ALWAYS else "null" if omit is None else f"`{orjson.dumps(omit).decode()}`"
-    if cls is ev.MessageSeen and name in _STICKY:
-        text += "; on `s2c`: equal to the call's previous `s2c` message in the file"
-    return text
-
-
-def markdown() -> str:
-    """docs/capture-format.md's records section, generated from :mod:`replay.capture.events`."""
-    out = [
-        f"Schema version **{SCHEMA_VERSION}**. Every line: `v` (schema version), `seq` (record number, "
-        "gap-free across the whole capture, rotated files included), `kind`, then the fields below. "
-        "Lines are sparse: a field is left out when its value is the one in the *omitted when* column, "
-        "and a reader fills that value in (a line may also spell it out: versions 1 and 2 always did).",
-        "",
-    ]
-    classes: tuple[type[Any], ...] = (*ev.RECORD_TYPES, ev.TensorSpec)
-    for cls in classes:
-        hints = typing.get_type_hints(cls, include_extras=True)
-        title = "tensor spec (items of `inputs` and `output_tensors`)" if cls is ev.TensorSpec else f"`{cls.kind}`"
-        out.append(f"#### {title}: {cls.__doc__}")
-        out.append("")
-        out.append("| field | type | omitted when | meaning |")
-        out.append("|---|---|---|---|")
-        for f in dataclasses.fields(cls):
-            hint = hints[f.name]
-            base, doc = typing.get_args(hint)[0], hint.__metadata__[0]
-            out.append(f"| `{f.name}` | `{_type_text(base)}` | {_omitted_text(cls, f.name)} | {doc} |")
-        out.append("")
-    return "\n".join(out)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--markdown"]:
-        print(markdown())
-    else:
-        print("usage: python -m replay.capture.schema --markdown", file=sys.stderr)
-        sys.exit(2)

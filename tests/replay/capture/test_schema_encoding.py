@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from replay.capture import events as ev
-from replay.capture import schema
+from replay.capture import formatdoc, schema
 from replay.errors import CaptureError, CaptureTooNew
 from tests.support.paths import ROOT
 
@@ -98,7 +98,7 @@ def test_unknown_fields_are_ignored() -> None:
 def test_docs_document_the_schema() -> None:
     """docs/capture-format.md's records section is what replay.capture.schema generates (one source of truth)."""
     page = (ROOT / "docs" / "capture-format.md").read_text()
-    assert schema.markdown() in page, "regenerate its records section: python -m replay.capture.schema --markdown"
+    assert formatdoc.markdown() in page, "regenerate its records section: python -m replay.capture.formatdoc --markdown"
 
 
 def _unary_line(index: int) -> dict[str, object]:

@@ -1,0 +1,188 @@
+"""The compiled decoder (replay/capture/_lines.c via lines.py) equals the Python path, line by line.
+
+The Python path is the reference: ``schema.decode`` of the line orjson parsed (it is what every
+reader uses without the compiled module, and what decodes every line the compiled one declines).
+For any line, the compiled decoder either declines (None) or gives exactly what the Python path
+gives: the same seq and record (compared by ``repr``, so ``1``, ``1.0`` and ``true`` differ) and the
+same sticky state after it. Lines are the writer's own (dense and sparse) and then broken at the
+byte level: values swapped for any JSON text, whitespace, escapes, cut lines, stray bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.capture import events as ev
+from replay.capture import lines, schema
+from replay.capture.reader import read_capture
+from replay.errors import CaptureError
+from tests.replay.capture.test_shapes import _JSON, MESSAGES, RECORDS
+
+needs_compiled = pytest.mark.skipif(not lines.compiled(), reason="the compiled decoder is not built here")
+DATA = Path(__file__).resolve().parents[2] / "data"
+
+
+def _python(line: bytes, sticky: schema.Sticky) -> object:
+    """The Python path's answer for one line: (seq, record) as comparable text, or its error."""
+    try:
+        seq, rec = schema.decode(orjson.loads(line), path="f.jsonl", line=1, sticky=sticky)
+    except (CaptureError, orjson.JSONDecodeError) as e:
+        return f"{type(e).__name__}: {e}"
+    return type(seq), seq, repr(rec)
+
+
+def _compiled(table: Any, line: bytes, sticky: schema.Sticky) -> tuple[object, bool]:
+    """The reader's way with the compiled decoder: it, else the Python path (which teaches it the shape)."""
+    done = table.decode(line, sticky)
+    if done is not None:
+        return (type(done[0]), done[0], repr(done[1])), True
+    answer = _python(line, sticky)
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return answer, False
+    kind = raw.get("kind") if type(raw) is dict else None
+    if type(kind) is str and kind in schema.KINDS:
+        lines.register(table, schema.KINDS[kind], tuple(raw), **schema.shape_tables(kind))
+    return answer, False
+
+
+def _same(encoded: list[bytes]) -> int:
+    """Both ways over the same lines, each with its own sticky state; how many the compiled one took."""
+    table = lines.new_table()
+    c_sticky: schema.Sticky = {}
+    py_sticky: schema.Sticky = {}
+    taken = 0
+    for i, line in enumerate(encoded):
+        answer, took = _compiled(table, line, c_sticky)
+        assert answer == _python(line, py_sticky), (i, line)
+        assert repr(c_sticky) == repr(py_sticky), (i, line)
+        taken += took
+    return taken
+
+
+def _mutate(line: bytes, data: st.DataObject) -> bytes:
+    """The line broken in one of the ways a damaged or foreign file could be."""
+    how = data.draw(st.sampled_from(["value", "byte", "space", "escape", "cut", "tail"]))
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError:  # broken already
+        raw = None
+    if not line:
+        return b"\n"
+    if how == "value" and type(raw) is dict and raw:  # a value replaced by any JSON text, as orjson or a person would
+        key = data.draw(st.sampled_from(sorted(raw)))
+        odd = data.draw(st.sampled_from([b"-0", b"01", b"1e2", b"1.0", b"18446744073709551616", b"-9223372036854775808",
+                                         b"9223372036854775808", b'"s\\u0032c"', b'"\\u00e9"', b'"\xc3\xa9"', b"[1,]",
+                                         b" true ", b"[true]", b"{}", b"[]", b'"a\\"b"', b"nul", b"--1"]))  # fmt: skip
+        text = data.draw(st.one_of(st.just(odd), _JSON.map(orjson.dumps)))
+        body = orjson.dumps({k: (None if k == key else v) for k, v in raw.items()})
+        marker = orjson.dumps(key) + b":null"
+        return body.replace(marker, orjson.dumps(key) + b":" + text, 1) + b"\n"
+    at = data.draw(st.integers(0, len(line) - 1))
+    if how == "byte":
+        b = data.draw(st.sampled_from([*b'",:{}[] \t\\0-e.t\x00\x7f\n', 0xC3, 0xFF]))
+        if data.draw(st.booleans()):
+            return line[:at] + bytes([b]) + line[at + 1 :]
+        return line[:at] + bytes([b]) + line[at:]
+    if how == "space":
+        return line[:at] + data.draw(st.sampled_from([b" ", b"\t", b"\r", b"  \n "])) + line[at:]
+    if how == "escape":  # a key or string spelled with an escape: orjson reads it, ours must decline or agree
+        return (
+            line.replace(b'"v"', b'"\\u0076"', 1) if data.draw(st.booleans()) else line.replace(b"c2s", b"c\\u0032s", 1)
+        )
+    if how == "cut":
+        return line[:at]
+    return line[:-1] + data.draw(st.sampled_from([b" \n", b"x\n", b"}\n", b",\n", b"\n\n"]))
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(records=st.lists(st.one_of(RECORDS, MESSAGES), min_size=1, max_size=12))
+def test_the_writer_s_lines_decode_as_the_python_path(records: list[ev.Record]) -> None:
+    encoder = schema.Encoder()
+    sparse = [encoder.encode(r, i) for i, r in enumerate(records)]
+    # Twice: the first time teaches the table the shapes, the second is decoded by it.
+    assert _same(sparse + sparse) >= 0
+    _same([schema.encode(r, i) for i, r in enumerate(records)] * 2)  # dense
+
+
+@needs_compiled
+@settings(max_examples=600, deadline=None)
+@given(records=st.lists(st.one_of(RECORDS, MESSAGES), min_size=1, max_size=6), data=st.data())
+def test_a_broken_line_gives_the_python_path_s_record_or_error(records: list[ev.Record], data: st.DataObject) -> None:
+    encoder = schema.Encoder()
+    good = [encoder.encode(r, i) for i, r in enumerate(records)]
+    broken = list(good)
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(0, len(broken) - 1))
+        broken[i] = _mutate(broken[i], data)
+    _same(good + broken)
+
+
+@needs_compiled
+def test_the_common_lines_are_taken_by_the_compiled_decoder() -> None:
+    """Not a decoder that declines everything: the capture's usual lines are its own, with their values."""
+    lines_ = (DATA / "interleaved.jsonl").read_bytes().splitlines(keepends=True)
+    assert _same(lines_ * 2) >= len(lines_) - 1  # the second pass: all taken (the first: those of known shapes)
+    table = lines.new_table()
+    line = (b'{"v":3,"seq":12,"kind":"message","t_ns":1780000000000396004,"call":"c1.1","dir":"s2c",'
+            b'"index":0,"size":110,"request_id":"","final":false}\n')  # fmt: skip
+    _compiled(table, line, {})
+    seq, rec = table.decode(line, {})
+    assert seq == 12 and rec == ev.MessageSeen(t_ns=1780000000000396004, call="c1.1", dir="s2c", index=0, size=110,
+                                               request_id="", final=False)  # fmt: skip
+    assert table.decode(line.replace(b"1780000000000396004", b"-9223372036854775807"), {})[1].t_ns == -(2**63) + 1
+    assert table.decode(line.replace(b'"c1.1"', b'"c\\u00e9"'), {})[1].call == "c\u00e9"  # via orjson
+    assert table.decode(line.replace(b'"final":false', b'"final":0'), {}) is None  # a wrong type: declined
+    assert table.decode(line[:-1], {}) is None  # no newline: the reader's cut-line rules apply
+
+
+@needs_compiled
+def test_lines_with_a_side_file_place_always_take_the_python_path() -> None:
+    """The reader attaches the side file from the raw line (reader._file): the compiled path has none."""
+    keys = ("v", "seq", "kind", "t_ns", "call", "dir", "index", "size", "payload_at")
+    assert lines.plan(ev.MessageSeen, keys, **schema.shape_tables("message")) is None
+    assert lines.plan(ev.MessageSeen, keys[:-1], **schema.shape_tables("message")) is not None
+
+
+@needs_compiled
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.jsonl")))
+def test_every_golden_capture_reads_the_same_either_way(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def read() -> tuple[list[tuple[int, str]], list[str], list[Any]]:
+        reader = read_capture(DATA / name)
+        try:
+            got = [(seq, repr(rec)) for seq, rec in reader]
+        except CaptureError as e:
+            got = [(-1, str(e))]
+        return got, reader.warnings, reader.gaps
+
+    compiled = read()
+    monkeypatch.setattr(lines, "TABLE", None)
+    assert read() == compiled
+
+
+def test_the_compiled_decoder_is_built_where_a_c_compiler_is() -> None:
+    """The install builds it when it can (pyproject: optional); a silent build failure must show here."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if os.environ.get(lines.PURE_ENV, "") not in ("", "0"):
+        pytest.skip(f"{lines.PURE_ENV} is set: the Python path alone, on purpose")
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler ({cc}): the Python path alone")
+    assert lines.compiled(), "a C compiler is here but replay.capture._lines was not built: see pip's output"
+
+
+def test_the_pure_setting_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(lines.PURE_ENV, "1")
+    assert lines._load() is None
+    monkeypatch.setenv(lines.PURE_ENV, "0")
+    assert (lines._load() is not None) == lines.compiled()
