@@ -27,3 +27,15 @@ def test_bench_micro_smoke() -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "per unary ModelInfer call" in proc.stdout and "cut one DATA frame" in proc.stdout
+
+
+def test_bench_readers_smoke() -> None:
+    """`python -m bench.readers` checks one capture with both line decoders, side by side."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.readers", "--records", "3000", "--compress", "zstd", "--mode", "json",
+         "--decoder", "compiled,pure"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| 3,000 |")]
+    assert [row.split("|")[4].strip() for row in rows] == ["compiled", "pure"], proc.stdout

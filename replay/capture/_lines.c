@@ -44,7 +44,7 @@ typedef struct {
     int mask;          /* allowed JSON types */
     PyObject *oneof;   /* a frozenset of literal values, or NULL */
     PyObject *deep;    /* a deep check (None: fine), or NULL */
-    int tensor_list;   /* checked and built by the shape's to_specs instead */
+    int tensor_list;   /* checked and built from its JSON text by the shape's to_specs instead */
 } Key;
 
 typedef struct {
@@ -68,11 +68,17 @@ typedef struct {
     int forget;
 } Shape;
 
+#define STRINGS 512   /* the string cache's entries (direct-mapped) */
+#define STRING_MAX 64 /* longer strings are not kept */
+
 typedef struct {
     PyObject_HEAD
     Shape *slots[TABLE_SIZE];
     int count;
     PyObject *loads; /* orjson.loads: values this parser leaves to it (escapes, floats, nested) */
+    /* Recent string values (call ids, "s2c", "message"...): the same bytes give the same str,
+     * whose hash is then computed once, not once a line for each set and dict it meets. */
+    PyObject *strings[STRINGS];
 } Table;
 
 static uint64_t fnv(uint64_t h, const char *p, Py_ssize_t n) {
@@ -107,6 +113,7 @@ static void table_clear_shapes(Table *t) {
 
 static void table_dealloc(Table *t) {
     table_clear_shapes(t);
+    for (int i = 0; i < STRINGS; i++) Py_CLEAR(t->strings[i]);
     Py_XDECREF(t->loads);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
@@ -142,6 +149,7 @@ static Py_ssize_t slot_offset(PyObject *descr) {
 }
 
 /* plan: (cls, kind, version, to_specs, roles, fields, sticky, call_key, dir_key, forget)
+ *   to_specs: a tensor list's JSON text (bytes) -> its specs, or None when it is not a valid one
  *   roles:  per key (role, field, mask, oneof|None, deep|None, tensor_list)
  *   fields: per field (member descriptor, omitted value or a marker, from_key)
  *   sticky: per sticky field (field, in_line)
@@ -267,7 +275,8 @@ static PyObject *table_len(Table *t, PyObject *unused) { return PyLong_FromLong(
 #define BAIL ((PyObject *)1) /* not sure of the answer: the Python path decodes the line */
 
 static inline const char *ws(const char *p, const char *e) {
-    while (p < e && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
+    /* (the first test settles the usual case, a token right there) */
+    while (p < e && (unsigned char)*p <= ' ' && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
     return p;
 }
 
@@ -309,9 +318,23 @@ static PyObject *value(Table *t, const char **pp, const char *e) {
         while (q < e && (unsigned char)*q >= 0x20 && *q != '"' && *q != '\\' && (unsigned char)*q < 0x80) q++;
         if (q < e && *q == '"') {
             Py_ssize_t n = q - p - 1;
+            PyObject **slot = NULL;
+            if (n <= STRING_MAX) {
+                slot = &t->strings[fnv(14695981039346656037ULL, p + 1, n) % STRINGS];
+                PyObject *known = *slot;
+                if (known != NULL && PyUnicode_GET_LENGTH(known) == n && memcmp(PyUnicode_1BYTE_DATA(known), p + 1, n) == 0) {
+                    *pp = q + 1;
+                    Py_INCREF(known);
+                    return known;
+                }
+            }
             PyObject *s = PyUnicode_New(n, 127);
             if (s == NULL) return NULL;
             memcpy(PyUnicode_1BYTE_DATA(s), p + 1, n);
+            if (slot != NULL) {
+                Py_INCREF(s);
+                Py_XSETREF(*slot, s);
+            }
             *pp = q + 1;
             return s;
         }
@@ -326,7 +349,8 @@ static PyObject *value(Table *t, const char **pp, const char *e) {
         }
         const char *digits = q;
         unsigned long long v = 0; /* 19 digits fit: every int64 (t_ns has 19) */
-        while (q < e && *q >= '0' && *q <= '9' && q - digits < 19) v = v * 10 + (unsigned long long)(*q++ - '0');
+        const char *lim = e - q > 19 ? q + 19 : e;
+        while (q < lim && (unsigned char)(*q - '0') < 10) v = v * 10 + (unsigned long long)(*q++ - '0');
         Py_ssize_t nd = q - digits;
         if (nd > 0 && !(nd > 1 && *digits == '0') && !(neg && v == 0) &&
             (q >= e || !((*q >= '0' && *q <= '9') || *q == '.' || *q == 'e' || *q == 'E'))) {
@@ -349,8 +373,8 @@ static PyObject *value(Table *t, const char **pp, const char *e) {
     } else if (c == 'n' && e - p >= 4 && memcmp(p, "null", 4) == 0) {
         *pp = p + 4;
         Py_RETURN_NONE;
-    } else if (c != '[' && c != '{') {
-        return BAIL;
+    } else {
+        return BAIL; /* (arrays and objects are not read here: see table_decode) */
     }
     const char *end = extent(p, e);
     if (end == NULL || end == p) return BAIL;
@@ -401,11 +425,28 @@ static Shape *lookup(Table *t, const char **kp, const Py_ssize_t *kn, int nk) {
 }
 
 /* The checks, sticky fields and record of a parsed line: a new (seq, record), BAIL or NULL. */
-static PyObject *build(Shape *s, PyObject **vals, PyObject *sticky) {
+static PyObject *build(Table *t, Shape *s, PyObject **vals, const char **dp, const Py_ssize_t *dn, PyObject *sticky) {
     PyObject *seq = NULL;
     for (int i = 0; i < s->nkeys; i++) {
         Key *k = &s->keys[i];
         PyObject *v = vals[i];
+        if (v == NULL) { /* an array or object, read only now that the shape says what it is */
+            if (k->role != R_FIELD) return BAIL; /* (the envelope's or an unknown key's: the Python path) */
+            PyObject *text = PyBytes_FromStringAndSize(dp[i], dn[i]);
+            if (text == NULL) return NULL;
+            v = PyObject_CallOneArg(k->tensor_list ? s->to_specs : t->loads, text);
+            Py_DECREF(text);
+            if (v == NULL) {
+                if (k->tensor_list) return NULL;
+                PyErr_Clear(); /* not valid JSON: the Python path says so */
+                return BAIL;
+            }
+            vals[i] = v;
+            if (k->tensor_list) {
+                if (v == Py_None) return BAIL; /* not a valid tensor list */
+                continue;
+            }
+        }
         switch (k->role) {
         case R_V: {
             if (!PyLong_CheckExact(v)) return BAIL;
@@ -423,20 +464,11 @@ static PyObject *build(Shape *s, PyObject **vals, PyObject *sticky) {
             break;
         }
         case R_KIND:
-            if (!PyUnicode_CheckExact(v) || PyUnicode_Compare(v, s->kind) != 0) return BAIL;
+            if (v != s->kind && (!PyUnicode_CheckExact(v) || PyUnicode_Compare(v, s->kind) != 0)) return BAIL;
             break;
         case R_FIELD:
             if (k->tensor_list) {
-                if (v != Py_None) {
-                    PyObject *specs = PyObject_CallOneArg(s->to_specs, v);
-                    if (specs == NULL) return NULL;
-                    if (specs == Py_None) {
-                        Py_DECREF(specs);
-                        return BAIL;
-                    }
-                    Py_DECREF(v);
-                    vals[i] = specs;
-                }
+                if (v != Py_None) return BAIL; /* neither null nor an array */
                 break;
             }
             if (!(type_bit(v) & k->mask)) return BAIL;
@@ -540,8 +572,8 @@ static PyObject *table_decode(Table *t, PyObject *const *args, Py_ssize_t nargs)
     const char *e = p + PyBytes_GET_SIZE(args[0]);
     /* The reader's common line only: a whole object on a line ended by a newline. */
     if (e - p < 3 || *p != '{' || e[-1] != '\n') Py_RETURN_NONE;
-    const char *kp[MAX_KEYS];
-    Py_ssize_t kn[MAX_KEYS];
+    const char *kp[MAX_KEYS], *dp[MAX_KEYS];
+    Py_ssize_t kn[MAX_KEYS], dn[MAX_KEYS];
     PyObject *vals[MAX_KEYS];
     int nk = 0;
     Shape *s;
@@ -550,22 +582,33 @@ static PyObject *table_decode(Table *t, PyObject *const *args, Py_ssize_t nargs)
     if (p < e && *p == '}') goto closed;
     for (;;) {
         if (p >= e || *p != '"' || nk == MAX_KEYS) goto done;
-        const char *q = ++p;
-        while (q < e && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20 && (unsigned char)*q < 0x7f) q++;
-        if (q >= e || *q != '"') goto done;
+        /* The key ends at the next quote: an escape, a control or non-ASCII byte in it cannot match a
+         * registered shape (their keys have none), so the lookup below declines such a line. */
+        const char *q = memchr(++p, '"', e - p);
+        if (q == NULL) goto done;
         kp[nk] = p;
         kn[nk] = q - p;
         p = ws(q + 1, e);
         if (p >= e || *p != ':') goto done;
         p = ws(p + 1, e);
         if (p >= e) goto done;
-        PyObject *v = value(t, &p, e);
-        if (v == NULL) {
-            result = NULL;
-            goto done;
+        if (*p == '[' || *p == '{') {
+            /* Read once the shape is known (build): a tensor list goes to its memo as text. */
+            const char *end = extent(p, e);
+            if (end == NULL) goto done;
+            dp[nk] = p;
+            dn[nk] = end - p;
+            vals[nk++] = NULL;
+            p = end;
+        } else {
+            PyObject *v = value(t, &p, e);
+            if (v == NULL) {
+                result = NULL;
+                goto done;
+            }
+            if (v == BAIL) goto done;
+            vals[nk++] = v;
         }
-        if (v == BAIL) goto done;
-        vals[nk++] = v;
         p = ws(p, e);
         if (p < e && *p == ',') {
             p = ws(p + 1, e);
@@ -577,9 +620,9 @@ static PyObject *table_decode(Table *t, PyObject *const *args, Py_ssize_t nargs)
 closed:
     if (ws(p + 1, e) != e) goto done;
     s = lookup(t, kp, kn, nk);
-    if (s != NULL) result = build(s, vals, sticky);
+    if (s != NULL) result = build(t, s, vals, dp, dn, sticky);
 done:
-    for (int i = 0; i < nk; i++) Py_DECREF(vals[i]);
+    for (int i = 0; i < nk; i++) Py_XDECREF(vals[i]);
     if (result == BAIL) Py_RETURN_NONE;
     return result;
 }

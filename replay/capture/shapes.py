@@ -70,6 +70,17 @@ class SpecMemo:
         """Forget every list (tests: a mutated check must not be answered from the memo)."""
         self._seen.clear()
 
+    def from_text(self, text: bytes) -> list[Any] | None:
+        """:meth:`__call__` of the list this JSON text holds (the compiled decoder's way: no parse when seen)."""
+        made = self._seen.get(text)  # the writer spells a list as orjson.dumps does: the memo's own key
+        if made is not None:
+            return list(made)
+        try:
+            v = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return None
+        return self(v)
+
     def __call__(self, v: Any) -> list[Any] | None:
         if type(v) is not list:
             return None

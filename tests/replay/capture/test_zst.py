@@ -9,6 +9,7 @@ import pytest
 import zstandard
 
 from replay.capture.reader import read_capture
+from replay.capture.zst import ZstdLines
 from replay.cli.check import check
 from replay.errors import CaptureError
 from tests.support.paths import ROOT
@@ -29,6 +30,28 @@ def test_a_multi_frame_capture_reads_like_the_plain_one(tmp_path: Path) -> None:
     reader = read_capture(path)
     assert list(reader) == list(read_capture(DATA / "stream_cancel.jsonl"))
     assert not reader.warnings
+
+
+def test_lines_are_cut_at_newlines_only_as_in_a_plain_file(tmp_path: Path) -> None:
+    """A carriage return is JSON whitespace, not a line end: both files read the same."""
+    text = (DATA / "stream_cancel.jsonl").read_bytes().replace(b',"seq":', b',\r"seq":').replace(b"\n", b"\r\n")
+    (tmp_path / "plain.jsonl").write_bytes(text)
+    (tmp_path / "capture.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(text))
+    records = list(read_capture(tmp_path / "plain.jsonl"))
+    assert records == list(read_capture(DATA / "stream_cancel.jsonl"))
+    assert list(read_capture(tmp_path / "capture.jsonl.zst")) == records
+
+
+def test_a_large_capture_of_small_frames_reads_whole(tmp_path: Path) -> None:
+    """Frames cross the reads' chunk boundaries (ZstdLines reads 64 KiB at a time)."""
+    lines = (DATA / "stream_cancel.jsonl").read_bytes().splitlines(keepends=True)
+    cctx = zstandard.ZstdCompressor(level=3)
+    path = tmp_path / "capture.jsonl.zst"
+    head, body, tail = lines[0], lines[1:-1], lines[-1]
+    many = [head] + [body[i % len(body)].replace(b'"seq":', b'"seq":', 1) for i in range(5000)] + [tail]
+    path.write_bytes(b"".join(cctx.compress(line) for line in many))
+    assert sum(1 for _ in ZstdLines(path)) == len(many)
+    assert b"".join(ZstdLines(path)) == b"".join(many)
 
 
 def test_a_last_frame_cut_short_is_a_warning(tmp_path: Path) -> None:
