@@ -110,20 +110,11 @@ def plan(cls: type[Any], keys: tuple[str, ...], *, version: int,
     direction = keys.index("dir") if "dir" in keys else -1
     if ((sticky or forget_sticky) and call < 0) or (sticky and direction < 0):
         return None
-    from_text = None if to_specs is None else getattr(to_specs, "from_text", None) or _from_text(to_specs)
+    # Tensor lists are read from their JSON text (SpecMemo.from_text: a list seen before is not parsed).
+    from_text = getattr(to_specs, "from_text", None)
+    if tensor_lists and from_text is None:
+        return None
     return (cls, cls.kind, version, from_text, tuple(roles), fields, sticky, call, direction, forget_sticky)
-
-
-def _from_text(to_specs: Callable[[Any], list[Any] | None]) -> Callable[[bytes], list[Any] | None]:
-    """``to_specs`` of a tensor list given as JSON text (as SpecMemo.from_text, without its memo)."""
-
-    def from_text(text: bytes) -> list[Any] | None:
-        try:
-            return to_specs(orjson.loads(text))
-        except orjson.JSONDecodeError:
-            return None
-
-    return from_text
 
 
 def register(table: Any, cls: type[Any], keys: tuple[str, ...], **tables: Any) -> bool:

@@ -48,7 +48,7 @@ def test_a_large_capture_of_small_frames_reads_whole(tmp_path: Path) -> None:
     cctx = zstandard.ZstdCompressor(level=3)
     path = tmp_path / "capture.jsonl.zst"
     head, body, tail = lines[0], lines[1:-1], lines[-1]
-    many = [head] + [body[i % len(body)].replace(b'"seq":', b'"seq":', 1) for i in range(5000)] + [tail]
+    many = [head] + [body[i % len(body)] for i in range(5000)] + [tail]
     path.write_bytes(b"".join(cctx.compress(line) for line in many))
     assert sum(1 for _ in ZstdLines(path)) == len(many)
     assert b"".join(ZstdLines(path)) == b"".join(many)
