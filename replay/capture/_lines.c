@@ -363,7 +363,7 @@ static PyObject *value(Table *t, const char **pp, const char *e) {
                 return PyLong_FromLongLong(-(long long)v);
             }
         }
-        /* a fraction, an exponent, 18+ digits or a malformed number: orjson reads it (or refuses) */
+        /* a fraction, an exponent, beyond int64, or a malformed number: orjson reads it (or refuses) */
     } else if (c == 't' && e - p >= 4 && memcmp(p, "true", 4) == 0) {
         *pp = p + 4;
         Py_RETURN_TRUE;
