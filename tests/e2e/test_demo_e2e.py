@@ -54,6 +54,10 @@ def test_demo_exits_0_with_the_cancel_and_deadline_and_leaves_nothing_running(tm
     assert not left, f"processes still running after the demo exited: {left}"
     # What the README promises the demo shows: completed streams, the stream-wide cancel, the deadline.
     assert "stop_stream(cancel_requests=True)" in out
-    assert "cancelled (CANCELLED)" in out and "deadline (Deadline Exceeded)" in out
+    # The outcomes, by the check's own summary. The status beside each in the table depends on which
+    # end of the call spoke first (e.g. Triton's "Deadline Exceeded" trailers, or the client's reset
+    # before them): once, on a loaded CI run, it was not the text this test used to expect.
+    assert "cancelled 2, completed 3, deadline 1" in out, out
+    assert "cancelled (" in out and "deadline (" in out, out
     assert "6 request(s) on 3 call(s)" in out and "0 violation(s)" in out and "0 hole(s)" in out, out
     assert len(list((workdir / "captures").glob("capture-*.jsonl*"))) == 1
