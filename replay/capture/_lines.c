@@ -263,13 +263,6 @@ fail:
     return NULL;
 }
 
-static PyObject *table_clear(Table *t, PyObject *unused) {
-    table_clear_shapes(t);
-    Py_RETURN_NONE;
-}
-
-static PyObject *table_len(Table *t, PyObject *unused) { return PyLong_FromLong(t->count); }
-
 /* ---- decoding ---- */
 
 #define BAIL ((PyObject *)1) /* not sure of the answer: the Python path decodes the line */
@@ -631,8 +624,6 @@ static PyMethodDef table_methods[] = {
     {"decode", (PyCFunction)(void (*)(void))table_decode, METH_FASTCALL,
      "decode(line, sticky) -> (seq, record), or None: decode the line the Python way"},
     {"add", (PyCFunction)table_add, METH_VARARGS, "add(keys, plan) -> bool: register a line shape"},
-    {"clear", (PyCFunction)table_clear, METH_NOARGS, "forget every shape"},
-    {"count", (PyCFunction)table_len, METH_NOARGS, "shapes registered"},
     {NULL, NULL, 0, NULL},
 };
 

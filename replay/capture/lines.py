@@ -48,18 +48,19 @@ def _load() -> ModuleType | None:
 
 _C = _load()
 
+
+def new_table() -> Any:
+    """An empty table of shapes and its compiled decoder, or None without the compiled module."""
+    return _C.Table(orjson.loads) if _C is not None else None
+
+
 #: The registered shapes and their compiled decoder, or None (the Python path alone).
-TABLE: Any = _C.Table(orjson.loads) if _C is not None else None
+TABLE: Any = new_table()
 
 
 def compiled() -> bool:
     """The compiled decoder is in use."""
     return TABLE is not None
-
-
-def new_table() -> Any:
-    """A table of its own (tests compare it with the Python path), or None without the compiled module."""
-    return _C.Table(orjson.loads) if _C is not None else None
 
 
 def _mask(allowed: frozenset[type]) -> int | None:
@@ -83,7 +84,7 @@ def plan(cls: type[Any], keys: tuple[str, ...], *, version: int,
 
     The arguments are :func:`replay.capture.shapes.compile_shape`'s, and mean the same.
     """
-    if _C is None or PYTHON_ONLY & set(keys) or not {"v", "seq", "kind"} <= set(keys) or len(set(keys)) != len(keys):
+    if _C is None or PYTHON_ONLY & set(keys) or not {"v", "seq", "kind"} <= set(keys):
         return None
     if any(omit is always and name not in keys for name, omit in omitted.items()):
         return None  # a required field is missing: the Python path says which

@@ -46,7 +46,6 @@ from replay.errors import CaptureError, UnknownKind
 
 PathLike = str | os.PathLike[str]
 
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Gap:
     """A hole in a capture: records that were lost, repeated or never written."""
@@ -184,11 +183,11 @@ def _expand(paths: Iterable[PathLike]) -> list[list[list[Path]]]:
     for given in paths:
         p = Path(given)
         if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.is_file() and naming.looks_like_capture(q.name))
+            found = sorted(
+                q for q in p.iterdir() if q.is_file() and naming.looks_like_capture(q.name)
+            )
             if not found:
-                raise CaptureError(
-                    str(p), None, "no *.jsonl, *.jsonl.zst or *.jsonl.gz capture files in this directory"
-                )
+                raise CaptureError(str(p), None, "no *.jsonl, *.jsonl.zst or *.jsonl.gz capture files in this directory")
         elif p.exists():
             # Not only regular files: a FIFO or /dev/stdin streams a capture too.
             found = [p]
@@ -343,9 +342,7 @@ class CaptureReader:
                     yield seq, rec
         except (EOFError, gzip.BadGzipFile, zlib.error) as e:
             if not found:
-                raise CaptureError(
-                    name, None, f"not a readable {'zstd' if name.endswith('.zst') else 'gzip'} capture: {e}"
-                ) from None
+                raise CaptureError(name, None, f"not a readable {'zstd' if name.endswith('.zst') else 'gzip'} capture: {e}") from None
             if not last:
                 raise CaptureError(name, lineno + 1 if lineno else None, f"broken compressed file: {e}") from None
             self.warnings.append(f"{name}: compressed file cut short after line {lineno}: {e}")

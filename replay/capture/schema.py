@@ -51,9 +51,7 @@ _ALWAYS = object()
 
 
 def _nullable(tp: Any) -> bool:
-    return (typing.get_origin(tp) is typing.Union or isinstance(tp, types.UnionType)) and type(None) in typing.get_args(
-        tp
-    )
+    return (typing.get_origin(tp) is typing.Union or isinstance(tp, types.UnionType)) and type(None) in typing.get_args(tp)
 
 
 def _omitted_as(cls: type[Any]) -> dict[str, Any]:
@@ -431,10 +429,11 @@ def _shape(raw: dict[str, Any], keys: tuple[str, ...]) -> Shape:
     kind = raw.get("kind")
     if type(kind) is not str or kind not in KINDS:
         return _generic
-    fast = compile_shape(KINDS[kind], keys, **shape_tables(kind))
+    tables = shape_tables(kind)
+    fast = compile_shape(KINDS[kind], keys, **tables)
     if len(_SHAPES) < _MAX_SHAPES:
         _SHAPES[keys] = fast
-        lines.register(lines.TABLE, KINDS[kind], keys, **shape_tables(kind))  # the next such lines: compiled
+        lines.register(lines.TABLE, KINDS[kind], keys, **tables)  # the next such lines: compiled
     return fast
 
 
