@@ -85,7 +85,7 @@ CI_MODULES = ("replay/machine/table.py", "proxy/triton/causes.py", "proxy/triton
 #: recomputed before every test from the module's own source, so this list names them but never
 #: repeats how they are computed (a copy here went stale once: the schema's required fields).
 IMPORT_TIME: dict[str, tuple[str, ...]] = {
-    "replay.machine.table": ("_TRANSITIONS",),
+    "replay.machine.table": ("_TRANSITIONS", "KEPT_BY_RESPONSE"),
     "replay.capture.schema": (
         "_OMITTED", "_ENCODERS", "_REQUIRED", "_NULLS", "_TENSOR_CHECKS", "_TENSOR_FIELDS", "_TENSOR_REQUIRED",
         "_CHECKS", "_CHECK_MAP",

@@ -72,29 +72,36 @@ class Gap:
 
 
 class SeqWatch:
-    """Checks one capture's record sequence for holes (pure; fed record by record)."""
+    """Checks one capture's record sequence for holes (pure; fed record by record).
 
-    __slots__ = ("_expected", "_file", "_last", "_line", "_recent", "_recent_seq", "_seen_start", "gaps")
+    The reader's hot loop does :meth:`record`'s common case itself (the next seq, a message): the
+    public attributes are what that case reads and sets; the two are kept in step.
+    """
 
-    #: How many recent records are kept to tell an exact repeat of a line from a conflicting one.
+    __slots__ = ("_seen_start", "expected", "file", "gaps", "last", "line", "ring")
+
+    #: How many recent records are kept to tell an exact repeat of a line from a conflicting one
+    #: (a power of two: the ring is indexed by ``seq & MASK``).
     RECENT = 1024
+    MASK = RECENT - 1
 
     def __init__(self) -> None:
         self.gaps: list[Gap] = []
-        self._expected: int | None = None
-        self._last: ev.Record | None = None
-        self._file = ""
-        self._line: int | None = None
+        #: The seq the next record should have (None until the capture's start says it is 0).
+        self.expected: int | None = None
+        #: The last record fed as ``(seq, record)``, and where it was: what :meth:`end` judges.
+        self.last: tuple[int, ev.Record] | None = None
+        self.file = ""
+        self.line: int | None = None
         self._seen_start = False
-        # seq % RECENT -> that record and its seq: a ring, so keeping it costs O(1) per record (two
-        # lists rather than one of (seq, record) pairs: no tuple made per record).
-        self._recent: list[ev.Record | None] = [None] * self.RECENT
-        self._recent_seq: list[int] = [-1] * self.RECENT
+        # seq & MASK -> (seq, record) of the newest record with that seq: a ring, so keeping it
+        # costs O(1) per record; the reader's (seq, record) pair is kept as it is (no tuple made).
+        self.ring: list[tuple[int, ev.Record] | None] = [None] * self.RECENT
 
     @property
     def started(self) -> bool:
         """A record was seen."""
-        return self._last is not None
+        return self.last is not None
 
     def record(self, seq: int, record: ev.Record | None, file: str, line: int | None) -> bool:
         """One record of the capture, in file order (``None``: a record of a kind this reader skips).
@@ -102,13 +109,11 @@ class SeqWatch:
         True when the record repeats an earlier one exactly (same seq, same content): the caller skips
         it so nothing counts it twice; the repeat is still reported as a ``duplicate_seq`` hole.
         """
-        self._file, self._line = file, line
-        if seq == self._expected and type(record) is ev.MessageSeen:
-            # Hot loop: the common case (the next seq, a message) in a few steps; the same as below.
-            self._expected = seq + 1
-            self._recent[seq % self.RECENT] = record
-            self._recent_seq[seq % self.RECENT] = seq
-            self._last = record
+        self.file, self.line = file, line
+        if seq == self.expected and type(record) is ev.MessageSeen:
+            # The common case (the next seq, a message); the reader's hot loop does the same inline.
+            self.expected = seq + 1
+            self.ring[seq & self.MASK] = self.last = (seq, record)
             return False
         if isinstance(record, ev.CaptureStarted) and not self._seen_start:
             self._seen_start = True
@@ -118,9 +123,9 @@ class SeqWatch:
                         count=None, detail=f"the capture starts at rotated file {record.file_index}: "
                         "its earlier files were not given")
                 )  # fmt: skip
-            elif self._expected is None:
-                self._expected = 0
-        expected = self._expected
+            elif self.expected is None:
+                self.expected = 0
+        expected = self.expected
         if expected is not None and seq != expected:
             if seq > expected:
                 self.gaps.append(
@@ -128,8 +133,8 @@ class SeqWatch:
                         count=seq - expected, detail=f"{seq - expected} record(s) missing before seq {seq}")
                 )  # fmt: skip
             else:
-                kept_seq, earlier = self._recent_seq[seq % self.RECENT], self._recent[seq % self.RECENT]
-                exact = record is not None and kept_seq == seq and earlier == record
+                kept = self.ring[seq & self.MASK]
+                exact = record is not None and kept is not None and kept[0] == seq and kept[1] == record
                 detail = (f"seq {seq} repeated exactly (a duplicated line): the repeat is skipped" if exact
                           else f"seq {seq} again (or out of order) where {expected} was expected")  # fmt: skip
                 self.gaps.append(
@@ -138,12 +143,12 @@ class SeqWatch:
                 if exact:
                     return True
         if expected is None or seq >= expected:
-            self._expected = seq + 1
+            self.expected = seq + 1
         if record is None:
             return False
-        if self._expected == seq + 1:  # the newest record of its seq, not a conflicting repeat
-            self._recent[seq % self.RECENT] = record
-            self._recent_seq[seq % self.RECENT] = seq
+        last = self.last = (seq, record)
+        if self.expected == seq + 1:  # the newest record of its seq, not a conflicting repeat
+            self.ring[seq & self.MASK] = last
         if isinstance(record, ev.GapRecorded):
             self.gaps.append(
                 Gap(kind="gap_record", file=file, line=line, first_seq=seq, last_seq=seq, count=record.dropped,
@@ -155,22 +160,21 @@ class SeqWatch:
                     detail=f"{len(record.files)} capture file(s) left the directory ({record.reason}): "
                     f"{', '.join(record.files[:5])}{' ...' if len(record.files) > 5 else ''}")
             )  # fmt: skip
-        self._last = record
         return False
 
     def end(self) -> None:
         """The capture's last record was read: was the capture closed?"""
-        last = self._last
-        if last is None:
+        if self.last is None:
             return
+        last = self.last[1]
         if not isinstance(last, ev.CaptureEnded):
             self.gaps.append(
-                Gap(kind="missing_capture_end", file=self._file, line=self._line, first_seq=None, last_seq=None,
+                Gap(kind="missing_capture_end", file=self.file, line=self.line, first_seq=None, last_seq=None,
                     count=None, detail="no capture_end: the proxy stopped without closing the capture (killed?)")
             )  # fmt: skip
         elif last.next_file is not None:  # rotate, reopen
             self.gaps.append(
-                Gap(kind="missing_file", file=self._file, line=self._line, first_seq=None, last_seq=None,
+                Gap(kind="missing_file", file=self.file, line=self.line, first_seq=None, last_seq=None,
                     count=None, detail=f"the capture continues in {last.next_file}, which was not given")
             )  # fmt: skip
 
@@ -270,6 +274,7 @@ class CaptureReader:
         name = str(path)
         lineno = 0
         found = 0  # lines that were records (of any kind): a file without one is not a capture
+        skipped = 0  # of those, not yielded (exact repeats, unknown kinds): `records` is the rest
         unknown: set[str] = set()
         sticky: Sticky = {}  # the writer's sparse-encoding state is per file
         sides: SideRefs | None = None  # its side file (--payload full bytes), once a line points there
@@ -279,14 +284,23 @@ class CaptureReader:
                 # object) takes the first branch; names are bound to locals once.
                 loads, record, decode_ = orjson.loads, watch.record, decode
                 compiled = lines.TABLE.decode if lines.TABLE is not None else None
+                ring, mask, message = watch.ring, watch.MASK, ev.MessageSeen
+                watch.file = name
                 for lineno, line in enumerate(f, 1):
                     if compiled is not None and (done := compiled(line, sticky)) is not None:
                         # The compiled decoder took the line (replay/capture/lines.py): the same
                         # record the Python path below makes, without its dict.
                         found += 1
-                        if record(done[0], done[1], name, lineno):
+                        seq = done[0]
+                        if seq == watch.expected and type(done[1]) is message:
+                            # SeqWatch.record's common case, inline (half the loop's cost was the
+                            # call); `watch.file` is this file's since the loop began.
+                            watch.expected = seq + 1
+                            ring[seq & mask] = watch.last = done
+                            watch.line = lineno
+                        elif record(seq, done[1], name, lineno):
+                            skipped += 1
                             continue
-                        self.records += 1
                         yield done
                         continue
                     if line[:1] == b"{" and line[-1:] == b"\n":
@@ -323,6 +337,7 @@ class CaptureReader:
                         # Same schema version, newer writer: new kinds are additions, so the rest
                         # of the capture still means what it says; the seq still counts (no hole).
                         found += 1
+                        skipped += 1
                         record(e.seq, None, name, lineno)
                         if e.kind not in unknown:
                             self.warnings.append(
@@ -333,12 +348,12 @@ class CaptureReader:
                         continue
                     found += 1
                     if record(seq, rec, name, lineno):
+                        skipped += 1
                         continue
                     if "payload_at" in raw and type(rec) is ev.MessageSeen and rec.payload_at is not None:
                         if sides is None:
                             sides = SideRefs(path, last)
                         sides.attach(rec, lineno)
-                    self.records += 1
                     yield seq, rec
         except (EOFError, gzip.BadGzipFile, zlib.error) as e:
             if not found:
@@ -348,6 +363,8 @@ class CaptureReader:
             self.warnings.append(f"{name}: compressed file cut short after line {lineno}: {e}")
         except OSError as e:
             raise CaptureError(name, None, f"cannot read: {e.strerror or e}") from None
+        finally:
+            self.records += found - skipped  # counted once, not per record (also when stopped early)
         if not found:
             raise CaptureError(name, None, "no capture records in this file (empty, or not a triton-tap capture)")
         if sides is not None and (why := sides.warning()) is not None:

@@ -15,17 +15,15 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from replay.capture import events as ev
-from replay.capture.reader import CaptureReader, read_capture
 from replay.cli.base import add_capture_argument, gc_paused
-from replay.cli.checkjson import SpillSink, write_json
-from replay.cli.checktable import TableSink, render_human
-from replay.cli.output import write_result
-from replay.cli.progress import with_progress
 from replay.errors import EXIT_FINDINGS, EXIT_OK
-from replay.machine.tracker import Tracker
+
+if TYPE_CHECKING:
+    from replay.capture.reader import CaptureReader
+    from replay.cli.checkjson import SpillSink
+    from replay.cli.checktable import TableSink
 
 
 def render_marks(marks: list[dict[str, Any]], out: TextIO) -> None:
@@ -39,20 +37,35 @@ def render_marks(marks: list[dict[str, Any]], out: TextIO) -> None:
 def check(paths: Sequence[str], *, as_json: bool = False, rows: int = 100,
           out: TextIO | None = None, err: TextIO | None = None) -> int:  # fmt: skip
     """Run ``replay check`` on ``paths``; returns the exit code (raises CaptureError when unreadable)."""
+    # Imported here: registering the command (every start of the CLI, any command) stays light,
+    # and --json does not load the table's rich.
+    from replay.capture.reader import read_capture
+
     out = out or sys.stdout
     err = err or sys.stderr
     reader = read_capture(list(paths))
     # Flat memory on any capture size: --json streams the requests through a temporary file, the
     # table keeps only the rows it shows (and counts the rest).
-    sink = SpillSink() if as_json else TableSink(rows)
-    try:
-        return _check(reader, sink, out, err)
-    finally:
-        if isinstance(sink, SpillSink):
-            sink.close()
+    if as_json:
+        from replay.cli.checkjson import SpillSink
+
+        spill = SpillSink()
+        try:
+            return _check(reader, spill, out, err)
+        finally:
+            spill.close()
+    from replay.cli.checktable import TableSink
+
+    return _check(reader, TableSink(rows), out, err)
 
 
 def _check(reader: CaptureReader, sink: SpillSink | TableSink, out: TextIO, err: TextIO) -> int:
+    from replay.capture import events as ev
+    from replay.cli.checkjson import SpillSink, write_json
+    from replay.cli.output import write_result
+    from replay.cli.progress import with_progress
+    from replay.machine.tracker import Tracker
+
     tracker = Tracker(sink=sink)
     marks: list[dict[str, Any]] = []
     feed = tracker.feed
@@ -67,6 +80,7 @@ def _check(reader: CaptureReader, sink: SpillSink | TableSink, out: TextIO, err:
     if isinstance(sink, SpillSink):
         write_result(out, lambda: write_json(out, sink, result, marks))
     else:
+        from replay.cli.checktable import render_human
 
         def human() -> None:
             render_human(result, out, shown=sink.shown(), hidden=sink.hidden, tally=sink.tally)

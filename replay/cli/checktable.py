@@ -18,7 +18,7 @@ from typing import TextIO
 
 from rich.table import Table
 
-from replay.cli.output import QuietConsole
+from replay.cli.console import QuietConsole
 from replay.machine.outcomes import RequestOutcome, Tally, TrackResult
 
 _STYLE = {

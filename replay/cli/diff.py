@@ -92,7 +92,7 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from replay.cli.output import QuietConsole
+    from replay.cli.console import QuietConsole
 
     console = QuietConsole(file=out, width=None if out.isatty() else 160, highlight=False)
     if result.changed:

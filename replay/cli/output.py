@@ -1,7 +1,8 @@
 """Writing a command's result to stdout when the reader may go away (``check ... | head -1``).
 
 A closed pipe is not an error of the command: what it computed stands, so the command exits with
-the code for that result, silently. rich's own handling exits 1, which reads as "violations".
+the code for that result, silently. rich's own handling exits 1, which reads as "violations"
+(:class:`replay.cli.console.QuietConsole` turns it into the same BrokenPipeError).
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from rich.console import Console
-
 
 def _silence_stdout() -> None:
     # Python flushes stdout again at exit; pointing the fd at /dev/null keeps that flush quiet too.
@@ -21,15 +20,6 @@ def _silence_stdout() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-
-
-class QuietConsole(Console):
-    """A rich Console that reports a closed pipe as :class:`BrokenPipeError` instead of exiting 1."""
-
-    def on_broken_pipe(self) -> None:
-        """Stop printing and let :func:`write_result` decide the exit code."""
-        self.quiet = True
-        raise BrokenPipeError
 
 
 def write_result(out: TextIO, write: Callable[[], Any]) -> bool:

@@ -11,12 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from replay.capture.reader import read_capture
 from replay.cli.base import add_capture_argument, gc_paused
-from replay.cli.progress import with_progress
 from replay.errors import UserError
-from replay.tools.report.model import ReportBuilder
-from replay.tools.report.page import render_html
 
 
 def _default_title(paths: Sequence[str]) -> str:
@@ -55,6 +51,12 @@ def build_report(paths: Sequence[str], output: Path, *, err: TextIO | None = Non
     """Read ``paths``, write the page to ``output``; returns the model (raises CaptureError/UserError)."""
     err = err or sys.stderr
     _check_output(paths, output)
+    # Imported here, not at the top: registering the command (every CLI start) must not load numpy.
+    from replay.capture.reader import read_capture
+    from replay.cli.progress import with_progress
+    from replay.tools.report.model import ReportBuilder
+    from replay.tools.report.page import render_html
+
     reader = read_capture(list(paths))
     builder = ReportBuilder()
     feed = builder.feed

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import signal
 import sys
@@ -27,6 +26,8 @@ def _timing(text: str) -> float | None:
 
 
 async def _serve_until_signalled(server: MockTriton, listen: str, what: str) -> None:
+    import asyncio
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -42,6 +43,8 @@ async def _serve_until_signalled(server: MockTriton, listen: str, what: str) -> 
 
 def run_serve(args: argparse.Namespace) -> int:
     """``triton-tap serve``."""
+    import asyncio
+
     from replay.tools.serve import MockTriton, load
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,

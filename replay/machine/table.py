@@ -160,6 +160,9 @@ def _table() -> dict[tuple[State, Input], State]:
 
 
 _TRANSITIONS: dict[tuple[State, Input], State] = _table()
+#: States a plain stream response (no error, no final) leaves as they are, without a violation:
+#: the tracker's hot path skips the table there (issue 15).
+KEPT_BY_RESPONSE = frozenset(s for s in State if _TRANSITIONS.get((s, In.RESPONSE)) is s)
 
 #: Where a disallowed input still moves the request (after recording the violation): a call that
 #: ended must leave no request open. Every other disallowed input leaves the state unchanged.

@@ -35,7 +35,7 @@ from replay.capture.methods import INFER, STREAM_INFER
 from replay.capture.reader import Gap, PathLike, SeqWatch, read_capture
 from replay.machine.groups import Group
 from replay.machine.outcomes import CallOutcome, RequestOutcome, RequestSink, TrackResult, Unattributable, outcome_of
-from replay.machine.table import END_BY_CAUSE, OPEN, Input, RequestMachine, State
+from replay.machine.table import END_BY_CAUSE, KEPT_BY_RESPONSE, OPEN, Input, RequestMachine, State
 
 #: A capture: path(s) of files/directories, or records (with or without their ``seq``).
 CaptureSource = PathLike | Iterable[PathLike] | Iterable[ev.Record] | Iterable[tuple[int, ev.Record]]
@@ -44,22 +44,8 @@ CaptureSource = PathLike | Iterable[PathLike] | Iterable[ev.Record] | Iterable[t
 
 class _Request:
     __slots__ = (
-        "call",
-        "error",
-        "final",
-        "final_due",
-        "group",
-        "machine",
-        "model",
-        "occurrence",
-        "request_id",
-        "responses",
-        "seq",
-        "sha",
-        "t_done",
-        "t_first",
-        "t_sent",
-        "text",
+        "call", "error", "final", "final_due", "group", "machine", "model", "occurrence", "request_id",
+        "responses", "seq", "sha", "t_done", "t_first", "t_sent", "text"
     )  # fmt: skip
 
     def __init__(self, call: _Call, rec: ev.MessageSeen, seq: int, occurrence: int) -> None:
@@ -83,22 +69,8 @@ class _Request:
 
 class _Call:
     __slots__ = (
-        "by_id",
-        "cause",
-        "details",
-        "duration_ms",
-        "ended",
-        "groups",
-        "id",
-        "method",
-        "pos",
-        "reported",
-        "requests",
-        "sent",
-        "status",
-        "stream",
-        "t_start",
-        "unary",
+        "by_id", "cause", "details", "duration_ms", "ended", "groups", "id", "method", "pos", "reported",
+        "requests", "sent", "status", "stream", "t_start", "unary"
     )  # fmt: skip
 
     def __init__(self, call_id: str, method: str, t_start: int, pos: int) -> None:
@@ -123,6 +95,8 @@ class _Call:
 _DONE = frozenset({State.FINAL_RECEIVED, State.ERROR})
 # Constants: `Input.X` is a lookup through the enum's metaclass, ~160 ns, once a response (issue 15).
 _RESPONSE, _FINAL, _ERROR, _ERROR_FINAL = Input.RESPONSE, Input.FINAL, Input.ERROR, Input.ERROR_FINAL
+# Where _streamed may skip the table (and t_done, which only a _DONE state sets).
+_KEPT = KEPT_BY_RESPONSE - _DONE
 
 #: ``on_response(call, request_seq, seq, record)``: a response was attributed to the request whose
 #: request record is ``request_seq`` on ``call`` (the report draws it on that request's lane).
@@ -158,9 +132,22 @@ class Tracker:
         """One capture record, in capture order."""
         self._records += 1
         if type(record) is ev.MessageSeen:
-            # Hot loop: most records are responses on a known open stream (see _streamed).
+            # Hot loop: most records are responses on a known open stream (see _streamed), and most
+            # of those are plain responses of a request that is alone with its id, in a state the
+            # table keeps: only counted here, inline (a method call costs as much as the rest).
             call = self._live.get(record.call)
             if call is not None and record.dir == "s2c" and call.stream and not call.ended and record.request_id is not None:
+                group = call.groups.get(record.request_id)
+                if (group is not None and not group.shared and not record.error and record.final is not True
+                        and (target := group.members[-1]).machine.state in _KEPT):  # fmt: skip
+                    target.responses += 1
+                    if record.outputs:
+                        target.text += 1
+                    if target.t_first is None:
+                        target.t_first = record.t_ns
+                    if self._on_response is not None:
+                        self._on_response(call.id, target.seq, seq, record)
+                    return
                 self._streamed(call, seq, record)
                 return
             self._message(seq, record)
@@ -318,21 +305,24 @@ class Tracker:
         target = group.members[-1]
         machine = target.machine
         error, fin = rec.error, rec.final is True
-        inp = _ERROR_FINAL if error and fin else _ERROR if error else _FINAL if fin else _RESPONSE
-        if fin and machine.state in OPEN:
-            group.open -= 1
-        machine.feed(inp, seq)
+        if error or fin or machine.state not in _KEPT:
+            # Skipped for a plain response in a state the table keeps (most records, issue 15):
+            # then the table changes nothing, and nothing below can either.
+            inp = _ERROR_FINAL if error and fin else _ERROR if error else _FINAL if fin else _RESPONSE
+            if fin and machine.state in OPEN:
+                group.open -= 1
+            machine.feed(inp, seq)
+            if fin:
+                target.final = True
+            if error and target.error is None:
+                target.error = error
+            if target.t_done is None and machine.state in _DONE:
+                target.t_done = rec.t_ns
         target.responses += 1
         if rec.outputs:
             target.text += 1
         if target.t_first is None:
             target.t_first = rec.t_ns
-        if fin:
-            target.final = True
-        if error and target.error is None:
-            target.error = error
-        if target.t_done is None and machine.state in _DONE:
-            target.t_done = rec.t_ns
         if self._on_response is not None:
             self._on_response(call.id, target.seq, seq, rec)
 

@@ -10,6 +10,7 @@ byte level: values swapped for any JSON text, whitespace, escapes, cut lines, st
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sysconfig
@@ -24,7 +25,9 @@ from hypothesis import strategies as st
 from replay.capture import events as ev
 from replay.capture import lines, schema
 from replay.capture.reader import read_capture
+from replay.capture.schema import encode
 from replay.errors import CaptureError
+from tests.data.make_golden import Builder
 from tests.replay.capture.test_shapes import _JSON, MESSAGES, RECORDS
 
 needs_compiled = pytest.mark.skipif(not lines.compiled(), reason="the compiled decoder is not built here")
@@ -185,4 +188,69 @@ def test_the_pure_setting_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(lines.PURE_ENV, "1")
     assert lines._load() is None
     monkeypatch.setenv(lines.PURE_ENV, "0")
-    assert (lines._load() is not None) == lines.compiled()
+    # (Not `compiled()`: the whole run may have the setting on, and then the module-level table is off.)
+    assert (lines._load() is not None) == (importlib.util.find_spec("replay.capture._lines") is not None)
+
+
+def _damaged(data: st.DataObject) -> list[bytes]:
+    """A capture's lines with the sequence damage a reader must see: lost, repeated, reordered lines."""
+    b = Builder().start()
+    b.call("c1.1")
+    for rid in ("a", "", "b"):
+        b.request("c1.1", rid)
+        for i in range(data.draw(st.integers(0, 3))):
+            b.response("c1.1", rid, f"{rid}-{i}")
+        b.response("c1.1", rid, None, final=True)
+        if data.draw(st.booleans()):
+            b.gap(2)  # (a hole the record says, between two messages)
+    b.end("c1.1")
+    out = [encode(r, seq) for seq, r in enumerate(b.finish().records)]
+    if data.draw(st.booleans()):  # a message written after the capture's end, with the next seq
+        out.append(encode(b.records[-3], len(out)))
+    for _ in range(data.draw(st.integers(0, 4))):
+        at = data.draw(st.integers(1, len(out) - 1))
+        how = data.draw(st.sampled_from(["drop", "repeat", "repeat_other", "swap", "unknown", "far_repeat"]))
+        if how == "drop":
+            del out[at]
+        elif how == "repeat":
+            out.insert(at, out[at - 1])
+        elif how == "far_repeat":
+            out.append(out[at])
+        elif how == "repeat_other":  # the same seq, other content
+            raw = orjson.loads(out[at - 1])
+            raw["t_ns"] = raw.get("t_ns", 0) + 1
+            out.insert(at, orjson.dumps(raw) + b"\n")
+        elif how == "swap":
+            out[at - 1], out[at] = out[at], out[at - 1]
+        else:
+            out.insert(at, orjson.dumps({"v": 3, "seq": at, "kind": "from_the_future"}) + b"\n")
+    if data.draw(st.booleans()):  # the proxy was killed: the capture ends anywhere, maybe mid-line
+        out = out[: data.draw(st.integers(1, len(out)))]
+        out[-1] = out[-1][: data.draw(st.integers(len(out[-1]) // 2, len(out[-1])))]
+    return out
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_sequence_damage_reads_the_same_either_way(data: st.DataObject, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The hot loop's inline copy of SeqWatch's common case (compiled lines) and SeqWatch.record (Python path)
+    find the same holes, skip the same repeats, yield the same records and count them the same."""
+    path = tmp_path_factory.mktemp("seq") / "capture.jsonl"
+    path.write_bytes(b"".join(_damaged(data)))
+
+    def read() -> object:
+        reader = read_capture(path)
+        try:
+            got: object = [(seq, repr(rec)) for seq, rec in reader]
+        except CaptureError as e:
+            got = str(e)
+        return got, reader.warnings, reader.gaps, reader.records
+
+    compiled = read()
+    table = lines.TABLE
+    try:
+        lines.TABLE = None
+        assert read() == compiled
+    finally:
+        lines.TABLE = table

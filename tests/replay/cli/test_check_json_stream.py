@@ -85,3 +85,28 @@ def test_finished_requests_leave_the_tracker_while_the_stream_is_open() -> None:
     assert sink.events.count(("settled", 0, 1)) == 49
     assert sink.events[-1] == ("call_over", 0, 1)
     assert [e for e in sink.events if e[0] == "call_over"][:30] == [("call_over", i + 1, 1) for i in range(30)]
+
+
+@pytest.mark.parametrize("budget", [checkjson.SpillSink.BUDGET, 1], ids=["in-memory", "spilled"])
+def test_text_that_looks_like_the_status_slot_is_left_alone(
+    budget: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Entries settled before their call ended get the call's status filled into their encoded text; an id,
+    model or error that spells that slot (newlines, quotes, indentation) is data and must come out as sent."""
+    monkeypatch.setattr(checkjson.SpillSink, "BUDGET", budget)
+    slot = '\n      "status": null,'
+    b = Builder().start()
+    b.call("c1.1")
+    for rid in (slot, slot, "a" + slot, "a" + slot):  # (an id's next request settles the one before)
+        b.request("c1.1", rid, model="tokens")
+        b.response("c1.1", rid, "t")
+        b.response("c1.1", rid, None, final=True, error=slot)
+    b.end("c1.1", status="CANCELLED", cause="client_cancel")
+    path = tmp_path / "slot.jsonl"
+    path.write_bytes(b.finish().render())
+    streamed, _ = _streamed([path])
+    assert streamed == _in_memory([path])[0]
+    entries = orjson.loads(streamed)["requests"]
+    assert [(e["request_id"], e["status"], e["error"]) for e in entries] == [
+        (rid, "CANCELLED", slot) for rid in (slot, slot, "a" + slot, "a" + slot)
+    ]

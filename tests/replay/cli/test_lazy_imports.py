@@ -1,4 +1,5 @@
-"""The CLI starts fast: ``--help`` of any command never loads the relay, grpc or tritonclient."""
+"""The CLI starts fast: ``--help`` of any command never loads the relay, grpc, tritonclient, numpy or rich;
+``replay check --json`` loads only what reading and tracking need (start-up is part of every check's time)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import sys
 
 import pytest
 
-HEAVY = ("h2", "hpack", "tritonclient", "grpc", "proxy.relay.tunnel", "pyarrow")
+from tests.support.paths import DATA
+
+HEAVY = ("h2", "hpack", "tritonclient", "grpc", "proxy.relay.tunnel", "pyarrow", "numpy", "rich")
 
 
 @pytest.mark.parametrize("argv", [[], ["replay", "check"], ["record"], ["diff"], ["serve"], ["report"], ["health"], ["export"]])
@@ -19,6 +22,19 @@ def test_help_imports_nothing_heavy(argv: list[str]) -> None:
         f"try:\n    build_parser().parse_args({[*argv, '--help']!r})\n"
         "except SystemExit:\n    pass\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_check_json_imports_neither_the_other_tools_nor_rich() -> None:
+    """~0.15 s of start-up (numpy for report, asyncio for serve, rich for tables) was paid by every check."""
+    code = (
+        "import sys, io, contextlib\n"
+        "from replay.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    main(['check', '--json', {str(DATA / 'one_response.jsonl')!r}])\n"
+        f"print(sorted(m for m in {(*HEAVY, 'asyncio', 'replay.tools.report.model')!r} if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"

@@ -11,6 +11,7 @@ from replay.machine.table import (
     _TRANSITIONS,
     ALL_PAIRS,
     END_INPUTS,
+    KEPT_BY_RESPONSE,
     OPEN,
     RESPONSE_INPUTS,
     TERMINAL,
@@ -225,3 +226,14 @@ def test_a_violation_found_outside_the_table_is_kept_as_given() -> None:
     m.add_violation("restarted_after_cancel", 12, "sent again after its cancel")
     assert m.violations == [Violation(name="restarted_after_cancel", seq=12, detail="sent again after its cancel")]
     assert m.state is State.RECEIVING
+
+
+@pytest.mark.parametrize("state", list(State), ids=[s.value for s in State])
+def test_kept_by_response_is_exactly_where_feeding_a_response_changes_nothing(state: State) -> None:
+    """The tracker skips the table for a plain response in these states: only right if feeding it there
+    would leave the state as it is and record no violation."""
+    machine = RequestMachine(state)
+    allowed = machine.feed(Input.RESPONSE, 7)
+    unchanged = allowed and machine.state is state and not machine.violations
+    assert (state in KEPT_BY_RESPONSE) == unchanged
+    assert KEPT_BY_RESPONSE == {State.RECEIVING, State.ERROR_RECEIVED}  # (what the hot path is for)
