@@ -10,13 +10,15 @@ a temporary directory (never committed), then
 * build: the report builder's own time on those records (``ReportBuilder.feed`` + ``finish``), and
   the page rendering (``render_html``): the reader's speed is another issue's business, so it is
   measured apart;
+* command: the whole ``python -m replay report CAPTURE -o PAGE`` as a user runs it (a child
+  process: start-up, streaming read, build, write), wall and CPU seconds: what the 10 s target is about;
 * size: of the written page;
 * first paint: headless Chromium (``/usr/bin/chromium``) opens the page through the DevTools
   protocol; the page stamps ``data-render-ms`` (``performance.now()`` when its script has drawn the
   overview and the lanes, i.e. since navigation start), and the first-contentful-paint entry is read;
   console messages and page errors are collected and must be none.
 
-Targets (issue 19): 1M records -> built in <= 10 s, page <= 20 MB, first paint <= 3 s, no console
+Targets (issue 19): 1M records -> the command done in <= 10 s, page <= 20 MB, first paint <= 3 s, no console
 errors. They are reported, not asserted (a shared 2-core machine is too noisy for a gate).
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -105,11 +108,25 @@ def first_paint(page: Path, workdir: Path, timeout: float = 120) -> dict[str, An
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def _command(capture: Path, page: Path) -> tuple[float, float]:
+    """``(wall s, CPU s)`` of ``python -m replay report`` on ``capture``, as a user runs it."""
+    t = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "replay", "report", str(capture), "-o", str(page)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    stderr = proc.stderr.read() if proc.stderr is not None else b""
+    _, status, usage = os.wait4(proc.pid, 0)  # this child's own CPU
+    wall = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"replay report failed: {stderr.decode(errors='replace').strip()}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
 def measure(n: int, workdir: Path) -> dict[str, Any]:
     """One size: capture, read, build, render, write, open."""
     capture = workdir / f"capture-{n}.jsonl"
     if not capture.exists():
         write_capture(capture, n)
+    command_s, command_cpu_s = _command(capture, workdir / f"report-cli-{n}.html")
     t = time.perf_counter()
     reader = read_capture([capture])
     records = list(reader)
@@ -139,7 +156,7 @@ def measure(n: int, workdir: Path) -> dict[str, Any]:
         "read_s": round(read_s, 2), "read_records_per_s": round(model["records"] / read_s),
         "feed_s": round(feed_s, 2), "finish_s": round(finish_s, 2), "render_s": round(render_s, 2),
         "build_s": round(feed_s + finish_s + render_s, 2), "build_cpu_s": round(build_cpu_s, 2), "page_mb": round(len(page) / 1e6, 2),
-        "bins": model["overview"]["nbins"],
+        "bins": model["overview"]["nbins"], "command_s": round(command_s, 2), "command_cpu_s": round(command_cpu_s, 2),
     }  # fmt: skip
     if CHROMIUM.exists():
         row.update(first_paint(out, workdir))
@@ -163,13 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if a.keep is None:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"{'records':>9} {'read s':>7} {'build s':>8} (feed/finish/render) {'cpu s':>6} {'MB':>6} {'render ms':>9} "
-          f"{'FCP ms':>7} errors")  # fmt: skip
+    print(f"{'records':>9} {'command s (cpu)':>15} {'read s':>7} {'build s':>8} (feed/finish/render) {'cpu s':>6} {'MB':>6} "
+          f"{'render ms':>9} {'FCP ms':>7} errors")  # fmt: skip
     for r in rows:
-        print(f"{r['records']:>9} {r['read_s']:>7} {r['build_s']:>8} ({r['feed_s']}/{r['finish_s']}/{r['render_s']})"
+        command = f"{r['command_s']} ({r['command_cpu_s']})"
+        print(f"{r['records']:>9} {command:>15} {r['read_s']:>7} {r['build_s']:>8} ({r['feed_s']}/{r['finish_s']}/{r['render_s']})"
               f" {r['build_cpu_s']:>6} {r['page_mb']:>6} {r.get('render_ms', '-'):>9} {r.get('fcp_ms') or '-':>7} "
               f"{r.get('page_errors', 0) + r.get('console_errors', 0)}")  # fmt: skip
-    print("targets at 1M records: build <= 10 s, page <= 20 MB, first paint <= 3000 ms, 0 errors")
+    print("targets at 1M records: command <= 10 s, page <= 20 MB, first paint <= 3000 ms, 0 errors")
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
     return 0

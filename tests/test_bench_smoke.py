@@ -39,3 +39,14 @@ def test_bench_readers_smoke() -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| 3,000 |")]
     assert [row.split("|")[4].strip() for row in rows] == ["compiled", "pure"], proc.stdout
+
+
+def test_bench_report_build_smoke(tmp_path: Path) -> None:
+    """`python -m bench.report_build` times the report command as a user runs it, beside the builder's parts."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.report_build", "--sizes", "3000", "--keep", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "command s (cpu)" in proc.stdout and "targets at 1M records: command <= 10 s" in proc.stdout
+    assert (tmp_path / "report-cli-3000.html").stat().st_size > 0  # the command's own page

@@ -1,36 +1,15 @@
 """Records built on the hot path at the cost of a plain object, and still the frozen events they are.
 
-A frozen dataclass's ``__init__`` sets every field through ``object.__setattr__`` (a global lookup
-and a call per field): ~4 us for a ``message`` record's 24 fields, against ~1 us for a plain slots
-dataclass (``python -m bench.micro``). :func:`building` makes a non-frozen twin of an event class
-(same fields, same order, same slots); an instance built as the twin then becomes an instance of the
-event class by assigning ``__class__``, which CPython allows between classes of identical layout.
-What leaves is an ordinary frozen record: its type, equality, immutability and JSON are the event's.
+A frozen dataclass's ``__init__`` sets every field through ``object.__setattr__``: ~4 us for a
+``message`` record's 24 fields, against ~1 us for a plain slots dataclass (``python -m bench.micro``).
+The record is built as its non-frozen twin (:func:`replay.frozen.building`, which says how) and
+then becomes the event by assigning ``__class__``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 from replay.capture import events as ev
-
-
-def building(cls: type[Any]) -> type[Any]:
-    """A non-frozen slots dataclass with ``cls``'s fields, defaults and slot layout."""
-    spec: list[tuple[str, Any, Any]] = []
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            spec.append((f.name, Any, dataclasses.field(default=f.default)))
-        elif f.default_factory is not dataclasses.MISSING:
-            spec.append((f.name, Any, dataclasses.field(default_factory=f.default_factory)))
-        else:
-            spec.append((f.name, Any, dataclasses.field()))
-    twin = dataclasses.make_dataclass(f"Building{cls.__name__}", spec, kw_only=True, slots=True)
-    if getattr(twin, "__slots__", None) != cls.__slots__:  # pragma: no cover - a dataclasses change, caught at import
-        raise TypeError(f"{cls.__name__}: the building twin's slots differ")
-    return twin
-
+from replay.frozen import building
 
 #: Build with ``BuildingMessageSeen(...)``, then set ``__class__ = ev.MessageSeen`` (see module doc).
 BuildingMessageSeen = building(ev.MessageSeen)
