@@ -150,7 +150,7 @@ class Tracker:
                     return
                 self._streamed(call, seq, record)
                 return
-            self._message(seq, record)
+            self._message(seq, record, call)
         elif isinstance(record, ev.CallStarted):
             cid = self._ids.of(record.call)
             if cid in self._calls:
@@ -203,8 +203,8 @@ class Tracker:
             self._warnings.append(f"seq {seq}: records of call {cid} without its call_start (lost in a gap?): ignored")
         return call
 
-    def _message(self, seq: int, rec: ev.MessageSeen) -> None:
-        call = self._call(rec.call, seq)
+    def _message(self, seq: int, rec: ev.MessageSeen, known: _Call | None) -> None:
+        call = known if known is not None else self._call(rec.call, seq)  # (known: feed's lookup found it)
         if call is None or not (call.unary or call.stream):
             return
         if call.ended:
