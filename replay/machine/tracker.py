@@ -95,7 +95,8 @@ class _Call:
 _DONE = frozenset({State.FINAL_RECEIVED, State.ERROR})
 # Constants: `Input.X` is a lookup through the enum's metaclass, ~160 ns, once a response (issue 15).
 _RESPONSE, _FINAL, _ERROR, _ERROR_FINAL = Input.RESPONSE, Input.FINAL, Input.ERROR, Input.ERROR_FINAL
-# Where _streamed may skip the table (and t_done, which only a _DONE state sets).
+_FINAL_RECEIVED, _COMPLETED, _ERRORED = State.FINAL_RECEIVED, State.COMPLETED, State.ERROR  # (per request: _retire)
+# Where feed may count a plain response without the table (nor t_done, which only a _DONE state sets).
 _KEPT = KEPT_BY_RESPONSE - _DONE
 
 #: ``on_response(call, request_seq, seq, record)``: a response was attributed to the request whose
@@ -305,19 +306,17 @@ class Tracker:
         target = group.members[-1]
         machine = target.machine
         error, fin = rec.error, rec.final is True
-        if error or fin or machine.state not in _KEPT:
-            # Skipped for a plain response in a state the table keeps (most records, issue 15):
-            # then the table changes nothing, and nothing below can either.
-            inp = _ERROR_FINAL if error and fin else _ERROR if error else _FINAL if fin else _RESPONSE
-            if fin and machine.state in OPEN:
-                group.open -= 1
-            machine.feed(inp, seq)
-            if fin:
-                target.final = True
-            if error and target.error is None:
-                target.error = error
-            if target.t_done is None and machine.state in _DONE:
-                target.t_done = rec.t_ns
+        inp = _ERROR_FINAL if error and fin else _ERROR if error else _FINAL if fin else _RESPONSE
+        if fin and machine.state in OPEN:
+            group.open -= 1
+        machine.feed(inp, seq)
+        if fin:
+            target.final = True
+        if error and target.error is None:
+            target.error = error
+        if target.t_done is None and machine.state in _DONE:
+            target.t_done = rec.t_ns
+        # (The plain response's part below is also `feed`'s inline hot path: keep the two in step.)
         target.responses += 1
         if rec.outputs:
             target.text += 1
@@ -377,9 +376,9 @@ class Tracker:
             state = r.machine.state
             if r.final is not True or call.groups.get(r.request_id) is r.group:  # type: ignore[arg-type]
                 return
-            if state is State.FINAL_RECEIVED:
-                state = State.COMPLETED  # what any end of the call makes it (table.py)
-            elif state is not State.ERROR or r.error is None:
+            if state is _FINAL_RECEIVED:
+                state = _COMPLETED  # what any end of the call makes it (table.py)
+            elif state is not _ERRORED or r.error is None:
                 return
             requests.popleft()
             self._sink.settled(call.pos, outcome_of(call, r, state))  # type: ignore[union-attr]
