@@ -137,12 +137,14 @@ class _Lanes:
         """Response ticks ``(t_ns, flags, record index)`` on ``lane`` (unattributed ones: few, kept as tuples)."""
         self._extra.extend((lane, t_ns, flags, ri) for t_ns, flags, ri in items)
 
-    def assemble(self, lane_of_req: npt.NDArray[np.int64], req: array[int], t: array[int], flags: array[int],
-                 ri: array[int]) -> None:  # fmt: skip
-        """All ticks grouped by lane, in capture order within a lane (the page relies on both)."""
-        lane = lane_of_req[np.frombuffer(req, dtype=np.int64)] if len(req) else np.zeros(0, dtype=np.int64)
-        cols = [lane, np.frombuffer(t, dtype=np.int64), np.frombuffer(flags, dtype=np.uint8).astype(np.int64),
-                np.frombuffer(ri, dtype=np.int64)]  # fmt: skip
+    def assemble(self, lane_of_req: npt.NDArray[np.int64], ticks: array[int]) -> None:
+        """All ticks grouped by lane, in capture order within a lane (the page relies on both).
+
+        ``ticks``: the attributed responses, four numbers each: request number, t_ns, flags, record index.
+        """
+        rows = np.frombuffer(ticks, dtype=np.int64).reshape(-1, 4)
+        lane = lane_of_req[rows[:, 0]] if len(rows) else np.zeros(0, dtype=np.int64)
+        cols = [lane, rows[:, 1], rows[:, 2], rows[:, 3]]
         if self._extra:
             extra = np.array(self._extra, dtype=np.int64).T
             cols = [np.concatenate((a, e)) for a, e in zip(cols, extra, strict=True)]
@@ -177,12 +179,10 @@ class ReportBuilder:
         self._sent: dict[tuple[str, int], int] = {}  # (call, request seq) -> t_ns
         # Every attributed response, columnar (a 1M-record capture has ~1M of them: arrays, not tuples).
         self._req_key: dict[tuple[str, int], int] = {}  # (call, request seq) -> request number
-        self._tick_req = array("q")
-        self._tick_t = array("q")
-        self._tick_flags = array("B")
-        self._tick_ri = array("q")
-        self._add_req, self._add_t = self._tick_req.append, self._tick_t.append
-        self._add_flags, self._add_ri = self._tick_flags.append, self._tick_ri.append
+        # Four numbers a response (request number, t_ns, flags, record index): one `extend` a response
+        # rather than four appends (issue 19).
+        self._ticks = array("q")
+        self._add_tick = self._ticks.extend
         self._last_call: str | None = None  # the last response's request and its number (_response)
         self._last_seq = self._last_req = -1
         self._cancels: list[_Cancel] = []
@@ -272,15 +272,12 @@ class ReportBuilder:
         else:
             req = self._req_key.setdefault((call, request_seq), len(self._req_key))
             self._last_call, self._last_seq, self._last_req = call, request_seq, req
-        self._add_req(req)
-        self._add_t(rec.t_ns)
         f = TEXT if rec.outputs else 0
         if rec.final is True:
             f |= FINAL
         if rec.error:
             f |= ERROR
-        self._add_flags(f)
-        self._add_ri(self._ri - 1)
+        self._add_tick((req, rec.t_ns, f, self._ri - 1))
 
     # -- the model ---------------------------------------------------------------------------------
 
@@ -367,7 +364,7 @@ class ReportBuilder:
                                  end=us(call.t_end), responses=len(call.unattributed), text=0)  # fmt: skip
                 lanes.add_ticks(lane, call.unattributed)
         lanes.laid_out()
-        lanes.assemble(lane_of_req, self._tick_req, self._tick_t, self._tick_flags, self._tick_ri)
+        lanes.assemble(lane_of_req, self._ticks)
         self._gaps(drawn, lanes, stats)
 
     @staticmethod
