@@ -65,9 +65,12 @@ def build_report(paths: Sequence[str], output: Path, *, err: TextIO | None = Non
             feed(seq, record)
     for w in reader.warnings:
         print(f"triton-tap: warning: {w}", file=err)
-    model = builder.finish(files=[str(p) for p in reader.files], gaps=reader.gaps, warnings=reader.warnings,
-                           title=title or _default_title(paths))  # fmt: skip
-    page = render_html(model)
+    # Paused here too: finish makes ~10 objects a request and the collector would walk all that the
+    # builder holds each time (~0.3 s of a 1M-record report's ~1.8 s finish, issue 19).
+    with gc_paused():
+        model = builder.finish(files=[str(p) for p in reader.files], gaps=reader.gaps, warnings=reader.warnings,
+                               title=title or _default_title(paths))  # fmt: skip
+        page = render_html(model)
     try:
         _write_atomically(output, page)
     except OSError as e:
