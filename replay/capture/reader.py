@@ -242,7 +242,7 @@ class CaptureReader:
         self.files: list[Path] = [p for chains in self.sets for g in chains for p in g]
         self.warnings: list[str] = []
         self.gaps: list[Gap] = []
-        self.records = 0
+        self.records = 0  # records yielded, added up as each file is done (or left early)
         self.captures = 0
 
     def __iter__(self) -> Iterator[tuple[int, ev.Record]]:
