@@ -616,3 +616,15 @@ def test_every_capture_in_a_directory_is_its_own_capture(tmp_path: Path) -> None
     got = list(reader)
     assert (reader.captures, len(got), reader.gaps) == (4, 4 * len(_sample().records), [])
     assert [seq for seq, _ in got] == list(range(len(_sample().records))) * 4
+
+
+def test_records_counts_what_was_yielded_also_when_the_reading_stops_early(tmp_path: Path) -> None:
+    """`records` is added up per file (not per record, issue 15): a reader left after 3 records says 3."""
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(_sample().render())
+    reader = read_capture(path)
+    it = iter(reader)
+    got = [next(it) for _ in range(3)]
+    del it  # the file's generator is closed: what it yielded is counted
+    assert (len(got), reader.records) == (3, 3)
+    assert sum(1 for _ in reader) == reader.records == len(_sample().records)
