@@ -41,7 +41,9 @@ from replay.capture.lines import PURE_ENV
 ROOT = Path(__file__).resolve().parent.parent
 
 # The tracker's outcomes are what `replay check` prints: its in-process CLI tests read them too.
-_TRACK = ("tests/replay/machine/test_track.py", "tests/replay/machine/test_golden.py", "tests/replay/cli/test_check_cli.py")
+# test_check_json_stream: when the tracker hands settled requests to its sink (`_retire`), which no output shows.
+_TRACK = ("tests/replay/machine/test_track.py", "tests/replay/machine/test_golden.py", "tests/replay/cli/test_check_cli.py",
+          "tests/replay/cli/test_check_json_stream.py")
 # The writer's own tests: a real writer thread on a temporary directory (no sockets).
 _WRITER = ("tests/proxy/capture/test_writer.py", "tests/proxy/capture/test_upkeep_writer.py")
 # What `diff` prints is its result: the in-process CLI tests read it too (not the one binding a port).

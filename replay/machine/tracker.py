@@ -135,7 +135,8 @@ class Tracker:
         if type(record) is ev.MessageSeen:
             # Hot loop: most records are responses on a known open stream (see _streamed), and most
             # of those are plain responses of a request that is alone with its id, in a state the
-            # table keeps: only counted here, inline (a method call costs as much as the rest).
+            # table keeps: only counted here, inline (a method call costs as much as the rest; the
+            # same as _answered, for what such a response can change).
             call = self._live.get(record.call)
             if call is not None and record.dir == "s2c" and call.stream and not call.ended and record.request_id is not None:
                 group = call.groups.get(record.request_id)
@@ -258,51 +259,28 @@ class Tracker:
             else:
                 self._unlabelled += 1
             return
-        target: _Request | None
-        if call.unary:
-            target = call.requests[0] if call.requests else None
-            if target is None:
-                self._unattributed(call, seq, rec, "no_request")
-                return
-            inp = Input.REPLY
-        else:
-            group = call.groups.get(rec.request_id)
-            if group is None:
-                self._unattributed(call, seq, rec, "empty_id" if rec.request_id == "" else "unknown_id")
-                return
-            err, fin = bool(rec.error), rec.final is True
-            if group.shared and group.open:
-                self._grouped(call, group, seq, rec)
-                return
-            # A group of one, or a group already over: the response is its (last) request's own;
-            # after the final it is the `response_after_final` violation of that request.
-            target = group.members[-1]
-            inp = _ERROR_FINAL if err and fin else _ERROR if err else _FINAL if fin else _RESPONSE
-            if target.machine.state in OPEN and fin:
-                group.open -= 1
-        target.machine.feed(inp, seq)
-        target.responses += 1
-        if rec.outputs:
-            target.text += 1
-        if target.t_first is None:
-            target.t_first = rec.t_ns
-        if call.unary:
-            target.final = rec.final
-        elif rec.final is True:
-            target.final = True
-        if rec.error and target.error is None:
-            target.error = rec.error
-        if target.t_done is None and target.machine.state in _DONE:
-            target.t_done = rec.t_ns
-        if self._on_response is not None:
-            self._on_response(call.id, target.seq, seq, rec)
+        if not call.unary:
+            self._streamed(call, seq, rec)
+            return
+        target = call.requests[0] if call.requests else None
+        if target is None:
+            self._unattributed(call, seq, rec, "no_request")
+            return
+        target.machine.feed(Input.REPLY, seq)
+        target.final = rec.final
+        self._answered(call, target, seq, rec)
 
     def _streamed(self, call: _Call, seq: int, rec: ev.MessageSeen) -> None:
-        """A labelled response on an open stream: :meth:`_received`'s stream case, its common path first."""
-        group = call.groups.get(rec.request_id)  # type: ignore[arg-type]  # the caller checked: not None
-        if group is None or (group.shared and group.open):
-            self._received(call, seq, rec)
+        """A labelled stream response (the plain response of a request alone with its id is `feed`'s own)."""
+        group = call.groups.get(rec.request_id)  # type: ignore[arg-type]  # the callers checked: not None
+        if group is None:
+            self._unattributed(call, seq, rec, "empty_id" if rec.request_id == "" else "unknown_id")
             return
+        if group.shared and group.open:
+            self._grouped(call, group, seq, rec)
+            return
+        # A group of one, or a group already over: the response is its (last) request's own;
+        # after the final it is the `response_after_final` violation of that request.
         target = group.members[-1]
         machine = target.machine
         error, fin = rec.error, rec.final is True
@@ -312,16 +290,23 @@ class Tracker:
         machine.feed(inp, seq)
         if fin:
             target.final = True
-        if error and target.error is None:
-            target.error = error
-        if target.t_done is None and machine.state in _DONE:
-            target.t_done = rec.t_ns
-        # (The plain response's part below is also `feed`'s inline hot path: keep the two in step.)
+        self._answered(call, target, seq, rec)
+
+    def _answered(self, call: _Call, target: _Request, seq: int, rec: ev.MessageSeen) -> None:
+        """What any response attributed to ``target`` adds to it (after its state machine took it).
+
+        `feed`'s inline path does the same for a plain response in a state the table keeps (no
+        error, no final, state unchanged): keep the two in step.
+        """
         target.responses += 1
         if rec.outputs:
             target.text += 1
         if target.t_first is None:
             target.t_first = rec.t_ns
+        if rec.error and target.error is None:
+            target.error = rec.error
+        if target.t_done is None and target.machine.state in _DONE:
+            target.t_done = rec.t_ns
         if self._on_response is not None:
             self._on_response(call.id, target.seq, seq, rec)
 

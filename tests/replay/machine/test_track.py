@@ -833,3 +833,19 @@ def test_a_raw_call_id_is_qualified_as_check_reports_it() -> None:
     assert tracker.qualified("c1.1") == "c1.1"
     tracker.feed(0, Builder().start().records[0])
     assert tracker.qualified("c1.1") == "2:c1.1"
+
+
+def test_a_stream_whose_first_message_is_a_response_lists_it_and_tracks_what_follows() -> None:
+    """The request was lost (a gap): the stream's first record after its start is a response. It is the
+    `unknown_id` it is, and the stream's next request and its responses are tracked as usual (this first
+    message takes the tracker's general path, not the hot one: the call is not looked up yet)."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.response("c1.1", "lost", "t")
+    b.request("c1.1", "r")
+    b.response("c1.1", "r", "t")
+    b.response("c1.1", "r", None, final=True)
+    b.end("c1.1")
+    result = track(b.records)
+    assert [(u.request_id, u.reason) for u in result.unattributable] == [("lost", "unknown_id")]
+    assert [(r.request_id, r.outcome, r.responses, r.text_responses) for r in result.requests] == [("r", "completed", 2, 1)]
