@@ -161,7 +161,8 @@ def _table() -> dict[tuple[State, Input], State]:
 
 _TRANSITIONS: dict[tuple[State, Input], State] = _table()
 #: States a plain stream response (no error, no final) leaves as they are, without a violation:
-#: the tracker's hot path skips the table there (issue 15).
+#: the tracker's hot path skips the table there (issue 15). None of them is done (a done state takes
+#: no response), so such a response never ends a request either.
 KEPT_BY_RESPONSE = frozenset(s for s in State if _TRANSITIONS.get((s, In.RESPONSE)) is s)
 
 #: Where a disallowed input still moves the request (after recording the violation): a call that

@@ -96,8 +96,6 @@ _DONE = frozenset({State.FINAL_RECEIVED, State.ERROR})
 # Constants: `Input.X` is a lookup through the enum's metaclass, ~160 ns, once a response (issue 15).
 _RESPONSE, _FINAL, _ERROR, _ERROR_FINAL = Input.RESPONSE, Input.FINAL, Input.ERROR, Input.ERROR_FINAL
 _FINAL_RECEIVED, _COMPLETED, _ERRORED = State.FINAL_RECEIVED, State.COMPLETED, State.ERROR  # (per request: _retire)
-# Where feed may count a plain response without the table (nor t_done, which only a _DONE state sets).
-_KEPT = KEPT_BY_RESPONSE - _DONE
 
 #: ``on_response(call, request_seq, seq, record)``: a response was attributed to the request whose
 #: request record is ``request_seq`` on ``call`` (the report draws it on that request's lane).
@@ -141,7 +139,7 @@ class Tracker:
             if call is not None and record.dir == "s2c" and call.stream and not call.ended and record.request_id is not None:
                 group = call.groups.get(record.request_id)
                 if (group is not None and not group.shared and not record.error and record.final is not True
-                        and (target := group.members[-1]).machine.state in _KEPT):  # fmt: skip
+                        and (target := group.members[-1]).machine.state in KEPT_BY_RESPONSE):  # fmt: skip
                     target.responses += 1
                     if record.outputs:
                         target.text += 1

@@ -237,3 +237,4 @@ def test_kept_by_response_is_exactly_where_feeding_a_response_changes_nothing(st
     unchanged = allowed and machine.state is state and not machine.violations
     assert (state in KEPT_BY_RESPONSE) == unchanged
     assert KEPT_BY_RESPONSE == {State.RECEIVING, State.ERROR_RECEIVED}  # (what the hot path is for)
+    assert not KEPT_BY_RESPONSE & {State.FINAL_RECEIVED, State.ERROR}  # (so it never sets t_done either)
