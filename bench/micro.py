@@ -32,7 +32,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from proxy.relay.call import LABEL_KEEP
 from proxy.relay.options import RelayOptions
-from proxy.relay.records import BuildingMessageSeen
+from proxy.relay.records import make_message
 from proxy.relay.relay import Relay
 from proxy.relay.tunnel import Tunnel
 from proxy.triton import labels
@@ -212,12 +212,6 @@ def timeit(fn: Callable[[], Any], n: int) -> float:
     return best
 
 
-def _built(fields: dict[str, Any]) -> Any:
-    rec = BuildingMessageSeen(t_ns=1, call="c1.1", dir="s2c", index=7, size=40, compressed=False, **fields)
-    rec.__class__ = ev.MessageSeen
-    return rec
-
-
 def components(n: int) -> list[tuple[str, float]]:
     body = response_bytes(False)
     data = grpc_frame(body)
@@ -245,7 +239,7 @@ def components(n: int) -> list[tuple[str, float]]:
         ("InFlight.answered", timeit(lambda: inflight.answered("s0-r0", False), n)),
         ("MessageSeen(...) as replay.capture.events defines it", timeit(lambda: ev.MessageSeen(t_ns=1, call="c1.1", dir="s2c", index=7, size=40, compressed=False, **fields), n)),
         ("same fields, a non-frozen slots dataclass", timeit(lambda: Unfrozen(t_ns=1, call="c1.1", dir="s2c", index=7, size=40, compressed=False, **fields), n)),
-        ("MessageSeen as the relay builds it (proxy.relay.records twin, then __class__)", timeit(lambda: _built(fields), n)),
+        ("MessageSeen as the relay builds it (proxy.relay.records.make_message)", timeit(lambda: make_message(1, "c1.1", "s2c", 7, 40, False, fields), n)),
         ("schema.encode(MessageSeen) (writer thread)", timeit(lambda: encode(rec, 12345), n)),
         ("time.time_ns()", timeit(time.time_ns, n)),
     ]  # fmt: skip

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from bench.gencapture import write
-from replay.capture.lines import PURE_ENV
+from replay.compiled import PURE_ENV
 
 
 def _raw_bytes(path: Path) -> int:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from replay.capture.lines import PURE_ENV
+from replay.compiled import PURE_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,7 +89,7 @@ CI_MODULES = ("replay/machine/table.py", "proxy/triton/causes.py", "proxy/triton
 IMPORT_TIME: dict[str, tuple[str, ...]] = {
     "replay.machine.table": ("_TRANSITIONS", "KEPT_BY_RESPONSE"),
     "replay.capture.schema": (
-        "_OMITTED", "_ENCODERS", "_REQUIRED", "_NULLS", "_TENSOR_CHECKS", "_TENSOR_FIELDS", "_TENSOR_REQUIRED",
+        "_OMITTED", "_PY_BUILD", "_BUILD", "_STICKY_SKIP", "_REQUIRED", "_NULLS", "_TENSOR_CHECKS", "_TENSOR_FIELDS", "_TENSOR_REQUIRED",
         "_CHECKS", "_CHECK_MAP",
     ),
 }  # fmt: skip

@@ -24,6 +24,8 @@ from typing import Any
 
 import hpack
 
+from replay.compiled import load_compiled
+
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
@@ -49,6 +51,12 @@ _SEEN_BLOCK = 2048
 _FIXED_SIZE = {PRIORITY: 5, RST_STREAM: 4, PING: 8, WINDOW_UPDATE: 4}
 _CONNECTION_ONLY = frozenset({SETTINGS, PING, GOAWAY})
 _STREAM_ONLY = frozenset({DATA, HEADERS, PRIORITY, RST_STREAM, PUSH_PROMISE, CONTINUATION})
+
+
+_C = load_compiled("proxy.wire._cut")
+#: The frames :meth:`FrameReader.feed` passes on as they are, cut in C (``_cut.c``; None: the Python
+#: loop alone, with the same frames, tests/proxy/wire/test_cut.py).
+_cut: Any = _C.cut if _C is not None else None
 
 
 class FrameError(Exception):
@@ -253,7 +261,13 @@ class FrameReader:
                 i = len(PREFACE)
                 out.append((-1, 0, 0, None, view[:i]))
             max_frame = self.max_frame
+            cut = _cut if type(buf) is bytes else None
             while n - i >= 9:
+                if cut is not None and self.block is None:
+                    # The plain frames in C (_cut.c), up to the first it leaves to the code below.
+                    i = cut(buf, view, i, max_frame, out)
+                    if n - i < 9:
+                        break
                 length = int.from_bytes(buf[i : i + 3], "big")
                 if length > max_frame:
                     raise FrameError(FRAME_SIZE_ERROR, f"frame of {length} bytes exceeds the receiver's limit {max_frame}")

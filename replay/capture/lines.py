@@ -19,8 +19,6 @@ takes the Python path, with the same results, ~2x slower.
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable, Collection, Mapping
 from types import ModuleType
 from typing import Any
@@ -28,9 +26,7 @@ from typing import Any
 import orjson
 
 from replay.capture.shapes import OneOf
-
-#: Set (to anything but "" or "0") to read captures without the compiled decoder.
-PURE_ENV = "TRITON_TAP_PURE"
+from replay.compiled import load_compiled
 
 #: Fields whose records the reader completes from the raw line (the side file of ``payload_at``):
 #: lines having one always take the Python path.
@@ -38,12 +34,7 @@ PYTHON_ONLY = frozenset({"payload_at"})
 
 
 def _load() -> ModuleType | None:
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
-        return None
-    try:
-        return importlib.import_module("replay.capture._lines")
-    except ImportError:  # not built (no C compiler at install): the Python path alone
-        return None
+    return load_compiled("replay.capture._lines")
 
 
 _C = _load()

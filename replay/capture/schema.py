@@ -23,6 +23,7 @@ from replay.capture import events as ev
 from replay.capture import lines
 from replay.capture.shapes import OneOf, Shape, SpecMemo, compile_shape
 from replay.capture.shapes import generic as _generic
+from replay.compiled import load_compiled
 from replay.errors import CaptureError, CaptureTooNew, UnknownKind
 
 SCHEMA_VERSION = 3
@@ -82,16 +83,18 @@ def _tensor(t: ev.TensorSpec) -> dict[str, Any]:
     return d
 
 
-def _compile(cls: type[Any]) -> Callable[[Any, int], dict[str, Any]]:
-    """A function building the sparse dict of one record of ``cls`` (generated from its fields).
+def _compile(cls: type[Any]) -> Callable[[Any, int, int], dict[str, Any]]:
+    """``build(record, seq, skip)``: the sparse dict of one record of ``cls`` (generated from its fields),
+    without the fields whose bit (their index in the class's fields) is set in ``skip``.
 
     Hot loop (writer thread, once per record): straight-line code, one attribute read and one
     identity test per field, measured ~2x faster than a generic loop over the fields. None/False/0
-    defaults are singletons; a value equal to a non-identical default is merely written.
+    defaults are singletons; a value equal to a non-identical default is merely written. The
+    compiled twin (``_encode.c``) does the same; tests/replay/capture/test_encode.py holds them equal.
     """
     omitted = _OMITTED[cls.kind]
-    env: dict[str, Any] = {"_tensor": _tensor}
-    lines = ["def enc(r, seq):", f"    d = {{'v': {SCHEMA_VERSION}, 'seq': seq, 'kind': {cls.kind!r}}}"]
+    env: dict[str, Any] = {"_tensor": _tensor, "_names": tuple(omitted)}
+    lines = ["def enc(r, seq, skip):", f"    d = {{'v': {SCHEMA_VERSION}, 'seq': seq, 'kind': {cls.kind!r}}}"]
     for i, (name, omit) in enumerate(omitted.items()):
         if omit is _ALWAYS:
             lines.append(f"    d[{name!r}] = r.{name}")
@@ -102,17 +105,37 @@ def _compile(cls: type[Any]) -> Callable[[Any, int], dict[str, Any]]:
             lines.append(f"    if v is not None: d[{name!r}] = [_tensor(t) for t in v]")
         else:
             lines.append(f"    if v is not o{i} and v != o{i}: d[{name!r}] = v")
-    lines.append("    return d")
+    lines += ["    if skip:", "        for k, name in enumerate(_names):",
+              "            if skip >> k & 1: d.pop(name, None)", "    return d"]  # fmt: skip
     exec("\n".join(lines), env)  # code generated from our own dataclass fields only
-    enc: Callable[[Any, int], dict[str, Any]] = env["enc"]
+    enc: Callable[[Any, int, int], dict[str, Any]] = env["enc"]
     return enc
 
 
-_ENCODERS: dict[type[Any], Callable[[Any, int], dict[str, Any]]] = {c: _compile(c) for c in ev.RECORD_TYPES}
+def _compiled(cls: type[Any]) -> Callable[[Any, int, int], dict[str, Any]] | None:
+    """:func:`_compile`'s work in C (``_encode.c``), or None (not built, or ``cls`` not plain slots)."""
+    if _CE is None:
+        return None
+    omitted = _OMITTED[cls.kind]
+    try:
+        plan = _CE.Plan(cls, SCHEMA_VERSION, tuple(omitted), tuple(omitted.values()), _ALWAYS,
+                        frozenset(_TENSOR_LISTS), _tensor)  # fmt: skip
+    except TypeError:
+        return None
+    build: Callable[[Any, int, int], dict[str, Any]] = plan.build
+    return build
+
+
+_CE = load_compiled("replay.capture._encode")
+#: record class -> ``build(record, seq, skip)``, its sparse dict: the generated Python, and what the writer uses.
+_PY_BUILD: dict[type[Any], Callable[[Any, int, int], dict[str, Any]]] = {c: _compile(c) for c in ev.RECORD_TYPES}
+_BUILD = {c: _compiled(c) or _PY_BUILD[c] for c in ev.RECORD_TYPES}
+#: ``skip`` leaving out a ``message``'s sticky fields.
+_STICKY_SKIP = sum(1 << list(_OMITTED["message"]).index(name) for name in _STICKY)
 
 
 def _sparse(record: ev.Record, seq: int) -> dict[str, Any]:
-    return _ENCODERS[type(record)](record, seq)
+    return _BUILD[type(record)](record, seq, 0)
 
 
 def encode(record: ev.Record, seq: int, payload_at: list[int] | None = None) -> bytes:
@@ -149,19 +172,24 @@ class Encoder:
 
     def encode(self, record: ev.Record, seq: int, payload_at: list[int] | None = None) -> bytes:
         """One JSONL line (with newline) for ``record`` as record number ``seq`` (``payload_at``: as :func:`encode`)."""
-        d = _ENCODERS[type(record)](record, seq)
-        if payload_at is not None:
-            d["payload_at"] = payload_at
-        if d["kind"] == "message" and d["dir"] == "s2c":
-            # Compared in their JSON form (str, list, dict): C-level equality, no dataclass __eq__.
-            get = d.get
-            now = (get("model"), get("model_version"), get("outputs"), get("output_tensors"))
-            before = self._last.get(d["call"])
-            self._last[d["call"]] = now
+        r: Any = record  # a record of any kind: its fields are read once its class is known
+        cls = type(r)
+        if cls is _MESSAGE and r.dir == "s2c":
+            # Compared as the record holds them, before any dict is built: the labels cache shares
+            # these lists between a stream's records, so a repeat is mostly identity tests.
+            now = (r.model, r.model_version, r.outputs, r.output_tensors)
+            last = self._last
+            before = last.get(r.call)
+            last[r.call] = now
             if now == before:
-                for name in _STICKY:
-                    d.pop(name, None)
-            elif before is not None:
+                d = _BUILD[cls](r, seq, _STICKY_SKIP)
+                if payload_at is not None:
+                    d["payload_at"] = payload_at
+                return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
+            d = _BUILD[cls](r, seq, 0)
+            if payload_at is not None:
+                d["payload_at"] = payload_at
+            if before is not None:
                 for name, value, old in zip(_STICKY, now, before, strict=True):
                     if value == old:
                         d.pop(name, None)
@@ -171,9 +199,16 @@ class Encoder:
                 for name in _STICKY:
                     if name not in d:
                         d[name] = None  # a call's first: spelled out, whatever a reader knew before
-        elif d["kind"] == "call_end":
-            self._last.pop(d["call"], None)
+            return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
+        d = _BUILD[cls](r, seq, 0)
+        if payload_at is not None:
+            d["payload_at"] = payload_at
+        if cls is _CALL_END:
+            self._last.pop(r.call, None)
         return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
+
+
+_MESSAGE, _CALL_END = ev.MessageSeen, ev.CallEnded
 
 
 def _required(cls: type[Any]) -> frozenset[str]:

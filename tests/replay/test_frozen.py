@@ -1,12 +1,17 @@
-"""Instances built through a non-frozen twin are the frozen class's own (pure): check's request outcomes."""
+"""Instances built through a non-frozen twin, or by the compiled maker, are the frozen class's own (pure)."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from replay import frozen
+from replay.capture import events as ev
 from replay.frozen import building
 from replay.machine.outcomes import RequestOutcome
 from replay.machine.tracker import track
@@ -33,3 +38,65 @@ def test_a_twin_has_the_fields_defaults_and_slots_of_its_class() -> None:
     assert [f.name for f in dataclasses.fields(twin)] == [f.name for f in dataclasses.fields(RequestOutcome)]
     with pytest.raises(TypeError):
         twin(call="c")  # a missing field fails as it does for the class
+
+
+# -- maker: compiled (replay/_frozen.c) and Python, the same instances -----------------------------
+
+_LEADING = ("t_ns", "call", "dir", "index", "size", "compressed")
+_OTHER = [f.name for f in dataclasses.fields(ev.MessageSeen) if f.name not in _LEADING]
+_value = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=4), st.lists(st.text(max_size=2), max_size=2))
+
+
+def _outcome(make: Any, values: list[Any], fields: dict[str, Any]) -> tuple[str, Any]:
+    try:
+        rec = make(*values, dict(fields))
+    except TypeError as e:
+        return "TypeError", str(e)
+    return "ok", (type(rec), [getattr(rec, f.name) for f in dataclasses.fields(rec)])
+
+
+@pytest.mark.skipif(frozen._C is None, reason="replay._frozen is not built here (or TRITON_TAP_PURE)")
+@settings(max_examples=300)
+@given(st.lists(_value, min_size=6, max_size=6),
+       st.dictionaries(st.sampled_from([*_OTHER, *_LEADING, "nope"]), _value, max_size=8))  # fmt: skip
+def test_the_compiled_maker_builds_what_the_python_one_builds(values: list[Any], fields: dict[str, Any]) -> None:
+    """The same type and the very same field objects, or a TypeError for the same names (unknown, given
+    twice); both without running the class's __init__."""
+    fast = frozen.maker(ev.MessageSeen, _LEADING)
+    slow = frozen.py_maker(ev.MessageSeen, _LEADING)
+    assert fast is not slow and getattr(fast, "__self__", None) is not None  # the compiled one
+    got, want = _outcome(fast, values, fields), _outcome(slow, values, fields)
+    assert got[0] == want[0]
+    if got[0] == "ok":
+        assert got[1][0] is want[1][0] is ev.MessageSeen
+        assert all(a is b for a, b in zip(got[1][1], want[1][1], strict=True))
+    else:
+        for name in fields:  # the same offending name in the message (texts differ in wording only)
+            if (name in _LEADING or name not in _OTHER) and repr(name) in want[1]:
+                assert repr(name) in got[1]
+
+
+@pytest.mark.skipif(frozen._C is None, reason="replay._frozen is not built here (or TRITON_TAP_PURE)")
+def test_the_compiled_maker_refuses_a_missing_field_and_bad_calls() -> None:
+    make = frozen.maker(RequestOutcome, ("call",))
+    with pytest.raises(TypeError, match="required"):
+        make("c", {})  # RequestOutcome has required fields beyond "call"
+    fast = frozen.maker(ev.MessageSeen, _LEADING)
+    with pytest.raises(TypeError):
+        fast(1, 2, 3, {})  # too few values
+    with pytest.raises(TypeError):
+        fast(1, 2, 3, 4, 5, 6, [])  # fields not a dict
+    with pytest.raises(ValueError):
+        frozen.maker(ev.MessageSeen, ("call", "t_ns"))  # not the first fields in order
+
+
+def test_classes_it_cannot_fill_take_the_python_path() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class Later:
+        a: int
+        b: list[int] = dataclasses.field(default_factory=list)
+
+    make = frozen.maker(Later, ("a",))
+    assert getattr(make, "__self__", None) is None  # a generated Python function
+    rec = make(1, {})
+    assert type(rec) is Later and rec == Later(a=1)

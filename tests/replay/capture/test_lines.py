@@ -11,7 +11,6 @@ byte level: values swapped for any JSON text, whitespace, escapes, cut lines, st
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import sysconfig
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replay import compiled
 from replay.capture import events as ev
 from replay.capture import lines, schema
 from replay.capture.reader import read_capture
@@ -177,17 +177,17 @@ def test_every_golden_capture_reads_the_same_either_way(name: str, monkeypatch: 
 def test_the_compiled_decoder_is_built_where_a_c_compiler_is() -> None:
     """The install builds it when it can (pyproject: optional); a silent build failure must show here."""
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    if os.environ.get(lines.PURE_ENV, "") not in ("", "0"):
-        pytest.skip(f"{lines.PURE_ENV} is set: the Python path alone, on purpose")
+    if compiled.pure():
+        pytest.skip(f"{compiled.PURE_ENV} is set: the Python path alone, on purpose")
     if shutil.which(cc) is None:
         pytest.skip(f"no C compiler ({cc}): the Python path alone")
     assert lines.compiled(), "a C compiler is here but replay.capture._lines was not built: see pip's output"
 
 
 def test_the_pure_setting_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(lines.PURE_ENV, "1")
+    monkeypatch.setenv(compiled.PURE_ENV, "1")
     assert lines._load() is None
-    monkeypatch.setenv(lines.PURE_ENV, "0")
+    monkeypatch.setenv(compiled.PURE_ENV, "0")
     # (Not `compiled()`: the whole run may have the setting on, and then the module-level table is off.)
     assert (lines._load() is not None) == (importlib.util.find_spec("replay.capture._lines") is not None)
 

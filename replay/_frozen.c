@@ -1,0 +1,189 @@
+/* Frozen slots dataclasses built in one call: Maker(cls, names, leading, defaults).make(*leading values, fields).
+ *
+ * Why: the relay builds one `message` record per gRPC message, from a few values it knows (time,
+ * call, direction, index, size, flag) and a dict of labels. As Python (replay/frozen.py: the
+ * non-frozen twin's __init__ with **fields, then __class__ assigned) that call was ~11 % of the proxy's
+ * per-response work (py-spy, issue 18): keyword matching of ~8 names against 24 parameters, then one
+ * store per field. Here the instance is allocated and its slots filled directly, by offset.
+ *
+ * Same answers as the Python version (tests/replay/test_frozen.py): every field set, defaults where
+ * not given, TypeError for an unknown name, a name given twice or a required field missing. It never
+ * runs the class's __init__ (the twin's Python path does not either) and refuses, at construction,
+ * classes it cannot fill that way (a slot that is not a plain object slot of `cls`), which then take
+ * the Python path. Pure: no I/O, no state but the plan.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *cls;
+    Py_ssize_t nfields, nleading;
+    Py_ssize_t *offset;   /* per field, its slot's offset in the instance */
+    PyObject **defaults;  /* per field, its default, or NULL when required */
+    PyObject *index;      /* name -> field number (int) */
+    PyObject *names;      /* tuple of the field names */
+} Maker;
+
+static void maker_dealloc(Maker *m) {
+    if (m->defaults != NULL)
+        for (Py_ssize_t k = 0; k < m->nfields; k++)
+            Py_XDECREF(m->defaults[k]);
+    PyMem_Free(m->defaults);
+    PyMem_Free(m->offset);
+    Py_XDECREF(m->cls);
+    Py_XDECREF(m->index);
+    Py_XDECREF(m->names);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+/* Maker(cls, names, nleading, defaults): `names` the fields in order, the first `nleading` given
+ * positionally to make(); `defaults` a tuple with each field's default or `missing` (required). */
+static int maker_init(Maker *m, PyObject *args, PyObject *kwds) {
+    PyTypeObject *cls;
+    PyObject *names, *defaults, *missing;
+    Py_ssize_t nleading;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "Maker takes positional arguments only");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "O!O!nO!O", &PyType_Type, &cls, &PyTuple_Type, &names, &nleading, &PyTuple_Type,
+                          &defaults, &missing))
+        return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (PyTuple_GET_SIZE(defaults) != n || nleading < 0 || nleading > n) {
+        PyErr_SetString(PyExc_ValueError, "Maker: names, nleading and defaults do not match");
+        return -1;
+    }
+    m->offset = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
+    m->defaults = PyMem_Calloc((size_t)n + 1, sizeof(PyObject *));
+    m->index = PyDict_New();
+    if (m->offset == NULL || m->defaults == NULL || m->index == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    m->nfields = n;
+    m->nleading = nleading;
+    m->cls = (PyTypeObject *)Py_NewRef(cls);
+    m->names = Py_NewRef(names);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *name = PyTuple_GET_ITEM(names, k);
+        PyObject *descr = PyDict_GetItemWithError(cls->tp_dict, name);
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
+            ((PyDescrObject *)descr)->d_type != cls) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "Maker: %R is not a slot of %s", name, cls->tp_name);
+            return -1;
+        }
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        if (member->type != T_OBJECT_EX || (member->flags & READONLY) || member->offset <= 0 ||
+            member->offset + (Py_ssize_t)sizeof(PyObject *) > cls->tp_basicsize) {
+            PyErr_Format(PyExc_TypeError, "Maker: %R is not a plain object slot", name);
+            return -1;
+        }
+        m->offset[k] = member->offset;
+        PyObject *d = PyTuple_GET_ITEM(defaults, k);
+        m->defaults[k] = d == missing ? NULL : Py_NewRef(d);
+        PyObject *num = PyLong_FromSsize_t(k);
+        if (num == NULL || PyDict_SetItem(m->index, name, num) < 0) {
+            Py_XDECREF(num);
+            return -1;
+        }
+        Py_DECREF(num);
+    }
+    return 0;
+}
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+/* make(v0, ..., v[nleading-1], fields): a new instance of cls. Hot path: once per message record. */
+static PyObject *maker_make(Maker *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != m->nleading + 1 || !PyDict_Check(args[nargs - 1])) {
+        PyErr_Format(PyExc_TypeError, "make() takes %zd values and a dict", m->nleading);
+        return NULL;
+    }
+    PyObject *fields = args[nargs - 1];
+    PyObject *obj = m->cls->tp_alloc(m->cls, 0); /* slots all NULL */
+    if (obj == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < m->nleading; k++)
+        SLOT(obj, m->offset[k]) = Py_NewRef(args[k]);
+    Py_ssize_t pos = 0;
+    PyObject *key, *value, *unknown = NULL, *twice = NULL;
+    while (PyDict_Next(fields, &pos, &key, &value)) {
+        PyObject *num = PyDict_GetItemWithError(m->index, key);
+        if (num == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(obj);
+                return NULL;
+            }
+            if (unknown == NULL)
+                unknown = key;
+            continue;
+        }
+        Py_ssize_t k = PyLong_AsSsize_t(num);
+        if (k < m->nleading) {
+            if (twice == NULL)
+                twice = key;
+            continue;
+        }
+        SLOT(obj, m->offset[k]) = Py_NewRef(value);
+    }
+    /* Python's order of complaints: a name given twice (when the keywords are merged), then the first
+     * unknown name (when they are bound) */
+    if (twice != NULL || unknown != NULL) {
+        if (twice != NULL)
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for keyword argument %R", m->cls->tp_name, twice);
+        else
+            PyErr_Format(PyExc_TypeError, "%s.__init__() got an unexpected keyword argument %R", m->cls->tp_name, unknown);
+        Py_DECREF(obj);
+        return NULL;
+    }
+    for (Py_ssize_t k = m->nleading; k < m->nfields; k++) {
+        if (SLOT(obj, m->offset[k]) != NULL)
+            continue;
+        if (m->defaults[k] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s.__init__() missing 1 required keyword-only argument: %R", m->cls->tp_name,
+                         PyTuple_GET_ITEM(m->names, k));
+            Py_DECREF(obj);
+            return NULL;
+        }
+        SLOT(obj, m->offset[k]) = Py_NewRef(m->defaults[k]);
+    }
+    return obj;
+}
+
+static PyMethodDef maker_methods[] = {
+    {"make", (PyCFunction)(void (*)(void))maker_make, METH_FASTCALL,
+     "make(*leading values, fields) -> a new instance (replay/frozen.py maker)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject MakerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "replay._frozen.Maker",
+    .tp_basicsize = sizeof(Maker),
+    .tp_dealloc = (destructor)maker_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Builds instances of one frozen slots dataclass by filling their slots (replay/frozen.py).",
+    .tp_methods = maker_methods,
+    .tp_init = (initproc)maker_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_frozen", "Frozen slots dataclasses built in one call (replay/frozen.py).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__frozen(void) {
+    if (PyType_Ready(&MakerType) < 0)
+        return NULL;
+    PyObject *mod = PyModule_Create(&module);
+    if (mod == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(mod, "Maker", (PyObject *)&MakerType) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
+}

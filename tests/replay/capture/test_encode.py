@@ -1,0 +1,116 @@
+"""The writer's sparse dicts, built in C (``replay/capture/_encode.c``) or Python, and the lines they make.
+
+Pure: for random records of every kind and any fields to skip, the compiled builder gives the very
+dict the generated Python gives (same keys in the same order, the same value objects) or the same
+error; and the sparse :class:`~replay.capture.schema.Encoder` writes, byte for byte, what it wrote
+before it compared sticky fields on the records instead of on their JSON form (the reference
+below is that earlier algorithm).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.capture import events as ev
+from replay.capture import schema
+from tests.replay.capture.test_shapes import MESSAGES, RECORDS
+
+needs_compiled = pytest.mark.skipif(
+    schema._CE is None, reason="replay.capture._encode is not built here (or TRITON_TAP_PURE)"
+)
+
+
+def _outcome(build: Any, record: Any, seq: int, skip: int) -> tuple[str, Any]:
+    try:
+        d = build(record, seq, skip)
+    except Exception as e:
+        return "error", type(e)
+    return "ok", [(k, v) for k, v in d.items()]
+
+
+@needs_compiled
+@settings(max_examples=400, deadline=None)
+@given(RECORDS, st.integers(0, 2**63), st.integers(0, 2**24 - 1))
+def test_the_compiled_dict_is_the_python_dict(record: Any, seq: int, skip: int) -> None:
+    fast = schema._BUILD[type(record)]
+    slow = schema._PY_BUILD[type(record)]
+    assert fast is not slow
+    got, want = _outcome(fast, record, seq, skip), _outcome(slow, record, seq, skip)
+    assert got[0] == want[0] and (got[0] == "error" or len(got[1]) == len(want[1]))
+    if got[0] == "ok":
+        for (k1, v1), (k2, v2) in zip(got[1], want[1], strict=True):
+            assert k1 == k2
+            assert v1 is v2 or (isinstance(v1, list) and v1 == v2)  # tensor lists are built anew by both
+
+
+@needs_compiled
+def test_the_compiled_builder_reads_only_its_own_class() -> None:
+    rec = ev.MessageSeen(t_ns=1, call="c", dir="s2c", index=0, size=0)
+    with pytest.raises(TypeError):
+        schema._BUILD[ev.CallEnded](rec, 1, 0)  # slots are read by offset: never another class's
+
+
+def _reference(records: list[Any]) -> list[bytes]:
+    """The Encoder as it was: sticky fields compared in their JSON form, the dict built then popped."""
+    last: dict[str, tuple[Any, ...]] = {}
+    out = []
+    for seq, record in enumerate(records):
+        d = schema._PY_BUILD[type(record)](record, seq, 0)
+        if d["kind"] == "message" and d["dir"] == "s2c":
+            get = d.get
+            now = (get("model"), get("model_version"), get("outputs"), get("output_tensors"))
+            before = last.get(d["call"])
+            last[d["call"]] = now
+            if now == before:
+                for name in schema._STICKY:
+                    d.pop(name, None)
+            elif before is not None:
+                for name, value, old in zip(schema._STICKY, now, before, strict=True):
+                    if value == old:
+                        d.pop(name, None)
+                    elif value is None:
+                        d[name] = None
+            else:
+                for name in schema._STICKY:
+                    if name not in d:
+                        d[name] = None
+        elif d["kind"] == "call_end":
+            last.pop(d["call"], None)
+        out.append(orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE))
+    return out
+
+
+def _end(call: str) -> ev.CallEnded:
+    return ev.CallEnded(t_ns=1, call=call, cause="ok", status="OK", details=None, trailers=None,
+                        initial_metadata=None, duration_ms=1.0, messages_c2s=1, messages_s2c=1)  # fmt: skip
+
+
+_END = st.builds(_end, st.sampled_from(["c1.1", "c1.3"]))
+
+
+def _shared(records: list[Any]) -> list[Any]:
+    """Some records made to share their sticky lists with the one before (as the labels cache makes them)."""
+    out: list[Any] = []
+    for r in records:
+        if out and type(r) is ev.MessageSeen and type(out[-1]) is ev.MessageSeen and r.index % 2:
+            r = dataclasses.replace(r, outputs=out[-1].outputs, output_tensors=out[-1].output_tensors)
+        out.append(r)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(MESSAGES, MESSAGES, _END), max_size=30).map(_shared))
+def test_the_encoder_writes_what_it_wrote_before(records: list[Any]) -> None:
+    want = _reference(records)
+    enc = schema.Encoder()
+    assert [enc.encode(r, seq) for seq, r in enumerate(records)] == want
+    with pytest.MonkeyPatch.context() as mp:  # and the Python builders alone
+        mp.setattr(schema, "_BUILD", schema._PY_BUILD)
+        enc = schema.Encoder()
+        assert [enc.encode(r, seq) for seq, r in enumerate(records)] == want
