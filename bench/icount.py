@@ -9,8 +9,9 @@ handles, so interpreter start-up, imports and the set-up of the harness cancel o
 What is counted: the proxy's ``side_data`` on reads of the upstream side that each hold ``--per-read``
 DATA frames of one small ModelStreamInferResponse (the bytes made once by real ``h2`` peers, then fed
 again and again: the relay does not track flow control, so replaying DATA of an open stream is what
-it sees from a streaming Triton), plus, unless ``--no-encode``, the writer thread's
-:func:`replay.capture.schema.encode` of every record. Valgrind must be installed.
+it sees from a streaming Triton), plus, unless ``--no-encode``, the writer thread's encoding of every
+record: a capture file's sparse :class:`replay.capture.schema.Encoder`, as the writer uses it (a
+stream's repeated sticky fields left out). Valgrind must be installed.
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ from typing import Any
 
 def _child(payload: str, per_read: int, rounds: int, encode_records: bool) -> None:
     from bench.micro import _Harness, grpc_frame, response_bytes
-    from replay.capture.schema import encode
+    from replay.capture.schema import Encoder
 
     lines: list[bytes] = []
     sink: list[Any] = []
+    encode = Encoder().encode
 
     def emit(record: Any) -> None:
         if encode_records:
-            lines.append(encode(record, 1))
+            lines.append(encode(record, len(lines)))
         else:
             sink.append(record)
 

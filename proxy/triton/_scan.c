@@ -238,7 +238,89 @@ static PyObject *label_key(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return res;
 }
 
+/* lookup(cache, body, strip, nested, ident, nested_ident): the labels cache in one call. A dict (a hit:
+ * a copy of the cached labels with this message's request id, when it has one), the key (bytes: a
+ * miss, the caller decodes and caches under it) or None (no key, or an id protobuf would refuse: the
+ * caller decodes without caching). What labels.py's `_cached` does with label_key's answer. */
+static PyObject *lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 6 || !PyDict_CheckExact(args[0]) || !PyBytes_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "lookup(cache: dict, body: bytes, strip, nested, ident, nested_ident)");
+        return NULL;
+    }
+    unsigned long long tags[4];
+    for (int k = 0; k < 4; k++)
+        if (tag_arg(args[k + 2], &tags[k]) < 0)
+            return NULL;
+    PyObject *body = args[1];
+    PyObject *ids = PyList_New(0);
+    if (ids == NULL)
+        return NULL;
+    Buf out;
+    buf_init(&out);
+    int same = 0;
+    int r = scan((const unsigned char *)PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), tags[0], tags[1], tags[2],
+                 tags[3], ids, &out, &same, 1);
+    PyObject *key = NULL, *res = NULL;
+    if (r < 0)
+        goto done;
+    if (r == 0) {
+        res = Py_NewRef(Py_None);
+        goto done;
+    }
+    key = same ? Py_NewRef(body) : PyBytes_FromStringAndSize(out.p, out.len);
+    if (key == NULL)
+        goto done;
+    PyObject *hit = PyDict_GetItemWithError(args[0], key);
+    if (hit == NULL) {
+        if (!PyErr_Occurred())
+            res = Py_NewRef(key);
+        goto done;
+    }
+    if (!PyDict_Check(hit)) {
+        PyErr_SetString(PyExc_TypeError, "lookup: the cache holds a non-dict");
+        goto done;
+    }
+    PyObject *copy = PyDict_Copy(hit);
+    if (copy == NULL)
+        goto done;
+    Py_ssize_t nids = PyList_GET_SIZE(ids);
+    if (nids) {
+        /* protobuf checks every occurrence; the last one is the field's value */
+        PyObject *rid = NULL;
+        for (Py_ssize_t k = 0; k < nids; k++) {
+            PyObject *raw = PyList_GET_ITEM(ids, k);
+            Py_XDECREF(rid);
+            rid = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), "strict");
+            if (rid == NULL)
+                break;
+        }
+        if (rid == NULL) {
+            Py_DECREF(copy);
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                goto done;
+            PyErr_Clear();
+            res = Py_NewRef(Py_None); /* protobuf refuses it: its error, as without the cache */
+            goto done;
+        }
+        int e = PyDict_SetItemString(copy, "request_id", rid);
+        Py_DECREF(rid);
+        if (e < 0) {
+            Py_DECREF(copy);
+            goto done;
+        }
+    }
+    res = copy;
+done:
+    Py_XDECREF(key);
+    Py_DECREF(ids);
+    buf_free(&out);
+    return res;
+}
+
 static PyMethodDef methods[] = {
+    {"lookup", (PyCFunction)(void (*)(void))lookup, METH_FASTCALL,
+     "lookup(cache, body, strip, nested, ident, nested_ident) -> dict | bytes | None (labels.py)"},
     {"label_key", (PyCFunction)(void (*)(void))label_key, METH_FASTCALL,
      "label_key(buf, strip, nested=0, ident=0, nested_ident=0, ids=None) -> bytes | None (labels.py)"},
     {NULL, NULL, 0, NULL},

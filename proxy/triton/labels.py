@@ -307,19 +307,29 @@ _responses: dict[bytes, dict[str, Any]] = {}
 _stream_responses: dict[bytes, dict[str, Any]] = {}
 
 
-def _cached(
-    cache: dict[bytes, dict[str, Any]], key: bytes | None, ids: list[bytes], decode: Any, body: bytes
-) -> dict[str, Any]:
+#: The cache lookup in one compiled call (scanner, lookup, copy, id): a dict (a hit), the key (a miss)
+#: or None (decode without caching); None without the compiled module: :func:`_cached` does it.
+_lookup: Any = _C.lookup if _C is not None else None
+
+
+def _miss(cache: dict[bytes, dict[str, Any]], key: bytes | None, decode: Any, body: bytes) -> dict[str, Any]:
+    """A message's labels decoded by protobuf; cached under ``key`` unless it is None."""
     if key is None:
         out: dict[str, Any] = decode(body, False)
         return out
-    hit = cache.get(key)
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    # A raising decode caches nothing: the caller records the error for this message.
+    hit = cache[key] = decode(body, False)
+    return dict(hit)
+
+
+def _cached(
+    cache: dict[bytes, dict[str, Any]], key: bytes | None, ids: list[bytes], decode: Any, body: bytes
+) -> dict[str, Any]:
+    hit = cache.get(key) if key is not None else None
     if hit is None:
-        if len(cache) >= _CACHE_MAX:
-            cache.clear()
-        # A raising decode caches nothing: the caller records the error for this message.
-        hit = cache[key] = decode(body, False)
-        return dict(hit)
+        return _miss(cache, key, decode, body)
     # A copy: the caller may add or drop fields (payload modes). The lists in it are shared
     # between records, like the tensor specs: records are facts, never mutated.
     out = dict(hit)
@@ -335,28 +345,39 @@ def _cached(
     return out
 
 
+def _labels(
+    cache: dict[bytes, dict[str, Any]], decode: Any, body: bytes, strip: int, nested: int, ident: int, nested_ident: int
+) -> dict[str, Any]:
+    """The labels of a whole message through the cache (compiled lookup, or scanner and :func:`_cached`);
+    the tags as :func:`py_label_key` takes them."""
+    if _lookup is not None:
+        got = _lookup(cache, body, strip, nested, ident, nested_ident)
+        if type(got) is dict:
+            return got
+        return _miss(cache, got, decode, body)
+    ids: list[bytes] = []
+    key = label_key(body, strip, nested, ident, nested_ident, ids)
+    return _cached(cache, key, ids, decode, body)
+
+
 def request_labels(body: bytes, truncated: bool) -> dict[str, Any]:
     """Fields of a ``message`` record for a ModelInferRequest (unary or stream)."""
     if truncated:
         return decode_request_labels(body, truncated)
-    ids: list[bytes] = []
-    key = label_key(body, RAW_INPUT_TAG, 0, ID_TAG, 0, ids)
-    return _cached(_requests, key, ids, decode_request_labels, body)
+    return _labels(_requests, decode_request_labels, body, RAW_INPUT_TAG, 0, ID_TAG, 0)
 
 
 def response_labels(body: bytes, truncated: bool) -> dict[str, Any]:
     """Fields of a ``message`` record for a ModelInferResponse (unary)."""
     if truncated:
         return decode_response_labels(body, truncated)
-    ids: list[bytes] = []
-    key = label_key(body, RAW_OUTPUT_TAG, 0, ID_TAG, 0, ids)
-    return _cached(_responses, key, ids, decode_response_labels, body)
+    return _labels(_responses, decode_response_labels, body, RAW_OUTPUT_TAG, 0, ID_TAG, 0)
 
 
 def stream_response_labels(body: bytes, truncated: bool) -> dict[str, Any]:
     """Fields of a ``message`` record for a ModelStreamInferResponse."""
     if truncated:
         return decode_stream_response_labels(body, truncated)
-    ids: list[bytes] = []
-    key = label_key(body, RAW_OUTPUT_TAG, INFER_RESPONSE_TAG, 0, ID_TAG, ids)
-    return _cached(_stream_responses, key, ids, decode_stream_response_labels, body)
+    return _labels(
+        _stream_responses, decode_stream_response_labels, body, RAW_OUTPUT_TAG, INFER_RESPONSE_TAG, 0, ID_TAG
+    )

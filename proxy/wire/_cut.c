@@ -1,4 +1,6 @@
-/* The frame reader's common case, compiled: cut(buf, view, i, max_frame, out) -> the index it stopped at.
+/* The frame reader's and the message assembler's common cases, compiled.
+ *
+ * cut(buf, view, i, max_frame, out) -> the index it stopped at.
  *
  * Why: proxy.wire.frames.FrameReader.feed runs once per read and its loop once per frame; as Python
  * that loop and its per-frame check were ~17 % of the proxy's work per streamed response (py-spy,
@@ -113,14 +115,73 @@ static PyObject *cut(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return PyLong_FromSsize_t(i);
 }
 
+/* messages(data, i, keep, out) -> the index it stopped at: the whole gRPC messages of data[i:] (5-byte
+ * prefix, then the body), each appended as the Assembler's fast path appends it (without hashing),
+ * `(flag, length, body bytes, False, None)`. It stops at a message not whole in `data` or longer than
+ * `keep`: proxy.wire.messages.Assembler.feed goes on from there the Python way. Hot loop: once per
+ * message of every DATA frame. */
+static PyObject *messages(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4 || !PyList_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "messages(data, i: int, keep: int, out: list)");
+        return NULL;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]);
+    long long keep = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *s = view.buf;
+    Py_ssize_t n = view.len;
+    PyObject *res = NULL;
+    if (i < 0) {
+        PyErr_SetString(PyExc_ValueError, "messages: i < 0");
+        goto done;
+    }
+    while (n - i >= 5) {
+        const unsigned char *h = s + i;
+        unsigned long long length = (unsigned long long)h[1] << 24 | (unsigned long long)h[2] << 16 | (unsigned long long)h[3] << 8 | h[4];
+        if ((long long)length > keep || length > (unsigned long long)(n - i - 5))
+            break;
+        PyObject *t = PyTuple_New(5);
+        PyObject *flag = PyLong_FromLong(h[0]), *len = PyLong_FromUnsignedLongLong(length);
+        PyObject *body = PyBytes_FromStringAndSize((const char *)h + 5, (Py_ssize_t)length);
+        if (t == NULL || flag == NULL || len == NULL || body == NULL) {
+            Py_XDECREF(t);
+            Py_XDECREF(flag);
+            Py_XDECREF(len);
+            Py_XDECREF(body);
+            goto done;
+        }
+        PyTuple_SET_ITEM(t, 0, flag);
+        PyTuple_SET_ITEM(t, 1, len);
+        PyTuple_SET_ITEM(t, 2, body);
+        PyTuple_SET_ITEM(t, 3, Py_NewRef(Py_False));
+        PyTuple_SET_ITEM(t, 4, Py_NewRef(Py_None));
+        int r = PyList_Append(args[3], t);
+        Py_DECREF(t);
+        if (r < 0)
+            goto done;
+        i += 5 + (Py_ssize_t)length;
+    }
+    res = PyLong_FromSsize_t(i);
+done:
+    PyBuffer_Release(&view);
+    return res;
+}
+
 static PyMethodDef methods[] = {
+    {"messages", (PyCFunction)(void (*)(void))messages, METH_FASTCALL,
+     "messages(data, i, keep, out) -> int: the whole messages of data[i:] appended to out (proxy/wire/messages.py)"},
     {"cut", (PyCFunction)(void (*)(void))cut, METH_FASTCALL,
      "cut(buf, view, i, max_frame, out) -> int: the plain frames of buf[i:] appended to out (proxy/wire/frames.py)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_cut", "The frame reader's common case, compiled (proxy/wire/frames.py).", -1, methods,
+    PyModuleDef_HEAD_INIT, "_cut", "The frame reader's and the assembler's common cases, compiled (proxy/wire/frames.py, messages.py).", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__cut(void) { return PyModule_Create(&module); }

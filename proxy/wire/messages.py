@@ -13,6 +13,13 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from replay.compiled import load_compiled
+
+_C = load_compiled("proxy.wire._cut")
+#: The whole messages at the start of a chunk, cut in C (``_cut.c``) when there is no hashing; None:
+#: the Python loop alone, with the same messages (tests/proxy/wire/test_cut.py).
+_messages: Any = _C.messages if _C is not None else None
+
 #: A message's kept bytes: joined, or (``split_at``) the pieces as they came.
 Body = bytes | list[bytes]
 
@@ -44,6 +51,9 @@ class Assembler:
         out: list[tuple[int, int, Body, bool, str | None]] = []
         i = 0
         n = len(data)
+        if _messages is not None and self._remaining < 0 and not self._hdr and self._hash is None:
+            # The whole messages first, in C (_cut.c): what the fast path below would do for them.
+            i = _messages(data, 0, self._keep, out)
         while i < n:
             if self._remaining < 0:
                 hdr = self._hdr

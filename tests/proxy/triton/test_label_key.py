@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2 as pb
@@ -92,11 +93,19 @@ def _outcome(fn: Callable[[bytes, bool], dict[str, Any]], body: bytes) -> tuple[
 
 
 def _same(kind: str, body: bytes) -> None:
+    """The cached labels equal protobuf's, through the compiled lookup (when built) and the Python path
+    (the scanner and ``_cached``) alike: both read and fill the same cache."""
     cached, decode = _FUNCS[kind]
     # Compared by repr: an edited double parameter may decode to NaN, and NaN != NaN (repr keeps
     # every float exactly, so nothing else is loosened).
-    got, want = _outcome(cached, body), _outcome(decode, body)
+    want = _outcome(decode, body)
+    got = _outcome(cached, body)
     assert repr(got) == repr(want), (got, want)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(labels, "_lookup", None)
+        mp.setattr(labels, "label_key", labels.py_label_key)
+        got = _outcome(cached, body)
+    assert repr(got) == repr(want), ("python path", got, want)
 
 
 def _clear() -> None:

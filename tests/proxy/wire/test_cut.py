@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.wire import frames as wire
+from proxy.wire import messages as wire_messages
 from proxy.wire.frames import FrameError, FrameReader
 from tests.proxy.wire.test_frames import _RANDOM_FRAMES, _frame, _norm
 
@@ -101,3 +102,36 @@ def test_it_stops_at_what_python_must_judge() -> None:
         assert _norm(out) == [(wire.DATA, 0, 1, b"ab", data)]
     with pytest.raises(TypeError):
         wire._C.cut(bytearray(data), memoryview(data), 0, 40, [])
+
+
+# -- the assembler's whole messages (_cut.messages) -------------------------------------------------
+
+_MESSAGES = st.lists(st.tuples(st.sampled_from([0, 1]), st.binary(max_size=40)), max_size=8).map(
+    lambda ms: b"".join(bytes([flag]) + len(body).to_bytes(4, "big") + body for flag, body in ms)
+)
+
+
+def _assemble(use_c: bool, data: bytes, cuts: list[int], keep: int, split_at: int | None,
+              monkeypatch: pytest.MonkeyPatch) -> list[Any]:  # fmt: skip
+    monkeypatch.setattr(wire_messages, "_messages", wire_messages._C.messages if use_c and wire_messages._C else None)
+    asm = wire_messages.Assembler(keep, False, split_at)
+    seen: list[Any] = []
+    prev = 0
+    for c in [*sorted(c for c in cuts if c <= len(data)), len(data)]:
+        chunk = memoryview(data)[prev:c]  # the relay feeds views of the frames' payloads
+        seen.append(asm.feed(chunk))
+        seen.append(asm.partial)
+        prev = c
+    return seen
+
+
+@needs_compiled
+@settings(max_examples=400, deadline=None)
+@given(_MESSAGES, st.lists(st.integers(0, 400), max_size=5), st.sampled_from([0, 3, 16, 10_000]),
+       st.sampled_from([None, 8]))  # fmt: skip
+def test_the_compiled_messages_are_the_python_messages(data: bytes, cuts: list[int], keep: int,
+                                                       split_at: int | None) -> None:  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:
+        fast = _assemble(True, data, cuts, keep, split_at, mp)
+        slow = _assemble(False, data, cuts, keep, split_at, mp)
+    assert fast == slow
