@@ -129,10 +129,10 @@ class PaBench:
         self.triton.start()
         self.targets["direct"] = (int(self.triton.grpc_url.rsplit(":", 1)[1]), None)
 
-    def add_proxy(self, name: str, *extra: str) -> None:
+    def add_proxy(self, name: str, *extra: str, module: str = "proxy") -> None:
         port = procs.free_port()
         cap = self.workdir / f"capture-{name}-{port}"
-        argv = [procs.PY, "-m", "proxy", "--listen", f"127.0.0.1:{port}", "--upstream", self.triton.grpc_url,
+        argv = [procs.PY, "-m", module, "--listen", f"127.0.0.1:{port}", "--upstream", self.triton.grpc_url,
                 "--capture-dir", str(cap), "--log-level", "warning", *extra]  # fmt: skip
         proc = procs.Proc(name, argv, log=self.workdir / f"{name}-{port}.log")
         self.procs.append(proc)
@@ -237,8 +237,9 @@ def summarise(raw: dict[str, list[dict[str, Any] | None]]) -> dict[str, Any]:
 
 
 def run(scenarios: list[str], cfg: PaConfig, workdir: Path, want_nginx: bool,
-        log: Callable[[str], None]) -> tuple[dict[str, Any], list[str], list[str]]:  # fmt: skip
-    """The perf_analyzer scenarios asked for: (results by scenario, notes, errors)."""
+        log: Callable[[str], None], extra: dict[str, str] | None = None) -> tuple[dict[str, Any], list[str], list[str]]:  # fmt: skip
+    """The perf_analyzer scenarios asked for: (results by scenario, notes, errors). ``extra``: more proxies
+    (path name -> module run as ``python -m``, as ``--extra-proxy``) in the perf_analyzer scenario."""
     pa = find_perf_analyzer()
     if pa is None:
         why = f"${PA_ENV} is not a file" if os.environ.get(PA_ENV) else f"not at {PA_DEFAULT} nor on PATH"
@@ -252,6 +253,9 @@ def run(scenarios: list[str], cfg: PaConfig, workdir: Path, want_nginx: bool,
         if "perf_analyzer" in scenarios:
             b.add_proxy("proxy")
             paths = ["direct", "proxy"]
+            for name, module in (extra or {}).items():
+                b.add_proxy(name, module=module)
+                paths.append(name)
             if want_nginx:
                 b.add_nginx()
                 paths += ["nginx"] if "nginx" in b.targets else []

@@ -15,6 +15,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <string.h>
 
 #define MAX_FIELDS 64
 
@@ -178,7 +179,241 @@ fail:
     return NULL;
 }
 
+/* -- line(record, seq, skip, payload_at): the JSONL line itself, for the common records ---------------
+ *
+ * orjson writes the dict `build` makes; this writes the same bytes without the dict, for records whose
+ * values are all of the kinds it knows: None, bool, int (64-bit, as orjson), str (escaped as orjson
+ * escapes: \" \\ \b \t \n \f \r, other control characters as \u00xx, everything else as UTF-8) and
+ * lists of str and int. Anything else (a float, a tensor list, a subclass, a lone surrogate, a bigger
+ * int) answers None, and the caller builds the dict and hands it to orjson, which also raises what it
+ * raises. tests/replay/capture/test_encode.py holds the bytes equal to orjson's. */
+
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+    char small[1024];
+} Out;
+
+static int out_grow(Out *o, Py_ssize_t need) {
+    Py_ssize_t cap = (o->len + need) * 2;
+    char *p = PyMem_Malloc((size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(p, o->p, (size_t)o->len);
+    if (o->p != o->small)
+        PyMem_Free(o->p);
+    o->p = p;
+    o->cap = cap;
+    return 0;
+}
+
+static inline int put(Out *o, const char *src, Py_ssize_t n) {
+    if (o->len + n > o->cap && out_grow(o, n) < 0)
+        return -1;
+    memcpy(o->p + o->len, src, (size_t)n);
+    o->len += n;
+    return 0;
+}
+
+/* 1 written, 0 not a kind this writes (the caller falls back), -1 error */
+static int put_str(Out *o, PyObject *v) {
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(v, &n);
+    if (s == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return -1;
+        PyErr_Clear(); /* a lone surrogate: orjson's to refuse */
+        return 0;
+    }
+    if (o->len + 2 + 6 * n > o->cap && out_grow(o, 2 + 6 * n) < 0)
+        return -1;
+    char *d = o->p + o->len;
+    *d++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *d++ = (char)c;
+            continue;
+        }
+        *d++ = '\\';
+        switch (c) {
+        case '"': *d++ = '"'; break;
+        case '\\': *d++ = '\\'; break;
+        case '\b': *d++ = 'b'; break;
+        case '\t': *d++ = 't'; break;
+        case '\n': *d++ = 'n'; break;
+        case '\f': *d++ = 'f'; break;
+        case '\r': *d++ = 'r'; break;
+        default:
+            *d++ = 'u';
+            *d++ = '0';
+            *d++ = '0';
+            *d++ = "0123456789abcdef"[c >> 4];
+            *d++ = "0123456789abcdef"[c & 15];
+        }
+    }
+    *d++ = '"';
+    o->len = d - o->p;
+    return 1;
+}
+
+/* decimal digits of u, written backwards from end; returns the first */
+static char *digits(char *end, unsigned long long u) {
+    do {
+        *--end = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    return end;
+}
+
+static int put_int(Out *o, PyObject *v) {
+    char num[24];
+    char *end = num + sizeof(num), *start;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow > 0) {
+        unsigned long long u = PyLong_AsUnsignedLongLong(v);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear(); /* beyond 64 bits: orjson's to refuse */
+            return 0;
+        }
+        start = digits(end, u);
+    } else if (overflow < 0) {
+        return 0;
+    } else if (x < 0) {
+        start = digits(end, 0ULL - (unsigned long long)x);
+        *--start = '-';
+    } else {
+        start = digits(end, (unsigned long long)x);
+    }
+    return put(o, start, end - start) < 0 ? -1 : 1;
+}
+
+static int put_value(Out *o, PyObject *v, int depth) {
+    if (v == Py_None)
+        return put(o, "null", 4) < 0 ? -1 : 1;
+    if (v == Py_True)
+        return put(o, "true", 4) < 0 ? -1 : 1;
+    if (v == Py_False)
+        return put(o, "false", 5) < 0 ? -1 : 1;
+    if (PyLong_CheckExact(v))
+        return put_int(o, v);
+    if (PyUnicode_CheckExact(v))
+        return put_str(o, v);
+    if (PyList_CheckExact(v) && depth == 0) {
+        if (put(o, "[", 1) < 0)
+            return -1;
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(v); j++) {
+            PyObject *item = PyList_GET_ITEM(v, j);
+            if (!PyLong_CheckExact(item) && !PyUnicode_CheckExact(item))
+                return 0;
+            if (j && put(o, ",", 1) < 0)
+                return -1;
+            int r = put_value(o, item, 1);
+            if (r <= 0)
+                return r;
+        }
+        return put(o, "]", 1) < 0 ? -1 : 1;
+    }
+    return 0;
+}
+
+static int put_key(Out *o, PyObject *name) {
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(name, &n); /* our own field names: plain ASCII identifiers */
+    if (s == NULL || put(o, ",\"", 2) < 0 || put(o, s, n) < 0 || put(o, "\":", 2) < 0)
+        return -1;
+    return 0;
+}
+
+static PyObject *plan_line(Plan *p, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "line(record, seq, skip, payload_at)");
+        return NULL;
+    }
+    PyObject *rec = args[0], *seq = args[1], *payload_at = args[3];
+    if (p->cls == NULL || Py_TYPE(rec) != p->cls) {
+        PyErr_SetString(PyExc_TypeError, "line: not a record of the plan's class");
+        return NULL;
+    }
+    unsigned long long skip = PyLong_AsUnsignedLongLong(args[2]);
+    if (skip == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    Out o;
+    o.p = o.small;
+    o.len = 0;
+    o.cap = sizeof(o.small);
+    PyObject *res = NULL;
+    int r, placed = payload_at == Py_None;
+    if (put(&o, "{\"v\":", 5) < 0 || (r = put_value(&o, p->version, 0)) < 0)
+        goto done;
+    if (!r)
+        goto fallback;
+    if (put(&o, ",\"seq\":", 7) < 0 || (r = put_value(&o, seq, 0)) < 0)
+        goto done;
+    if (!r)
+        goto fallback;
+    if (put(&o, ",\"kind\":", 8) < 0 || (r = put_value(&o, p->kind, 0)) < 0)
+        goto done;
+    if (!r)
+        goto fallback;
+    for (Py_ssize_t k = 0; k < p->nfields; k++) {
+        PyObject *v = *(PyObject **)((char *)rec + p->offset[k]);
+        if (v == NULL) {
+            PyErr_Format(PyExc_AttributeError, "%U", p->names[k]);
+            goto done;
+        }
+        if (k < 64 && (skip >> k) & 1)
+            continue;
+        PyObject *om = p->omitted[k];
+        if (om != NULL) {
+            if (p->tensors[k]) {
+                if (v == Py_None)
+                    continue;
+                goto fallback; /* tensor lists: the dict and orjson */
+            }
+            if (v == om)
+                continue;
+            int ne = PyObject_RichCompareBool(v, om, Py_NE);
+            if (ne < 0)
+                goto done;
+            if (!ne)
+                continue;
+        }
+        if (!placed && PyUnicode_CompareWithASCIIString(p->names[k], "payload_at") == 0) {
+            v = payload_at; /* the writer's place in the side file, where the field stands */
+            placed = 1;
+        }
+        if (put_key(&o, p->names[k]) < 0 || (r = put_value(&o, v, 0)) < 0)
+            goto done;
+        if (!r)
+            goto fallback;
+    }
+    if (!placed) { /* not in the record's own fields: after them, as the dict gets it */
+        if (put(&o, ",\"payload_at\":", 14) < 0 || (r = put_value(&o, payload_at, 0)) < 0)
+            goto done;
+        if (!r)
+            goto fallback;
+    }
+    if (put(&o, "}\n", 2) < 0)
+        goto done;
+    res = PyBytes_FromStringAndSize(o.p, o.len);
+    goto done;
+fallback:
+    res = Py_NewRef(Py_None);
+done:
+    if (o.p != o.small)
+        PyMem_Free(o.p);
+    return res;
+}
+
 static PyMethodDef plan_methods[] = {
+    {"line", (PyCFunction)(void (*)(void))plan_line, METH_FASTCALL,
+     "line(record, seq, skip, payload_at) -> bytes | None: the JSONL line orjson would write, or None (schema.py)"},
     {"build", (PyCFunction)(void (*)(void))plan_build, METH_FASTCALL,
      "build(record, seq, skip) -> dict: the record's sparse dict (replay/capture/schema.py)"},
     {NULL, NULL, 0, NULL},

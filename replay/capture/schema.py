@@ -112,24 +112,30 @@ def _compile(cls: type[Any]) -> Callable[[Any, int, int], dict[str, Any]]:
     return enc
 
 
-def _compiled(cls: type[Any]) -> Callable[[Any, int, int], dict[str, Any]] | None:
+def _plan(cls: type[Any]) -> Any:
     """:func:`_compile`'s work in C (``_encode.c``), or None (not built, or ``cls`` not plain slots)."""
     if _CE is None:
         return None
     omitted = _OMITTED[cls.kind]
     try:
-        plan = _CE.Plan(cls, SCHEMA_VERSION, tuple(omitted), tuple(omitted.values()), _ALWAYS,
+        return _CE.Plan(cls, SCHEMA_VERSION, tuple(omitted), tuple(omitted.values()), _ALWAYS,
                         frozenset(_TENSOR_LISTS), _tensor)  # fmt: skip
     except TypeError:
         return None
-    build: Callable[[Any, int, int], dict[str, Any]] = plan.build
-    return build
 
 
 _CE = load_compiled("replay.capture._encode")
+_PLANS = {c: _plan(c) for c in ev.RECORD_TYPES}
 #: record class -> ``build(record, seq, skip)``, its sparse dict: the generated Python, and what the writer uses.
 _PY_BUILD: dict[type[Any], Callable[[Any, int, int], dict[str, Any]]] = {c: _compile(c) for c in ev.RECORD_TYPES}
-_BUILD = {c: _compiled(c) or _PY_BUILD[c] for c in ev.RECORD_TYPES}
+_BUILD: dict[type[Any], Callable[[Any, int, int], dict[str, Any]]] = {
+    c: p.build if p is not None else _PY_BUILD[c] for c, p in _PLANS.items()
+}
+#: record class -> ``line(record, seq, skip, payload_at)``: the line orjson would write for the dict, made
+#: without the dict (``_encode.c``), or None for values it leaves to orjson; no entry without the C module.
+_LINE: dict[type[Any], Callable[[Any, int, int, list[int] | None], bytes | None]] = {
+    c: p.line for c, p in _PLANS.items() if p is not None
+}
 #: ``skip`` leaving out a ``message``'s sticky fields.
 _STICKY_SKIP = sum(1 << list(_OMITTED["message"]).index(name) for name in _STICKY)
 
@@ -182,6 +188,10 @@ class Encoder:
             before = last.get(r.call)
             last[r.call] = now
             if now == before:
+                # A stream's responses after its first: the line straight from the record when it can.
+                line = _LINE[cls](r, seq, _STICKY_SKIP, payload_at) if cls in _LINE else None
+                if line is not None:
+                    return line
                 d = _BUILD[cls](r, seq, _STICKY_SKIP)
                 if payload_at is not None:
                     d["payload_at"] = payload_at
@@ -200,11 +210,14 @@ class Encoder:
                     if name not in d:
                         d[name] = None  # a call's first: spelled out, whatever a reader knew before
             return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
+        if cls is _CALL_END:
+            self._last.pop(r.call, None)
+        line = _LINE[cls](r, seq, 0, payload_at) if cls in _LINE else None
+        if line is not None:
+            return line
         d = _BUILD[cls](r, seq, 0)
         if payload_at is not None:
             d["payload_at"] = payload_at
-        if cls is _CALL_END:
-            self._last.pop(r.call, None)
         return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
 
 

@@ -114,3 +114,58 @@ def test_the_encoder_writes_what_it_wrote_before(records: list[Any]) -> None:
         mp.setattr(schema, "_BUILD", schema._PY_BUILD)
         enc = schema.Encoder()
         assert [enc.encode(r, seq) for seq, r in enumerate(records)] == want
+
+
+# -- the line without the dict (_encode.c Plan.line) --------------------------------------------------
+
+_ANY_TEXT = st.text(max_size=6)  # every code point, surrogates and control characters included
+_ODD = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), _ANY_TEXT, st.floats(allow_nan=False),
+                 st.lists(st.one_of(_ANY_TEXT, st.integers(-(2**65), 2**65)), max_size=3))  # fmt: skip
+
+
+def _dumps(record: Any, seq: int, skip: int, payload_at: Any) -> tuple[str, Any]:
+    try:
+        d = schema._PY_BUILD[type(record)](record, seq, skip)
+        if payload_at is not None:
+            d["payload_at"] = payload_at
+        return "ok", orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
+    except Exception as e:
+        return "error", type(e)
+
+
+@needs_compiled
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(RECORDS, MESSAGES), st.integers(0, 2**64 - 1), st.integers(0, 2**24 - 1),
+       st.one_of(st.none(), st.lists(st.integers(0, 2**40), min_size=2, max_size=2)), st.data())  # fmt: skip
+def test_the_line_is_the_bytes_orjson_writes(
+    record: Any, seq: int, skip: int, payload_at: Any, data: st.DataObject
+) -> None:
+    """The line is orjson's bytes for the dict, or None (then the dict goes to orjson as before), never
+    other bytes; values of every kind, odd ones put into message fields (floats, big ints, surrogates)."""
+    if type(record) is ev.MessageSeen and data.draw(st.booleans()):
+        odd = {
+            name: data.draw(_ODD)
+            for name in data.draw(
+                st.lists(st.sampled_from(["model", "request_id", "error", "final", "size"]), max_size=2)
+            )
+        }
+        record = dataclasses.replace(record, **odd)
+    line = schema._LINE[type(record)](record, seq, skip, payload_at)
+    want = _dumps(record, seq, skip, payload_at)
+    if line is not None:
+        assert want == ("ok", line)
+
+
+#: Every control character, the two JSON escapes, DEL and non-ASCII text: orjson's escaping, all of it.
+_EVERY_ESCAPE = "".join(map(chr, range(0x20))) + '"\\\x7f/é😀'
+
+
+@needs_compiled
+def test_the_line_handles_what_messages_carry() -> None:
+    """The stream's common line is written by the C code (not handed to orjson), escapes and all."""
+    rec = ev.MessageSeen(t_ns=2**63 - 1, call="c1.1", dir="s2c", index=3, size=40, request_id=_EVERY_ESCAPE,
+                         final=False, outputs=["TEXT"], model="m")  # fmt: skip
+    line = schema._LINE[ev.MessageSeen](rec, 7, schema._STICKY_SKIP, None)
+    assert line is not None and line == _dumps(rec, 7, schema._STICKY_SKIP, None)[1]
+    line = schema._LINE[ev.MessageSeen](rec, 7, 0, [5, 6])
+    assert line is not None and line == _dumps(rec, 7, 0, [5, 6])[1]
