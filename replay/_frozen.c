@@ -14,7 +14,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
+
+#include "_slots.h"
 
 typedef struct {
     PyObject_HEAD
@@ -69,20 +70,9 @@ static int maker_init(Maker *m, PyObject *args, PyObject *kwds) {
     m->names = Py_NewRef(names);
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *name = PyTuple_GET_ITEM(names, k);
-        PyObject *descr = PyDict_GetItemWithError(cls->tp_dict, name);
-        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
-            ((PyDescrObject *)descr)->d_type != cls) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_TypeError, "Maker: %R is not a slot of %s", name, cls->tp_name);
+        m->offset[k] = field_slot(cls, name, "Maker");
+        if (m->offset[k] < 0)
             return -1;
-        }
-        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-        if (member->type != T_OBJECT_EX || (member->flags & READONLY) || member->offset <= 0 ||
-            member->offset + (Py_ssize_t)sizeof(PyObject *) > cls->tp_basicsize) {
-            PyErr_Format(PyExc_TypeError, "Maker: %R is not a plain object slot", name);
-            return -1;
-        }
-        m->offset[k] = member->offset;
         PyObject *d = PyTuple_GET_ITEM(defaults, k);
         m->defaults[k] = d == missing ? NULL : Py_NewRef(d);
         PyObject *num = PyLong_FromSsize_t(k);

@@ -14,8 +14,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
 #include <string.h>
+
+#include "../_slots.h"
 
 #define MAX_FIELDS 64
 
@@ -75,18 +76,9 @@ static int plan_init(Plan *p, PyObject *args, PyObject *kwds) {
     p->tensor = Py_NewRef(tensor);
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *name = PyTuple_GET_ITEM(names, k);
-        PyObject *descr = PyDict_GetItemWithError(cls->tp_dict, name);
-        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) || ((PyDescrObject *)descr)->d_type != cls) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_TypeError, "Plan: %R is not a slot of %s", name, cls->tp_name);
+        Py_ssize_t offset = field_slot(cls, name, "Plan");
+        if (offset < 0)
             return -1;
-        }
-        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-        if (member->type != T_OBJECT_EX || member->offset <= 0 ||
-            member->offset + (Py_ssize_t)sizeof(PyObject *) > cls->tp_basicsize) {
-            PyErr_Format(PyExc_TypeError, "Plan: %R is not a plain object slot", name);
-            return -1;
-        }
         int t = PySet_Contains(tensor_fields, name);
         if (t < 0)
             return -1;
@@ -94,7 +86,7 @@ static int plan_init(Plan *p, PyObject *args, PyObject *kwds) {
         p->names[k] = Py_NewRef(name);
         PyUnicode_InternInPlace(&p->names[k]);
         p->omitted[k] = o == always ? NULL : Py_NewRef(o);
-        p->offset[k] = member->offset;
+        p->offset[k] = offset;
         p->tensors[k] = t;
         p->nfields = k + 1;
     }

@@ -22,6 +22,8 @@
 #include <limits.h>
 #include <string.h>
 
+#include "../_slots.h"
+
 #define MAX_KEYS 40
 #define MAX_FIELDS 40
 #define MAX_STICKY 8
@@ -141,12 +143,6 @@ static int plain_key(PyObject *k, const char **p, Py_ssize_t *n) {
     return 1;
 }
 
-static Py_ssize_t slot_offset(PyObject *descr) {
-    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)) return -1;
-    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-    if (m->type != T_OBJECT_EX || (m->flags & READONLY)) return -1;
-    return m->offset;
-}
 
 /* plan: (cls, kind, version, to_specs, roles, fields, sticky, call_key, dir_key, forget)
  *   to_specs: a tensor list's JSON text (bytes) -> its specs, or None when it is not a valid one
@@ -228,7 +224,7 @@ static PyObject *table_add(Table *t, PyObject *args) {
         PyObject *descr, *omitted;
         int from_key;
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "OOi:field", &descr, &omitted, &from_key)) goto fail;
-        s->offset[i] = slot_offset(descr);
+        s->offset[i] = plain_slot(descr, NULL);
         if (s->offset[i] < 0) {
             PyErr_SetString(PyExc_TypeError, "a field is not an object slot of the record class");
             goto fail;
@@ -577,7 +573,8 @@ static PyObject *table_decode(Table *t, PyObject *const *args, Py_ssize_t nargs)
         if (p >= e || *p != '"' || nk == MAX_KEYS) goto done;
         /* The key ends at the next quote: an escape, a control or non-ASCII byte in it cannot match a
          * registered shape (their keys have none), so the lookup below declines such a line. */
-        const char *q = memchr(++p, '"', e - p);
+        p++; /* on its own: in the call, the order of the arguments is unspecified, and e - p counted before the increment let memchr look one byte past the line */
+        const char *q = memchr(p, '"', e - p);
         if (q == NULL) goto done;
         kp[nk] = p;
         kn[nk] = q - p;

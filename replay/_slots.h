@@ -1,0 +1,40 @@
+/* Where a record's field lives: the one rule the compiled modules use to read and fill slots by offset.
+ *
+ * replay/_frozen.c fills a new record's slots, replay/capture/_encode.c reads them and
+ * replay/capture/_lines.c fills them from a line: each finds a field's slot through its class's member
+ * descriptor, and only a plain, writable object slot of that very class will do (anything else and
+ * the caller refuses the class, which then takes the Python path).
+ */
+#ifndef TRITON_TAP_SLOTS_H
+#define TRITON_TAP_SLOTS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+/* The offset of the slot `descr` describes, or -1 when it is not a plain object slot (of `cls`, and
+ * within its instances, when `cls` is given). Sets no error: the caller says what it was doing. */
+static inline Py_ssize_t plain_slot(PyObject *descr, PyTypeObject *cls) {
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type))
+        return -1;
+    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+    if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0)
+        return -1;
+    if (cls != NULL && (((PyDescrObject *)descr)->d_type != cls ||
+                        m->offset + (Py_ssize_t)sizeof(PyObject *) > cls->tp_basicsize))
+        return -1;
+    return m->offset;
+}
+
+/* The offset of field `name`'s slot in instances of `cls`, or -1 with TypeError set (`who` names the caller). */
+static inline Py_ssize_t field_slot(PyTypeObject *cls, PyObject *name, const char *who) {
+    PyObject *descr = PyDict_GetItemWithError(cls->tp_dict, name);
+    if (descr == NULL && PyErr_Occurred())
+        return -1;
+    Py_ssize_t offset = plain_slot(descr, cls);
+    if (offset < 0)
+        PyErr_Format(PyExc_TypeError, "%s: %R is not a plain object slot of %s", who, name, cls->tp_name);
+    return offset;
+}
+
+#endif
