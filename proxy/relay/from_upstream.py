@@ -24,8 +24,10 @@ class UpstreamFrames(TunnelState):
         if ftype == wire.DATA:
             call = self.calls.get(sid)
             if call is not None:
-                self._messages(call, 1, wire.data_payload(flags, payload))
-                self._fwd_down(raw)
+                # Once per streamed response: data_payload and _fwd_down inline (two calls less a frame).
+                self._messages(call, 1, payload if not flags & wire.PADDED else wire.data_payload(flags, payload))
+                if not self._early:
+                    self._to_down.append(raw)
                 if flags & wire.END_STREAM:
                     self._end(call, "error", "INTERNAL", "upstream ended the stream without a grpc-status", None)
                 return

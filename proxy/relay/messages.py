@@ -37,6 +37,7 @@ class MessageRecording(TunnelState):
         payload = self.opts.payload
         t_ns = time.time_ns()
         dname: ev.Direction = "c2s" if direction == 0 else "s2c"
+        label = _LABELERS[mkind][direction] if mkind else None
         for flag, length, kept, truncated, digest in done:
             idx = call.index[direction]
             call.index[direction] = idx + 1
@@ -56,7 +57,7 @@ class MessageRecording(TunnelState):
                         else:
                             fields = head
                     if parts is None:
-                        fields = _labels(mkind, direction, body, truncated)
+                        fields = label(body, truncated)
                     if direction == 0:
                         call.inflight.sent(fields["request_id"])
                     else:
@@ -106,11 +107,14 @@ class MessageRecording(TunnelState):
 
 def _labels(mkind: int, direction: int, body: bytes, truncated: bool) -> dict[str, Any]:
     """The Triton labels of one message (raises when it does not decode)."""
-    if direction == 0:
-        return labels.request_labels(body, truncated)
-    if mkind == labels.STREAM:
-        return labels.stream_response_labels(body, truncated)
-    return labels.response_labels(body, truncated)
+    return _LABELERS[mkind][direction](body, truncated)
+
+
+#: Method kind -> (the labels of a request, of a response): looked up once per read, not per message.
+_LABELERS: dict[int, tuple[Any, Any]] = {
+    labels.UNARY_INFER: (labels.request_labels, labels.response_labels),
+    labels.STREAM: (labels.request_labels, labels.stream_response_labels),
+}
 
 
 def _head_labels(mkind: int, direction: int, head: bytes, parts: list[bytes]) -> dict[str, Any] | None:
