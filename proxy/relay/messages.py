@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 from proxy.relay.call import LABEL_KEEP, Call
@@ -37,7 +38,7 @@ class MessageRecording(TunnelState):
         payload = self.opts.payload
         t_ns = time.time_ns()
         dname: ev.Direction = "c2s" if direction == 0 else "s2c"
-        label = _LABELERS[mkind][direction] if mkind else None
+        label: Labeler = _LABELERS[mkind][direction] if mkind else _no_labels
         for flag, length, kept, truncated, digest in done:
             idx = call.index[direction]
             call.index[direction] = idx + 1
@@ -110,8 +111,15 @@ def _labels(mkind: int, direction: int, body: bytes, truncated: bool) -> dict[st
     return _LABELERS[mkind][direction](body, truncated)
 
 
+def _no_labels(body: bytes, truncated: bool) -> dict[str, Any]:
+    """Never called: messages of other methods are not labelled (the loop tests the method first)."""
+    raise AssertionError("not an inference method")
+
+
+Labeler = Callable[[bytes, bool], dict[str, Any]]
+
 #: Method kind -> (the labels of a request, of a response): looked up once per read, not per message.
-_LABELERS: dict[int, tuple[Any, Any]] = {
+_LABELERS: dict[int, tuple[Labeler, Labeler]] = {
     labels.UNARY_INFER: (labels.request_labels, labels.response_labels),
     labels.STREAM: (labels.request_labels, labels.stream_response_labels),
 }
