@@ -180,25 +180,26 @@ class Encoder:
         """One JSONL line (with newline) for ``record`` as record number ``seq`` (``payload_at``: as :func:`encode`)."""
         r: Any = record  # a record of any kind: its fields are read once its class is known
         cls = type(r)
+        skip, now, before = 0, None, None
         if cls is _MESSAGE and r.dir == "s2c":
             # Compared as the record holds them, before any dict is built: the labels cache shares
             # these lists between a stream's records, so a repeat is mostly identity tests.
             now = (r.model, r.model_version, r.outputs, r.output_tensors)
-            last = self._last
-            before = last.get(r.call)
-            last[r.call] = now
+            before = self._last.get(r.call)
+            self._last[r.call] = now
             if now == before:
-                # A stream's responses after its first: the line straight from the record when it can.
-                line = _LINE[cls](r, seq, _STICKY_SKIP, payload_at) if cls in _LINE else None
-                if line is not None:
-                    return line
-                d = _BUILD[cls](r, seq, _STICKY_SKIP)
-                if payload_at is not None:
-                    d["payload_at"] = payload_at
-                return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
-            d = _BUILD[cls](r, seq, 0)
-            if payload_at is not None:
-                d["payload_at"] = payload_at
+                skip = _STICKY_SKIP
+        elif cls is _CALL_END:
+            self._last.pop(r.call, None)
+        if (now is None or skip) and cls in _LINE:
+            # Nothing to add after the fields (a stream's repeats, most kinds): the line straight from the record.
+            line = _LINE[cls](r, seq, skip, payload_at)
+            if line is not None:
+                return line
+        d = _BUILD[cls](r, seq, skip)
+        if payload_at is not None:
+            d["payload_at"] = payload_at
+        if now is not None and not skip:
             if before is not None:
                 for name, value, old in zip(_STICKY, now, before, strict=True):
                     if value == old:
@@ -209,15 +210,6 @@ class Encoder:
                 for name in _STICKY:
                     if name not in d:
                         d[name] = None  # a call's first: spelled out, whatever a reader knew before
-            return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
-        if cls is _CALL_END:
-            self._last.pop(r.call, None)
-        line = _LINE[cls](r, seq, 0, payload_at) if cls in _LINE else None
-        if line is not None:
-            return line
-        d = _BUILD[cls](r, seq, 0)
-        if payload_at is not None:
-            d["payload_at"] = payload_at
         return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
 
 
