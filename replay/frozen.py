@@ -54,7 +54,10 @@ def maker(cls: type[Any], leading: tuple[str, ...]) -> Callable[..., Any]:
     if _C is not None and _fillable(cls, fields):
         missing = object()
         defaults = tuple(missing if f.default is dataclasses.MISSING else f.default for f in fields)
-        make: Callable[..., Any] = _C.Maker(cls, names, len(leading), defaults, missing).make
+        try:
+            make: Callable[..., Any] = _C.Maker(cls, names, len(leading), defaults, missing).make
+        except TypeError:  # a slot the C code cannot fill (replay/_slots.h): the Python path
+            return py_maker(cls, leading)
         return make
     return py_maker(cls, leading)
 
