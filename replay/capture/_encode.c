@@ -93,6 +93,27 @@ static int plan_init(Plan *p, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
+/* Field k of `rec` in a sparse line: 1 written (its value in *v), 2 a tensor list to write (in *v), 0 left
+ * out (skipped, or what a reader fills in), -1 error (an unset slot: AttributeError, as reading it would).
+ * The one rule `build` and `line` share. */
+static int field_of(Plan *p, PyObject *rec, Py_ssize_t k, unsigned long long skip, PyObject **v) {
+    *v = *(PyObject **)((char *)rec + p->offset[k]);
+    if (*v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "%U", p->names[k]);
+        return -1;
+    }
+    if (k < 64 && (skip >> k) & 1)
+        return 0;
+    PyObject *o = p->omitted[k];
+    if (o == NULL)
+        return 1;
+    if (p->tensors[k])
+        return *v == Py_None ? 0 : 2;
+    if (*v == o)
+        return 0;
+    return PyObject_RichCompareBool(*v, o, Py_NE);
+}
+
 /* build(record, seq, skip): the record's sparse dict. Hot path: once per record the writer writes. */
 static PyObject *plan_build(Plan *p, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
@@ -115,22 +136,13 @@ static PyObject *plan_build(Plan *p, PyObject *const *args, Py_ssize_t nargs) {
         PyDict_SetItem(d, s_kind, p->kind) < 0)
         goto fail;
     for (Py_ssize_t k = 0; k < p->nfields; k++) {
-        PyObject *v = *(PyObject **)((char *)rec + p->offset[k]);
-        if (v == NULL) {
-            PyErr_Format(PyExc_AttributeError, "%U", p->names[k]);
+        PyObject *v;
+        int w = field_of(p, rec, k, skip, &v);
+        if (w < 0)
             goto fail;
-        }
-        if (k < 64 && (skip >> k) & 1)
+        if (w == 0)
             continue;
-        PyObject *o = p->omitted[k];
-        if (o == NULL) {
-            if (PyDict_SetItem(d, p->names[k], v) < 0)
-                goto fail;
-            continue;
-        }
-        if (p->tensors[k]) {
-            if (v == Py_None)
-                continue;
+        if (w == 2) {
             /* [tensor(t) for t in v] */
             PyObject *seq = PySequence_Fast(v, "a tensor list must be a sequence");
             if (seq == NULL)
@@ -157,12 +169,7 @@ static PyObject *plan_build(Plan *p, PyObject *const *args, Py_ssize_t nargs) {
                 goto fail;
             continue;
         }
-        if (v == o)
-            continue;
-        int ne = PyObject_RichCompareBool(v, o, Py_NE);
-        if (ne < 0)
-            goto fail;
-        if (ne && PyDict_SetItem(d, p->names[k], v) < 0)
+        if (PyDict_SetItem(d, p->names[k], v) < 0)
             goto fail;
     }
     return d;
@@ -354,28 +361,14 @@ static PyObject *plan_line(Plan *p, PyObject *const *args, Py_ssize_t nargs) {
     if (!r)
         goto fallback;
     for (Py_ssize_t k = 0; k < p->nfields; k++) {
-        PyObject *v = *(PyObject **)((char *)rec + p->offset[k]);
-        if (v == NULL) {
-            PyErr_Format(PyExc_AttributeError, "%U", p->names[k]);
+        PyObject *v;
+        int w = field_of(p, rec, k, skip, &v);
+        if (w < 0)
             goto done;
-        }
-        if (k < 64 && (skip >> k) & 1)
+        if (w == 0)
             continue;
-        PyObject *om = p->omitted[k];
-        if (om != NULL) {
-            if (p->tensors[k]) {
-                if (v == Py_None)
-                    continue;
-                goto fallback; /* tensor lists: the dict and orjson */
-            }
-            if (v == om)
-                continue;
-            int ne = PyObject_RichCompareBool(v, om, Py_NE);
-            if (ne < 0)
-                goto done;
-            if (!ne)
-                continue;
-        }
+        if (w == 2)
+            goto fallback; /* tensor lists: the dict and orjson */
         if (!placed && PyUnicode_CompareWithASCIIString(p->names[k], "payload_at") == 0) {
             v = payload_at; /* the writer's place in the side file, where the field stands */
             placed = 1;
