@@ -1,11 +1,12 @@
 /* The labels' field scanner, compiled: label_key(buf, strip, nested, ident, nested_ident, ids).
  *
- * Why: every streamed response goes through proxy.triton.labels.label_key (the key of the labels
- * cache), and its Python loop over the message's fields was the largest single piece of the relay's
- * per-message work (~5 us of ~30 per streamed response, `python -m bench.micro`; issue 18). This is
- * the same loop over the same bytes, with the same answers: labels.py keeps the Python version
- * (`py_label_key`), used without the compiled module or with TRITON_TAP_PURE=1, and
- * tests/proxy/triton/test_scan.py holds the two equal with Hypothesis, on random bytes too.
+ * Why: every streamed response's labels come from the labels cache, keyed by this scan of the
+ * message's fields; as Python (proxy.triton.labels.py_label_key) it was the largest single piece of
+ * the relay's per-message work (~5 us of ~30 per streamed response, `python -m bench.micro`; issue 18).
+ * `lookup` (below) is what the relay calls: the scan, the cache lookup, the copy and the request id in
+ * one call. `label_key` exposes the same scan alone, so tests/proxy/triton/test_scan.py can hold it
+ * equal to py_label_key with Hypothesis, on random bytes too; py_label_key and labels._cached stay the
+ * path without the compiled module or with TRITON_TAP_PURE=1.
  *
  * The rules (see label_key's docstring in labels.py): one pass over the top-level fields; the
  * contents of a `strip`-tagged field (wire type 2) are left out, its tag byte kept; the contents of

@@ -10,7 +10,6 @@ in field-number order and Triton puts the tensor bytes last (``raw_input_content
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
@@ -200,7 +199,7 @@ def decode_stream_response_labels(body: bytes, truncated: bool) -> dict[str, Any
 # A stream's responses differ from each other only in their tensor bytes (``raw_output_contents``)
 # until the next request: same model, id, parameters and output specs. Labels never read tensor
 # bytes, so a message whose every byte outside its tensor bytes equals an earlier message's has
-# that message's labels. :func:`label_key` is a minimal protobuf field scanner that walks the
+# that message's labels. :func:`py_label_key` is a minimal protobuf field scanner that walks the
 # top-level fields and returns those bytes; a hit skips the protobuf decode and the dict building
 # (~7 us -> ~2 us per streamed response). Anything it does not fully understand (a group, a cut or
 # malformed field) gets no key and is decoded as before, so every label comes from protobuf once.
@@ -295,12 +294,10 @@ def py_label_key(buf: bytes, strip: int, nested: int = 0, ident: int = 0, nested
     return b"".join(parts)
 
 
+#: ``_scan.c``: the same scanner compiled (``label_key``, which tests/proxy/triton/test_scan.py holds
+#: equal to :func:`py_label_key`) and the whole cache lookup built on it (``lookup``), when it was built
+#: and ``TRITON_TAP_PURE`` is not set.
 _C = load_compiled("proxy.triton._scan")
-
-#: The scanner the labels use: ``_scan.c``, the same loop compiled (~5 us less per streamed response,
-#: issue 18), when it was built and ``TRITON_TAP_PURE`` is not set; else :func:`py_label_key`. The two
-#: give the same answers (tests/proxy/triton/test_scan.py). Tags must be below 128 (one byte).
-label_key: Callable[..., bytes | None] = _C.label_key if _C is not None else py_label_key
 
 _requests: dict[bytes, dict[str, Any]] = {}
 _responses: dict[bytes, dict[str, Any]] = {}
@@ -356,7 +353,7 @@ def _labels(
             return got
         return _miss(cache, got, decode, body)
     ids: list[bytes] = []
-    key = label_key(body, strip, nested, ident, nested_ident, ids)
+    key = py_label_key(body, strip, nested, ident, nested_ident, ids)
     return _cached(cache, key, ids, decode, body)
 
 

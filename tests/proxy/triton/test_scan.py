@@ -158,4 +158,4 @@ def test_the_labels_use_the_compiled_scanner_where_it_is_built() -> None:
     assert importlib.util.find_spec("proxy.triton._scan") is not None, (
         "proxy.triton._scan was not built: see pip's output"
     )
-    assert _C is not None and labels.label_key is _C.label_key
+    assert _C is not None and labels._lookup is _C.lookup
