@@ -9,9 +9,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PAYLOADS = ("none", "meta", "full")
 #: ``proxy-full``: ``--payload full`` with its default store (message bytes in a raw side file);
 #: ``proxy-full-inline``: ``--payload full --payload-store inline`` (base64 inside the JSON line).
-ALL_PATHS = ("direct", "proxy-none", "proxy-meta", "proxy-full", "proxy-full-inline", "nginx")
+#: ``floor``: :mod:`bench.floor`, a relay in Python that only passes reads on (what no proxy change can remove).
+ALL_PATHS = ("direct", "proxy-none", "proxy-meta", "proxy-full", "proxy-full-inline", "floor", "nginx")
 #: Proxy paths that are a payload mode plus flags: name -> (payload, extra flags).
 FLAGGED_PATHS: dict[str, tuple[str, tuple[str, ...]]] = {"proxy-full-inline": ("full", ("--payload-store", "inline"))}
+#: Paths that are another program taking the proxy's flags: name -> module run as ``python -m MODULE``.
+MODULE_PATHS = {"floor": "bench.floor"}
 SCENARIOS = ("streaming", "unary", "large", "paced", "scaling", "memory")
 #: Against the real tritonserver with NVIDIA perf_analyzer (bench.perfa): only when asked for by --scenarios.
 PA_SCENARIOS = ("perf_analyzer", "pa_workers")
@@ -51,7 +54,7 @@ class Config:
             "streaming": ALL_PATHS,
             "unary": ALL_PATHS,
             "large": ("direct", "proxy-none", "proxy-meta", "proxy-full", "proxy-full-inline", "nginx"),
-            "paced": ("direct", "proxy-meta", "nginx"),
+            "paced": ("direct", "proxy-meta", "floor", "nginx"),
             "scaling": ("direct", "proxy-meta", "nginx"),
         }
     )

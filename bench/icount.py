@@ -12,6 +12,12 @@ again and again: the relay does not track flow control, so replaying DATA of an 
 it sees from a streaming Triton), plus, unless ``--no-encode``, the writer thread's encoding of every
 record: a capture file's sparse :class:`replay.capture.schema.Encoder`, as the writer uses it (a
 stream's repeated sticky fields left out). Valgrind must be installed.
+
+``--unary`` counts a whole unary ModelInfer call instead: the proxy's two reads of it (the client's
+HEADERS+DATA, the upstream's HEADERS+DATA+trailers, as grpc sends them: one read each way), its
+five records (``call_start``, two ``message``, ``half_closed``, ``call_end``) and their encoding.
+The calls are made by the same ``h2`` peers beforehand, as many in both runs, so only the relay's
+part differs between them.
 """
 
 from __future__ import annotations
@@ -56,6 +62,34 @@ def _child(payload: str, per_read: int, rounds: int, encode_records: bool) -> No
         sink.clear()
 
 
+def _unary_child(payload: str, rounds: int, encode_records: bool) -> None:
+    from bench.micro import _Harness, unary_call_reads
+    from replay.capture.schema import Encoder
+
+    lines: list[bytes] = []
+    encode = Encoder().encode
+
+    def emit(record: Any) -> None:
+        if encode_records:
+            lines.append(encode(record, len(lines)))
+
+    h = _Harness(payload, emit)
+    # As many calls made in both runs (the h2 peers' work cancels out); only ``rounds`` relayed.
+    calls = unary_call_reads(h, UNARY_CALLS * UNARY_MAX_ROUNDS)
+    down, up = h.t.down, h.t.up
+    for c2s, s2c in calls[: UNARY_CALLS * rounds]:
+        h.t.side_data(down, c2s)
+        h.t.side_data(up, s2c)
+        h.dt.out.clear()
+        h.ut.out.clear()
+        lines.clear()
+
+
+#: Calls per round of ``--unary``, and the most rounds a run may ask for.
+UNARY_CALLS = 50
+UNARY_MAX_ROUNDS = 8
+
+
 def _count(args: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")
@@ -78,6 +112,16 @@ def per_response(payload: str, per_read: int, encode_records: bool, rounds: int 
     return (big - small) / (rounds * 50 * per_read)
 
 
+def per_unary_call(payload: str, encode_records: bool, rounds: int = 6) -> float:
+    """Instructions per unary call: (count with ``rounds``+1 rounds - count with 1) / calls."""
+    if rounds + 1 > UNARY_MAX_ROUNDS:
+        raise SystemExit(f"--unary counts at most {UNARY_MAX_ROUNDS - 1} rounds")
+    base = [payload, "1", "--unary"] + ([] if encode_records else ["--no-encode"])
+    small = _count([*base, "--rounds", "1"])
+    big = _count([*base, "--rounds", str(rounds + 1)])
+    return (big - small) / (rounds * UNARY_CALLS)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.icount", description=__doc__.split("\n\n")[0])
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -85,9 +129,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("per_read", nargs="?", type=int, default=None)
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--no-encode", action="store_true", help="leave the writer's JSONL encoding out")
+    p.add_argument("--unary", action="store_true", help="count per unary ModelInfer call instead")
     args = p.parse_args(argv)
     if args.child:
-        _child(args.payload, args.per_read, args.rounds, not args.no_encode)
+        if args.unary:
+            _unary_child(args.payload, args.rounds, not args.no_encode)
+        else:
+            _child(args.payload, args.per_read, args.rounds, not args.no_encode)
+        return 0
+    if args.unary:
+        print("### instructions per unary ModelInfer call (callgrind; relay + record encoding)")
+        print("| payload | per call |")
+        print("|---|---|")
+        for payload in [args.payload] if args.payload else ["none", "meta", "full"]:
+            print(f"| {payload} | {per_unary_call(payload, not args.no_encode, args.rounds) / 1e3:.1f} k |")
         return 0
     print("### instructions per streamed response (callgrind; relay + record encoding)")
     print("| payload | 1 response per read | 8 responses per read |")

@@ -158,21 +158,48 @@ class _Harness:
 INFER_PATH = b"/inference.GRPCInferenceService/ModelInfer"
 
 
+def _unary_messages() -> tuple[bytes, bytes, list[tuple[bytes, bytes]]]:
+    """A unary ModelInfer's request and response (gRPC-framed) and the client's headers."""
+    req = pb.ModelInferRequest(model_name="bench", id="u")
+    req.inputs.add(name="INPUT", datatype="INT32", shape=[1, 16])
+    req.raw_input_contents.append(bytes(64))
+    resp = pb.ModelInferResponse(model_name="bench", model_version="1", id="u")
+    resp.outputs.add(name="OUTPUT", datatype="INT32", shape=[1, 16])
+    resp.raw_output_contents.append(bytes(64))
+    hdrs = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", INFER_PATH), (b":authority", b"bench"),
+            (b"content-type", b"application/grpc"), (b"te", b"trailers"), (b"grpc-accept-encoding", b"identity,deflate,gzip"),
+            (b"user-agent", b"grpc-python/1.85 grpc-c/50.0.0 (linux; chttp2)")]  # fmt: skip
+    return grpc_frame(req.SerializeToString()), grpc_frame(resp.SerializeToString()), hdrs
+
+
+def unary_call_reads(h: _Harness, calls: int) -> list[tuple[bytes, bytes]]:
+    """The bytes of ``calls`` unary calls made by the harness's h2 peers without the proxy: per call the
+    client's read (HEADERS+DATA, END_STREAM; flow-control credit of the call before) and the server's
+    (HEADERS+DATA+trailers), in order, for the proxy to be fed afterwards (``bench.icount --unary``)."""
+    req_frame, resp_frame, hdrs = _unary_messages()
+    out = []
+    for _ in range(calls):
+        sid = h.client.get_next_available_stream_id()
+        h.client.send_headers(sid, hdrs)
+        h.client.send_data(sid, req_frame, end_stream=True)
+        c2s = h.client.data_to_send()
+        h.server.receive_data(c2s)
+        h.server.send_headers(sid, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+        h.server.send_data(sid, resp_frame)
+        h.server.send_headers(sid, [(b"grpc-status", b"0"), (b"grpc-message", b"")], end_stream=True)
+        s2c = h.server.data_to_send()
+        for e in h.client.receive_data(s2c):
+            if isinstance(e, h2.events.DataReceived):
+                h.client.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+        out.append((c2s, s2c))
+    return out
+
+
 def relay_per_unary_call(payload: str, calls: int) -> float:
     """A whole unary ModelInfer (request HEADERS+DATA+END, response HEADERS+DATA+trailers): us of
     proxy time per call."""
     h = _Harness(payload, lambda r: None)
-    req = pb.ModelInferRequest(model_name="bench", id="u")
-    req.inputs.add(name="INPUT", datatype="INT32", shape=[1, 16])
-    req.raw_input_contents.append(bytes(64))
-    req_frame = grpc_frame(req.SerializeToString())
-    resp = pb.ModelInferResponse(model_name="bench", model_version="1", id="u")
-    resp.outputs.add(name="OUTPUT", datatype="INT32", shape=[1, 16])
-    resp.raw_output_contents.append(bytes(64))
-    resp_frame = grpc_frame(resp.SerializeToString())
-    hdrs = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", INFER_PATH), (b":authority", b"bench"),
-            (b"content-type", b"application/grpc"), (b"te", b"trailers"), (b"grpc-accept-encoding", b"identity,deflate,gzip"),
-            (b"user-agent", b"grpc-python/1.85 grpc-c/50.0.0 (linux; chttp2)")]  # fmt: skip
+    req_frame, resp_frame, hdrs = _unary_messages()
     total = 0
     for i in range(calls + 50):
         h.proxy_ns = 0

@@ -252,7 +252,8 @@ def run(scenarios: list[str], cfg: PaConfig, workdir: Path, want_nginx: bool,
         b.start_triton()
         if "perf_analyzer" in scenarios:
             b.add_proxy("proxy")
-            paths = ["direct", "proxy"]
+            b.add_proxy("floor", module="bench.floor")  # the Python floor (bench/floor.py)
+            paths = ["direct", "proxy", "floor"]
             for name, module in (extra or {}).items():
                 b.add_proxy(name, module=module)
                 paths.append(name)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import perfa, procs
+from bench import perfa, procs, report18
 from bench.config import ALL_PATHS, FULL, PA_SCENARIOS, PAYLOADS, RESULTS, SCENARIOS, SMOKE, Config
 from bench.profiling import profile, profile_table
 from bench.report import table, targets, targets_table
@@ -214,11 +214,13 @@ def run_bench(cfg: Config, scenarios: list[str], workdir: Path, want_nginx: bool
     results["errors"] = bench.errors
     results["targets"] = targets(results)
     results["pa_targets"] = perfa.targets(results["scenarios"])
+    results["targets18"] = report18.targets(results)
     print(f"## triton-tap bench ({results['mode']}; {results['environment']['cpus']} CPUs; "
           f"load average at start {results['environment']['loadavg'][0]:.2f})\n")  # fmt: skip
     print(table(results))
     if scenarios:
         print(targets_table(results["targets"]))
+        print(report18.table(results["targets18"]))
     if pa_scenarios:
         print(perfa.table(results["scenarios"]))
         print(targets_table(results["pa_targets"]).replace("(issue 6)", "(issue 18)"))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import procs
-from bench.config import ALL_PATHS, FLAGGED_PATHS, MB, PAYLOADS, Config, scaling_shape
+from bench.config import ALL_PATHS, FLAGGED_PATHS, MB, MODULE_PATHS, PAYLOADS, Config, scaling_shape
 from bench.summary import summarise_latency, summarise_throughput
 
 
@@ -45,7 +45,7 @@ class Bench:
                 proc, port = procs.start_proxy(self.workdir, self.uport, payload, name=name, flags=flags)
                 self.procs.append(proc)
                 self.targets[name] = (port, proc)
-        for name, module in self.cfg.extra.items():
+        for name, module in [*((n, m) for n, m in MODULE_PATHS.items() if n in paths), *self.cfg.extra.items()]:
             proc, port = procs.start_proxy(self.workdir, self.uport, "meta", module=module, name=name)
             self.procs.append(proc)
             self.targets[name] = (port, proc)

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from proxy.relay.call import Call
+from proxy.relay.records import make_call_end
 from proxy.relay.state import TunnelState
 from proxy.triton import causes
 from proxy.wire import frames as wire
@@ -84,12 +85,11 @@ class CallEndings(TunnelState):
         t = self.down.transport
         undelivered = 0 if t is None or self.down_lost or not t.get_write_buffer_size() else None
         self.emit(
-            ev.CallEnded(
-                t_ns=time.time_ns(), call=call.id, status=status, details=details, cause=cause,  # type: ignore[arg-type]
-                trailers=pairs(trailers) if trailers is not None else None,
-                initial_metadata=pairs(call.resp_headers) if call.resp_headers is not None else None,
-                duration_ms=call.elapsed_ms(), messages_c2s=call.index[0], messages_s2c=call.index[1],
-                upstream_rst_code=rst, s2c_undelivered_bytes=undelivered,
+            make_call_end(
+                time.time_ns(), call.id, status, details, cause,
+                pairs(trailers) if trailers is not None else None,
+                pairs(call.resp_headers) if call.resp_headers is not None else None,
+                call.elapsed_ms(), call.index[0], call.index[1], rst, undelivered, {},
             )
         )  # fmt: skip
         self._maybe_close_down()

@@ -10,11 +10,11 @@ import h2.errors
 from proxy.relay.call import Call
 from proxy.relay.endings import PROXY_ANSWERS
 from proxy.relay.options import REDACTED
+from proxy.relay.records import make_call_start, make_half_close
 from proxy.relay.state import TunnelState
 from proxy.triton import causes
 from proxy.wire import frames as wire
-from proxy.wire.headers import header, pairs
-from replay.capture import events as ev
+from proxy.wire.headers import Block, header, pairs
 
 ENHANCE_YOUR_CALM = int(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
 #: Streams a client may open after the GOAWAY it got (each refused) before that counts as abuse.
@@ -33,7 +33,7 @@ class ClientFrames(TunnelState):
             if call is not None:
                 self._messages(call, 0, wire.data_payload(flags, payload))
                 if flags & wire.END_STREAM:
-                    self.emit(ev.HalfClosed(t_ns=time.time_ns(), call=call.id))
+                    self.emit(make_half_close(time.time_ns(), call.id, {}))
             self._fwd_up(raw)
         elif ftype == wire.HEADERS:
             self._c2s_headers(flags, sid, payload, raw)
@@ -97,7 +97,7 @@ class ClientFrames(TunnelState):
             # Trailers from the client, or a stream the upstream will judge (closed, even id).
             self._forward_headers(sid, headers, end, raw)
         if end and call is not None and not call.ended:
-            self.emit(ev.HalfClosed(t_ns=time.time_ns(), call=call.id))
+            self.emit(make_half_close(time.time_ns(), call.id, {}))
 
     def _forward_headers(self, sid: int, headers: list[tuple[bytes, bytes]], end: bool, raw: memoryview) -> None:
         if not self.reencode_c2s:
@@ -113,20 +113,30 @@ class ClientFrames(TunnelState):
 
     def _request(self, sid: int, headers: list[tuple[bytes, bytes]]) -> Call:
         self.max_down_id = sid
+        # A client's calls repeat their header block: what it says is read once per block (Block).
+        got = headers.derived.get("request") if type(headers) is Block else None
+        if got is None or got[0] is not self.opts:
+            got = self._read_request(headers)
+        _, method, timeout_ms, meta = got
+        call = Call(f"{self.conn_id}.{sid}", sid, method, timeout_ms, self.opts)
+        self.calls[sid] = call
+        self.relay.open_calls += 1
+        self.emit(
+            make_call_start(time.time_ns(), call.id, self.conn_id, method, self.peer, meta, timeout_ms,
+                            self.client_subject, {})
+        )  # fmt: skip
+        return call
+
+    def _read_request(self, headers: list[tuple[bytes, bytes]]) -> tuple[Any, str, float | None, list[list[str]]]:
+        """(options, method, timeout in ms, metadata as recorded) of a request header block."""
         path = header(headers, b":path") or b""
         timeout = header(headers, b"grpc-timeout")
         timeout_ms = causes.parse_grpc_timeout(timeout.decode("latin-1")) if timeout else None
-        call = Call(f"{self.conn_id}.{sid}", sid, path.decode("latin-1"), timeout_ms, self.opts)
-        self.calls[sid] = call
-        self.relay.open_calls += 1
         meta = [[k, REDACTED if self.opts.redacts(k) else v] for k, v in pairs(headers)]
-        self.emit(
-            ev.CallStarted(
-                t_ns=time.time_ns(), call=call.id, conn=self.conn_id, method=call.method,
-                peer=self.peer, metadata=meta, timeout_ms=timeout_ms, client_subject=self.client_subject,
-            )
-        )  # fmt: skip
-        return call
+        got = (self.opts, path.decode("latin-1"), timeout_ms, meta)
+        if type(headers) is Block:
+            headers.derived["request"] = got
+        return got
 
     def _refuse(self, call: Call, reason: str) -> None:
         """REFUSED_STREAM to the client: never processed, so the client may retry it itself."""

@@ -24,6 +24,7 @@ from typing import Any
 
 import hpack
 
+from proxy.wire.headers import Block
 from replay.compiled import load_compiled
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -190,7 +191,7 @@ class FrameReader:
         # block bytes -> (dynamic table entries, table size, headers) for blocks that changed no
         # table state: a client sends the same few blocks again and again (indexed fields only),
         # and decoding one costs ~15-20 us of Python.
-        self._seen: dict[bytes, tuple[tuple[Any, ...], int, list[Any]]] = {}
+        self._seen: dict[bytes, tuple[Any, int, int, Block]] = {}
         self.block: HeaderBlock | None = None
         self.failed = False
         #: After :meth:`feed`: the bytes of exactly the frames it returned, when they are one
@@ -354,22 +355,28 @@ class FrameReader:
         self, sid: int, end_stream: int, data: bytes, raw: memoryview
     ) -> tuple[int, int, int, object, memoryview]:
         table = self.decoder.header_table
-        entries = tuple(table.dynamic_entries)
+        dynamic = table.dynamic_entries
+        # The table's state in three values: entries are only ever inserted at the front (a new
+        # tuple each time) and evicted from the back, so the same front entry object, count and
+        # size limit mean the same entries (the front one is kept alive by the cache: its id is
+        # never reused while an entry refers to it).
+        front = dynamic[0] if dynamic else None
+        count = len(dynamic)
         size = table.maxsize
         hit = self._seen.get(data)
-        if hit is not None and hit[1] == size and hit[0] == entries:
-            headers = hit[2]
+        if hit is not None and hit[0] is front and hit[1] == count and hit[2] == size:
+            headers = hit[3]
         else:
             try:
-                headers = list(self.decoder.decode(data, raw=True))
+                headers = Block(self.decoder.decode(data, raw=True))
             except (hpack.HPACKError, ValueError, IndexError) as e:
                 raise FrameError(COMPRESSION_ERROR, f"undecodable header block: {e}") from e
-            if len(data) <= _SEEN_BLOCK and table.maxsize == size and len(table.dynamic_entries) == len(entries) and (
-                not entries or table.dynamic_entries[0] is entries[0]
+            if len(data) <= _SEEN_BLOCK and table.maxsize == size and len(dynamic) == count and (
+                not count or dynamic[0] is front
             ):
                 # Same table before and after (an insertion would be at the front): the same
                 # bytes decode the same way for as long as the table stays as it is now.
                 if len(self._seen) >= 256:
                     self._seen.clear()
-                self._seen[data] = (entries, size, headers)
+                self._seen[data] = (front, count, size, headers)
         return (HEADERS, end_stream, sid, headers, raw)

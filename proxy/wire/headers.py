@@ -7,13 +7,39 @@ decodes (raw, as on the wire).
 from __future__ import annotations
 
 import base64
+from typing import Any
 from urllib.parse import unquote
 
 Headers = list[tuple[bytes, bytes]]
 
 
+class Block(list[tuple[bytes, bytes]]):
+    """A decoded header block as :class:`proxy.wire.frames.FrameReader` hands it out.
+
+    The reader hands out the same Block again for the same block bytes while the HPACK table stays
+    as it was (a client's calls repeat their headers), so what is derived from one is worked out once
+    and kept in ``derived``: by :func:`pairs` and :func:`grpc_status` here, by the relay for a call's
+    start. What is kept there is shared by every record made from it, so it is never changed.
+    """
+
+    __slots__ = ("derived",)
+
+    def __init__(self, fields: Any = ()) -> None:
+        super().__init__(fields)
+        self.derived: dict[str, Any] = {}
+
+
 def pairs(headers: Headers) -> list[list[str]]:
     """A header list as the capture records it: ``[[name, value], ...]`` strings, in wire order."""
+    if type(headers) is Block:
+        got: list[list[str]] | None = headers.derived.get("pairs")
+        if got is None:
+            got = headers.derived["pairs"] = _pairs(headers)
+        return got
+    return _pairs(headers)
+
+
+def _pairs(headers: Headers) -> list[list[str]]:
     return [[k.decode("latin-1"), text(k, v)] for k, v in headers]
 
 
@@ -36,6 +62,15 @@ def header(headers: Headers, name: bytes) -> bytes | None:
 
 def grpc_status(headers: Headers) -> tuple[bytes | None, str | None]:
     """The raw ``grpc-status`` and the percent-decoded ``grpc-message`` of a trailer block."""
+    if type(headers) is Block:
+        got: tuple[bytes | None, str | None] | None = headers.derived.get("grpc_status")
+        if got is None:
+            got = headers.derived["grpc_status"] = _grpc_status(headers)
+        return got
+    return _grpc_status(headers)
+
+
+def _grpc_status(headers: Headers) -> tuple[bytes | None, str | None]:
     msg = header(headers, b"grpc-message")
     return header(headers, b"grpc-status"), unquote(msg.decode("latin-1")) if msg is not None else None
 

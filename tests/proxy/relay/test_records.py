@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.relay.records import make_message
+from proxy.relay.records import make_call_end, make_call_start, make_half_close, make_message
 from replay.capture import events as ev
 
 
@@ -33,3 +33,34 @@ def test_making_refuses_what_the_event_refuses() -> None:
         make_message(1, "c", "c2s", 0, 0, False, {"nope": 1})
     with pytest.raises(TypeError):
         make_message(1, "c", "c2s", 0, 0, False, {"size": 1})
+
+
+_TEXT = st.one_of(st.none(), st.text(max_size=4))
+_PAIRS = st.one_of(st.none(), st.lists(st.lists(st.text(max_size=3), min_size=2, max_size=2), max_size=3))
+
+
+@given(st.integers(0, 2**63), st.text(max_size=5), st.lists(st.lists(st.text(max_size=3), min_size=2, max_size=2)),
+       st.one_of(st.none(), st.floats(0, 1e6)), _TEXT)  # fmt: skip
+def test_a_made_call_start_is_the_event(t_ns: int, call: str, meta: list[list[str]], timeout_ms: float | None,
+                                        subject: str | None) -> None:  # fmt: skip
+    """``make_call_start`` in its argument order gives the event built with keywords."""
+    rec = make_call_start(t_ns, call, "c1", "/m", "peer", meta, timeout_ms, subject, {})
+    direct = ev.CallStarted(t_ns=t_ns, call=call, conn="c1", method="/m", peer="peer", metadata=meta,
+                            timeout_ms=timeout_ms, client_subject=subject)  # fmt: skip
+    assert type(rec) is ev.CallStarted and rec == direct and orjson.dumps(rec) == orjson.dumps(direct)
+
+
+@given(st.integers(0, 2**63), st.sampled_from(["OK", "CANCELLED"]), _TEXT, st.sampled_from(["ok", "client_cancel"]),
+       _PAIRS, _PAIRS, st.floats(0, 1e6), st.integers(0, 9), st.integers(0, 9), st.one_of(st.none(), st.integers(0, 13)),
+       st.one_of(st.none(), st.integers(0, 99)))  # fmt: skip
+def test_a_made_call_end_is_the_event(t_ns: int, status: str, details: str | None, cause: str,
+                                      trailers: list[list[str]] | None, initial: list[list[str]] | None,
+                                      duration: float, c2s: int, s2c: int, rst: int | None,
+                                      undelivered: int | None) -> None:  # fmt: skip
+    """``make_call_end`` in its argument order gives the event built with keywords; so does ``make_half_close``."""
+    rec = make_call_end(t_ns, "c1.1", status, details, cause, trailers, initial, duration, c2s, s2c, rst, undelivered, {})
+    direct = ev.CallEnded(t_ns=t_ns, call="c1.1", status=status, details=details, cause=cause,  # type: ignore[arg-type]
+                          trailers=trailers, initial_metadata=initial, duration_ms=duration, messages_c2s=c2s,
+                          messages_s2c=s2c, upstream_rst_code=rst, s2c_undelivered_bytes=undelivered)  # fmt: skip
+    assert type(rec) is ev.CallEnded and rec == direct and orjson.dumps(rec) == orjson.dumps(direct)
+    assert make_half_close(t_ns, "c1.1", {}) == ev.HalfClosed(t_ns=t_ns, call="c1.1")

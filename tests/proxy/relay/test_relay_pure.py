@@ -20,6 +20,7 @@ import pytest
 from proxy.relay import closing, from_client
 from proxy.relay.call import LABEL_KEEP
 from proxy.relay.from_client import ENHANCE_YOUR_CALM
+from proxy.relay.options import REDACTED
 from proxy.relay.refuser import Refuser
 from proxy.relay.relay import Relay
 from proxy.relay.tunnel import Tunnel
@@ -394,3 +395,21 @@ def test_upstream_closing_cleanly_before_any_call_sends_the_client_elsewhere(_lo
     (goaway,) = [e for e in got if isinstance(e, h2.events.ConnectionTerminated)]
     assert goaway.last_stream_id == 0 and goaway.error_code == 0
     assert not rig.of("call_end") and not rig.of("protocol_error")
+
+
+def test_calls_repeating_a_header_block_are_recorded_alike(_loop: asyncio.AbstractEventLoop) -> None:
+    """What a request block says is read once per block (proxy.wire.headers.Block): calls sending the same
+    block get the same method, metadata and redaction, and a call whose block differs (another deadline,
+    another secret) gets its own."""
+    rig = _Rig()
+    secret = [*REQ, (b"authorization", b"Bearer s3cret")]
+    for headers in (secret, secret, secret, [*secret, (b"grpc-timeout", b"250m")], secret):
+        rig.open_call(headers)
+    starts = rig.of("call_start")
+    assert [s.timeout_ms for s in starts] == [None, None, None, 250.0, None]
+    assert all(s.method == "/inference.GRPCInferenceService/ModelInfer" for s in starts)
+    assert [s.metadata for s in starts[:3]] == [starts[4].metadata] * 3
+    assert starts[0].metadata[-1] == ["authorization", REDACTED]
+    assert starts[3].metadata[-2:] == [["authorization", REDACTED], ["grpc-timeout", "250m"]]
+    # the later blocks of the same headers were remembered (hpack indexes them), so the cache was used
+    assert starts[1].metadata is starts[2].metadata

@@ -8,11 +8,12 @@ import hpack
 import pytest
 from h2.config import H2Configuration
 from h2.connection import H2Connection
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from proxy.wire import frames as wire
 from proxy.wire.frames import FrameError, FrameReader
+from proxy.wire.headers import Block
 
 Frame = tuple[int, int, int, Any, Any]
 
@@ -760,3 +761,78 @@ def test_only_small_header_blocks_are_remembered() -> None:
     large = wire.encode_block([(b"x-big", b"y" * 4000)])
     reader.feed(_frame(wire.HEADERS, wire.END_HEADERS, 1, small) + _frame(wire.HEADERS, wire.END_HEADERS, 3, large))
     assert list(reader._seen) == [small]
+
+
+
+_CACHED_FIELDS = [(b"x-a", b"1"), (b"x-b", b"2"), (b"x-c", b"33")]
+
+
+def _hpack_op(op: tuple[str, int]) -> bytes:
+    """One HPACK representation written by hand (hpack's Encoder mishandles a table size set twice
+    between blocks): a literal field added to the table, an indexed dynamic-table field, a size update."""
+    kind, n = op
+    if kind == "add":
+        name, value = _CACHED_FIELDS[n]
+        return b"\x40" + bytes([len(name)]) + name + bytes([len(value)]) + value
+    if kind == "index":
+        return bytes([0x80 | (62 + n)])
+    if n < 31:
+        return bytes([0x20 | n])
+    out, n = [0x3F], n - 31  # a 5-bit prefix, then 7 bits a byte (RFC 7541 5.1)
+    while n >= 128:
+        out.append(0x80 | n % 128)
+        n //= 128
+    return bytes([*out, n])
+
+
+_BLOCKS = st.tuples(
+    st.sampled_from([[]] * 5 + [[("size", 40)], [("size", 80)], [("size", 4096)], [("size", 0), ("size", 80)],
+                                [("size", 40), ("size", 4096)]]),  # two in a block: the smallest, then the last
+    st.sampled_from([[("index", 0)], [("index", 1)], [("index", 1)], [("index", 2)], [("add", 0)], [("add", 1)],
+                     [("add", 2)], [("add", 0), ("index", 1)]]),
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_BLOCKS, min_size=1, max_size=30))
+# Each example pins one way a remembered block's table can differ from the table now (the preamble below
+# leaves entries 0, 1, 2 with 0 in front):
+# - fewer entries: a shrink evicts from the back and the size comes back in the same block;
+@example([([], [("index", 1)]), ([("size", 40), ("size", 4096)], [("index", 0)]), ([], [("index", 1)])])
+# - another front entry, as many entries: at 40 bytes an added field evicts the one before;
+@example([([("size", 40)], [("index", 0)]), ([], [("index", 0)]), ([], [("add", 1)]), ([], [("index", 0)])])
+# - another size: a size update to the size in force changes nothing, so the block is remembered; met
+#   at another size, it must set that size again (and the next field added evicts at 80 bytes).
+@example([([("size", 80)], [("index", 0)]), ([("size", 80)], [("index", 0)]), ([("size", 4096)], [("index", 0)]),
+          ([("size", 80)], [("index", 0)]), ([], [("add", 2)]), ([], [("index", 2)])])  # fmt: skip
+def test_a_remembered_block_is_decoded_again_once_the_table_changed(blocks: list[Any]) -> None:
+    """The same block bytes mean other headers after the HPACK table changed (an entry added, evicted, the
+    table resized): the reader's remembered blocks always decode as a fresh decoder does, or fail as it
+    does. Small tables make a repeat with the same entry count but another entry likely (40 bytes hold
+    one of these fields)."""
+    reference = hpack.Decoder()
+    reader = FrameReader(expect_preface=False)
+    blocks = [([], [("add", 2), ("add", 1), ("add", 0)]), *blocks]  # a table to index into from the start
+    for sid, (sizes, ops) in enumerate(blocks):
+        block = b"".join(_hpack_op(op) for op in [*sizes, *ops])
+        seen = reader._seen.get(block)
+        try:
+            expect = [tuple(h) for h in reference.decode(block, raw=True)]
+        except hpack.HPACKError:
+            with pytest.raises(FrameError):
+                reader.feed(_frame(wire.HEADERS, wire.END_HEADERS, 2 * sid + 1, block))
+            return
+        if seen is not None:
+            event("a remembered block: " + ("same headers" if _hdrs(seen[3]) == expect else "other headers now"))
+        (got,) = reader.feed(_frame(wire.HEADERS, wire.END_HEADERS, 2 * sid + 1, block))
+        assert _hdrs(got[3]) == expect
+
+
+def test_a_repeated_block_is_handed_out_as_the_same_block() -> None:
+    """While the table stays as it was, the same bytes give the same Block object: what the relay derives
+    from it (proxy.wire.headers.Block) is worked out once."""
+    reader = FrameReader(expect_preface=False)
+    block = wire.encode_block([(b":status", b"200"), (b"content-type", b"application/grpc")])
+    (a,) = reader.feed(_frame(wire.HEADERS, wire.END_HEADERS, 1, block))
+    (b,) = reader.feed(_frame(wire.HEADERS, wire.END_HEADERS, 3, block))
+    assert type(a[3]) is Block and a[3] is b[3]

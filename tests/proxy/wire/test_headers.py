@@ -7,7 +7,7 @@ import base64
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.wire.headers import grpc_status, header, pairs, status_trailers, text
+from proxy.wire.headers import Block, grpc_status, header, pairs, status_trailers, text
 
 
 def test_pairs_keep_wire_order_and_duplicates() -> None:
@@ -52,3 +52,17 @@ def test_status_trailers_with_and_without_response_headers() -> None:
     assert status_trailers(13, "oops", False) == [(b"grpc-status", b"13"), (b"grpc-message", b"oops")]
     code, message = grpc_status(status_trailers(14, "upstream lost", False))
     assert (code, message) == (b"14", "upstream lost")
+
+
+_FIELDS = st.lists(st.tuples(st.sampled_from([b"grpc-status", b"grpc-message", b"x-a-bin", b"x-b"]),
+                             st.binary(max_size=8)), max_size=5)  # fmt: skip
+
+
+@given(_FIELDS)
+def test_what_a_block_derives_is_what_its_list_gives_and_is_kept(fields: list[tuple[bytes, bytes]]) -> None:
+    """pairs and grpc_status of a Block equal those of the same plain list, and a second ask returns what
+    the first kept (the same object: records made from one block share it)."""
+    block = Block(fields)
+    assert pairs(block) == pairs(list(fields)) and grpc_status(block) == grpc_status(list(fields))
+    assert pairs(block) is pairs(block) and grpc_status(block) is grpc_status(block)
+    assert list(block) == fields and set(block.derived) == {"pairs", "grpc_status"}
