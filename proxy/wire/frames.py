@@ -193,6 +193,8 @@ class FrameReader:
         # and decoding one costs ~15-20 us of Python.
         self._seen: dict[bytes, tuple[Any, int, int, Block]] = {}
         self.block: HeaderBlock | None = None
+        # Bound once: the compiled cut gets it with every read (a reference cycle, as a tunnel has anyway).
+        self._decode_cb = self._decoded
         self.failed = False
         #: After :meth:`feed`: the bytes of exactly the frames it returned, when they are one
         #: contiguous slice of what was read (else None).
@@ -265,8 +267,9 @@ class FrameReader:
             cut = _cut if type(buf) is bytes else None
             while n - i >= 9:
                 if cut is not None and self.block is None:
-                    # The plain frames in C (_cut.c), up to the first it leaves to the code below.
-                    i = cut(buf, view, i, max_frame, out)
+                    # The plain frames and whole header blocks in C (_cut.c; a block decoded by
+                    # _decoded, called from there), up to the first frame it leaves to the code below.
+                    i = cut(buf, view, i, max_frame, out, self._decode_cb)
                     if n - i < 9:
                         break
                 length = int.from_bytes(buf[i : i + 3], "big")

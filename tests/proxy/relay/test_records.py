@@ -58,7 +58,9 @@ def test_a_made_call_end_is_the_event(t_ns: int, status: str, details: str | Non
                                       duration: float, c2s: int, s2c: int, rst: int | None,
                                       undelivered: int | None) -> None:  # fmt: skip
     """``make_call_end`` in its argument order gives the event built with keywords; so does ``make_half_close``."""
-    rec = make_call_end(t_ns, "c1.1", status, details, cause, trailers, initial, duration, c2s, s2c, rst, undelivered, {})
+    rec = make_call_end(
+        t_ns, "c1.1", status, details, cause, trailers, initial, duration, c2s, s2c, rst, undelivered, {}
+    )
     direct = ev.CallEnded(t_ns=t_ns, call="c1.1", status=status, details=details, cause=cause,  # type: ignore[arg-type]
                           trailers=trailers, initial_metadata=initial, duration_ms=duration, messages_c2s=c2s,
                           messages_s2c=s2c, upstream_rst_code=rst, s2c_undelivered_bytes=undelivered)  # fmt: skip

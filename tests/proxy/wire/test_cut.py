@@ -104,6 +104,43 @@ def test_it_stops_at_what_python_must_judge() -> None:
         wire._C.cut(bytearray(data), memoryview(data), 0, 40, [])
 
 
+@needs_compiled
+def test_given_the_decoder_it_takes_whole_header_blocks_only() -> None:
+    """With ``decoded``, a HEADERS frame holding a whole block on a stream is appended as ``decoded``
+    returns it; a block in parts, padding or priority fields, stream 0: it stops there as before. An
+    error of ``decoded`` leaves the frames before it in ``out``."""
+    assert wire._C is not None
+    calls: list[Any] = []
+
+    def decoded(sid: int, end: int, block: bytes, raw: memoryview) -> tuple[Any, ...]:
+        calls.append((sid, end, block, bytes(raw)))
+        return ("decoded", sid)
+
+    whole = _frame(wire.HEADERS, wire.END_HEADERS | wire.END_STREAM, 3, _BLOCK)
+    data = _frame(wire.DATA, 0, 1, b"ab")
+    out: list[Any] = []
+    buf = data + whole + data
+    assert wire._C.cut(buf, memoryview(buf), 0, 40, out, decoded) == len(buf)
+    assert [o[0] for o in out] == [wire.DATA, "decoded", wire.DATA] and calls == [(3, 1, _BLOCK, whole)]
+    for flags, sid in (
+        (0, 1),
+        (wire.END_HEADERS | wire.PADDED, 1),
+        (wire.END_HEADERS | 0x20, 1),
+        (wire.END_HEADERS, 0),
+    ):
+        buf = data + _frame(wire.HEADERS, flags, sid, _BLOCK)
+        assert wire._C.cut(buf, memoryview(buf), 0, 40, [], decoded) == len(data)
+
+    def refuses(sid: int, end: int, block: bytes, raw: memoryview) -> Any:
+        raise FrameError(wire.COMPRESSION_ERROR, "no")
+
+    out = []
+    buf = data + whole
+    with pytest.raises(FrameError):
+        wire._C.cut(buf, memoryview(buf), 0, 40, out, refuses)
+    assert _norm(out) == [(wire.DATA, 0, 1, b"ab", data)]
+
+
 # -- the assembler's whole messages (_cut.messages) -------------------------------------------------
 
 _MESSAGES = st.lists(st.tuples(st.sampled_from([0, 1]), st.binary(max_size=40)), max_size=8).map(

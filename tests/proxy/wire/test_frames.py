@@ -763,7 +763,6 @@ def test_only_small_header_blocks_are_remembered() -> None:
     assert list(reader._seen) == [small]
 
 
-
 _CACHED_FIELDS = [(b"x-a", b"1"), (b"x-b", b"2"), (b"x-c", b"33")]
 
 
