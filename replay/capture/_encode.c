@@ -182,9 +182,11 @@ fail:
  *
  * orjson writes the dict `build` makes; this writes the same bytes without the dict, for records whose
  * values are all of the kinds it knows: None, bool, int (64-bit, as orjson), str (escaped as orjson
- * escapes: \" \\ \b \t \n \f \r, other control characters as \u00xx, everything else as UTF-8) and
- * lists of str and int. Anything else (a float, a tensor list, a subclass, a lone surrogate, a bigger
- * int) answers None, and the caller builds the dict and hands it to orjson, which also raises what it
+ * escapes: \" \\ \b \t \n \f \r, other control characters as \u00xx, everything else as UTF-8),
+ * float when its shortest repr has no exponent (orjson's shortest form is then the same digits: a
+ * duration, a timeout), lists of str and int, and lists of those lists (header pairs). Anything else
+ * (a float with an exponent or not finite, a tensor list, a subclass, a lone surrogate, a bigger int)
+ * answers None, and the caller builds the dict and hands it to orjson, which also raises what it
  * raises. tests/replay/capture/test_encode.py holds the bytes equal to orjson's. */
 
 typedef struct {
@@ -292,6 +294,17 @@ static int put_int(Out *o, PyObject *v) {
     return put(o, start, end - start) < 0 ? -1 : 1;
 }
 
+/* repr's digits when they are orjson's: no exponent, finite (else 0: the caller falls back) */
+static int put_float(Out *o, PyObject *v) {
+    char *r = PyOS_double_to_string(PyFloat_AS_DOUBLE(v), 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (r == NULL)
+        return -1;
+    int ok = strpbrk(r, "eni") == NULL; /* 1e+16, inf, nan */
+    int res = ok ? (put(o, r, (Py_ssize_t)strlen(r)) < 0 ? -1 : 1) : 0;
+    PyMem_Free(r);
+    return res;
+}
+
 static int put_value(Out *o, PyObject *v, int depth) {
     if (v == Py_None)
         return put(o, "null", 4) < 0 ? -1 : 1;
@@ -303,16 +316,19 @@ static int put_value(Out *o, PyObject *v, int depth) {
         return put_int(o, v);
     if (PyUnicode_CheckExact(v))
         return put_str(o, v);
-    if (PyList_CheckExact(v) && depth == 0) {
+    if (PyFloat_CheckExact(v)) /* never inside a list: the item check below lets none in */
+        return put_float(o, v);
+    if (PyList_CheckExact(v) && depth < 2) {
+        /* depth 0: a field's list, of str, int or (header pairs) lists; depth 1: a list in it, of str and int */
         if (put(o, "[", 1) < 0)
             return -1;
         for (Py_ssize_t j = 0; j < PyList_GET_SIZE(v); j++) {
             PyObject *item = PyList_GET_ITEM(v, j);
-            if (!PyLong_CheckExact(item) && !PyUnicode_CheckExact(item))
+            if (!PyLong_CheckExact(item) && !PyUnicode_CheckExact(item) && !(depth == 0 && PyList_CheckExact(item)))
                 return 0;
             if (j && put(o, ",", 1) < 0)
                 return -1;
-            int r = put_value(o, item, 1);
+            int r = put_value(o, item, depth + 1);
             if (r <= 0)
                 return r;
         }

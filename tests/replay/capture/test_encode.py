@@ -119,8 +119,11 @@ def test_the_encoder_writes_what_it_wrote_before(records: list[Any]) -> None:
 # -- the line without the dict (_encode.c Plan.line) --------------------------------------------------
 
 _ANY_TEXT = st.text(max_size=6)  # every code point, surrogates and control characters included
+_ITEM = st.one_of(_ANY_TEXT, st.integers(-(2**65), 2**65))
 _ODD = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), _ANY_TEXT, st.floats(allow_nan=False),
-                 st.lists(st.one_of(_ANY_TEXT, st.integers(-(2**65), 2**65)), max_size=3))  # fmt: skip
+                 st.floats(-1e17, 1e17), st.lists(_ITEM, max_size=3),
+                 st.lists(st.one_of(_ITEM, st.lists(st.one_of(_ITEM, st.lists(_ITEM, max_size=1)), max_size=2)),
+                          max_size=3))  # fmt: skip
 
 
 def _dumps(record: Any, seq: int, skip: int, payload_at: Any) -> tuple[str, Any]:
@@ -169,3 +172,18 @@ def test_the_line_handles_what_messages_carry() -> None:
     assert line is not None and line == _dumps(rec, 7, schema._STICKY_SKIP, None)[1]
     line = schema._LINE[ev.MessageSeen](rec, 7, 0, [5, 6])
     assert line is not None and line == _dumps(rec, 7, 0, [5, 6])[1]
+
+
+@needs_compiled
+def test_the_line_handles_what_calls_carry() -> None:
+    """A call's start and end (header pairs, a timeout, a duration) are written by the C code too, escapes and
+    all; a float with an exponent goes to orjson."""
+    start = ev.CallStarted(t_ns=1, call="c1.1", conn="c1", method="/m", peer="p", timeout_ms=250.5,
+                           metadata=[[":path", "/m"], ["x-k", _EVERY_ESCAPE], ["authorization", "<redacted>"]])  # fmt: skip
+    end = ev.CallEnded(t_ns=2, call="c1.1", status="OK", details="", cause="ok", trailers=[["grpc-status", "0"]],
+                       initial_metadata=[[":status", "200"]], duration_ms=0.078297, messages_c2s=1, messages_s2c=1)  # fmt: skip
+    for rec in (start, end, dataclasses.replace(end, duration_ms=1.0), dataclasses.replace(start, timeout_ms=None)):
+        line = schema._LINE[type(rec)](rec, 7, 0, None)
+        assert line is not None and line == _dumps(rec, 7, 0, None)[1]
+    for slow in (dataclasses.replace(end, duration_ms=1e-7), dataclasses.replace(end, duration_ms=float("inf"))):
+        assert schema._LINE[ev.CallEnded](slow, 7, 0, None) is None
