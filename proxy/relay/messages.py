@@ -39,13 +39,14 @@ class MessageRecording(TunnelState):
         t_ns = time.time_ns()
         dname: ev.Direction = "c2s" if direction == 0 else "s2c"
         label: Labeler = _LABELERS[mkind][direction] if mkind else _no_labels
+        index = call.index
         for flag, length, kept, truncated, digest in done:
-            idx = call.index[direction]
-            call.index[direction] = idx + 1
+            idx = index[direction]
+            index[direction] = idx + 1
             fields: dict[str, Any] = {}
             # A long message in pieces (--payload full, side file): labels read its head, as meta does.
             parts: list[bytes] | None = None
-            if isinstance(kept, list):
+            if type(kept) is list:
                 parts, body = kept, _head(kept)
             else:
                 body = kept
