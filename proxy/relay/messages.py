@@ -46,7 +46,7 @@ class MessageRecording(TunnelState):
             fields: dict[str, Any] = {}
             # A long message in pieces (--payload full, side file): labels read its head, as meta does.
             parts: list[bytes] | None = None
-            if type(kept) is list:
+            if isinstance(kept, list):
                 parts, body = kept, _head(kept)
             else:
                 body = kept

@@ -60,6 +60,52 @@ static int plain(int ftype, unsigned long sid, unsigned long length, int flags) 
     }
 }
 
+/* The tuple the Python loop appends for a plain frame: (type, flags, stream id, payload, raw frame). */
+static PyObject *plain_frame(PyObject *view, Py_ssize_t i, Py_ssize_t end, int ftype, int flags, unsigned long sid) {
+    PyObject *raw = PySequence_GetSlice(view, i, end);
+    PyObject *payload = raw != NULL ? PySequence_GetSlice(view, i + 9, end) : NULL;
+    PyObject *t = NULL;
+    if (payload != NULL) {
+        t = PyTuple_New(5);
+        if (t != NULL) {
+            PyObject *a = PyLong_FromLong(ftype), *b = PyLong_FromLong(flags), *c = PyLong_FromUnsignedLong(sid);
+            if (a == NULL || b == NULL || c == NULL) {
+                Py_XDECREF(a);
+                Py_XDECREF(b);
+                Py_XDECREF(c);
+                Py_CLEAR(t);
+            } else {
+                PyTuple_SET_ITEM(t, 0, a);
+                PyTuple_SET_ITEM(t, 1, b);
+                PyTuple_SET_ITEM(t, 2, c);
+                PyTuple_SET_ITEM(t, 3, Py_NewRef(payload));
+                PyTuple_SET_ITEM(t, 4, Py_NewRef(raw));
+            }
+        }
+    }
+    Py_XDECREF(raw);
+    Py_XDECREF(payload);
+    return t;
+}
+
+/* What the Python loop appends for a whole header block: decoded(stream id, END_STREAM, block, raw frame). */
+static PyObject *header_block(PyObject *decoded, PyObject *view, const unsigned char *h, Py_ssize_t i, Py_ssize_t end,
+                              unsigned long sid, int flags) {
+    PyObject *raw = PySequence_GetSlice(view, i, end);
+    PyObject *block = raw != NULL ? PyBytes_FromStringAndSize((const char *)h + 9, end - i - 9) : NULL;
+    PyObject *t = NULL;
+    if (block != NULL) {
+        PyObject *a = PyLong_FromUnsignedLong(sid), *b = PyLong_FromLong(flags & END_STREAM);
+        if (a != NULL && b != NULL)
+            t = PyObject_CallFunctionObjArgs(decoded, a, b, block, raw, NULL);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+    }
+    Py_XDECREF(raw);
+    Py_XDECREF(block);
+    return t;
+}
+
 static PyObject *cut(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs < 5 || nargs > 6 || !PyBytes_CheckExact(args[0]) || !PyMemoryView_Check(args[1]) || !PyList_CheckExact(args[4])) {
@@ -89,53 +135,13 @@ static PyObject *cut(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             break;
         int ftype = h[3], flags = h[4];
         unsigned long sid = ((unsigned long)h[5] << 24 | (unsigned long)h[6] << 16 | (unsigned long)h[7] << 8 | h[8]) & 0x7FFFFFFFUL;
-        if (ftype == HEADERS && decoded != NULL && sid != 0 && (flags & (END_HEADERS | PADDED | PRIORITY_FLAG)) == END_HEADERS) {
-            PyObject *raw = PySequence_GetSlice(view, i, end);
-            PyObject *block = raw != NULL ? PyBytes_FromStringAndSize((const char *)h + 9, (Py_ssize_t)length) : NULL;
-            PyObject *t = NULL;
-            if (block != NULL) {
-                PyObject *a = PyLong_FromUnsignedLong(sid), *b = PyLong_FromLong(flags & END_STREAM);
-                if (a != NULL && b != NULL)
-                    t = PyObject_CallFunctionObjArgs(decoded, a, b, block, raw, NULL);
-                Py_XDECREF(a);
-                Py_XDECREF(b);
-            }
-            Py_XDECREF(raw);
-            Py_XDECREF(block);
-            if (t == NULL)
-                return NULL;
-            int r = PyList_Append(out, t);
-            Py_DECREF(t);
-            if (r < 0)
-                return NULL;
-            i = end;
-            continue;
-        }
-        if (!plain(ftype, sid, length, flags))
+        PyObject *t;
+        if (ftype == HEADERS && decoded != NULL && sid != 0 && (flags & (END_HEADERS | PADDED | PRIORITY_FLAG)) == END_HEADERS)
+            t = header_block(decoded, view, h, i, end, sid, flags);
+        else if (plain(ftype, sid, length, flags))
+            t = plain_frame(view, i, end, ftype, flags, sid);
+        else
             break;
-        PyObject *raw = PySequence_GetSlice(view, i, end);
-        PyObject *payload = raw != NULL ? PySequence_GetSlice(view, i + 9, end) : NULL;
-        PyObject *t = NULL;
-        if (payload != NULL) {
-            t = PyTuple_New(5);
-            if (t != NULL) {
-                PyObject *a = PyLong_FromLong(ftype), *b = PyLong_FromLong(flags), *c = PyLong_FromUnsignedLong(sid);
-                if (a == NULL || b == NULL || c == NULL) {
-                    Py_XDECREF(a);
-                    Py_XDECREF(b);
-                    Py_XDECREF(c);
-                    Py_CLEAR(t);
-                } else {
-                    PyTuple_SET_ITEM(t, 0, a);
-                    PyTuple_SET_ITEM(t, 1, b);
-                    PyTuple_SET_ITEM(t, 2, c);
-                    PyTuple_SET_ITEM(t, 3, Py_NewRef(payload));
-                    PyTuple_SET_ITEM(t, 4, Py_NewRef(raw));
-                }
-            }
-        }
-        Py_XDECREF(raw);
-        Py_XDECREF(payload);
         if (t == NULL)
             return NULL;
         int r = PyList_Append(out, t);
