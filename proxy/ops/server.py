@@ -339,6 +339,8 @@ class RecordingProxy:
         )  # fmt: skip
         if self.evidence is not None:
             relay.before_cancel = _guarded_mark(self.evidence.mark)
+        if metrics is not None:
+            relay.after_read = metrics.forwarded
         return relay
 
     def _log_recording(self, start: ev.CaptureStarted, tls: bool, upstream_tls: bool, client_certs: bool) -> None:

@@ -43,6 +43,10 @@ class Relay:
         #: Called with the call id just before a cancel is forwarded upstream (``record --evidence``
         #: marks the end of Triton's log there: Triton may log the cancel before the record exists).
         self.before_cancel: Callable[[str], None] | None = None
+        #: Called when a read of either side has been handled and what goes on has been written (the
+        #: metrics' forwarding latency ends there): a plain call per read, where a loop callback per
+        #: read cost the proxy an event-loop handle each time.
+        self.after_read: Callable[[], None] | None = None
 
     def protocol_factory(self) -> asyncio.Protocol:
         """For ``loop.create_server``: a new tunnel per client connection."""

@@ -39,7 +39,11 @@ class Side(asyncio.Protocol):
         if self._early is not None:
             self._early.append(data)
             return
-        self.tunnel.side_data(self, data)
+        tunnel = self.tunnel
+        tunnel.side_data(self, data)
+        after = tunnel.relay.after_read
+        if after is not None:
+            after()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.tunnel.side_lost(self, exc)
@@ -65,7 +69,7 @@ class Side(asyncio.Protocol):
             if reason == "connect" and self._early is not None:
                 early, self._early = self._early, None
                 for data in early:
-                    self.tunnel.side_data(self, data)
+                    self.data_received(data)
         t = self.transport
         if t is None or t.is_closing() or before == bool(self.hold):
             return

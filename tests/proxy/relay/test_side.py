@@ -11,9 +11,16 @@ from __future__ import annotations
 from proxy.relay.side import Side
 
 
+class _Relay:
+    def __init__(self, tunnel: _Tunnel) -> None:
+        self.after: list[int] = []  # reads handled when after_read was called
+        self.after_read = lambda: self.after.append(len(tunnel.got))
+
+
 class _Tunnel:
     def __init__(self) -> None:
         self.got: list[bytes] = []
+        self.relay = _Relay(self)
 
     def side_made(self, side: Side) -> None:
         side.hold_reading("connect", True)
@@ -67,3 +74,14 @@ def test_a_peer_hold_does_not_keep_reads_back() -> None:
     side.hold_reading("peer", True)
     side.data_received(b"x")
     assert tunnel.got == [b"x"]
+
+
+def test_after_each_handled_read_the_relay_hook_runs() -> None:
+    """``Relay.after_read`` (the metrics' forwarding-latency point) runs once after each read is handled,
+    reads held for "connect" included, and never for a read only kept."""
+    side, tunnel, _ = _side()
+    side.data_received(b"a")
+    assert tunnel.relay.after == []
+    side.hold_reading("connect", False)
+    side.data_received(b"b")
+    assert tunnel.relay.after == [1, 2]
