@@ -99,7 +99,8 @@ class Transports(TunnelState):
             log.exception("relay_internal_error", conn=self.conn_id)
             self.abort("proxy_error")
             return
-        self._flush()
+        if self._to_up or self._to_down:  # usually written early already: no call then
+            self._flush()
 
     def _plain(self, side: Side, frames: list[Frame]) -> bool:
         """Whether every frame of a read is passed on verbatim whatever the calls' state."""
@@ -122,7 +123,8 @@ class Transports(TunnelState):
 
     def _write_early(self, side: Side, frames: list[Frame]) -> None:
         # Bytes the handlers queued before (none in practice) go first: order is kept.
-        self._flush()
+        if self._to_up or self._to_down:
+            self._flush()
         lost = self.up_lost if side is self.down else self.down_lost
         t = self.other(side).transport
         if t is not None and not lost and not t.is_closing():
