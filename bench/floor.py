@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+from typing import cast
 
 from proxy.ops import eventloop
 from replay.hostport import parse_hostport
@@ -30,9 +31,9 @@ class _Side(asyncio.Protocol):
         self._early: list[bytes] = []  # read before the upstream connection existed
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream transport, as in proxy/relay/side.py
         if self._early:
-            self.transport.write(b"".join(self._early))  # type: ignore[union-attr]
+            self.transport.write(b"".join(self._early))
             self._early = []
 
     def data_received(self, data: bytes) -> None:
