@@ -1,9 +1,10 @@
 """Records built on the hot path at the cost of a plain object, and still the frozen events they are.
 
 A frozen dataclass's ``__init__`` sets every field through ``object.__setattr__``: ~4 us for a
-``message`` record's 24 fields, ~2 us for a ``call_end``'s 12 (three such records per unary call). :func:`replay.frozen.maker` builds the event without it: compiled,
-its slots filled by offset in one call (~0.3 us); else as the non-frozen twin given the event's class
-(~2 us). Either way what leaves is an ordinary ``ev.MessageSeen``.
+``message`` record's 24 fields, ~2 us for a ``call_end``'s 12 (a unary call makes three records
+besides its messages). :func:`replay.frozen.maker` builds the event without it: compiled, its slots
+filled by offset in one call (~0.3 us); else as the non-frozen twin given the event's class (~2 us).
+Either way what leaves is the event itself (an ordinary ``ev.MessageSeen``, ``ev.CallEnded``, ...).
 """
 
 from __future__ import annotations
