@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import procs
+from bench.config import MODULE_PATHS
 from bench.summary import _med
 
 PA_ENV = "PERF_ANALYZER"
@@ -252,7 +253,7 @@ def run(scenarios: list[str], cfg: PaConfig, workdir: Path, want_nginx: bool,
         b.start_triton()
         if "perf_analyzer" in scenarios:
             b.add_proxy("proxy")
-            b.add_proxy("floor", module="bench.floor")  # the Python floor (bench/floor.py)
+            b.add_proxy("floor", module=MODULE_PATHS["floor"])  # the Python floor (bench/floor.py)
             paths = ["direct", "proxy", "floor"]
             for name, module in (extra or {}).items():
                 b.add_proxy(name, module=module)
