@@ -399,8 +399,8 @@ def test_upstream_closing_cleanly_before_any_call_sends_the_client_elsewhere(_lo
 
 def test_calls_repeating_a_header_block_are_recorded_alike(_loop: asyncio.AbstractEventLoop) -> None:
     """What a request block says is read once per block (proxy.wire.headers.Block): calls sending the same
-    block get the same method, metadata and redaction, and a call whose block differs (another deadline,
-    another secret) gets its own."""
+    block get the same method, metadata and redaction, and a call whose block differs (another deadline)
+    gets its own."""
     rig = _Rig()
     secret = [*REQ, (b"authorization", b"Bearer s3cret")]
     for headers in (secret, secret, secret, [*secret, (b"grpc-timeout", b"250m")], secret):
