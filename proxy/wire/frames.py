@@ -188,9 +188,9 @@ class FrameReader:
         self._preface = expect_preface
         self.max_frame = DEFAULT_MAX_FRAME
         self.decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
-        # block bytes -> (dynamic table entries, table size, headers) for blocks that changed no
-        # table state: a client sends the same few blocks again and again (indexed fields only),
-        # and decoding one costs ~15-20 us of Python.
+        # block bytes -> (front table entry, entry count, table size, headers: see _decoded) for
+        # blocks that changed no table state: a client sends the same few blocks again and again
+        # (indexed fields only), and decoding one costs ~15-20 us of Python.
         self._seen: dict[bytes, tuple[Any, int, int, Block]] = {}
         self.block: HeaderBlock | None = None
         # Bound once: the compiled cut gets it with every read (a reference cycle, as a tunnel has anyway).
