@@ -68,6 +68,17 @@ def grpc_frame(body: bytes) -> bytes:
     return b"\0" + len(body).to_bytes(4, "big") + body
 
 
+#: ``--cold``: a buffer written before each proxy read (outside the timed part), or None.
+_cold: bytearray | None = None
+
+
+def _evict(buf: bytearray) -> None:
+    """Write one byte per 64-byte cache line of ``buf``: evicts that much of what the caches held. In the
+    real process model the client's and the upstream's work runs between two reads of the proxy, and the
+    proxy's code and data are partly gone from the caches when it reads again (docs/benchmarks.md)."""
+    buf[::64] = b"\x01" * len(range(0, len(buf), 64))
+
+
 class _Harness:
     """client h2 <-> Tunnel (in-memory transports) <-> server h2."""
 
@@ -89,11 +100,15 @@ class _Harness:
 
     # CPU time of this thread, not wall time: other processes on a busy machine do not count.
     def _down(self, data: bytes) -> None:
+        if _cold is not None:
+            _evict(_cold)
         a = time.thread_time_ns()
         self.t.side_data(self.t.down, data)
         self.proxy_ns += time.thread_time_ns() - a
 
     def _up(self, data: bytes) -> None:
+        if _cold is not None:
+            _evict(_cold)
         a = time.thread_time_ns()
         self.t.side_data(self.t.up, data)
         self.proxy_ns += time.thread_time_ns() - a
@@ -315,12 +330,36 @@ def print_writer_costs() -> None:
             print(f"| {name} | {batch} | {us:.2f} | {raw:.0f} | {stored:.1f} |")
 
 
+def print_cold(kibs: list[int], responses: int, reps: int) -> None:
+    """The relay's cost per unary call and per streamed response (meta) with the caches warm and with
+    ``kib`` of them evicted before each proxy read."""
+    global _cold
+    print("### relay: proxy Python time with the caches evicted before each read (--payload meta, medians of",
+          reps, "runs)")  # fmt: skip
+    print("| evicted before each read | us per unary call | us per streamed response (1 per read) |")
+    print("|---|---|---|")
+    for kib in [0, *kibs]:
+        _cold = bytearray(kib * 1024) if kib else None
+        try:
+            unary = [relay_per_unary_call("meta", max(200, responses // 20)) for _ in range(reps)]
+            stream = [relay_per_response("meta", responses, 1) for _ in range(reps)]
+        finally:
+            _cold = None
+        label = f"{kib} KiB" if kib else "nothing (warm)"
+        print(f"| {label} | {statistics.median(unary):.1f} | {statistics.median(stream):.1f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.micro", description=__doc__.split("\n\n")[0])
     p.add_argument("--responses", type=int, default=20_000)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--writer-only", action="store_true", help="only the capture writer's cost per record")
+    p.add_argument("--cold", type=int, action="append", metavar="KIB", default=[],
+                   help="only the relay's cost with KIB of cache evicted before each proxy read (repeatable)")  # fmt: skip
     args = p.parse_args(argv)
+    if args.cold:
+        print_cold(args.cold, args.responses, args.reps)
+        return 0
     print_writer_costs()
     print()
     if args.writer_only:

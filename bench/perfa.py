@@ -394,3 +394,35 @@ def profile(cfg: PaConfig, workdir: Path, top: int, log: Callable[[str], None]) 
         b.stop()
     out["errors"] = b.errors
     return out
+
+
+def native_profile(cfg: PaConfig, workdir: Path, log: Callable[[str], None]) -> dict[str, Any] | None:
+    """``--profile --profiler perf --scenarios perf_analyzer``: the proxy and the floor, each under ``perf
+    record`` for two perf_analyzer runs (bench/nativeprof.py); None without perf_analyzer."""
+    from bench import nativeprof
+
+    pa = find_perf_analyzer()
+    if pa is None:
+        log(f"perf_analyzer: not found (set {PA_ENV}=/path/to/perf_analyzer)")
+        return None
+    b = PaBench(pa, cfg, workdir, log)
+    out: dict[str, Any] = {"profiler": "perf", "scenario": "perf_analyzer", "payload": "meta"}
+    try:
+        b.start_triton()
+        pids: dict[str, int] = {}
+        for name, module in (("proxy", "proxy"), ("floor", MODULE_PATHS["floor"])):
+            b.add_proxy(name, module=module)
+            b.run_pa(name, cfg.concurrency, None, warmup=True)
+            proc = b.targets[name][1]
+            assert proc is not None
+            pids[name] = proc.pid
+
+        def run(name: str) -> tuple[int, float]:
+            runs = [r for r in (b.run_pa(name, cfg.concurrency, None) for _ in range(2)) if r is not None]
+            return int(sum(r["responses"] for r in runs)), sum(r["proxy_cpu_s"] for r in runs)
+
+        out["paths"] = nativeprof.profile_paths(pids, run, workdir, log)
+    finally:
+        b.stop()
+    out["errors"] = b.errors
+    return out

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import procs
-from bench.config import Config
+from bench import nativeprof, procs
+from bench.config import MODULE_PATHS, Config
 from bench.scenarios import Bench
 
 
@@ -79,6 +79,35 @@ def profile(cfg: Config, workdir: Path, profiler: str, scenario: str, payload: s
     return out
 
 
+def native_profile(cfg: Config, workdir: Path, scenario: str, payload: str, reps: int,
+                   log: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
+    """``--profiler perf``: the proxy (or the ``--extra-proxy`` module) and the floor, each under ``perf
+    record`` for ``reps`` runs of one scenario (bench/nativeprof.py)."""
+    bench = Bench(cfg, workdir, want_nginx=False, log=log)
+    out: dict[str, Any] = {"profiler": "perf", "scenario": scenario, "payload": payload}
+    try:
+        bench.start(set())
+        pids: dict[str, int] = {}
+        module = next(iter(cfg.extra.values()), "proxy")
+        for name, mod in ((f"proxy-{payload}", module), ("floor", MODULE_PATHS["floor"])):
+            proc, port = procs.start_proxy(workdir, bench.uport, payload, module=mod, name=name)
+            bench.procs.append(proc)
+            bench.targets[name] = (port, proc)
+            bench.measure(name, {"op": "stream", "streams": 2, "requests": 2, "n": 20})  # warm-up
+            pids[name] = proc.pid
+        cmd = profile_command(cfg, scenario)
+
+        def run(name: str) -> tuple[int, float]:
+            runs = [r for r in (bench.measure(name, dict(cmd)) for _ in range(reps)) if r]
+            return sum(r["responses"] for r in runs), sum(r["proxy_cpu_s"] for r in runs)
+
+        out["paths"] = nativeprof.profile_paths(pids, run, workdir, log)
+    finally:
+        bench.stop()
+    out["errors"] = bench.errors
+    return out
+
+
 def pyspy_top(path: Path, top: int) -> dict[str, Any]:
     """Self and inclusive sample counts per function from py-spy's collapsed-stack output."""
     own: dict[str, int] = {}
@@ -139,6 +168,8 @@ def cprofile_top(path: Path, top: int) -> dict[str, Any]:
 
 
 def profile_table(p: dict[str, Any]) -> str:
+    if p["profiler"] == "perf":
+        return nativeprof.table(p)
     lines = [f"### proxy profile ({p['profiler']}, --payload {p['payload']}, {p['scenario']}; {p.get('responses', 0)} responses; "
              f"CPU under the profiler {p.get('proxy_cpu_us_per_resp_under_profiler', 0):.1f} us/response)"]  # fmt: skip
     if "system_us_per_resp" in p:

@@ -29,9 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import perfa, procs, report18
+from bench import nativeprof, perfa, procs, report18
 from bench.config import ALL_PATHS, FULL, PA_SCENARIOS, PAYLOADS, RESULTS, SCENARIOS, SMOKE, Config
-from bench.profiling import profile, profile_table
+from bench.profiling import native_profile, profile, profile_table
 from bench.report import table, targets, targets_table
 from bench.scenarios import Bench
 
@@ -63,9 +63,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true", help="profile the proxy (meta, streaming) instead of benchmarking")
     p.add_argument(
         "--profiler",
-        choices=("auto", "py-spy", "cprofile"),
+        choices=("auto", "py-spy", "cprofile", "perf"),
         default="auto",
-        help="with --profile: py-spy when installed (auto), else cProfile",
+        help="with --profile: py-spy when installed (auto), else cProfile; perf: Linux perf, the proxy beside the floor, by part of the process (kernel, interpreter, uvloop, C modules)",
     )
     p.add_argument("--scenarios", default=",".join(SCENARIOS),
                    help=f"comma-separated subset of {','.join(SCENARIOS)} (the default), or of "
@@ -170,7 +170,12 @@ def run_profile(
             else "cprofile"
         )
     prof_scenario = scenarios[0] if args.scenarios != ",".join(SCENARIOS) else "streaming"
+    if profiler == "perf" and nativeprof.perf_binary() is None:
+        print("python -m bench: --profiler perf needs Linux perf (apt-get install -y linux-perf)", file=sys.stderr)
+        return None
     if prof_scenario == "perf_analyzer":
+        if profiler == "perf":
+            return perfa.native_profile(perfa.PaConfig(), workdir, log)
         return perfa.profile(perfa.PaConfig(), workdir, args.top, log)
     if prof_scenario not in ("streaming", "unary", "large", "paced"):
         print(
@@ -178,8 +183,10 @@ def run_profile(
             file=sys.stderr,
         )
         return None
-    return profile(cfg, workdir, profiler, prof_scenario, args.payload, reps=args.reps or (2 if args.smoke else 5),
-                   top=args.top, log=log)  # fmt: skip
+    reps = args.reps or (2 if args.smoke else 5)
+    if profiler == "perf":
+        return native_profile(cfg, workdir, prof_scenario, args.payload, reps, log)
+    return profile(cfg, workdir, profiler, prof_scenario, args.payload, reps=reps, top=args.top, log=log)
 
 
 def run_bench(cfg: Config, scenarios: list[str], workdir: Path, want_nginx: bool, smoke: bool,

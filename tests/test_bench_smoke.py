@@ -29,6 +29,18 @@ def test_bench_micro_smoke() -> None:
     assert "per unary ModelInfer call" in proc.stdout and "cut one DATA frame" in proc.stdout
 
 
+def test_bench_micro_cold_smoke() -> None:
+    """`python -m bench.micro --cold KIB`: the relay's rows with the caches warm and with KIB evicted."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.micro", "--cold", "64", "--responses", "300", "--reps", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| nothing") or line.startswith("| 64 KiB")]
+    assert len(rows) == 2 and all(float(c) > 0 for row in rows for c in row.strip("|").split("|")[1:]), proc.stdout
+    assert "capture writer" not in proc.stdout  # only the relay's table
+
+
 def test_bench_readers_smoke() -> None:
     """`python -m bench.readers` checks one capture with both line decoders, side by side."""
     proc = subprocess.run(
