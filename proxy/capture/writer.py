@@ -34,6 +34,7 @@ import structlog
 from proxy.capture import batch, retention, sidefile
 from proxy.capture.budget import MIB
 from proxy.capture.gaps import Counts, Gap
+from proxy.capture.nap import Nap
 from proxy.capture.options import WriterOptions as WriterOptions  # re-exported: the writer's options
 from proxy.capture.retention import CaptureOps, DiskGate
 from proxy.capture.sidefile import SideFile
@@ -57,7 +58,7 @@ class CaptureWriter:
         self._opt = options
         self._start = start
         self._queue: collections.deque[Any] = collections.deque()
-        self._wake = asyncio.Event()
+        self._wake = Nap()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="triton-tap-writer")
@@ -98,7 +99,7 @@ class CaptureWriter:
             return
         q.append(record)
         if len(q) == FLUSH_AT:
-            self._wake.set()
+            self._wake.wake()
 
     @property
     def backlog(self) -> int:
@@ -118,7 +119,7 @@ class CaptureWriter:
     def request_reopen(self, reason: str = "signal") -> None:
         """Close the live file and go on in a new one, soon (SIGHUP, the admin service's Rotate)."""
         self._reopen_reason = reason
-        self._wake.set()
+        self._wake.wake()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -158,7 +159,7 @@ class CaptureWriter:
     async def close(self, counts_extra: dict[str, int] | None = None) -> None:
         """Write everything queued, then ``capture_end``, and close the file."""
         self._closing = True
-        self._wake.set()
+        self._wake.wake()
         if self._task is not None:
             await self._task
         loop = asyncio.get_running_loop()
@@ -207,11 +208,7 @@ class CaptureWriter:
 
     async def _nap(self, seconds: float) -> None:
         """Sleep until ``seconds`` have passed or something wakes the writer (a full queue, close, reopen)."""
-        try:
-            await asyncio.wait_for(self._wake.wait(), seconds)
-        except TimeoutError:
-            pass
-        self._wake.clear()
+        await self._wake.sleep(seconds)
 
     # -- writer thread -----------------------------------------------------------------------
 

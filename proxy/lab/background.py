@@ -131,11 +131,10 @@ class ProxyThread:
         facts: dict[str, object] = {}
         if w is not None:
             task = getattr(w, "_task", None)
-            wake = getattr(w, "_wake", None)
             facts.update(
                 writer_backlog=w.backlog,
                 writer_closing=getattr(w, "_closing", None),
-                writer_wake_set=wake.is_set() if wake is not None else None,
+                writer_woken=getattr(w, "_woken", None),
                 writer_task_done=task.done() if task is not None else None,
             )
         if r is not None:
