@@ -336,6 +336,8 @@ class RecordingProxy:
             upstream_tls=up_tls,
             upstream_server_name=cfg.upstream_server_name,
             conn_prefix="c" if cfg.worker is None else f"w{cfg.worker}c",
+            # The observer wants messages only for the metrics; the evidence collector never does.
+            emit_message=writer.emit if metrics is None else None,
         )  # fmt: skip
         if self.evidence is not None:
             relay.before_cancel = _guarded_mark(self.evidence.mark)

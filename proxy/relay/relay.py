@@ -25,9 +25,14 @@ class Relay:
         upstream_tls: ssl.SSLContext | None = None,
         upstream_server_name: str | None = None,
         conn_prefix: str = "c",
+        emit_message: Callable[[Any], None] | None = None,
     ) -> None:
         self.upstream = upstream
         self.emit = emit
+        #: Where ``message`` records go (default: ``emit``). The most frequent records, and the observer
+        #: in front of the writer only counts them for the metrics: without metrics they may go to the
+        #: writer directly, one call a message less.
+        self.emit_message = emit_message or emit
         self.options = options or RelayOptions()
         self.upstream_tls = upstream_tls
         self.upstream_server_name = upstream_server_name

@@ -10,6 +10,7 @@ in field-number order and Triton puts the tensor bytes last (``raw_input_content
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
@@ -342,39 +343,36 @@ def _cached(
     return out
 
 
-def _labels(
-    cache: dict[bytes, dict[str, Any]], decode: Any, body: bytes, strip: int, nested: int, ident: int, nested_ident: int
-) -> dict[str, Any]:
-    """The labels of a whole message through the cache (compiled lookup, or scanner and :func:`_cached`);
-    the tags as :func:`py_label_key` takes them."""
-    if _lookup is not None:
-        got = _lookup(cache, body, strip, nested, ident, nested_ident)
-        if type(got) is dict:
-            return got
-        return _miss(cache, got, decode, body)
-    ids: list[bytes] = []
-    key = py_label_key(body, strip, nested, ident, nested_ident, ids)
-    return _cached(cache, key, ids, decode, body)
+def _labeler(
+    name: str, doc: str, cache: dict[bytes, dict[str, Any]], decode: Any, strip: int, nested: int, ident: int,
+    nested_ident: int,
+) -> Callable[[bytes, bool], dict[str, Any]]:
+    """The labels function of one message type: a cut message decoded by protobuf, a whole one through
+    the cache (the compiled lookup, or the scanner and :func:`_cached`; the tags as :func:`py_label_key`
+    takes them). One Python frame a message: the relay calls it for every message it records."""
+
+    def labels_of(body: bytes, truncated: bool) -> dict[str, Any]:
+        if truncated:
+            out: dict[str, Any] = decode(body, truncated)
+            return out
+        if _lookup is not None:  # read at each call: tests switch the compiled path off
+            got = _lookup(cache, body, strip, nested, ident, nested_ident)
+            if type(got) is dict:
+                return got
+            return _miss(cache, got, decode, body)
+        ids: list[bytes] = []
+        return _cached(cache, py_label_key(body, strip, nested, ident, nested_ident, ids), ids, decode, body)
+
+    labels_of.__name__ = labels_of.__qualname__ = name
+    labels_of.__doc__ = doc
+    return labels_of
 
 
-def request_labels(body: bytes, truncated: bool) -> dict[str, Any]:
-    """Fields of a ``message`` record for a ModelInferRequest (unary or stream)."""
-    if truncated:
-        return decode_request_labels(body, truncated)
-    return _labels(_requests, decode_request_labels, body, RAW_INPUT_TAG, 0, ID_TAG, 0)
-
-
-def response_labels(body: bytes, truncated: bool) -> dict[str, Any]:
-    """Fields of a ``message`` record for a ModelInferResponse (unary)."""
-    if truncated:
-        return decode_response_labels(body, truncated)
-    return _labels(_responses, decode_response_labels, body, RAW_OUTPUT_TAG, 0, ID_TAG, 0)
-
-
-def stream_response_labels(body: bytes, truncated: bool) -> dict[str, Any]:
-    """Fields of a ``message`` record for a ModelStreamInferResponse."""
-    if truncated:
-        return decode_stream_response_labels(body, truncated)
-    return _labels(
-        _stream_responses, decode_stream_response_labels, body, RAW_OUTPUT_TAG, INFER_RESPONSE_TAG, 0, ID_TAG
-    )
+request_labels = _labeler("request_labels", "Fields of a ``message`` record for a ModelInferRequest (unary or stream).",
+                          _requests, decode_request_labels, RAW_INPUT_TAG, 0, ID_TAG, 0)  # fmt: skip
+response_labels = _labeler("response_labels", "Fields of a ``message`` record for a ModelInferResponse (unary).",
+                           _responses, decode_response_labels, RAW_OUTPUT_TAG, 0, ID_TAG, 0)  # fmt: skip
+stream_response_labels = _labeler(
+    "stream_response_labels", "Fields of a ``message`` record for a ModelStreamInferResponse.",
+    _stream_responses, decode_stream_response_labels, RAW_OUTPUT_TAG, INFER_RESPONSE_TAG, 0, ID_TAG,
+)  # fmt: skip
