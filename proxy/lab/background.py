@@ -131,10 +131,11 @@ class ProxyThread:
         facts: dict[str, object] = {}
         if w is not None:
             task = getattr(w, "_task", None)
+            wake = getattr(w, "_wake", None)  # the writer task's Nap
             facts.update(
                 writer_backlog=w.backlog,
                 writer_closing=getattr(w, "_closing", None),
-                writer_woken=getattr(w, "_woken", None),
+                writer_woken=wake.woken if wake is not None else None,
                 writer_task_done=task.done() if task is not None else None,
             )
         if r is not None:

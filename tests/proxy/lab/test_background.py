@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
+from typing import Any
 
-from proxy.lab.background import LoopThread
+from proxy.lab.background import LoopThread, ProxyThread
 
 
 def test_runs_coroutines_on_its_own_thread_and_closes_cleanly() -> None:
@@ -32,3 +34,15 @@ def test_runs_coroutines_on_its_own_thread_and_closes_cleanly() -> None:
 
 async def _spawn(factory: object) -> asyncio.Task[None]:
     return asyncio.get_running_loop().create_task(factory())  # type: ignore[operator]
+
+
+def test_a_hung_stop_is_told_by_the_writers_state(tmp_path: Path, fake_upstream: Any) -> None:
+    """``ProxyThread._diagnose`` (the message of a stop() that hangs) reads the writer's live state: each fact
+    has a value, none reads None because an attribute it looks for was renamed."""
+    p = ProxyThread(f"127.0.0.1:{fake_upstream.port}", tmp_path, drain_timeout=2.0).start()
+    try:
+        facts = p._diagnose()
+    finally:
+        p.stop()
+    for fact in ("writer_backlog=0", "writer_closing=False", "writer_woken=False", "writer_task_done=False"):
+        assert fact in facts, facts
