@@ -85,10 +85,11 @@ class Recording:
         perf = perf_binary()
         assert perf is not None
         self.pid, self.out, self.log = pid, out, out.with_suffix(".log")
-        self.p = subprocess.Popen(
-            [perf, "record", "-e", "cpu-clock", "-F", str(RATE), "-p", str(pid), "-o", str(out)],
-            stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"),
-        )  # fmt: skip
+        with open(self.log, "wb") as err:  # the child keeps its own copy of the descriptor
+            self.p = subprocess.Popen(
+                [perf, "record", "-e", "cpu-clock", "-F", str(RATE), "-p", str(pid), "-o", str(out)],
+                stdout=subprocess.DEVNULL, stderr=err,
+            )  # fmt: skip
         # perf says nothing when it has attached; the data file exists once it has (its header is
         # written at the start). A condition with a timeout, then a short grace for the first samples.
         deadline = time.monotonic() + 10
