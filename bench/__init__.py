@@ -1,1 +1,1 @@
-"""triton-tap benchmark harness: ``python -m bench`` (see bench/README.md)."""
+"""The benchmark harness: ``python -m bench`` (see bench/README.md); probes in bench.probes."""

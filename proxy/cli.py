@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from proxy import __version__
-from replay.cli.base import Parser, hostport, positive_float, positive_int, run_guarded
+from replay import readyfile
+from replay.cli.base import Parser, hostport, positive_float, positive_int, run_command, run_guarded
 from replay.errors import EXIT_USAGE, TritonTapError, UserError
 
 
@@ -119,8 +120,8 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                    "read and write), else asyncio's own loop (default %(default)s)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="info: start-up/shutdown, one line per call end, warnings (default %(default)s)")
-    p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
-                   help="read these settings from a TOML file (keys = flag names without --); flags override it")
+    readyfile.add_argument(p, "pid, listen, admin, metrics, capture; not with --workers")
+    p.add_argument("--config", type=Path, default=None, metavar="FILE.toml", help="read these settings from a TOML file (keys = flag names without --); flags override it")
 
 
 def _compress(compress: str | None, gzip_rotated: bool) -> str:
@@ -174,8 +175,11 @@ def run_record(args: argparse.Namespace) -> int:
         min_free_mb=args.min_free_mb,
         workers=args.workers,
         event_loop=args.event_loop,
+        ready_file=args.ready_file,
     )
     if cfg.workers > 1:
+        if cfg.ready_file is not None:  # each worker listens on its own: no one moment is "ready"
+            raise UserError("--ready-file works with one process: with --workers use `triton-tap health --wait`")
         from proxy.ops.workers import supervise
 
         return supervise(cfg, args.log_level)
@@ -183,10 +187,31 @@ def run_record(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Version(argparse.Action):
+    """``--version``: the version, and for each compiled module whether it runs or why its Python version
+    does (the registry: :mod:`replay.compiled`); worked out only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:  # fmt: skip
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:  # fmt: skip
+        from replay.compiled import COMPILED, PURE_ENV, active
+
+        modules = active()
+        width = max(map(len, modules))
+        lines = [f"triton-tap {__version__}", f"compiled modules ({PURE_ENV}=1 runs the Python versions instead):"]
+        for name, why in modules.items():
+            lines.append(f"  {name:<{width}}  {why if why == COMPILED else f'Python version: {why}'}")
+        sys.stdout.write("\n".join(lines) + "\n")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree (the ``record`` subparser is also ``parser.record_parser``)."""
     parser = Parser(prog="triton-tap", description="Record and replay Triton Inference Server gRPC traffic.")
-    parser.add_argument("--version", action="version", version=f"triton-tap {__version__}")
+    parser.add_argument("--version", action=_Version, help="show the version and which compiled modules run, and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     rec = sub.add_parser("record", help="run the recording proxy")
     add_record_arguments(rec)
@@ -197,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_run_demo)
     add_check_cancel(sub)
     from proxy.admin.commands import add_admin_commands
+    from proxy.lab.command import add_lab_commands
     from proxy.ops.health import add_health_command
     from proxy.resend.cli import add_send_command
     from replay.cli.main import add_replay_commands
@@ -204,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_send_command(add_replay_commands(sub))
     add_health_command(sub)
     add_admin_commands(sub)
+    add_lab_commands(sub)
     return parser
 
 
@@ -333,7 +360,7 @@ def _run_guarded(parser: argparse.ArgumentParser, record_parser: argparse.Argume
 
     def run() -> int:
         args = _parse(parser, record_parser, argv)
-        return int(args.func(args))
+        return run_command(args)
 
     return run_guarded(run)
 

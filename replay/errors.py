@@ -30,6 +30,11 @@ class CaptureTooNew(CaptureError):
     """The capture was written by a newer triton-tap whose schema this version does not know."""
 
 
+class DamagedLine(CaptureError):
+    """One line of a capture file is not a record (not JSON, a wrong field, cut short before a later
+    file): the reader can skip it and read on, reporting it as a hole, when asked to."""
+
+
 class UnknownKind(CaptureError):
     """A record of a kind this version does not know (written by a newer triton-tap of the same schema)."""
 

@@ -1,8 +1,10 @@
-"""``HOST:PORT`` as every command takes it (record, serve, health, check-cancel): one parser, one message."""
+"""``HOST:PORT`` as every command takes it (record, serve, health, check-cancel): one parser, one message,
+and one message when an address cannot be listened on."""
 
 from __future__ import annotations
 
 import ipaddress
+import os
 
 from replay.errors import UserError
 
@@ -41,3 +43,17 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def cannot_listen(where: str, error: OSError) -> UserError:
+    """``cannot listen on WHERE: address already in use``: one line, the reason said once.
+
+    asyncio's bind error repeats the address in its own words ("error while attempting to bind on
+    address (...): ..."); the errno says all there is to say. A resolver error keeps its own text.
+    """
+    if error.errno is not None and error.errno > 0:
+        why = os.strerror(error.errno)
+        why = why[:1].lower() + why[1:]
+    else:
+        why = error.strerror or str(error)
+    return UserError(f"cannot listen on {where}: {why}")

@@ -42,9 +42,9 @@ def test_bench_micro_cold_smoke() -> None:
 
 
 def test_bench_readers_smoke() -> None:
-    """`python -m bench.readers` checks one capture with both line decoders, side by side."""
+    """`python -m bench.probes.readers` checks one capture with both line decoders, side by side."""
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.readers", "--records", "3000", "--compress", "zstd", "--mode", "json",
+        [sys.executable, "-m", "bench.probes.readers", "--records", "3000", "--compress", "zstd", "--mode", "json",
          "--decoder", "compiled,pure"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -54,9 +54,9 @@ def test_bench_readers_smoke() -> None:
 
 
 def test_bench_report_build_smoke(tmp_path: Path) -> None:
-    """`python -m bench.report_build` times the report command as a user runs it, beside the builder's parts."""
+    """`python -m bench.probes.report_build` times the report command as a user runs it, beside the builder's parts."""
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.report_build", "--sizes", "3000", "--keep", str(tmp_path)],
+        [sys.executable, "-m", "bench.probes.report_build", "--sizes", "3000", "--keep", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

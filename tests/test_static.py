@@ -1,5 +1,5 @@
-"""House rules that CI enforces: ruff, mypy --strict, the import contracts, declared = imported, module size,
-C without warnings."""
+"""House rules that CI enforces: ruff, mypy --strict, the import contracts, no import cycles, no private names
+across modules, declared = imported, long modules and functions named with their reason, C without warnings."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 import sys
 import sysconfig
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,31 +47,223 @@ def test_declared_dependencies_are_the_imported_ones() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-#: Modules may grow past this only with a reason written here (none today).
-MAX_MODULE_LINES = 500
-#: Functions may be longer only when they are a measured hot loop that says so in a comment.
-MAX_FUNCTION_LINES = 80
-HOT_LOOP_MARK = "hot loop"
+# -- size: a long module or function is fine when it is one concern; a reader sees here why -------------
+
+#: Past these a module or function is named below with its reason: a split follows the seams of what the
+#: code does, never a line count, and a long piece that is one thing says so here.
+MODULE_LINES = 500
+FUNCTION_LINES = 80
+
+#: Modules that may be long, and why each is one piece. A path may name a module still to come.
+LONG_MODULES = {
+    "proxy/relay/core.py": "the relay's sans-IO protocol core: one state machine over both sides of a "
+    "connection (bytes in; bytes out, records and commands), whose transitions are read together",
+    "proxy/capture/writer.py": "the capture writer: the queue, the batch hand-off to its thread, rotation, "
+    "reopen and the failure policy share one state and one order of events (what stands alone is apart: "
+    "batch, sink, sidefile, budget, retention, gaps, nap)",
+    "replay/capture/schema.py": "the format's encoding and decoding of every record kind, generated from the "
+    "event dataclasses with the version policy and upgrades: one place where a line becomes a record and back",
+    "replay/capture/events.py": "THE schema: every record kind of the capture, with each field's meaning "
+    "(docs/capture-format.md is generated from it)",
+}
+
+#: Functions that may be long, and why each is one piece.
+LONG_FUNCTIONS = {
+    "proxy/wire/frames.py:FrameReader.feed": "the frame reader's per-read loop, measured (bench micro: cut one "
+    "DATA frame from a read): one function on local names, helpers only off the common path",
+    "replay/capture/reader.py:CaptureReader._file": "the reader's per-line loop over one file: the sequence "
+    "checks, the compiled line decoder's common case and the side-file lookups inline, measured",
+}
 
 
-def test_modules_and_functions_stay_readable() -> None:
-    """No module of proxy/ or replay/ over ~500 lines; no function over ~80 unless it says it is a hot loop."""
-    too_long: list[str] = []
-    for path in sorted([*ROOT.glob("proxy/**/*.py"), *ROOT.glob("replay/**/*.py")]):
-        if "models" in path.relative_to(ROOT).parts:
-            continue
+def _functions(tree: ast.Module) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """Every function of a module with its qualified name (``Class.method``, ``outer.inner``)."""
+
+    def walk(node: ast.AST, prefix: str) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                yield f"{prefix}{child.name}", child
+                yield from walk(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, f"{prefix}{child.name}.")
+            else:
+                yield from walk(child, prefix)
+
+    yield from walk(tree, "")
+
+
+def test_long_modules_and_functions_are_named_with_their_reason() -> None:
+    """A module of proxy/ or replay/ past ~500 lines, or a function past ~80, is in LONG_MODULES /
+    LONG_FUNCTIONS with why it is one piece."""
+    unnamed: list[str] = []
+    for path in _package_files():
         text = path.read_text()
         name = str(path.relative_to(ROOT))
-        if len(text.splitlines()) > MAX_MODULE_LINES:
-            too_long.append(f"{name}: {len(text.splitlines())} lines")
-        lines = text.splitlines()
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
-                length = node.end_lineno - node.lineno + 1
-                body = "\n".join(lines[node.lineno - 1 : node.end_lineno]).lower()
-                if length > MAX_FUNCTION_LINES and HOT_LOOP_MARK not in body:
-                    too_long.append(f"{name}:{node.lineno} {node.name}() {length} lines")
-    assert not too_long, "\n".join(too_long)
+        if len(text.splitlines()) > MODULE_LINES and name not in LONG_MODULES:
+            unnamed.append(f"{name}: {len(text.splitlines())} lines")
+        for qualname, node in _functions(ast.parse(text)):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > FUNCTION_LINES and f"{name}:{qualname}" not in LONG_FUNCTIONS:
+                unnamed.append(f"{name}:{node.lineno} {qualname}() {length} lines")
+    assert not unnamed, (
+        "long and not named: if it is one concern, add it to LONG_MODULES / LONG_FUNCTIONS with why; "
+        "if it holds several, split it where they part (not by line count):\n" + "\n".join(unnamed)
+    )
+
+
+def test_named_long_functions_exist() -> None:
+    """Each LONG_FUNCTIONS entry names a function that exists (a renamed one takes its reason along)."""
+    have = {f"{p.relative_to(ROOT)}:{q}" for p in _package_files() for q, _ in _functions(ast.parse(p.read_text()))}
+    gone = [k for k in LONG_FUNCTIONS if k not in have]
+    assert not gone, f"LONG_FUNCTIONS names functions that are not there: {gone}"
+
+
+# -- imports: no cycles, no private names across modules -----------------------------------------------
+
+#: Import cycles tolerated for now, by the package holding all of the cycle's modules, with why.
+CYCLES_ALLOWED = {
+    "proxy.relay": "the Tunnel assembled from seven mixins tied by state.py's TYPE_CHECKING list of the "
+    "methods they call on each other; temporary: the relay's rewrite (a sans-IO core under a thin shell) "
+    "removes it, and this entry with it",
+}
+
+
+def _package_files() -> list[Path]:
+    """The modules of proxy/ and replay/ (the lab's Triton models aside: they run inside tritonserver)."""
+    files = sorted([*ROOT.glob("proxy/**/*.py"), *ROOT.glob("replay/**/*.py")])
+    return [p for p in files if "models" not in p.relative_to(ROOT).parts]
+
+
+def _module_names() -> dict[str, Path]:
+    out = {}
+    for path in _package_files():
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> Iterator[tuple[str, str, int]]:
+    """``(target, imported name, line)`` for each name ``name`` imports from the project, at any depth of
+    the module (functions and ``if TYPE_CHECKING:`` blocks included); ``target`` is the module it comes
+    from (a submodule imported by name is the target itself). Importing ``a.b.c`` also runs ``a`` and
+    ``a.b``, which import their submodules by design: those implicit edges are not counted."""
+
+    def ours(dotted: str) -> str | None:
+        while dotted and dotted not in modules:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                target = ours(alias.name)
+                if target is not None:
+                    yield target, alias.name.rpartition(".")[2], node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{up}.{base}" if base else up
+            for alias in node.names:
+                target = f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else ours(base)
+                if target is not None:
+                    yield target, alias.name, node.lineno
+
+
+def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The graph's strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _import_graph() -> dict[str, dict[str, int]]:
+    """module -> {module it imports: first line}, for proxy/ and replay/."""
+    modules = _module_names()
+    graph: dict[str, dict[str, int]] = {m: {} for m in modules}
+    for name, path in modules.items():
+        for target, _, line in _imports(name, path, modules):
+            if target != name:
+                graph[name].setdefault(target, line)
+    return graph
+
+
+def test_the_import_cycle_finder_finds_cycles() -> None:
+    """The finder itself: a cycle through a TYPE_CHECKING import is one, a chain is not."""
+    assert _cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b": 1}, "b": {}}) == []
+
+
+def test_no_import_cycles() -> None:
+    """No two modules of proxy/ or replay/ import each other, directly or around a circle, counting imports
+    inside functions and under ``if TYPE_CHECKING:`` (a type a module needs is a dependency too): a cycle
+    says two modules are one concern split in two, or that one should be handed what it imports."""
+    graph = _import_graph()
+    cycles = _cycles(graph)
+    allowed = [c for c in cycles if any(all(m.startswith(f"{pkg}.") for m in c) for pkg in CYCLES_ALLOWED)]
+    shown = [
+        " <-> ".join(c) + "\n" + "\n".join(f"    {a}:{line} imports {b}" for a in c for b, line in graph[a].items() if b in c)
+        for c in cycles
+        if c not in allowed
+    ]
+    assert not shown, "import cycles:\n" + "\n".join(shown)
+    stale = [pkg for pkg in CYCLES_ALLOWED if not any(c[0].startswith(f"{pkg}.") for c in allowed)]
+    assert not stale, f"no cycle left in {stale}: remove the entry from CYCLES_ALLOWED"
+
+
+def test_no_private_names_imported_across_modules() -> None:
+    """No module imports another's ``_private`` name: what other modules need is public where it is defined
+    (or moves to where it belongs). The compiled modules (replay.compiled.MODULES) are private by
+    name and loaded through replay.compiled; importing one by name is the one exception."""
+    from replay.compiled import MODULES
+
+    modules = _module_names()
+    private = [
+        f"{path.relative_to(ROOT)}:{line} imports {what} from {target}"
+        for name, path in modules.items()
+        for target, what, line in _imports(name, path, modules)
+        if what.startswith("_") and not what.startswith("__") and target != name and target not in MODULES
+    ]
+    assert not private, "\n".join(private)
+
+
+def test_the_compiled_registry_is_what_pyproject_builds() -> None:
+    """replay.compiled.MODULES (what --version, the start log and capture_start report) names exactly the
+    extension modules pyproject builds."""
+    from replay.compiled import MODULES
+
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        built = [m["name"] for m in tomllib.load(f)["tool"]["setuptools"]["ext-modules"]]
+    assert sorted(MODULES) == sorted(built)
 
 
 #: Warnings left out: the CPython calling conventions pass `self` to every module function, and module

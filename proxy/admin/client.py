@@ -7,9 +7,9 @@ from typing import Any, TextIO
 
 from google.protobuf.json_format import MessageToDict
 
+from proxy.admin.connect import admin_call
 from proxy.admin.pb import admin_pb2 as pb
 from proxy.admin.pb import admin_pb2_grpc as pb_grpc
-from proxy.admin.tail import _admin_call
 from replay.errors import UserError
 
 
@@ -20,8 +20,13 @@ def _call(args: Any, method: str, request: Any) -> Any:
         stub = pb_grpc.AdminServiceStub(chan)  # type: ignore[no-untyped-call]
         box.append(await getattr(stub, method)(request, timeout=30))
 
-    asyncio.run(_admin_call(args, go))
+    asyncio.run(admin_call(args, go))
     return box[0]
+
+
+#: The open-calls table's headings; the request-id lists are named as the capture's ``cancel`` record
+#: names them (``in_flight``, ``responded``).
+OPEN_CALL_COLUMNS = ("call", "method", "model", "age ms", "in flight", "responded")
 
 
 def render_status(st: pb.StatusResponse, out: TextIO) -> None:
@@ -45,11 +50,11 @@ def render_status(st: pb.StatusResponse, out: TextIO) -> None:
         console.print(f"capture: {f}")
     if st.open_calls:
         table = Table(title="open calls", title_justify="left")
-        for col in ("call", "method", "model", "age ms", "in flight", "executing"):
+        for col in OPEN_CALL_COLUMNS:
             table.add_column(col)
         for oc in st.open_calls:
             table.add_row(oc.call, oc.method.rsplit("/", 1)[-1], oc.model, f"{oc.age_ms:.0f}",
-                          ", ".join(oc.in_flight), ", ".join(oc.executing))  # fmt: skip
+                          ", ".join(oc.in_flight), ", ".join(oc.responded))  # fmt: skip
         console.print(table)
 
 
@@ -59,7 +64,10 @@ def run_status(args: Any, out: TextIO) -> int:
     if args.json:
         import json
 
-        out.write(json.dumps(MessageToDict(st, preserving_proto_field_name=True), indent=2) + "\n")
+        status = MessageToDict(st, preserving_proto_field_name=True)
+        for oc in status.get("open_calls", ()):
+            oc.pop("executing", None)  # responded's deprecated first name (admin.proto): one name here
+        out.write(json.dumps(status, indent=2) + "\n")
     else:
         render_status(st, out)
     return 0

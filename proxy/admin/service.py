@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,55 +26,69 @@ from replay.capture import events as ev
 from replay.errors import UserError
 
 if TYPE_CHECKING:
-    from proxy.ops.server import RecordingProxy
+    from proxy.capture.writer import CaptureWriter
+    from proxy.ops.observe import ProxyMetrics
+    from proxy.relay.relay import Relay
 
 log = structlog.get_logger("triton_tap.admin")
 
 
-class AdminServicer(pb_grpc.AdminServiceServicer):
-    """The four RPCs, over one :class:`RecordingProxy`."""
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What the service serves of a running proxy, handed over by whoever runs it: the parts it reads
+    (the relay's open calls, the metrics) and drives (the writer: rotate, mark, the tap), and what Status
+    says of the proxy itself (fixed once it listens)."""
 
-    def __init__(self, proxy: RecordingProxy, hub: TapHub) -> None:
-        self.proxy = proxy
+    listen: str
+    upstream: str
+    tls_listen: bool
+    tls_upstream: bool
+    writer: CaptureWriter
+    relay: Relay
+    metrics: ProxyMetrics | None
+
+
+class AdminServicer(pb_grpc.AdminServiceServicer):
+    """The four RPCs, over one running proxy's :class:`Served` parts."""
+
+    def __init__(self, served: Served, hub: TapHub) -> None:
+        self.served = served
         self.hub = hub
         self.t0 = time.monotonic()
 
     def _open_calls(self) -> list[Any]:
-        relay = self.proxy.relay
-        return [c for t in list(relay.tunnels) for c in list(t.calls.values())] if relay is not None else []
+        return [c for t in list(self.served.relay.tunnels) for c in list(t.calls.values())]
 
     async def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusResponse:
-        p = self.proxy
-        assert p.writer is not None
+        served = self.served
+        writer, metrics = served.writer, served.metrics
         calls = self._open_calls()
         models = self.hub.recent_model(c.id for c in calls)
-        kinds, causes, dropped = p.writer.counts()
+        kinds, causes, dropped = writer.counts()
         counters = pb.Counters(records=kinds, calls_by_cause=causes, dropped=dropped)
-        if p.metrics is not None:
+        if metrics is not None:
             for i, d in enumerate(("c2s", "s2c")):
-                counters.messages[d] = p.metrics.messages[i]
-                counters.message_bytes[d] = p.metrics.bytes[i]
+                counters.messages[d] = metrics.messages[i]
+                counters.message_bytes[d] = metrics.bytes[i]
         subs, sent, lost = self.hub.stats()
         first, nxt = self.hub.recent_range()
         open_calls = []
         for c in sorted(calls, key=lambda c: c.t0):
-            in_flight, executing = c.inflight.snapshot()
-            open_calls.append(pb.OpenCall(call=c.id, method=c.method, model=models.get(c.id, ""),
-                                          age_ms=c.elapsed_ms(), in_flight=in_flight, executing=executing))  # fmt: skip
-        cfg = p.config
+            in_flight, responded = c.inflight.snapshot()
+            # `executing` is responded's deprecated first name, still filled for v1 clients (admin.proto).
+            open_calls.append(pb.OpenCall(call=c.id, method=c.method, model=models.get(c.id, ""), age_ms=c.elapsed_ms(),
+                                          in_flight=in_flight, responded=responded, executing=responded))  # fmt: skip
         return pb.StatusResponse(
-            version=__version__, uptime_s=time.monotonic() - self.t0,
-            listen=f"{p.listen_addr[0]}:{p.port}", upstream=f"{p.upstream_addr[0]}:{p.upstream_addr[1]}",
-            tls_listen=cfg.tls_cert is not None, tls_upstream=cfg.upstream_tls, open_calls=open_calls,
-            counters=counters, capture_files=[str(x) for x in list(p.writer.paths)], writer_queue=p.writer.backlog,
+            version=__version__, uptime_s=time.monotonic() - self.t0, listen=served.listen, upstream=served.upstream,
+            tls_listen=served.tls_listen, tls_upstream=served.tls_upstream, open_calls=open_calls,
+            counters=counters, capture_files=[str(x) for x in list(writer.paths)], writer_queue=writer.backlog,
             tail=pb.TailStats(subscribers=subs, records_sent=sent, records_dropped=lost),
             recent_first_seq=first, next_seq=nxt,
         )  # fmt: skip
 
     async def Rotate(self, request: pb.RotateRequest, context: Any) -> pb.RotateResponse:
-        assert self.proxy.writer is not None
         try:
-            closed, new = await self.proxy.writer.rotate()
+            closed, new = await self.served.writer.rotate()
         except RuntimeError as e:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         except OSError as e:
@@ -82,9 +97,8 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         return pb.RotateResponse(closed_file=str(closed), new_file=str(new))
 
     async def Mark(self, request: pb.MarkRequest, context: Any) -> pb.MarkResponse:
-        assert self.proxy.writer is not None
         t_ns = time.time_ns()
-        self.proxy.writer.emit(ev.MarkRecorded(t_ns=t_ns, note=request.note, labels=dict(request.labels)))
+        self.served.writer.emit(ev.MarkRecorded(t_ns=t_ns, note=request.note, labels=dict(request.labels)))
         return pb.MarkResponse(t_ns=t_ns)
 
     async def Tail(self, request: pb.TailRequest, context: Any) -> AsyncIterator[pb.TailResponse]:
@@ -137,29 +151,28 @@ def _credentials(cert: Path, key: Path) -> Any:
         raise UserError(f"cannot read --tls-cert/--tls-key for --admin: {e.strerror or e}") from None
 
 
-async def start_admin(proxy: RecordingProxy) -> AdminServer:
-    """Bind and start the admin service for ``proxy`` (its writer and relay exist); UserError if impossible."""
-    cfg = proxy.config
-    assert cfg.admin is not None and proxy.writer is not None
-    host, port, tls = admin_address(cfg.admin, cfg.tls_cert, cfg.tls_key)
+async def start_admin(address: str, served: Served, tls_cert: Path | None, tls_key: Path | None) -> AdminServer:
+    """Bind ``address`` (``--admin``; TLS with the proxy's own ``--tls-cert/--tls-key``) and serve the
+    running proxy's ``served`` parts; UserError if impossible."""
+    host, port, tls = admin_address(address, tls_cert, tls_key)
     hub = TapHub()
     server = grpc.aio.server()
-    pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(proxy, hub), server)  # type: ignore[no-untyped-call]
+    pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(served, hub), server)  # type: ignore[no-untyped-call]
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         if tls:
-            assert cfg.tls_cert is not None and cfg.tls_key is not None
-            bound = server.add_secure_port(where, _credentials(cfg.tls_cert, cfg.tls_key))
+            assert tls_cert is not None and tls_key is not None
+            bound = server.add_secure_port(where, _credentials(tls_cert, tls_key))
         else:
             bound = server.add_insecure_port(where)
     except RuntimeError as e:
-        raise UserError(f"cannot serve --admin on {cfg.admin}: {e}") from None
+        raise UserError(f"cannot serve --admin on {address}: {e}") from None
     if not bound:
-        raise UserError(f"cannot serve --admin on {cfg.admin}: address in use or not available")
+        raise UserError(f"cannot serve --admin on {address}: address in use or not available")
     await server.start()
-    hub.next_seq = proxy.writer.written  # capture_start is written already; the next record's seq
-    proxy.writer.tap = hub.publish
-    if proxy.metrics is not None:
-        proxy.metrics.attach_tap(hub.stats)
+    hub.next_seq = served.writer.written  # capture_start is written already; the next record's seq
+    served.writer.tap = hub.publish
+    if served.metrics is not None:
+        served.metrics.attach_tap(hub.stats)
     log.info("admin_serving", address=f"{host}:{bound}", tls=tls)
     return AdminServer(server, bound, hub, host)

@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import datetime
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
 
+from proxy.admin.connect import admin_call
 from proxy.admin.follow import follow_lines, newest_capture
 from proxy.admin.hub import Dropped, Subscriber, TailFilter
 from replay.capture.schema import Sticky, decode, encode
@@ -115,23 +115,6 @@ class Printer:
 # -- from the admin service ---------------------------------------------------------------------------
 
 
-def channel(address: str, ca: Path | None, server_name: str | None) -> Any:
-    """A grpc.aio channel to ``--admin`` (TLS when ``ca`` is given)."""
-    import grpc
-
-    from replay.hostport import format_hostport, parse_hostport
-
-    target = format_hostport(*parse_hostport(address, "--admin"))
-    if ca is None:
-        return grpc.aio.insecure_channel(target)
-    try:
-        creds = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
-    except OSError as e:
-        raise UserError(f"cannot read --ca {str(ca)!r}: {e.strerror or e}") from None
-    opts = [("grpc.ssl_target_name_override", server_name)] if server_name else []
-    return grpc.aio.secure_channel(target, creds, options=opts)
-
-
 def tail_request(flt: TailFilter, from_seq: int | None, max_queue: int = 0) -> Any:
     """The TailRequest for a filter."""
     from proxy.admin.pb import admin_pb2 as pb
@@ -199,17 +182,4 @@ def run_tail(args: Any) -> int:
             raise UserError("tail CAPTURE_DIR needs --follow (to read a finished capture use `replay check`)")
         asyncio.run(tail_files(args.capture_dir, flt, printer))
         return 0
-    return asyncio.run(_admin_call(args, lambda chan: tail_admin(chan, flt, printer, args.from_seq)))
-
-
-async def _admin_call(args: Any, fn: Callable[[Any], Any]) -> int:
-    import grpc
-
-    from replay.errors import UpstreamError
-
-    async with channel(args.admin, args.ca, args.server_name) as chan:
-        try:
-            await fn(chan)
-        except grpc.aio.AioRpcError as e:
-            raise UpstreamError(f"admin {args.admin}: {e.code().name}: {e.details()}") from None
-    return 0
+    return asyncio.run(admin_call(args, lambda chan: tail_admin(chan, flt, printer, args.from_seq)))

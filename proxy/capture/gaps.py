@@ -35,6 +35,14 @@ class Gap:
             self.last_t_ns = max(self.last_t_ns, last)
         self.dropped += len(records)
 
+    def joined(self, later: Gap) -> Gap:
+        """One gap reporting this one's records and then ``later``'s (this one's reason stays)."""
+        if not self.dropped:
+            return later
+        self.dropped += later.dropped
+        self.last_t_ns = max(self.last_t_ns, later.last_t_ns)
+        return self
+
 
 @dataclass
 class Counts:
@@ -43,3 +51,19 @@ class Counts:
     kinds: dict[str, int] = field(default_factory=dict)
     causes: dict[str, int] = field(default_factory=dict)
     dropped: int = 0
+
+    def add(self, written: list[Any]) -> None:
+        """Count records just written (the writer thread)."""
+        kinds, causes = self.kinds, self.causes
+        for r in written:
+            kinds[r.kind] = kinds.get(r.kind, 0) + 1
+            if r.kind == "call_end":
+                causes[r.cause] = causes.get(r.cause, 0) + 1
+
+    def summary(self, extra: dict[str, int]) -> dict[str, int]:
+        """``capture_end``'s counts: records by kind, calls by cause, records dropped, then ``extra``."""
+        counts = {f"records.{k}": v for k, v in sorted(self.kinds.items())}
+        counts.update({f"calls.{k}": v for k, v in sorted(self.causes.items())})
+        counts["dropped"] = self.dropped
+        counts.update(extra)
+        return counts

@@ -18,6 +18,8 @@ from typing import Literal
 import structlog
 
 from proxy.capture.budget import MIB, CaptureFile, FreeSpaceEstimate, FreeSpacePolicy, default_min_free, to_remove
+from proxy.capture.gaps import Gap
+from replay.capture import events as ev
 from replay.capture import naming
 from replay.errors import UserError
 
@@ -146,6 +148,23 @@ def live_state(fd: int, path: Path) -> LiveState:
     if (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
         return "moved"
     return "ok"
+
+
+def moved_note(old: str, size: int, seqs: tuple[int, int], side: bool, t_ns: int) -> ev.FilesRemoved:
+    """The record a new file starts with when the live file was renamed: where its records (``seqs``, first..last) are."""
+    # Its side file keeps its name: readers find it by the capture file's name.
+    also = f"; its message bytes are in {naming.side_name(old)}: rename that alike" if side else ""
+    return ev.FilesRemoved(t_ns=t_ns, reason="moved", files=[old], size=size,
+                           detail=f"{old} was renamed or replaced while being written; its records (seq "
+                           f"{seqs[0]}..{seqs[1]}) are in the renamed file, not lost{also}")  # fmt: skip
+
+
+def unlinked_gap(old: str, seqs: tuple[int, int], t_ns: tuple[int, int]) -> Gap:
+    """The live file was deleted: everything it held (``seqs``, first..last; written over ``t_ns``) is lost."""
+    lost = seqs[1] - seqs[0] + 1
+    return Gap(dropped=lost, first_t_ns=t_ns[0], last_t_ns=t_ns[1],
+               reason=f"file_unlinked: {old} was deleted while being written; the {lost} record(s) it held "
+               f"(seq {seqs[0]}..{seqs[1]}) are lost")  # fmt: skip
 
 
 def compress(old: Path) -> Path | None:

@@ -1,10 +1,32 @@
-"""Run a real Triton Inference Server (2.51, CPU only) from the nvidia-pytriton wheel.
+"""A real Triton Inference Server (2.51, CPU only, Python backend) from the nvidia-pytriton wheel, no Docker.
 
-The proxy is tested against the genuine server rather than a fake so that streaming,
-cancellation and error semantics are the ones a deployment sees. The wheel ships the
-server binary, the Python backend and one backend stub per Python version; this module
-assembles them into a runnable layout (see /work/shared/triton-cpu.md for why each
-environment detail below is needed).
+The proxy is tested against the genuine server rather than a fake so that streaming, cancellation
+and error semantics are the ones a deployment sees; ``triton-tap lab triton`` (:mod:`proxy.lab.command`)
+runs the same server for users.
+
+What it needs: ``nvidia-pytriton==0.7.0`` installed in this interpreter (the ``demo`` extra; a
+manylinux_2_35 wheel: Linux x86-64 with glibc 2.35 or newer). Inside its package the wheel carries
+the ``tritonserver`` binary (Triton 2.51.0), the Python backend (``libtriton_python.so``,
+``triton_python_backend_utils.py``), one backend stub per Python version and the shared libraries
+it links (``nvidia_pytriton.libs``). Only Python-backend models (``config.pbtxt`` + ``1/model.py``)
+can be served. No GPU is needed; on a CPU-only machine Triton logs harmless NVML, DCGM, CUDA driver
+and pinned-memory warnings.
+
+What it does to run the binary directly on a model repository:
+
+- a private backend directory in ``workdir`` holds the Python backend's two files plus the stub of
+  the running interpreter (the backend looks for its stub beside ``libtriton_python.so``; without
+  it: "triton_python_backend_stub is not found");
+- ``LD_LIBRARY_PATH`` starts with this interpreter's own library directory, then the wheel's
+  libraries: otherwise the stub may link the system's libpython under this interpreter's standard
+  library (every model then fails to load), or not find ``libcudart``;
+- ``PATH`` starts with this interpreter's ``bin/``: the stub's embedded Python takes its prefix
+  and packages (numpy 1.26, as nvidia-pytriton pins it) from the first ``python3`` on ``PATH``;
+- every endpoint (gRPC, HTTP, metrics) is bound to 127.0.0.1, on the ports asked for or free ones;
+  readiness is HTTP ``GET /v2/health/ready`` (a Python model takes a few seconds to load);
+- the server runs in a session of its own; stopping it is SIGTERM (it waits up to 5 s for
+  in-flight work, ``--exit-timeout-secs``), then SIGKILL for whatever is left of its process group,
+  so no backend stub outlives it, and the shared-memory regions of this launch are removed.
 """
 
 from __future__ import annotations
@@ -12,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -27,12 +50,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 __all__ = [
     "TritonNotAvailable",
     "TritonServer",
     "TritonStartupError",
     "free_port",
+    "group_alive",
     "model_repository",
 ]
 
@@ -40,9 +65,11 @@ LOG_FILE_NAME = "tritonserver.log"
 _POLL_INTERVAL_S = 0.1
 _LOG_TAIL_LINES = 30
 _GROUP_EXIT_TIMEOUT_S = 10.0
+# Never route loopback through an http_proxy from the environment.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     """Some process of group ``pgid`` is still running (zombies, which a container's init may
     never reap, do not count: they hold no memory or shared-memory mappings)."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -96,7 +123,7 @@ def _free_ports(count: int) -> list[int]:
 
 
 def model_repository() -> Path:
-    """Path of the packaged model repository (``proxy/models``)."""
+    """Path of the packaged model repository (``proxy/lab/models``)."""
     return Path(__file__).resolve().parent / "models"
 
 
@@ -145,12 +172,19 @@ def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
 
 @dataclass
 class TritonServer:
-    """A tritonserver process bound to loopback, serving ``model_repository``."""
+    """A tritonserver process bound to loopback, serving ``model_repository``.
+
+    ``grpc_port``, ``http_port``, ``metrics_port``: where it listens; 0 (the default) is a free port
+    chosen at each :meth:`start`.
+    """
 
     model_repository: Path
     workdir: Path
     log_verbose: int = 1
     extra_args: Sequence[str] = ()
+    grpc_port: int = 0
+    http_port: int = 0
+    metrics_port: int = 0
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _ports: tuple[int, int, int] | None = field(default=None, init=False, repr=False)
     # A per-launch prefix lets stop()/kill() delete exactly this server's shared-memory regions,
@@ -187,12 +221,24 @@ class TritonServer:
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self, timeout: float = 120.0) -> None:
-        """Start on fresh random ports and block until the server and all models are ready."""
+        """Start on the configured ports (free ones for those at 0) and block until the server and all
+        models are ready."""
         if self.running:
             raise RuntimeError(f"tritonserver already running (pid {self.pid})")
-        grpc_port, http_port, metrics_port = _free_ports(3)
+        asked = (self.grpc_port, self.http_port, self.metrics_port)
+        free = iter(_free_ports(asked.count(0)))
+        grpc_port, http_port, metrics_port = (port or next(free) for port in asked)
         self._ports = (grpc_port, http_port, metrics_port)
         self._launch(timeout)
+
+    def wait(self) -> int:
+        """Block until the server exits by itself (or is stopped from another thread); its exit code."""
+        process = self._process
+        if process is None:
+            raise RuntimeError("tritonserver is not running")
+        code = process.wait()
+        self._reap(process)
+        return code
 
     def restart(self, timeout: float = 120.0) -> None:
         """Start again on the ports of the first start, e.g. after kill() or stop()."""
@@ -239,7 +285,26 @@ class TritonServer:
     ) -> None:
         self.stop()
 
+    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+        """The last ``lines`` lines of the server's log."""
+        return _tail(self.log_path, lines)
+
+    def server_version(self) -> str:
+        """The version the running server reports (HTTP ``GET /v2``)."""
+        return str(self._http_json("GET", "/v2")["version"])
+
+    def ready_models(self) -> list[str]:
+        """Names of the models the running server reports READY (HTTP repository index), sorted."""
+        index = self._http_json("POST", "/v2/repository/index", {"ready": True})
+        return sorted({str(m["name"]) for m in index if m.get("state") == "READY"})
+
     # -- internals ------------------------------------------------------------------
+
+    def _http_json(self, method: str, path: str, body: object = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"{self.http_url}{path}", data=data, method=method)
+        with _OPENER.open(request, timeout=10.0) as response:
+            return json.loads(response.read())
 
     def _require_ports(self) -> tuple[int, int, int]:
         if self._ports is None:
@@ -318,8 +383,6 @@ class TritonServer:
         process = self._process
         assert process is not None
         url = f"{self.http_url}/v2/health/ready"
-        # Never route loopback through an http_proxy from the environment.
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         deadline = time.monotonic() + timeout
         while True:
             code = process.poll()
@@ -330,7 +393,7 @@ class TritonServer:
                     f"last log lines of {self.log_path}:\n{_tail(self.log_path)}"
                 )
             try:
-                with opener.open(url, timeout=2.0) as response:
+                with _OPENER.open(url, timeout=2.0) as response:
                     if response.status == 200:
                         return
             except (OSError, http.client.HTTPException):
@@ -357,7 +420,7 @@ class TritonServer:
         # the group is gone: a restart while killed stubs still hold the backend's shared memory
         # crashed the new server's stub loading (boost::interprocess::lock_exception) under load.
         deadline = time.monotonic() + _GROUP_EXIT_TIMEOUT_S
-        while _group_alive(process.pid) and time.monotonic() < deadline:
+        while group_alive(process.pid) and time.monotonic() < deadline:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
             time.sleep(_POLL_INTERVAL_S / 10)

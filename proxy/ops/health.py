@@ -3,12 +3,17 @@
 It sends ``grpc.health.v1.Health/Check`` to the proxy's listen address, so it passes only when the
 proxy accepts connections *and* relays to a Triton that reports SERVING. The check is a real call
 through the proxy: it appears in the capture as a ``/grpc.health.v1.Health/Check`` call.
+
+``--wait SECONDS`` asks again (a new connection each time, every RETRY_S) until the answer is SERVING
+or the time is up: what a script that has just started ``record`` (or Triton) runs before its first
+call. Each try that reached the proxy is a call in the capture too.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 from replay.cli.base import positive_float
@@ -18,6 +23,9 @@ from replay.hostport import format_hostport, parse_hostport
 # HealthCheckResponse.status = SERVING (field 1, varint 1); an empty HealthCheckRequest asks for
 # the whole server. Raw bytes: grpcio-health-checking would be a dependency for two constants.
 _SERVING = b"\x08\x01"
+
+#: ``--wait``: how long between two tries.
+RETRY_S = 0.2
 
 
 def check(target: str, timeout: float) -> None:
@@ -33,9 +41,31 @@ def check(target: str, timeout: float) -> None:
             answer: bytes = call(b"", timeout=timeout)
         except grpc.RpcError as e:
             # A failed sync call is also a grpc.Call: it has the status code and details.
-            raise UpstreamError(f"health check via {target} failed: {e.code().name}: {e.details()}") from None
+            details = str(e.details())
+            if e.code() == grpc.StatusCode.UNAVAILABLE and "Connection refused" in details:
+                details = "connection refused (nothing listens there)"  # grpc's own text says it three times
+            raise UpstreamError(f"health check via {target} failed: {e.code().name}: {details}") from None
     if answer != _SERVING:
         raise UpstreamError(f"health check via {target}: not SERVING (response {answer.hex() or 'empty'})")
+
+
+def wait_serving(target: str, timeout: float, wait: float) -> int:
+    """Ask until ``target`` answers SERVING, for at most ``wait`` seconds; how many tries it took.
+
+    :class:`UpstreamError` with the last try's failure when the time is up."""
+    deadline = time.monotonic() + wait
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            # No try outlasts the wait (but each gets a moment to connect and answer).
+            check(target, max(min(timeout, deadline - time.monotonic()), RETRY_S))
+            return tries
+        except UpstreamError as e:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise UpstreamError(f"{e}; still so after waiting {wait:g} s ({tries} tries)") from None
+            time.sleep(min(RETRY_S, left))
 
 
 def add_health_command(sub: Any) -> None:
@@ -45,16 +75,25 @@ def add_health_command(sub: Any) -> None:
         help="gRPC health check through a running proxy (exit 0 when Triton is SERVING)",
         description="Send one grpc.health.v1.Health/Check to the proxy's listen address; it passes only when the "
         "proxy accepts connections and relays to a Triton that answers SERVING (the check is recorded as a call "
-        "in the capture). Exit 0: SERVING; 1: not SERVING, unreachable or timed out; 2: bad arguments.",
+        "in the capture). With --wait, ask again until SERVING or the time is up. Exit 0: SERVING; 1: not "
+        "SERVING, unreachable or timed out (with --wait: still so when the time was up); 2: bad arguments.",
     )
     p.add_argument("--target", default="127.0.0.1:8011", metavar="HOST:PORT",
                    help="the proxy's listen address (default %(default)s)")
     p.add_argument("--timeout", type=positive_float, default=3.0, metavar="SECONDS",
                    help="how long to wait for the answer (default %(default)s)")
+    p.add_argument("--wait", type=positive_float, default=None, metavar="SECONDS",
+                   help=f"ask again every {RETRY_S:g} s until SERVING, for up to SECONDS (a proxy or Triton that is "
+                   "starting); exit 1 if it is still not SERVING then (default: ask once)")
 
     def run(args: argparse.Namespace) -> int:
-        check(args.target, args.timeout)
-        print("SERVING", file=sys.stderr)
+        if args.wait is None:
+            check(args.target, args.timeout)
+            print("SERVING", file=sys.stderr)
+            return 0
+        t0 = time.monotonic()
+        tries = wait_serving(args.target, args.timeout, args.wait)
+        print(f"SERVING (after {tries} tries, {time.monotonic() - t0:.1f} s)" if tries > 1 else "SERVING", file=sys.stderr)
         return 0
 
     p.set_defaults(func=run)

@@ -19,6 +19,7 @@ from proxy import __version__
 from proxy.capture.budget import MIB, rotate_for_budget
 from proxy.capture.retention import prepare_directory
 from proxy.capture.writer import CaptureWriter, WriterOptions
+from proxy.ops import warmup
 from proxy.ops.eventloop import running_loop_name
 from proxy.ops.evidence import EvidenceCollector, EvidenceSpec, probe_metrics
 from proxy.ops.observe import MetricsServer, ProxyMetrics, RecordObserver
@@ -27,10 +28,12 @@ from proxy.ops.upkeep import Upkeep
 from proxy.relay.options import RelayOptions
 from proxy.relay.relay import Relay
 from proxy.triton.metadata import DEFAULT_REDACT
+from replay import readyfile
 from replay.capture import events as ev
 from replay.capture import naming
+from replay.compiled import active as compiled_modules
 from replay.errors import UpstreamError, UserError
-from replay.hostport import is_loopback, parse_hostport
+from replay.hostport import cannot_listen, is_loopback, parse_hostport
 
 log = structlog.get_logger("triton_tap.proxy")
 
@@ -87,6 +90,8 @@ class ProxyConfig:
     #: Set by the supervisor in each worker process: which worker this is (0-based), and the set's stem.
     worker: int | None = None
     capture_set: str | None = None
+    #: ``--ready-file``: one JSON line written once clients can connect, removed at shutdown (:mod:`replay.readyfile`).
+    ready_file: Path | None = None
 
 
 def _with_evidence(emit: Callable[[Any], None], notify: Callable[[ev.CallCancelled], None]) -> Callable[[Any], None]:
@@ -168,6 +173,9 @@ def capture_options(cfg: ProxyConfig, salt: str, tls_listen: bool, tls_upstream:
         "max_total_mb": cfg.max_total_mb,
         "min_free_mb": cfg.min_free_mb,
         "event_loop": running_loop_name(),
+        # Which compiled fast paths did the work (else why their Python versions did): a capture says
+        # what produced it, as `triton-tap --version` does.
+        "compiled": compiled_modules(),
     }
     if cfg.evidence is not None:
         opts["evidence"] = {
@@ -222,8 +230,11 @@ class RecordingProxy:
         assert self.writer is not None
         return self.writer.path
 
-    async def start(self) -> None:
-        """Check, bind and start recording; raises :class:`UserError`/:class:`UpstreamError`."""
+    async def start(self, *, warm_up: bool = False) -> None:
+        """Check, bind and start recording; raises :class:`UserError`/:class:`UpstreamError`.
+
+        ``warm_up``: the proxy is its process's one job (the CLI): what start-up left for the first calls to
+        pay is done before clients are served (:mod:`proxy.ops.warmup`)."""
         cfg = self.config
         # Reloadable (SIGHUP, file watch: proxy/ops/upkeep.py) for new connections; open ones keep theirs.
         tls = ReloadableTls(lambda: listen_ssl(cfg), lambda: upstream_ssl(cfg), tls_files(cfg))
@@ -247,10 +258,15 @@ class RecordingProxy:
             self.upkeep = self._start_upkeep(tls, self.metrics)
             relay_box.append(self.relay)
             if cfg.admin is not None:  # record --admin (proxy/admin/): bound before clients are served
-                from proxy.admin.service import start_admin
+                from proxy.admin.service import Served, start_admin
 
-                self.admin = await start_admin(self)
+                served = Served(listen=listen, upstream=start.upstream, tls_listen=cfg.tls_cert is not None,
+                                tls_upstream=cfg.upstream_tls, writer=writer, relay=self.relay, metrics=self.metrics)  # fmt: skip
+                self.admin = await start_admin(cfg.admin, served, cfg.tls_cert, cfg.tls_key)
+            if warm_up:
+                warmup.warm_up()
             await server.start_serving()
+            self._say_ready(listen)
         except BaseException:
             if self.admin is not None:
                 await self.admin.stop(0)
@@ -262,8 +278,10 @@ class RecordingProxy:
 
     async def _check(self, cfg: ProxyConfig, up_tls: ssl.SSLContext | None) -> None:
         """What must hold before anything is bound or written (TLS material was loaded by the caller):
-        the budget flags, the capture directory, a reachable upstream."""
+        the budget flags, the capture directory, the ready file's directory, a reachable upstream."""
         budget_options(cfg)
+        if cfg.ready_file is not None:
+            readyfile.prepare(cfg.ready_file)
         prepare_directory(cfg.capture_dir)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(
@@ -287,7 +305,7 @@ class RecordingProxy:
                 reuse_port=self.config.worker is not None,
             )
         except OSError as e:
-            raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+            raise cannot_listen(f"{host}:{port}", e) from None
         self.port = self._server.sockets[0].getsockname()[1]
         if self.metrics_addr is not None:
             self.metrics = ProxyMetrics()
@@ -345,6 +363,15 @@ class RecordingProxy:
             relay.after_read = metrics.forwarded
         return relay
 
+    def _say_ready(self, listen: str) -> None:
+        """``--ready-file``: clients can connect now (the socket listens; admin and metrics are up)."""
+        if self.config.ready_file is None:
+            return
+        assert self.writer is not None
+        metrics = f"{self.metrics_addr[0]}:{self.metrics_server.port}" if self.metrics_server and self.metrics_addr else None
+        readyfile.write(self.config.ready_file, listen, admin=self.admin.address if self.admin else None, metrics=metrics,
+                        capture=str(self.writer.path))  # fmt: skip
+
     def _log_recording(self, start: ev.CaptureStarted, tls: bool, upstream_tls: bool, client_certs: bool) -> None:
         assert self._server is not None and self.writer is not None
         cfg = self.config
@@ -366,6 +393,7 @@ class RecordingProxy:
             client_certs=client_certs,
             min_free_bytes=self.writer.ops.min_free,
             max_total_mb=cfg.max_total_mb,
+            compiled=start.options["compiled"],
         )
 
     async def stop(self) -> None:
@@ -375,6 +403,8 @@ class RecordingProxy:
             return
         self._stopped = True
         self._server.close()
+        if self.config.ready_file is not None:  # no longer accepting connections
+            readyfile.remove(self.config.ready_file)
         self.relay.begin_shutdown()
         drained = await self.relay.wait_idle(self.config.drain_timeout)
         left = self.relay.open_calls
@@ -427,7 +457,7 @@ class RecordingProxy:
 async def run(config: ProxyConfig) -> None:
     """Run until SIGTERM/SIGINT, then drain and close the capture (the CLI's main)."""
     proxy = RecordingProxy(config)
-    await proxy.start()
+    await proxy.start(warm_up=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

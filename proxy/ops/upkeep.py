@@ -1,8 +1,8 @@
 """What keeps a long-running proxy healthy: SIGHUP, certificate file watch, and their metrics.
 
-One entry point, :meth:`Upkeep.reload`, is what SIGHUP calls (and what the admin service's Rotate
-should call): the capture writer closes its file and goes on in a new one, and the TLS files are
-read again for new connections. Separately, a watch task re-reads the TLS files when they change
+One entry point, :meth:`Upkeep.reload`, is what SIGHUP calls: the capture writer closes its file
+after the records emitted so far and goes on in a new one (the request waits in the writer's queue,
+as the admin service's Rotate does), and the TLS files are read again for new connections. Separately, a watch task re-reads the TLS files when they change
 on disk (cert-manager renewing a Kubernetes secret in place), without touching the capture.
 """
 

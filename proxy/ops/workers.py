@@ -37,8 +37,8 @@ import structlog
 
 from proxy.ops.server import ProxyConfig
 from replay.capture import naming
-from replay.errors import TritonTapError, UserError, exit_code_for
-from replay.hostport import parse_hostport
+from replay.errors import TritonTapError, exit_code_for
+from replay.hostport import cannot_listen, parse_hostport
 
 log = structlog.get_logger("triton_tap.workers")
 
@@ -53,7 +53,7 @@ def _reserve(host: str, port: int) -> socket.socket:
         sock.bind(addr)
     except OSError as e:
         sock.close()
-        raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        raise cannot_listen(f"{host}:{port}", e) from None
     return sock
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from replay.cli.base import add_capture_argument, hostport, positive_float, positive_int
-from replay.errors import EXIT_OK, UserError
+from replay.errors import EXIT_FINDINGS, EXIT_OK, UserError
 
 if TYPE_CHECKING:
     from proxy.resend.plan import CallScript
@@ -27,7 +27,9 @@ def add_send_command(sub: Any) -> None:
         "disconnects at the same offset (or after the same number of responses) and start calls at their "
         "recorded offsets, calls of one captured connection on one connection. The traffic runs through an "
         "in-process recorder, so the new capture (in --out) has the same schema and causes: compare it with "
-        "`triton-tap diff CAPTURE NEW`. Exit 0: sent; 2: bad input or unreachable target (nothing written).",
+        "`triton-tap diff CAPTURE NEW`. Exit 0: every call sent and its outcome observed; 1: some call was not sent "
+        "or its connection was lost before its outcome (each named on stderr); 2: bad input or unreachable target "
+        "(nothing written).",
     )
     add_capture_argument(p)
     p.add_argument("--target", required=True, type=hostport("--target", listen=False), help="HOST:PORT of Triton's gRPC endpoint")
@@ -84,7 +86,7 @@ def _run(args: argparse.Namespace) -> int:
     with _Progress(tally, sys.stderr) as tick:
         path = run_send(starts, opts, tally, tick)
     _summary(sys.stdout, path, chosen, total, skipped, tally, time.monotonic() - began, args)
-    return EXIT_OK
+    return _unobserved(sys.stderr, tally, args.loop)
 
 
 class _Progress:
@@ -125,6 +127,7 @@ def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skip
              tally: Tally, wall_s: float, args: argparse.Namespace) -> None:  # fmt: skip
     from collections import Counter
 
+    from proxy.resend.h2client import OUTCOMES
     from replay.machine.tracker import track
 
     new = track(path)
@@ -144,6 +147,9 @@ def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skip
     ended = ", ".join(f"{k} {v}" for k, v in sorted(tally.endings.items()))
     if ended:
         lines.append(f"ended by send: {ended}")
+    lines.append("outcomes seen by send: " + ", ".join(f"{k} {tally.outcomes[k]}" for k in OUTCOMES if tally.outcomes[k]))
+    if tally.stray_frames:
+        lines.append(f"ignored {tally.stray_frames} frame(s) that arrived after their call had ended")
     causes = sorted(got.keys() | (recorded.keys() if recorded else set()))
     lines.append("causes (recorded -> new): " + ", ".join(
         f"{k} {recorded[k] if recorded is not None else '-'} -> {got[k]}" for k in causes))  # fmt: skip
@@ -151,3 +157,18 @@ def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skip
     lines.append(f"compare: triton-tap diff {' '.join(args.capture)} {path}")
     out.write("\n".join(lines) + "\n")
     out.flush()
+
+
+def _unobserved(err: TextIO, tally: Tally, loops: int) -> int:
+    """Name every call that ended without an outcome send observed, grouped by why; the exit code."""
+    if not tally.unobserved:
+        return EXIT_OK
+    groups: dict[tuple[str, str | None], list[str]] = {}
+    for u in tally.unobserved:
+        groups.setdefault((u.outcome, u.why), []).append(u.call if loops == 1 else f"{u.call} (pass {u.loop + 1})")
+    lines = [f"send: {len(tally.unobserved)} of {tally.total} call(s) ended without an outcome send observed"]
+    for (outcome, why), calls in groups.items():
+        lines.append(f"send: {outcome}" + (f" ({why})" if why else "") + f": {len(calls)} call(s): {', '.join(calls)}")
+    err.write("\n".join(lines) + "\n")
+    err.flush()
+    return EXIT_FINDINGS

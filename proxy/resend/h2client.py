@@ -7,6 +7,11 @@ see as a cancel, not a disconnect), the recorded ``grpc-timeout`` header verbati
 own timer behind it, the recorded compressed flag, and the headers in the recorded order with none
 of grpc's own added. Responses are only counted (gRPC message prefixes), never decoded: the
 recorder in front of the target captures them.
+
+Every call ends with the outcome the client observed (:data:`OUTCOMES`): the server's grpc-status
+or RST_STREAM, or send's own cancel or disconnect; or, when it observed none, why not: the
+connection was lost under the call, or the call was never opened. A frame for a call that is
+already over ends nothing else: gRPC clients ignore such frames, so send does too.
 """
 
 from __future__ import annotations
@@ -14,12 +19,53 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import h2.config
 import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
+
+#: The server's grpc-status ended the call (in :attr:`Stream.status`).
+STATUS = "grpc-status"
+#: The server reset the stream (RST_STREAM, code in :attr:`Stream.reset`).
+RESET = "reset by the server"
+#: send ended it itself: a re-enacted cancel, deadline or disconnect, or ``--drain`` ran out.
+BY_SEND = "ended by send"
+#: The server ended the stream without a grpc-status (no gRPC outcome).
+NO_STATUS = "ended without grpc-status"
+#: The connection ended under the open call: the server's answer, if any, never reached send.
+LOST = "connection lost"
+#: Never opened: its connection was gone (or could not be made) when the call was due.
+NOT_SENT = "not sent"
+#: Every outcome, in the order the summary lists them.
+OUTCOMES = (STATUS, RESET, BY_SEND, NO_STATUS, LOST, NOT_SENT)
+#: Outcomes in which send did not observe how the server ended the call.
+UNOBSERVED = frozenset({NO_STATUS, LOST, NOT_SENT})
+
+
+class _Client(h2.connection.H2Connection):
+    """h2's client connection, except that a frame for a stream that is already over ends nothing else.
+
+    h2 already answers a frame on a stream *it* reset with an RST_STREAM, but a frame arriving after
+    the server's own END_STREAM (a second trailers block, say, after the server's RST_STREAM) it
+    treats as a connection error: it sends GOAWAY and every other call on the connection is lost.
+    gRPC clients ignore such frames for that stream only; a re-enacted client must do the same, or
+    one stray frame costs every later call on the connection. The headers are HPACK-decoded before
+    h2 raises, so the decoder stays in step with the server's encoder.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        self.stray_frames = 0
+
+    def _receive_frame(self, frame: Any) -> list[h2.events.Event]:
+        try:
+            return super()._receive_frame(frame)
+        except h2.exceptions.StreamClosedError:
+            self.stray_frames += 1
+            return []
 
 
 @dataclass
@@ -30,6 +76,8 @@ class Stream:
     responses: int = 0
     status: str | None = None  # grpc-status of the trailers (or of a trailers-only response)
     reset: int | None = None  # RST_STREAM code the server sent
+    outcome: str | None = None  # one of OUTCOMES, set once, when the call ends
+    why: str | None = None  # for LOST and NOT_SENT: what ended the connection
     done: asyncio.Event = field(default_factory=asyncio.Event)
     progress: asyncio.Event = field(default_factory=asyncio.Event)  # set on every response and at the end
     _need: int = 5  # bytes still wanted: of a prefix (while _in_prefix) or of a body
@@ -62,8 +110,10 @@ class Stream:
         self.responses += 1
         self.progress.set()
 
-    def finish(self) -> None:
-        """The stream is over (end, reset, or the connection went)."""
+    def finish(self, outcome: str, why: str | None = None) -> None:
+        """The stream is over, as observed (one of OUTCOMES); the first ending observed is the one kept."""
+        if not self.done.is_set():
+            self.outcome, self.why = outcome, why
         self.done.set()
         self.progress.set()
 
@@ -73,12 +123,18 @@ class Connection:
 
     def __init__(self, host: str, port: int, name: str) -> None:
         self.host, self.port, self.name = host, port, name
-        self._h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        self._h2 = _Client()
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._window = asyncio.Event()
         self.streams: dict[int, Stream] = {}
         self.closed = False
+        self.lost: str | None = None  # why the connection can carry no more calls (None while it can)
+
+    @property
+    def stray_frames(self) -> int:
+        """Frames that arrived for calls already over, and were ignored."""
+        return self._h2.stray_frames
 
     async def open(self) -> None:
         """Connect and send the connection preface."""
@@ -93,13 +149,19 @@ class Connection:
             self._writer.write(data)
 
     def start(self, headers: list[tuple[str, str]]) -> Stream:
-        """Open a call with ``headers`` (pseudo-headers first)."""
-        sid = self._h2.get_next_available_stream_id()
-        stream = self.streams[sid] = Stream(sid)
-        if self.closed:
-            stream.finish()
+        """Open a call with ``headers`` (pseudo-headers first); ended NOT_SENT if the connection is gone."""
+        if self.lost is not None or self.closed:
+            stream = Stream(0)
+            stream.finish(NOT_SENT, self.lost or "its connection was closed")
             return stream
-        self._h2.send_headers(sid, headers)
+        sid = self._h2.get_next_available_stream_id()
+        stream = Stream(sid)
+        try:
+            self._h2.send_headers(sid, headers)
+        except h2.exceptions.ProtocolError as e:  # e.g. the server's max concurrent streams reached
+            stream.finish(NOT_SENT, f"HTTP/2 refused to open it: {e}")
+            return stream
+        self.streams[sid] = stream
         self._flush()
         return stream
 
@@ -119,7 +181,10 @@ class Connection:
             data = data[room:]
             self._flush()
             assert self._writer is not None
-            await self._writer.drain()
+            try:
+                await self._writer.drain()
+            except OSError as e:  # reset or closed by the peer while we wrote
+                self._lose(f"writing failed: {_describe(e)}")
 
     def half_close(self, stream: Stream) -> None:
         """END_STREAM: the client sends no more."""
@@ -128,7 +193,7 @@ class Connection:
     def cancel(self, stream: Stream) -> None:
         """RST_STREAM(CANCEL), as a gRPC client cancels (or gives up at its deadline)."""
         self._quietly(lambda: self._h2.reset_stream(stream.id, h2.errors.ErrorCodes.CANCEL), stream)
-        stream.finish()
+        stream.finish(BY_SEND)
 
     def _quietly(self, action: object, stream: Stream) -> None:
         if self.closed or stream.done.is_set():
@@ -144,7 +209,7 @@ class Connection:
         if self._writer is not None and not self.closed:
             self.closed = True
             self._writer.close()
-        self._end_all()
+        self._end_all(BY_SEND)
 
     async def close(self) -> None:
         """A clean goodbye (GOAWAY) once the calls are over; idempotent."""
@@ -156,18 +221,30 @@ class Connection:
             self._writer.close()
             with contextlib.suppress(OSError):
                 await self._writer.wait_closed()
-        self._end_all()
+        # A call still open here was not waited for (send is stopping): no outcome was observed.
+        self._end_all(LOST, "send stopped before the call ended")
         if self._reader_task is not None:
             self._reader_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader_task
 
-    def _end_all(self) -> None:
+    def _end_all(self, outcome: str, why: str | None = None) -> None:
         for s in self.streams.values():
-            s.finish()
+            s.finish(outcome, why)
         self._window.set()
 
+    def _lose(self, why: str) -> None:
+        """The connection can carry no more calls: every open call ends LOST, every later one NOT_SENT."""
+        if self.lost is None:
+            self.lost = why
+        if self._writer is not None and not self.closed:
+            self._flush()  # h2's GOAWAY, when it is h2 that gave up on the connection
+            self.closed = True
+            self._writer.close()
+        self._end_all(LOST, self.lost)
+
     async def _read(self, reader: asyncio.StreamReader) -> None:
+        why = "the connection was closed"
         try:
             while not self.closed:
                 data = await reader.read(65536)
@@ -175,12 +252,20 @@ class Connection:
                     break
                 for event in self._h2.receive_data(data):
                     self._event(event)
+                if self.lost is not None:
+                    return  # a GOAWAY: h2 accepts no frame after it
                 self._flush()
-        except (OSError, h2.exceptions.ProtocolError):
-            pass  # the connection is gone: every open call ends below
+        except OSError as e:
+            why = f"connection error: {_describe(e)}"
+        except h2.exceptions.ProtocolError as e:
+            why = f"HTTP/2 protocol error: {type(e).__name__}: {e}"
         finally:
-            self.closed = True
-            self._end_all()
+            if self.closed and self.lost is None:
+                # send closed it (a re-enacted disconnect, or the end of the run): a call it had not
+                # ended by then was not waited for.
+                self._end_all(LOST, "send closed the connection before the call ended")
+            else:
+                self._lose(self.lost or why)
 
     def _event(self, event: object) -> None:
         if isinstance(event, h2.events.DataReceived):
@@ -198,13 +283,21 @@ class Connection:
             s = self.streams.get(event.stream_id)
             if s is not None:
                 s.reset = int(event.error_code)
-                s.finish()
+                s.finish(RESET)
         elif isinstance(event, h2.events.StreamEnded):
             s = self.streams.get(event.stream_id)
             if s is not None:
-                s.finish()
+                s.finish(STATUS if s.status is not None else NO_STATUS)
         elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
             self._window.set()
         elif isinstance(event, h2.events.ConnectionTerminated):
-            self.closed = True
-            self._end_all()
+            # GOAWAY. h2 accepts no frame after it, so even the calls the server says it will still
+            # finish (ids up to last_stream_id) can end here only without their outcome.
+            code = event.error_code
+            name = code.name if isinstance(code, h2.errors.ErrorCodes) else str(code)
+            extra = (event.additional_data or b"").decode("utf-8", "replace")
+            self._lose(f"GOAWAY {name} ended the connection" + (f" ({extra})" if extra else ""))
+
+
+def _describe(e: OSError) -> str:
+    return e.strerror or str(e) or type(e).__name__

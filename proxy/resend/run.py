@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from proxy.ops.server import ProxyConfig, RecordingProxy
-from proxy.resend.h2client import Connection, Stream
+from proxy.resend.h2client import LOST, NOT_SENT, UNOBSERVED, Connection, Stream
 from proxy.resend.plan import CallScript
 from proxy.resend.schedule import Lag, Start, scaled
 from replay.errors import UpstreamError, UserError
@@ -37,16 +37,37 @@ class SendOptions:
     drain_s: float = 30.0
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Unobserved:
+    """A call that ended without an outcome send observed: what it is and why."""
+
+    call: str
+    loop: int
+    outcome: str  # h2client.LOST, NOT_SENT or NO_STATUS
+    why: str | None
+
+
 @dataclass
 class Tally:
     """What happened, for the progress line and the summary."""
 
     total: int
-    started: int = 0
+    started: int = 0  # calls whose HEADERS went out
     finished: int = 0
     lag: Lag = field(default_factory=Lag)
     endings: Counter[str] = field(default_factory=Counter)  # what the *sender* did to end calls
+    outcomes: Counter[str] = field(default_factory=Counter)  # how each call ended, as send observed it
+    unobserved: list[Unobserved] = field(default_factory=list)
+    stray_frames: int = 0  # frames for calls already over, ignored
     t_begin: float = 0.0
+
+    def ended(self, start: Start, stream: Stream) -> None:
+        """``stream``, the call of ``start``, is over: count how, and keep it if send did not observe how."""
+        outcome = stream.outcome or NOT_SENT
+        self.outcomes[outcome] += 1
+        if outcome in UNOBSERVED:
+            self.unobserved.append(Unobserved(call=start.call.id, loop=start.loop, outcome=outcome, why=stream.why))
+        self.finished += 1
 
 
 class _Conns:
@@ -57,6 +78,7 @@ class _Conns:
         self._uses = uses
         self._open: dict[str, Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self.stray_frames = 0  # of the connections closed so far
 
     async def get(self, key: str) -> Connection:
         lock = self._locks.setdefault(key, asyncio.Lock())
@@ -70,12 +92,16 @@ class _Conns:
     async def release(self, key: str) -> None:
         self._uses[key] -= 1
         if self._uses[key] <= 0 and key in self._open:
-            await self._open.pop(key).close()
+            await self._close(self._open.pop(key))
 
     async def close_all(self) -> None:
         for conn in list(self._open.values()):
-            await conn.close()
+            await self._close(conn)
         self._open.clear()
+
+    async def _close(self, conn: Connection) -> None:
+        await conn.close()
+        self.stray_frames += conn.stray_frames
 
 
 async def _sleep_until(t: float) -> float:
@@ -108,12 +134,18 @@ async def _call(start: Start, conns: _Conns, t0: float, opts: SendOptions, tally
     tally.lag.add(await _sleep_until(t0 + start.at_s))
     try:
         conn = await conns.get(start.conn)
-    except OSError:
-        tally.endings["connect_failed"] += 1  # the recorder is local: only a machine out of sockets gets here
-        tally.finished += 1
+    except OSError as e:
+        # The recorder is local: only a machine out of sockets gets here.
+        stream = Stream(0)
+        stream.finish(NOT_SENT, f"cannot connect to the recorder: {e.strerror or e}")
+        tally.ended(start, stream)
         await conns.release(start.conn)
         return
     stream = conn.start(c.headers)
+    if stream.done.is_set():  # never opened: its connection is gone
+        tally.ended(start, stream)
+        await conns.release(start.conn)
+        return
     tally.started += 1
     begun = asyncio.get_running_loop().time()
     timer = None
@@ -150,7 +182,9 @@ async def _call(start: Start, conns: _Conns, t0: float, opts: SendOptions, tally
             timer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await timer
-        tally.finished += 1
+        if not stream.done.is_set():  # interrupted (Ctrl-C, an error): no outcome was observed
+            stream.finish(LOST, "send stopped before the call ended")
+        tally.ended(start, stream)
         await conns.release(start.conn)
 
 
@@ -174,6 +208,7 @@ async def drive(starts: Sequence[Start], proxy_port: int, opts: SendOptions, tal
                     await asyncio.sleep(0.2)
     finally:
         await conns.close_all()
+        tally.stray_frames = conns.stray_frames
 
 
 async def send(starts: Sequence[Start], opts: SendOptions, tally: Tally,

@@ -13,9 +13,12 @@ for holes on its own (each worker numbers its records), and their records are in
 What is tolerated and what is not: a line cut short at the very end of a capture (the proxy died
 mid-write, or the file is still being written) is skipped with a warning; a file that yields no
 record at all (empty, not gzip, one unterminated junk line) is unreadable; a line repeating an
-earlier record exactly (same ``seq``, same content) is skipped and reported as a hole; anything unreadable
-elsewhere raises :class:`~replay.errors.CaptureError` naming file and line, and a record from a
-newer schema :class:`~replay.errors.CaptureTooNew`. Holes are reported, never hidden: missing or
+earlier record exactly (same ``seq``, same content) is skipped and reported as a hole; a damaged
+line anywhere else (not JSON, not a record, cut short before a later file) raises
+:class:`~replay.errors.DamagedLine` naming file and line, or, with ``skip_damaged`` (the commands'
+``--skip-damaged``), is skipped and reported as a ``damaged_line`` hole; anything else unreadable
+raises :class:`~replay.errors.CaptureError`, and a record from a newer schema
+:class:`~replay.errors.CaptureTooNew` (a newer writer, not damage: never skipped). Holes are reported, never hidden: missing or
 repeated ``seq`` numbers, ``gap`` records (the proxy dropped records), a capture without its
 closing ``capture_end`` (the proxy was killed) and rotated files that were not given.
 
@@ -25,12 +28,14 @@ Warnings and holes are collected on the reader object (:attr:`CaptureReader.warn
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import heapq
 import itertools
 import os
 import zlib
 from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -42,15 +47,30 @@ from replay.capture import lines, naming
 from replay.capture.payload import SideRefs
 from replay.capture.schema import Sticky, decode
 from replay.capture.zst import ZstdLines
-from replay.errors import CaptureError, UnknownKind
+from replay.errors import CaptureError, CaptureTooNew, DamagedLine, UnknownKind
 
 PathLike = str | os.PathLike[str]
+
+#: Whether a reader made without ``skip_damaged`` skips damaged lines: set for a whole command by
+#: :func:`skipping_damaged` (``--skip-damaged``), so every tool that reads captures takes it.
+_SKIP_DAMAGED: ContextVar[bool] = ContextVar("skip_damaged", default=False)
+
+
+@contextlib.contextmanager
+def skipping_damaged(skip: bool = True) -> Iterator[None]:
+    """Readers made inside skip damaged lines (``skip``), each a ``damaged_line`` hole, instead of raising."""
+    token = _SKIP_DAMAGED.set(skip)
+    try:
+        yield
+    finally:
+        _SKIP_DAMAGED.reset(token)
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Gap:
     """A hole in a capture: records that were lost, repeated or never written."""
 
-    kind: str  # seq_gap | duplicate_seq | gap_record | files_removed | missing_capture_end | missing_file
+    kind: str  # seq_gap | duplicate_seq | gap_record | files_removed | missing_capture_end | missing_file | damaged_line
     file: str
     line: int | None
     first_seq: int | None
@@ -78,7 +98,7 @@ class SeqWatch:
     public attributes are what that case reads and sets; the two are kept in step.
     """
 
-    __slots__ = ("_seen_start", "expected", "file", "gaps", "last", "line", "ring")
+    __slots__ = ("_damaged", "_seen_start", "expected", "file", "gaps", "last", "line", "ring")
 
     #: How many recent records are kept to tell an exact repeat of a line from a conflicting one
     #: (a power of two: the ring is indexed by ``seq & MASK``).
@@ -94,6 +114,9 @@ class SeqWatch:
         self.file = ""
         self.line: int | None = None
         self._seen_start = False
+        # (the expected seq when they were met, how many): damaged lines since the last record, which
+        # may have held the seq numbers missing before the next one (not a second hole for them).
+        self._damaged: tuple[int | None, int] = (None, 0)
         # seq & MASK -> (seq, record) of the newest record with that seq: a ring, so keeping it
         # costs O(1) per record; the reader's (seq, record) pair is kept as it is (no tuple made).
         self.ring: list[tuple[int, ev.Record] | None] = [None] * self.RECENT
@@ -128,10 +151,14 @@ class SeqWatch:
         expected = self.expected
         if expected is not None and seq != expected:
             if seq > expected:
-                self.gaps.append(
-                    Gap(kind="seq_gap", file=file, line=line, first_seq=expected, last_seq=seq - 1,
-                        count=seq - expected, detail=f"{seq - expected} record(s) missing before seq {seq}")
-                )  # fmt: skip
+                at, damaged = self._damaged
+                missing = seq - expected - (damaged if at == expected else 0)
+                if missing > 0:
+                    besides = f" besides the {damaged} damaged line(s) before it" if at == expected else ""
+                    self.gaps.append(
+                        Gap(kind="seq_gap", file=file, line=line, first_seq=expected, last_seq=seq - 1,
+                            count=missing, detail=f"{missing} record(s) missing before seq {seq}{besides}")
+                    )  # fmt: skip
             else:
                 kept = self.ring[seq & self.MASK]
                 exact = record is not None and kept is not None and kept[0] == seq and kept[1] == record
@@ -161,6 +188,20 @@ class SeqWatch:
                     f"{', '.join(record.files[:5])}{' ...' if len(record.files) > 5 else ''}")
             )  # fmt: skip
         return False
+
+    def damaged(self, file: str, line: int, reason: str) -> None:
+        """A line that is no record was skipped (``--skip-damaged``): a hole where it was.
+
+        The seq numbers it may have held are not a second hole: the next record's ``seq_gap`` counts
+        only what these lines cannot explain.
+        """
+        self.file, self.line = file, line
+        at, count = self._damaged
+        self._damaged = (self.expected, count + 1 if at == self.expected else 1)
+        self.gaps.append(
+            Gap(kind="damaged_line", file=file, line=line, first_seq=None, last_seq=None, count=1,
+                detail=f"{reason}: skipped")
+        )  # fmt: skip
 
     def end(self) -> None:
         """The capture's last record was read: was the capture closed?"""
@@ -234,9 +275,11 @@ def _open(path: Path) -> IO[bytes] | ZstdLines:
 class CaptureReader:
     """Iterate a capture as ``(seq, record)``; warnings and holes are collected as it goes."""
 
-    def __init__(self, paths: PathLike | Iterable[PathLike]) -> None:
+    def __init__(self, paths: PathLike | Iterable[PathLike], *, skip_damaged: bool | None = None) -> None:
         if isinstance(paths, str | os.PathLike):
             paths = [paths]
+        #: Skip damaged lines as holes instead of raising (None: as :func:`skipping_damaged` says).
+        self.skip_damaged = _SKIP_DAMAGED.get() if skip_damaged is None else skip_damaged
         #: Per capture (set): its chains of files (one per worker; one for a single-process capture).
         self.sets = _expand(paths)
         self.files: list[Path] = [p for chains in self.sets for g in chains for p in g]
@@ -285,6 +328,7 @@ class CaptureReader:
                 loads, record, decode_ = orjson.loads, watch.record, decode
                 compiled = lines.TABLE.decode if lines.TABLE is not None else None
                 ring, mask, message = watch.ring, watch.MASK, ev.MessageSeen
+                skip = self.skip_damaged
                 watch.file = name
                 for lineno, line in enumerate(f, 1):
                     if compiled is not None and (done := compiled(line, sticky)) is not None:
@@ -303,48 +347,58 @@ class CaptureReader:
                             continue
                         yield done
                         continue
-                    if line[:1] == b"{" and line[-1:] == b"\n":
-                        try:
-                            raw = loads(line)
-                        except orjson.JSONDecodeError as e:
-                            raise CaptureError(name, lineno, f"not valid JSON: {e}") from None
-                    elif not line.endswith(b"\n"):
-                        try:
-                            raw = orjson.loads(line)
-                        except orjson.JSONDecodeError:
-                            if last and found:
-                                self.warnings.append(
-                                    f"{name}:{lineno}: last line cut short ({len(line)} bytes): skipped "
-                                    "(the proxy stopped mid-write, or the file is still being written)"
-                                )
-                                break
-                            if not found:
-                                raise CaptureError(name, lineno, "not a capture: no record, only an unterminated "
-                                                   "line that is not JSON") from None  # fmt: skip
-                            raise CaptureError(
-                                name, lineno, "line cut short in the middle of a capture (a later file follows)"
-                            ) from None
-                    elif not line.strip():
-                        continue
-                    else:
-                        try:
-                            raw = orjson.loads(line)
-                        except orjson.JSONDecodeError as e:
-                            raise CaptureError(name, lineno, f"not valid JSON: {e}") from None
                     try:
-                        seq, rec = decode_(raw, path=name, line=lineno, sticky=sticky)
-                    except UnknownKind as e:
-                        # Same schema version, newer writer: new kinds are additions, so the rest
-                        # of the capture still means what it says; the seq still counts (no hole).
-                        found += 1
-                        skipped += 1
-                        record(e.seq, None, name, lineno)
-                        if e.kind not in unknown:
-                            self.warnings.append(
-                                f"{name}:{lineno}: record kind {e.kind!r} is unknown to this triton-tap "
-                                "(written by a newer version?): such records are skipped"
-                            )
-                        unknown.add(e.kind)
+                        if line[:1] == b"{" and line[-1:] == b"\n":
+                            try:
+                                raw = loads(line)
+                            except orjson.JSONDecodeError as e:
+                                raise DamagedLine(name, lineno, f"not valid JSON: {e}") from None
+                        elif not line.endswith(b"\n"):
+                            try:
+                                raw = orjson.loads(line)
+                            except orjson.JSONDecodeError:
+                                if last and found:
+                                    self.warnings.append(
+                                        f"{name}:{lineno}: last line cut short ({len(line)} bytes): skipped "
+                                        "(the proxy stopped mid-write, or the file is still being written)"
+                                    )
+                                    break
+                                if not found:
+                                    raise CaptureError(name, lineno, "not a capture: no record, only an unterminated "
+                                                       "line that is not JSON") from None  # fmt: skip
+                                raise DamagedLine(
+                                    name, lineno, "line cut short in the middle of a capture (a later file follows)"
+                                ) from None
+                        elif not line.strip():
+                            continue
+                        else:
+                            try:
+                                raw = orjson.loads(line)
+                            except orjson.JSONDecodeError as e:
+                                raise DamagedLine(name, lineno, f"not valid JSON: {e}") from None
+                        try:
+                            seq, rec = decode_(raw, path=name, line=lineno, sticky=sticky)
+                        except UnknownKind as e:
+                            # Same schema version, newer writer: new kinds are additions, so the rest
+                            # of the capture still means what it says; the seq still counts (no hole).
+                            found += 1
+                            skipped += 1
+                            record(e.seq, None, name, lineno)
+                            if e.kind not in unknown:
+                                self.warnings.append(
+                                    f"{name}:{lineno}: record kind {e.kind!r} is unknown to this triton-tap "
+                                    "(written by a newer version?): such records are skipped"
+                                )
+                            unknown.add(e.kind)
+                            continue
+                        except CaptureTooNew:
+                            raise
+                        except CaptureError as e:  # a field or the envelope: the line is not a record
+                            raise DamagedLine(e.path, e.line, e.reason) from None
+                    except DamagedLine as e:
+                        if not skip:
+                            raise
+                        watch.damaged(name, lineno, e.reason)
                         continue
                     found += 1
                     if record(seq, rec, name, lineno):
@@ -371,11 +425,13 @@ class CaptureReader:
             self.warnings.append(why)
 
 
-def read_capture(paths: PathLike | Iterable[PathLike]) -> CaptureReader:
+def read_capture(paths: PathLike | Iterable[PathLike], *, skip_damaged: bool | None = None) -> CaptureReader:
     """A streaming reader over capture files and/or directories (see the module docstring).
 
     Iterating it yields ``(seq, record)``; afterwards ``.warnings`` and ``.gaps`` say what was
     tolerated and what is missing. Raises :class:`~replay.errors.CaptureError` for a path that
-    does not exist and, while iterating, for unreadable content.
+    does not exist and, while iterating, for unreadable content (:class:`~replay.errors.DamagedLine`
+    for a damaged line, unless ``skip_damaged``: then it is a ``damaged_line`` hole; None: as
+    :func:`skipping_damaged` says, off by default).
     """
-    return CaptureReader(paths)
+    return CaptureReader(paths, skip_damaged=skip_damaged)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
-from replay.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, TritonTapError, UserError, exit_code_for
+from replay.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, DamagedLine, TritonTapError, UserError, exit_code_for
 
 #: Upper bound of the integer flags (--payload-cap, --length): the capture's JSON holds 64-bit ints only.
 MAX_INT = 2**31
@@ -41,10 +41,34 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def add_capture_argument(p: argparse.ArgumentParser) -> None:
-    """The ``CAPTURE...`` positional every offline command takes (one help text for every command)."""
+def add_capture_argument(p: argparse.ArgumentParser, *, skip_damaged: bool = False) -> None:
+    """The ``CAPTURE...`` positional every offline command takes (one help text for every command);
+    ``skip_damaged``: with ``--skip-damaged`` (:func:`add_skip_damaged`)."""
     p.add_argument("capture", nargs="+", metavar="CAPTURE",
                    help="capture files (.jsonl, .jsonl.zst, .jsonl.gz) and/or directories")  # fmt: skip
+    if skip_damaged:
+        add_skip_damaged(p)
+
+
+def add_skip_damaged(p: argparse.ArgumentParser) -> None:
+    """``--skip-damaged``, for a command that shows the holes of what it read; :func:`run_command` applies it."""
+    p.add_argument("--skip-damaged", action="store_true",
+                   help="read on past a damaged line (not JSON, not a record), reporting each as a hole "
+                   "(file, line, why), instead of stopping with exit 2")  # fmt: skip
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed command (``args.func``), its captures read as its ``--skip-damaged`` says."""
+    if not hasattr(args, "skip_damaged"):
+        return int(args.func(args))
+    from replay.capture.reader import skipping_damaged
+
+    try:
+        with skipping_damaged(args.skip_damaged):
+            return int(args.func(args))
+    except DamagedLine as e:
+        raise DamagedLine(e.path, e.line, f"{e.reason} (--skip-damaged reads on past damaged lines, "
+                          "reporting each as a hole)") from None  # fmt: skip
 
 
 class Parser(argparse.ArgumentParser):

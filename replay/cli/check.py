@@ -6,7 +6,9 @@ the call can explain), 2 it is unreadable (raised as :class:`~replay.errors.Capt
 the CLI prints as one line). Outcomes such as ``cancelled`` or ``error`` are facts about the
 traffic, not violations; requests known only for their id group (several in flight with id ``""``)
 are a warning in the summary; holes in the capture are reported but do not change the exit code
-(they are the recorder's problem, not the client's).
+(they are the recorder's problem, not the client's). Connections the proxy closed for breaking
+HTTP/2 (``protocol_error`` records) are listed; the upstream breaking it is the server's doing
+(exit 1), a client breaking it (e.g. HTTP/1.1 sent to the port) is not.
 """
 
 from __future__ import annotations
@@ -89,8 +91,7 @@ def _check(reader: CaptureReader, sink: SpillSink | TableSink, out: TextIO, err:
         write_result(out, human)
     # What TrackResult.ok says of all requests (the sink has them); a reader that stopped early
     # (`| head`) changes nothing about what was found.
-    violations = sum(sink.tally.violations.values())
-    return EXIT_OK if not violations and not result.unattributable else EXIT_FINDINGS
+    return EXIT_OK if result.clean(sum(sink.tally.violations.values())) else EXIT_FINDINGS
 
 
 def _rows(text: str) -> int:
@@ -104,11 +105,12 @@ def add_check_command(sub: Any) -> None:
     p = sub.add_parser(
         "check",
         help="per-request outcomes and protocol violations of a capture",
-        description="Per-request outcomes and protocol violations of a capture. Exit 0: no violation "
-        "(requests known only for their id group are a warning); 1: violations or unattributable "
-        "responses; 2: unreadable capture.",
+        description="Per-request outcomes and protocol violations of a capture, and the connections closed "
+        "for breaking HTTP/2. Exit 0: no violation (requests known only for their id group are a warning, a "
+        "client that broke HTTP/2 is listed); 1: violations, unattributable responses or an upstream that "
+        "broke HTTP/2; 2: unreadable capture (a damaged line: see --skip-damaged).",
     )
-    add_capture_argument(p)
+    add_capture_argument(p, skip_damaged=True)
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.add_argument(
         "--rows",

@@ -112,6 +112,7 @@ def write_json(out: TextIO, sink: SpillSink, result: TrackResult, marks: list[di
     out.write('{\n  "requests": [],' if first else "\n  ],")
     rest = {
         "unattributable": [u.to_json() for u in result.unattributable],
+        "protocol_errors": [p.to_json() for p in result.protocol_errors],
         "gaps": [g.to_json() for g in result.gaps],
         "summary": result.summary(sink.tally),
         "marks": marks,

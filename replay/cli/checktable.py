@@ -16,6 +16,7 @@ import heapq
 from collections.abc import Sequence
 from typing import TextIO
 
+from rich.markup import escape
 from rich.table import Table
 
 from replay.cli.console import QuietConsole
@@ -97,6 +98,28 @@ def _ms(value: float | None) -> str:
     return "" if value is None else f"{value:.1f}"
 
 
+def _counts(r: RequestOutcome) -> tuple[str, str]:
+    """The row's ``responses (text)`` and ``first ms`` cells.
+
+    A request of a shared id group has the responses known to be its own (often none) and the
+    group's, which the wire cannot place: those are shown as the group's, from its GroupOutcome,
+    never as the request's.
+    """
+    own, first = f"{r.responses} ({r.text_responses})", _ms(r.first_response_ms)
+    g = r.group
+    if g is None or not g.responses:
+        return own, first
+    shared = f"group {g.responses} ({g.text_responses})"
+    if r.first_response_ms is None and g.first_response_ms is not None:
+        first = f"group {_ms(g.first_response_ms)}"
+    return (f"{own} + {shared}" if r.responses else shared), first
+
+
+def _line(console: QuietConsole, text: str) -> None:
+    """A line of text, never wrapped: a path or a number in it stays whole whatever the width."""
+    console.print(text, soft_wrap=True)
+
+
 def render_human(
     result: TrackResult, out: TextIO, *, shown: Sequence[RequestOutcome], hidden: int, tally: Tally | None = None
 ) -> None:
@@ -116,41 +139,52 @@ def render_human(
         style = _STYLE.get(r.outcome, "")
         outcome = f"[{style}]{r.outcome}[/]" if style else r.outcome
         if r.error and r.outcome != "completed":
-            outcome += f" ({r.error})"
+            outcome += f" ({escape(r.error)})"
         if r.notes:
             outcome += " (note: " + ", ".join(r.notes) + ")"  # not [..]: rich markup
         if r.group is not None:
             outcome += " " + ("" if r.group.per_request else "known only for the ") + r.group.describe()
+        responses, first = _counts(r)
         table.add_row(
-            r.call, rid, r.model or "", outcome, f"{r.responses} ({r.text_responses})",
-            "" if r.final is None else str(r.final).lower(), _ms(r.first_response_ms), _ms(r.duration_ms),
+            escape(r.call), escape(rid), escape(r.model or ""), outcome, responses,
+            "" if r.final is None else str(r.final).lower(), first, _ms(r.duration_ms),
             "[bold red]" + ", ".join(v.name for v in r.violations) + "[/]" if r.violations else "",
         )  # fmt: skip
     console.print(table)
     if hidden:
-        console.print(f"{hidden} request(s) not shown (--rows 0 shows all; --json gives everything)")
+        _line(console, f"{hidden} request(s) not shown (--rows 0 shows all; --json gives everything)")
     if result.unattributable:
         un = Table(title="unattributable responses", title_justify="left")
         for col in ("call", "seq", "request id", "reason", "final", "error"):
             un.add_column(col)
         for u in result.unattributable:
-            un.add_row(u.call, str(u.seq), repr(u.request_id), u.reason, str(u.final), u.error or "")
+            un.add_row(escape(u.call), str(u.seq), escape(repr(u.request_id)), u.reason, str(u.final), escape(u.error or ""))
         console.print(un)
+    if result.protocol_errors:
+        pe = Table(title="connections closed for breaking HTTP/2 (protocol_error)", title_justify="left")
+        for col in ("conn", "seq", "side", "error", "open calls"):
+            pe.add_column(col)
+        for p in result.protocol_errors:
+            pe.add_row(escape(p.conn), str(p.seq), p.side, escape(p.error), escape(", ".join(p.open_calls)))
+        console.print(pe)
     for g in result.gaps:
         where = f"{g.file}:{g.line}" if g.line is not None else g.file
-        console.print(f"[yellow]hole[/] {g.kind} at {where}: {g.detail}")
+        _line(console, f"[yellow]hole[/] {g.kind} at {escape(where)}: {escape(g.detail)}")
     s = result.summary(tally)
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(s["outcomes"].items())) or "none"
-    console.print(
+    _line(
+        console,
         f"{s['requests']} request(s) on {s['calls']} call(s) in {s['records']} record(s): {outcomes}; "
         f"{s['violations']} violation(s), {s['unattributable']} unattributable response(s), {s['gaps']} hole(s)"
-        + ("" if s["complete"] else "; capture incomplete")
+        + (f", {s['protocol_errors']} protocol error(s)" if s["protocol_errors"] else "")
+        + ("" if s["complete"] else "; capture incomplete"),
     )
     if s["known_only_for_group"]:
-        console.print(
-            f"[yellow]warning[/]: {s['known_only_for_group']} request(s) sent together with the same id ended in "
-            "different ways: each one's outcome is known only for its group (give requests distinct ids to "
-            "know each one's; not a failure)"
+        _line(
+            console,
+            f"[yellow]warning[/]: {s['known_only_for_group']} request(s) sent together with the same id are known "
+            "only for their group: they ended in different ways, or got errors the wire cannot place (see each "
+            "group's `ended`; give requests distinct ids to know each one's; not a failure)",
         )
     if s["violations_by_name"]:
-        console.print("violations: " + ", ".join(f"{k} {v}" for k, v in sorted(s["violations_by_name"].items())))
+        _line(console, "violations: " + ", ".join(f"{k} {v}" for k, v in sorted(s["violations_by_name"].items())))

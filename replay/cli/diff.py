@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from replay.cli.base import add_skip_damaged
 from replay.cli.matching import MATCH_HELP, payload_hint, strategies_type
 from replay.errors import EXIT_FINDINGS, EXIT_OK
 from replay.tools.diff import DEFAULT_THRESHOLD_MS
@@ -64,9 +65,11 @@ def _ms(v: float | None) -> str:
 
 
 def _models_table(models: Sequence[ModelRegression]) -> Any:
-    """Per model: counts of what moved, and timing percentiles A -> B (red beyond tolerance)."""
+    """Per model: counts of what moved, and timing percentiles A -> B (beyond tolerance: red slower, green faster)."""
     from rich.markup import escape
     from rich.table import Table
+
+    from replay.tools.regression import FASTER, SLOWER
 
     table = Table(title="per model (times in ms, A -> B)", title_justify="left")
     for col in ("model", "requests A/B", "outcome changes", "responses", "final", "error",
@@ -78,7 +81,8 @@ def _models_table(models: Sequence[ModelRegression]) -> Any:
         for name in ("first_response_ms p50", "first_response_ms p95", "duration_ms p50", "duration_ms p95"):
             x = t[name]
             text = f"{_ms(x.a)} -> {_ms(x.b)}"
-            cells.append(f"[bold red]{text}[/]" if x.regressed else text)
+            style = {SLOWER: "bold red", FASTER: "bold green"}.get(x.direction or "")
+            cells.append(f"[{style}]{text}[/]" if style else text)
         outcomes = ", ".join(f"{k} x{v}" for k, v in sorted(m.outcomes.items())) or "-"
         name = f"[bold red]{escape(m.model)}[/]" if m.changed else escape(m.model)
         counts = f"{m.requests_a}/{m.requests_b}"
@@ -125,7 +129,8 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
             where = f"{g.file}:{g.line}" if g.line is not None else g.file
             console.print(f"[bold yellow]hole in {side}[/] {g.kind} at {escape(where)}: {escape(g.detail)}")
     s = result.to_json()["summary"]
-    slower = f", {len(result.slower)} model(s) slower beyond tolerance" if result.slower else ""
+    moved = "".join(f", {len(models)} model(s) {word} beyond tolerance"
+                    for word, models in (("slower", result.slower), ("faster", result.faster)) if models)  # fmt: skip
     tol = f"{result.threshold_ms:g} ms" + (f" or {result.tolerance_pct:g} %" if result.tolerance_pct else "")
     verdict = "[bold green]equivalent[/]" if result.equivalent else "[bold red]different[/]"
     holes = ""
@@ -134,7 +139,7 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
                  "the comparison covers only the records captured")  # fmt: skip
     console.print(
         f"{verdict}: {s['paired']} request(s) paired, {s['changed']} changed, {s['only_a']} only in A, "
-        f"{s['only_b']} only in B, {s['calls_changed']} other call count(s) changed{slower} "
+        f"{s['only_b']} only in B, {s['calls_changed']} other call count(s) changed{moved} "
         f"(timing tolerance {tol}){holes}"
     )
 
@@ -174,25 +179,23 @@ def add_diff_command(sub: Any) -> None:
         description="Compare two captures semantically: requests of B are matched to A's as `serve` matches them; "
         "per request: outcome, responses (text), final flag, error text, status, cause, violations, and timing "
         "changes beyond a tolerance; requests only in A or only in B; per model: outcome, response-count, final-flag "
-        "and error changes and time-to-first-response/duration percentiles side by side. Holes of either capture (dropped or "
+        "and error changes and time-to-first-response/duration percentiles side by side, each beyond the tolerance "
+        "named slower or faster (either makes the captures different). Holes of either capture (dropped or "
         "repeated records, a missing capture_end) are listed (JSON: `holes`) but do not change the verdict. "
         "Exit 0: equivalent; 1: different; 2: unreadable capture, or --match payload alone on captures without "
         "payload bytes.",
     )
     p.add_argument("a", metavar="A", help="the reference capture (file or directory)")
     p.add_argument("b", metavar="B", help="the capture to compare with it")
+    add_skip_damaged(p)
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the report")
     p.add_argument("--match", type=strategies_type, default=STRATEGIES, metavar="STRATEGIES", help=MATCH_HELP)
-    p.add_argument(
-        "--timing-threshold",
-        type=_threshold,
-        default=DEFAULT_THRESHOLD_MS,
-        metavar="MS",
-        help="report first-response and total times that moved by more than MS (default %(default)g)",
-    )
+    # The older spelling of `--tolerance MS`, kept for the scripts that use it; one word in the help.
+    p.add_argument("--timing-threshold", type=_threshold, default=DEFAULT_THRESHOLD_MS, metavar="MS",
+                   help=argparse.SUPPRESS)
     p.add_argument("--tolerance", type=_tolerance, default=None, metavar="MS|PCT%|MS,PCT%",
                    help="timing tolerance of requests and per-model percentiles: a time is a change when it moved by "
-                   "more than MS and more than PCT %% of A's (overrides --timing-threshold; default 100)")
+                   "more than MS and more than PCT %% of A's, slower or faster (default 100)")
     p.add_argument("--model-map", type=_model_map, action="append", default=[], metavar="OLD=NEW",
                    help="pair A's requests for model OLD with B's for NEW (as sent with `replay send --model-map`)")
     p.set_defaults(func=_run)

@@ -26,7 +26,7 @@ def add_export_command(sub: Any) -> None:
         "Refuses a non-empty OUT unless --overwrite. Exit 0: done; 2: unreadable capture or unusable OUT.",
     )
     p.add_argument("--parquet", type=Path, required=True, metavar="OUT", help="output directory of the tables")
-    add_capture_argument(p)
+    add_capture_argument(p, skip_damaged=True)
     p.add_argument("--overwrite", action="store_true",
                    help="write into a non-empty OUT: the partitions of the exported captures are replaced, "
                    "other captures' partitions are kept")  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from replay.cli.base import Parser, run_guarded
+from replay.cli.base import Parser, run_command, run_guarded
 from replay.cli.check import add_check_command
 from replay.cli.diff import add_diff_command
 from replay.cli.export import add_export_command
@@ -46,4 +46,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_diff_command(sub)
     add_export_command(sub)
     args = parser.parse_args(argv)
-    return run_guarded(lambda: int(args.func(args)))
+    return run_guarded(lambda: run_command(args))

@@ -92,7 +92,7 @@ def add_report_command(sub: Any) -> None:
         "request, responses, half-closes, cancels with their in-flight sets, deadlines and errors; a per-request "
         "table and a per-model summary.",
     )
-    add_capture_argument(p)
+    add_capture_argument(p, skip_damaged=True)
     p.add_argument("-o", "--output", type=Path, default=Path("report.html"), help="the HTML file to write (default %(default)s)")
     p.add_argument("--title", default=None, help="page title (default: the capture names)")
 

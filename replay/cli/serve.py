@@ -6,8 +6,10 @@ import argparse
 import logging
 import signal
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from replay import readyfile
 from replay.cli.base import add_capture_argument
 from replay.cli.matching import MATCH_HELP, payload_hint, strategies_type
 from replay.tools.match import STRATEGIES
@@ -25,19 +27,26 @@ def _timing(text: str) -> float | None:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-async def _serve_until_signalled(server: MockTriton, listen: str, what: str) -> None:
+async def _serve_until_signalled(server: MockTriton, listen: str, what: str, ready_file: Path | None) -> None:
     import asyncio
+
+    from replay.hostport import format_hostport, parse_hostport
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     port = await server.start(listen)
-    host = listen.rsplit(":", 1)[0]
-    logging.getLogger("triton_tap.serve").info("serving %s on %s:%d (Ctrl-C stops)", what, host, port)
+    where = format_hostport(parse_hostport(listen, "--listen", allow_port_zero=True)[0], port)
     try:
+        if ready_file is not None:
+            readyfile.write(ready_file, where)
+        # The ready log line: clients can connect from here on.
+        logging.getLogger("triton_tap.serve").info("serving %s on %s (Ctrl-C stops)", what, where)
         await stop.wait()
     finally:
+        if ready_file is not None:  # no longer accepting connections
+            readyfile.remove(ready_file)
         await server.stop()
 
 
@@ -47,6 +56,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from replay.tools.serve import MockTriton, load
 
+    if args.ready_file is not None:
+        readyfile.prepare(args.ready_file)  # before the capture is read: a bad path fails at once
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     capture = load(args.capture)
@@ -59,7 +70,7 @@ def run_serve(args: argparse.Namespace) -> int:
         spilled = capture.store.size if capture.store is not None else 0
         what = (f"{len(capture.calls)} captured call(s), {len(capture.candidates)} request(s) "
                 f"({spilled:,} bytes of answers on disk)")  # fmt: skip
-        asyncio.run(_serve_until_signalled(server, args.listen, what))
+        asyncio.run(_serve_until_signalled(server, args.listen, what, args.ready_file))
     finally:
         capture.close()
     return 0
@@ -74,7 +85,7 @@ def add_serve_command(sub: Any) -> None:
         "readiness/metadata RPCs are answered from the capture(s). A request that matches nothing gets NOT_FOUND "
         "naming the closest captured request. Runs until SIGINT/SIGTERM.",
     )
-    add_capture_argument(p)
+    add_capture_argument(p, skip_damaged=True)
     p.add_argument("--listen", default="127.0.0.1:8001", help="HOST:PORT to serve on (default %(default)s)")
     p.add_argument(
         "--timing",
@@ -89,5 +100,6 @@ def add_serve_command(sub: Any) -> None:
         action="store_true",
         help="answer with the captured request ids instead of echoing the incoming ones",
     )
+    readyfile.add_argument(p, "pid, listen")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=run_serve)

@@ -12,9 +12,10 @@ came back. So requests sharing an id while in flight form a :class:`Group`:
   *shared*: from then on its responses are counted for the group, and its finals count down the
   group's open requests. When finals equal requests, every request of the group has ended.
 * When the group is over (its last final, or the call's end for the requests still open), the
-  tally decides: if every request of the group ended the same way (all completed, all errors,
-  all cancelled...), each request gets that outcome; otherwise each request's outcome is
-  ``group`` (known only for the group) and the group's counts say what happened.
+  tally decides (:func:`ended`): if every request of the group ended the same way (all completed,
+  all errors, all cancelled...), each request gets that outcome; otherwise, or when the wire cannot
+  say which requests an error without the final flag ended, each request's outcome is ``group``
+  (known only for the group) and the group's counts say what happened.
 
 Pure: no I/O; the members' state machines are fed through the table like any request's.
 """
@@ -24,7 +25,12 @@ from __future__ import annotations
 from typing import Generic, Protocol, TypeVar
 
 from replay.machine.outcomes import GroupOutcome
-from replay.machine.table import _FALLBACK, _TRANSITIONS, Input, RequestMachine, State
+from replay.machine.table import Input, RequestMachine, State, end_of_open
+
+#: The outcomes a request can have: a key of ``ended`` that is not one of them names several.
+_OUTCOMES = frozenset(s.value for s in State)
+_ERROR = State.ERROR.value
+_ERROR_RECEIVED = State.ERROR_RECEIVED
 
 
 class Member(Protocol):
@@ -32,6 +38,7 @@ class Member(Protocol):
 
     machine: RequestMachine
     seq: int
+    t_sent: int
     final: bool | None
 
 
@@ -41,7 +48,8 @@ M = TypeVar("M", bound=Member)
 class Group(Generic[M]):
     """Requests of one call sharing an id while in flight; see the module docstring."""
 
-    __slots__ = ("error", "errors", "finals", "members", "open", "outcome", "request_id", "responses", "shared", "text")
+    __slots__ = ("error", "errors", "finals", "members", "open", "outcome", "request_id", "responses", "shared",
+                 "t_first", "text")  # fmt: skip
 
     def __init__(self, first: M, request_id: str) -> None:
         self.request_id = request_id
@@ -54,6 +62,7 @@ class Group(Generic[M]):
         self.errors = 0  # error responses without the final flag
         self.outcome: GroupOutcome | None = None
         self.error: str | None = None  # the first error message of the shared group
+        self.t_first: int | None = None  # when the shared group's first response came
 
     def join(self, member: M) -> None:
         """Another request with the group's id was sent while one of it was open."""
@@ -61,9 +70,11 @@ class Group(Generic[M]):
         self.open += 1
         self.shared = True
 
-    def count(self, *, text: bool, error: bool, final: bool) -> bool:
+    def count(self, *, text: bool, error: bool, final: bool, t_ns: int) -> bool:
         """A response of the shared group; True when it ended the group's last open request."""
         self.responses += 1
+        if self.t_first is None:
+            self.t_first = t_ns
         self.text += text
         if final:
             self.finals["error" if error else "completed"] += 1
@@ -76,33 +87,58 @@ class Group(Generic[M]):
         """The group is over: at its last final (``end`` None) or at its call's end (``end``).
 
         Feeds each member the input that leads to the group's common outcome, or ``group_mixed``
-        when its requests ended in different ways. The call's end is fed afterwards by the
-        tracker, to every request, as usual.
+        when :func:`ended` does not give one outcome for all. The call's end is fed afterwards by
+        the tracker, to every request, as usual.
         """
-        ended = {k: n for k, n in self.finals.items() if n}
-        if self.open and end is not None:
-            left = _TRANSITIONS.get((State.SENT, end)) or _FALLBACK.get((State.SENT, end), State.INCOMPLETE)
-            ended[left.value] = ended.get(left.value, 0) + self.open
-        kinds = set(ended)
-        if self.errors:
-            kinds.add("error")
-        uniform = len(kinds) <= 1
+        left = end_of_open(end).value if self.open and end is not None else None
+        # A request's own error before the group was shared (it was alone with its id then) ends it in
+        # error too, and which of the group's finals was its own is as unknown as for a shared error.
+        own = sum(1 for m in self.members if m.machine.state is _ERROR_RECEIVED)
+        how = ended(self.finals, left, self.open, self.errors + own)
+        # One source: the members' outcomes, the counts shown and check's warning all come from `how`.
+        uniform = len(how) <= 1 and how.keys() <= _OUTCOMES
         for m in self.members:
             if not uniform:
                 m.machine.feed(Input.GROUP_MIXED, seq)
                 m.final = None
-            elif kinds == {"completed"}:
+            elif how.keys() == {"completed"}:
                 m.machine.feed(Input.FINAL, seq)
                 m.final = True
-            elif kinds == {"error"} and (self.finals["error"] or self.errors):
+            elif how.keys() == {_ERROR} and (self.finals["error"] or self.errors):
                 # Errors seen for the group, the final (or the call's end) for each request.
                 m.machine.feed(Input.ERROR, seq)
                 if not self.open:
                     m.machine.feed(Input.FINAL, seq)
                     m.final = True
             # else: nobody got a final and no error: the call's end decides for every member.
+        t0 = self.members[0].t_sent
         self.outcome = GroupOutcome(
             first_seq=self.members[0].seq, request_id=self.request_id, requests=len(self.members),
-            responses=self.responses, text_responses=self.text, ended=ended, errors_without_final=self.errors,
+            responses=self.responses, text_responses=self.text, ended=how, errors_without_final=self.errors,
             per_request=uniform,
+            first_response_ms=None if self.t_first is None else round((self.t_first - t0) / 1e6, 3),
         )  # fmt: skip
+
+
+def ended(finals: dict[str, int], left: str | None, still_open: int, errors: int) -> dict[str, int]:
+    """How a group's requests ended, as far as the wire tells: outcome -> requests.
+
+    ``finals``: final flags by kind (``completed``/``error``); ``left``: the outcome the call's end
+    gives the ``still_open`` requests that got no final (None: none left); ``errors``: error
+    responses without the final flag. Such an error makes its request end in ``error`` whatever
+    ends it later, but the wire does not say whose it was: one of them, or of several. So when it
+    could have been any of several requests not otherwise known to have failed, those are counted
+    as ``"<outcome> or error"`` (e.g. ``unconfirmed or error``: some of them got an error), and only
+    a count the wire pins down is a plain outcome.
+    """
+    how = {k: n for k, n in finals.items() if n}
+    if left is not None and still_open:
+        how[left] = how.get(left, 0) + still_open
+    others = [k for k in how if k != _ERROR]
+    if not errors or not others:
+        return how  # no error to place, or every request ended in error anyway
+    if errors == 1 and _ERROR not in how and len(others) == 1:
+        # One error, and every request ended alike otherwise: exactly one of them failed.
+        n = how[others[0]]
+        return {others[0]: n - 1, _ERROR: 1} if n > 1 else {_ERROR: 1}
+    return {(k if k == _ERROR else f"{k} or error"): n for k, n in how.items()}

@@ -24,9 +24,13 @@ class GroupOutcome:
     requests: int
     responses: int  # responses received while two or more of the group were in flight
     text_responses: int
-    ended: dict[str, int]  # how the group's requests ended: final kinds, then the call's end for the rest
+    #: How the group's requests ended (groups.ended): outcome -> requests; ``"<outcome> or error"``
+    #: counts requests any of which an error without the final flag may have ended.
+    ended: dict[str, int]
     errors_without_final: int  # error responses that did not carry the final flag
-    per_request: bool  # every request of the group ended the same way: each request's outcome is exact
+    per_request: bool  # one plain outcome in `ended`: each request's outcome is exact
+    #: From the group's first request to the first of ``responses`` (None: none came).
+    first_response_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``group`` object of a request entry in ``check --json``."""
@@ -39,13 +43,14 @@ class GroupOutcome:
             "ended": dict(self.ended),
             "errors_without_final": self.errors_without_final,
             "per_request": self.per_request,
+            "first_response_ms": self.first_response_ms,
         }
 
     def describe(self) -> str:
-        """``ended: 7 completed, 3 error`` as people read it."""
+        """``group of 10 (ended: 7 completed, 3 error)`` as people read it (the responses are the table's column)."""
         ended = ", ".join(f"{n} {k}" for k, n in self.ended.items() if n) or "none"
         extra = f"; {self.errors_without_final} error(s) without final" if self.errors_without_final else ""
-        return f"group of {self.requests} (ended: {ended}{extra}; {self.responses} response(s))"
+        return f"group of {self.requests} (ended: {ended}{extra})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -119,6 +124,30 @@ class Unattributable:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ProtocolError:
+    """A connection the proxy closed because a peer broke HTTP/2 (a ``protocol_error`` record): not a
+    request's violation, an event of the connection (a client that spoke HTTP/1.1, a broken upstream)."""
+
+    seq: int
+    conn: str
+    side: str  # client | upstream: who broke the protocol
+    error: str
+    error_code: int
+    open_calls: tuple[str, ...]  # each still has its own cancel and call_end
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry of ``check --json``'s ``protocol_errors`` list."""
+        return {
+            "seq": self.seq,
+            "conn": self.conn,
+            "side": self.side,
+            "error": self.error,
+            "error_code": self.error_code,
+            "open_calls": list(self.open_calls),
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CallOutcome:
     """How one RPC ended (inference or not)."""
 
@@ -143,6 +172,7 @@ class TrackResult:
     records: int
     captures: int
     unlabelled_messages: int = 0
+    protocol_errors: tuple[ProtocolError, ...] = ()
 
     @property
     def violations(self) -> list[tuple[RequestOutcome, Violation]]:
@@ -151,12 +181,22 @@ class TrackResult:
 
     @property
     def ok(self) -> bool:
-        """No violation and every response attributed (``check``'s exit 0).
+        """No violation, every response attributed, and the upstream kept to HTTP/2 (``check``'s exit 0).
 
         Requests known only for their id group are not a failure: that ambiguity comes from the
         client's choice of ids (tritonclient's default is ``""``), not from the server.
         """
-        return not self.unattributable and not any(r.violations for r in self.requests)
+        return self.clean(sum(len(r.violations) for r in self.requests))
+
+    def clean(self, violations: int) -> bool:
+        """``ok`` given the count of violations (a sink may hold the requests): what ``check``'s exit code says.
+
+        A client that broke HTTP/2 (e.g. spoke HTTP/1.1 to the port) is the client's doing and shown,
+        not a failure; the upstream breaking it is the server's, like a violation.
+        """
+        return not violations and not self.unattributable and not any(
+            p.side == "upstream" for p in self.protocol_errors
+        )
 
     @property
     def group_only(self) -> int:
@@ -193,6 +233,7 @@ class TrackResult:
             "groups": len(tally.groups),
             "known_only_for_group": tally.group_only,
             "unlabelled_messages": self.unlabelled_messages,
+            "protocol_errors": len(self.protocol_errors),
             "gaps": len(self.gaps),
             "warnings": list(self.warnings),
         }
@@ -202,6 +243,7 @@ class TrackResult:
         return {
             "requests": [r.to_json() for r in self.requests],
             "unattributable": [u.to_json() for u in self.unattributable],
+            "protocol_errors": [p.to_json() for p in self.protocol_errors],
             "gaps": [g.to_json() for g in self.gaps],
             "summary": self.summary(),
         }

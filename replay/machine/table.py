@@ -174,6 +174,15 @@ _FALLBACK: dict[tuple[State, Input], State] = {
 }
 
 
+def end_of_open(end: Input) -> State:
+    """What a request still waiting for its first response becomes when its call ends with ``end``.
+
+    The table's own answer, the fallback included: an id group (groups.py) counts its requests
+    left open at the call's end with it, so the two never disagree.
+    """
+    return _TRANSITIONS.get((S.SENT, end)) or _FALLBACK.get((S.SENT, end), S.INCOMPLETE)
+
+
 def violation_name(state: State, inp: Input) -> str:
     """The name of the violation recorded when ``inp`` is not allowed in ``state``."""
     if inp is In.END_OK_FINAL_DUE and state in OPEN:

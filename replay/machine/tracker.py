@@ -34,7 +34,15 @@ from replay.capture.ids import CaptureIds
 from replay.capture.methods import INFER, STREAM_INFER
 from replay.capture.reader import Gap, PathLike, SeqWatch, read_capture
 from replay.machine.groups import Group
-from replay.machine.outcomes import CallOutcome, RequestOutcome, RequestSink, TrackResult, Unattributable, outcome_of
+from replay.machine.outcomes import (
+    CallOutcome,
+    ProtocolError,
+    RequestOutcome,
+    RequestSink,
+    TrackResult,
+    Unattributable,
+    outcome_of,
+)
 from replay.machine.table import END_BY_CAUSE, KEPT_BY_RESPONSE, OPEN, Input, RequestMachine, State
 
 #: A capture: path(s) of files/directories, or records (with or without their ``seq``).
@@ -116,6 +124,7 @@ class Tracker:
         self._calls: dict[str, _Call] = {}
         self._order: list[_Call] = []
         self._unattributable: list[Unattributable] = []
+        self._protocol_errors: list[ProtocolError] = []
         self._warnings: list[str] = []
         self._orphans: set[str] = set()
         self._ids = CaptureIds()
@@ -183,6 +192,11 @@ class Tracker:
                     known.requests.clear()
                     known.groups.clear()
                     known.reported = True  # (a second call_end, in a damaged capture, changes nothing reported)
+        elif isinstance(record, ev.ProtocolViolated):
+            self._protocol_errors.append(
+                ProtocolError(seq=seq, conn=self._ids.of(record.conn), side=record.side, error=record.error,
+                              error_code=record.error_code, open_calls=tuple(self._ids.of(c) for c in record.open_calls))
+            )  # fmt: skip
         elif isinstance(record, ev.CaptureStarted):
             if record.file_index == 0 and self._ids.captures:
                 self._capture_over(seq)  # the previous capture ends here (the next one's ids restart)
@@ -312,7 +326,7 @@ class Tracker:
         """A response of a shared id group: counted for the group; the group closes at its last final."""
         if rec.error and group.error is None:
             group.error = rec.error
-        if group.count(text=bool(rec.outputs), error=bool(rec.error), final=rec.final is True):
+        if group.count(text=bool(rec.outputs), error=bool(rec.error), final=rec.final is True, t_ns=rec.t_ns):
             group.close(None, seq)
             for m in group.members:
                 if m.t_done is None:
@@ -416,7 +430,7 @@ class Tracker:
         return TrackResult(
             requests=tuple(requests), unattributable=tuple(self._unattributable), calls=tuple(calls),
             gaps=tuple(gaps), warnings=tuple(warns), records=self._records, captures=self._ids.captures,
-            unlabelled_messages=self._unlabelled,
+            unlabelled_messages=self._unlabelled, protocol_errors=tuple(self._protocol_errors),
         )  # fmt: skip
 
 

@@ -10,7 +10,11 @@ changes, response-count, final-flag and error changes, and timing percentiles si
 ``model_map`` (``--model-map old=new``, as given to ``replay send``) pairs A's requests for ``old``
 with B's for ``new``.
 Other calls (readiness, metadata...) carry no request to pair: they are compared as counts per
-method and status. Equivalent means: every request paired, no pair changed, the same other calls.
+method and status. Equivalent means: every request paired, no pair changed, the same other calls,
+and no model's timing percentile beyond the tolerance, slower or faster (a diff says what differs,
+not whether it is better: a request's time is a change either way too; the report names the
+direction, :attr:`DiffResult.slower` and :attr:`DiffResult.faster`, so a faster build is never
+called slower).
 Holes of either capture (dropped records, repeated seqs, a missing ``capture_end``) are listed with
 the result but do not change the verdict: it is about what both captures hold, which holes make partial.
 """
@@ -27,7 +31,7 @@ from replay.capture.reader import Gap
 from replay.machine.outcomes import RequestOutcome
 from replay.tools.captured import CaptureSummary
 from replay.tools.match import STRATEGIES, Candidate, Matcher
-from replay.tools.regression import ModelRegression, Tolerance, per_model
+from replay.tools.regression import FASTER, SLOWER, ModelRegression, Tolerance, per_model
 
 DEFAULT_THRESHOLD_MS = 100.0
 #: Compared as they are (``violations`` as the list of names).
@@ -90,13 +94,22 @@ class DiffResult:
 
     @property
     def equivalent(self) -> bool:
-        """Every request paired and none changed."""
-        return not self.only_a and not self.only_b and not self.changed and not self.calls and not self.slower
+        """Every request paired, none changed, the same other calls, no percentile beyond tolerance either way.
+
+        Holes do not count: the verdict is about what both captures hold.
+        """
+        return (not self.only_a and not self.only_b and not self.changed and not self.calls and not self.slower
+                and not self.faster)  # fmt: skip
 
     @property
     def slower(self) -> list[ModelRegression]:
-        """Models with a timing percentile beyond tolerance."""
-        return [m for m in self.models if any(t.regressed for t in m.timings)]
+        """Models with a timing percentile longer in B beyond tolerance."""
+        return [m for m in self.models if m.moved(SLOWER)]
+
+    @property
+    def faster(self) -> list[ModelRegression]:
+        """Models with a timing percentile shorter in B beyond tolerance (a model can be in both lists)."""
+        return [m for m in self.models if m.moved(FASTER)]
 
     def to_json(self) -> dict[str, Any]:
         """The ``diff --json`` document."""
@@ -122,6 +135,8 @@ class DiffResult:
                 "calls_changed": len(self.calls),
                 "holes_a": len(self.holes_a),
                 "holes_b": len(self.holes_b),
+                "models_slower": len(self.slower),
+                "models_faster": len(self.faster),
             },
         }
 

@@ -38,7 +38,6 @@ is the order the proxy forwarded them to the client.
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -56,14 +55,9 @@ from replay.capture.methods import STREAM_INFER
 from replay.capture.payload import has_payload, payload_bytes
 from replay.errors import UserError
 from replay.machine.tracker import CaptureSource, open_source
-from replay.tools.grpcstatus import status_code
+from replay.tools.grpcstatus import grpc_metadata, status_code, status_details
 
-#: What gRPC core reports when a status came without a message of its own.
-_DEFAULT_DETAILS = {"DEADLINE_EXCEEDED": "Deadline Exceeded"}
 _LOCAL_CANCEL = "Locally cancelled by application!"
-# Headers gRPC consumes itself and never shows as metadata.
-_RESERVED = frozenset({"content-type", "te", "grpc-status", "grpc-message", "grpc-encoding", "grpc-accept-encoding",
-                       "grpc-status-details-bin"})  # fmt: skip
 
 
 class DataNotCaptured(UserError):
@@ -188,8 +182,7 @@ def terminal_error(status: str, details: str | None) -> InferenceServerException
         return None
     if status == "CANCELLED":
         return InferenceServerException(msg=details or _LOCAL_CANCEL, status="StatusCode.CANCELLED")
-    msg = details if details is not None else _DEFAULT_DETAILS.get(status, "")
-    return InferenceServerException(msg=msg, status=f"StatusCode.{status}")
+    return InferenceServerException(msg=status_details(status, details), status=f"StatusCode.{status}")
 
 
 class _Pacer:
@@ -248,16 +241,6 @@ def feed_stream(
                 callback(result=None, error=error)
 
 
-def _metadata(pairs: list[list[str]] | None) -> grpc.aio.Metadata:
-    out = grpc.aio.Metadata()
-    for key, value in pairs or ():
-        if key.startswith(":") or key in _RESERVED:
-            continue
-        out.add(key, base64.b64decode(value + "==") if key.endswith("-bin") else value)
-    return out
-
-
-
 async def feed_stream_aio(
     capture: CaptureSource,
     *,
@@ -283,9 +266,9 @@ async def feed_stream_aio(
             raise asyncio.CancelledError()
         raise grpc.aio.AioRpcError(
             status_code(item.status),
-            _metadata(item.initial_metadata),
-            _metadata(item.trailers),
-            item.details if item.details is not None else _DEFAULT_DETAILS.get(item.status, ""),
+            grpc_metadata(item.initial_metadata),
+            grpc_metadata(item.trailers),
+            status_details(item.status, item.details),
             None,
         )
 

@@ -4,7 +4,9 @@ Pure, over a :class:`~replay.tools.diff.DiffResult`'s pairs and unpaired request
 name; ``--model-map`` pairs a renamed model with its old name), how many requests each side has,
 which outcomes changed (``completed -> error`` x2), how many pairs changed their response count,
 final flag or error, and the time-to-first-response and duration percentiles side by side, each
-flagged when it moved by more than the :class:`Tolerance`.
+flagged when it moved by more than the :class:`Tolerance`, with its direction: ``slower`` (B's time is
+longer) or ``faster``. Either is a difference between the captures (``diff`` compares, it does not
+judge); they are named and counted apart so that a faster build is never reported as a slower one.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 from replay.machine.outcomes import RequestOutcome
 
 PERCENTILES: tuple[int, ...] = (50, 95, 99)
+SLOWER = "slower"
+FASTER = "faster"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -30,6 +34,12 @@ class Tolerance:
     def exceeded(self, a: float, b: float) -> bool:
         """Whether ``b`` moved away from ``a`` by more than the tolerance."""
         return abs(b - a) > max(self.ms, self.pct / 100.0 * abs(a))
+
+    def direction(self, a: float, b: float) -> str | None:
+        """:data:`SLOWER` or :data:`FASTER` when ``b`` moved beyond the tolerance, else None."""
+        if not self.exceeded(a, b):
+            return None
+        return SLOWER if b > a else FASTER
 
     def describe(self) -> str:
         """``100 ms`` or ``100 ms or 20 %`` (whichever is larger)."""
@@ -72,11 +82,18 @@ class Timing:
     name: str  # "first_response_ms p95"
     a: float | None
     b: float | None
-    regressed: bool
+    #: :data:`SLOWER` or :data:`FASTER` when B's moved beyond the tolerance; None within it (or one side has none).
+    direction: str | None = None
+
+    @property
+    def beyond_tolerance(self) -> bool:
+        """Moved beyond the tolerance, either way."""
+        return self.direction is not None
 
     def to_json(self) -> dict[str, Any]:
-        """``{"name", "a", "b", "beyond_tolerance"}``."""
-        return {"name": self.name, "a": self.a, "b": self.b, "beyond_tolerance": self.regressed}
+        """``{"name", "a", "b", "beyond_tolerance", "direction"}``."""
+        return {"name": self.name, "a": self.a, "b": self.b, "beyond_tolerance": self.beyond_tolerance,
+                "direction": self.direction}  # fmt: skip
 
 
 @dataclass(kw_only=True)
@@ -98,7 +115,11 @@ class ModelRegression:
     def changed(self) -> bool:
         """Any change of behaviour, or a timing beyond tolerance."""
         return bool(self.only_a or self.only_b or self.outcomes or self.responses_changed or self.final_changed
-                    or self.error_changed or any(t.regressed for t in self.timings))  # fmt: skip
+                    or self.error_changed or any(t.beyond_tolerance for t in self.timings))  # fmt: skip
+
+    def moved(self, direction: str) -> bool:
+        """Whether a timing percentile moved beyond tolerance in ``direction`` (:data:`SLOWER`, :data:`FASTER`)."""
+        return any(t.direction == direction for t in self.timings)
 
     def to_json(self) -> dict[str, Any]:
         """The entry of ``diff --json``'s ``models``."""
@@ -164,6 +185,6 @@ def per_model(
             va, vb = ta.get(name, {}).get(f, []), tb.get(name, {}).get(f, [])
             for p in PERCENTILES:
                 pa, pb = percentile(va, p), percentile(vb, p)
-                bad = pa is not None and pb is not None and tolerance.exceeded(pa, pb)
-                m.timings.append(Timing(name=f"{f} p{p}", a=pa, b=pb, regressed=bad))
+                moved = tolerance.direction(pa, pb) if pa is not None and pb is not None else None
+                m.timings.append(Timing(name=f"{f} p{p}", a=pa, b=pb, direction=moved))
     return [out[k] for k in sorted(out)]

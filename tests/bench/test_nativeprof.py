@@ -1,4 +1,4 @@
-"""``--profiler perf``'s pure parts (bench/nativeprof.py): which part of a process a sample was in, the
+"""``--profiler perf``'s pure parts (bench/probes/nativeprof.py): which part of a process a sample was in, the
 tally by thread, the scaling to microseconds per response and the table; and its one-line refusal
 without ``perf``."""
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from bench import nativeprof as np
+from bench.probes import nativeprof as np
 from tests.support.paths import ROOT
 
 # Shared objects as `perf script -F tid,ip,dso` names them on this machine kind (a proxy under unary load).

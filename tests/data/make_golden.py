@@ -462,6 +462,20 @@ def idless_interleaved_texts() -> bytes:
     return b.finish().render()
 
 
+def idless_errors_without_final() -> bytes:
+    # Triton QA's decoupled_execute_error / raise_exception shape: two requests with id "" in flight
+    # together, each failed: an error response without the final flag apiece, then the stream ends OK.
+    b = Builder().start()
+    b.call("c1.1")
+    for _ in range(2):
+        b.request("c1.1", "", model="scripted", prompt="E", empty_final=None, ms=0.1)
+    for _ in range(2):
+        b.response("c1.1", "", None, final=None, model="scripted", error="scripted: error 1")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render()
+
+
 def idless_mixed_ids() -> bytes:
     b = Builder().start()
     b.call("c1.1")
@@ -716,6 +730,14 @@ SCENARIOS: dict[str, Scenario] = {
         "error cannot be placed -> each `group` with the group's counts",
         0,
         (("", "group", ()), ("", "group", ())),
+    ),
+    "idless_errors_without_final.jsonl": Scenario(
+        idless_errors_without_final,
+        "two requests with id \"\" in flight together, two error responses without final, OK end (Triton "
+        "QA's decoupled_execute_error): whose errors they were the wire cannot say -> each `group`, the "
+        "group ended `2 unconfirmed or error`, its 2 responses shown on each row, a warning, exit 0",
+        0,
+        (("", "group", ()),) * 2,
     ),
     "idless_mixed_ids.jsonl": Scenario(
         idless_mixed_ids,

@@ -52,6 +52,8 @@ def test_tail_and_status_follow_real_traffic(triton: TritonServer, tmp_path: Pat
                                            capture_output=True, check=True, timeout=60).stdout)  # fmt: skip
             (oc,) = st["open_calls"]
             assert oc["method"].endswith("ModelStreamInfer") and oc["model"] == "tokens" and oc["in_flight"] == ["r1"]
+            # r1's first response reached the client: the capture's name for that list, and only that name.
+            assert oc["responded"] == ["r1"] and "executing" not in oc
             stream.take(5)
             stream.close()
             with grpcclient.InferenceServerClient(proxy.url) as client:

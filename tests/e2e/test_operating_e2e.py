@@ -3,6 +3,8 @@ and `triton-tap health` (the container HEALTHCHECK)."""
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import sys
 import time
@@ -101,3 +103,36 @@ def test_health_command_fails_in_one_line_without_a_proxy() -> None:
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f"health check via 127.0.0.1:{port} failed: UNAVAILABLE" in lines[0], proc.stderr
+
+
+def test_a_script_starts_record_waits_for_it_and_calls_at_once(triton: TritonServer, tmp_path: Path) -> None:
+    """What a script does: start `record --ready-file`, run `health --wait` at once (the proxy is not listening
+    yet), then stream through the proxy: health passes once Triton answers SERVING through it, the ready file
+    names the port, and the first tritonclient stream call succeeds (no "stream is no longer in valid state")."""
+    port = free_port()
+    ready = tmp_path / "ready.json"
+    rec = subprocess.Popen([str(TRITON_TAP), "record", "--listen", f"127.0.0.1:{port}", "--upstream", triton.grpc_url,
+                            "--capture-dir", str(tmp_path / "cap"), "--ready-file", str(ready)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        health = subprocess.run([str(TRITON_TAP), "health", "--target", f"127.0.0.1:{port}", "--wait", "60"],
+                                capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        assert health.returncode == 0, health.stderr
+        assert health.stderr.startswith("SERVING")
+        # health passed through the proxy, so it listened, so the file was written before.
+        assert json.loads(ready.read_text())["listen"] == f"127.0.0.1:{port}"
+        s = StreamSession(f"127.0.0.1:{port}")
+        try:
+            s.send("tokens", token_inputs("hi", 2), "r1", enable_empty_final_response=True)
+            got = s.take_until(lambda e: e[0] == "error" or e[2] is True)
+        finally:
+            s.close()
+        assert [(e[0], e[1], e[2]) for e in got] == [("result", "r1", False)] * 2 + [("result", "r1", True)]
+    finally:
+        rec.send_signal(signal.SIGTERM)
+        _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    assert not ready.exists()
+    capture = sorted((tmp_path / "cap").iterdir())
+    methods = [r["method"] for p in capture for r in of_kind(records(p), "call_start")]
+    assert methods[-1].endswith("/ModelStreamInfer") and set(methods[:-1]) == {"/grpc.health.v1.Health/Check"}

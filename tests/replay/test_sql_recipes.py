@@ -1,12 +1,17 @@
 """docs/sql.md's recipes run with DuckDB on plain, zstd and rotated captures and give the known answers,
-and the same answers over the Parquet export (`triton-tap export --parquet`) of the same captures."""
+and the same answers over the Parquet export (`triton-tap export --parquet`) of the same captures; its
+PySpark recipe runs in a local Spark (pyspark, a JRE) over that export and gives DuckDB's answers."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
+import io
 import re
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +19,7 @@ import duckdb
 import pytest
 import zstandard
 
-from bench.gencapture import records
+from bench.captures import steady_records as records
 from proxy.capture.writer import CaptureWriter, WriterOptions
 from replay.capture import events as ev
 from replay.capture import naming
@@ -143,22 +148,72 @@ def test_two_captures_are_two_partitions(tmp_path: Path) -> None:
         "capture=one_response", "capture=stream_cancel"]  # fmt: skip
 
 
-def test_the_spark_sql_gives_the_recipes_answers(tmp_path: Path) -> None:
-    """The Spark SQL of docs/sql.md, run in DuckDB over views named like the Spark ones (Spark is not in CI)."""
+# -- the PySpark recipe, in Spark ------------------------------------------------------------------
+
+#: Golden captures whose export the Spark recipe reads: streams, unary calls, every cancel cause Spark groups.
+SPARK_GOLDENS = ("stream_cancel", "interleaved", "unary", "deadline", "client_disconnect", "upstream_disconnect",
+                 "restart_after_cancel", "many_responses")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    """One local Spark on one core for the module (the JVM starts once), on loopback, without its web UI.
+    The doc's own builder then gets this session back from ``getOrCreate()``. The JVM is ended with the
+    module: stopping the session alone would leave it running until pytest exits."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[1]").appName("triton-tap-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
+               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+               .getOrCreate())  # fmt: skip
+    gateway = SparkContext._gateway
+    try:
+        yield session
+    finally:
+        session.stop()
+        if gateway is not None:
+            gateway.shutdown()
+            proc = getattr(gateway, "proc", None)
+            if proc is not None:  # the JVM ends when its stdin closes (pyspark's own contract)
+                proc.stdin.close()
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            SparkContext._gateway = SparkContext._jvm = None
+
+
+def _same_rows(got: list[tuple[Any, ...]], want: list[tuple[Any, ...]]) -> bool:
+    """Row by row, texts and counts equal, floats to 1e-9 (Spark and DuckDB sum in their own order)."""
+    return len(got) == len(want) and all(
+        len(g) == len(w) and all(x == pytest.approx(y, rel=1e-9) if isinstance(y, float) else x == y
+                                 for x, y in zip(g, w, strict=True))
+        for g, w in zip(got, want, strict=True))  # fmt: skip
+
+
+def test_the_spark_recipe_runs_in_spark_and_gives_duckdbs_answers(tmp_path: Path, spark: Any) -> None:
+    """docs/sql.md's PySpark block, run as written in a local Spark over `export --parquet` of golden captures
+    (its `out` pointed at the export): its views and SQL give the rows DuckDB's recipes give over the JSONL."""
     src = tmp_path / "src"
     src.mkdir()
-    shutil.copy(DATA / "stream_cancel.jsonl", src / "capture-20260528T000000-1.jsonl")
-    shutil.copy(DATA / "interleaved.jsonl", src / "capture-20260528T000001-2.jsonl")
+    for name in SPARK_GOLDENS:
+        shutil.copy(DATA / f"{name}.jsonl", src / f"{name}.jsonl")
     export_parquet([src], tmp_path / "out")
-    (first_response,) = re.findall(r'FIRST_RESPONSE = """(.*?)"""', SPARK, re.S)
+    code, n = re.subn(r'^out = "[^"]*"', f"out = {str(tmp_path / 'out')!r}", SPARK, flags=re.M)
+    assert n == 1, "the Spark block names its export as `out = \"...\"`"
+    ns: dict[str, Any] = {}
+    with contextlib.redirect_stdout(io.StringIO()) as shown:
+        exec(compile(code, "docs/sql.md (PySpark)", "exec"), ns)
+    assert ns["spark"] is spark and "tokens" in shown.getvalue()
     (cancels_sql,) = re.findall(r'spark\.sql\("(SELECT cause.*?)"\)', SPARK)
-    con = duckdb.connect()
-    for kind in re.findall(r'"(\w+)"', SPARK[SPARK.index("for kind in") :].split(":")[0]):
-        con.execute(f"CREATE VIEW {kind} AS SELECT * FROM read_parquet('{tmp_path}/out/{kind}/*/*.parquet', "
-                    "hive_partitioning = true, hive_types = {'capture': 'VARCHAR'})")  # fmt: skip
     by_model, cancels, _, _ = _run(f"{src}/*.jsonl")
-    assert con.execute(first_response).fetchall() == by_model
-    assert con.execute(cancels_sql).fetchall() == cancels
+    got_by_model = [tuple(r) for r in spark.sql(ns["FIRST_RESPONSE"]).collect()]
+    assert _same_rows(got_by_model, by_model), (got_by_model, by_model)
+    assert [tuple(r) for r in spark.sql(cancels_sql).collect()] == cancels
+    assert {m for m, *_ in by_model} >= {"echo", "tokens"} and {c for c, _ in cancels} >= {
+        "client_cancel", "deadline", "client_disconnect", "upstream_disconnect"}  # fmt: skip
 
 
 def test_capture_id_in_sql_is_the_export_partition_name(tmp_path: Path) -> None:
@@ -174,3 +229,17 @@ def test_capture_id_in_sql_is_the_export_partition_name(tmp_path: Path) -> None:
     con.execute(BLOCKS[0])
     got = dict(con.execute("SELECT filename, capture_id FROM capture(?)", [f"{tmp_path}/*.jsonl*"]).fetchall())
     assert {Path(f).name: c for f, c in got.items()} == {n: naming.capture_name(n) for n in names}
+
+
+def test_requests_without_a_final_are_stream_requests_only(tmp_path: Path) -> None:
+    """A healthy unary call (ModelInfer answered OK: no final flag, none due) is not a request without a
+    final response, nor a unary call refused by its status; the stream requests that got none still are,
+    in JSONL and over the Parquet export alike."""
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(DATA / "unary.jsonl", src / "unary.jsonl")
+    shutil.copy(DATA / "stream_cancel.jsonl", src / "stream_cancel.jsonl")
+    _, _, unfinished, _ = _run(f"{src}/*.jsonl")
+    assert unfinished == [("stream_cancel", "c1.1", "a"), ("stream_cancel", "c1.1", "b")]
+    export_parquet([src], tmp_path / "out")
+    assert _parquet(tmp_path / "out")[2] == unfinished

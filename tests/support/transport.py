@@ -1,52 +1,9 @@
-"""The in-memory asyncio transport that drives a relay :class:`proxy.relay.tunnel.Tunnel` without sockets.
+"""The in-memory asyncio transport that drives a relay Tunnel without sockets, for the relay's pure tests.
 
-One definition for the relay's pure tests and ``python -m bench.micro``: both need exact control of
-which bytes arrive in which read, and see what the tunnel writes, read by read.
+Defined once in :mod:`bench.probes.transport` (``python -m bench.micro`` needs it too, and bench must
+not import tests).
 """
 
-from __future__ import annotations
+from bench.probes.transport import MemoryTransport
 
-import asyncio
-from typing import Any
-
-
-class MemoryTransport(asyncio.Transport):
-    """An in-memory transport for driving a relay Tunnel without sockets (``bench.micro`` and the relay tests)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.out: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        assert not self.closed, "write after close"
-        self.out.append(bytes(data))
-
-    def take(self) -> bytes:
-        data = b"".join(self.out)
-        self.out.clear()
-        return data
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 40000) if name == "peername" else default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.closed = True
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
+__all__ = ["MemoryTransport"]

@@ -11,20 +11,22 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class OpenCall(_message.Message):
-    __slots__ = ("call", "method", "model", "age_ms", "in_flight", "executing")
+    __slots__ = ("call", "method", "model", "age_ms", "in_flight", "executing", "responded")
     CALL_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     AGE_MS_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     EXECUTING_FIELD_NUMBER: _ClassVar[int]
+    RESPONDED_FIELD_NUMBER: _ClassVar[int]
     call: str
     method: str
     model: str
     age_ms: float
     in_flight: _containers.RepeatedScalarFieldContainer[str]
     executing: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, call: _Optional[str] = ..., method: _Optional[str] = ..., model: _Optional[str] = ..., age_ms: _Optional[float] = ..., in_flight: _Optional[_Iterable[str]] = ..., executing: _Optional[_Iterable[str]] = ...) -> None: ...
+    responded: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, call: _Optional[str] = ..., method: _Optional[str] = ..., model: _Optional[str] = ..., age_ms: _Optional[float] = ..., in_flight: _Optional[_Iterable[str]] = ..., executing: _Optional[_Iterable[str]] = ..., responded: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Counters(_message.Message):
     __slots__ = ("records", "calls_by_cause", "dropped", "messages", "message_bytes")

@@ -16,7 +16,8 @@ table holds at most ``rows`` records before writing them as one row group (so at
 ``rows`` records, plus the row group being encoded).
 
 Nothing half-done is left in OUT: everything is written under ``OUT/.export-*/`` and moved into
-place when every capture was read; an unreadable capture leaves OUT as it was.
+place when every capture was read; an unreadable capture leaves OUT as it was, and an OUT (or its
+parents) that the export created is removed again.
 """
 
 from __future__ import annotations
@@ -208,12 +209,15 @@ def export_parquet(paths: Iterable[PathLike], out: Path, *, overwrite: bool = Fa
     sets = read_capture(list(paths)).sets
     names = _names(sets)
     _check_out(out, overwrite)
+    created = _missing_dirs(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(dir=out, prefix=_PREFIX))
     except OSError as e:
+        _remove_empty(created)
         raise UserError(f"--parquet {str(out)!r}: {e.strerror or e}") from None
     done: list[Exported] = []
+    moved = False
     try:
         for name, chains in zip(names, sets, strict=True):
             counts: dict[str, int] = {}
@@ -227,12 +231,36 @@ def export_parquet(paths: Iterable[PathLike], out: Path, *, overwrite: bool = Fa
             done.append(Exported(capture=name, records=counts, holes=holes, warnings=warnings))
             if on_capture is not None:
                 on_capture(done[-1])
+        moved = True
         _move_into_place(work / "staged", out, work / "old")
     except OSError as e:
         raise UserError(f"--parquet {str(out)!r}: {e.strerror or e}") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if not moved:
+            # Nothing reached OUT: the directories this call made for it go too, so a failed export
+            # leaves no trace. Only those it made, and only while empty: never a user's directory.
+            _remove_empty(created)
     return done
+
+
+def _missing_dirs(out: Path) -> list[Path]:
+    """``out`` and those of its parents that do not exist yet, deepest first: what ``mkdir(parents=True)`` makes."""
+    missing: list[Path] = []
+    for d in (out, *out.parents):
+        if d.exists():
+            break
+        missing.append(d)
+    return missing
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    """Remove ``dirs`` (deepest first), stopping at the first that is not there or not empty."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            return
 
 
 __all__ = ["HOLE", "ROWS", "Exported", "export_parquet", "partition"]

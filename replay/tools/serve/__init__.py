@@ -4,9 +4,10 @@ A grpc.aio server implementing ``inference.GRPCInferenceService`` (tritonclient'
 servicer) whose answers come from a :class:`~replay.tools.serve.index.LoadedCapture` (:func:`load`: one
 streaming pass; a compact index in memory, the answers in a temporary file, read back when asked:
 :mod:`~replay.tools.serve.index`, pure); :mod:`~replay.tools.serve.responses` builds the answers from
-captured records (pure),
-:mod:`~replay.tools.serve.stream` replays one ModelStreamInfer call, :mod:`~replay.tools.serve.server`
-is the grpc.aio shell. Which captured request an incoming one stands for is :mod:`replay.tools.match`'s
+captured records and :mod:`~replay.tools.serve.pick` chooses the captured call answering a non-inference
+RPC (both pure); :mod:`~replay.tools.serve.session` is what every served call shares (matcher, timing,
+refusals), :mod:`~replay.tools.serve.stream` replays one ModelStreamInfer call,
+:mod:`~replay.tools.serve.server` is the grpc.aio shell. Which captured request an incoming one stands for is :mod:`replay.tools.match`'s
 decision.
 
 * ``ModelStreamInfer``: each incoming request is matched; its captured responses are sent with the

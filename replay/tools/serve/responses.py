@@ -2,17 +2,18 @@
 
 Messages (``ModelInferResponse``, ``ModelStreamInferResponse``, the other RPCs' answers) rebuilt from
 captured :class:`~replay.capture.events.MessageSeen` records, the match key of an incoming request,
-the ``--timing`` rule, and which captured call answers a readiness/metadata RPC. Nothing here awaits
-or touches a socket; :mod:`replay.tools.serve.server` schedules and sends.
+and the ``--timing`` rule (which captured call answers a readiness/metadata RPC is
+:mod:`replay.tools.serve.pick`'s). Nothing here awaits or touches a socket; :mod:`replay.tools.serve.server`
+schedules and sends.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
@@ -21,9 +22,6 @@ from replay.capture.methods import SERVICE
 from replay.capture.payload import has_payload
 from replay.capture.payload import payload_bytes as stored_bytes
 from replay.tools.match import Key, input_hash
-
-if TYPE_CHECKING:
-    from replay.tools.serve.index import CapturedCall
 
 # The RPCs whose answer is one bool field, and its name: the only answers a meta capture can rebuild.
 READINESS = {"ServerLive": "live", "ServerReady": "ready", "ModelReady": "ready"}
@@ -142,43 +140,6 @@ def other_response(name: str, response_type: Any, rec: ev.MessageSeen) -> Any:
     return response_type(**{READINESS[name]: rec.size > 0})
 
 
-def _same_request(call: CapturedCall, wanted: bytes, request_type: type[Any]) -> bool | None:
-    """Whether ``call`` was asked ``wanted`` (a request serialised deterministically); None: its bytes were
-    not captured."""
-    asked = call.asked_bytes()
-    if asked is None:
-        return None
-    return bool(request_type.FromString(asked).SerializeToString(deterministic=True) == wanted)
-
-
-def pick_other(name: str, calls: Sequence[CapturedCall], request: Any, used: Collection[str]) -> CapturedCall | str:
-    """The captured call of RPC ``name`` that answers ``request``, or the NOT_FOUND message why none does.
-
-    A call asked the same request is preferred, then one whose request was not captured; among those,
-    the first not ``used`` yet (else the last), so repeated asks walk through the captured answers.
-    """
-    if not calls:
-        return f"triton-tap serve: the capture has no {name} call to answer with"
-    wanted = request.SerializeToString(deterministic=True)
-    verdicts = [(c, _same_request(c, wanted, type(request))) for c in calls]
-    pool = [c for c, v in verdicts if v is True] or [c for c, v in verdicts if v is None]
-    if not pool:
-        asked = " ".join(str(request).split()) or "empty request"
-        return (f"triton-tap serve: no captured {name} call had this request ({asked}); "
-                f"{len(calls)} captured {name} call(s) asked something else")  # fmt: skip
-    return next((c for c in pool if c.id not in used), pool[-1])
-
-
-def missing_answer(name: str, call: CapturedCall) -> str | None:
-    """The FAILED_PRECONDITION message when ``call``'s OK answer to ``name`` cannot be rebuilt, else None."""
-    ok = call.end is None or call.end.status == "OK"
-    first = call.first_response()
-    if ok and first is not None and name not in READINESS and not first.real:
-        return (f"triton-tap serve: the capture holds no bytes of the {name} answer (recorded with "
-                "--payload meta); record with --payload full to serve it")  # fmt: skip
-    return None
-
-
 @dataclass(frozen=True, slots=True)
 class Kind:
     """Which RPC a captured call's answers are for: its name and response type (None: not served)."""
@@ -206,7 +167,7 @@ def answer_kind(method: str) -> Kind:
 def answer_bytes(kind: Kind, rec: ev.MessageSeen) -> tuple[bytes | None, bool]:
     """The serialized answer serve sends for a captured response of a call of ``kind``, and whether it
     is the captured bytes; None when serve does not answer it (not served, or a meta capture's
-    metadata/config answer: see :func:`missing_answer`)."""
+    metadata/config answer: see :func:`replay.tools.serve.pick.missing_answer`)."""
     if kind.name is None:
         return None, False
     if has_bytes(rec):

@@ -1,14 +1,15 @@
 """The grpc.aio shell of ``triton-tap serve``: the server, its handlers, and the non-stream RPCs.
 
-What the answers are is :mod:`replay.tools.serve.responses`' (pure); one ModelStreamInfer call's
-replay is :mod:`replay.tools.serve.stream`'s; which captured request an incoming one stands for is
+What the answers are is :mod:`replay.tools.serve.responses`' (pure), which captured call answers a
+non-inference RPC :mod:`replay.tools.serve.pick`'s; one ModelStreamInfer call's replay is
+:mod:`replay.tools.serve.stream`'s; what every call shares (matcher, timing, refusals) is
+:mod:`replay.tools.serve.session`'s; which captured request an incoming one stands for is
 :mod:`replay.tools.match`'s. See :mod:`replay.tools.serve` for what each RPC answers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import itertools
 import logging
 import socket
@@ -20,20 +21,14 @@ from tritonclient.grpc import service_pb2 as pb
 
 from replay.capture.methods import SERVICE, path_of
 from replay.errors import UserError
-from replay.hostport import format_hostport, parse_hostport
-from replay.tools.feed import _metadata
-from replay.tools.grpcstatus import status_code
-from replay.tools.match import STRATEGIES, Key, Matcher
+from replay.hostport import cannot_listen, format_hostport, parse_hostport
+from replay.tools.grpcstatus import grpc_metadata, status_code, status_details
+from replay.tools.match import STRATEGIES
 from replay.tools.serve.index import Answer, CapturedCall, LoadedCapture
-from replay.tools.serve.responses import (
-    Undecodable,
-    delay_s,
-    lenient,
-    missing_answer,
-    pick_other,
-    request_key,
-)
-from replay.tools.serve.stream import Stream, status_details
+from replay.tools.serve.pick import missing_answer, pick_other
+from replay.tools.serve.responses import Undecodable, lenient, request_key
+from replay.tools.serve.session import Session
+from replay.tools.serve.stream import Stream
 
 log = logging.getLogger("triton_tap.serve")
 
@@ -68,15 +63,11 @@ def _check_bindable(host: str, port: int, listen: str) -> None:
     """One line naming the reason when ``host:port`` cannot be bound (busy, not local, unresolvable)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError as e:
-        raise UserError(f"cannot listen on {listen}: {e.strerror or e}") from None
-    family, kind, proto, _name, addr = infos[0]
-    with socket.socket(family, kind, proto) as sock:
-        try:
+        family, kind, proto, _name, addr = infos[0]
+        with socket.socket(family, kind, proto) as sock:
             sock.bind(addr)
-        except OSError as e:
-            why = "address already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
-            raise UserError(f"cannot listen on {listen}: {why}") from None
+    except OSError as e:
+        raise cannot_listen(listen, e) from None
 
 
 class MockTriton:
@@ -91,19 +82,14 @@ class MockTriton:
                 "the capture was recorded with --payload none: it keeps request ids and message sizes only, "
                 "no input or output specs to match requests or shape answers; record with --payload meta or full"
             )
-        self.capture = capture
-        self.speed = speed
-        self.keep_ids = keep_ids
-        self.matcher = Matcher(capture.candidates, strategies)
+        self.session = Session(capture, speed, strategies, keep_ids)
         if capture.outcomes.unattributable:
             log.warning("%d captured response(s) cannot be attributed to a request (see `replay check`): "
                         "they are not replayed", len(capture.outcomes.unattributable))  # fmt: skip
         for g in capture.outcomes.gaps:
             where = f"{g.file}:{g.line}" if g.line is not None else g.file
             log.warning("capture hole: %s at %s: %s", g.kind, where, g.detail)
-        self.unmatched: list[str] = []  # NOT_FOUND messages, in order (for callers and tests)
         self.open_streams = 0  # ModelStreamInfer calls being served (their reader tasks included)
-        self._warned: set[str] = set()
         self._other_used: set[str] = set()
         self._streams = itertools.count(1)
         self._server: Any = None
@@ -136,37 +122,16 @@ class MockTriton:
             await self._server.stop(grace)
             self._server = None
 
-    # -- shared ------------------------------------------------------------------------------------
-
-    def note_dataless(self, real: bool, what: str) -> None:
-        """Warn once per RPC kind that answers carry zero-filled data."""
-        if not real and what not in self._warned:
-            self._warned.add(what)
-            log.warning("%s answers are rebuilt from a meta capture: output data is zero-filled "
-                        "(record with --payload full for the real bytes)", what)  # fmt: skip
-
-    async def not_found(self, context: Any, key: Key, where: str) -> None:
-        """Log and end the call with NOT_FOUND explaining the closest candidate."""
-        message = "triton-tap serve: " + self.matcher.explain(key)
-        self.unmatched.append(message)
-        log.warning("%s: %s", where, message)
-        await context.abort(grpc.StatusCode.NOT_FOUND, message)
-
-    async def undecodable(self, context: Any, request: Undecodable, where: str) -> None:
-        """Log one line and end the call with INVALID_ARGUMENT: the client sent bytes that do not parse."""
-        message = f"triton-tap serve: the request message ({request.size} bytes) does not parse: {request.error}"
-        log.warning("%s: %s", where, message)
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
-
-    async def _pause(self, start_ns: int, end_ns: int) -> None:
-        if self.speed is not None and end_ns > start_ns:
-            await asyncio.sleep(delay_s(start_ns, end_ns, self.speed))
+    @property
+    def unmatched(self) -> list[str]:
+        """The NOT_FOUND messages so far, in order (for callers and tests)."""
+        return self.session.unmatched
 
     # -- RPCs --------------------------------------------------------------------------------------
 
     async def stream_infer(self, request_iterator: AsyncIterator[Any], context: Any) -> None:
         """ModelStreamInfer (see :mod:`replay.tools.serve`)."""
-        stream = Stream(self, context, f"stream {next(self._streams)}")
+        stream = Stream(self.session, context, f"stream {next(self._streams)}")
         incoming: asyncio.Queue[Any] = asyncio.Queue()
 
         async def read() -> None:
@@ -188,13 +153,13 @@ class MockTriton:
     async def model_infer(self, request: Any, context: Any) -> Any:
         """ModelInfer (see :mod:`replay.tools.serve`)."""
         if isinstance(request, Undecodable):
-            await self.undecodable(context, request, "ModelInfer")
+            await self.session.undecodable(context, request, "ModelInfer")
         key = request_key("unary", request)
-        m = self.matcher.match(key)
+        m = self.session.matcher.match(key)
         if m.candidate is None:
-            await self.not_found(context, key, "ModelInfer")
+            await self.session.not_found(context, key, "ModelInfer")
             return None
-        call = self.capture.calls[m.candidate.call]
+        call = self.session.capture.calls[m.candidate.call]
         log.debug("ModelInfer: %s matched call %s by %s", key.describe(), call.id, m.by)
         return await self._answer(call, call.request_t(m.candidate.seq), context, lambda r: self._unary(r, request.id),
                                   lambda: pb.ModelInferResponse(id=request.id))  # fmt: skip
@@ -202,19 +167,19 @@ class MockTriton:
     def _unary(self, answer: Answer, incoming_id: str) -> Any:
         assert answer.data is not None  # every ModelInfer response has an answer
         msg = pb.ModelInferResponse.FromString(answer.data)
-        self.note_dataless(answer.real, "ModelInfer")
-        if not self.keep_ids:
+        self.session.note_dataless(answer.real, "ModelInfer")
+        if not self.session.keep_ids:
             msg.id = incoming_id
         return msg
 
     async def _answer(self, call: CapturedCall, t0: int, context: Any, build: Any, empty: Any) -> Any:
         end = call.end
-        await self._pause(t0, end.t_ns if end is not None else t0)
+        await self.session.pause(t0, end.t_ns if end is not None else t0)
         if end is not None and end.status != "OK":
             await context.abort(status_code(end.status), status_details(end.status, end.details),
-                                tuple(_metadata(end.trailers)))  # fmt: skip
+                                tuple(grpc_metadata(end.trailers)))  # fmt: skip
         if end is not None and end.trailers:
-            context.set_trailing_metadata(tuple(_metadata(end.trailers)))
+            context.set_trailing_metadata(tuple(grpc_metadata(end.trailers)))
         first = call.first_response()
         if first is None:
             # A 0-byte answer is a message record of size 0; here the capture has none at all, yet the
@@ -227,8 +192,8 @@ class MockTriton:
     async def other(self, name: str, response_type: Any, request: Any, context: Any) -> Any:
         """Readiness, metadata and the other unary RPCs (see :mod:`replay.tools.serve`)."""
         if isinstance(request, Undecodable):
-            await self.undecodable(context, request, name)
-        call = pick_other(name, self.capture.calls_of(path_of(name)), request, self._other_used)
+            await self.session.undecodable(context, request, name)
+        call = pick_other(name, self.session.capture.calls_of(path_of(name)), request, self._other_used)
         if isinstance(call, str):
             self.unmatched.append(call)
             log.warning("%s: %s", name, call)

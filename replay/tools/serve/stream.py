@@ -8,17 +8,14 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
-from replay.tools.feed import _DEFAULT_DETAILS, _metadata
-from replay.tools.grpcstatus import status_code
+from replay.tools.grpcstatus import grpc_metadata, status_code, status_details
+from replay.tools.serve.index import CapturedCall
 from replay.tools.serve.responses import Undecodable, delay_s, request_key
-
-if TYPE_CHECKING:
-    from replay.tools.serve.index import CapturedCall
-    from replay.tools.serve.server import MockTriton
+from replay.tools.serve.session import Session
 
 log = logging.getLogger("triton_tap.serve")
 
@@ -32,16 +29,11 @@ class _Due:
     call: str = field(compare=False)
 
 
-def status_details(status: str, details: str | None) -> str:
-    """What the client's gRPC would have reported for a status that came without a message."""
-    return details if details is not None else _DEFAULT_DETAILS.get(status, "")
-
-
 class Stream:
     """The replay of one incoming ModelStreamInfer call."""
 
-    def __init__(self, server: MockTriton, context: Any, name: str) -> None:
-        self.server = server
+    def __init__(self, session: Session, context: Any, name: str) -> None:
+        self.session = session
         self.context = context
         self.name = name
         self.pending: list[_Due] = []
@@ -52,12 +44,12 @@ class Stream:
         self._before_end: list[int] = []  # the primary call's requests captured before its end
 
     def _schedule(self, call: CapturedCall, req_seq: int, req_t: int, incoming_id: str, now: float) -> None:
-        speed = self.server.speed
+        speed = self.session.speed
         for answer in call.responses_of(req_seq):
             assert answer.data is not None  # every ModelStreamInfer response has an answer
             msg = pb.ModelStreamInferResponse.FromString(answer.data)
-            self.server.note_dataless(answer.real, "ModelStreamInfer")
-            if not self.server.keep_ids:
+            self.session.note_dataless(answer.real, "ModelStreamInfer")
+            if not self.session.keep_ids:
                 msg.infer_response.id = incoming_id
             # fast: everything is due at once, so the heap orders what is pending by captured seq,
             # which keeps the captured interleaving among the requests that have arrived.
@@ -82,7 +74,7 @@ class Stream:
 
     def _end_at(self) -> float:
         call = self.primary
-        speed = self.server.speed
+        speed = self.session.speed
         if speed is None or call is None or call.end is None or not self.arrived:
             return 0.0
         return max(at + delay_s(call.request_t(seq), call.end.t_ns, speed) for seq, at in self.arrived.items())
@@ -91,7 +83,7 @@ class Stream:
         if item is None:
             self.half_closed = True
         elif isinstance(item, Undecodable):
-            await self.server.undecodable(self.context, item, f"ModelStreamInfer {self.name}")
+            await self.session.undecodable(self.context, item, f"ModelStreamInfer {self.name}")
         else:
             await self._request(item, time.monotonic())
 
@@ -135,15 +127,15 @@ class Stream:
             await asyncio.sleep(max(0.0, self._end_at() - time.monotonic()))
             await self._abort_as_captured()
         if call is not None and call.end is not None and call.end.trailers:
-            self.context.set_trailing_metadata(tuple(_metadata(call.end.trailers)))
+            self.context.set_trailing_metadata(tuple(grpc_metadata(call.end.trailers)))
 
     async def _request(self, request: Any, now: float) -> None:
         key = request_key("stream", request)
-        m = self.server.matcher.match(key, prefer_call=self.primary.id if self.primary else None)
+        m = self.session.matcher.match(key, prefer_call=self.primary.id if self.primary else None)
         if m.candidate is None:
-            await self.server.not_found(self.context, key, f"ModelStreamInfer {self.name}")
+            await self.session.not_found(self.context, key, f"ModelStreamInfer {self.name}")
             return
-        call = self.server.capture.calls[m.candidate.call]
+        call = self.session.capture.calls[m.candidate.call]
         log.debug("%s: %s matched %s (call %s, seq %d) by %s%s", self.name, key.describe(),
                  m.candidate.key.describe(), call.id, m.candidate.seq, m.by, " (again)" if m.reused else "")  # fmt: skip
         if self.primary is None:
@@ -159,4 +151,4 @@ class Stream:
         end = self.primary.end
         log.info("%s: ending as captured call %s did: %s (%s)", self.name, self.primary.id, end.status, end.cause)
         await self.context.abort(status_code(end.status), status_details(end.status, end.details),
-                                 tuple(_metadata(end.trailers)))  # fmt: skip
+                                 tuple(grpc_metadata(end.trailers)))  # fmt: skip

@@ -15,12 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import orjson
 import pytest
 import tritonclient.grpc as grpcclient
 
 from proxy.admin.hub import TailFilter
+from proxy.admin.pb import admin_pb2_grpc as pb_grpc
 from proxy.admin.tail import Printer, tail_files
 from proxy.ops.server import ProxyConfig, RecordingProxy
 from replay.capture.reader import read_capture
@@ -28,6 +30,7 @@ from replay.capture.schema import decode
 from replay.cli.check import check
 from replay.errors import UserError
 from tests.support.admin_client import TailClient, admin_call, pb
+from tests.support.capture import records
 from tests.support.loop_thread import BackgroundLoop
 from tests.support.triton_client import StreamSession, wait_for
 
@@ -177,6 +180,50 @@ def test_rotate_starts_a_new_file_read_as_one_capture(bg: BackgroundLoop, start_
     assert reader.captures == 1 and reader.gaps == [] and len(reader.files) == 2
     assert [s for s, _ in records] == list(range(len(records)))
     assert sum(1 for _, r in records if r.kind == "call_start") == 2
+
+
+@pytest.mark.parametrize("how", ["rotate", "reopen"])
+def test_a_mark_before_rotate_is_in_the_file_rotate_closes(bg: BackgroundLoop, start_proxy: Callable[..., RecordingProxy],
+                                                           fake_upstream: Any, how: str) -> None:  # fmt: skip
+    """A client calls Mark, then Rotate, on one channel (three times): each mark is in the file that Rotate
+    closed, before its capture_end, and each new file's capture_start comes after it; seq runs on across
+    the files. ``reopen``: Mark, then what SIGHUP calls (``RecordingProxy.reload``) on the proxy's loop.
+    (The upstream only has to accept the proxy's start-up check: no call goes to it.)"""
+    p = start_proxy(f"127.0.0.1:{fake_upstream.port}", admin="127.0.0.1:0", compress="zstd")
+    assert p.writer is not None
+    writer = p.writer
+
+    async def mark_then_rotate() -> None:
+        async with grpc.aio.insecure_channel(_admin(p)) as chan:
+            stub = pb_grpc.AdminServiceStub(chan)
+            for i in range(3):
+                await stub.Mark(pb.MarkRequest(note=f"before rotation {i}"), timeout=30)
+                if how == "rotate":
+                    r = await stub.Rotate(pb.RotateRequest(), timeout=30)
+                    assert (r.closed_file, r.new_file) == tuple(str(x) for x in writer.paths[i:i + 2])
+                else:
+                    p.reload()
+                    await asyncio.wait_for(_until_files(writer.paths, i + 2), 30)
+
+    bg.run(mark_then_rotate())
+    bg.run(p.stop())
+    files = [records(f) for f in writer.paths]
+    assert len(files) == 4
+    for i, recs in enumerate(files[:3]):
+        kinds = [r["kind"] for r in recs]
+        assert kinds == ["capture_start", "mark", "capture_end"], (i, kinds)
+        mark, end = recs[1], recs[2]
+        assert mark["note"] == f"before rotation {i}" and end["reason"] == how
+        assert end["next_file"] == writer.paths[i + 1].name
+        assert mark["seq"] < end["seq"] < files[i + 1][0]["seq"]
+    assert [r["kind"] for r in files[-1]] == ["capture_start", "capture_end"]
+    seqs = [r["seq"] for recs in files for r in recs]
+    assert seqs == list(range(len(seqs)))
+
+
+async def _until_files(paths: list[Path], n: int) -> None:
+    while len(paths) < n:
+        await asyncio.sleep(0.01)
 
 
 class _Follower:

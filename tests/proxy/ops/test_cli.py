@@ -56,11 +56,15 @@ def test_unwritable_capture_dir(tmp_path: Path, listening: int) -> None:
     assert "is not writable" in _one_line(proc)
 
 
-def test_busy_listen_port(tmp_path: Path, listening: int) -> None:
-    """A listen port in use: one line, exit 2, and no empty capture left behind."""
-    proc = _run("--upstream", f"127.0.0.1:{listening}", "--listen", f"127.0.0.1:{listening}", "--capture-dir", str(tmp_path))
+@pytest.mark.parametrize("extra", [(), ("--event-loop", "asyncio"), ("--workers", "2")])
+def test_busy_listen_port(tmp_path: Path, listening: int, extra: tuple[str, ...]) -> None:
+    """A listen port in use: one line that says why once (not asyncio's "error while attempting to bind on
+    address (...)" after ours), exit 2, and no empty capture left behind; with either event loop and with
+    --workers (which binds the port itself)."""
+    proc = _run("--upstream", f"127.0.0.1:{listening}", "--listen", f"127.0.0.1:{listening}", "--capture-dir",
+                str(tmp_path), *extra)  # fmt: skip
     assert proc.returncode == 2
-    assert "cannot listen on" in _one_line(proc)
+    assert _one_line(proc).endswith(f": error: cannot listen on 127.0.0.1:{listening}: address already in use")
     assert list(tmp_path.glob("capture-*")) == []
 
 

@@ -209,7 +209,7 @@ def test_serve_on_a_busy_port_is_one_line() -> None:
         busy.close()
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "WARNING" not in ln and " INFO " not in ln]
-    assert len(lines) == 1 and "address already in use" in lines[0], proc.stderr
+    assert len(lines) == 1 and lines[0].endswith(f"cannot listen on 127.0.0.1:{port}: address already in use"), proc.stderr
 
 
 def test_second_serve_on_the_same_port_fails() -> None:

@@ -209,7 +209,7 @@ def _damaged(data: st.DataObject) -> list[bytes]:
         out.append(encode(b.records[-3], len(out)))
     for _ in range(data.draw(st.integers(0, 4))):
         at = data.draw(st.integers(1, len(out) - 1))
-        how = data.draw(st.sampled_from(["drop", "repeat", "repeat_other", "swap", "unknown", "far_repeat"]))
+        how = data.draw(st.sampled_from(["drop", "repeat", "repeat_other", "swap", "unknown", "far_repeat", "garbage"]))
         if how == "drop":
             del out[at]
         elif how == "repeat":
@@ -222,6 +222,8 @@ def _damaged(data: st.DataObject) -> list[bytes]:
             out.insert(at, orjson.dumps(raw) + b"\n")
         elif how == "swap":
             out[at - 1], out[at] = out[at], out[at - 1]
+        elif how == "garbage":  # a damaged line (--skip-damaged reads on past it)
+            out[at] = out[at][: len(out[at]) // 2] + b"\x00" + out[at][len(out[at]) // 2 :]
         else:
             out.insert(at, orjson.dumps({"v": 3, "seq": at, "kind": "from_the_future"}) + b"\n")
     if data.draw(st.booleans()):  # the proxy was killed: the capture ends anywhere, maybe mid-line
@@ -235,22 +237,23 @@ def _damaged(data: st.DataObject) -> list[bytes]:
 @given(data=st.data())
 def test_sequence_damage_reads_the_same_either_way(data: st.DataObject, tmp_path_factory: pytest.TempPathFactory) -> None:
     """The hot loop's inline copy of SeqWatch's common case (compiled lines) and SeqWatch.record (Python path)
-    find the same holes, skip the same repeats, yield the same records and count them the same."""
+    find the same holes, skip the same repeats (and damaged lines, with skip_damaged), yield the same
+    records and count them the same."""
     path = tmp_path_factory.mktemp("seq") / "capture.jsonl"
     path.write_bytes(b"".join(_damaged(data)))
 
-    def read() -> object:
-        reader = read_capture(path)
+    def read(skip: bool) -> object:
+        reader = read_capture(path, skip_damaged=skip)
         try:
             got: object = [(seq, repr(rec)) for seq, rec in reader]
         except CaptureError as e:
             got = str(e)
         return got, reader.warnings, reader.gaps, reader.records
 
-    compiled = read()
+    compiled = [read(False), read(True)]
     table = lines.TABLE
     try:
         lines.TABLE = None
-        assert read() == compiled
+        assert [read(False), read(True)] == compiled
     finally:
         lines.TABLE = table

@@ -47,6 +47,17 @@ def test_table_is_what_main_printed(name: str, all_cases: dict[str, tuple[list[P
     assert cases.run(paths, rows) == EXPECTED[name]
 
 
+@pytest.mark.parametrize("name", ["truncated_last_line", "proxy_killed", "gaps"])
+def test_table_does_not_depend_on_where_the_capture_lives(name: str, tmp_path: Path) -> None:
+    """A hole's line names its file whole, never wrapped at the console's width: the stored output
+    holds for a capture at any path (a checkout in a longer directory than the one that made them)."""
+    deep = tmp_path / ("a-much-longer-directory-name-for-checking-" * 3) / "x"
+    deep.mkdir(parents=True)
+    (deep / f"{name}.jsonl").write_bytes((cases.DATA / f"{name}.jsonl").read_bytes())
+    for rows in cases.GOLDEN_ROWS:
+        assert cases.run([deep / f"{name}.jsonl"], rows) == EXPECTED[f"{name} --rows {rows}"]
+
+
 def _in_memory(paths: list[Path], rows: int) -> dict[str, object]:
     """What the table printed when it was built from every request (main at 2e82fd7, its selection here)."""
     result, marks = track_in_memory(paths)

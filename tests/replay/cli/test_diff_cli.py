@@ -9,6 +9,7 @@ import pytest
 
 from proxy.cli import main as triton_tap_main
 from replay.cli.main import main
+from tests.data.make_golden import Builder
 from tests.support.paths import DATA
 
 
@@ -41,7 +42,7 @@ def test_json_document(capsys: pytest.CaptureFixture[str]) -> None:
     assert [r["request_id"] for r in doc["only_a"]] == ["due", "not-due"]
     assert [r["request_id"] for r in doc["only_b"]] == ["r1"]
     assert doc["summary"] == {"paired": 0, "changed": 0, "only_a": 2, "only_b": 1, "calls_changed": 0,
-                                  "holes_a": 0, "holes_b": 0}
+                              "holes_a": 0, "holes_b": 0, "models_slower": 0, "models_faster": 0}
 
 
 def test_unreadable_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -111,3 +112,47 @@ def test_payload_matching_on_meta_captures_warns_or_fails(capsys: pytest.Capture
     _, err = capsys.readouterr()
     assert code == 0
     assert err.count("warning") == 2 and "--match payload needs captures recorded with --payload full" in err
+
+
+def _written(path: Path, rids: tuple[str, ...], first_ms: float = 5.0) -> str:
+    """A capture of one stream whose requests ``rids`` each get a response after ``first_ms`` and a final."""
+    b = Builder().start()
+    b.call("c1.1")
+    for rid in rids:
+        b.request("c1.1", rid)
+        b.response("c1.1", rid, "x", ms=first_ms)
+        b.response("c1.1", rid, None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    path.write_bytes(b.finish().render())
+    return str(path)
+
+
+def test_a_request_only_in_the_first_capture_is_different_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A has r1 and r2, B only r1: `only in A` is printed, the verdict is different, exit 1 (both ways round)."""
+    a, b = _written(tmp_path / "a.jsonl", ("r1", "r2")), _written(tmp_path / "b.jsonl", ("r1",))
+    code = main(["diff", a, b])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 1
+    assert "only in A: tokens/r2" in out and "different: 1 request(s) paired, 0 changed, 1 only in A, 0 only in B" in out
+    assert main(["diff", b, a]) == 1 and "1 only in B" in capsys.readouterr().out
+    assert main(["diff", a, a]) == 0
+
+
+def test_the_verdict_names_a_faster_model_faster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """First responses 290 -> 16 ms: `1 model(s) faster beyond tolerance`, never `slower`; the reverse is slower.
+    The line says `tolerance`, the flag's word; --json carries each percentile's direction."""
+    slow, fast = _written(tmp_path / "slow.jsonl", ("r1",), 290.0), _written(tmp_path / "fast.jsonl", ("r1",), 16.0)
+    assert main(["diff", slow, fast]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 model(s) faster beyond tolerance (timing tolerance 100 ms)" in out and "slower" not in out
+    assert main(["diff", fast, slow]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 model(s) slower beyond tolerance (timing tolerance 100 ms)" in out and "faster" not in out
+    assert main(["diff", "--json", slow, fast]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    p95 = next(t for t in doc["models"][0]["timings"] if t["name"] == "first_response_ms p95")
+    assert (p95["a"], p95["b"], p95["beyond_tolerance"], p95["direction"]) == (290.0, 16.0, True, "faster")
+    assert (doc["summary"]["models_slower"], doc["summary"]["models_faster"]) == (0, 1)

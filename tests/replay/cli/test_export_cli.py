@@ -44,7 +44,30 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
     assert triton_tap(["export", "--parquet", str(out), capture]) == 2
     err = capsys.readouterr().err
     assert err.startswith("triton-tap: error: ") and err.count("\n") == 1
-    assert not out.exists() or out.is_file() or [p.name for p in out.iterdir()] in ([], ["x"])
+    # OUT as it was: not there (the export made none, and left none behind), a file, or x alone
+    assert not out.exists() if case in ("garbled", "missing") else out.is_file() or [p.name for p in out.iterdir()] == ["x"]
+
+
+def test_a_failed_export_removes_the_directories_it_made_and_no_other(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A capture damaged in the middle is found while writing, after OUT was made: OUT and the parents the
+    export made for it are removed again; a directory that was there before stays, empty or not."""
+    garbled = str(DATA / "garbled_middle.jsonl")
+    (tmp_path / "kept").mkdir()
+    deep = tmp_path / "kept" / "new" / "deeper" / "out"
+    assert triton_tap(["export", "--parquet", str(deep), garbled]) == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"] and not any((tmp_path / "kept").iterdir())
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert triton_tap(["export", "--parquet", str(empty), garbled]) == 2
+    assert empty.is_dir() and not any(empty.iterdir())
+    full = tmp_path / "full"
+    (full / "message").mkdir(parents=True)
+    (full / "message" / "mine.txt").write_text("x")
+    assert triton_tap(["export", "--parquet", str(full), "--overwrite", garbled]) == 2
+    assert sorted(str(p.relative_to(full)) for p in full.rglob("*")) == ["message", "message/mine.txt"]
+    assert capsys.readouterr().err.count("garbled_middle.jsonl:3") == 3
 
 
 def test_parquet_is_required(capsys: pytest.CaptureFixture[str]) -> None:

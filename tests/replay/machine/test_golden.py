@@ -92,4 +92,4 @@ def test_check_json_request_fields() -> None:
     required = {"call", "model", "request_id", "outcome", "responses", "text_responses", "final",
                 "first_response_ms", "duration_ms", "violations"}  # fmt: skip
     assert required <= set(many)
-    assert set(doc["many_responses.jsonl"]) == {"requests", "unattributable", "gaps", "summary"}
+    assert set(doc["many_responses.jsonl"]) == {"requests", "unattributable", "protocol_errors", "gaps", "summary"}

@@ -395,8 +395,8 @@ def test_the_summary_check_json_prints_counts_what_the_capture_holds() -> None:
         "records": 12, "captures": 1, "complete": True, "calls": 1,
         "calls_by_method": {"ModelStreamInfer": 1}, "calls_by_cause": {"client_cancel": 1},
         "requests": 3, "outcomes": {"completed": 1, "cancelled": 2}, "violations": 0, "violations_by_name": {},
-        "unattributable": 0, "groups": 0, "known_only_for_group": 0, "unlabelled_messages": 0, "gaps": 0,
-        "warnings": [],
+        "unattributable": 0, "groups": 0, "known_only_for_group": 0, "unlabelled_messages": 0,
+        "protocol_errors": 0, "gaps": 0, "warnings": [],
     }  # fmt: skip
     summary = track(str(DATA / "missing_final.jsonl")).summary()
     assert (summary["violations"], summary["violations_by_name"]) == (1, {"missing_final": 1})
@@ -428,7 +428,8 @@ def test_what_check_reports_for_an_id_group_by_how_its_requests_ended() -> None:
 
     def group(rid: str, responses: int, text: int, ended: dict[str, int], errors: int, per: bool) -> GroupOutcome:
         return GroupOutcome(first_seq=2, request_id=rid, requests=2, responses=responses, text_responses=text,
-                            ended=ended, errors_without_final=errors, per_request=per)  # fmt: skip
+                            ended=ended, errors_without_final=errors, per_request=per,
+                            first_response_ms=6.0)  # fmt: skip
 
     # One final, one error final: mixed, known only for the group.
     assert seen(_pair("g", [("a", False, None), (None, True, None), (None, True, "boom")])) == (
@@ -436,12 +437,19 @@ def test_what_check_reports_for_an_id_group_by_how_its_requests_ended() -> None:
     # Both finals: each request completed.
     assert seen(_pair("", [("a", False, None), (None, True, None), (None, True, None)])) == (
         [("completed", True, None)] * 2, group("", 3, 1, {"completed": 2}, 0, True))
-    # An error without final, then two plain finals: one of them failed, which is unknown.
+    # An error without final, then two plain finals: exactly one of them failed, which is unknown.
     assert seen(_pair("", [(None, False, "bad"), (None, True, None), (None, True, None)])) == (
-        [("group", None, "bad")] * 2, group("", 3, 0, {"completed": 2}, 1, False))
-    # An error, then the client cancels: an error and cancels, mixed.
+        [("group", None, "bad")] * 2, group("", 3, 0, {"completed": 1, "error": 1}, 1, False))
+    # An error, then the client cancels: one error and one cancel, mixed.
     assert seen(_pair("", [(None, False, "bad")], "CANCELLED", "client_cancel")) == (
-        [("group", None, "bad")] * 2, group("", 1, 0, {"cancelled": 2}, 1, False))
+        [("group", None, "bad")] * 2, group("", 1, 0, {"cancelled": 1, "error": 1}, 1, False))
+    # Two errors without final, then an OK end (Triton's decoupled_execute_error): one request's
+    # two errors, or one each: the wire cannot say, so neither `unconfirmed` nor `error` for both.
+    assert seen(_pair("", [(None, False, "e1"), (None, False, "e2")])) == (
+        [("group", None, "e1")] * 2, group("", 2, 0, {"unconfirmed or error": 2}, 2, False))
+    # Two errors, then two finals: each final's request may or may not have had one of them.
+    assert seen(_pair("", [(None, False, "e1"), (None, False, "e2"), (None, True, None), (None, True, None)])) == (
+        [("group", None, "e1")] * 2, group("", 4, 0, {"completed or error": 2}, 2, False))
     # An error, then the call fails: every request ended in error.
     assert seen(_pair("", [(None, False, "bad")], "INTERNAL", "error")) == (
         [("error", False, "bad")] * 2, group("", 1, 0, {"error": 2}, 1, True))
@@ -457,13 +465,14 @@ def test_check_json_and_text_show_a_groups_request_as_documented() -> None:
         "outcome": "group", "responses": 0, "text_responses": 0, "final": None, "first_response_ms": None,
         "duration_ms": 8.0, "status": "CANCELLED", "error": "bad", "violations": [],
         "group": {"first_seq": 2, "request_id": "", "requests": 2, "responses": 1, "text_responses": 0,
-                  "ended": {"cancelled": 2}, "errors_without_final": 1, "per_request": False},
+                  "ended": {"cancelled": 1, "error": 1}, "errors_without_final": 1, "per_request": False,
+                  "first_response_ms": 6.0},
         "notes": [],
     }  # fmt: skip
-    assert result.requests[0].group.describe() == "group of 2 (ended: 2 cancelled; 1 error(s) without final; 1 response(s))"
+    assert result.requests[0].group.describe() == "group of 2 (ended: 1 cancelled, 1 error; 1 error(s) without final)"
     nothing = GroupOutcome(first_seq=1, request_id="", requests=2, responses=0, text_responses=0,
                            ended={"completed": 0}, errors_without_final=0, per_request=True)  # fmt: skip
-    assert nothing.describe() == "group of 2 (ended: none; 0 response(s))"
+    assert nothing.describe() == "group of 2 (ended: none)"
 
 
 def test_check_json_lists_unattributable_responses_and_violations_as_documented() -> None:

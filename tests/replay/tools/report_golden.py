@@ -4,7 +4,7 @@
 when the report is *meant* to show something different, and say so in the commit. The stored file
 was written by the builder before its speed-up (issue 19), so a faster builder that loses a tick,
 moves a lane or computes a percentile differently fails ``test_report_golden``. The synthetic
-capture comes from :mod:`bench.report_capture` and the golden ones through the capture reader: a
+capture comes from :mod:`bench.captures` (its runs shape) and the golden ones through the capture reader: a
 change of either that changes the records also shows here (regenerate, after checking why).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from bench.report_capture import records
+from bench.captures import runs_records as records
 from replay.capture.reader import read_capture
 from replay.tools.report.model import ReportBuilder
 from tests.support.paths import DATA

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from replay.capture.reader import Gap
 from replay.tools.captured import CaptureSummary, summarize
-from replay.tools.diff import DiffResult, diff
+from replay.tools.diff import Change, DiffResult, Pair, diff
+from replay.tools.match import STRATEGIES
+from replay.tools.regression import ModelRegression, Timing
 from tests.data.make_golden import Builder
 
 
@@ -93,7 +100,7 @@ def test_json_document_lists_changes_per_request() -> None:
     doc = _diff(_stream(), _stream(final=False)).to_json()
     assert doc["equivalent"] is False
     assert doc["summary"] == {"paired": 1, "changed": 1, "only_a": 0, "only_b": 0, "calls_changed": 0,
-                                  "holes_a": 0, "holes_b": 0}
+                              "holes_a": 0, "holes_b": 0, "models_slower": 0, "models_faster": 0}
     assert {"field": "final", "a": True, "b": False} in doc["requests"][0]["changes"]
 
 
@@ -223,13 +230,14 @@ def test_json_document_in_full(tmp_path: Path) -> None:
                 "last_seq": line - 1, "count": count, "detail": why.format(count)}  # fmt: skip
 
     def timing(name: str, a_ms: float, b_ms: float) -> dict[str, object]:
-        return {"name": name, "a": a_ms, "b": b_ms, "beyond_tolerance": False}
+        return {"name": name, "a": a_ms, "b": b_ms, "beyond_tolerance": False, "direction": None}
 
     timings = [timing(f"first_response_ms p{p}", 1000.0, 1080.0) for p in (50, 95, 99)]
     timings += [timing(f"duration_ms p{p}", 1005.0, 1085.0) for p in (50, 95, 99)]
     model = {"model": "tokens", "requests_a": 1, "requests_b": 1, "only_a": 0, "only_b": 0, "outcome_changes": {},
              "responses_changed": 0, "final_changed": 0, "error_changed": 0, "timings": timings, "changed": False}  # fmt: skip
-    summary = {"paired": 1, "changed": 0, "only_a": 0, "only_b": 0, "calls_changed": 1, "holes_a": 1, "holes_b": 2}
+    summary = {"paired": 1, "changed": 0, "only_a": 0, "only_b": 0, "calls_changed": 1, "holes_a": 1, "holes_b": 2,
+               "models_slower": 0, "models_faster": 0}
     assert doc == {
         "equivalent": False,
         "threshold_ms": 50.0,
@@ -344,3 +352,139 @@ def test_a_stream_of_b_keeps_following_the_stream_of_a_its_first_request_paired_
         ("c1.1", "c1.1", "r0"), ("c2.1", "c2.1", "r0"), ("c2.1", "c2.1", "r1"),
     ]  # fmt: skip
     assert result.changed == [] and [(r.call, r.request_id) for r in result.only_a] == [("c1.1", "r1")]
+
+
+# -- the verdict: every rule of DiffResult.equivalent, both ways -----------------------------------
+# Each rule is pinned where it alone makes the captures different, and where what it looks at is there
+# but does not count. The timing percentiles are pinned on a DiffResult built by hand: through diff(),
+# a percentile beyond tolerance always comes with a changed pair (an order statistic moves no more than
+# the largest move of a pair), so only a DiffResult can show that term deciding alone.
+
+
+def _one() -> Pair:
+    """A pair of one request answered alike on both sides."""
+    (r,) = summarize(_stream().records).outcomes.requests
+    return Pair(a=r, b=r, by="id", changes=())
+
+
+def _model(direction: str | None) -> ModelRegression:
+    """A model whose first-response p95 moved in ``direction`` beyond tolerance (None: within it)."""
+    ms = {"slower": 290.0, "faster": 16.0, None: 100.0}[direction]
+    return ModelRegression(model="tokens", requests_a=1, requests_b=1,
+                           timings=[Timing(name="first_response_ms p95", a=100.0, b=ms, direction=direction)])  # fmt: skip
+
+
+def _result(**terms: object) -> DiffResult:
+    """An equivalent result (one unchanged pair, a model within tolerance, a hole on each side) with ``terms``."""
+    hole = Gap(kind="seq_gap", file="x.jsonl", line=3, first_seq=2, last_seq=2, count=1, detail="1 record(s) missing")
+    base: dict[str, Any] = {"pairs": (_one(),), "only_a": (), "only_b": (), "threshold_ms": 100.0,
+                            "strategies": ("id",), "holes_a": (hole,), "holes_b": (hole,), "models": (_model(None),)}  # fmt: skip
+    return DiffResult(**{**base, **terms})
+
+
+def _changed_pair() -> Pair:
+    return replace(_one(), changes=(Change(field="final", a=True, b=False),))
+
+
+ALONE: dict[str, dict[str, object]] = {
+    "only in A": {"only_a": (_one().a,)},
+    "only in B": {"only_b": (_one().b,)},
+    "a changed pair": {"pairs": (_one(), _changed_pair())},
+    "other calls": {"calls": (Change(field="ServerLive OK", a=1, b=0),)},
+    "a slower percentile": {"models": (_model("slower"),)},
+    "a faster percentile": {"models": (_model("faster"),)},
+}
+
+
+def test_the_base_of_the_verdict_table_is_equivalent() -> None:
+    """Unchanged pairs, a percentile within tolerance and holes on both sides: equivalent (holes do not count)."""
+    result = _result()
+    assert result.equivalent and result.pairs and result.holes_a and result.holes_b
+    assert (result.changed, result.slower, result.faster) == ([], [], [])
+    assert _result(holes_a=(), holes_b=()).equivalent
+
+
+@pytest.mark.parametrize("rule", list(ALONE))
+def test_each_verdict_rule_alone_makes_the_captures_different(rule: str) -> None:
+    """One term of the verdict on an otherwise equivalent result: different, and the JSON says so."""
+    result = _result(**ALONE[rule])
+    assert not result.equivalent
+    assert result.to_json()["equivalent"] is False
+
+
+def test_a_percentile_is_named_by_its_direction() -> None:
+    """A slower percentile is in `slower` only, a faster one in `faster` only; one within tolerance in neither."""
+    slower, faster, within = _result(**ALONE["a slower percentile"]), _result(**ALONE["a faster percentile"]), _result()
+    assert ([m.model for m in slower.slower], slower.faster) == (["tokens"], [])
+    assert (faster.slower, [m.model for m in faster.faster]) == ([], ["tokens"])
+    assert (within.slower, within.faster) == ([], [])
+    assert [(s["models_slower"], s["models_faster"]) for s in (r.to_json()["summary"] for r in (slower, faster))] == [
+        (1, 0), (0, 1)]  # fmt: skip
+
+
+def _ids(*rids: str) -> Builder:
+    """One stream whose requests ``rids`` each get one response and a final, 5 ms after being sent."""
+    b = Builder().start()
+    b.call("c1.1")
+    for rid in rids:
+        b.request("c1.1", rid)
+        b.response("c1.1", rid, "x", ms=5.0)
+        b.response("c1.1", rid, None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish()
+
+
+@pytest.mark.parametrize("strategies", [("id",), STRATEGIES])
+def test_a_request_only_in_a_alone_makes_the_captures_different(strategies: tuple[str, ...]) -> None:
+    """A sent r1 and r2, B only r1: r2 is only in A, nothing else moved, and the verdict is different.
+    The same two requests on both sides: equivalent."""
+    result = _diff(_ids("r1", "r2"), _ids("r1"), strategies=strategies)
+    assert [r.request_id for r in result.only_a] == ["r2"]
+    assert (result.only_b, result.changed, result.calls, result.slower, result.faster) == ((), [], (), [], [])
+    assert not result.equivalent
+    assert _diff(_ids("r1", "r2"), _ids("r1", "r2"), strategies=strategies).equivalent
+
+
+@pytest.mark.parametrize("strategies", [("id",), STRATEGIES])
+def test_a_request_only_in_b_alone_makes_the_captures_different(strategies: tuple[str, ...]) -> None:
+    """B sent one more request than A: only in B, nothing else moved, different."""
+    result = _diff(_ids("r1"), _ids("r1", "r2"), strategies=strategies)
+    assert [r.request_id for r in result.only_b] == ["r2"]
+    assert (result.only_a, result.changed, result.calls, result.slower, result.faster) == ((), [], (), [], [])
+    assert not result.equivalent
+
+
+def test_a_changed_pair_alone_makes_the_captures_different() -> None:
+    """The same request ended in B without its final: one changed pair and nothing else; unchanged: equivalent."""
+    result = _diff(_stream(), _stream(final=False))
+    assert (result.only_a, result.only_b, result.calls, result.slower, result.faster) == ((), (), (), [], [])
+    assert len(result.changed) == 1 and not result.equivalent
+
+
+def test_other_calls_alone_make_the_captures_different() -> None:
+    """One more ServerLive in A, every request paired unchanged: different; the same count: equivalent."""
+
+    def with_live(n: int) -> Builder:
+        b = _stream()
+        b.records.pop()  # reopen: drop capture_end
+        for i in range(n):
+            b.call(f"c2.{i}", method="/inference.GRPCInferenceService/ServerLive")
+            b.end(f"c2.{i}")
+        return b.finish()
+
+    result = _diff(with_live(2), with_live(1))
+    assert (result.only_a, result.only_b, result.changed, result.slower, result.faster) == ((), (), [], [], [])
+    assert result.calls and not result.equivalent
+    assert _diff(with_live(2), with_live(2)).equivalent
+
+
+def test_a_faster_model_is_named_faster_never_slower() -> None:
+    """tokens' first response 290 -> 16 ms: the model is faster beyond tolerance, not slower; B's responses came
+    sooner, which is a difference all the same (the request's time changed too)."""
+    result = _diff(_stream(first_ms=290.0), _stream(first_ms=16.0))
+    assert result.slower == [] and [m.model for m in result.faster] == ["tokens"]
+    assert {t.direction for t in result.models[0].timings} == {"faster"}
+    assert not result.equivalent and "first_response_ms" in _changes(result)
+    slower = _diff(_stream(first_ms=16.0), _stream(first_ms=290.0))
+    assert [m.model for m in slower.slower] == ["tokens"] and slower.faster == []

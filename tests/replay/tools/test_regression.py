@@ -56,7 +56,7 @@ def test_a_slower_model_is_flagged_beyond_tolerance_only() -> None:
     a, b = summarize(_capture("tokens", 5.0).records), summarize(_capture("tokens", 305.0).records)
     slow = diff(a, b, threshold_ms=100.0)
     assert not slow.equivalent and [m.model for m in slow.slower] == ["tokens"]
-    assert any(t.regressed and t.name == "first_response_ms p50" for t in slow.models[0].timings)
+    assert any(t.direction == "slower" and t.name == "first_response_ms p50" for t in slow.models[0].timings)
     assert diff(a, b, threshold_ms=1000.0).equivalent
     assert diff(a, b, threshold_ms=0.0, tolerance_pct=10000.0).equivalent
 

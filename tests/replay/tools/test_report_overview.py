@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.report_capture import records as perf_like_records
+from bench.captures import runs_records as perf_like_records
 from replay.tools.report import overview
 from replay.tools.report.model import ReportBuilder, percentile
 from replay.tools.report.page import pack_ticks, render_html, vendored

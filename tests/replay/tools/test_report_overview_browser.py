@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bench.report_capture import records as perf_like_records
+from bench.captures import runs_records as perf_like_records
 from replay.capture import events as ev
 from replay.tools.report.model import ReportBuilder
 from replay.tools.report.page import render_html

@@ -14,16 +14,8 @@ from tritonclient.grpc import service_pb2 as pb
 from replay.capture import events as ev
 from replay.tools.serve import parse_timing
 from replay.tools.serve.index import AnswerStore, CallEnd, CapturedCall
-from replay.tools.serve.responses import (
-    Undecodable,
-    lenient,
-    missing_answer,
-    other_response,
-    pick_other,
-    stream_response,
-    unary_response,
-    zeros,
-)
+from replay.tools.serve.pick import missing_answer, pick_other
+from replay.tools.serve.responses import Undecodable, lenient, other_response, stream_response, unary_response, zeros
 
 
 def _msg(dir: ev.Direction = "s2c", **kw: object) -> ev.MessageSeen:

@@ -1,0 +1,58 @@
+"""What every call ``serve`` answers shares: the loaded capture and its matcher, the timing, the ids
+rule, the warnings given once, and how a call is refused (NOT_FOUND, INVALID_ARGUMENT) with one log line.
+
+The grpc server (:mod:`replay.tools.serve.server`) and one stream's replay
+(:mod:`replay.tools.serve.stream`) both answer through it, so neither needs the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from replay.tools.match import Key, Matcher
+from replay.tools.serve.index import LoadedCapture
+from replay.tools.serve.responses import Undecodable, delay_s
+
+log = logging.getLogger("triton_tap.serve")
+
+
+class Session:
+    """One ``serve`` run's shared state (one per :class:`~replay.tools.serve.server.MockTriton`)."""
+
+    def __init__(self, capture: LoadedCapture, speed: float | None, strategies: Sequence[str], keep_ids: bool) -> None:
+        self.capture = capture
+        self.speed = speed  # None: no delays (``--timing fast``)
+        self.keep_ids = keep_ids
+        self.matcher = Matcher(capture.candidates, strategies)
+        self.unmatched: list[str] = []  # NOT_FOUND messages, in order (for callers and tests)
+        self._warned: set[str] = set()
+
+    def note_dataless(self, real: bool, what: str) -> None:
+        """Warn once per RPC kind that answers carry zero-filled data."""
+        if not real and what not in self._warned:
+            self._warned.add(what)
+            log.warning("%s answers are rebuilt from a meta capture: output data is zero-filled "
+                        "(record with --payload full for the real bytes)", what)  # fmt: skip
+
+    async def not_found(self, context: Any, key: Key, where: str) -> None:
+        """Log and end the call with NOT_FOUND explaining the closest candidate."""
+        message = "triton-tap serve: " + self.matcher.explain(key)
+        self.unmatched.append(message)
+        log.warning("%s: %s", where, message)
+        await context.abort(grpc.StatusCode.NOT_FOUND, message)
+
+    async def undecodable(self, context: Any, request: Undecodable, where: str) -> None:
+        """Log one line and end the call with INVALID_ARGUMENT: the client sent bytes that do not parse."""
+        message = f"triton-tap serve: the request message ({request.size} bytes) does not parse: {request.error}"
+        log.warning("%s: %s", where, message)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+    async def pause(self, start_ns: int, end_ns: int) -> None:
+        """Wait the replayed time between two captured instants (none with ``--timing fast``)."""
+        if self.speed is not None and end_ns > start_ns:
+            await asyncio.sleep(delay_s(start_ns, end_ns, self.speed))

@@ -1,0 +1,92 @@
+"""The perf_analyzer probe's pure parts (bench/probes/perfa.py) and its skip without perf_analyzer."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.probes import perfa
+from tests.support.paths import ROOT
+
+# What perf_analyzer 2.51 prints for a decoupled model with --streaming (trimmed).
+PA_OUTPUT = """\
+Request concurrency: 4
+  Client:
+    Request count: 349
+    Throughput: 95.044 infer/sec
+    Response Throughput: 1900.88 infer/sec
+    Avg latency: 40316 usec (standard deviation 27335 usec)
+  Server:
+    Inference count: 349
+Inferences/Second vs. Client Average Batch Latency
+Concurrency: 4, throughput: 95.044 infer/sec, latency 40316 usec
+"""
+
+
+def test_parse_output_reads_both_throughputs() -> None:
+    """Requests/s and responses/s are told apart (the response line also says "Throughput:")."""
+    assert perfa.parse_output(PA_OUTPUT) == {"responses_per_s": 1900.88, "requests_per_s": 95.044}
+
+
+def test_parse_output_of_an_unstable_run_has_no_figures() -> None:
+    """perf_analyzer's "Failed to obtain stable measurement" leaves no figure to report."""
+    text = "Request concurrency: 4\nFailed to obtain stable measurement.\n"
+    assert perfa.parse_output(text) == {"responses_per_s": None, "requests_per_s": None}
+
+
+def _run(rate: float, cpu: float, exit: int = 0) -> dict[str, float]:
+    return {"responses_per_s": rate, "responses": 1000.0, "proxy_cpu_s": cpu, "triton_cpu_s": 0.5,
+            "pa_cpu_s": 0.1, "exit": exit}  # fmt: skip
+
+
+def test_summarise_pairs_rounds_with_direct() -> None:
+    """The ratio is the median of per-round ratios (a failed round drops out), CPU per response in us."""
+    raw = {
+        "direct": [_run(1000, 0), _run(2000, 0), _run(1000, 0)],
+        "proxy": [_run(900, 0.05), None, _run(800, 0.07, exit=2)],
+    }
+    s = perfa.summarise(raw)  # type: ignore[arg-type]
+    assert s["proxy"]["ratio"] == pytest.approx(0.85)
+    assert s["proxy"]["ratio_range"] == pytest.approx([0.8, 0.9])
+    assert s["proxy"]["proxy_cpu_us_per_resp"] == pytest.approx(60.0)
+    assert s["proxy"]["runs"] == 2 and s["proxy"]["unstable"] == 1
+    assert s["direct"]["ratio"] == 1.0 and s["direct"]["proxy_cpu_us_per_resp"] is None
+    assert s["direct"]["triton_cpu_us_per_resp"] == pytest.approx(500.0)
+
+
+def test_find_perf_analyzer_honours_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$PERF_ANALYZER wins; when it names no file, there is no perf_analyzer (no fallback guessing)."""
+    binary = tmp_path / "perf_analyzer"
+    binary.write_text("#!/bin/sh\n")
+    monkeypatch.setenv(perfa.PA_ENV, str(binary))
+    assert perfa.find_perf_analyzer() == binary
+    monkeypatch.setenv(perfa.PA_ENV, str(tmp_path / "missing"))
+    assert perfa.find_perf_analyzer() is None
+
+
+def test_pa_environment_puts_the_cuda_runtime_on_the_library_path(tmp_path: Path) -> None:
+    """The venv's nvidia/cuda_runtime/lib goes first on LD_LIBRARY_PATH; the channel share count is set when asked."""
+    lib = tmp_path / "lib" / "python3.11" / "site-packages" / "nvidia" / "cuda_runtime" / "lib"
+    lib.mkdir(parents=True)
+    (tmp_path / "bin").mkdir()
+    env = perfa.pa_environment(tmp_path / "bin" / "perf_analyzer", share_count=1)
+    assert env["LD_LIBRARY_PATH"].split(os.pathsep)[0] == str(lib)
+    assert env["TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT"] == "1"
+    assert "TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT" not in perfa.pa_environment(tmp_path / "bin" / "x")
+
+
+def test_bench_skips_perf_analyzer_scenarios_with_one_line(tmp_path: Path) -> None:
+    """Without perf_analyzer the scenario is skipped with one clear line and the run still succeeds."""
+    env = dict(os.environ, PERF_ANALYZER=str(tmp_path / "no-such-perf_analyzer"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--scenarios", "perf_analyzer", "--workdir", str(tmp_path / "w"),
+         "--json", str(tmp_path / "r.json")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    skipped = [line for line in proc.stdout.splitlines() if "perf_analyzer: skipped" in line]
+    assert len(skipped) == 1 and "PERF_ANALYZER" in skipped[0]

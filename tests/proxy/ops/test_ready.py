@@ -1,0 +1,172 @@
+"""Readiness for scripts: `record`/`serve --ready-file PATH`, and `health --wait` when nothing listens.
+
+Real processes (the console script, `python -m proxy`), real sockets. `record`'s upstream here is a
+bare listening socket: the proxy only needs it to accept its start-up check, and no call is made
+through it (tests/e2e/test_operating_e2e.py runs `health --wait` and a call through a real Triton).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tritonclient.grpc as grpcclient
+
+from proxy.lab.tritonserver import free_port
+from tests.support.paths import DATA, ROOT
+
+TRITON_TAP = Path(sys.executable).parent / "triton-tap"
+
+
+@pytest.fixture
+def upstream() -> Iterator[int]:
+    """A port something listens on (stands in for Triton at the proxy's start-up check)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    yield s.getsockname()[1]
+    s.close()
+
+
+def _accepts(listen: str) -> bool:
+    host, port = listen.rsplit(":", 1)
+    with socket.socket() as s:
+        return s.connect_ex((host, int(port))) == 0
+
+
+def _until_ready(proc: subprocess.Popen[str], ready: Path, timeout: float = 60) -> dict[str, Any]:
+    """Poll for the ready file; the moment it is there it must be whole and its address must accept a connection."""
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        assert proc.poll() is None, f"exited {proc.returncode} before it was ready: {proc.communicate()[1]}"
+        assert time.monotonic() < deadline, "the ready file did not appear"
+        time.sleep(0.005)
+    info: dict[str, Any] = json.loads(ready.read_text())  # written atomically: never half a line
+    assert _accepts(info["listen"]), f"ready file written before {info['listen']} accepted connections"
+    return info
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    """SIGTERM; stderr. The exit status is the caller's to check (after a failed check it would only add noise)."""
+    proc.send_signal(signal.SIGTERM)
+    return proc.communicate(timeout=60)[1]
+
+
+def test_record_writes_the_ready_file_once_it_accepts_connections(tmp_path: Path, upstream: int) -> None:
+    """`python -m proxy --ready-file`: the file appears only when the port (0: a free one) accepts connections,
+    names the bound address, the pid, the admin address and the capture; shutdown removes it."""
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen([sys.executable, "-m", "proxy", "--listen", "127.0.0.1:0", "--upstream",
+                             f"127.0.0.1:{upstream}", "--capture-dir", str(tmp_path / "cap"), "--ready-file",
+                             str(ready), "--admin", "127.0.0.1:0"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        info = _until_ready(proc, ready)
+        assert info["pid"] == proc.pid and info["listen"] != "127.0.0.1:0" and _accepts(info["admin"])
+        assert info["metrics"] is None and Path(info["capture"]).parent == tmp_path / "cap"
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+    finally:
+        err = _stop(proc)
+    assert proc.returncode == 0, err
+    assert not ready.exists()
+    # The ready log line says the same address.
+    (line,) = [json.loads(x) for x in err.splitlines() if '"recording"' in x]
+    assert line["listen"] == info["listen"]
+
+
+def test_serve_writes_the_ready_file_and_a_client_can_call_at_once(tmp_path: Path) -> None:
+    """`triton-tap serve --ready-file`: when the file appears, tritonclient's first call succeeds (no "stream is
+    no longer in valid state"); the file goes at shutdown."""
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen([str(TRITON_TAP), "serve", str(DATA / "unary.jsonl"), "--listen", "127.0.0.1:0",
+                             "--ready-file", str(ready)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        info = _until_ready(proc, ready)
+        assert info["pid"] == proc.pid
+        with grpcclient.InferenceServerClient(info["listen"]) as client:
+            # The call completes (the captured ServerLive answer had no message: live=false, as captured).
+            assert client.is_server_live() is False
+    finally:
+        err = _stop(proc)
+    assert proc.returncode == 0, err
+    assert not ready.exists()
+
+
+@pytest.mark.parametrize("command", ["record", "serve"])
+def test_a_ready_file_in_a_missing_directory_is_one_line_before_anything_starts(tmp_path: Path, upstream: int,
+                                                                                command: str) -> None:  # fmt: skip
+    """Exit 2, one line naming the directory; record leaves no capture behind."""
+    ready = tmp_path / "no" / "ready.json"
+    if command == "record":
+        args = ["record", "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{upstream}", "--capture-dir",
+                str(tmp_path / "cap")]  # fmt: skip
+    else:
+        args = ["serve", str(DATA / "stream_cancel.jsonl"), "--listen", "127.0.0.1:0"]
+    proc = subprocess.run([str(TRITON_TAP), *args, "--ready-file", str(ready)], capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [f"triton-tap: error: --ready-file {str(ready)!r}: directory {str(ready.parent)!r} does not exist"]
+    assert not list(tmp_path.glob("cap/capture-*"))
+
+
+def test_ready_file_with_workers_is_refused_in_one_line(tmp_path: Path, upstream: int) -> None:
+    """Workers listen each on its own: there is no one moment to call ready; the refusal points at health --wait."""
+    proc = subprocess.run([str(TRITON_TAP), "record", "--workers", "2", "--upstream", f"127.0.0.1:{upstream}",
+                           "--capture-dir", str(tmp_path / "cap"), "--ready-file", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "triton-tap: error: --ready-file works with one process: with --workers use `triton-tap health --wait`"
+    ]
+
+
+def test_health_wait_fails_in_one_line_when_nothing_listens() -> None:
+    """`health --wait 1` with nothing on the port: it keeps asking for the whole second, then one line, exit 1."""
+    port = free_port()
+    t0 = time.monotonic()
+    proc = subprocess.run([str(TRITON_TAP), "health", "--target", f"127.0.0.1:{port}", "--wait", "1"],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 1, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"triton-tap: error: health check via 127.0.0.1:{port} failed: UNAVAILABLE: "
+                           "connection refused (nothing listens there); still so after waiting 1 s (")  # fmt: skip
+    assert line.endswith(" tries)") and int(line.rsplit("(", 1)[1].split()[0]) >= 2
+    assert elapsed >= 1.0
+
+
+def test_a_leftover_ready_file_is_removed_before_anything_else(tmp_path: Path) -> None:
+    """A ready file left by a killed run is removed at start-up, before the upstream check: a run that then
+    fails (nothing listens upstream: exit 1) leaves no file claiming it is ready."""
+    ready = tmp_path / "ready.json"
+    ready.write_text('{"pid": 1, "listen": "127.0.0.1:1"}\n')
+    proc = subprocess.run([str(TRITON_TAP), "record", "--listen", "127.0.0.1:0", "--upstream",
+                           f"127.0.0.1:{free_port()}", "--capture-dir", str(tmp_path / "cap"), "--ready-file", str(ready)],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 1 and "is unreachable" in proc.stderr
+    assert not ready.exists()
+
+
+def test_pid_in_the_ready_file_is_the_process_that_listens(tmp_path: Path, upstream: int) -> None:
+    """`os.kill(pid, 0)` on the file's pid reaches the running proxy (a script can tell a leftover from a live file)."""
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen([str(TRITON_TAP), "record", "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{upstream}",
+                             "--capture-dir", str(tmp_path / "cap"), "--ready-file", str(ready)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        info = _until_ready(proc, ready)
+        os.kill(info["pid"], 0)
+        assert info["pid"] == proc.pid
+    finally:
+        _stop(proc)

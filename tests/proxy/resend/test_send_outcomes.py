@@ -1,0 +1,173 @@
+"""`replay send` reports every call with the outcome it observed, and never loses calls it did not see end.
+
+The peers here are scripted HTTP/2 servers (tests/proxy/resend/scripted_peer.py) because no real
+server produces these on demand: frames arriving for a call that is already over (after send's own
+RST_STREAM, or after the server's own END_STREAM), and a connection reset in the middle of a run.
+The behaviour a real tritonserver shows (a deadline, then unary calls on the same connection) is
+tested against one in tests/e2e/test_send_deadline_e2e.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from proxy.cli import main
+from proxy.lab.background import ProxyThread
+from proxy.resend.h2client import BY_SEND, LOST, NOT_SENT, STATUS
+from proxy.resend.plan import CallScript, Message
+from proxy.resend.run import SendOptions, Tally, drive
+from proxy.resend.schedule import Start
+from proxy.wire import frames as wire
+from tests.proxy.resend.scripted_peer import PeerConn, ScriptedPeer, stray_data, stray_trailers
+from tests.support.loop_thread import BackgroundLoop
+from tests.support.triton_client import echo_inputs
+
+pytestmark = pytest.mark.timeout(60)
+
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def _unary(cid: str, timeout_ms: float | None = None) -> CallScript:
+    headers = [(":method", "POST"), (":scheme", "http"), (":path", INFER), (":authority", "peer"),
+               ("content-type", "application/grpc"), ("te", "trailers")]  # fmt: skip
+    if timeout_ms is not None:
+        headers.append(("grpc-timeout", f"{int(timeout_ms)}m"))
+    return CallScript(id=cid, conn="c1", method=INFER, t_start=0, headers=headers, timeout_ms=timeout_ms,
+                      messages=[Message(at_ns=0, body=b"", compressed=False, model=None)], half_close_ns=0)  # fmt: skip
+
+
+async def _drive(peer: ScriptedPeer, starts: list[Start]) -> Tally:
+    port = await peer.start()
+    tally = Tally(total=len(starts))
+    try:
+        await drive(starts, port, SendOptions(target="unused:1", out=Path("unused"), speed=1.0, drain_s=10), tally)
+    finally:
+        await peer.stop()
+    return tally
+
+
+def test_frames_after_sends_own_rst_stream_end_nothing_else() -> None:
+    """send gives up on call 1 at its deadline (RST_STREAM); the server's DATA and trailers for it
+    arrive afterwards; call 2 on the same connection still gets its answer, and nothing is lost."""
+
+    def act(c: PeerConn, sid: int) -> None:
+        if c.requests == 1:
+            c.headers_only(sid)  # call 1 stays open until the client's deadline
+        else:
+            c.answer(sid)
+
+    def on_reset(c: PeerConn, sid: int) -> None:
+        c.raw(stray_data(sid) + stray_trailers(sid, 4))  # in flight when the RST_STREAM arrived
+
+    peer = ScriptedPeer(act, on_reset)
+    starts = [Start(at_s=0.0, loop=0, call=_unary("c1.1", timeout_ms=100)), Start(at_s=0.5, loop=0, call=_unary("c1.3"))]
+    tally = asyncio.run(_drive(peer, starts))
+    assert peer.conns[0].resets == [1]  # the deadline was re-enacted
+    assert (tally.started, dict(tally.outcomes), tally.unobserved) == (2, {BY_SEND: 1, STATUS: 1}, [])
+    assert len(peer.conns) == 1
+
+
+def test_frames_after_the_servers_own_end_stream_end_nothing_else() -> None:
+    """The shape the recorder produced when its own deadline ended a call: trailers (END_STREAM),
+    RST_STREAM(NO_ERROR), then trailers again. h2 calls the second trailers a connection error; send
+    ignores it for that call, as gRPC clients do, and the calls after it are answered."""
+
+    def act(c: PeerConn, sid: int) -> None:
+        if c.requests == 1:
+            c.answer(sid, status=4, message="Deadline Exceeded")
+            c.raw(wire.rst_stream(sid, wire.NO_ERROR) + stray_trailers(sid, 4))
+        else:
+            c.answer(sid)
+
+    starts = [Start(at_s=0.1 * i, loop=0, call=_unary(f"c1.{2 * i + 1}")) for i in range(4)]
+    tally = asyncio.run(_drive(ScriptedPeer(act), starts))
+    assert (tally.started, dict(tally.outcomes), tally.unobserved) == (4, {STATUS: 4}, [])
+    assert tally.stray_frames == 1
+
+
+def test_a_connection_reset_mid_run_ends_every_remaining_call_with_why() -> None:
+    """The server resets the TCP connection when call 2 arrives: call 1 was answered; call 2 ends
+    `connection lost`; calls 3 and 4, due later on that connection, are `not sent`; none is counted
+    as sent or answered."""
+
+    def act(c: PeerConn, sid: int) -> None:
+        if c.requests == 1:
+            c.answer(sid)
+        else:
+            c.reset_tcp()
+
+    starts = [Start(at_s=0.0, loop=0, call=_unary("c1.1")), Start(at_s=0.2, loop=0, call=_unary("c1.3")),
+              Start(at_s=1.0, loop=0, call=_unary("c1.5")), Start(at_s=1.2, loop=0, call=_unary("c1.7"))]  # fmt: skip
+    tally = asyncio.run(_drive(ScriptedPeer(act), starts))
+    assert tally.outcomes[STATUS] == 1 and tally.finished == 4
+    lost = {u.call: u.outcome for u in tally.unobserved}
+    assert lost == {"c1.3": LOST, "c1.5": NOT_SENT, "c1.7": NOT_SENT}, tally.unobserved
+    assert tally.started == 2
+    assert all(u.why for u in tally.unobserved), tally.unobserved
+
+
+# -- through the CLI and the real recorder ------------------------------------------------------------
+
+
+@pytest.fixture
+def loop() -> Iterator[BackgroundLoop]:
+    bg = BackgroundLoop()
+    yield bg
+    bg.close()
+
+
+def _record(loop: BackgroundLoop, tmp_path: Path) -> Path:
+    """Five unary calls by tritonclient on one channel, recorded (payload full) in front of a peer
+    that answers them all: two, a gap of 2 s, three."""
+    peer = ScriptedPeer(lambda c, sid: c.answer(sid))
+    port = loop.run(peer.start())
+    try:
+        with ProxyThread(f"127.0.0.1:{port}", tmp_path / "recorded", payload="full") as proxy:
+            client = grpcclient.InferenceServerClient(proxy.url)
+            for i in range(5):
+                if i == 2:
+                    # A gap in the recorded traffic (data, not a wait): sent at speed 1, the last
+                    # three calls are due well after the connection is gone.
+                    time.sleep(2.0)
+                client.infer("echo", echo_inputs(np.array([i], dtype=np.uint8)), request_id=f"u{i}")
+            client.close()
+    finally:
+        loop.run(peer.stop())
+    return proxy.capture_path
+
+
+def test_the_upstream_resetting_the_connection_names_every_call_not_seen_to_end(
+    loop: BackgroundLoop, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sent to an upstream that resets its connection when the 2nd call arrives: the recorder ends
+    that call UNAVAILABLE (an outcome send observes) and sends GOAWAY; the calls due after it on that
+    connection are named on stderr as not sent, `sent` counts only the calls that went out, exit 1."""
+    capture = _record(loop, tmp_path)
+
+    def act(c: PeerConn, sid: int) -> None:
+        if c.requests == 1:
+            c.answer(sid)
+        else:
+            c.reset_tcp()
+
+    peer = ScriptedPeer(act)
+    port = loop.run(peer.start())
+    try:
+        capsys.readouterr()
+        code = main(["replay", "send", str(capture), "--target", f"127.0.0.1:{port}", "--out", str(tmp_path / "sent")])
+    finally:
+        loop.run(peer.stop())
+    out, err = capsys.readouterr()
+    assert code == 1, (out, err)
+    assert "sent 2 call(s) of 5 captured" in out and "outcomes seen by send: grpc-status 2, not sent 3" in out, out
+    lines = err.splitlines()
+    assert lines[0] == "send: 3 of 5 call(s) ended without an outcome send observed", err
+    assert len(lines) == 2 and lines[1].startswith("send: not sent (GOAWAY"), err
+    assert lines[1].endswith(": 3 call(s): c1.5, c1.7, c1.9"), err
