@@ -18,6 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from replay.errors import EXIT_OK, UpstreamError, UserError
+from replay.hostport import cannot_listen
 
 if TYPE_CHECKING:
     from proxy.lab.tritonserver import TritonServer
@@ -76,7 +77,7 @@ def _check_ports(ports: dict[str, int]) -> None:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError as e:
-                raise UserError(f"--{name}-port {port}: cannot listen on 127.0.0.1:{port}: {e.strerror or e}") from None
+                raise UserError(f"--{name}-port {port}: {cannot_listen(f'127.0.0.1:{port}', e)}") from None
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

@@ -254,8 +254,10 @@ def test_client_timeout_is_deadline(triton: TritonServer, recording_proxy: Proxy
     (end,) = of_kind(recs, "call_end", start["call"])
     assert (end["status"], end["cause"]) == ("DEADLINE_EXCEEDED", "deadline")
     # grpc-timeout is the budget left when the client sent its headers: a connect under load
-    # (8 ms was seen in CI) is already spent, never added.
-    assert 300 < start["timeout_ms"] <= 500
+    # (8 ms was seen in CI) is already spent, never added. grpc computes that budget against its
+    # cached clock, which can lag real time by a few ms on a loaded machine (501 ms was seen), so
+    # the budget may read a little over the 500 ms asked for, never a whole unit more.
+    assert 300 < start["timeout_ms"] <= 510
     (cancel,) = of_kind(recs, "cancel", start["call"])
     assert cancel["cause"] == "deadline" and cancel["in_flight"] == ["dl"]
 

@@ -45,6 +45,8 @@ def test_two_workers_one_capture_set(triton: TritonServer, tmp_path: Path) -> No
     )  # fmt: skip
     try:
         wait_for(lambda: captures.exists() and len(_starts(captures)) == 2, what="two workers' capture files")
+        # A capture file is opened before its worker listens: the `recording` line says it serves.
+        wait_for(lambda: (tmp_path / "proxy.log").read_bytes().count(b'"event":"recording"') == 2, what="both workers serving")
         url = f"127.0.0.1:{port}"
         data = np.arange(8, dtype=np.uint8)
         # Each client its own connection (no shared subchannel), so the kernel balances them.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,17 @@ import pytest
 from proxy.ops.server import ProxyConfig, RecordingProxy
 from tests.support.fake_triton import start_fake
 from tests.support.loop_thread import BackgroundLoop
+
+
+@pytest.fixture
+def listening() -> Iterator[int]:
+    """A port something listens on: plays an upstream for the proxy's start-up check (it only connects), or a
+    busy listen port."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    yield s.getsockname()[1]
+    s.close()
 
 
 @pytest.fixture

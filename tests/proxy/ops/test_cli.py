@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,16 +18,6 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "proxy", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
-
-
-@pytest.fixture
-def listening() -> Iterator[int]:
-    """A port something listens on (plays the upstream, or a busy listen port)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen()
-    yield s.getsockname()[1]
-    s.close()
 
 
 def _one_line(proc: subprocess.CompletedProcess[str]) -> str:

@@ -7,10 +7,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,16 +53,6 @@ def test_version_lists_every_compiled_module_and_whether_it_runs(pure: bool) -> 
             assert state == "Python version: TRITON_TAP_PURE=1"
         else:
             assert state == ("compiled" if _built(name) else "Python version: not built")
-
-
-@pytest.fixture
-def listening() -> Iterator[int]:
-    """A port something listens on: the proxy's upstream check at start only needs a connection."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen()
-    yield s.getsockname()[1]
-    s.close()
 
 
 def test_with_the_pure_setting_the_start_line_and_capture_say_so(tmp_path: Path, listening: int) -> None:

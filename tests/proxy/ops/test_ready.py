@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,6 @@ from proxy.lab.tritonserver import free_port
 from tests.support.paths import DATA, ROOT
 
 TRITON_TAP = Path(sys.executable).parent / "triton-tap"
-
-
-@pytest.fixture
-def upstream() -> Iterator[int]:
-    """A port something listens on (stands in for Triton at the proxy's start-up check)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen()
-    yield s.getsockname()[1]
-    s.close()
 
 
 def _accepts(listen: str) -> bool:
@@ -61,12 +50,12 @@ def _stop(proc: subprocess.Popen[str]) -> str:
     return proc.communicate(timeout=60)[1]
 
 
-def test_record_writes_the_ready_file_once_it_accepts_connections(tmp_path: Path, upstream: int) -> None:
+def test_record_writes_the_ready_file_once_it_accepts_connections(tmp_path: Path, listening: int) -> None:
     """`python -m proxy --ready-file`: the file appears only when the port (0: a free one) accepts connections,
     names the bound address, the pid, the admin address and the capture; shutdown removes it."""
     ready = tmp_path / "ready.json"
     proc = subprocess.Popen([sys.executable, "-m", "proxy", "--listen", "127.0.0.1:0", "--upstream",
-                             f"127.0.0.1:{upstream}", "--capture-dir", str(tmp_path / "cap"), "--ready-file",
+                             f"127.0.0.1:{listening}", "--capture-dir", str(tmp_path / "cap"), "--ready-file",
                              str(ready), "--admin", "127.0.0.1:0"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
@@ -103,12 +92,12 @@ def test_serve_writes_the_ready_file_and_a_client_can_call_at_once(tmp_path: Pat
 
 
 @pytest.mark.parametrize("command", ["record", "serve"])
-def test_a_ready_file_in_a_missing_directory_is_one_line_before_anything_starts(tmp_path: Path, upstream: int,
+def test_a_ready_file_in_a_missing_directory_is_one_line_before_anything_starts(tmp_path: Path, listening: int,
                                                                                 command: str) -> None:  # fmt: skip
     """Exit 2, one line naming the directory; record leaves no capture behind."""
     ready = tmp_path / "no" / "ready.json"
     if command == "record":
-        args = ["record", "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{upstream}", "--capture-dir",
+        args = ["record", "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{listening}", "--capture-dir",
                 str(tmp_path / "cap")]  # fmt: skip
     else:
         args = ["serve", str(DATA / "stream_cancel.jsonl"), "--listen", "127.0.0.1:0"]
@@ -120,9 +109,9 @@ def test_a_ready_file_in_a_missing_directory_is_one_line_before_anything_starts(
     assert not list(tmp_path.glob("cap/capture-*"))
 
 
-def test_ready_file_with_workers_is_refused_in_one_line(tmp_path: Path, upstream: int) -> None:
+def test_ready_file_with_workers_is_refused_in_one_line(tmp_path: Path, listening: int) -> None:
     """Workers listen each on its own: there is no one moment to call ready; the refusal points at health --wait."""
-    proc = subprocess.run([str(TRITON_TAP), "record", "--workers", "2", "--upstream", f"127.0.0.1:{upstream}",
+    proc = subprocess.run([str(TRITON_TAP), "record", "--workers", "2", "--upstream", f"127.0.0.1:{listening}",
                            "--capture-dir", str(tmp_path / "cap"), "--ready-file", str(tmp_path / "r")],
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert proc.returncode == 2
@@ -158,10 +147,10 @@ def test_a_leftover_ready_file_is_removed_before_anything_else(tmp_path: Path) -
     assert not ready.exists()
 
 
-def test_pid_in_the_ready_file_is_the_process_that_listens(tmp_path: Path, upstream: int) -> None:
+def test_pid_in_the_ready_file_is_the_process_that_listens(tmp_path: Path, listening: int) -> None:
     """`os.kill(pid, 0)` on the file's pid reaches the running proxy (a script can tell a leftover from a live file)."""
     ready = tmp_path / "ready.json"
-    proc = subprocess.Popen([str(TRITON_TAP), "record", "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{upstream}",
+    proc = subprocess.Popen([str(TRITON_TAP), "record", "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{listening}",
                              "--capture-dir", str(tmp_path / "cap"), "--ready-file", str(ready)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
