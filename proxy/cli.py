@@ -15,7 +15,7 @@ from typing import Any
 from proxy import __version__
 from replay import readyfile
 from replay.cli.base import Parser, hostport, positive_float, positive_int, run_command, run_guarded
-from replay.errors import EXIT_USAGE, TritonTapError, UserError
+from replay.errors import UserError
 
 
 def _evidence(text: str) -> str:
@@ -241,8 +241,9 @@ def add_check_cancel(sub: Any) -> None:
         help="run the cancellation acceptance protocol against a Triton model and print a guarantee report",
         description="Cancel an executing and a queued request with a tritonclient method and gather evidence "
         "(client status, queue-service probe, Triton's verbose log, metrics, the proxy's view) of whether the "
-        "work stopped. Exit 0: every case work_stopped true; 1: some work went on or a neighbour was hurt; "
-        "2: could not run, or a case could not be exercised or decided.",
+        "work stopped. Exit 0: every case work_stopped true; 1: some work went on or a neighbour was hurt, or "
+        "Triton is unreachable or misbehaved; 2: could not run (bad flag, unknown model, bad inputs), or a case "
+        "could not be exercised or decided.",
     )
     cc.add_argument("--target", required=True, help="HOST:PORT of Triton's gRPC endpoint (or of a triton-tap proxy)")
     cc.add_argument("--model", required=True, help="model to test")
@@ -317,12 +318,9 @@ def _run_check_cancel(args: argparse.Namespace) -> int:
         start_wait_ms=args.start_wait_ms,
         log_path=args.log, metrics_url=args.metrics, through_proxy=args.through_proxy, capture_dir=args.capture_dir,
     )  # fmt: skip
-    try:
-        report = run_check(opts)
-    except TritonTapError as e:
-        # The test could not be run (unreachable, unknown model, bad inputs): exit 2, per the protocol.
-        print(f"triton-tap: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+    # A run that cannot start ends as every command's errors do: an unreachable or misbehaving Triton
+    # (UpstreamError) is exit 1, bad input (an unknown model, inputs it cannot build) exit 2.
+    report = run_check(opts)
     text = verdict.to_markdown(report)
     # Printed first: a report file that still fails to write must not throw the result away.
     print(json.dumps(verdict.to_json(report), indent=2) if args.json else text, flush=True)

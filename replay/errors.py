@@ -30,9 +30,23 @@ class CaptureTooNew(CaptureError):
     """The capture was written by a newer triton-tap whose schema this version does not know."""
 
 
-class DamagedLine(CaptureError):
+class Damaged(CaptureError):
+    """Damage the reader can skip and read on past, reporting it as a hole, when asked to (``--skip-damaged``)."""
+
+    #: What ``--skip-damaged`` would do with it: the error without the flag names the flag.
+    skip_hint = "--skip-damaged reads on past damaged lines, reporting each as a hole"
+
+
+class DamagedLine(Damaged):
     """One line of a capture file is not a record (not JSON, a wrong field, cut short before a later
     file): the reader can skip it and read on, reporting it as a hole, when asked to."""
+
+
+class DamagedFrame(Damaged):
+    """A compressed frame (zstd frame, gzip member) in the middle of a file does not decode: the reader
+    can skip to the next frame that does, reporting the bytes skipped as one hole, when asked to."""
+
+    skip_hint = "--skip-damaged reads on from the next frame that decodes, reporting the bytes skipped as a hole"
 
 
 class UnknownKind(CaptureError):

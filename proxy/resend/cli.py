@@ -28,8 +28,8 @@ def add_send_command(sub: Any) -> None:
         "recorded offsets, calls of one captured connection on one connection. The traffic runs through an "
         "in-process recorder, so the new capture (in --out) has the same schema and causes: compare it with "
         "`triton-tap diff CAPTURE NEW`. Exit 0: every call sent and its outcome observed; 1: some call was not sent "
-        "or its connection was lost before its outcome (each named on stderr); 2: bad input or unreachable target "
-        "(nothing written).",
+        "or its connection was lost before its outcome (each named on stderr), or the target is unreachable at start "
+        "(nothing written); 2: bad input (nothing written).",
     )
     add_capture_argument(p)
     p.add_argument("--target", required=True, type=hostport("--target", listen=False), help="HOST:PORT of Triton's gRPC endpoint")
@@ -149,7 +149,7 @@ def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skip
         lines.append(f"ended by send: {ended}")
     lines.append("outcomes seen by send: " + ", ".join(f"{k} {tally.outcomes[k]}" for k in OUTCOMES if tally.outcomes[k]))
     if tally.stray_frames:
-        lines.append(f"ignored {tally.stray_frames} frame(s) that arrived after their call had ended")
+        lines.append(f"ignored {tally.stray_frames} frame(s) that arrived after the server had ended their call")
     causes = sorted(got.keys() | (recorded.keys() if recorded else set()))
     lines.append("causes (recorded -> new): " + ", ".join(
         f"{k} {recorded[k] if recorded is not None else '-'} -> {got[k]}" for k in causes))  # fmt: skip

@@ -133,7 +133,8 @@ class Connection:
 
     @property
     def stray_frames(self) -> int:
-        """Frames that arrived for calls already over, and were ignored."""
+        """Frames that arrived for calls the server had already ended, and were ignored (frames after our own
+        RST_STREAM are h2's to answer and are not counted)."""
         return self._h2.stray_frames
 
     async def open(self) -> None:

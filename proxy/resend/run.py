@@ -21,7 +21,7 @@ from proxy.ops.server import ProxyConfig, RecordingProxy
 from proxy.resend.h2client import LOST, NOT_SENT, UNOBSERVED, Connection, Stream
 from proxy.resend.plan import CallScript
 from proxy.resend.schedule import Lag, Start, scaled
-from replay.errors import UpstreamError, UserError
+from replay.errors import UpstreamError
 from replay.hostport import format_hostport, parse_hostport
 
 
@@ -58,7 +58,7 @@ class Tally:
     endings: Counter[str] = field(default_factory=Counter)  # what the *sender* did to end calls
     outcomes: Counter[str] = field(default_factory=Counter)  # how each call ended, as send observed it
     unobserved: list[Unobserved] = field(default_factory=list)
-    stray_frames: int = 0  # frames for calls already over, ignored
+    stray_frames: int = 0  # frames for calls the server had already ended, ignored (not those after our own reset)
     t_begin: float = 0.0
 
     def ended(self, start: Start, stream: Stream) -> None:
@@ -224,7 +224,8 @@ async def send(starts: Sequence[Start], opts: SendOptions, tally: Tally,
         if created:
             with contextlib.suppress(OSError):
                 opts.out.rmdir()  # made for this run and still empty: leave nothing behind
-        raise UserError(f"--target: {e}") from None
+        # Nobody answered at --target: the upstream failed the run, not its input (exit 1, not 2).
+        raise UpstreamError(f"--target: {e}") from None
     try:
         await drive(starts, proxy.port, opts, tally, tick)
     finally:

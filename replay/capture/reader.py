@@ -29,11 +29,9 @@ Warnings and holes are collected on the reader object (:attr:`CaptureReader.warn
 from __future__ import annotations
 
 import contextlib
-import gzip
 import heapq
 import itertools
 import os
-import zlib
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -46,8 +44,8 @@ from replay.capture import events as ev
 from replay.capture import lines, naming
 from replay.capture.payload import SideRefs
 from replay.capture.schema import Sticky, decode
-from replay.capture.zst import ZstdLines
-from replay.errors import CaptureError, CaptureTooNew, DamagedLine, UnknownKind
+from replay.capture.zst import FrameLines, GzipLines, OnHole, ZstdLines
+from replay.errors import CaptureError, CaptureTooNew, DamagedFrame, DamagedLine, UnknownKind
 
 PathLike = str | os.PathLike[str]
 
@@ -70,7 +68,7 @@ def skipping_damaged(skip: bool = True) -> Iterator[None]:
 class Gap:
     """A hole in a capture: records that were lost, repeated or never written."""
 
-    kind: str  # seq_gap | duplicate_seq | gap_record | files_removed | missing_capture_end | missing_file | damaged_line
+    kind: str  # seq_gap | duplicate_seq | gap_record | files_removed | missing_capture_end | missing_file | damaged_line | damaged_frame
     file: str
     line: int | None
     first_seq: int | None
@@ -203,6 +201,19 @@ class SeqWatch:
                 detail=f"{reason}: skipped")
         )  # fmt: skip
 
+    def damaged_frame(self, file: str, offset: int, length: int, reason: str) -> None:
+        """A compressed frame that does not decode was skipped (``--skip-damaged``), with the bytes up to the
+        next frame that does: one hole for them, at no line (they are compressed bytes).
+
+        The records it held are not counted here: the next record's ``seq_gap`` counts them, as the records
+        they are (how many lines the frame held is not known).
+        """
+        self.file, self.line = file, None
+        self.gaps.append(
+            Gap(kind="damaged_frame", file=file, line=None, first_seq=None, last_seq=None, count=None,
+                detail=f"{length} byte(s) skipped from byte offset {offset}: {reason}")
+        )  # fmt: skip
+
     def end(self) -> None:
         """The capture's last record was read: was the capture closed?"""
         if self.last is None:
@@ -264,12 +275,17 @@ def _expand(paths: Iterable[PathLike]) -> list[list[list[Path]]]:
     return list(out.values())
 
 
-def _open(path: Path) -> IO[bytes] | ZstdLines:
+def _open(path: Path, on_hole: OnHole | None) -> IO[bytes] | FrameLines:
+    """The file's lines; a compressed one frame by frame, its damaged frames skipped as holes when ``on_hole``."""
     if path.name.endswith(".zst"):
-        return ZstdLines(path)
+        return ZstdLines(path, on_hole)
     if path.name.endswith(".gz"):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
+        return GzipLines(path, on_hole)
     return open(path, "rb")
+
+
+def _compression(name: str) -> str:
+    return "zstd" if name.endswith(".zst") else "gzip"
 
 
 class CaptureReader:
@@ -321,8 +337,12 @@ class CaptureReader:
         unknown: set[str] = set()
         sticky: Sticky = {}  # the writer's sparse-encoding state is per file
         sides: SideRefs | None = None  # its side file (--payload full bytes), once a line points there
+
+        def on_hole(offset: int, length: int, why: str) -> None:
+            watch.damaged_frame(name, offset, length, why)
+
         try:
-            with _open(path) as f:
+            with _open(path, on_hole if self.skip_damaged else None) as f:
                 # Hot loop (every line of every capture read): the common line (a complete JSON
                 # object) takes the first branch; names are bound to locals once.
                 loads, record, decode_ = orjson.loads, watch.record, decode
@@ -409,9 +429,14 @@ class CaptureReader:
                             sides = SideRefs(path, last)
                         sides.attach(rec, lineno)
                     yield seq, rec
-        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        except DamagedFrame as e:
+            if found:
+                raise
+            # Its first frame: the file may well not be compressed that way at all.
+            raise DamagedFrame(name, None, f"not a readable {_compression(name)} capture: {e.reason}") from None
+        except EOFError as e:
             if not found:
-                raise CaptureError(name, None, f"not a readable {'zstd' if name.endswith('.zst') else 'gzip'} capture: {e}") from None
+                raise CaptureError(name, None, f"not a readable {_compression(name)} capture: {e}") from None
             if not last:
                 raise CaptureError(name, lineno + 1 if lineno else None, f"broken compressed file: {e}") from None
             self.warnings.append(f"{name}: compressed file cut short after line {lineno}: {e}")

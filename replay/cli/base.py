@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
-from replay.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, DamagedLine, TritonTapError, UserError, exit_code_for
+from replay.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Damaged, TritonTapError, UserError, exit_code_for
 
 #: Upper bound of the integer flags (--payload-cap, --length): the capture's JSON holds 64-bit ints only.
 MAX_INT = 2**31
@@ -53,8 +53,9 @@ def add_capture_argument(p: argparse.ArgumentParser, *, skip_damaged: bool = Fal
 def add_skip_damaged(p: argparse.ArgumentParser) -> None:
     """``--skip-damaged``, for a command that shows the holes of what it read; :func:`run_command` applies it."""
     p.add_argument("--skip-damaged", action="store_true",
-                   help="read on past a damaged line (not JSON, not a record), reporting each as a hole "
-                   "(file, line, why), instead of stopping with exit 2")  # fmt: skip
+                   help="read on past a damaged line (not JSON, not a record) or compressed frame (from the next "
+                   "frame that decodes), reporting each as a hole (file, line or byte offset, why), instead of "
+                   "stopping with exit 2")  # fmt: skip
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -66,9 +67,8 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         with skipping_damaged(args.skip_damaged):
             return int(args.func(args))
-    except DamagedLine as e:
-        raise DamagedLine(e.path, e.line, f"{e.reason} (--skip-damaged reads on past damaged lines, "
-                          "reporting each as a hole)") from None  # fmt: skip
+    except Damaged as e:
+        raise type(e)(e.path, e.line, f"{e.reason} ({e.skip_hint})") from None
 
 
 class Parser(argparse.ArgumentParser):

@@ -1,4 +1,5 @@
-"""`replay send` refuses bad input in one line, exit 2, before anything is written (loopback, no Triton)."""
+"""`replay send` refuses bad input in one line, exit 2 (an unreachable target: exit 1), before anything is
+written (loopback, no Triton)."""
 
 from __future__ import annotations
 
@@ -40,8 +41,9 @@ def test_skipping_every_call_leaves_nothing_to_send(tmp_path: Path, capsys: pyte
 
 
 def test_an_unreachable_target_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing listens at --target: the upstream failed the run (exit 1, as for every command), not its input."""
     code, err = _send(tmp_path, capsys, "interleaved.jsonl")
-    assert code == 2 and "--target: upstream 127.0.0.1:" in err and "unreachable" in err
+    assert code == 1 and "--target: upstream 127.0.0.1:" in err and "unreachable" in err
     assert not (tmp_path / "out").exists()
 
 

@@ -5,13 +5,24 @@ that names the file, the line and the flag."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc as grpcclient
 
 from proxy.cli import main as triton_tap
+from replay import feed_stream
+from replay.capture.reader import skipping_damaged
 from replay.cli.main import main as python_m_replay
 from tests.support.paths import DATA
+from tests.support.triton_client import token_inputs
+from tests.support.user_client import TextAssembler
+
+TRITON_TAP = Path(sys.executable).parent / "triton-tap"
 
 GOLDEN = DATA / "stream_cancel.jsonl"
 
@@ -84,3 +95,64 @@ def test_upgrade_has_no_such_flag(damaged: Path, tmp_path: Path, capsys: pytest.
     assert triton_tap(["replay", "upgrade", "-o", str(tmp_path / "up"), str(damaged)]) == 2
     err = capsys.readouterr().err
     assert f"{damaged}:5: not valid JSON" in err and "--skip-damaged" not in err
+
+
+def _serve(damaged: Path, ready: Path, *flags: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([str(TRITON_TAP), "serve", str(damaged), "--listen", "127.0.0.1:0", "--timing", "fast",
+                             "--ready-file", str(ready), *flags],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def test_serve_refuses_a_damaged_capture_in_one_line_naming_the_flag(damaged: Path, tmp_path: Path) -> None:
+    """A real `triton-tap serve` process: exit 2 before it listens (no ready file), one line naming line and flag."""
+    ready = tmp_path / "ready.json"
+    proc = _serve(damaged, ready)
+    try:
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 2, err
+    assert err.splitlines() == [
+        f"triton-tap: error: {damaged}:5: not valid JSON: unexpected character, expected ',' or '}}': line 1 column "
+        "42 (char 41) (--skip-damaged reads on past damaged lines, reporting each as a hole)"
+    ]
+    assert not ready.exists()
+
+
+def test_serve_with_the_flag_answers_from_the_records_it_could_read(damaged: Path, tmp_path: Path) -> None:
+    """A real `triton-tap serve --skip-damaged` process and a real tritonclient: it starts, logs the hole, and a
+    stream gets what the readable records say (`done`'s final was on the damaged line: it gets its first
+    response only; `a` its two texts; then the captured cancel), the same as the capture fed with the flag."""
+    ready = tmp_path / "ready.json"
+    proc = _serve(damaged, ready, "--skip-damaged")
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None, f"exited {proc.returncode}: {proc.communicate()[1]}"
+            assert time.monotonic() < deadline, "serve did not become ready"
+            time.sleep(0.01)
+        listen = json.loads(ready.read_text())["listen"]
+        got = TextAssembler()
+        client = grpcclient.InferenceServerClient(listen)
+        try:
+            client.start_stream(callback=got)
+            for rid in ("done", "a", "b"):
+                client.async_stream_infer("tokens", token_inputs(rid, 100), request_id=rid,
+                                          enable_empty_final_response=True)  # fmt: skip
+            got.wait_for(lambda c: c.stream_error is not None, 60)
+        finally:
+            client.stop_stream()
+            client.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 0, err
+    want = TextAssembler()
+    with skipping_damaged():
+        feed_stream(damaged, want)
+    assert got.state() == want.state()
+    assert got.responses["done"] == 1 and "done" not in got.done and got.text["a"]
+    assert f"capture hole: damaged_line at {damaged}:5: not valid JSON" in err
+    assert "Traceback" not in err
