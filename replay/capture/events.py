@@ -18,6 +18,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 Direction = Literal["c2s", "s2c"]
 
+#: Which port a call came in on: Triton's gRPC service (HTTP/2) or its HTTP/1.x endpoint.
+Protocol = Literal["grpc", "http"]
+
 #: A Triton request parameter as the client sent it (bool, int64/uint64, double or string parameter):
 #: request parameters are recorded raw, so a client that sends `sequence_start` as an int is evidence too.
 ParamValue = bool | int | float | str
@@ -73,8 +76,8 @@ class CaptureStarted:
     kind: ClassVar[str] = "capture_start"
     t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]
     proxy_version: Annotated[str, "triton-tap version that wrote the capture"]
-    listen: Annotated[str, "HOST:PORT the proxy listens on"]
-    upstream: Annotated[str, "HOST:PORT of the Triton server"]
+    listen: Annotated[str, "HOST:PORT the proxy listens on for gRPC (`\"\"` when it relays HTTP only)"]
+    upstream: Annotated[str, "HOST:PORT of the Triton server's gRPC port (`\"\"` when it relays HTTP only)"]
     options: Annotated[dict[str, Any], "recording options in force (payload mode, byte cap, rotation, drain timeout)"]
     file_index: Annotated[int, "0 for the first file of a capture, n for the n-th rotated file"] = 0
     capture_set: Annotated[
@@ -82,29 +85,47 @@ class CaptureStarted:
     ] = None
     worker: Annotated[int | None, "`record --workers`: which worker (0-based) wrote this file's chain, else null"] = None
     workers: Annotated[int | None, "`record --workers`: how many workers the set has, else null"] = None
+    http_listen: Annotated[str | None, "HOST:PORT the proxy listens on for HTTP, null when it relays no HTTP"] = None
+    http_upstream: Annotated[str | None, "HOST:PORT of the Triton server's HTTP port, null when it relays no HTTP"] = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CallStarted:
-    """A client opened an RPC (HTTP/2 stream) through the proxy."""
+    """A client opened a call through the proxy: an RPC (HTTP/2 stream), or one HTTP/1.x request/response exchange."""
 
     kind: ClassVar[str] = "call_start"
     t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]
-    call: Annotated[str, "unique id of the RPC within the capture (`<conn>.<stream id>`)"]
-    conn: Annotated[str, "downstream (client) connection id, unique within the capture"]
-    method: Annotated[str, "full gRPC method path, e.g. `/inference.GRPCInferenceService/ModelStreamInfer`"]
+    call: Annotated[
+        str,
+        "unique id of the call within the capture: gRPC `<conn>.<stream id>`; HTTP `<conn>.<n>`, n = 1, 2, ... "
+        "the exchange's ordinal on its client connection",
+    ]
+    conn: Annotated[str, "downstream (client) connection id, unique within the capture (both ports share the ids)"]
+    method: Annotated[
+        str,
+        "gRPC: the full method path, e.g. `/inference.GRPCInferenceService/ModelStreamInfer`; HTTP: the request "
+        "method and target as sent, e.g. `POST /v2/models/tokens/generate_stream` (query kept); "
+        "`replay.capture.methods` reads both",
+    ]
     peer: Annotated[str, "client address HOST:PORT"]
     metadata: Annotated[
         list[list[str]],
-        "request headers as [name, value] pairs in wire order, pseudo-headers included; values of "
-        "authorization-like keys replaced by `<redacted>`; `-bin` values as sent (base64 text)",
+        "request headers as [name, value] pairs in wire order (gRPC: pseudo-headers included; HTTP: names "
+        "lowercased, values as sent); values of authorization-like keys replaced by `<redacted>`; `-bin` "
+        "values as sent (base64 text)",
     ]
-    timeout_ms: Annotated[float | None, "deadline from `grpc-timeout` in milliseconds, or null"]
+    timeout_ms: Annotated[
+        float | None,
+        "deadline from `grpc-timeout` in milliseconds, or null (always null on HTTP: it has no deadline header; "
+        "a body's `parameters.timeout` is a request parameter, not a deadline)",
+    ]
     client_subject: Annotated[
         str | None,
         "`--tls-client-ca`: subject of the client certificate the proxy verified at the handshake "
         "(RFC 4514 form, e.g. `CN=batch-client,O=team`; never the certificate itself), else null",
     ] = None
+    protocol: Annotated[Protocol, "`grpc` or `http`: which of Triton's ports the call is for"] = "grpc"
+    http_version: Annotated[str | None, "HTTP calls: the request's HTTP version (`1.1`, `1.0`); gRPC: null"] = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -127,7 +148,7 @@ class TensorSpec:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MessageSeen:
-    """One complete gRPC message crossed the proxy in one direction."""
+    """One complete message crossed the proxy in one direction: a gRPC message, or on HTTP a request body, a reply body or one server-sent event."""
 
     kind: ClassVar[str] = "message"
     #: Sparse encoding (schema 3): on an `s2c` message these fields are omitted when equal to the
@@ -137,22 +158,54 @@ class MessageSeen:
     call: Annotated[str, "the RPC"]
     dir: Annotated[Direction, "`c2s` (client to server) or `s2c`"]
     index: Annotated[int, "0-based message index per call and direction"]
-    size: Annotated[int, "bytes of the serialized message (without the 5-byte gRPC prefix)"]
-    compressed: Annotated[bool, "the gRPC compressed flag; compressed messages are not decoded"] = False
-    model: Annotated[str | None, "Triton `model_name` (inference messages), else null"] = None
-    model_version: Annotated[str | None, "Triton `model_version` as sent (empty final responses carry `\"\"`)"] = None
-    request_id: Annotated[str | None, "Triton request `id` (`\"\"` when unset); null for non-inference messages"] = None
+    size: Annotated[
+        int,
+        "bytes of the serialized message (without the 5-byte gRPC prefix); HTTP: the body after de-chunking, as "
+        "sent (not decompressed), or the event's bytes (its `data:` lines and the blank line ending it)",
+    ]
+    compressed: Annotated[
+        bool,
+        "the gRPC compressed flag (compressed messages are not decoded); HTTP: a `Content-Encoding` other than "
+        "identity (gzip and deflate bodies are decompressed for their labels)",
+    ] = False
+    model: Annotated[
+        str | None,
+        "Triton `model_name` (inference messages), else null; HTTP requests: from the path "
+        "(`/v2/models/{m}/...`), OpenAI requests: the body's `model`; HTTP replies and events: their JSON's "
+        "`model_name` (OpenAI: `model`), null when absent (error events)",
+    ] = None
+    model_version: Annotated[
+        str | None,
+        "Triton `model_version` as sent (empty final responses carry `\"\"`); HTTP requests: from the path "
+        "(`/versions/{v}`, `\"\"` without one); HTTP replies and events: their JSON's, null when absent",
+    ] = None
+    request_id: Annotated[
+        str | None,
+        "Triton request `id` (`\"\"` when unset; HTTP: the JSON `id`, `\"\"` when absent, OpenAI chunks: the "
+        "server's `id`); null for non-inference messages",
+    ] = None
     final: Annotated[
         bool | None,
-        "responses: the raw `triton_final_response` parameter, null when absent; requests: null",
+        "responses: the raw `triton_final_response` parameter, null when absent; requests: null; HTTP "
+        "server-sent events: true on the last event of a body that ended cleanly (chunked terminator) and on "
+        "an OpenAI `data: [DONE]`, false on every other event; HTTP reply bodies: null",
     ] = None
-    outputs: Annotated[list[str] | None, "responses: output names, `[]` for an empty response"] = None
+    outputs: Annotated[
+        list[str] | None,
+        "responses: output names, `[]` for an empty response (HTTP: the JSON's output names; generate events: "
+        "their tensor keys; OpenAI chunks: `[\"choices\"]`, `[]` for `[DONE]`)",
+    ] = None
     output_tensors: Annotated[
         list[TensorSpec] | None,
         "responses: output tensors (name, datatype, shape) in `outputs` order, so `serve` can answer "
-        "`meta` captures with data of the right shape",
+        "`meta` captures with data of the right shape; null where the wire does not say them (HTTP "
+        "generate and OpenAI JSON carry values without datatype)",
     ] = None
-    error: Annotated[str | None, "ModelStreamInfer responses: the in-band `error_message`, else null"] = None
+    error: Annotated[
+        str | None,
+        "ModelStreamInfer responses: the in-band `error_message`; HTTP replies and events: the JSON `error` "
+        "(OpenAI: its `message`); else null",
+    ] = None
     enable_empty_final: Annotated[
         ParamValue | None, "requests: the raw `triton_enable_empty_final_response` parameter, null when absent"
     ] = None
@@ -176,11 +229,14 @@ class MessageSeen:
     ] = None
     payload_truncated: Annotated[bool | None, "`--payload full`: true when the stored bytes (`payload` or `payload_at`) were cut at the byte cap"] = None
     decode_error: Annotated[str | None, "why the message could not be decoded as the method's type, else null"] = None
+    finish_reason: Annotated[
+        str | None, "OpenAI replies and chunks: the first non-null `choices[].finish_reason`, else null"
+    ] = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HalfClosed:
-    """The client ended its side of the call (END_STREAM): it will send no more messages."""
+    """The client ended its side of the call (END_STREAM): it will send no more messages (gRPC only: an HTTP request body's end is part of its `c2s` message)."""
 
     kind: ClassVar[str] = "half_close"
     t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]
@@ -199,21 +255,30 @@ class CallCancelled:
         Cause,
         "`client_cancel`, `deadline`, `client_disconnect`, `upstream_disconnect`, `proxy_shutdown` or `proxy_error`",
     ]
-    in_flight: Annotated[list[str], "Triton request ids sent on this call that had not received a final response"]
+    in_flight: Annotated[
+        list[str],
+        "Triton request ids sent on this call that had not received a final response (HTTP: the call's one "
+        "request, unless its reply body or event stream had ended)",
+    ]
     responded: Annotated[
         list[str],
         "the subset of `in_flight` that had already received at least one response (not final); "
         "whether the others were queued or executing the wire cannot show (check-cancel's server-side "
         "evidence can); called `executing` in schema version 1",
     ]
-    rst_code: Annotated[int | None, "HTTP/2 error code of the client's RST_STREAM, when that was the trigger"]
+    rst_code: Annotated[
+        int | None, "HTTP/2 error code of the client's RST_STREAM, when that was the trigger (always null on HTTP)"
+    ]
     elapsed_ms: Annotated[float, "time from the call's request HEADERS to this event"]
-    forwarded_upstream: Annotated[bool, "the proxy reset the upstream stream so Triton cancels the work"]
+    forwarded_upstream: Annotated[
+        bool,
+        "the proxy reset the upstream stream (HTTP: closed the upstream connection) so Triton cancels the work",
+    ]
     upstream_rst_us: Annotated[
         float | None,
         "microseconds from the proxy learning of the ending (reading the client's RST_STREAM off its "
-        "socket, the client connection closing, ...) to its own RST_STREAM handed to the upstream socket; "
-        "null when not forwarded",
+        "socket, the client connection closing, ...) to its own RST_STREAM handed to the upstream socket "
+        "(HTTP: to closing the upstream socket); null when not forwarded",
     ] = None
 
 
@@ -282,12 +347,24 @@ class CallEnded:
         str,
         "gRPC status code name: the upstream's when it sent one, else the status the client got "
         "(client_cancel/client_disconnect `CANCELLED`, deadline `DEADLINE_EXCEEDED`, "
-        "upstream_disconnect/proxy_shutdown `UNAVAILABLE`)",
+        "upstream_disconnect/proxy_shutdown `UNAVAILABLE`); HTTP: the response's status code as text "
+        "(`\"200\"`) when a response head reached the client, else as for gRPC",
     ]
-    details: Annotated[str | None, "`grpc-message` (percent-decoded) or the proxy's explanation"]
+    details: Annotated[
+        str | None,
+        "`grpc-message` (percent-decoded) or the proxy's explanation; HTTP: the reply's JSON `error` when the "
+        "status is 400 or more, else the proxy's explanation or null",
+    ]
     cause: Annotated[Cause, "why the call ended, see *Causes*"]
-    trailers: Annotated[list[list[str]] | None, "trailers as [name, value] pairs as sent by the upstream, or null"]
-    initial_metadata: Annotated[list[list[str]] | None, "the upstream's response HEADERS as [name, value] pairs, or null"]
+    trailers: Annotated[
+        list[list[str]] | None,
+        "trailers as [name, value] pairs as sent by the upstream (HTTP: chunked trailers), or null",
+    ]
+    initial_metadata: Annotated[
+        list[list[str]] | None,
+        "the upstream's response HEADERS as [name, value] pairs (HTTP: the response headers, names "
+        "lowercased), or null",
+    ]
     duration_ms: Annotated[float, "time from the request HEADERS to the end"]
     messages_c2s: Annotated[int, "messages the client sent on this call"]
     messages_s2c: Annotated[int, "messages the server sent on this call"]
@@ -299,18 +376,21 @@ class CallEnded:
         "buffer towards the client was empty at the end, and null (unknown: the buffer is shared by "
         "every call of the connection) when it was not",
     ] = 0
+    http_status: Annotated[
+        int | None, "HTTP calls: the response's status code, null when no response head reached the client; gRPC: null"
+    ] = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ProtocolViolated:
-    """A peer broke HTTP/2 on one connection; the proxy closed that connection (others go on)."""
+    """A peer broke HTTP/2 (or HTTP/1.x, on the HTTP port) on one connection; the proxy closed that connection (others go on)."""
 
     kind: ClassVar[str] = "protocol_error"
     t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]
     conn: Annotated[str, "the client connection (tunnel) the error happened on"]
     side: Annotated[Literal["client", "upstream"], "who broke the protocol: the client or the upstream"]
-    error: Annotated[str, "what was wrong, as the HTTP/2 layer reported it"]
-    error_code: Annotated[int, "HTTP/2 error code sent in the GOAWAY to that peer"]
+    error: Annotated[str, "what was wrong, as the HTTP/2 (or HTTP/1.x) layer reported it"]
+    error_code: Annotated[int, "HTTP/2 error code sent in the GOAWAY to that peer; 0 on HTTP/1.x (no such code)"]
     open_calls: Annotated[
         list[str], "calls open on the connection at that moment (each still gets its own `cancel` and `call_end`)"
     ]

@@ -26,7 +26,7 @@ from replay.capture.shapes import generic as _generic
 from replay.compiled import load_compiled
 from replay.errors import CaptureError, CaptureTooNew, UnknownKind
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 KINDS: dict[str, type[Any]] = {cls.kind: cls for cls in ev.RECORD_TYPES}
 
@@ -44,8 +44,17 @@ def _v2_to_v3(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
+def _v3_to_v4(raw: dict[str, Any]) -> dict[str, Any]:
+    """v4 records HTTP calls beside gRPC ones, and there ``call_end.status`` is an HTTP status code (`"200"`)
+    and ``call_start.method`` a request line (`POST /v2/models/m/infer`): a v3 reader would misread
+    them as gRPC, so it must refuse v4. The new fields are optional with gRPC defaults (``protocol``
+    `grpc`, the rest null), so every v3 record, all of them gRPC, is already a valid v4 one.
+    """
+    return raw
+
+
 # version n -> function upgrading a raw record dict from n to n + 1, one step per version.
-_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 #: Marks a field that is never omitted (required and not nullable).
 _ALWAYS = object()

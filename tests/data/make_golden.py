@@ -22,11 +22,13 @@ import numpy as np
 import orjson
 from tritonclient.grpc import service_pb2 as pb
 
-from proxy.triton import labels
+from proxy.triton import http_labels, labels
 from proxy.triton.inflight import InFlight
 from replay.capture import events as ev
+from replay.capture import methods
 from replay.capture.events import STATUS_NAMES
 from replay.capture.schema import SCHEMA_VERSION, Encoder
+from tests.proxy.triton.http_wire import Exchange, exchanges
 
 HERE = Path(__file__).parent
 T0 = 1_780_000_000_000_000_000  # 2026-05-28, fixed so that regeneration is byte-identical
@@ -61,12 +63,15 @@ class Builder:
         self.t += int(ms * 1_000_000)
         return self.t
 
-    def start(self) -> Builder:
+    def start(self, *, grpc: bool = True, http: bool = False) -> Builder:
+        """capture_start of a proxy relaying gRPC, HTTP or both (``listen``/``upstream`` are `""` without gRPC)."""
         self.records.append(
             ev.CaptureStarted(
-                t_ns=self.t, proxy_version="0.1.0", listen="127.0.0.1:8011", upstream="127.0.0.1:8001",
+                t_ns=self.t, proxy_version="0.1.0", listen="127.0.0.1:8011" if grpc else "",
+                upstream="127.0.0.1:8001" if grpc else "",
                 options={"payload": self.payload, "payload_cap": None, "rotate_mb": None, "gzip_rotated": False,
                          "drain_timeout_s": 10.0, "redact": ["authorization"]},
+                http_listen="127.0.0.1:8010" if http else None, http_upstream="127.0.0.1:8000" if http else None,
             )
         )  # fmt: skip
         return self
@@ -170,6 +175,103 @@ class Builder:
                          duration_ms=(self.t - st.t0) / 1e6, messages_c2s=st.c2s, messages_s2c=st.s2c)
         )  # fmt: skip
 
+    # -- HTTP calls: the real Triton 2.51 exchanges of tests/proxy/triton/data/http, labelled by the
+    # proxy's own HTTP labeller, with the records docs/capture-format.md's *HTTP calls* describes.
+
+    def http_call(self, call: str, x: Exchange, ms: float = 1.0) -> None:
+        """call_start of one HTTP exchange: its request line and headers as h11 gives them (names lowercased)."""
+        self.tick(ms)
+        self.calls[call] = _CallState(x.method, self.t, InFlight(unary=methods.streaming(x.method) is False))
+        self.records.append(
+            ev.CallStarted(t_ns=self.t, call=call, conn=call.split(".")[0], method=x.method, peer="127.0.0.1:50100",
+                           metadata=[[k.decode("latin-1"), v.decode("latin-1")] for k, v in x.headers],
+                           timeout_ms=None, protocol="http", http_version="1.1")
+        )  # fmt: skip
+
+    def http_request(self, call: str, x: Exchange, ms: float = 0.1) -> None:
+        """The request body's message (one per call)."""
+        self.tick(ms)
+        st = self.calls[call]
+        fields = http_labels.request_labels(x.method, x.headers, x.body)
+        if fields.get("request_id") is not None:
+            st.inflight.sent(fields["request_id"])
+        self.records.append(ev.MessageSeen(t_ns=self.t, call=call, dir="c2s", index=0, size=len(x.body),
+                                           compressed=http_labels.compressed(x.headers), **fields))  # fmt: skip
+        st.c2s = 1
+
+    def http_reply(self, call: str, x: Exchange, ms: float | list[float] = 1.0) -> None:
+        """The reply's messages: one per server-sent event (``final`` by the one rule), else one for the body.
+
+        ``ms``: the time before the body (or before each event, a list).
+        """
+        st = self.calls[call]
+        waits = ms if isinstance(ms, list) else [ms]
+        assert x.status is not None
+        if not http_labels.is_event_stream(x.reply_headers):
+            self.tick(waits[0])
+            fields = http_labels.reply_labels(x.method, x.status, x.reply_headers, x.reply)
+            self.records.append(ev.MessageSeen(t_ns=self.t, call=call, dir="s2c", index=0, size=len(x.reply),
+                                               compressed=http_labels.compressed(x.reply_headers), **fields))  # fmt: skip
+            st.s2c = 1
+            st.inflight.answered(next(iter(st.inflight.snapshot()[0]), ""), True)
+            return
+        split = http_labels.SseSplitter()
+        events = [e for piece in x.pieces for e in split.feed(piece)]
+        if not events:
+            self.tick(waits[0])  # the body's end (its terminator) came then
+        for i, e in enumerate(events):
+            self.tick(waits[min(i, len(waits) - 1)])
+            final = http_labels.event_final(e, last=i == len(events) - 1, clean_end=x.clean_end)
+            fields = http_labels.event_labels(x.method, e)
+            self.records.append(
+                ev.MessageSeen(t_ns=self.t, call=call, dir="s2c", index=i, size=e.size, final=final, **fields)
+            )
+            # One request per HTTP call: its events are its responses, whatever id (or none) they carry.
+            rid = next(iter(st.inflight.snapshot()[0]), "")
+            st.inflight.answered(rid, final)
+        st.s2c = len(events)
+
+    def http_cancel(self, call: str, cause: str, ms: float = 1.0) -> None:
+        """A cancel of an HTTP call: the connection the proxy closed upstream is how Triton learns of it."""
+        self.tick(ms)
+        st = self.calls[call]
+        in_flight, responded = st.inflight.snapshot()
+        self.records.append(
+            ev.CallCancelled(t_ns=self.t, call=call, cause=cause, in_flight=in_flight, responded=responded,  # type: ignore[arg-type]
+                             rst_code=None, elapsed_ms=(self.t - st.t0) / 1e6,
+                             forwarded_upstream=cause == "client_disconnect",
+                             upstream_rst_us=150.0 if cause == "client_disconnect" else None)
+        )  # fmt: skip
+
+    def http_end(self, call: str, x: Exchange, cause: str | None = None, ms: float = 0.1) -> None:
+        """call_end: the status code the client got, the reply's error as details when it is 400 or more."""
+        self.tick(ms)
+        st = self.calls[call]
+        assert x.status is not None
+        details = None
+        if x.status >= 400:
+            fields = http_labels.reply_labels(x.method, x.status, x.reply_headers, x.reply)
+            details = fields.get("error")
+            if http_labels.is_event_stream(x.reply_headers):
+                (first, *_) = http_labels.SseSplitter().feed(x.reply)
+                details = http_labels.event_labels(x.method, first).get("error")
+        if cause is None:
+            cause = "ok" if x.status < 400 else "error"
+        self.records.append(
+            ev.CallEnded(t_ns=self.t, call=call, status=str(x.status), details=details, cause=cause,  # type: ignore[arg-type]
+                         trailers=None,
+                         initial_metadata=[[k.decode("latin-1"), v.decode("latin-1")] for k, v in x.reply_headers],
+                         duration_ms=(self.t - st.t0) / 1e6, messages_c2s=st.c2s, messages_s2c=st.s2c,
+                         http_status=x.status)
+        )  # fmt: skip
+
+    def http_exchange(self, call: str, x: Exchange, ms: float | list[float] = 1.0) -> None:
+        """A whole exchange that ended as its framing says."""
+        self.http_call(call, x)
+        self.http_request(call, x)
+        self.http_reply(call, x, ms)
+        self.http_end(call, x)
+
     def gap(self, dropped: int, reason: str = "queue_full: the capture disk is slower than the traffic") -> None:
         self.tick()
         self.records.append(
@@ -199,7 +301,8 @@ class Builder:
 
 
 #: Fields added after schema 2 (optional): a version 1 or 2 writer never wrote them.
-_NEWER_FIELDS = ("payload_at",)
+_NEWER_FIELDS = ("payload_at", "http_listen", "http_upstream", "protocol", "http_version", "finish_reason",
+                 "http_status")  # fmt: skip
 
 
 def _dense(record: Any, seq: int, version: int) -> bytes:
@@ -596,6 +699,136 @@ def garbled_middle() -> bytes:
     return b"".join([*lines[:2], b'{"v":1,"seq":2,"kind":"message","t_ns":17800000\x00\x00 garbage\n', *lines[3:]])
 
 
+# -- HTTP captures (tests/data/http): built from what the real Triton 2.51 HTTP port sent -------------
+#
+# Each exchange is a real one from tests/proxy/triton/data/http (the transcript named in its
+# fixture): request line, headers and bodies as Triton's clients sent them and as Triton answered.
+
+
+def http_unary_json() -> bytes:
+    b = Builder().start(grpc=False, http=True)
+    b.http_exchange("c1.1", exchanges("01_unary_infer_tritonclient")[0], ms=24)
+    return b.finish().render()
+
+
+def http_unary_binary() -> bytes:
+    b = Builder().start(grpc=False, http=True)
+    b.http_exchange("c1.1", exchanges("01_unary_infer_tritonclient")[1])
+    return b.finish().render()
+
+
+def http_generate_stream_completed() -> bytes:
+    b = Builder().start(grpc=False, http=True)
+    b.http_exchange("c1.1", exchanges("03a_generate_stream_completed_keepalive")[0], ms=[4, 200, 200])
+    return b.finish().render()
+
+
+def http_generate_stream_cancelled() -> bytes:
+    (x,) = exchanges("04a_disconnect_after_2_events_tokens")
+    b = Builder().start(grpc=False, http=True)
+    b.http_call("c1.1", x)
+    b.http_request("c1.1", x)
+    b.http_reply("c1.1", x, ms=[14, 300])
+    b.http_cancel("c1.1", "client_disconnect", ms=0.3)
+    b.http_end("c1.1", x, cause="client_disconnect", ms=0.2)
+    return b.finish().render()
+
+
+def http_error_under_200() -> bytes:
+    b = Builder().start(grpc=False, http=True)
+    b.http_exchange("c1.1", exchanges("03c_generate_stream_error_after_first")[0], ms=[3, 200, 200])
+    return b.finish().render()
+
+
+def http_error_first() -> bytes:
+    b = Builder().start(grpc=False, http=True)
+    b.http_exchange("c1.1", exchanges("03b_generate_stream_error_first")[0], ms=300)
+    return b.finish().render()
+
+
+def http_silent() -> bytes:
+    b = Builder().start(grpc=False, http=True)
+    b.http_exchange("c1.1", exchanges("03d_generate_stream_silent")[0], ms=500)
+    return b.finish().render()
+
+
+def http_mixed() -> bytes:
+    b = Builder().start(grpc=True, http=True)
+    b.call("c1.1")
+    b.request("c1.1", "g1", max_tokens=1)
+    infer, stream = exchanges("01_unary_infer_tritonclient")[0], exchanges("03a_generate_stream_completed_keepalive")[0]
+    b.http_call("c2.1", infer)
+    b.http_request("c2.1", infer)
+    b.response("c1.1", "g1", "hi-0")
+    b.http_reply("c2.1", infer, ms=2)
+    b.http_end("c2.1", infer)
+    b.response("c1.1", "g1", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    b.http_exchange("c2.2", stream, ms=[4, 200, 200])
+    return b.finish().render()
+
+
+#: An OpenAI-compatible stream. No such server runs on these machines: the bodies are written from the
+#: public format (OpenAI's API reference; vLLM and Triton's OpenAI frontend send these chunks).
+_OPENAI_CHUNK = (b'data: {"id":"cmpl-7","object":"text_completion","created":1780000000,"model":"llama",'
+                 b'"choices":[{"index":0,"text":"%s","logprobs":null,"finish_reason":%s}]}\n\n')  # fmt: skip
+
+
+def http_openai_stream() -> bytes:
+    body = b'{"model":"llama","prompt":"Hi","max_tokens":2,"stream":true}'
+    chunks = [_OPENAI_CHUNK % (b"Hel", b"null"), _OPENAI_CHUNK % (b"lo", b'"length"'), b"data: [DONE]\n\n"]
+    x = Exchange(method="POST /v1/completions",
+                 headers=[(b"host", b"127.0.0.1:8010"), (b"content-type", b"application/json"),
+                          (b"content-length", b"%d" % len(body))],
+                 body=body, status=200,
+                 reply_headers=[(b"content-type", b"text/event-stream; charset=utf-8"),
+                                (b"transfer-encoding", b"chunked")],
+                 reply=b"".join(chunks), clean_end=True, pieces=chunks)  # fmt: skip
+    b = Builder().start(grpc=False, http=True)
+    b.http_exchange("c1.1", x, ms=[30, 20, 1])
+    return b.finish().render()
+
+
+@dataclass(frozen=True)
+class HttpScenario:
+    """An HTTP golden file and what it holds. Not yet in ``replay check``'s expectations (SCENARIOS): the
+    outcome model of HTTP calls comes with replay/machine's HTTP support."""
+
+    build: Callable[[], bytes]
+    about: str
+
+
+HTTP_SCENARIOS: dict[str, HttpScenario] = {
+    "unary_json.jsonl": HttpScenario(
+        http_unary_json, "tritonclient.http infer, JSON tensors: request id `req-binary-False`, 200 with one reply"),
+    "unary_binary.jsonl": HttpScenario(
+        http_unary_binary, "tritonclient.http infer with binary data (Inference-Header-Content-Length both ways): "
+        "labels from the JSON part only"),
+    "generate_stream_completed.jsonl": HttpScenario(
+        http_generate_stream_completed, "generate_stream `gs-1`: 3 events, then the chunked terminator: the last "
+        "event final"),
+    "generate_stream_cancelled.jsonl": HttpScenario(
+        http_generate_stream_cancelled, "generate_stream `04a-mid`: the client closed after 2 events (no "
+        "terminator): no final, `cancel` client_disconnect with the request in_flight and responded, call_end "
+        "status 200 (the head had reached the client)"),
+    "error_under_200.jsonl": HttpScenario(
+        http_error_under_200, "generate_stream `gs-err2` (fail_midstream): 200, 2 events, then an error event "
+        "and the terminator: the error event is the final one"),
+    "error_first.jsonl": HttpScenario(
+        http_error_first, "generate_stream `gs-err0`: the error is the first response: 400, still SSE-framed, one "
+        "error event (final), call_end `error` with the error as details"),
+    "silent.jsonl": HttpScenario(
+        http_silent, "generate_stream `gs-silent` (silent): 200 and only the terminator: no event, clean end"),
+    "mixed.jsonl": HttpScenario(
+        http_mixed, "gRPC ModelStreamInfer on c1 and HTTP infer then generate_stream (keep-alive) on c2, "
+        "interleaved: one capture, one seq"),
+    "openai_stream.jsonl": HttpScenario(
+        http_openai_stream, "OpenAI `/v1/completions` stream (scripted from the public format: no such server "
+        "here): 2 chunks then `data: [DONE]`, which is final"),
+}
+
+
 @dataclass(frozen=True)
 class Scenario:
     """A golden file: what it exercises and what ``replay check --json`` must say about it."""
@@ -837,6 +1070,7 @@ def readme() -> str:
         "Generated by `python -m tests.data.make_golden` (do not edit by hand; "
         "tests/replay/machine/test_golden.py checks that regeneration gives no diff).",
         "Each line: file, exit code of `replay check`, what it exercises and the expected outcomes.",
+        "HTTP captures (schema 4, built from real Triton 2.51 HTTP exchanges) are in `http/`, listed in its README.",
         "",
     ]
     for name, s in SCENARIOS.items():
@@ -854,15 +1088,41 @@ def readme() -> str:
 
 
 def render() -> dict[str, bytes]:
-    """Every generated file, by name."""
+    """Every generated file of tests/data, by name."""
     files = {name: s.build() for name, s in SCENARIOS.items()}
     files["README.md"] = readme().encode()
+    return files
+
+
+def http_readme() -> str:
+    """tests/data/http/README.md: one line per HTTP golden file."""
+    lines = [
+        "# Golden HTTP captures",
+        "",
+        "Generated by `python -m tests.data.make_golden` (do not edit by hand; "
+        "tests/replay/capture/test_http_golden.py checks that regeneration gives no diff).",
+        "Each call is a real exchange with tritonserver 2.51's HTTP port (tests/proxy/triton/data/http), labelled "
+        "by proxy/triton/http_labels.py; the OpenAI one is scripted from the public format.",
+        "Not yet checked by `replay check` (its HTTP outcome model comes next).",
+        "",
+    ]
+    lines += [f"- `{name}`: {s.about}" for name, s in HTTP_SCENARIOS.items()]
+    return "\n".join(lines) + "\n"
+
+
+def render_http() -> dict[str, bytes]:
+    """Every generated file of tests/data/http, by name."""
+    files = {name: s.build() for name, s in HTTP_SCENARIOS.items()}
+    files["README.md"] = http_readme().encode()
     return files
 
 
 def main() -> int:
     for name, data in render().items():
         (HERE / name).write_bytes(data)
+    (HERE / "http").mkdir(exist_ok=True)
+    for name, data in render_http().items():
+        (HERE / "http" / name).write_bytes(data)
     return 0
 
 

@@ -142,7 +142,7 @@ def test_a_file_gzipped_whole_is_read_up_to_the_damage_and_says_why_no_further(t
     the hole runs to the end of the file and says why, and the error without the flag says so too."""
     n = 40_000  # enough that the reader decodes some of the file before it meets the damage
     lines = [GOLDEN.read_bytes().splitlines(keepends=True)[0]]
-    lines += [b'{"v":3,"seq":%d,"kind":"half_close","t_ns":%d,"call":"c1.%d"}\n' % (i, 100 + i, i) for i in range(1, n)]
+    lines += [b'{"v":4,"seq":%d,"kind":"half_close","t_ns":%d,"call":"c1.%d"}\n' % (i, 100 + i, i) for i in range(1, n)]
     data = bytearray(gzip.compress(b"".join(lines), mtime=0))
     damage = len(data) * 3 // 4
     for i in range(damage, damage + 8):

@@ -1,0 +1,466 @@
+"""What an HTTP body or server-sent event *says* in Triton terms: model, request id, outputs, error.
+
+Pure and synchronous, the HTTP twin of :mod:`proxy.triton.labels`: fed a request or reply head and
+(the kept head of) its body, or one event of a ``text/event-stream`` body, returns the label fields
+of a ``message`` record, as :mod:`proxy.triton.labels` does for gRPC (the caller adds ``t_ns``, ``call``,
+``dir``, ``index``, ``size`` and ``compressed``, which :func:`compressed` reads off the head: the
+relay's ``make_message`` takes those six first and the labels as a dict).
+
+What the real Triton 2.51 HTTP port sends decides the rules here (see docs/capture-format.md, *HTTP
+calls*):
+
+- The call's kind, model and version come from its request line through
+  :func:`replay.capture.methods.http_call`, never from strings read here.
+- Only the JSON part of a body is parsed: with the binary-data extension,
+  ``Inference-Header-Content-Length`` gives its length and raw tensor bytes follow it. A gzip or
+  deflate body is decompressed for its labels only, and at most :data:`LABEL_CAP` bytes of it; the
+  header counts the *uncompressed* JSON (Triton compresses ``/infer`` replies on
+  ``Accept-Encoding: gzip``).
+- Content-Type is no JSON signal (Triton's route-level errors are JSON sent as ``text/plain``).
+- Events are cut from the de-chunked body's bytes (:class:`SseSplitter`), never from read or chunk
+  boundaries; an event carries no final flag: :func:`event_final` is the one rule for it.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from replay.capture.events import TensorSpec
+from replay.capture.methods import OPENAI, HttpCall, http_call
+
+#: Headers as an HTTP parser gives them: (name, value) pairs, bytes (h11) or text; names in any case.
+Headers = Iterable[tuple[bytes | str, bytes | str]]
+
+#: The most bytes of a body's JSON part (after decompression) that labels read; a bigger JSON part
+#: gets a ``decode_error`` instead of labels, so a hostile body costs bounded memory and time.
+LABEL_CAP = 1 << 20
+#: The most bytes of one server-sent event's data :class:`SseSplitter` keeps (an event is rarely over a
+#: few KiB; a longer one keeps its head, marked ``truncated``).
+EVENT_CAP = 1 << 20
+
+_CUT = "message larger than the label buffer: some fields are unknown"
+#: Keys of a Triton generate reply or event that are not output tensors.
+_GENERATE_ENVELOPE = frozenset({"id", "model_name", "model_version", "error", "parameters"})
+_SEQUENCE = ("sequence_id", "sequence_start", "sequence_end")
+_PARAM_TYPES = (bool, int, float, str)
+
+
+def header(headers: Headers, name: str) -> str | None:
+    """The value of the last ``name`` header (any case), as text; None when absent."""
+    want = name.lower()
+    found: str | None = None
+    for k, v in headers:
+        key = k.decode("latin-1") if isinstance(k, bytes) else k
+        if key.lower() == want:
+            found = v.decode("latin-1") if isinstance(v, bytes) else v
+    return found
+
+
+def is_event_stream(headers: Headers) -> bool:
+    """The reply is server-sent events (``Content-Type: text/event-stream``, any parameters)."""
+    ctype = header(headers, "content-type")
+    return ctype is not None and ctype.split(";", 1)[0].strip().lower() == "text/event-stream"
+
+
+def compressed(headers: Headers) -> bool:
+    """The body has a Content-Encoding other than identity: the ``message`` record's ``compressed``."""
+    return _encoding(headers) is not None
+
+
+def _encoding(headers: Headers) -> str | None:
+    """The body's Content-Encoding, lowercased, or None for none/identity."""
+    enc = header(headers, "content-encoding")
+    if enc is None:
+        return None
+    enc = enc.strip().lower()
+    return None if enc in ("", "identity") else enc
+
+
+def _decompress(body: bytes, encoding: str) -> tuple[bytes, bool, str | None]:
+    """``(plain, cut, error)``: at most :data:`LABEL_CAP` + 1 bytes of ``body`` decompressed; ``cut`` when more
+    followed (or the compressed stream ended early); ``error`` when it is not that encoding at all."""
+    if encoding == "gzip" or encoding == "x-gzip":
+        modes = [16 + zlib.MAX_WBITS]
+    elif encoding == "deflate":
+        # HTTP's "deflate" is the zlib format; some senders use raw deflate: both are read.
+        modes = [zlib.MAX_WBITS, -zlib.MAX_WBITS]
+    else:
+        return b"", False, f"Content-Encoding {encoding!r}: body not decoded"
+    why = ""
+    for wbits in modes:
+        d = zlib.decompressobj(wbits)
+        try:
+            plain = d.decompress(body, LABEL_CAP + 1)
+        except zlib.error as e:
+            why = str(e)
+            continue
+        return plain, len(plain) > LABEL_CAP or not d.eof, None
+    return b"", False, f"{encoding} body does not decompress: {why}"
+
+
+def _json_part(headers: Headers, body: bytes, truncated: bool) -> tuple[Any, bool, str | None]:
+    """``(document, compressed, error)``: the JSON part of a body, parsed; the document is None on an error.
+
+    ``truncated``: ``body`` is the kept head of a longer body.
+    """
+    enc = _encoding(headers)
+    compressed = enc is not None
+    plain, cut = body, truncated
+    if enc is not None:
+        plain, more, why = _decompress(body, enc)
+        if why is not None:
+            return None, compressed, why
+        cut = cut or more
+    icl = header(headers, "inference-header-content-length")
+    if icl is not None:
+        try:
+            n = int(icl.strip())
+        except ValueError:
+            return None, compressed, f"Inference-Header-Content-Length is not a number: {icl!r}"
+        if n < 0 or n > LABEL_CAP:
+            return None, compressed, f"Inference-Header-Content-Length {n} is beyond the label buffer"
+        if len(plain) < n:
+            return None, compressed, _CUT if cut else f"body shorter than Inference-Header-Content-Length {n}"
+        plain = plain[:n]  # raw tensor bytes follow: never parsed
+    elif cut or len(plain) > LABEL_CAP:
+        return None, compressed, _CUT
+    if not plain:
+        return None, compressed, None
+    try:
+        return orjson.loads(plain), compressed, None
+    except orjson.JSONDecodeError as e:
+        return None, compressed, f"body is not JSON: {e}"
+
+
+def _param(v: Any) -> Any:
+    """A request parameter as recorded: a JSON bool, number or string, else None."""
+    return v if type(v) in _PARAM_TYPES else None
+
+
+def _tensor(t: Any) -> TensorSpec | None:
+    if type(t) is not dict or type(t.get("name")) is not str:
+        return None
+    shape = t.get("shape")
+    shape = [d for d in shape if type(d) is int] if type(shape) is list else []
+    datatype = t.get("datatype")
+    return TensorSpec(name=t["name"], datatype=datatype if type(datatype) is str else "", shape=shape)
+
+
+def _tensors(items: Any) -> list[TensorSpec]:
+    if type(items) is not list:
+        return []
+    return [spec for spec in map(_tensor, items) if spec is not None]
+
+
+def _text(v: Any) -> str | None:
+    return v if type(v) is str else None
+
+
+def _error_text(doc: Any) -> str | None:
+    """The error a JSON reply or event carries: Triton's ``{"error": "..."}``, OpenAI's ``{"error": {"message"}}``
+    or ``{"object": "error", "message"}``; None without one."""
+    if type(doc) is not dict:
+        return None
+    err = doc.get("error")
+    if type(err) is str:
+        return err
+    if type(err) is dict:
+        msg = err.get("message")
+        return msg if type(msg) is str else orjson.dumps(err).decode()
+    if err is not None:
+        return orjson.dumps(err).decode()
+    if doc.get("object") == "error" and type(doc.get("message")) is str:
+        return str(doc["message"])
+    return None
+
+
+def _empty_request(call: HttpCall) -> dict[str, Any]:
+    return {"model": call.model, "model_version": call.version}
+
+
+def request_labels(method: str, headers: Headers, body: bytes, *, truncated: bool = False) -> dict[str, Any]:
+    """Label fields of the ``c2s`` message of an HTTP request body.
+
+    ``method``: the call's request line (``call_start.method``, e.g. ``POST /v2/models/m/infer``);
+    ``headers``: the request's; ``body``: the de-chunked body as sent (maybe compressed), or its
+    kept head when ``truncated``. Inference calls get the model and version from the path (OpenAI:
+    the body's ``model``), ``request_id`` the JSON ``id`` (``""`` when absent), infer's ``inputs``
+    and the raw ``sequence_*`` / ``triton_enable_empty_final_response`` parameters; other endpoints
+    the model from the path when there is one and no other label.
+    """
+    call = http_call(method)
+    out: dict[str, Any] = {}
+    if call is None:
+        return out
+    out.update(_empty_request(call))
+    if call.kind == "other":
+        return out
+    out["request_id"] = ""
+    if call.kind in OPENAI:
+        out["model_version"] = None
+    doc, _, why = _json_part(headers, body, truncated)
+    if why is not None:
+        out["decode_error"] = why
+        return out
+    if type(doc) is not dict:
+        if doc is not None:
+            out["decode_error"] = "body is not a JSON object"
+        return out
+    rid = doc.get("id")
+    if type(rid) is str:
+        out["request_id"] = rid
+    if call.kind in OPENAI:
+        out["model"] = _text(doc.get("model"))
+        return out
+    if call.kind == "infer":
+        out["inputs"] = _tensors(doc.get("inputs"))
+    params = doc.get("parameters")
+    if type(params) is dict:
+        if "triton_enable_empty_final_response" in params:
+            out["enable_empty_final"] = _param(params["triton_enable_empty_final_response"])
+        for name in _SEQUENCE:
+            if name in params:
+                out[name] = _param(params[name])
+    return out
+
+
+def _triton_reply(doc: dict[str, Any], kind: str) -> dict[str, Any]:
+    """Labels of a Triton infer or generate reply, or of one generate_stream event, from its JSON."""
+    rid = doc.get("id")
+    out: dict[str, Any] = {
+        "model": _text(doc.get("model_name")),
+        "model_version": _text(doc.get("model_version")),
+        "request_id": rid if type(rid) is str else "",
+        "error": _error_text(doc),
+    }
+    if kind == "infer":
+        specs = _tensors(doc.get("outputs"))
+        out["outputs"] = [t.name for t in specs]
+        out["output_tensors"] = specs
+    else:
+        # generate's JSON carries each output's values by name, without datatype or shape.
+        out["outputs"] = [k for k in doc if k not in _GENERATE_ENVELOPE]
+    return out
+
+
+def _openai_reply(doc: dict[str, Any]) -> dict[str, Any]:
+    """Labels of an OpenAI completion, chat completion or one of their stream chunks."""
+    rid = doc.get("id")
+    choices = doc.get("choices")
+    finish = None
+    if type(choices) is list:
+        for choice in choices:
+            if type(choice) is dict and type(choice.get("finish_reason")) is str:
+                finish = choice["finish_reason"]
+                break
+    return {
+        "model": _text(doc.get("model")),
+        "request_id": rid if type(rid) is str else "",
+        "outputs": ["choices"] if type(choices) is list and choices else [],
+        "error": _error_text(doc),
+        "finish_reason": finish,
+    }
+
+
+def _reply_doc(call: HttpCall, doc: Any) -> dict[str, Any]:
+    if type(doc) is not dict:
+        return {"decode_error": "body is not a JSON object"} if doc is not None else {}
+    if call.kind in OPENAI:
+        return _openai_reply(doc)
+    return _triton_reply(doc, call.kind)
+
+
+def reply_labels(method: str, status: int, headers: Headers, body: bytes, *, truncated: bool = False) -> dict[str, Any]:
+    """Label fields of the ``s2c`` message of an HTTP reply body that is not an event stream.
+
+    ``method``: the call's request line; ``status``: the reply's status code; ``headers``: the
+    reply's; ``body``: the de-chunked body as sent, or its kept head when ``truncated``. Inference
+    calls: ``model`` / ``model_version`` / ``request_id`` from the JSON (``model_name``,
+    ``model_version``, the echoed ``id``; ``""`` when absent), ``outputs`` (and, for infer,
+    ``output_tensors``), ``error``; ``final`` stays null (a unary reply). Other endpoints: only the
+    JSON ``error`` of a reply with status 400 or more.
+    """
+    call = http_call(method)
+    out: dict[str, Any] = {}
+    if call is None or (call.kind == "other" and status < 400):
+        return out
+    doc, _, why = _json_part(headers, body, truncated)
+    if why is not None:
+        out["decode_error"] = why
+        return out
+    if call.kind == "other":
+        out["error"] = _error_text(doc)
+        return out
+    out.update(_reply_doc(call, doc))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SseEvent:
+    """One server-sent event, as the SSE rules read it from the byte stream."""
+
+    #: Its ``data:`` lines joined with ``\\n`` (UTF-8, undecodable bytes replaced).
+    data: str
+    #: Bytes of the stream it took: everything after the previous event up to and including the blank
+    #: line that ended it (comments and data-less blocks before it included), so sizes add up to the body.
+    size: int
+    #: Its ``event:`` field, None without one.
+    event: str | None = None
+    #: The data is exactly ``[DONE]``: an OpenAI-compatible stream's final signal.
+    done: bool = False
+    #: The data was longer than the splitter's cap: ``data`` is its head.
+    truncated: bool = False
+
+
+_EOL = re.compile(rb"[\r\n]")
+#: Bytes a line may hold beyond the data cap: its field name and colon (``data: ``).
+_NAME_ROOM = 16
+_BOM = b"\xef\xbb\xbf"
+
+
+class SseSplitter:
+    """Bytes of a de-chunked ``text/event-stream`` body, in any pieces -> complete events (the SSE rules:
+    lines end with CRLF, LF or CR; ``data:`` lines are joined with ``\\n``; a blank line ends an event;
+    one with no data line is no event; ``:`` lines are comments; one leading space of a value is dropped).
+
+    Holds at most ``cap`` bytes of an unfinished event's data and of one unfinished line.
+    """
+
+    __slots__ = ("_cap", "_cut", "_data", "_data_len", "_line", "_line_cut", "_size", "_skip_lf", "_started",
+                 "_type")  # fmt: skip
+
+    def __init__(self, cap: int = EVENT_CAP) -> None:
+        self._cap = cap
+        self._line = bytearray()
+        self._line_cut = False
+        self._data: list[str] = []
+        self._data_len = 0
+        self._cut = False
+        self._type: str | None = None
+        self._size = 0
+        self._skip_lf = False
+        self._started = False
+
+    @property
+    def pending(self) -> int:
+        """Bytes fed that belong to no complete event yet (at the body's end: an unfinished event, not an event)."""
+        return self._size
+
+    def feed(self, data: bytes) -> list[SseEvent]:
+        """The events ``data`` completes, in order."""
+        out: list[SseEvent] = []
+        n = len(data)
+        i = 0
+        if self._skip_lf and n:
+            self._skip_lf = False
+            if data[0] == 0x0A:  # the LF of a CRLF split between two pieces
+                self._size += 1
+                i = 1
+        while i < n:
+            m = _EOL.search(data, i)
+            if m is None:
+                self._add(data[i:])
+                self._size += n - i
+                break
+            j = m.start()
+            self._add(data[i:j])
+            end = j + 1
+            if data[j] == 0x0D:
+                if end < n:
+                    if data[end] == 0x0A:
+                        end += 1
+                else:
+                    self._skip_lf = True
+            self._size += end - i
+            i = end
+            event = self._line_done()
+            if event is not None:
+                out.append(event)
+        return out
+
+    def _add(self, piece: bytes) -> None:
+        room = self._cap + _NAME_ROOM - len(self._line)
+        if len(piece) > room:
+            piece = piece[: max(room, 0)]
+            self._line_cut = True
+        self._line += piece
+
+    def _line_done(self) -> SseEvent | None:
+        line = bytes(self._line)
+        cut = self._line_cut
+        self._line.clear()
+        self._line_cut = False
+        if not self._started:
+            self._started = True
+            line = line.removeprefix(_BOM)
+        if not line and not cut:
+            return self._dispatch()
+        if line.startswith(b":"):
+            return None  # a comment
+        name, _, value = line.partition(b":")
+        if value.startswith(b" "):
+            value = value[1:]
+        if name == b"data":
+            text = value.decode("utf-8", "replace")
+            room = self._cap - self._data_len
+            if cut or len(text) > room:
+                text = text[: max(room, 0)]
+                self._cut = True
+            self._data.append(text)
+            self._data_len += len(text) + 1
+        elif name == b"event":
+            self._type = value.decode("utf-8", "replace")
+        return None
+
+    def _dispatch(self) -> SseEvent | None:
+        if not self._data:
+            self._type = None  # a block without data: no event; its bytes count towards the next one
+            return None
+        data = "\n".join(self._data)
+        event = SseEvent(data=data, size=self._size, event=self._type, done=data == "[DONE]", truncated=self._cut)
+        self._data = []
+        self._data_len = 0
+        self._cut = False
+        self._type = None
+        self._size = 0
+        return event
+
+
+def event_labels(method: str, event: SseEvent) -> dict[str, Any]:
+    """Label fields of the ``s2c`` message of one event (``final`` left to :func:`event_final`).
+
+    Triton ``generate_stream``: the event's JSON as a generate reply (``outputs`` its tensor keys,
+    ``id``, ``model_name``, ``model_version``; an error event carries ``{"error"}`` alone, so its
+    model is null and its ``request_id`` ``""``). OpenAI chunks: ``id``, ``model``,
+    ``choices[].finish_reason``, ``error``. ``[DONE]``: ``outputs`` ``[]`` and nothing else.
+    """
+    call = http_call(method)
+    if event.done:
+        return {"request_id": "", "outputs": []}
+    if event.truncated:
+        return {"decode_error": _CUT}
+    try:
+        doc = orjson.loads(event.data)
+    except orjson.JSONDecodeError as e:
+        return {"decode_error": f"event data is not JSON: {e}"}
+    if call is None:
+        return {}
+    if call.kind not in OPENAI and type(doc) is dict:
+        return _triton_reply(doc, "generate_stream")
+    return _reply_doc(call, doc)
+
+
+def event_final(event: SseEvent, *, last: bool, clean_end: bool) -> bool:
+    """The one rule for an event's ``final``: an event carries no final flag, so it is true on an OpenAI
+    ``[DONE]`` and on the last event of a body that ended cleanly (its chunked terminator, or its
+    Content-Length reached), false on every other event, and on the last event of a body cut short.
+
+    ``last``: no event followed it in the body; ``clean_end``: the body ended cleanly.
+    """
+    return event.done or (last and clean_end)
