@@ -1,7 +1,7 @@
 """What a protocol core and the I/O shell say to each other (:mod:`proxy.relay.core`, :mod:`proxy.relay.shell`).
 
-A protocol core turns inputs (the bytes of one read, a side connected or lost, a timer fired,
-shutdown) into an :class:`Output` per step: the bytes to write to each side and the
+A protocol core turns inputs (the bytes of one read of either side, a side connected or lost, a
+timer fired, shutdown) into an :class:`Output` per step: the bytes to write to each side and the
 :data:`Command` values the shell carries out. The shell knows only this vocabulary, so any core
 that speaks it (HTTP/2 today; HTTP/1.1 could be another) runs under the same shell.
 """
@@ -56,19 +56,18 @@ Command = Close | ArmTimer | CancelTimer | Log
 
 
 class Output:
-    """What one step of an input asks of the shell, in this order: the ``before_cancel`` hook of each
-    call in ``cancels``, write ``c2s`` to the upstream and ``s2c`` to the client (one write per side,
-    or none), run ``commands``; then, if ``more``, give the core ``resume()`` for the next step.
+    """What one step of an input asks of the shell, in this order: write ``c2s`` to the upstream and
+    ``s2c`` to the client (one write per side, or none), run ``commands``; then, if ``more``, give
+    the core ``resume()`` for the next step (None from it: the input is done).
 
     One object per core, filled anew by every step: the shell is done with it before the next input."""
 
-    __slots__ = ("c2s", "cancels", "commands", "more", "s2c")
+    __slots__ = ("c2s", "commands", "more", "s2c")
 
     def __init__(self) -> None:
         self.c2s: Any = None
         self.s2c: Any = None
         self.commands: list[Command] = []
-        self.cancels: list[str] = []
         self.more = False
 
 
@@ -83,6 +82,8 @@ class Shared(Protocol):
     emit: Callable[[Any], None]
     #: Where ``message`` records go (the most frequent ones).
     emit_message: Callable[[Any], None]
+    #: Called with a call's id just before its cancel is handed to the upstream socket, or None.
+    before_cancel: Callable[[str], None] | None
 
 
 class ProtocolCore(Protocol):
@@ -91,8 +92,9 @@ class ProtocolCore(Protocol):
     #: Open calls by stream (the admin service lists them).
     calls: dict[int, Any]
 
-    def receive(self, d: int, data: bytes) -> Output: ...
-    def resume(self) -> Output: ...
+    def receive_c2s(self, data: bytes) -> Output: ...
+    def receive_s2c(self, data: bytes) -> Output: ...
+    def resume(self) -> Output | None: ...
     def connected(self) -> Output: ...
     def connect_failed(self, reason: str) -> Output: ...
     def lost(self, side: str, exc: Exception | None) -> Output: ...

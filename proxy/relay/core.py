@@ -4,7 +4,7 @@ Design (sans-IO, the shape of python-hyper/h2's ``H2Connection`` and of mitmprox
 
 - :class:`H2Core` is one client connection, its upstream connection and the calls between them.
   The shell (:mod:`proxy.relay.shell`) owns the sockets and feeds it *inputs*: the bytes of one
-  read (:meth:`H2Core.receive`, direction ``C2S`` for the client's, ``S2C`` for the upstream's),
+  read (:meth:`H2Core.receive_c2s` for the client's, :meth:`H2Core.receive_s2c` for the upstream's),
   the upstream connected or unreachable, a side lost, a timer fired, shutdown, abort. Each input
   returns an :class:`Output`: the bytes to write to the upstream (``c2s``) and to the client
   (``s2c``), at most one write per side, and *commands* (close a side, arm or cancel a timer, a
@@ -15,12 +15,11 @@ Design (sans-IO, the shape of python-hyper/h2's ``H2Connection`` and of mitmprox
   :meth:`H2Core.resume`. Two things need it. A read whose frames all go on verbatim is written
   before its recording work (labels, records), for latency: step one is the write, step two the
   recording. And a forwarded cancel is written before anything after it is handled: Triton must
-  see it first, and ``upstream_rst_us`` is measured to the socket (``Output.cancels`` names the
-  calls whose cancel rides on a step's write, for the shell's ``before_cancel`` hook). Inside the
+  see it first, and ``upstream_rst_us`` is measured to the socket. Inside the
   core a step boundary is a ``yield`` of a job (a generator), so the code reads straight through.
 - The lifecycle is explicit: one state per side (:mod:`proxy.relay.lifecycle`), moved only
   through its transition tables, which are tested over every (state, input) pair.
-- One decision per read: :meth:`H2Core._verbatim` classifies all frames of a read once, beside
+- One decision per read: :meth:`H2Core._verbatim` all frames of a read once, beside
   the handlers that drop, rewrite or re-send frames (``_c2s_frame``, ``_s2c_frame``). A verbatim
   read is one slice of the bytes read, written whole; otherwise each handler queues what goes on.
 - Per-call recording is done by objects given an emit function (:mod:`proxy.relay.recording`):
@@ -76,6 +75,13 @@ PROXY_ANSWERS: dict[str, tuple[int, str]] = {
     "proxy_error": (13, "triton-tap: internal error (see the proxy's log)"),
 }
 
+# The states the hot path tests, as globals (an enum member looked up on its class costs ~0.1 us).
+_U_OPEN, _C_OPEN, _C_GOAWAY = Upstream.OPEN, Client.OPEN, Client.GOAWAY
+# Frame types and flags the per-frame handlers test, as globals (not an attribute of ``wire`` each time).
+_DATA, _HEADERS, _RST_STREAM, _SETTINGS = wire.DATA, wire.HEADERS, wire.RST_STREAM, wire.SETTINGS
+_PUSH_PROMISE, _GOAWAY = wire.PUSH_PROMISE, wire.GOAWAY
+_END_STREAM, _ACK, _PADDED = wire.END_STREAM, wire.ACK, wire.PADDED
+
 #: A frame as :meth:`proxy.wire.frames.FrameReader.feed` returns it: type, flags, stream id, payload, raw bytes.
 Frame = tuple[int, int, int, Any, memoryview]
 #: A multi-step piece of work: each ``yield`` ends a step (its writes go out before it goes on).
@@ -98,10 +104,14 @@ class H2Core:
         "_late",
         "_linger",
         "_out",
+        "_out_verbatim_c2s",
+        "_out_verbatim_s2c",
         "_own_settings_acks",
         "_read_ns",
         "_reading",
         "_record",
+        "_recording",
+        "_recording_s2c",
         "_rest",
         "_s2c_q",
         "_s2c_w",
@@ -181,65 +191,122 @@ class H2Core:
         #: heard of them, so nothing else of theirs may reach it.
         self._kept_back: set[int] = set()
         self._out = Output()
+        # The first step of a verbatim read: its one write, then ``more`` (the recording step).
+        self._out_verbatim_c2s, self._out_verbatim_s2c = Output(), Output()
+        self._out_verbatim_c2s.more = self._out_verbatim_s2c.more = True
         # the job a step ended in, the frames of a read still to handle, the error that ends them
         self._job: Job | None = None
-        self._rest: tuple[int, list[Frame], int, bool] | None = None
+        self._rest: tuple[int, list[Frame], int] | None = None
+        # the frames of a verbatim read, written already, to record in the next step (and whose)
+        self._recording: list[Frame] | None = None
+        self._recording_s2c = False
         self._then_error: tuple[int, wire.FrameError] | None = None
         self._reading = C2S
 
     # --- inputs ---------------------------------------------------------------------------------
 
-    def receive(self, d: int, data: bytes) -> Output:
-        """The bytes of one read: from the client (``d`` = ``C2S``) or the upstream (``S2C``)."""
-        if d == C2S:
-            if self.client not in CLIENT_LIVE:
-                return self._begin()  # being closed (protocol error): nothing more from it counts
-            if self.refuser is not None:
-                self._begin()
-                self._guarded_feed(data)
-                return self._finish()
-            self._read_ns = time.monotonic_ns()
-            reader = self.c2s
-        else:
-            if self.up is not Upstream.OPEN:
-                return self._begin()
-            reader = self.s2c
+    def receive_c2s(self, data: bytes) -> Output:
+        """The bytes of one read from the client."""
+        client = self.client
+        if client is not _C_OPEN and client is not _C_GOAWAY:
+            return self._begin()  # being closed (protocol error): nothing more from it counts
+        if self.refuser is not None:
+            self._begin()
+            self._guarded_feed(data)
+            return self._finish()
+        self._read_ns = time.monotonic_ns()
+        reader = self.c2s
         try:
             frames = reader.feed(data)
-        except wire.FrameError as e:
-            # What the frames before the bad one said did happen: handled, then the error.
-            self._begin()
-            self._rest = (d, e.before, 0, False)
-            self._then_error = (d, e)
-            self._drive()
-            return self._finish()
-        out = self._out
-        if frames and self._verbatim_read(d, frames):
-            # Latency: every frame of this read goes on unchanged, so it is written (this step)
-            # before the recording work (the next step) instead of after it.
+            if not frames or not self._verbatim_c2s(frames):
+                return self._handled(C2S, frames)
+        except Exception as e:
+            return self._read_failed(C2S, e)
+        # Latency: every frame of this read goes on unchanged, so it is written (this step)
+        # before the recording work (the next step) instead of after it.
+        out = self._out_verbatim_c2s
+        span = reader.span
+        out.c2s = span if span is not None else _joined(frames)
+        self._recording = frames
+        self._recording_s2c = False
+        return out
+
+    def receive_s2c(self, data: bytes) -> Output:
+        """The bytes of one read from the upstream (the same steps as :meth:`receive_c2s`)."""
+        if self.up is not _U_OPEN:
+            return self._begin()
+        reader = self.s2c
+        try:
+            frames = reader.feed(data)
+            if not frames or not self._verbatim_s2c(frames):
+                return self._handled(S2C, frames)
+        except Exception as e:
+            return self._read_failed(S2C, e)
+        out = self._out_verbatim_s2c
+        client = self.client
+        if client is _C_OPEN or client is _C_GOAWAY:
             span = reader.span
-            raw = span if span is not None else (frames[0][4] if len(frames) == 1 else b"".join([f[4] for f in frames]))
-            if d == C2S:
-                out.c2s, out.s2c = raw, None
-            else:
-                out.c2s, out.s2c = None, raw if self.client in CLIENT_LIVE else None
-            if out.commands:
-                out.commands = []
-            if out.cancels:
-                out.cancels = []
-            out.more = True
-            self._rest = (d, frames, 0, True)
-            return out
+            out.s2c = span if span is not None else _joined(frames)
+        else:
+            out.s2c = None
+        self._recording = frames
+        self._recording_s2c = True
+        return out
+
+    def _handled(self, d: int, frames: list[Frame]) -> Output:
+        """A read that is not verbatim: each frame's handler queues what goes on."""
         self._begin()
-        self._rest = (d, frames, 0, False)
+        self._rest = (d, frames, 0)
         self._drive()
         return self._finish()
 
-    def resume(self) -> Output:
-        """The next step of the input whose output said ``more``."""
+    def _read_failed(self, d: int, e: Exception) -> Output:
         self._begin()
-        self._drive()
+        if isinstance(e, wire.FrameError):
+            # What the frames before the bad one said did happen: handled, then the error.
+            self._rest = (d, e.before, 0)
+            self._then_error = (d, e)
+            self._drive()
+        else:
+            self._internal_error(e)
         return self._finish()
+
+    def resume(self) -> Output | None:
+        """The next step of the input whose output said ``more``; None when that step asks nothing."""
+        frames = self._recording
+        if frames is None:
+            self._begin()
+            self._drive()
+            return self._finish()
+        # The recording step of a verbatim read (its bytes are written): the hot path, one plain
+        # loop. Nothing of a verbatim read starts a job or queues bytes (no cancel, no GOAWAY, no
+        # frame of the proxy's own: what _verbatim_c2s/_s2c let through), so only commands can come
+        # of it (a call's end may arm the linger).
+        self._recording = None
+        out = self._out
+        if out.commands:
+            out.commands = []
+        self._verbatim = True
+        try:
+            # Arguments spelled out, not handle(*f): a method called with exact arguments stays in
+            # the interpreter's loop (CPython 3.11 inlines it), a call with ``*`` does not.
+            if self._recording_s2c:
+                for ftype, flags, sid, payload, raw in frames:
+                    self._s2c_frame(ftype, flags, sid, payload, raw)
+            else:
+                for ftype, flags, sid, payload, raw in frames:
+                    self._c2s_frame(ftype, flags, sid, payload, raw)
+        except Exception as e:
+            self._verbatim = False
+            self._begin()
+            self._internal_error(e)
+            return self._finish()
+        self._verbatim = False
+        if out.commands:
+            out.c2s = out.s2c = None
+            out.more = False
+            return self._finish()
+        return None
 
     def connected(self) -> Output:
         """The upstream connection is made."""
@@ -300,8 +367,6 @@ class H2Core:
         out.c2s = out.s2c = None
         if out.commands:
             out.commands = []
-        if out.cancels:
-            out.cancels = []
         out.more = False
         return out
 
@@ -367,78 +432,80 @@ class H2Core:
             self._flush()
             self._protocol_error(self._reading, e.code, str(e), goaway=True)
         except Exception as e:
-            # A bug of ours must cost one connection, never the proxy, and be recorded as ours.
-            self._job = self._rest = self._then_error = None
-            self._out.commands.append(Log("exception", "relay_internal_error", {}, e))
-            self._start(self._abort("proxy_error"))
+            self._internal_error(e)
 
-    def _frames(self, d: int, frames: list[Frame], i: int, verbatim: bool) -> None:
+    def _internal_error(self, e: Exception) -> None:
+        """A bug of ours must cost one connection, never the proxy, and be recorded as ours."""
+        self._job = self._rest = self._then_error = self._recording = None
+        self._out.commands.append(Log("exception", "relay_internal_error", {}, e))
+        self._start(self._abort("proxy_error"))
+
+    def _frames(self, d: int, frames: list[Frame], i: int) -> None:
         """Handle a read's frames from ``i`` on; a handler that starts a job ends the step there."""
         self._reading = d
         handle = self._c2s_frame if d == C2S else self._s2c_frame
-        if verbatim:
-            # Nothing of a verbatim read starts a job (no cancel, no GOAWAY): one plain loop.
-            self._verbatim = True
-            try:
-                for f in frames:
-                    handle(*f)
-            finally:
-                self._verbatim = False
-            return
         n = len(frames)
         while i < n:
             handle(*frames[i])
             i += 1
             if self._job is not None:
                 if i < n:
-                    self._rest = (d, frames, i, False)
+                    self._rest = (d, frames, i)
                 return
 
     # --- the one decision per read ---------------------------------------------------------------
 
-    def _verbatim_read(self, d: int, frames: list[Frame]) -> bool:
-        """Whether every frame of a read goes on verbatim whatever the calls' state.
+    # The frame types a handler below never passes on unchanged, whatever the state: from the
+    # upstream GOAWAY (``_up_goaway``: passed on, or lowered, or answered) and PUSH_PROMISE (an
+    # error); from the client RST_STREAM (a cancel, written before the rest of its read) and
+    # PUSH_PROMISE (an error).
+    _HANDLED_S2C = frozenset({wire.GOAWAY, wire.PUSH_PROMISE})
+    _HANDLED_C2S = frozenset({wire.RST_STREAM, wire.PUSH_PROMISE})
 
-        The one place that knows which frames a handler below drops, rewrites or answers itself:
-        from the upstream GOAWAY (``_up_goaway``) and PUSH_PROMISE (an error); from the client
-        RST_STREAM (a cancel, written before the rest), PUSH_PROMISE (an error), frames of streams
-        kept back, the ACK of the proxy's own SETTINGS (dropped), header blocks once they are
-        re-encoded or may be refused (GOAWAY given, upstream gone). A change to a handler that
-        stops passing a frame on unchanged changes this too, or frames go twice or are lost."""
-        if d == S2C:
-            for f in frames:
-                if f[0] == wire.GOAWAY or f[0] == wire.PUSH_PROMISE:
-                    return False
-            return True
+    def _verbatim_s2c(self, frames: list[Frame]) -> bool:
+        """Whether every frame of an upstream read goes on verbatim (the one decision per read).
+
+        Beside the handlers that drop, rewrite or answer frames: a change to one of them that stops
+        passing a frame on unchanged changes this too, or frames go twice or are lost."""
+        handled = self._HANDLED_S2C
+        for f in frames:
+            if f[0] in handled:
+                return False
+        return True
+
+    def _verbatim_c2s(self, frames: list[Frame]) -> bool:
+        """Whether every frame of a client read goes on verbatim (the one decision per read): not
+        when header blocks are re-encoded or may be refused (GOAWAY given, upstream gone), while the
+        ACK of the proxy's own SETTINGS is due (dropped), nor for frames of streams kept back."""
         if (
-            self.reencode_c2s or self.goaway_last is not None or self.up is not Upstream.OPEN
+            self.reencode_c2s or self.goaway_last is not None or self.up is not _U_OPEN
             or self._own_settings_acks
         ):  # fmt: skip
             return False
+        handled = self._HANDLED_C2S
         kept = self._kept_back
         for f in frames:
-            ftype = f[0]
-            if ftype == wire.RST_STREAM or ftype == wire.PUSH_PROMISE or (kept and f[2] in kept):
+            if f[0] in handled or (kept and f[2] in kept):
                 return False
         return True
 
     # --- client -> upstream -----------------------------------------------------------------------
 
     def _c2s_frame(self, ftype: int, flags: int, sid: int, payload: Any, raw: memoryview) -> None:
-        if sid in self._kept_back:
+        if self._kept_back and sid in self._kept_back:
             self._kept_back_frame(ftype, flags, sid, payload)
             return
-        if ftype == wire.DATA:
+        if ftype == _DATA:
             call = self.calls.get(sid)
             if call is not None:
                 self._record(call, 0, wire.data_payload(flags, payload))
-                if flags & wire.END_STREAM:
+                if flags & _END_STREAM:
                     self.emit(make_half_close(time.time_ns(), call.id, {}))
             if not self._verbatim:
                 self._c2s_q.append(raw)
-        elif ftype == wire.HEADERS:
+        elif ftype == _HEADERS:
             self._c2s_headers(flags, sid, payload, raw)
-        elif ftype == wire.RST_STREAM:
+        elif ftype == _RST_STREAM:
             call = self.calls.get(sid)
             if call is None:
                 self._c2s_q.append(raw)
@@ -446,8 +513,8 @@ class H2Core:
             cause = causes.client_reset_cause(call.timeout_ms, call.elapsed_ms())
             # The client's own RST goes upstream (the cause's clock started with this read).
             self._start(self._cancel(call, cause, int.from_bytes(payload, "big"), raw, self._read_ns))
-        elif ftype == wire.SETTINGS:
-            if not flags & wire.ACK:
+        elif ftype == _SETTINGS:
+            if not flags & _ACK:
                 self.s2c.receiver_settings(payload)
             elif self._own_settings_acks:
                 # The ACK of the proxy's own SETTINGS (see _own_s2c): the upstream never sent it.
@@ -455,7 +522,7 @@ class H2Core:
                 return
             if not self._verbatim:
                 self._c2s_q.append(raw)
-        elif ftype == wire.PUSH_PROMISE:
+        elif ftype == _PUSH_PROMISE:
             raise wire.FrameError(wire.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
         elif not self._verbatim:
             # PING, WINDOW_UPDATE, PRIORITY, GOAWAY, the preface and unknown extension frames:
@@ -549,32 +616,32 @@ class H2Core:
     # --- upstream -> client -----------------------------------------------------------------------
 
     def _s2c_frame(self, ftype: int, flags: int, sid: int, payload: Any, raw: memoryview) -> None:
-        if ftype == wire.DATA:
+        if ftype == _DATA:
             call = self.calls.get(sid)
             if call is not None:
                 # Once per streamed response: data_payload inline (a call less a frame).
-                self._record(call, 1, payload if not flags & wire.PADDED else wire.data_payload(flags, payload))
+                self._record(call, 1, payload if not flags & _PADDED else wire.data_payload(flags, payload))
                 if not self._verbatim:
                     self._s2c_q.append(raw)
-                if flags & wire.END_STREAM:
+                if flags & _END_STREAM:
                     self._end(call, "error", "INTERNAL", "upstream ended the stream without a grpc-status", None)
                 return
             if sid in self._late.watched:
-                self._late.frame(sid, "data", wire.data_payload(flags, payload), bool(flags & wire.END_STREAM))
+                self._late.frame(sid, "data", wire.data_payload(flags, payload), bool(flags & _END_STREAM))
             if not self._verbatim:
                 self._s2c_q.append(raw)
-        elif ftype == wire.HEADERS:
+        elif ftype == _HEADERS:
             if not self._verbatim:
                 self._s2c_q.append(raw)
             call = self.calls.get(sid)
             if call is None:
                 if sid in self._late.watched:
-                    self._late.frame(sid, "headers", payload, bool(flags & wire.END_STREAM))
-            elif flags & wire.END_STREAM:
+                    self._late.frame(sid, "headers", payload, bool(flags & _END_STREAM))
+            elif flags & _END_STREAM:
                 self._end_with_status(call, payload)
             elif call.resp_headers is None:
                 call.resp_headers = payload
-        elif ftype == wire.RST_STREAM:
+        elif ftype == _RST_STREAM:
             if not self._verbatim:
                 self._s2c_q.append(raw)
             code = int.from_bytes(payload, "big")
@@ -584,15 +651,15 @@ class H2Core:
                 self._end(call, "error", status, f"upstream reset the stream (HTTP/2 error {code})", None, rst=code)
             elif sid in self._late.watched:
                 self._late.frame(sid, "rst", code, True)
-        elif ftype == wire.SETTINGS:
-            if not flags & wire.ACK:
+        elif ftype == _SETTINGS:
+            if not flags & _ACK:
                 self.c2s.receiver_settings(payload)
                 self._client_settings = True
             if not self._verbatim:
                 self._s2c_q.append(raw)
-        elif ftype == wire.GOAWAY:
+        elif ftype == _GOAWAY:
             self._up_goaway(payload, raw)
-        elif ftype == wire.PUSH_PROMISE:
+        elif ftype == _PUSH_PROMISE:
             raise wire.FrameError(wire.PROTOCOL_ERROR, "PUSH_PROMISE: gRPC clients never accept server push")
         elif not self._verbatim:
             self._s2c_q.append(raw)
@@ -664,7 +731,9 @@ class H2Core:
         rst_us: float | None = None
         if self.up is Upstream.OPEN and self.refuser is None:
             learned = learned_ns or time.monotonic_ns()
-            self._out.cancels.append(call.id)
+            before = self.shared.before_cancel
+            if before is not None:
+                before(call.id)
             self._c2s_q.append(rst if rst is not None else wire.rst_stream(call.sid, wire.CANCEL))
             yield
             forwarded = True
@@ -710,7 +779,8 @@ class H2Core:
         self.shared.open_calls -= 1
         # The relay holds nothing per call: what the client did not get is in the socket buffer,
         # shared by every call of the connection, so it can be told only when that is empty.
-        undelivered = 0 if self.client not in CLIENT_LIVE or not self._buffered() else None
+        client = self.client
+        undelivered = 0 if (client is not _C_OPEN and client is not _C_GOAWAY) or not self._buffered() else None
         self.emit(
             make_call_end(
                 time.time_ns(), call.id, status, details, cause,
@@ -844,8 +914,7 @@ class H2Core:
         try:
             self.refuser.feed(data)
         except Exception as e:
-            self._out.commands.append(Log("exception", "relay_internal_error", {}, e))
-            self._start(self._abort("proxy_error"))
+            self._internal_error(e)
 
 
 class Refuser:
@@ -908,3 +977,8 @@ class Refuser:
         self.closed = True
         self.conn.close_connection(last_stream_id=self.core.last_sid)
         self._write()
+
+
+def _joined(frames: list[Frame]) -> bytes | memoryview:
+    """The raw bytes of a read's frames when they are not one slice of it."""
+    return frames[0][4] if len(frames) == 1 else b"".join([f[4] for f in frames])

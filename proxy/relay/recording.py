@@ -33,6 +33,10 @@ SIDE_MIN_BYTES = 1024
 #: ``--payload none`` keeps that a response carried an in-band error, not its text.
 NONE_ERROR_TEXT = "(error text not recorded: --payload none)"
 
+_time_ns = time.time_ns
+#: Direction index -> the capture's name of it.
+_DIRECTIONS: tuple[ev.Direction, ev.Direction] = ("c2s", "s2c")
+
 #: Cancelled upstream streams per connection still watched for late frames (oldest forgotten first).
 LATE_WATCH = 256
 #: ``late`` records per cancelled call; then one ``overflow`` record and the call is no longer watched.
@@ -55,10 +59,9 @@ class MessageRecorder:
         if not done:
             return
         mkind = call.mkind
-        opts = self.opts
-        payload = opts.payload
-        t_ns = time.time_ns()
-        dname: ev.Direction = "c2s" if direction == 0 else "s2c"
+        payload = self.opts.payload
+        t_ns = _time_ns()
+        dname = _DIRECTIONS[direction]
         label: Labeler = _LABELERS[mkind][direction] if mkind else _no_labels
         index = call.index
         emit = self.emit
@@ -67,21 +70,22 @@ class MessageRecorder:
             index[direction] = idx + 1
             fields: dict[str, Any] = {}
             # A long message in pieces (--payload full, side file): labels read its head, as meta does.
-            parts: list[bytes] | None = None
+            parts: list[bytes] | None
             if isinstance(kept, list):
                 parts, body = kept, _head(kept)
             else:
-                body = kept
+                parts, body = None, kept
             if mkind and not flag:
                 try:
-                    if parts is not None:
+                    if parts is None:
+                        fields = label(body, truncated)
+                    else:
                         head = _head_labels(mkind, direction, body, parts)
                         if head is None:  # the head does not say it all: the whole message, as before
                             body, parts = b"".join(parts), None
+                            fields = label(body, truncated)
                         else:
                             fields = head
-                    if parts is None:
-                        fields = label(body, truncated)
                     if direction == 0:
                         call.inflight.sent(fields["request_id"])
                     else:
@@ -90,45 +94,57 @@ class MessageRecorder:
                     fields = {"decode_error": f"not a valid {'request' if direction == 0 else 'response'}: {e}"}
             elif mkind and flag:
                 fields = {"decode_error": "compressed message: not decoded"}
-            if payload == "none" and fields:
-                # Ids, finals, model and "there was an error" drive the request state machine and the
-                # in-flight evidence of cancels; tensor specs and error texts are what none leaves out.
-                fields.pop("inputs", None)
-                fields.pop("output_tensors", None)
-                if fields.get("error"):
-                    fields["error"] = NONE_ERROR_TEXT
-            if payload == "full":
-                cut, withheld = truncated, False
-                if parts is not None and direction == 0 and mkind and opts.redact_inputs:
-                    body, parts = b"".join(parts), None  # redaction reads the whole request
-                if direction == 0 and mkind and opts.redact_inputs:
-                    red = None if flag or truncated else redact_request(body, opts.redact_inputs, opts.redact_key)
-                    if red is None:
-                        # Cannot prove the named tensors are out of it: store no bytes at all.
-                        body, digest, cut, withheld = b"", None, True, True
-                        fields.setdefault("decode_error", "payload withheld: cannot redact a cut, compressed or undecodable request")
-                    elif red[0] is not body:
-                        body = red[0]
-                        digest = hashlib.sha256(body).hexdigest()
-                        fields["inputs"] = red[1]
-                cap = opts.payload_cap
-                fields["payload_sha256"] = digest
-                shown = body if cap is None else body[:cap]
-                if withheld:
-                    pass
-                elif parts is not None:
-                    fields["payload_at"] = parts  # written with one writev, never joined
-                elif len(shown) >= SIDE_MIN_BYTES and opts.payload_store == "side":
-                    # The bytes ride in payload_at to the writer thread, which puts them in the side
-                    # file and writes [offset, length] instead (proxy/capture/sidefile.py): no base64.
-                    fields["payload_at"] = shown
+            if payload != "meta":  # (the default mode records the labels as they are)
+                if payload == "none":
+                    if fields:
+                        # Ids, finals, model and "there was an error" drive the request state machine
+                        # and the in-flight evidence of cancels; tensor specs and error texts are what
+                        # none leaves out.
+                        fields.pop("inputs", None)
+                        fields.pop("output_tensors", None)
+                        if fields.get("error"):
+                            fields["error"] = NONE_ERROR_TEXT
                 else:
-                    fields["payload"] = base64.b64encode(shown).decode("ascii")
-                fields["payload_truncated"] = cut or len(shown) < len(body)
+                    self._payload(fields, body, parts, digest, flag, truncated, bool(mkind) and direction == 0)
             # Not ev.MessageSeen(...): its frozen __init__ costs ~10x (proxy/relay/records.py).
             emit(make_message(t_ns, call.id, dname, idx, length, bool(flag), fields))
 
 
+
+    def _payload(
+        self, fields: dict[str, Any], body: bytes, parts: list[bytes] | None, digest: str | None, flag: int,
+        truncated: bool, request: bool,
+    ) -> None:
+        """``--payload full``: the message's bytes (or where they go) and hash, into ``fields``.
+        ``request``: an inference request, whose named input tensors may have to be redacted."""
+        opts = self.opts
+        cut, withheld = truncated, False
+        if request and opts.redact_inputs:
+            if parts is not None:
+                body, parts = b"".join(parts), None  # redaction reads the whole request
+            red = None if flag or truncated else redact_request(body, opts.redact_inputs, opts.redact_key)
+            if red is None:
+                # Cannot prove the named tensors are out of it: store no bytes at all.
+                body, digest, cut, withheld = b"", None, True, True
+                fields.setdefault("decode_error", "payload withheld: cannot redact a cut, compressed or undecodable request")
+            elif red[0] is not body:
+                body = red[0]
+                digest = hashlib.sha256(body).hexdigest()
+                fields["inputs"] = red[1]
+        cap = opts.payload_cap
+        fields["payload_sha256"] = digest
+        shown = body if cap is None else body[:cap]
+        if withheld:
+            pass
+        elif parts is not None:
+            fields["payload_at"] = parts  # written with one writev, never joined
+        elif len(shown) >= SIDE_MIN_BYTES and opts.payload_store == "side":
+            # The bytes ride in payload_at to the writer thread, which puts them in the side
+            # file and writes [offset, length] instead (proxy/capture/sidefile.py): no base64.
+            fields["payload_at"] = shown
+        else:
+            fields["payload"] = base64.b64encode(shown).decode("ascii")
+        fields["payload_truncated"] = cut or len(shown) < len(body)
 
 def _labels(mkind: int, direction: int, body: bytes, truncated: bool) -> dict[str, Any]:
     """The Triton labels of one message (raises when it does not decode)."""
