@@ -1,8 +1,8 @@
 """Scripted HTTP/2 conversations through a relay, between a real ``h2`` client and a real ``h2`` server.
 
 One definition of each conversation for the relay's equivalence test (the same conversations
-through the Tunnel of before and the protocol core under its shell, compared record for record
-and byte for byte) and for anything else that wants a conversation by name. A rig drives one
+through the Tunnel of before and the protocol core, alone and under its shell, compared record for
+record and byte for byte) and for the core's own tests (:class:`CoreRig`: the core with no shell). A rig drives one
 relay implementation; a conversation only calls the rig's methods, so the same script runs
 through any of them. Timers never run by themselves: a conversation fires them with
 ``rig.fire_timers()``, so nothing waits.
@@ -20,6 +20,9 @@ import h2.connection
 import h2.events
 from tritonclient.grpc import service_pb2 as pb
 
+from proxy.relay.contract import ArmTimer, CancelTimer, Close, Command, Log, Output
+from proxy.relay.core import H2Core
+from proxy.relay.options import RelayOptions
 from proxy.wire import frames as wire
 
 INFER = b"/inference.GRPCInferenceService/ModelInfer"
@@ -577,3 +580,97 @@ CONVERSATIONS: dict[str, Callable[[Rig], None]] = {
 }  # fmt: skip
 #: Conversations in which no upstream speaks (it is unreachable, or gone before its SETTINGS).
 NO_SERVER = frozenset({"refused_upstream", "refused_upstream_then_shutdown", "upstream_closes_before_settings", "own_settings_first"})
+
+
+# --- the protocol core alone, no shell and no event loop --------------------------------------------
+
+
+@dataclasses.dataclass
+class Shared:
+    """What the connections of one proxy share, as :class:`proxy.relay.contract.Shared` asks."""
+
+    emit: Callable[[Any], None]
+    options: RelayOptions = dataclasses.field(default_factory=RelayOptions)
+    authority: bytes | None = None
+    open_calls: int = 0
+    before_cancel: Callable[[str], None] | None = None
+
+    @property
+    def emit_message(self) -> Callable[[Any], None]:
+        return self.emit
+
+
+class CoreRig(Rig):
+    """The conversation through a bare :class:`proxy.relay.core.H2Core`: this rig is its shell.
+
+    Every step of every input is kept in ``steps`` as (input number, what it wrote upstream, what it
+    wrote to the client, its commands), so tests see exactly what one step asked for; ``armed`` is
+    the timers armed and not yet fired or cancelled. Nothing runs by itself: no loop, no sleeps."""
+
+    def __init__(self, setup: dict[str, Any] | None = None, server: bool = True, connect: bool = True) -> None:
+        super().__init__(server)
+        setup = setup or {}
+        name = setup.get("upstream_server_name")
+        self.shared = Shared(self.records.append, setup.get("options", RelayOptions()),
+                             name.encode() if name else None)  # fmt: skip
+        self.core = H2Core(self.shared, "c1", "127.0.0.1:40000", None, lambda: 0)
+        self.steps: list[tuple[int, bytes, bytes, list[Command]]] = []
+        self.out: dict[str, list[bytes]] = {"client": [], "upstream": []}
+        self.closes: list[str] = []
+        self.armed: dict[str, float] = {}
+        self.logs: list[Log] = []
+        if connect:
+            self.run(self.core.connected())
+
+    def run(self, out: Output | None) -> None:
+        """Carry out each step as the shell would."""
+        while out is not None:
+            c2s = bytes(out.c2s) if out.c2s is not None else b""
+            s2c = bytes(out.s2c) if out.s2c is not None else b""
+            commands = list(out.commands)
+            self.steps.append((self.step, c2s, s2c, commands))
+            if c2s and "upstream" not in self.closes:
+                self.out["upstream"].append(c2s)
+            if s2c and "client" not in self.closes:
+                self.out["client"].append(s2c)
+            for c in commands:
+                if isinstance(c, Close):
+                    self.closes.append(c.side)
+                elif isinstance(c, ArmTimer):
+                    self.armed[c.name] = c.delay_s
+                elif isinstance(c, CancelTimer):
+                    self.armed.pop(c.name, None)
+                elif isinstance(c, Log):
+                    self.logs.append(c)
+            out = self.core.resume() if out.more else None
+
+    def _down(self, data: bytes) -> None:
+        self.run(self.core.receive_c2s(data))
+
+    def _up(self, data: bytes) -> None:
+        self.run(self.core.receive_s2c(data))
+
+    def _lose(self, side: str, exc: Exception | None) -> None:
+        self.run(self.core.lost(side, exc))
+
+    def _fire_timers(self) -> None:
+        for name in list(self.armed):
+            del self.armed[name]
+            self.run(self.core.timer(name))
+
+    def _take(self, side: str) -> bytes:
+        data = b"".join(self.out[side])
+        self.out[side].clear()
+        return data
+
+    def closed(self, side: str) -> bool:
+        return side in self.closes
+
+    def shutdown(self) -> None:
+        self._input(lambda: self.run(self.core.goaway()))
+
+    def abort(self, cause: str) -> None:
+        self._input(lambda: self.run(self.core.abort(cause)))
+
+    def connect_failed(self, reason: str) -> None:
+        self._input(lambda: self.run(self.core.connect_failed(reason)))

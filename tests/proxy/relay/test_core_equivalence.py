@@ -6,8 +6,8 @@ breaking HTTP/2 before and after its SETTINGS, CONTINUATION, flow control, ``:au
 rewriting) runs between a real h2 client and a real h2 server through the relay, in every payload
 mode; what is compared is every record (times aside) and every byte written to each side, input by
 input. The expected outcomes were produced by the Tunnel the core replaced and are kept in
-``equivalence.json`` (regenerate with ``python -m tests.proxy.relay.test_core_equivalence`` only from
-that Tunnel: the file is the evidence that behaviour did not change).
+``equivalence.json``, written by that Tunnel in the commit that still had it (never regenerate it
+from the core: the file is the evidence that behaviour did not change).
 
 In-memory transports: the comparison needs exact control of which bytes arrive in which read.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import pytest
 from proxy.relay.options import RelayOptions
 from proxy.relay.relay import Relay
 from proxy.relay.shell import Connection
-from tests.support.h2conv import CONVERSATIONS, NO_SERVER, Rig
+from tests.support.h2conv import CONVERSATIONS, NO_SERVER, CoreRig, Rig
 from tests.support.transport import MemoryTransport
 
 GOLDEN = Path(__file__).with_name("equivalence.json")
@@ -104,11 +103,22 @@ CASES = [(c, s) for c in CONVERSATIONS for s in SETUPS]
 
 @pytest.mark.parametrize(("conversation", "setup"), CASES, ids=[f"{c}-{s}" for c, s in CASES])
 def test_the_core_relays_each_conversation_as_the_tunnel_did(conversation: str, setup: str) -> None:
+    """The core under the asyncio shell (the proxy's own classes, on in-memory transports)."""
     expected = json.loads(GOLDEN.read_text())[f"{conversation}/{setup}"]
     got = json.loads(json.dumps(run(NewRig, conversation, setup)))
     assert got["records"] == expected["records"]
     assert got["writes"] == expected["writes"]
     assert got["closed"] == expected["closed"]
+
+
+@pytest.mark.parametrize(("conversation", "setup"), CASES, ids=[f"{c}-{s}" for c, s in CASES])
+def test_the_bare_core_relays_each_conversation_alike(conversation: str, setup: str) -> None:
+    """The core alone, its outputs carried out by the test (no shell, no event loop): the same."""
+    expected = json.loads(GOLDEN.read_text())[f"{conversation}/{setup}"]
+    rig = CoreRig(SETUPS[setup], conversation not in NO_SERVER, not conversation.startswith("refused_upstream"))
+    CONVERSATIONS[conversation](rig)
+    got = json.loads(json.dumps(rig.outcome()))
+    assert got == expected
 
 
 def test_the_conversations_cover_what_they_claim() -> None:
@@ -128,15 +138,5 @@ def test_the_conversations_cover_what_they_claim() -> None:
     assert cancel["in_flight"] == ["run", "wait"] and cancel["responded"] == ["run"]
 
 
-def write_golden() -> None:
-    """Write ``equivalence.json`` from the old Tunnel (run once, before the Tunnel was replaced)."""
-    from tests.proxy.relay.old_tunnel_rig import OldRig
-
-    out = {f"{c}/{s}": run(OldRig, c, s) for c, s in CASES}
-    GOLDEN.write_text(json.dumps(out, indent=0, sort_keys=True) + "\n")
-    print(f"{GOLDEN}: {len(out)} conversations")
-
-
-if __name__ == "__main__":
-    write_golden()
-    sys.exit(0)
+# equivalence.json was written by this module's write_golden(), with the old Tunnel's rig
+# (tests/proxy/relay/old_tunnel_rig.py), in the commit that still had that Tunnel; both went with it.
