@@ -19,8 +19,8 @@ Design (sans-IO, the shape of python-hyper/h2's ``H2Connection`` and of mitmprox
   core a step boundary is a ``yield`` of a job (a generator), so the code reads straight through.
 - The lifecycle is explicit: one state per side (:mod:`proxy.relay.lifecycle`), moved only
   through its transition tables, which are tested over every (state, input) pair.
-- One decision per read: :meth:`H2Core._verbatim` all frames of a read once, beside
-  the handlers that drop, rewrite or re-send frames (``_c2s_frame``, ``_s2c_frame``). A verbatim
+- One decision per read: ``_verbatim_c2s`` / ``_verbatim_s2c`` classify all frames of a read once,
+  beside the handlers that drop, rewrite or re-send frames (``_c2s_frame``, ``_s2c_frame``). A verbatim
   read is one slice of the bytes read, written whole; otherwise each handler queues what goes on.
 - Per-call recording is done by objects given an emit function (:mod:`proxy.relay.recording`):
   :class:`~proxy.relay.recording.MessageRecorder` (every gRPC message) and
