@@ -498,7 +498,7 @@ class H2Core:
         if ftype == _DATA:
             call = self.calls.get(sid)
             if call is not None:
-                self._record(call, 0, wire.data_payload(flags, payload))
+                self._record(call, C2S, wire.data_payload(flags, payload))
                 if flags & _END_STREAM:
                     self.emit(make_half_close(time.time_ns(), call.id, {}))
             if not self._verbatim:
@@ -620,7 +620,7 @@ class H2Core:
             call = self.calls.get(sid)
             if call is not None:
                 # Once per streamed response: data_payload inline (a call less a frame).
-                self._record(call, 1, payload if not flags & _PADDED else wire.data_payload(flags, payload))
+                self._record(call, S2C, payload if not flags & _PADDED else wire.data_payload(flags, payload))
                 if not self._verbatim:
                     self._s2c_q.append(raw)
                 if flags & _END_STREAM:
@@ -786,7 +786,7 @@ class H2Core:
                 time.time_ns(), call.id, status, details, cause,
                 pairs(trailers) if trailers is not None else None,
                 pairs(call.resp_headers) if call.resp_headers is not None else None,
-                call.elapsed_ms(), call.index[0], call.index[1], rst, undelivered, {},
+                call.elapsed_ms(), call.index[C2S], call.index[S2C], rst, undelivered, {},
             )
         )  # fmt: skip
         if self.goaway_last is not None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.relay.call import LABEL_KEEP, Call
+from proxy.relay.contract import C2S
 from proxy.relay.options import RelayOptions
 from proxy.relay.records import make_message
 from proxy.triton import labels, pieces
@@ -53,8 +54,9 @@ class MessageRecorder:
         self.emit = emit
 
     def record(self, call: Call, direction: int, data: memoryview) -> None:
-        """Cut, label and record every complete message in ``data`` (the hot path's one pass)."""
-        asm = call.c2s_asm if direction == 0 else call.s2c_asm
+        """Cut, label and record every complete message in ``data`` of ``direction`` (``C2S`` or
+        ``S2C``, :mod:`proxy.relay.contract`): the hot path's one pass."""
+        asm = call.c2s_asm if direction == C2S else call.s2c_asm
         done = asm.feed(data)
         if not done:
             return
@@ -86,12 +88,12 @@ class MessageRecorder:
                             fields = label(body, truncated)
                         else:
                             fields = head
-                    if direction == 0:
+                    if direction == C2S:
                         call.inflight.sent(fields["request_id"])
                     else:
                         call.inflight.answered(fields["request_id"], fields["final"])
                 except Exception as e:
-                    fields = {"decode_error": f"not a valid {'request' if direction == 0 else 'response'}: {e}"}
+                    fields = {"decode_error": f"not a valid {'request' if direction == C2S else 'response'}: {e}"}
             elif mkind and flag:
                 fields = {"decode_error": "compressed message: not decoded"}
             if payload != "meta":  # (the default mode records the labels as they are)
@@ -105,7 +107,7 @@ class MessageRecorder:
                         if fields.get("error"):
                             fields["error"] = NONE_ERROR_TEXT
                 else:
-                    self._payload(fields, body, parts, digest, flag, truncated, bool(mkind) and direction == 0)
+                    self._payload(fields, body, parts, digest, flag, truncated, bool(mkind) and direction == C2S)
             # Not ev.MessageSeen(...): its frozen __init__ costs ~10x (proxy/relay/records.py).
             emit(make_message(t_ns, call.id, dname, idx, length, bool(flag), fields))
 
@@ -169,7 +171,7 @@ def _head_labels(mkind: int, direction: int, head: bytes, parts: list[bytes]) ->
     """The labels of a long message kept in ``parts``, read from its ``head``; None when the head may
     not hold all of them (the caller then decodes the whole message: labels never depend on how the
     bytes were kept). Streamed responses (labels nested in ``infer_response``) are always decoded whole."""
-    if direction == 0:
+    if direction == C2S:
         raw = 7  # ModelInferRequest.raw_input_contents
     elif mkind == labels.UNARY_INFER:
         raw = 6  # ModelInferResponse.raw_output_contents
