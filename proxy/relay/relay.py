@@ -1,4 +1,4 @@
-"""What every tunnel of one proxy shares: options, the capture sink, id counters, the open tunnels."""
+"""What every connection of one proxy shares: options, the capture sink, id counters, the open connections."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from proxy.relay.shell import Connection
 
 
 class Relay:
-    """Everything the tunnels share: options, the capture sink, id counters, open tunnels."""
+    """Everything the connections share: options, the capture sink, id counters, the open connections
+    (``tunnels``), the protocol core each one gets (``core_factory``)."""
 
     def __init__(
         self,
