@@ -11,16 +11,25 @@ upstream connected or unreachable, a side lost, a timer fired) and carries out e
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import structlog
 
-from proxy.relay.contract import CLIENT, UPSTREAM, ArmTimer, CancelTimer, Close, Log, Output, ProtocolCore
+from proxy.relay.contract import (
+    CLIENT,
+    UPSTREAM,
+    ArmTimer,
+    CancelTimer,
+    Close,
+    CoreFactory,
+    Log,
+    Output,
+    ProtocolCore,
+    Shared,
+)
 from proxy.relay.peercert import client_subject
-
-if TYPE_CHECKING:
-    from proxy.relay.relay import Relay
 
 log = structlog.get_logger("triton_tap.relay")
 
@@ -121,10 +130,23 @@ class Side(asyncio.Protocol):
             t.resume_reading()
 
 
+class Owner(Shared, Protocol):
+    """What the shell needs of the connections' owner (:class:`proxy.relay.relay.Relay` is one)."""
+
+    upstream: tuple[str, int]
+    upstream_tls: ssl.SSLContext | None
+    upstream_server_name: str | None
+    #: Open connections (a connection joins when its client connection is made, leaves when it is lost).
+    tunnels: set[Connection]
+    core_factory: CoreFactory
+    #: Called after each read of either side is handled and written, or None.
+    after_read: Callable[[], None] | None
+
+
 class Connection:
     """A client connection, the upstream connection opened for it, and the protocol core between them."""
 
-    def __init__(self, relay: Relay, conn_id: str) -> None:
+    def __init__(self, relay: Owner, conn_id: str) -> None:
         self.relay = relay
         self.conn_id = conn_id
         self.client = Side(self)
