@@ -76,7 +76,7 @@ PROXY_ANSWERS: dict[str, tuple[int, str]] = {
 }
 
 # The states the hot path tests, as globals (an enum member looked up on its class costs ~0.1 us).
-_U_OPEN, _C_OPEN, _C_GOAWAY = Upstream.OPEN, Client.OPEN, Client.GOAWAY
+_U_OPEN = Upstream.OPEN
 # Frame types and flags the per-frame handlers test, as globals (not an attribute of ``wire`` each time).
 _DATA, _HEADERS, _RST_STREAM, _SETTINGS = wire.DATA, wire.HEADERS, wire.RST_STREAM, wire.SETTINGS
 _PUSH_PROMISE, _GOAWAY = wire.PUSH_PROMISE, wire.GOAWAY
@@ -121,6 +121,7 @@ class H2Core:
         "c2s",
         "calls",
         "client",
+        "client_live",
         "client_subject",
         "conn_id",
         "emit",
@@ -158,6 +159,9 @@ class H2Core:
         self.calls: dict[int, Call] = {}
         self.up = Upstream.CONNECTING
         self.client = Client.OPEN
+        #: Whether bytes still go to the client (its state is one of CLIENT_LIVE); set with the state
+        #: by _client_input only: the hot path tests this instead of the state.
+        self.client_live = True
         #: Last stream id of the GOAWAY the client got (from us or passed on), or None.
         self.goaway_last: int | None = None
         #: The highest stream id the client opened a call on.
@@ -207,8 +211,7 @@ class H2Core:
 
     def receive_c2s(self, data: bytes) -> Output:
         """The bytes of one read from the client."""
-        client = self.client
-        if client is not _C_OPEN and client is not _C_GOAWAY:
+        if not self.client_live:
             return self._begin()  # being closed (protocol error): nothing more from it counts
         if self.refuser is not None:
             self._begin()
@@ -243,8 +246,7 @@ class H2Core:
         except Exception as e:
             return self._read_failed(S2C, e)
         out = self._out_verbatim_s2c
-        client = self.client
-        if client is _C_OPEN or client is _C_GOAWAY:
+        if self.client_live:
             span = reader.span
             out.s2c = span if span is not None else _joined(frames)
         else:
@@ -342,9 +344,9 @@ class H2Core:
         """
         self._begin()
         self._linger = False
-        if not self.calls and self.client in CLIENT_LIVE:
+        if not self.calls and self.client_live:
             # (A call that crossed the GOAWAY, legal below its last stream id, arms it again as it ends.)
-            self.client = client_after(self.client, ClientInput.CLOSE)
+            self._client_input(ClientInput.CLOSE)
             self._out.commands.append(Close(CLIENT))
         return self._finish()
 
@@ -379,7 +381,7 @@ class H2Core:
                 self._c2s_w += q
         if self._s2c_q:
             q, self._s2c_q = self._s2c_q, []
-            if self.client in CLIENT_LIVE:
+            if self.client_live:
                 self._s2c_w += q
 
     def _finish(self) -> Output:
@@ -694,7 +696,7 @@ class H2Core:
         # connection); calls in flight drain. A GOAWAY may never raise an earlier one's last id.
         if self.goaway_last is None or last < self.goaway_last:
             self.goaway_last = last
-            self.client = client_after(self.client, ClientInput.GOAWAY)
+            self._client_input(ClientInput.GOAWAY)
             self._s2c_q.append(raw)
         self._maybe_close_client()
 
@@ -758,7 +760,7 @@ class H2Core:
 
     def _fail_c2s(self, call: Call, cause: str, code: int, message: str) -> None:
         """End a call the upstream cannot answer: the client gets a gRPC status of the proxy's own."""
-        if self.client in CLIENT_LIVE:
+        if self.client_live:
             trailers = status_trailers(code, message, call.resp_headers is None)
             self._own_s2c(wire.headers_frames(call.sid, wire.encode_block(trailers), True, self.s2c.max_frame))
         self._end(call, cause, causes.status_name(code), message, None)
@@ -779,8 +781,7 @@ class H2Core:
         self.shared.open_calls -= 1
         # The relay holds nothing per call: what the client did not get is in the socket buffer,
         # shared by every call of the connection, so it can be told only when that is empty.
-        client = self.client
-        undelivered = 0 if (client is not _C_OPEN and client is not _C_GOAWAY) or not self._buffered() else None
+        undelivered = 0 if not self.client_live or not self._buffered() else None
         self.emit(
             make_call_end(
                 time.time_ns(), call.id, status, details, cause,
@@ -801,6 +802,11 @@ class H2Core:
             self._own_settings_acks += 1
             self._s2c_q.append(wire.frame(wire.SETTINGS, 0, 0))
         self._s2c_q.append(frames)
+
+    def _client_input(self, inp: ClientInput) -> None:
+        """The client's state after ``inp`` (the one place it changes)."""
+        self.client = client_after(self.client, inp)
+        self.client_live = self.client in CLIENT_LIVE
 
     def _protocol_error(self, d: int, code: int, error: str, goaway: bool) -> None:
         """The sender of direction ``d`` broke HTTP/2: recorded, told (GOAWAY), its connection closed;
@@ -829,11 +835,11 @@ class H2Core:
             self._up_error = error
             self._out.commands.append(Close(UPSTREAM))
         else:
-            self.client = client_after(self.client, ClientInput.CLOSE)
+            self._client_input(ClientInput.CLOSE)
             self._out.commands.append(Close(CLIENT))
 
     def _client_lost(self) -> Job:
-        self.client = client_after(self.client, ClientInput.LOST)
+        self._client_input(ClientInput.LOST)
         if self._linger:
             self._linger = False
             self._out.commands.append(CancelTimer("linger"))
@@ -845,7 +851,7 @@ class H2Core:
     def _upstream_lost(self, exc: Exception | None) -> None:
         if self.up is Upstream.CONNECTING or self.up is Upstream.REFUSING:
             return  # never connected, or already answered for
-        if self.client not in CLIENT_LIVE:
+        if not self.client_live:
             # Nothing more is said to a client that is gone or being closed (for its violation, or
             # after its linger: no call left then, and it got GOAWAY already).
             self.up = upstream_after(self.up, UpstreamInput.LOST)
@@ -886,9 +892,9 @@ class H2Core:
 
     def _goaway_client(self) -> None:
         """Tell the client to open no new calls on this connection; open calls go on."""
-        if self.goaway_last is None and self.client in CLIENT_LIVE:
+        if self.goaway_last is None and self.client_live:
             self.goaway_last = self.last_sid
-            self.client = client_after(self.client, ClientInput.GOAWAY)
+            self._client_input(ClientInput.GOAWAY)
             if self.refuser is not None:
                 self.refuser.goaway()
             else:
@@ -898,7 +904,7 @@ class H2Core:
 
     def _maybe_close_client(self) -> None:
         """The client got GOAWAY and has no call left: it closes itself, or the linger closes it."""
-        if self.goaway_last is not None and not self.calls and self.client in CLIENT_LIVE and not self._linger:
+        if self.goaway_last is not None and not self.calls and self.client_live and not self._linger:
             self._linger = True
             self._out.commands.append(ArmTimer("linger", LINGER_S))
 

@@ -22,6 +22,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from proxy.relay.contract import ArmTimer, CancelTimer, Close, Command, Log, Output
 from proxy.relay.core import H2Core
+from proxy.relay.lifecycle import CLIENT_LIVE
 from proxy.relay.options import RelayOptions
 from proxy.wire import frames as wire
 
@@ -643,6 +644,8 @@ class CoreRig(Rig):
                 elif isinstance(c, Log):
                     self.logs.append(c)
             out = self.core.resume() if out.more else None
+        # the hot path's flag never disagrees with the state it stands for
+        assert self.core.client_live == (self.core.client in CLIENT_LIVE)
 
     def _down(self, data: bytes) -> None:
         self.run(self.core.receive_c2s(data))
