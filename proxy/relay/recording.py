@@ -106,47 +106,47 @@ class MessageRecorder:
                         fields.pop("output_tensors", None)
                         if fields.get("error"):
                             fields["error"] = NONE_ERROR_TEXT
-                else:
-                    self._payload(fields, body, parts, digest, flag, truncated, bool(mkind) and direction == C2S)
+                else:  # full: the bytes (or where they go) and their hash
+                    opts = self.opts
+                    cut, withheld = truncated, False
+                    if direction == C2S and mkind and opts.redact_inputs:
+                        body, parts, digest, cut, withheld = self._redacted(fields, body, parts, digest, flag, truncated)
+                    cap = opts.payload_cap
+                    fields["payload_sha256"] = digest
+                    shown = body if cap is None else body[:cap]
+                    if withheld:
+                        pass
+                    elif parts is not None:
+                        fields["payload_at"] = parts  # written with one writev, never joined
+                    elif len(shown) >= SIDE_MIN_BYTES and opts.payload_store == "side":
+                        # The bytes ride in payload_at to the writer thread, which puts them in the side
+                        # file and writes [offset, length] instead (proxy/capture/sidefile.py): no base64.
+                        fields["payload_at"] = shown
+                    else:
+                        fields["payload"] = base64.b64encode(shown).decode("ascii")
+                    fields["payload_truncated"] = cut or len(shown) < len(body)
             # Not ev.MessageSeen(...): its frozen __init__ costs ~10x (proxy/relay/records.py).
             emit(make_message(t_ns, call.id, dname, idx, length, bool(flag), fields))
 
-
-
-    def _payload(
+    def _redacted(
         self, fields: dict[str, Any], body: bytes, parts: list[bytes] | None, digest: str | None, flag: int,
-        truncated: bool, request: bool,
-    ) -> None:
-        """``--payload full``: the message's bytes (or where they go) and hash, into ``fields``.
-        ``request``: an inference request, whose named input tensors may have to be redacted."""
+        truncated: bool,
+    ) -> tuple[bytes, None, str | None, bool, bool]:
+        """``--redact-input``: a request's bytes with the named tensors cut out (and their hash), or none
+        at all when that cannot be proven: (body, parts, digest, cut, withheld)."""
         opts = self.opts
-        cut, withheld = truncated, False
-        if request and opts.redact_inputs:
-            if parts is not None:
-                body, parts = b"".join(parts), None  # redaction reads the whole request
-            red = None if flag or truncated else redact_request(body, opts.redact_inputs, opts.redact_key)
-            if red is None:
-                # Cannot prove the named tensors are out of it: store no bytes at all.
-                body, digest, cut, withheld = b"", None, True, True
-                fields.setdefault("decode_error", "payload withheld: cannot redact a cut, compressed or undecodable request")
-            elif red[0] is not body:
-                body = red[0]
-                digest = hashlib.sha256(body).hexdigest()
-                fields["inputs"] = red[1]
-        cap = opts.payload_cap
-        fields["payload_sha256"] = digest
-        shown = body if cap is None else body[:cap]
-        if withheld:
-            pass
-        elif parts is not None:
-            fields["payload_at"] = parts  # written with one writev, never joined
-        elif len(shown) >= SIDE_MIN_BYTES and opts.payload_store == "side":
-            # The bytes ride in payload_at to the writer thread, which puts them in the side
-            # file and writes [offset, length] instead (proxy/capture/sidefile.py): no base64.
-            fields["payload_at"] = shown
-        else:
-            fields["payload"] = base64.b64encode(shown).decode("ascii")
-        fields["payload_truncated"] = cut or len(shown) < len(body)
+        if parts is not None:
+            body = b"".join(parts)  # redaction reads the whole request
+        red = None if flag or truncated else redact_request(body, opts.redact_inputs, opts.redact_key)
+        if red is None:
+            # Cannot prove the named tensors are out of it: store no bytes at all.
+            fields.setdefault("decode_error", "payload withheld: cannot redact a cut, compressed or undecodable request")
+            return b"", None, None, True, True
+        if red[0] is not body:
+            body = red[0]
+            digest = hashlib.sha256(body).hexdigest()
+            fields["inputs"] = red[1]
+        return body, None, digest, truncated, False
 
 def _labels(mkind: int, direction: int, body: bytes, truncated: bool) -> dict[str, Any]:
     """The Triton labels of one message (raises when it does not decode)."""
