@@ -152,7 +152,8 @@ def test_check_cancel_bad_arguments_fail_before_the_run(extra: list[str], needle
 
 
 def test_check_cancel_server_refusing_metadata_is_not_unreachable() -> None:
-    """A reachable gRPC server that does not implement Triton's ServerMetadata is not called unreachable."""
+    """A reachable gRPC server that does not implement Triton's ServerMetadata is not called unreachable;
+    it is still the target's failure, not the user's input: exit 1 (docs/exit-codes.md)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -160,7 +161,7 @@ def test_check_cancel_server_refusing_metadata_is_not_unreachable() -> None:
         proc = _tap("check-cancel", "--target", f"127.0.0.1:{port}", "--model", "m")
     finally:
         server.stop(None)
-    assert proc.returncode == 2
+    assert proc.returncode == 1
     line = _one_line(proc)
     assert "refused" in line and "UNIMPLEMENTED" in line and "unreachable" not in line
 
