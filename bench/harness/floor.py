@@ -31,7 +31,7 @@ class _Side(asyncio.Protocol):
         self._early: list[bytes] = []  # read before the upstream connection existed
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # a stream transport, as in proxy/relay/side.py
+        self.transport = cast(asyncio.Transport, transport)  # a stream transport, as in proxy/relay/shell.py
         if self._early:
             self.transport.write(b"".join(self._early))
             self._early = []

@@ -1,6 +1,6 @@
 """CPU per streamed response with ``record --admin`` and 0 or 1 Tail watchers (``python -m bench.probes.admin_tap``).
 
-The relay (bench.probes.micro's in-memory harness: a real Tunnel between two h2 peers) feeds a real
+The relay (bench.probes.micro's in-memory harness: a real relay connection between two h2 peers) feeds a real
 RecordObserver and CaptureWriter writing to a temporary directory; the whole process's CPU time
 (loop thread, writer thread, the watcher's coroutine) is divided by the responses relayed. Cases:
 

@@ -6,7 +6,7 @@ retired, counted by ``valgrind --tool=callgrind`` (deterministic to ~0.1 %). Eac
 difference between two runs of one child process that differ only in how many responses the proxy
 handles, so interpreter start-up, imports and the set-up of the harness cancel out.
 
-What is counted: the proxy's ``side_data`` on reads of the upstream side that each hold ``--per-read``
+What is counted: the proxy's ``data_received`` on reads of the upstream side that each hold ``--per-read``
 DATA frames of one small ModelStreamInferResponse (the bytes made once by real ``h2`` peers, then fed
 again and again: the relay does not track flow control, so replaying DATA of an open stream is what
 it sees from a streaming Triton), plus, unless ``--no-encode``, the writer thread's encoding of every
@@ -53,10 +53,10 @@ def _child(payload: str, per_read: int, rounds: int, encode_records: bool) -> No
         for _ in range(per_read):
             h.server.send_data(sid, more)
         reads.append(h.server.data_to_send())
-    up = h.t.up
+    read = h.conn.upstream.data_received
     for _ in range(rounds):
         for data in reads:
-            h.t.side_data(up, data)
+            read(data)
         h.dt.out.clear()
         lines.clear()
         sink.clear()
@@ -76,10 +76,10 @@ def _unary_child(payload: str, rounds: int, encode_records: bool) -> None:
     h = _Harness(payload, emit)
     # As many calls made in both runs (the h2 peers' work cancels out); only ``rounds`` relayed.
     calls = unary_call_reads(h, UNARY_CALLS * UNARY_MAX_ROUNDS)
-    down, up = h.t.down, h.t.up
+    down, up = h.conn.client.data_received, h.conn.upstream.data_received
     for c2s, s2c in calls[: UNARY_CALLS * rounds]:
-        h.t.side_data(down, c2s)
-        h.t.side_data(up, s2c)
+        down(c2s)
+        up(s2c)
         h.dt.out.clear()
         h.ut.out.clear()
         lines.clear()

@@ -1,8 +1,9 @@
 """In-process micro benchmark of the relay's per-message cost: no sockets, no other processes.
 
-``python -m bench.micro`` drives a real :class:`proxy.relay.tunnel.Tunnel` with in-memory transports
-(:mod:`bench.probes.transport`) between two real ``h2`` peers (a gRPC-like client and a
-Triton-like server) and times only the proxy's own ``side_data`` calls while the server streams
+``python -m bench.micro`` drives a real relay connection (:class:`proxy.relay.shell.Connection` and its
+protocol core) with in-memory transports (:mod:`bench.probes.transport`) between two real ``h2``
+peers (a gRPC-like client and a Triton-like server) and times only the proxy's own ``data_received``
+calls while the server streams
 small ModelStreamInfer responses; then it times the pieces of the per-message path one by one
 (assembler, labels, record construction, JSONL encoding, cutting one DATA frame out of the bytes
 read). It answers "how many microseconds of Python does the proxy spend per streamed response, and
@@ -10,8 +11,8 @@ where" with far less noise than the end-to-end benchmark, so a change to proxy/r
 proxy/wire/, proxy/triton/labels.py or replay/capture/schema.py can be checked in seconds (run it
 before and after).
 
-It pokes at a few relay internals (``Tunnel.down/up``, ``side_data``); if those change, adapt
-``_Harness`` below.
+It pokes at a few relay internals (``Connection.open``, ``client``/``upstream``); if those change,
+adapt ``_Harness`` below.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from proxy.relay.call import LABEL_KEEP
 from proxy.relay.options import RelayOptions
 from proxy.relay.records import make_message
 from proxy.relay.relay import Relay
-from proxy.relay.tunnel import Tunnel
+from proxy.relay.shell import Connection
 from proxy.triton import labels
 from proxy.triton.inflight import InFlight
 from proxy.wire import frames as wire
@@ -80,15 +81,16 @@ def _evict(buf: bytearray) -> None:
 
 
 class _Harness:
-    """client h2 <-> Tunnel (in-memory transports) <-> server h2."""
+    """client h2 <-> relay shell and core (in-memory transports) <-> server h2."""
 
     def __init__(self, payload: str, emit: Callable[[Any], None]) -> None:
         self.relay = Relay(("127.0.0.1", 1), emit, RelayOptions(payload=payload))
-        self.t = Tunnel(self.relay, "c1")
+        self.conn = Connection(self.relay, "c1")
         self.dt, self.ut = MemoryTransport(), MemoryTransport()
-        self.t.down.transport = self.dt
-        self.t.peer = "127.0.0.1:40000"
-        self.t.up.connection_made(self.ut)
+        # The client side without its upstream connect (the upstream's transport is made here).
+        self.conn.client.transport = self.dt
+        self.conn.open(self.dt)
+        self.conn.upstream.connection_made(self.ut)
         self.client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
         self.client.initiate_connection()
         self.client.increment_flow_control_window(2**30)
@@ -103,14 +105,14 @@ class _Harness:
         if _cold is not None:
             _evict(_cold)
         a = time.thread_time_ns()
-        self.t.side_data(self.t.down, data)
+        self.conn.client.data_received(data)
         self.proxy_ns += time.thread_time_ns() - a
 
     def _up(self, data: bytes) -> None:
         if _cold is not None:
             _evict(_cold)
         a = time.thread_time_ns()
-        self.t.side_data(self.t.up, data)
+        self.conn.upstream.data_received(data)
         self.proxy_ns += time.thread_time_ns() - a
 
     def pump(self) -> list[Any]:

@@ -1,4 +1,4 @@
-"""The in-memory asyncio transport that drives a relay :class:`proxy.relay.tunnel.Tunnel` without sockets.
+"""The in-memory asyncio transport that drives a relay connection (:mod:`proxy.relay.shell`) without sockets.
 
 One definition for ``python -m bench.micro`` and the relay's pure tests (``tests.support.transport``
 hands this one on): both need exact control of which bytes arrive in which read, and see what the
@@ -12,7 +12,7 @@ from typing import Any
 
 
 class MemoryTransport(asyncio.Transport):
-    """An in-memory transport for driving a relay Tunnel without sockets (``bench.micro`` and the relay tests)."""
+    """An in-memory transport for driving a relay connection without sockets (``bench.micro`` and the relay tests)."""
 
     def __init__(self) -> None:
         super().__init__()

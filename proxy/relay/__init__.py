@@ -13,32 +13,27 @@ only where it must speak for a side that is gone or refuses: statuses when the u
 or unreachable, RST_STREAM upstream when the client is lost, GOAWAY at shutdown and on a protocol
 error — and those never touch HPACK state (:func:`proxy.wire.frames.encode_block`).
 
-Shape: a :class:`~proxy.relay.tunnel.Tunnel` owns the two asyncio transports and one
-:class:`proxy.wire.frames.FrameReader` per direction. Bytes in -> frames -> records + the same
-frames out, written once per read. All per-message work is one pass in
-:meth:`~proxy.relay.messages.MessageRecording._messages`. The pure pieces live in
-:mod:`proxy.wire` (frames, gRPC messages, header helpers); this package is the asyncio shell.
+Shape: a protocol core with no I/O under a thin I/O shell.
 
-The modules:
+- ``core``: :class:`~proxy.relay.core.H2Core`, one client connection, its upstream connection and
+  the calls between them, as HTTP/2: the bytes of one read in, what to write to each side, records
+  and commands out (sans-IO: no asyncio, socket, ssl or threading, an import-linter contract); its
+  small h2 server for an unreachable upstream (``Refuser``) is there too;
+- ``lifecycle``: the core's states, one per side, and their transition tables;
+- ``contract``: what a core and the shell say to each other (``Output``, the commands, the
+  ``ProtocolCore`` interface): a second protocol core (HTTP/1.1) plugs into the same shell;
+- ``recording``: per-call recording as objects given an emit function (every gRPC message; late
+  frames after a forwarded cancel); ``call``: one RPC's state; ``records``: the hot records;
+- ``shell``: the asyncio protocols of both sides, the upstream connect (TLS included), timers,
+  reading paused for backpressure; it knows nothing of HTTP/2; ``peercert``: the client
+  certificate's subject;
+- ``relay``: :class:`~proxy.relay.relay.Relay`, what every connection of one proxy shares (options,
+  the capture sink, open connections, shutdown); ``options``: :class:`~proxy.relay.options.RelayOptions`.
 
-- ``relay``: :class:`~proxy.relay.relay.Relay`, what every tunnel of one proxy shares (options,
-  the capture sink, open tunnels, shutdown); ``options``: :class:`~proxy.relay.options.RelayOptions`;
-- ``tunnel``: :class:`~proxy.relay.tunnel.Tunnel`, assembled from the parts below; ``state``: what
-  a tunnel holds, and the methods its parts offer each other; ``side``: one transport (a protocol);
-- the parts: ``transports`` (reads, verbatim writes, frames of the proxy's own), ``closing``
-  (protocol errors, a side lost, GOAWAY, linger, abort), ``from_client`` (client -> upstream),
-  ``from_upstream`` (upstream -> client), ``messages`` (the per-message pass), ``endings`` (how
-  calls end), ``late`` (frames after a forwarded cancel);
-- ``call``: one RPC's state; ``refuser``: the small h2 server that answers UNAVAILABLE when the
-  upstream cannot be reached.
-
-Why the parts are mixins of one class and not objects of their own: the relay's hot path is a
-chain of calls on one object (``side_data`` -> ``_s2c_frame`` -> ``_messages`` -> ``_fwd_down``),
-each reading the same per-connection state (``calls``, ``_to_down``, ``_early``...). As mixins,
-every such call and read is what it was in the single class: a method found in the type's cache
-and an attribute of ``self``. Objects of their own would add an attribute hop per call and per
-piece of shared state, in the per-frame loop, or copies of that state to keep in step. The price
-is that the parts are not independent: they share ``self``, which
-:class:`~proxy.relay.state.TunnelState` makes explicit (the state in one ``__init__``, and the
-signatures of what one part calls on another, checked by mypy).
+A byte's way: the client's socket -> ``shell.Side.data_received`` -> ``H2Core.receive_c2s`` (frames
+cut once by :class:`proxy.wire.frames.FrameReader`, the read classified once: verbatim or handled)
+-> the shell writes the one slice upstream -> ``H2Core.resume`` records what the frames said
+(:class:`~proxy.relay.recording.MessageRecorder`: cut, labelled, one ``message`` record per gRPC
+message) -> the capture writer. The pure pieces below the core live in :mod:`proxy.wire` (frames,
+gRPC messages, header helpers) and :mod:`proxy.triton` (labels, causes, in-flight requests).
 """

@@ -42,7 +42,7 @@ class Call:
         keep = LABEL_KEEP if opts.payload != "full" else max(LABEL_KEEP, opts.payload_cap or 2**62)
         hashing = opts.payload == "full"
         # Whole messages of 1 MiB or more go to the side file as the pieces they came in (no join);
-        # labels read their first MiB, as with --payload meta (proxy/relay/messages.py).
+        # labels read their first MiB, as with --payload meta (proxy/relay/recording.py).
         split = LABEL_KEEP if hashing and opts.payload_store == "side" and opts.payload_cap is None else None
         self.c2s_asm = Assembler(keep, hashing, split)
         self.s2c_asm = Assembler(keep, hashing, split)

@@ -1,4 +1,4 @@
-"""What every tunnel of one proxy shares: options, the capture sink, id counters, the open tunnels."""
+"""What every connection of one proxy shares: options, the capture sink, id counters, the open connections."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from proxy.relay.contract import CoreFactory
+from proxy.relay.core import H2Core
 from proxy.relay.options import RelayOptions
-from proxy.relay.state import TunnelState
-from proxy.relay.tunnel import Tunnel
+from proxy.relay.shell import Connection
 
 
 class Relay:
-    """Everything the tunnels share: options, the capture sink, id counters, open tunnels."""
+    """Everything the connections share: options, the capture sink, id counters, the open connections
+    (``tunnels``), the protocol core each one gets (``core_factory``)."""
 
     def __init__(
         self,
@@ -38,8 +40,11 @@ class Relay:
         self.upstream_server_name = upstream_server_name
         #: ``:authority`` sent upstream instead of the client's (a TLS upstream may route on it).
         self.authority = upstream_server_name.encode() if upstream_server_name else None
-        #: Open tunnels (each a :class:`Tunnel`; it leaves when its client connection is lost).
-        self.tunnels: set[TunnelState] = set()
+        #: Open connections (each a :class:`~proxy.relay.shell.Connection`; it leaves when its client
+        #: connection is lost).
+        self.tunnels: set[Connection] = set()
+        #: The protocol core of each client connection (gRPC over HTTP/2).
+        self.core_factory: CoreFactory = H2Core
         self._conn_ids = itertools.count(1)
         #: Connection ids are ``<prefix><n>``: ``record --workers`` gives each worker its own prefix,
         #: so call ids stay unique across the capture set.
@@ -54,15 +59,15 @@ class Relay:
         self.after_read: Callable[[], None] | None = None
 
     def protocol_factory(self) -> asyncio.Protocol:
-        """For ``loop.create_server``: a new tunnel per client connection."""
-        # The tunnel joins ``tunnels`` when its connection is made: a TLS client refused at the
-        # handshake never gets that far, and must not stay in the set forever.
-        return Tunnel(self, f"{self.conn_prefix}{next(self._conn_ids)}").down
+        """For ``loop.create_server``: a new connection per client connection."""
+        # The connection joins ``tunnels`` when it is made: a TLS client refused at the handshake
+        # never gets that far, and must not stay in the set forever.
+        return Connection(self, f"{self.conn_prefix}{next(self._conn_ids)}").client
 
     def begin_shutdown(self) -> None:
         """Stop taking new calls: GOAWAY to every client, in-flight calls go on."""
         for t in list(self.tunnels):
-            t.goaway_down()
+            t.goaway()
 
     async def wait_idle(self, timeout: float) -> bool:
         """Wait until no call is open (True) or ``timeout`` seconds passed (False)."""
@@ -76,7 +81,7 @@ class Relay:
     def hard_close(self) -> None:
         """Drop every connection still open without waiting for buffered bytes."""
         for t in list(self.tunnels):
-            for side in (t.down, t.up):
+            for side in (t.client, t.upstream):
                 if side.transport is not None:
                     side.transport.abort()
         self.tunnels.clear()

@@ -22,7 +22,7 @@ from replay.errors import UserError
 #: Connection-specific headers HTTP/2 forbids or a new connection sets itself (RFC 9113 8.2.2).
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host",
                         "content-length"})  # fmt: skip
-#: How the capture writes a value it did not keep (``proxy.relay.tunnel.REDACTED``).
+#: How the capture writes a value it did not keep (``proxy.relay.options.REDACTED``).
 REDACTED = "<redacted>"
 #: Endings the client caused: these are re-enacted; every other ending is the server's to repeat.
 CLIENT_ENDINGS = frozenset({"client_cancel", "client_disconnect", "deadline"})

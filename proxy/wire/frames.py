@@ -301,7 +301,7 @@ class FrameReader:
                     continue
                 if ftype == DATA and flags & PADDED and (not length or payload[0] >= length):
                     # Checked here, not when the data is read: a read's frames may be written
-                    # before they are handled (Tunnel._plain), and a bad frame must not leave.
+                    # before they are handled (proxy/relay/core.py), and a bad frame must not leave.
                     raise FrameError(PROTOCOL_ERROR, "DATA padding longer than the frame")
                 out.append((ftype, flags, sid, payload, raw))
         except FrameError as e:

@@ -1,4 +1,4 @@
-"""The in-memory asyncio transport that drives a relay Tunnel without sockets, for the relay's pure tests.
+"""The in-memory asyncio transport that drives a relay connection without sockets, for the relay's pure tests.
 
 Defined once in :mod:`bench.probes.transport` (``python -m bench.micro`` needs it too, and bench must
 not import tests).

@@ -1,6 +1,6 @@
 """The writer's side file (``--payload full`` message bytes, raw): order, rotation, retention, failures.
 
-Records here carry their bytes in ``payload_at`` as the relay hands them over (proxy/relay/messages.py);
+Records here carry their bytes in ``payload_at`` as the relay hands them over (proxy/relay/recording.py);
 what the writer leaves on disk is read back with the replay reader and :func:`payload_bytes`.
 """
 

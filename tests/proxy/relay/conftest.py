@@ -2,7 +2,7 @@
 
 The relay is plain ``asyncio.Protocol`` code and must not depend on the loop under it; the two
 differ in when reads are delivered around ``pause_reading`` and in their transport classes, which
-is where a relay bug would hide (one did: the reads held for "connect" in proxy/relay/side.py).
+is where a relay bug would hide (one did: the reads held for "connect" in proxy/relay/shell.py).
 The in-process servers of a test (fake Triton, stubs) share the proxy's loop (``bg``).
 """
 

@@ -19,7 +19,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from proxy.ops.server import RecordingProxy
-from proxy.relay.messages import SIDE_MIN_BYTES
+from proxy.relay.recording import SIDE_MIN_BYTES
 from proxy.resend.plan import scripts
 from proxy.triton import pieces
 from replay import feed_stream

@@ -267,19 +267,19 @@ def test_internal_error_costs_one_connection_and_is_recorded_as_ours(
     fake_upstream: Any, start_proxy: Callable[..., RecordingProxy], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A bug in the relay ends that connection's calls as proxy_error (client gets INTERNAL); others go on."""
-    from proxy.relay.tunnel import Tunnel
+    from proxy.relay.core import H2Core
 
     proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}")
-    original = Tunnel._plain
+    original = H2Core._verbatim_s2c
     armed = {"on": True}
 
-    def broken(self: Tunnel, side: Any, frames: list[Any]) -> bool:
-        if armed["on"] and side is self.up and any(f[0] == 0 for f in frames):  # the response's DATA
+    def broken(self: H2Core, frames: list[Any]) -> bool:
+        if armed["on"] and any(f[0] == 0 for f in frames):  # the response's DATA
             armed["on"] = False
             raise RuntimeError("injected relay bug")
-        return original(self, side, frames)
+        return original(self, frames)
 
-    monkeypatch.setattr(Tunnel, "_plain", broken)
+    monkeypatch.setattr(H2Core, "_verbatim_s2c", broken)
     failed = _infer_with_call(f"127.0.0.1:{proxy.port}", "victim", [])
     assert failed[0] is None and failed[1].code() == grpc.StatusCode.INTERNAL
     ok = _infer_with_call(f"127.0.0.1:{proxy.port}", "next", [])

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.paths import DATA
 
-HEAVY = ("h2", "hpack", "tritonclient", "grpc", "proxy.relay.tunnel", "pyarrow", "numpy", "rich")
+HEAVY = ("h2", "hpack", "tritonclient", "grpc", "proxy.relay.core", "pyarrow", "numpy", "rich")
 
 
 @pytest.mark.parametrize("argv", [[], ["replay", "check"], ["record"], ["diff"], ["serve"], ["report"], ["health"], ["export"]])

@@ -1,0 +1,279 @@
+"""Per-call recording, as objects given an emit function: every gRPC message, and late frames.
+
+:class:`MessageRecorder` cuts, labels and records the messages of a call's DATA (the hot path: one
+pass per DATA payload); :class:`LateWatch` records what the upstream still sends on a stream after
+the proxy forwarded its cancel. Neither writes anywhere: records leave through the emit function
+they were given (the capture writer, through the metrics observer or not), so the protocol core
+(:mod:`proxy.relay.core`) and its tests use them alike.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from proxy.relay.call import LABEL_KEEP, Call
+from proxy.relay.contract import C2S
+from proxy.relay.options import RelayOptions
+from proxy.relay.records import make_message
+from proxy.triton import labels, pieces
+from proxy.triton.redact import redact_request
+from proxy.wire.headers import grpc_status
+from proxy.wire.messages import Assembler
+from replay.capture import events as ev
+
+#: ``--payload-store side``: messages with fewer stored bytes stay base64 in their line. Below ~1 KiB the
+#: side file saves nothing (measured: +0.2-0.9 us per 76-byte message in the writer thread, against
+#: -6 us at 1 KiB and -20 us at 4 KiB), and small messages (token streams) compress well inside the
+#: zstd frame of their batch, while side-file bytes are stored raw (bench/README.md, issue 18).
+SIDE_MIN_BYTES = 1024
+
+#: ``--payload none`` keeps that a response carried an in-band error, not its text.
+NONE_ERROR_TEXT = "(error text not recorded: --payload none)"
+
+_time_ns = time.time_ns
+#: Direction index -> the capture's name of it.
+_DIRECTIONS: tuple[ev.Direction, ev.Direction] = ("c2s", "s2c")
+
+#: Cancelled upstream streams per connection still watched for late frames (oldest forgotten first).
+LATE_WATCH = 256
+#: ``late`` records per cancelled call; then one ``overflow`` record and the call is no longer watched.
+LATE_RECORDS = 64
+
+
+class MessageRecorder:
+    """The ``message`` records of one connection's calls, given to ``emit``."""
+
+    __slots__ = ("emit", "opts")
+
+    def __init__(self, opts: RelayOptions, emit: Callable[[Any], None]) -> None:
+        self.opts = opts
+        self.emit = emit
+
+    def record(self, call: Call, direction: int, data: memoryview) -> None:
+        """Cut, label and record every complete message in ``data`` of ``direction`` (``C2S`` or
+        ``S2C``, :mod:`proxy.relay.contract`): the hot path's one pass."""
+        asm = call.c2s_asm if direction == C2S else call.s2c_asm
+        done = asm.feed(data)
+        if not done:
+            return
+        mkind = call.mkind
+        payload = self.opts.payload
+        t_ns = _time_ns()
+        dname = _DIRECTIONS[direction]
+        label: Labeler = _LABELERS[mkind][direction] if mkind else _no_labels
+        index = call.index
+        emit = self.emit
+        for flag, length, kept, truncated, digest in done:
+            idx = index[direction]
+            index[direction] = idx + 1
+            fields: dict[str, Any] = {}
+            # A long message in pieces (--payload full, side file): labels read its head, as meta does.
+            parts: list[bytes] | None
+            if isinstance(kept, list):
+                parts, body = kept, _head(kept)
+            else:
+                parts, body = None, kept
+            if mkind and not flag:
+                try:
+                    if parts is None:
+                        fields = label(body, truncated)
+                    else:
+                        head = _head_labels(mkind, direction, body, parts)
+                        if head is None:  # the head does not say it all: the whole message, as before
+                            body, parts = b"".join(parts), None
+                            fields = label(body, truncated)
+                        else:
+                            fields = head
+                    if direction == C2S:
+                        call.inflight.sent(fields["request_id"])
+                    else:
+                        call.inflight.answered(fields["request_id"], fields["final"])
+                except Exception as e:
+                    fields = {"decode_error": f"not a valid {'request' if direction == C2S else 'response'}: {e}"}
+            elif mkind and flag:
+                fields = {"decode_error": "compressed message: not decoded"}
+            if payload != "meta":  # (the default mode records the labels as they are)
+                if payload == "none":
+                    if fields:
+                        # Ids, finals, model and "there was an error" drive the request state machine
+                        # and the in-flight evidence of cancels; tensor specs and error texts are what
+                        # none leaves out.
+                        fields.pop("inputs", None)
+                        fields.pop("output_tensors", None)
+                        if fields.get("error"):
+                            fields["error"] = NONE_ERROR_TEXT
+                else:  # full: the bytes (or where they go) and their hash
+                    opts = self.opts
+                    cut, withheld = truncated, False
+                    if direction == C2S and mkind and opts.redact_inputs:
+                        body, parts, digest, cut, withheld = self._redacted(fields, body, parts, digest, flag, truncated)
+                    cap = opts.payload_cap
+                    fields["payload_sha256"] = digest
+                    shown = body if cap is None else body[:cap]
+                    if withheld:
+                        pass
+                    elif parts is not None:
+                        fields["payload_at"] = parts  # written with one writev, never joined
+                    elif len(shown) >= SIDE_MIN_BYTES and opts.payload_store == "side":
+                        # The bytes ride in payload_at to the writer thread, which puts them in the side
+                        # file and writes [offset, length] instead (proxy/capture/sidefile.py): no base64.
+                        fields["payload_at"] = shown
+                    else:
+                        fields["payload"] = base64.b64encode(shown).decode("ascii")
+                    fields["payload_truncated"] = cut or len(shown) < len(body)
+            # Not ev.MessageSeen(...): its frozen __init__ costs ~10x (proxy/relay/records.py).
+            emit(make_message(t_ns, call.id, dname, idx, length, bool(flag), fields))
+
+    def _redacted(
+        self, fields: dict[str, Any], body: bytes, parts: list[bytes] | None, digest: str | None, flag: int,
+        truncated: bool,
+    ) -> tuple[bytes, None, str | None, bool, bool]:
+        """``--redact-input``: a request's bytes with the named tensors cut out (and their hash), or none
+        at all when that cannot be proven: (body, parts, digest, cut, withheld)."""
+        opts = self.opts
+        if parts is not None:
+            body = b"".join(parts)  # redaction reads the whole request
+        red = None if flag or truncated else redact_request(body, opts.redact_inputs, opts.redact_key)
+        if red is None:
+            # Cannot prove the named tensors are out of it: store no bytes at all.
+            fields.setdefault("decode_error", "payload withheld: cannot redact a cut, compressed or undecodable request")
+            return b"", None, None, True, True
+        if red[0] is not body:
+            body = red[0]
+            digest = hashlib.sha256(body).hexdigest()
+            fields["inputs"] = red[1]
+        return body, None, digest, truncated, False
+
+def _labels(mkind: int, direction: int, body: bytes, truncated: bool) -> dict[str, Any]:
+    """The Triton labels of one message (raises when it does not decode)."""
+    return _LABELERS[mkind][direction](body, truncated)
+
+
+def _no_labels(body: bytes, truncated: bool) -> dict[str, Any]:
+    """Never called: messages of other methods are not labelled (the loop tests the method first)."""
+    raise AssertionError("not an inference method")
+
+
+Labeler = Callable[[bytes, bool], dict[str, Any]]
+
+#: Method kind -> (the labels of a request, of a response): looked up once per read, not per message.
+_LABELERS: dict[int, tuple[Labeler, Labeler]] = {
+    labels.UNARY_INFER: (labels.request_labels, labels.response_labels),
+    labels.STREAM: (labels.request_labels, labels.stream_response_labels),
+}
+
+
+def _head_labels(mkind: int, direction: int, head: bytes, parts: list[bytes]) -> dict[str, Any] | None:
+    """The labels of a long message kept in ``parts``, read from its ``head``; None when the head may
+    not hold all of them (the caller then decodes the whole message: labels never depend on how the
+    bytes were kept). Streamed responses (labels nested in ``infer_response``) are always decoded whole."""
+    if direction == C2S:
+        raw = 7  # ModelInferRequest.raw_input_contents
+    elif mkind == labels.UNARY_INFER:
+        raw = 6  # ModelInferResponse.raw_output_contents
+    else:
+        return None
+    prefix, lost = labels.complete_prefix(head, raw)
+    if lost or not pieces.only_field_from(parts, len(prefix), raw):
+        return None
+    try:
+        fields = _labels(mkind, direction, head, True)
+    except Exception:
+        return None
+    return None if "decode_error" in fields else fields
+
+
+def _head(parts: list[bytes]) -> bytes:
+    """The first pieces of a message, joined, up to at least ``LABEL_KEEP`` bytes (what labels read)."""
+    n = 0
+    for i, p in enumerate(parts):
+        n += len(p)
+        if n >= LABEL_KEEP:
+            return b"".join(parts[: i + 1])
+    return b"".join(parts)
+
+
+class Late:
+    """A call whose cancel the proxy forwarded upstream, watched for frames the upstream still sends."""
+
+    __slots__ = ("asm", "call_id", "mkind", "records", "t_rst")
+
+    def __init__(self, call: Call) -> None:
+        self.call_id = call.id
+        self.mkind = call.mkind
+        self.t_rst = time.monotonic_ns()
+        # A message cut by the cancel: its tail arrives late and must not be read as a new one.
+        self.asm = call.s2c_asm if call.s2c_asm.partial else Assembler(LABEL_KEEP, False)
+        self.records = 0
+
+
+class LateWatch:
+    """One connection's cancelled calls, watched for frames the upstream still sends: ``late`` records."""
+
+    __slots__ = ("emit", "watched")
+
+    def __init__(self, emit: Callable[[Any], None]) -> None:
+        self.emit = emit
+        #: upstream stream id -> cancelled call still watched (insertion = age order)
+        self.watched: dict[int, Late] = {}
+
+    def watch(self, call: Call) -> None:
+        """The call's cancel went upstream: frames on its stream from now on are late."""
+        if len(self.watched) >= LATE_WATCH:
+            # Triton usually sends nothing after our RST: old entries would otherwise live as long
+            # as the connection.
+            del self.watched[next(iter(self.watched))]
+        self.watched[call.sid] = Late(call)
+
+    def frame(self, sid: int, kind: str, data: Any, end_stream: bool) -> None:
+        """A frame the upstream sent on a watched stream: recorded as ``late``.
+
+        It is passed on like every frame (the client's HTTP/2 stack discards frames on a stream it
+        reset, RFC 9113 5.1, and counts them for flow control; a header block must reach it for
+        HPACK's sake).
+        """
+        late = self.watched[sid]
+        since = (time.monotonic_ns() - late.t_rst) / 1e6
+        if kind == "data":
+            for flag, length, kept, truncated, _ in late.asm.feed(data):
+                body = b"".join(kept) if isinstance(kept, list) else kept
+                fields: dict[str, Any] = {}
+                if late.mkind and not flag:
+                    try:
+                        if late.mkind == labels.STREAM:
+                            got = labels.stream_response_labels(body, truncated)
+                        else:
+                            got = labels.response_labels(body, truncated)
+                        fields = {"request_id": got["request_id"], "final": got["final"], "error": got.get("error")}
+                    except Exception:
+                        # A late message that does not decode is still recorded, by size.
+                        pass
+                self._emit(sid, late, "message", length, since, **fields)
+        elif kind == "headers":
+            headers: list[tuple[bytes, bytes]] = data
+            size = sum(len(k) + len(v) for k, v in headers)
+            error = None
+            status, details = grpc_status(headers)
+            if status is not None:
+                error = status.decode("latin-1") + (" " + details if details else "")
+            self._emit(sid, late, "trailers" if end_stream else "headers", size, since, error=error)
+        else:
+            self._emit(sid, late, "rst", 0, since, rst_code=int(data))
+        if end_stream:
+            self.watched.pop(sid, None)
+
+    def _emit(self, sid: int, late: Late, frame: str, size: int, since: float, **fields: Any) -> None:
+        if sid not in self.watched:
+            return
+        late.records += 1
+        if late.records > LATE_RECORDS:
+            frame, size, fields = "overflow", 0, {}
+            del self.watched[sid]
+        self.emit(
+            ev.LateFrameSeen(t_ns=time.time_ns(), call=late.call_id, frame=frame, size=size,  # type: ignore[arg-type]
+                             since_cancel_ms=since, **fields)
+        )  # fmt: skip

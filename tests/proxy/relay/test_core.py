@@ -1,0 +1,602 @@
+"""The HTTP/2 protocol core, fed bytes: bytes out, records and commands, no event loop and no sleeps.
+
+A real h2 client and h2 server around a bare :class:`proxy.relay.core.H2Core` (``CoreRig``: the test
+is its shell); raw frames where a real peer would not send them. Each test pins a behaviour of the
+relay: calls, cancels, deadlines, disconnects, GOAWAY, a refused or broken upstream, flow control,
+late frames, CONTINUATION, and the defects found in review of the verbatim relay (memory a peer could
+pin or grow, causes, frame order and GOAWAY rules of RFC 9113, peer input that must never become
+proxy_error).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import h2.events
+import pytest
+
+from proxy.relay import core
+from proxy.relay.call import LABEL_KEEP
+from proxy.relay.contract import ArmTimer, Close
+from proxy.relay.core import ENHANCE_YOUR_CALM, LINGER_S
+from proxy.relay.options import REDACTED, RelayOptions
+from proxy.wire import frames as wire
+from proxy.wire.messages import Assembler
+from tests.support.h2conv import (
+    RESPONSE_HEADERS,
+    STREAM,
+    CoreRig,
+    infer_request,
+    infer_response,
+    request_headers,
+    stream_response,
+)
+
+REQ = request_headers()
+
+
+def _frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    out, i = [], 0
+    while i + 9 <= len(data):
+        n = int.from_bytes(data[i : i + 3], "big")
+        out.append((data[i + 3], data[i + 4], int.from_bytes(data[i + 5 : i + 9], "big"), data[i + 9 : i + 9 + n]))
+        i += 9 + n
+    return out
+
+
+def _types(data: bytes) -> list[int]:
+    return [f[0] for f in _frames(data)]
+
+
+def _goaways(data: bytes) -> list[tuple[int, int]]:
+    return [(int.from_bytes(p[:4], "big"), int.from_bytes(p[4:8], "big")) for t, _, _, p in _frames(data) if t == wire.GOAWAY]
+
+
+def _kinds(rig: CoreRig) -> list[str]:
+    return [r.kind for r in rig.records]
+
+
+def _of(rig: CoreRig, kind: str) -> list[Any]:
+    return [r for r in rig.records if r.kind == kind]
+
+
+def _stream_call(rig: CoreRig, *rids: str) -> int:
+    rig.pump()
+    sid = rig.open_call(request_headers(STREAM))
+    for rid in rids:
+        rig.client.send_data(sid, infer_request(rid))
+    rig.pump()
+    assert rig.server is not None
+    rig.server.send_headers(sid, RESPONSE_HEADERS)
+    rig.pump()
+    return sid
+
+
+# --- calls ------------------------------------------------------------------------------------------
+
+
+def test_a_unary_call_is_recorded_and_its_bytes_go_on_verbatim() -> None:
+    rig = CoreRig()
+    rig.pump()
+    sid = rig.open_call()
+    rig.client.send_data(sid, infer_request("u1"), end_stream=True)
+    sent = rig.client.data_to_send()
+    rig.down(sent)
+    # One read, one verbatim write of exactly its bytes (written first); the recording step after it
+    # asks for nothing more (no step of its own).
+    (write,) = [s for s in rig.steps if s[0] == rig.step]
+    assert write[1:] == (sent, b"", []) and rig.core.resume is not None
+    assert _kinds(rig) == ["call_start", "message", "half_close"]
+    rig.pump()
+    assert rig.server is not None
+    rig.server.send_headers(sid, RESPONSE_HEADERS)
+    rig.server.send_data(sid, infer_response("u1"))
+    rig.server.send_headers(sid, [(b"grpc-status", b"0")], end_stream=True)
+    rig.pump()
+    assert _kinds(rig) == ["call_start", "message", "half_close", "message", "call_end"]
+    start, req, _, resp, end = rig.records
+    assert (start.call, start.method, start.peer) == ("c1.1", "/inference.GRPCInferenceService/ModelInfer", "127.0.0.1:40000")
+    assert (req.dir, req.request_id, resp.dir, resp.request_id) == ("c2s", "u1", "s2c", "u1")
+    assert (end.status, end.cause, end.messages_c2s, end.messages_s2c) == ("OK", "ok", 1, 1)
+    assert rig.shared.open_calls == 0 and not rig.core.calls
+
+
+def test_a_stream_records_each_response_and_the_final_flags() -> None:
+    rig = CoreRig()
+    sid = _stream_call(rig, "r0")
+    assert rig.server is not None
+    for final in (False, False, True):
+        rig.server.send_data(sid, stream_response("r0", final))
+    rig.pump()  # three responses in one read
+    msgs = [r for r in _of(rig, "message") if r.dir == "s2c"]
+    assert [(m.index, m.request_id, m.final) for m in msgs] == [(0, "r0", False), (1, "r0", False), (2, "r0", True)]
+
+
+# --- cancels and the cancel record's in-flight set ------------------------------------------------------
+
+
+def test_a_client_reset_is_a_cancel_written_before_the_rest_of_its_read() -> None:
+    """DATA of call A, the reset of call B and the HEADERS of call C in one read: the step that writes
+    B's reset upstream ends there (Triton sees it first; its latency is measured to the socket), C
+    goes in the next step; the cancel record says the reset was forwarded, with the client's code."""
+    rig = CoreRig()
+    rig.pump()
+    a = rig.open_call(request_headers(STREAM))
+    b = rig.open_call(request_headers(STREAM))
+    rig.pump()
+    rig.client.send_data(a, infer_request("a0"))
+    rig.client.reset_stream(b, wire.CANCEL)
+    rig.open_call(end_stream=True)
+    rig.down(rig.client.data_to_send())
+    steps = [s for s in rig.steps if s[0] == rig.step]
+    assert _types(steps[0][1]) == [wire.DATA, wire.RST_STREAM] and _types(steps[1][1]) == [wire.HEADERS]
+    (cancel,) = _of(rig, "cancel")
+    assert (cancel.call, cancel.cause, cancel.rst_code, cancel.forwarded_upstream) == (f"c1.{b}", "client_cancel", 8, True)
+    assert cancel.upstream_rst_us is not None and cancel.upstream_rst_us >= 0
+    assert _kinds(rig)[-4:] == ["cancel", "call_end", "call_start", "half_close"]
+
+
+def test_the_cancel_in_flight_set_leaves_out_requests_whose_final_response_passed() -> None:
+    """Three requests on one stream: ``done`` got its final response, ``run`` a non-final one, ``wait``
+    none. The cancel lists ``run`` and ``wait`` in flight and only ``run`` as responded."""
+    rig = CoreRig()
+    sid = _stream_call(rig, "done", "run", "wait")
+    assert rig.server is not None
+    rig.server.send_data(sid, stream_response("done", True))
+    rig.server.send_data(sid, stream_response("run", False))
+    rig.pump()
+    rig.client.reset_stream(sid, wire.CANCEL)
+    rig.pump()
+    (cancel,) = _of(rig, "cancel")
+    assert cancel.in_flight == ["run", "wait"] and cancel.responded == ["run"]
+
+
+def test_frames_after_a_cancel_are_late_records_and_still_reach_the_client() -> None:
+    rig = CoreRig()
+    sid = _stream_call(rig, "run")
+    rig.client.reset_stream(sid, wire.CANCEL)
+    rig.pump()
+    late = wire.frame(wire.DATA, 0, sid, stream_response("run", False))
+    trailers = wire.headers_frames(sid, wire.encode_block([(b"grpc-status", b"0"), (b"grpc-message", b"late")]), True, 16384)
+    rig.up(late + trailers)
+    assert rig.take("client") == late + trailers  # passed on: HPACK and flow control stay in step
+    recs = _of(rig, "late")
+    assert [(r.frame, r.request_id, r.error) for r in recs] == [("message", "run", None), ("trailers", None, "0 late")]
+    (end,) = _of(rig, "call_end")
+    assert end.messages_s2c == 0  # nothing late counts as a message of the call
+
+
+# --- deadlines --------------------------------------------------------------------------------------------
+
+
+def test_a_reset_after_the_timeout_is_a_deadline_and_so_is_deadline_exceeded_from_upstream() -> None:
+    rig = CoreRig()
+    rig.pump()
+    a = rig.open_call(request_headers(b"/x.Y/Z", (b"grpc-timeout", b"1n")), end_stream=True)
+    rig.pump()
+    rig.client.reset_stream(a, wire.CANCEL)
+    b = rig.open_call(request_headers(b"/x.Y/Z", (b"grpc-timeout", b"1n")), end_stream=True)
+    rig.pump()
+    assert rig.server is not None
+    rig.server.send_headers(b, [*RESPONSE_HEADERS, (b"grpc-status", b"4")], end_stream=True)
+    rig.pump()
+    cancels = _of(rig, "cancel")
+    assert [(c.cause, c.forwarded_upstream) for c in cancels] == [("deadline", True), ("deadline", False)]
+    assert [(e.cause, e.status) for e in _of(rig, "call_end")] == [("deadline", "DEADLINE_EXCEEDED")] * 2
+
+
+@pytest.mark.parametrize("timeout", [b"\xb2m", b"1" * 5000 + b"m", b"123456789S"])
+def test_malformed_grpc_timeout_is_no_timeout(timeout: bytes) -> None:
+    """A grpc-timeout gRPC does not allow (non-ASCII digit, too long) is recorded as no timeout, never a proxy error."""
+    rig = CoreRig()
+    rig.pump()
+    rig.open_call([*REQ, (b"grpc-timeout", timeout)], end_stream=True)
+    rig.pump()
+    (start,) = _of(rig, "call_start")
+    assert start.timeout_ms is None and not _of(rig, "call_end")
+
+
+# --- disconnects ----------------------------------------------------------------------------------------
+
+
+def test_a_lost_client_resets_each_call_upstream_and_closes_the_upstream() -> None:
+    rig = CoreRig()
+    one = _stream_call(rig, "x")
+    two = _stream_call(rig, "y")
+    rig.lose("client")
+    steps = [s for s in rig.steps if s[0] == rig.step]
+    # one step per forwarded reset (each written, then recorded), the upstream closed last
+    assert [_frames(s[1]) for s in steps if s[1]] == [[(wire.RST_STREAM, 0, one, b"\0\0\0\x08")],
+                                                      [(wire.RST_STREAM, 0, two, b"\0\0\0\x08")]]  # fmt: skip
+    assert steps[-1][3] == [Close("upstream")]
+    assert [(r.kind, r.cause) for r in rig.records if r.kind in ("cancel", "call_end")] == [
+        ("cancel", "client_disconnect"), ("call_end", "client_disconnect")] * 2  # fmt: skip
+
+
+def test_a_lost_upstream_fails_calls_with_a_status_of_the_proxy_then_goaway_and_linger() -> None:
+    rig = CoreRig()
+    sid = _stream_call(rig, "x")
+    rig.lose("upstream", ConnectionResetError())
+    sent = rig.take("client")
+    assert _types(sent) == [wire.HEADERS, wire.GOAWAY] and _goaways(sent) == [(sid, 0)]
+    (end,) = _of(rig, "call_end")
+    assert (end.cause, end.status, end.details) == ("upstream_disconnect", "UNAVAILABLE", "triton-tap: upstream connection lost")
+    assert rig.armed == {"linger": LINGER_S}
+    rig.fire_timers()
+    assert rig.closes == ["client"]
+
+
+def test_a_lost_client_cancels_the_linger() -> None:
+    rig = CoreRig()
+    rig.pump()
+    rig.shutdown()
+    assert rig.armed == {"linger": LINGER_S}
+    rig.lose("client")
+    assert rig.armed == {}
+
+
+# --- GOAWAY ---------------------------------------------------------------------------------------------
+
+
+def test_crossing_call_after_upstream_goaway_survives_the_linger() -> None:
+    """A call sent before the client read the upstream's GOAWAY(2^31-1) runs to its end; the connection closes after."""
+    rig = CoreRig()
+    rig.pump()
+    rig.up(wire.goaway(2**31 - 1, wire.NO_ERROR))
+    assert rig.armed == {"linger": LINGER_S}
+    sid = rig.open_call(end_stream=True)
+    rig.pump(client_reads=False)
+    rig.fire_timers()  # the linger fires with the call still open: nothing closes
+    assert not rig.closes and list(rig.core.calls) == [sid] and not rig.armed
+    assert rig.server is not None
+    rig.server.send_headers(sid, [(b":status", b"200"), (b"grpc-status", b"0")], end_stream=True)
+    rig.pump(client_reads=False)
+    assert rig.armed == {"linger": LINGER_S}  # the call's end arms it again
+    rig.fire_timers()
+    assert rig.closes == ["client"]
+    (end,) = _of(rig, "call_end")
+    assert end.cause == "ok"
+
+
+def test_upstream_goaway_refuses_calls_above_its_last_stream_id() -> None:
+    rig = CoreRig()
+    rig.pump()
+    one = rig.open_call()
+    three = rig.open_call()
+    rig.pump()
+    rig.up(wire.goaway(one, wire.NO_ERROR))
+    sent = rig.take("client")
+    assert [(t, sid, p) for t, _, sid, p in _frames(sent) if t == wire.RST_STREAM] == [(wire.RST_STREAM, three, b"\0\0\0\x07")]
+    assert _goaways(sent) == [(one, 0)]
+    (end,) = _of(rig, "call_end")
+    assert (end.call, end.status, end.upstream_rst_code) == (f"c1.{three}", "UNAVAILABLE", wire.REFUSED_STREAM)
+
+
+def test_upstream_error_goaway_ends_calls_as_upstream_disconnect() -> None:
+    """An upstream GOAWAY with an error: the client's violation as judged upstream, calls upstream_disconnect, client closed."""
+    rig = CoreRig()
+    rig.pump()
+    sid = rig.open_call()
+    rig.pump()
+    rig.up(wire.goaway(sid, wire.INTERNAL_ERROR, b"server bug"))
+    rig.lose("client")
+    assert rig.closed("client")
+    (violation,) = _of(rig, "protocol_error")
+    assert violation.side == "client" and "GOAWAY INTERNAL_ERROR (server bug)" in violation.error
+    assert [(r.kind, r.cause) for r in rig.records if r.kind in ("cancel", "call_end")] == [
+        ("cancel", "upstream_disconnect"), ("call_end", "upstream_disconnect")]  # fmt: skip
+
+
+def test_goaway_last_stream_id_never_increases() -> None:
+    """After the shutdown GOAWAY(1) and a refused crossing stream 3, a protocol error's GOAWAY still names 1."""
+    rig = CoreRig()
+    rig.pump()
+    rig.open_call(end_stream=True)
+    rig.pump()
+    rig.shutdown()
+    s3 = rig.client.get_next_available_stream_id()
+    rig.client.send_headers(s3, REQ, end_stream=True)
+    rig.down(rig.client.data_to_send())
+    rig.down(wire.frame(wire.PING, 0, 0, b"1234"))  # a framing error: PING of 4 bytes
+    assert _goaways(rig.take("client")) == [(1, wire.NO_ERROR), (1, wire.FRAME_SIZE_ERROR)]
+
+
+def test_streams_opened_after_goaway_are_kept_back_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream opened after the shutdown GOAWAY is refused and never reaches the upstream; its DATA's
+    flow-control credit goes back to the client; one that keeps opening them is cut off (ENHANCE_YOUR_CALM)."""
+    monkeypatch.setattr(core, "KEPT_BACK_LIMIT", 5)
+    rig = CoreRig()
+    rig.pump()
+    rig.shutdown()
+    rig.take("client")
+    rig.take("upstream")
+    block = wire.encode_block(REQ)
+    rig.down(wire.frame(wire.HEADERS, wire.END_HEADERS, 1, block) + wire.frame(wire.DATA, 0, 1, bytes(100)))
+    assert rig.take("upstream") == b""
+    assert (wire.WINDOW_UPDATE, 0, 0, (100).to_bytes(4, "big")) in _frames(rig.take("client"))
+    for i in range(1, 7):
+        rig.down(wire.frame(wire.HEADERS, wire.END_HEADERS | wire.END_STREAM, 2 * i + 1, block))
+    (violation,) = _of(rig, "protocol_error")
+    assert violation.error_code == ENHANCE_YOUR_CALM and rig.closed("client")
+    assert len(_of(rig, "call_end")) == 5
+
+
+# --- a refused or broken upstream -------------------------------------------------------------------------
+
+
+def test_an_unreachable_upstream_gets_every_call_unavailable_with_the_reason() -> None:
+    rig = CoreRig(server=False, connect=False)
+    rig.connect_failed("triton-tap: upstream 127.0.0.1:1 unreachable: Connection refused")
+    rig.pump()
+    rig.open_call(end_stream=True)
+    rig.pump(client_reads=False)
+    events = rig.client.receive_data(rig.take("client")) if rig.out["client"] else []
+    del events
+    (end,) = _of(rig, "call_end")
+    assert (end.cause, end.status, end.details) == ("upstream_disconnect", "UNAVAILABLE",
+                                                   "triton-tap: upstream 127.0.0.1:1 unreachable: Connection refused")  # fmt: skip
+
+
+def test_refuser_after_its_goaway_takes_a_ping_without_a_protocol_error() -> None:
+    """Upstream unreachable, then shutdown: a client PING afterwards is not a protocol violation."""
+    rig = CoreRig(server=False, connect=False)
+    rig.connect_failed("triton-tap: upstream 127.0.0.1:1 unreachable")
+    rig.pump()
+    rig.shutdown()
+    rig.take("client")
+    rig.down(wire.frame(wire.PING, 0, 0, b"12345678"))
+    assert not _of(rig, "protocol_error") and not rig.closes
+
+
+def test_proxy_speaks_settings_first_when_the_upstream_never_did() -> None:
+    """Upstream lost before its SETTINGS: the client gets an empty SETTINGS before the proxy's status; its ACK stays here."""
+    rig = CoreRig(server=False)
+    sid = rig.client.get_next_available_stream_id()
+    rig.client.send_headers(sid, REQ, end_stream=True)
+    rig.down(rig.client.data_to_send())
+    rig.take("upstream")
+    rig.lose("upstream", ConnectionResetError())
+    sent = rig.take("client")
+    assert _types(sent) == [wire.SETTINGS, wire.HEADERS, wire.GOAWAY]
+    rig.client.receive_data(sent)  # a valid server preface for h2: no error
+    rig.down(rig.client.data_to_send())  # the client's SETTINGS ACK
+    assert rig.take("upstream") == b""  # the ACK of the proxy's SETTINGS never reaches the upstream
+    (end,) = _of(rig, "call_end")
+    assert end.cause == "upstream_disconnect"
+
+
+def test_upstream_closing_before_http2_gives_calls_the_reason() -> None:
+    """Upstream closes before its SETTINGS (e.g. mTLS rejected us) and no call yet: each call gets UNAVAILABLE with why."""
+    rig = CoreRig(server=False)
+    got: list[Any] = []
+    rig.down(rig.client.data_to_send())  # the client's preface and SETTINGS, forwarded
+    rig.lose("upstream")
+    sid = rig.open_call(end_stream=True)
+    rig.down(rig.client.data_to_send())
+    got.extend(rig.client.receive_data(rig.take("client")))
+    (headers,) = [e for e in got if isinstance(e, h2.events.ResponseReceived) and e.stream_id == sid]
+    trailers = dict(headers.headers)
+    assert trailers[b"grpc-status"] == b"14" and b"before speaking HTTP/2" in trailers[b"grpc-message"]
+    (end,) = _of(rig, "call_end")
+    assert end.cause == "upstream_disconnect" and "before speaking HTTP/2" in end.details
+
+
+@pytest.mark.parametrize("client_saw_settings", [True, False])
+def test_upstream_breaking_http2_before_any_call_gives_calls_the_reason(client_saw_settings: bool) -> None:
+    """Upstream sends its SETTINGS, then a frame no HTTP/2 peer may send, before the client's first call.
+
+    Whether or not the client already read the upstream's SETTINGS, its call gets UNAVAILABLE with
+    the reason, never a GOAWAY saying no call was processed: gRPC retries such calls on a new
+    connection without limit, which met the same upstream each time until the call's deadline.
+    """
+    rig = CoreRig()
+    server = rig.server
+    assert server is not None
+    got: list[Any] = []
+    rig.down(rig.client.data_to_send())  # the client's preface and SETTINGS, forwarded
+    server.receive_data(rig.take("upstream"))
+    # SETTINGS, then DATA on stream 0 in the same read: a connection error for any client.
+    rig.up(server.data_to_send() + wire.frame(wire.DATA, 0, 0, b"junk"))
+    assert rig.closes == ["upstream"] and _goaways(rig.take("upstream")) == [(0, wire.PROTOCOL_ERROR)]
+    if client_saw_settings:
+        got.extend(rig.client.receive_data(rig.take("client")))
+    rig.lose("upstream")  # the upstream connection the proxy closed is gone
+    rig.open_call(end_stream=True)
+    rig.down(rig.client.data_to_send())
+    got.extend(rig.client.receive_data(rig.take("client")))
+    assert not [e for e in got if isinstance(e, h2.events.ConnectionTerminated) and e.last_stream_id == 0], got
+    (headers,) = [e for e in got if isinstance(e, h2.events.ResponseReceived)]
+    trailers = dict(headers.headers)
+    assert trailers[b"grpc-status"] == b"14" and b"upstream broke HTTP/2" in trailers[b"grpc-message"]
+    (violation,) = _of(rig, "protocol_error")
+    assert violation.side == "upstream"
+    (end,) = _of(rig, "call_end")
+    assert end.cause == "upstream_disconnect" and "frame type 0 on stream 0" in end.details
+
+
+def test_upstream_breaking_http2_after_a_call_ends_the_calls_when_it_is_lost() -> None:
+    """With a call open, an upstream that breaks HTTP/2 is told (GOAWAY) and closed; its calls end as
+    upstream_disconnect with a status of the proxy's own once it is gone, and the client gets GOAWAY."""
+    rig = CoreRig()
+    sid = _stream_call(rig, "x")
+    rig.up(wire.frame(wire.PING, 0, 0, b"1234"))
+    assert rig.closes == ["upstream"] and not _of(rig, "call_end")
+    rig.lose("upstream")
+    (end,) = _of(rig, "call_end")
+    assert (end.call, end.cause, end.status) == (f"c1.{sid}", "upstream_disconnect", "UNAVAILABLE")
+    assert _goaways(rig.take("client"))[-1] == (sid, 0)
+
+
+def test_upstream_closing_cleanly_before_any_call_sends_the_client_elsewhere() -> None:
+    """Upstream spoke HTTP/2, then closed (a restart, an idle timeout) before the client's first call.
+
+    The client is told to open its calls on a new connection (GOAWAY), not failed: its next call
+    may well reach a Triton that is back.
+    """
+    rig = CoreRig()
+    got: list[Any] = []
+    rig.pump()
+    rig.lose("upstream")
+    got.extend(rig.client.receive_data(rig.take("client")))
+    (goaway,) = [e for e in got if isinstance(e, h2.events.ConnectionTerminated)]
+    assert goaway.last_stream_id == 0 and goaway.error_code == 0
+    assert not _of(rig, "call_end") and not _of(rig, "protocol_error")
+
+
+def test_huge_grpc_status_is_unknown_not_a_proxy_error() -> None:
+    """An upstream grpc-status of 5000 digits ends the call as an error with status UNKNOWN."""
+    rig = CoreRig()
+    rig.pump()
+    sid = rig.open_call(end_stream=True)
+    rig.pump()
+    assert rig.server is not None
+    rig.server.send_headers(sid, [(b":status", b"200"), (b"grpc-status", b"1" * 5000)], end_stream=True)
+    rig.pump()
+    (end,) = _of(rig, "call_end")
+    assert (end.cause, end.status) == ("error", "UNKNOWN")
+
+
+# --- framing, flow control, header blocks ---------------------------------------------------------------
+
+
+def test_bad_data_padding_is_never_forwarded() -> None:
+    """A DATA frame whose padding exceeds it is a client protocol error and never reaches the upstream."""
+    rig = CoreRig()
+    rig.pump()
+    sid = rig.open_call()
+    rig.pump()
+    rig.down(wire.frame(wire.DATA, wire.PADDED, sid, b"\x09abc"))
+    assert wire.DATA not in _types(rig.take("upstream"))
+    (violation,) = _of(rig, "protocol_error")
+    assert violation.side == "client" and violation.error_code == wire.PROTOCOL_ERROR
+    assert rig.closes == ["client"]
+
+
+def test_lowered_max_frame_size_binds_no_frame_already_in_flight() -> None:
+    """Upstream lowers SETTINGS_MAX_FRAME_SIZE: a larger client frame sent before the ACK is passed on, not an error."""
+    rig = CoreRig(server=False)
+
+    def settings(value: int) -> bytes:
+        return wire.frame(wire.SETTINGS, 0, 0, wire.SETTINGS_MAX_FRAME_SIZE.to_bytes(2, "big") + value.to_bytes(4, "big"))
+
+    rig.down(wire.PREFACE + wire.frame(wire.SETTINGS, 0, 0))
+    rig.up(settings(1 << 20))
+    rig.down(wire.frame(wire.SETTINGS, wire.ACK, 0))
+    rig.up(settings(16384))
+    rig.take("upstream")
+    rig.down(wire.frame(wire.DATA, 0, 1, bytes(65536)))
+    assert not _of(rig, "protocol_error")
+    assert len(rig.take("upstream")) == 9 + 65536
+
+
+def test_window_updates_pass_both_ways_unchanged() -> None:
+    """Flow control is end to end: a 300 kB request and response need the peers' WINDOW_UPDATEs, which
+    the relay passes on as they are (the call completes only if they arrive)."""
+    rig = CoreRig()
+    rig.pump()
+    sid = rig.open_call()
+    body = infer_request("big", 300_000)
+    while body:
+        n = min(rig.client.local_flow_control_window(sid), rig.client.max_outbound_frame_size, len(body))
+        if n == 0:
+            rig.pump()
+            continue
+        rig.client.send_data(sid, body[:n], end_stream=n == len(body))
+        body = body[n:]
+        rig.pump()
+    updates = [f for _, up, _, _ in rig.steps for f in _frames(up)]
+    assert wire.DATA in [f[0] for f in updates]
+    assert [e for e in rig.server_events if isinstance(e, h2.events.StreamEnded)]
+    client_got = [f for _, _, down, _ in rig.steps for f in _frames(down) if f[0] == wire.WINDOW_UPDATE]
+    assert client_got  # the server's credit reached the client
+    (msg,) = _of(rig, "message")
+    assert msg.size == len(infer_request("big", 300_000)) - 5 and msg.request_id == "big"
+
+
+def test_header_blocks_across_continuation_are_recorded_whole_and_passed_on() -> None:
+    rig = CoreRig()
+    rig.pump()
+    sid = rig.open_call(request_headers(b"/x.Y/Z", (b"x-big", b"v" * 40_000), (b"authorization", b"secret")), end_stream=True)
+    sent = rig.client.data_to_send()
+    rig.down(sent)
+    (step,) = [s for s in rig.steps if s[0] == rig.step]
+    assert wire.CONTINUATION in _types(sent) and step[1] == sent
+    assert rig.server is not None
+    rig.pump()
+    rig.server.send_headers(sid, [*RESPONSE_HEADERS, (b"x-meta", b"m" * 40_000)])
+    rig.server.send_headers(sid, [(b"grpc-status", b"0")], end_stream=True)
+    rig.pump()
+    (start,) = _of(rig, "call_start")
+    assert ["x-big", "v" * 40_000] in start.metadata and ["authorization", REDACTED] in start.metadata
+    (end,) = _of(rig, "call_end")
+    assert ["x-meta", "m" * 40_000] in end.initial_metadata and end.status == "OK"
+
+
+def test_a_rewritten_authority_goes_upstream_re_encoded() -> None:
+    """``--upstream-server-name``: every request block goes upstream re-encoded with that ``:authority``."""
+    rig = CoreRig({"options": RelayOptions(), "upstream_server_name": "triton.internal"})
+    rig.pump()
+    sid = rig.open_call(end_stream=True)
+    rig.pump()
+    (received,) = [e for e in rig.server_events if isinstance(e, h2.events.RequestReceived)]
+    assert (b":authority", b"triton.internal") in received.headers and received.stream_id == sid
+
+
+def test_calls_repeating_a_header_block_are_recorded_alike() -> None:
+    """What a request block says is read once per block (proxy.wire.headers.Block): calls sending the same
+    block get the same method, metadata and redaction, and a call whose block differs (another deadline)
+    gets its own."""
+    rig = CoreRig()
+    secret = [*REQ, (b"authorization", b"Bearer s3cret")]
+    for headers in (secret, secret, secret, [*secret, (b"grpc-timeout", b"250m")], secret):
+        rig.pump()
+        rig.open_call(headers, end_stream=True)
+        rig.pump()
+    starts = _of(rig, "call_start")
+    assert [s.timeout_ms for s in starts] == [None, None, None, 250.0, None]
+    assert all(s.method == "/inference.GRPCInferenceService/ModelInfer" for s in starts)
+    assert [s.metadata for s in starts[:3]] == [starts[4].metadata] * 3
+    assert starts[0].metadata[-1] == ["authorization", REDACTED]
+    assert starts[3].metadata[-2:] == [["authorization", REDACTED], ["grpc-timeout", "250m"]]
+    # the later blocks of the same headers were remembered (hpack indexes them), so the cache was used
+    assert starts[1].metadata is starts[2].metadata
+
+
+def test_message_fragments_are_copied_not_views_of_the_read() -> None:
+    """A partial message keeps copies of its bytes, never a view that pins the whole read buffer."""
+    asm = Assembler(LABEL_KEEP, False)
+    read = bytes(5) + b"\x00\x00\x03\xe8" + b"x" * 10 + bytes(200_000)  # one read, message cut short
+    asm.feed(memoryview(read)[5:19])
+    assert asm._parts and all(type(p) is bytes for p in asm._parts)
+
+
+# --- the core's own failures, and the shutdown ------------------------------------------------------------
+
+
+def test_a_bug_of_the_core_costs_one_connection_and_is_recorded_as_ours(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = CoreRig()
+    sid = _stream_call(rig, "victim")
+
+    def broken(call: Any, direction: int, data: Any) -> None:
+        raise RuntimeError("injected relay bug")
+
+    monkeypatch.setattr(rig.core, "_record", broken)
+    assert rig.server is not None
+    rig.server.send_data(sid, stream_response("victim", False))
+    rig.up(rig.server.data_to_send())
+    (cancel,) = _of(rig, "cancel")
+    assert cancel.cause == "proxy_error" and cancel.in_flight == ["victim"]
+    (end,) = _of(rig, "call_end")
+    assert (end.status, end.cause) == ("INTERNAL", "proxy_error")
+    assert [log.event for log in rig.logs] == ["relay_internal_error"] and rig.closes == ["upstream"]
+
+
+def test_abort_ends_every_call_and_closes_the_upstream() -> None:
+    rig = CoreRig()
+    _stream_call(rig, "p")
+    _stream_call(rig, "q")
+    rig.abort("proxy_shutdown")
+    assert [(r.cause, r.forwarded_upstream) for r in _of(rig, "cancel")] == [("proxy_shutdown", True)] * 2
+    assert [(e.status, e.cause) for e in _of(rig, "call_end")] == [("UNAVAILABLE", "proxy_shutdown")] * 2
+    assert rig.closes == ["upstream"] and rig.armed == {"linger": LINGER_S}
+    assert ArmTimer("linger", LINGER_S) in rig.steps[-1][3]
