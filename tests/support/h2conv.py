@@ -194,12 +194,18 @@ TIMES = frozenset({"t_ns", "elapsed_ms", "duration_ms", "upstream_rst_us", "sinc
 
 
 def normal(record: Any) -> dict[str, Any]:
-    """A record as compared: its fields, times left out, bytes as hex (JSON-able)."""
+    """A record as compared: its fields, times left out, bytes as hex (JSON-able).
+
+    A field equal to its default is left out, as a sparse capture line leaves it out: a field the schema
+    gains later (with its default) changes no comparison, and a record that sets it does."""
     out: dict[str, Any] = {"kind": record.kind}
     for f in dataclasses.fields(record):
         if f.name in TIMES:
             continue
-        out[f.name] = _plain(getattr(record, f.name))
+        value = getattr(record, f.name)
+        if f.default is not dataclasses.MISSING and value == f.default:
+            continue
+        out[f.name] = _plain(value)
     return out
 
 
