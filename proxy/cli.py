@@ -42,12 +42,29 @@ def _always_redacted() -> str:
     return ", ".join([*DEFAULT_REDACT, *(f"*{s}" for s in REDACT_SUFFIXES)])
 
 
+#: The gRPC pair when neither it nor the HTTP pair is given (``record`` as it always was).
+GRPC_LISTEN, GRPC_UPSTREAM = "127.0.0.1:8011", "127.0.0.1:8001"
+
+
+def _grpc_pair(args: argparse.Namespace) -> tuple[str, str]:
+    """``--listen``/``--upstream``: their defaults unless only the HTTP pair is given (then ``""``: no gRPC)."""
+    if (args.http_listen is None) != (args.http_upstream is None):
+        raise UserError("--http-listen and --http-upstream go together")
+    if args.http_listen is not None and args.listen is None and args.upstream is None:
+        return "", ""
+    return args.listen or GRPC_LISTEN, args.upstream or GRPC_UPSTREAM
+
+
 def add_record_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``triton-tap record`` (also ``python -m proxy``)."""
     from proxy.ops.eventloop import EVENT_LOOPS
 
-    p.add_argument("--listen", type=hostport("--listen", listen=True), default="127.0.0.1:8011", help="HOST:PORT to accept clients on (default %(default)s)")
-    p.add_argument("--upstream", type=hostport("--upstream", listen=False), default="127.0.0.1:8001", help="HOST:PORT of Triton's gRPC endpoint (default %(default)s)")
+    p.add_argument("--listen", type=hostport("--listen", listen=True), default=None, help=f"HOST:PORT to accept gRPC clients on (default {GRPC_LISTEN} unless only the HTTP pair is given)")
+    p.add_argument("--upstream", type=hostport("--upstream", listen=False), default=None, help=f"HOST:PORT of Triton's gRPC endpoint (default {GRPC_UPSTREAM} unless only the HTTP pair is given)")
+    p.add_argument("--http-listen", type=hostport("--http-listen", listen=True), default=None, metavar="HOST:PORT",
+                   help="also (or only) relay Triton's HTTP port: accept HTTP/1.1 clients here (with --http-upstream)")
+    p.add_argument("--http-upstream", type=hostport("--http-upstream", listen=False), default=None, metavar="HOST:PORT",
+                   help="HOST:PORT of Triton's HTTP endpoint (with --http-listen)")
     p.add_argument("--capture-dir", type=Path, default=Path("captures"), help="directory for *.jsonl capture files (default %(default)s)")
     p.add_argument("--payload", choices=("none", "meta", "full"), default="meta",
                    help="none: message sizes and the labels request tracking needs (model, request ids, final/sequence "
@@ -120,7 +137,7 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                    "read and write), else asyncio's own loop (default %(default)s)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="info: start-up/shutdown, one line per call end, warnings (default %(default)s)")
-    readyfile.add_argument(p, "pid, listen, admin, metrics, capture; not with --workers")
+    readyfile.add_argument(p, "pid, listen, http_listen, admin, metrics, capture; not with --workers")
     p.add_argument("--config", type=Path, default=None, metavar="FILE.toml", help="read these settings from a TOML file (keys = flag names without --); flags override it")
 
 
@@ -144,9 +161,12 @@ def run_record(args: argparse.Namespace) -> int:
     from proxy.triton.metadata import DEFAULT_REDACT
 
     logs.configure(args.log_level)
+    listen, upstream = _grpc_pair(args)
     cfg = ProxyConfig(
-        listen=args.listen,
-        upstream=args.upstream,
+        listen=listen,
+        upstream=upstream,
+        http_listen=args.http_listen,
+        http_upstream=args.http_upstream,
         capture_dir=args.capture_dir,
         payload=args.payload,
         payload_cap=args.payload_cap,
@@ -178,6 +198,8 @@ def run_record(args: argparse.Namespace) -> int:
         ready_file=args.ready_file,
     )
     if cfg.workers > 1:
+        if cfg.http_listen is not None:
+            raise UserError("--workers relays gRPC only: drop --workers to relay the HTTP port")
         if cfg.ready_file is not None:  # each worker listens on its own: no one moment is "ready"
             raise UserError("--ready-file works with one process: with --workers use `triton-tap health --wait`")
         from proxy.ops.workers import supervise

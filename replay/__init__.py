@@ -5,6 +5,8 @@ Public API (imported lazily, so that the proxy's ``import replay.capture.events`
 * :func:`track` - per-request outcomes of a capture (what ``triton-tap replay check`` reports);
 * :func:`feed_stream` / :func:`feed_stream_aio` - deliver a captured stream to your own
   tritonclient-style callback or async loop, as ``tritonclient.grpc`` would;
+* :func:`feed_events` / :func:`feed_events_aio` - deliver a captured HTTP ``generate_stream`` (SSE) call's
+  events to your own ``callback(event, error)`` or async loop;
 * :func:`read_capture` - stream ``(seq, record)`` from capture files and directories.
 """
 
@@ -15,13 +17,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from replay.capture.reader import read_capture
     from replay.machine.tracker import track
-    from replay.tools.feed import feed_stream, feed_stream_aio
+    from replay.tools.feed import feed_events, feed_events_aio, feed_stream, feed_stream_aio
 
-__all__ = ["feed_stream", "feed_stream_aio", "read_capture", "track"]
+__all__ = ["feed_events", "feed_events_aio", "feed_stream", "feed_stream_aio", "read_capture", "track"]
 
 _WHERE = {
     "track": "replay.machine.tracker",
     "feed_stream": "replay.tools.feed",
+    "feed_events": "replay.tools.feed",
+    "feed_events_aio": "replay.tools.feed",
     "feed_stream_aio": "replay.tools.feed",
     "read_capture": "replay.capture.reader",
 }

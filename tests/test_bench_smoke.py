@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.paths import ROOT
 
 
@@ -62,3 +64,28 @@ def test_bench_report_build_smoke(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "command s (cpu)" in proc.stdout and "targets at 1M records: command <= 10 s" in proc.stdout
     assert (tmp_path / "report-cli-3000.html").stat().st_size > 0  # the command's own page
+
+
+def test_bench_http_smoke(tmp_path: Path) -> None:
+    """`python -m bench --scenarios http_stream,http_unary`: the HTTP rows, direct and nginx proxy_pass
+    (when installed), and the proxy's once `record` takes --http-listen; skipped, not passed, without it."""
+    from bench.harness.procs import nginx_binary, proxy_has_http
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--scenarios", "http_stream,http_unary", "--workdir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    tables = proc.stdout.split("### HTTP generate_stream", 1)[-1]
+    stream, _, unary = tables.partition("### HTTP infer latency")
+    assert unary, proc.stdout
+    paths = ["direct", *(["nginx"] if nginx_binary() else [])]
+    for p in paths:
+        assert f"| {p} |" in stream and f"| {p} |" in unary, proc.stdout
+    if nginx_binary():
+        (conf,) = tmp_path.glob("nginx-http-*/nginx.conf")
+        assert "proxy_buffering off;" in conf.read_text()
+    if not proxy_has_http():
+        assert "skipped, `triton-tap record` has no --http-listen yet" in proc.stdout
+        pytest.skip("`triton-tap record` has no --http-listen yet: the proxy's HTTP rows are not measured")
+    assert "| proxy-meta |" in stream and "| proxy-meta |" in unary, proc.stdout

@@ -121,6 +121,15 @@ def test_readme_stays_a_front_door() -> None:
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines (at most {README_MAX_LINES}); move detail to docs/"
 
 
+def test_ci_runs_the_readme_test_command_exactly_then_the_other_pythons() -> None:
+    """.ci/run has the README's test command as one line of its own, before its runs on 3.12 and 3.13, and
+    docs/testing.md quotes the same command (what CI runs is what a user is told to run)."""
+    command = next(line for line in README.read_text().splitlines() if line.endswith("/bin/python -m pytest"))
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert command in ci and ci.index(command) < ci.index("for version in 3.12 3.13; do")
+    assert command in (DOCS / "testing.md").read_text().splitlines()
+
+
 @pytest.mark.parametrize(
     ("heading", "expected"),
     [

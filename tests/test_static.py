@@ -58,6 +58,12 @@ FUNCTION_LINES = 80
 LONG_MODULES = {
     "proxy/relay/core.py": "the relay's sans-IO protocol core: one state machine over both sides of a "
     "connection (bytes in; bytes out, records and commands), whose transitions are read together",
+    "proxy/relay/http1.py": "the relay's HTTP/1.1 protocol core, as core.py is for HTTP/2: one state machine over "
+    "both sides (an h11 parser per side), the call's lifecycle and its records, read together",
+    "proxy/ops/server.py": "the recorder's process: its configuration, then one ordered start (check, bind both "
+    "ports, open the capture, relays, admin, upkeep) that a failure at any step undoes, and the stop in reverse",
+    "replay/machine/tracker.py": "the tracker: every record kind of both protocols folded into calls and requests "
+    "in capture order, one pass over one state (the transitions themselves are replay/machine/table.py)",
     "proxy/capture/writer.py": "the capture writer: the queue, the batch hand-off to its thread, rotation, "
     "reopen and the failure policy share one state and one order of events (what stands alone is apart: "
     "batch, sink, sidefile, budget, retention, gaps, nap)",
@@ -69,6 +75,8 @@ LONG_MODULES = {
 
 #: Functions that may be long, and why each is one piece.
 LONG_FUNCTIONS = {
+    "proxy/cli.py:add_record_arguments": "the record command's flags: a flat list that reads as the command's "
+    "manual, grouped as its --help shows them",
     "proxy/wire/frames.py:FrameReader.feed": "the frame reader's per-read loop, measured (bench micro: cut one "
     "DATA frame from a read): one function on local names, helpers only off the common path",
     "replay/capture/reader.py:CaptureReader._file": "the reader's per-line loop over one file: the sequence "

@@ -15,7 +15,13 @@ ALL_PATHS = ("direct", "proxy-none", "proxy-meta", "proxy-full", "proxy-full-inl
 FLAGGED_PATHS: dict[str, tuple[str, tuple[str, ...]]] = {"proxy-full-inline": ("full", ("--payload-store", "inline"))}
 #: Paths that are another program taking the proxy's flags: name -> module run as ``python -m MODULE``.
 MODULE_PATHS = {"floor": "bench.harness.floor"}
-SCENARIOS = ("streaming", "unary", "large", "paced", "scaling", "memory")
+SCENARIOS = ("streaming", "unary", "large", "paced", "scaling", "memory", "http_stream", "http_unary")
+#: Scenarios over Triton's HTTP/1.1 port (bench.harness.fake_http_upstream; nginx is ``proxy_pass`` there).
+HTTP_SCENARIOS = ("http_stream", "http_unary")
+#: The same over the real CPU tritonserver's HTTP port (our ``tokens`` and ``echo`` models): only when named.
+TRITON_HTTP_SCENARIOS = ("http_triton_stream", "http_triton_unary")
+#: The paths an HTTP scenario can take: the proxy records with ``--http-listen``/``--http-upstream``.
+HTTP_PATHS = ("direct", "proxy-meta", "nginx")
 #: Against the real tritonserver with NVIDIA perf_analyzer (bench.probes.perfa): only when asked for by --scenarios.
 PA_SCENARIOS = ("perf_analyzer", "pa_workers")
 MB = 1024 * 1024
@@ -44,6 +50,14 @@ class Config:
     memory_stall_s: float = 3.0
     memory_multi_streams: int = 8
     memory_multi_messages: int = 32
+    http_streams: int = 4
+    http_requests: int = 25
+    http_events: int = 1000  # 100k events: ~1 s direct, so /proc's 10 ms ticks do not blur CPU per event
+    http_unary_calls: int = 2000
+    triton_streams: int = 4
+    triton_requests: int = 50  # 4000 events, ~1 s: enough 10 ms ticks for CPU per event
+    triton_tokens: int = 20  # events per generate_stream request (the tokens model's MAX_TOKENS)
+    triton_unary_calls: int = 500
     timeout_s: float = 300.0
     #: extra paths: name -> module run as ``python -m MODULE`` with the proxy's flags (--payload meta)
     extra: dict[str, str] = field(default_factory=dict)
@@ -56,6 +70,10 @@ class Config:
             "large": ("direct", "proxy-none", "proxy-meta", "proxy-full", "proxy-full-inline", "nginx"),
             "paced": ("direct", "proxy-meta", "floor", "nginx"),
             "scaling": ("direct", "proxy-meta", "nginx"),
+            "http_stream": HTTP_PATHS,
+            "http_unary": HTTP_PATHS,
+            "http_triton_stream": HTTP_PATHS,
+            "http_triton_unary": HTTP_PATHS,
         }
     )
 
@@ -65,6 +83,8 @@ SMOKE = Config(
     reps=1, streams=2, requests=2, responses=20, unary_calls=50, large_calls=1, large_bytes=4 * MB, large_reps=1,
     paced_streams=3, paced_per_stream=20, paced_pace_us=2000, scaling=(1, 10), scaling_total=200, scaling_reps=1,
     memory_messages=16, memory_stall_s=0.5, memory_multi_streams=2, memory_multi_messages=4, timeout_s=30,
+    http_streams=2, http_requests=2, http_events=20, http_unary_calls=50, triton_streams=2, triton_requests=2,
+    triton_tokens=5, triton_unary_calls=20,
 )  # fmt: skip
 
 

@@ -9,7 +9,10 @@ proxy's and the upstream's.
 Every workload is bounded in count and in time (``timeout_s``), and talks to loopback only.
 gRPC workloads use grpc.aio with tritonclient's ``service_pb2`` / ``service_pb2_grpc`` stubs; the
 memory scenario uses a raw ``h2`` client, because it must *stop reading* (a grpc client always
-drains its socket).
+drains its socket). The HTTP/1.1 workloads use ``h11`` over one keep-alive connection per
+stream or caller, and count an event or a call only when h11 parsed it from a well-formed
+message: a stream is *completed* when its chunked body ended with the terminator, every event was
+a JSON ``data:`` line without ``"error"``, and their count is the one asked for.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.settings
+import h11
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
@@ -262,6 +266,188 @@ def stall(
     }  # fmt: skip
 
 
+# -- HTTP/1.1 --------------------------------------------------------------------------------------
+
+
+class _HttpConn:
+    """One keep-alive HTTP/1.1 client connection, parsed by h11."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
+        self.reader, self.writer, self.host = reader, writer, host
+        self.h = h11.Connection(h11.CLIENT)
+
+    @classmethod
+    async def open(cls, target: str) -> _HttpConn:
+        host, port = target.rsplit(":", 1)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 10)
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(reader, writer, target)
+
+    async def post(self, path: str, body: bytes) -> None:
+        headers = [("Host", self.host), ("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        self.writer.write(self.h.send(h11.Request(method="POST", target=path, headers=headers))
+                          + self.h.send(h11.Data(data=body)) + self.h.send(h11.EndOfMessage()))  # fmt: skip
+        await self.writer.drain()
+
+    async def next(self) -> Any:
+        """The next h11 event; a connection closed mid-message raises ``h11.RemoteProtocolError``."""
+        while True:
+            ev = self.h.next_event()
+            if ev is not h11.NEED_DATA:
+                return ev
+            self.h.receive_data(await self.reader.read(262144))
+
+    def again(self) -> str | None:
+        """Ready the connection for the next request; why not (the server did not keep it alive)."""
+        if self.h.our_state is h11.DONE and self.h.their_state is h11.DONE:
+            self.h.start_next_cycle()
+            return None
+        return f"connection not kept alive (client {self.h.our_state}, server {self.h.their_state})"
+
+    async def close(self) -> None:
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except OSError:
+            pass
+
+
+async def _read_sse(c: _HttpConn, n: int | None, chunks: list[int]) -> tuple[int, str | None]:
+    """Read one generate_stream reply: (events that were JSON ``data:`` lines without an error,
+    why the stream is not a completed one or None); ``chunks[0]`` counts the body's pieces as h11
+    hands them over (one per chunk, or less when a read ends inside one)."""
+    resp = await c.next()
+    if not isinstance(resp, h11.Response):
+        return 0, f"no response: {resp!r}"
+    if resp.status_code != 200:
+        return 0, f"status {resp.status_code}"
+    buf, got, why = b"", 0, None
+    while True:
+        ev = await c.next()
+        if isinstance(ev, h11.Data):
+            chunks[0] += 1
+            buf += ev.data
+            *events, buf = buf.split(b"\n\n")  # an event may span chunks: a relay is free to re-chunk
+            for e in events:
+                # A JSON object on one data line; the error check parses only suspects, so the load
+                # generator's CPU per event stays small beside the paths it measures.
+                if not (e.startswith(b"data: {") and e.endswith(b"}") and b"\n" not in e):
+                    why = why or f"not an SSE data event holding a JSON object: {e[:60]!r}"
+                    continue
+                if b'"error"' in e:
+                    try:
+                        doc = json.loads(e[6:])
+                    except ValueError:
+                        doc = {"error": f"unparsable event {e[:60]!r}"}
+                    if "error" in doc:
+                        why = why or f"error event: {doc['error']}"
+                        continue
+                got += 1
+        elif isinstance(ev, h11.EndOfMessage):
+            break
+        else:
+            return got, f"stream ended without its terminator: {ev!r}"
+    if buf.strip():
+        why = why or f"partial event at the end: {buf[:60]!r}"
+    if why is None and n is not None and got != n:
+        why = f"{got} events of {n}"
+    return got, why
+
+
+async def http_stream(target: str, streams: int, requests: int, n: int,
+                      path: str = "/v2/models/bench/generate_stream", body: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """S concurrent keep-alive connections; each POSTs R generate_stream requests one after the
+    other, reading all N events of each before the next. ``responses`` counts the events of
+    completed streams only. ``body``: the request's JSON (default: the fake upstream's ``{"n": N}``),
+    its ``id`` set per request."""
+    doc = body if body is not None else {"n": n}
+    errors: list[str] = []
+    events = completed = received = 0
+    chunks = [0]
+
+    async def one(s: int) -> None:
+        nonlocal events, completed, received
+        c = await _HttpConn.open(target)
+        try:
+            for r in range(requests):
+                await c.post(path, json.dumps({**doc, "id": f"s{s}-r{r}"}).encode())
+                try:
+                    got, why = await _read_sse(c, n, chunks)
+                except h11.RemoteProtocolError as e:
+                    errors.append(f"stream {s}-{r} cut: {e}")
+                    return
+                received += got
+                if why is not None:
+                    errors.append(f"stream {s}-{r}: {why}")
+                    return
+                events += got
+                completed += 1
+                why = c.again()
+                if why is not None:
+                    errors.append(why)
+                    return
+        finally:
+            await c.close()
+
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(one(s) for s in range(streams)), return_exceptions=True)
+    wall = time.perf_counter() - t0
+    errors += [repr(r) for r in results if isinstance(r, BaseException)]
+    return {
+        "responses": events, "events_received": received, "expected": streams * requests * n,
+        "streams_completed": completed, "streams_expected": streams * requests, "wall_s": wall, "body_pieces": chunks[0],
+        "errors": errors[:5], "n_errors": len(errors),
+    }  # fmt: skip
+
+
+async def http_unary(target: str, calls: int, warmup: int = 20, path: str = "/v2/models/bench/infer",
+                     inputs: list[dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Sequential KServe v2 JSON infer calls on one keep-alive connection: per-call latency; a call
+    counts only with status 200 and a JSON body holding ``outputs``."""
+    inputs = inputs or [{"name": "INPUT", "datatype": "INT32", "shape": [1, 16], "data": [0] * 16}]
+    body = json.dumps({"id": "u", "inputs": inputs}).encode()
+    c = await _HttpConn.open(target)
+    lat: list[float] = []
+    errors: list[str] = []
+
+    async def call() -> str | None:
+        await c.post(path, body)
+        resp = await c.next()
+        if not isinstance(resp, h11.Response):
+            return f"no response: {resp!r}"
+        data = b""
+        while True:
+            ev = await c.next()
+            if isinstance(ev, h11.Data):
+                data += ev.data
+            elif isinstance(ev, h11.EndOfMessage):
+                break
+            else:
+                return f"reply ended early: {ev!r}"
+        if resp.status_code != 200 or "outputs" not in json.loads(data):
+            return f"status {resp.status_code}: {data[:80]!r}"
+        return c.again()
+
+    try:
+        for _ in range(warmup):
+            why = await call()
+            if why:
+                raise RuntimeError(f"warm-up call: {why}")
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            a = time.perf_counter_ns()
+            why = await call()
+            if why:
+                errors.append(why)
+                break
+            lat.append((time.perf_counter_ns() - a) / 1e3)
+        wall = time.perf_counter() - t0
+    finally:
+        await c.close()
+    return {"calls": calls, "wall_s": wall, "p50_us": _pct(lat, 0.5), "p99_us": _pct(lat, 0.99),
+            "responses": len(lat), "errors": errors[:5], "n_errors": len(errors)}  # fmt: skip
+
+
 # -- worker loop -----------------------------------------------------------------------------------
 
 
@@ -276,6 +462,10 @@ async def run_command(cmd: dict[str, Any]) -> dict[str, Any]:
         coro = large(**cmd)
     elif op == "paced":
         coro = paced(**cmd)
+    elif op == "http_stream":
+        coro = http_stream(**cmd)
+    elif op == "http_unary":
+        coro = http_unary(**cmd)
     elif op == "stall":
         return await asyncio.get_running_loop().run_in_executor(None, lambda: stall(timeout_s=timeout, **cmd))
     elif op == "ping":

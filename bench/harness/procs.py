@@ -262,6 +262,41 @@ def start_proxy(workdir: Path, upstream_port: int, payload: str, *, profile: str
                                        flags=flags))  # fmt: skip
 
 
+def _start_http_upstream(workdir: Path) -> tuple[Proc, int]:
+    port = free_port()
+    proc = Proc("http-upstream", [PY, "-m", "bench.harness.fake_http_upstream", "--port", str(port)],
+                log=workdir / "http-upstream.log")  # fmt: skip
+    _wait(proc, port, 20)
+    return proc, port
+
+
+def start_http_upstream(workdir: Path) -> tuple[Proc, int]:
+    """The fake Triton HTTP port (``bench.harness.fake_http_upstream``) on a free loopback port."""
+    return _retry(lambda: _start_http_upstream(workdir))
+
+
+def proxy_has_http(module: str = "proxy") -> bool:
+    """Whether ``python -m MODULE`` (``triton-tap record``'s flags) takes ``--http-listen``."""
+    r = subprocess.run([PY, "-m", module, "--help"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")))  # fmt: skip
+    return "--http-listen" in r.stdout
+
+
+def _start_http_proxy(workdir: Path, upstream_port: int, payload: str, name: str) -> tuple[Proc, int]:
+    port = free_port()
+    cap = workdir / f"capture-{name}-{port}"
+    argv = [PY, "-m", "proxy", "--http-listen", f"127.0.0.1:{port}", "--http-upstream", f"127.0.0.1:{upstream_port}",
+            "--capture-dir", str(cap), "--payload", payload, "--log-level", "warning"]  # fmt: skip
+    proc = Proc(name, argv, log=workdir / f"{name}-{port}.log")
+    _wait(proc, port, 20)
+    return proc, port
+
+
+def start_http_proxy(workdir: Path, upstream_port: int, payload: str, name: str) -> tuple[Proc, int]:
+    """``python -m proxy`` relaying HTTP/1.1 only (``--http-listen``/``--http-upstream``)."""
+    return _retry(lambda: _start_http_proxy(workdir, upstream_port, payload, name))
+
+
 def start_nginx(workdir: Path, upstream_port: int) -> tuple[Proc, int]:
     """nginx ``grpc_pass`` to the upstream, with a generated config in ``workdir/nginx``."""
     return _retry(lambda: _start_nginx(workdir, upstream_port))
@@ -304,19 +339,70 @@ http {{
 """
 
 
+#: nginx as an HTTP/1.1 reverse proxy in front of Triton's HTTP port: what a team would put there.
+NGINX_HTTP_CONF = """\
+{user}worker_processes 1;
+daemon off;
+master_process on;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+worker_rlimit_nofile 16384;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/client_body;
+  proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fastcgi;
+  uwsgi_temp_path {d}/uwsgi;
+  scgi_temp_path {d}/scgi;
+  upstream triton_http {{
+    server 127.0.0.1:{upstream};
+    # Idle upstream connections kept open: without it nginx opens one per request.
+    keepalive 1024;
+  }}
+  server {{
+    listen 127.0.0.1:{port};
+    keepalive_requests 1000000;
+    keepalive_timeout 3600s;
+    client_max_body_size 0;
+    client_body_timeout 3600s;
+    location / {{
+      proxy_pass http://triton_http;
+      # Upstream keep-alive needs HTTP/1.1 (nginx speaks 1.0 to upstreams by default) and no
+      # "Connection: close", which nginx otherwise sends on every upstream request.
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      # generate_stream is server-sent events: with buffering on, nginx holds events in its
+      # buffers until they fill or the body ends, so a client would see them late and in bursts.
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_read_timeout 3600s;
+      proxy_send_timeout 3600s;
+    }}
+  }}
+}}
+"""
+
+
 def nginx_binary() -> str | None:
     return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
 
 
-def _start_nginx(workdir: Path, upstream_port: int) -> tuple[Proc, int]:
+def start_nginx_http(workdir: Path, upstream_port: int, subdir: str = "nginx-http") -> tuple[Proc, int]:
+    """nginx ``proxy_pass`` (HTTP/1.1, keep-alive, unbuffered) to the upstream, config in ``workdir/SUBDIR``."""
+    return _retry(lambda: _start_nginx(workdir, upstream_port, NGINX_HTTP_CONF, subdir))
+
+
+def _start_nginx(workdir: Path, upstream_port: int, template: str = NGINX_CONF,
+                 subdir: str = "nginx") -> tuple[Proc, int]:  # fmt: skip
     binary = nginx_binary()
     assert binary is not None
-    d = workdir / "nginx"
+    d = workdir / subdir
     d.mkdir(exist_ok=True)
     port = free_port()
     user = "user root;\n" if os.geteuid() == 0 else ""
     conf = d / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(user=user, d=d, upstream=upstream_port, port=port))
+    conf.write_text(template.format(user=user, d=d, upstream=upstream_port, port=port))
     # SIGTERM = nginx "fast shutdown" of master and workers.
     proc = Proc("nginx", [binary, "-p", str(d), "-e", str(d / "error.log"), "-c", str(conf)],
                 log=d / "stderr.log")  # fmt: skip

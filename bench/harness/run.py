@@ -32,7 +32,18 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import procs
-from bench.harness.config import ALL_PATHS, FULL, PA_SCENARIOS, PAYLOADS, RESULTS, SCENARIOS, SMOKE, Config
+from bench.harness.config import (
+    ALL_PATHS,
+    FULL,
+    HTTP_SCENARIOS,
+    PA_SCENARIOS,
+    PAYLOADS,
+    RESULTS,
+    SCENARIOS,
+    SMOKE,
+    TRITON_HTTP_SCENARIOS,
+    Config,
+)
 from bench.harness.scenarios import Bench
 from bench.harness.summary import targets
 from bench.harness.tables import heading, pa_table, render, table, targets_table
@@ -87,7 +98,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--scenarios", default=",".join(SCENARIOS),
                    help=f"comma-separated subset of {','.join(SCENARIOS)} (the default), or of "
-                   f"{','.join(PA_SCENARIOS)} (real tritonserver + perf_analyzer, only when named)")
+                   f"{','.join(PA_SCENARIOS + TRITON_HTTP_SCENARIOS)} (real tritonserver, only when named)")
     p.add_argument("--reps", type=int, default=None, help="repetitions of each interleaved round (default 5, smoke 1)")
     p.add_argument("--no-nginx", action="store_true", help="do not run the nginx grpc_pass comparison")
     p.add_argument("--paths", default="", help=f"comma-separated subset of {','.join(ALL_PATHS)} (default: all)")
@@ -137,9 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         if "direct" not in cfg.only_paths:
             cfg.only_paths = ("direct", *cfg.only_paths)
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    bad = [s for s in scenarios if s not in SCENARIOS + PA_SCENARIOS]
+    known = SCENARIOS + PA_SCENARIOS + TRITON_HTTP_SCENARIOS
+    bad = [s for s in scenarios if s not in known]
     if bad:
-        print(f"python -m bench: unknown scenario(s) {bad}; choose from {SCENARIOS + PA_SCENARIOS}", file=sys.stderr)
+        print(f"python -m bench: unknown scenario(s) {bad}; choose from {known}", file=sys.stderr)
         return 2
 
     def log(msg: str) -> None:
@@ -222,10 +234,15 @@ def run_bench(cfg: Config, scenarios: list[str], workdir: Path, want_nginx: bool
     pa_scenarios = [s for s in scenarios if s in PA_SCENARIOS]
     scenarios = [s for s in scenarios if s not in PA_SCENARIOS]
     paths: set[str] = set()
+    http_paths: set[str] = set()
+    triton_paths: set[str] = set()
     for s in scenarios:
-        paths |= set(cfg.paths.get(s, ()))
+        group = http_paths if s in HTTP_SCENARIOS else triton_paths if s in TRITON_HTTP_SCENARIOS else paths
+        group.update(cfg.paths.get(s, ()))
     if cfg.only_paths:
         paths &= set(cfg.only_paths)
+        http_paths &= set(cfg.only_paths)
+        triton_paths &= set(cfg.only_paths)
     if "memory" in scenarios:
         paths.add("direct")
     bench = Bench(cfg, workdir, want_nginx, log)
@@ -233,7 +250,7 @@ def run_bench(cfg: Config, scenarios: list[str], workdir: Path, want_nginx: bool
                                "environment": environment(), "scenarios": {}}  # fmt: skip
     try:
         if scenarios:
-            bench.start(paths)
+            bench.start(paths, http_paths, triton_paths)
         for s in scenarios:
             log(f"scenario {s} ...")
             results["scenarios"][s] = getattr(bench, s)()

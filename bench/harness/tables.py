@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.harness.config import MB
-from bench.harness.summary import targets
+from bench.harness.summary import median, targets
 
 
 def _f(x: float | None, fmt: str = "{:.0f}") -> str:
@@ -20,6 +20,12 @@ def ms(us: float | None) -> float | None:
 
 def _size(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / MB:.0f} MiB"
+
+
+def _per_piece(runs: list[dict[str, Any] | None]) -> float | None:
+    """Events per body piece the client read (1.0: one chunk per event, as Triton sends them; more: a
+    relay merged chunks, and the load generator parsed fewer of them)."""
+    return median([r["responses"] / r["body_pieces"] for r in runs if r is not None and r.get("body_pieces")])
 
 
 def table(results: dict[str, Any]) -> str:
@@ -38,6 +44,18 @@ def table(results: dict[str, Any]) -> str:
             add(f"| {p} | {_f(v.get('value'))} | {_f(v.get('ratio'), '{:.2f}')} | {_f(v.get('proxy_cpu_us_per_resp'), '{:.1f}') if p != 'direct' else '-'} "
                 f"| {_f(v.get('upstream_cpu_us_per_resp'), '{:.1f}')} | {_f(v.get('loadgen_cpu_us_per_resp'), '{:.1f}')} |")  # fmt: skip
         add("")
+    for name in ("http_stream", "http_triton_stream"):
+        if name not in sc:
+            continue
+        s = sc[name]
+        add(f"### HTTP generate_stream ({s.get('shape', '?')}; medians of {results.get('config', {}).get('reps', '?')} interleaved reps; nginx: proxy_pass)")
+        add("| path | events/s | ratio to direct | proxy CPU us/event | upstream CPU us/event | loadgen CPU us/event | events per body piece |")  # fmt: skip
+        add("|---|---|---|---|---|---|---|")
+        for p, v in s["summary"].items():
+            add(f"| {p} | {_f(v.get('value'))} | {_f(v.get('ratio'), '{:.2f}')} | {_f(v.get('proxy_cpu_us_per_resp'), '{:.1f}') if p != 'direct' else '-'} "
+                f"| {_f(v.get('upstream_cpu_us_per_resp'), '{:.1f}')} | {_f(v.get('loadgen_cpu_us_per_resp'), '{:.1f}')} "
+                f"| {_f(_per_piece(s.get('raw', {}).get(p, [])), '{:.1f}')} |")  # fmt: skip
+        add("")
     if "scaling" in sc:
         add("### scaling (concurrent streams on one connection; ~constant responses per measurement)")
         add("| streams | shape | path | responses/s | ratio to direct | proxy CPU us/response |")
@@ -47,11 +65,12 @@ def table(results: dict[str, Any]) -> str:
                 add(f"| {n} | {s.get('shape', '?')} | {p} | {_f(v.get('value'))} | {_f(v.get('ratio'), '{:.2f}')} | "
                     f"{_f(v.get('proxy_cpu_us_per_resp'), '{:.1f}') if p != 'direct' else '-'} |")  # fmt: skip
         add("")
-    for name in ("unary", "paced"):
+    for name in ("unary", "paced", "http_unary", "http_triton_unary"):
         if name in sc:
             s = sc[name]
-            add(f"### {name} latency ({s.get('shape', '?')})")
-            add("| path | p50 ms | p99 ms | added p50 ms | added p99 ms | rate/s | proxy CPU us/response |")
+            add(f"### {'HTTP infer' if name.startswith('http_') else name} latency ({s.get('shape', '?')})")
+            add("| path | p50 ms | p99 ms | added p50 ms | added p99 ms | rate/s | proxy CPU us/response |"
+                if not name.startswith("http_") else "| path | p50 ms | p99 ms | added p50 ms | added p99 ms | rate/s | proxy CPU us/call |")
             add("|---|---|---|---|---|---|---|")
             for p, v in s["summary"].items():
                 add(f"| {p} | {_f(ms(v.get('p50_us')), '{:.3f}')} | {_f(ms(v.get('p99_us')), '{:.3f}')} | "

@@ -18,9 +18,9 @@ counts; the empty final is one more message per request, not counted). perf_anal
 ``--stability-percentage 100``: on a shared 2-core machine a tighter window often never settles
 (perf_analyzer then prints no figure at all); the interleaved rounds are what cancels the noise.
 
-perf_analyzer is found in ``$PERF_ANALYZER``, else ``/work/pa-venv/bin/perf_analyzer`` (the
-integrator's venv, recipe in /work/shared/perf-analyzer.md), else on ``PATH``; without it both
-scenarios are skipped with one line. Its CUDA runtime library is looked up next to it
+perf_analyzer is found in ``$PERF_ANALYZER``, else ``.venv-pa/bin/perf_analyzer`` in this checkout
+(the venv ``.ci/run`` installs it in: docs/testing.md), else ``/work/pa-venv/bin/perf_analyzer`` (the
+integrator's venv, same recipe), else on ``PATH``; without it both scenarios are skipped with one line. Its CUDA runtime library is looked up next to it
 (``<venv>/lib/python3*/site-packages/nvidia/cuda_runtime/lib``) and put on ``LD_LIBRARY_PATH``.
 """
 
@@ -44,7 +44,11 @@ from bench.harness.config import MODULE_PATHS
 from bench.harness.summary import median
 
 PA_ENV = "PERF_ANALYZER"
+#: Where ``.ci/run`` installs it: its own venv in the checkout (it needs tritonclient 2.51, the project a newer one).
+PA_REPO = Path(__file__).resolve().parents[2] / ".venv-pa" / "bin" / "perf_analyzer"
 PA_DEFAULT = Path("/work/pa-venv/bin/perf_analyzer")
+#: Where :func:`find_perf_analyzer` looks, for skip messages.
+PA_WHERE = f"${PA_ENV}, {PA_REPO}, {PA_DEFAULT} or PATH"
 MODEL = "tokens"
 TOKENS = 20
 #: Responses per request as perf_analyzer counts them ("Response Throughput" = 20 x requests/s): the
@@ -57,12 +61,14 @@ _SUCCESS = re.compile(r'^nv_inference_request_success\{[^}]*model="' + MODEL + r
 
 
 def find_perf_analyzer() -> Path | None:
-    """``$PERF_ANALYZER``, else the default venv's binary, else ``perf_analyzer`` on PATH."""
+    """``$PERF_ANALYZER``, else the checkout's ``.venv-pa``, else the default venv's binary, else
+    ``perf_analyzer`` on PATH. Run it with :func:`pa_environment` (its CUDA runtime library)."""
     env = os.environ.get(PA_ENV)
     if env:
         return Path(env) if Path(env).is_file() else None
-    if PA_DEFAULT.is_file():
-        return PA_DEFAULT
+    for known in (PA_REPO, PA_DEFAULT):
+        if known.is_file():
+            return known
     found = shutil.which("perf_analyzer")
     return Path(found) if found else None
 
@@ -243,7 +249,7 @@ def run(scenarios: list[str], cfg: PaConfig, workdir: Path, want_nginx: bool,
     (path name -> module run as ``python -m``, as ``--extra-proxy``) in the perf_analyzer scenario."""
     pa = find_perf_analyzer()
     if pa is None:
-        why = f"${PA_ENV} is not a file" if os.environ.get(PA_ENV) else f"not at {PA_DEFAULT} nor on PATH"
+        why = f"${PA_ENV} is not a file" if os.environ.get(PA_ENV) else f"not at {PA_REPO}, {PA_DEFAULT} nor on PATH"
         note = f"perf_analyzer: skipped, not found ({why}; set {PA_ENV}=/path/to/perf_analyzer)"
         log(note)
         return {}, [note], []

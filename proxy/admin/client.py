@@ -10,6 +10,7 @@ from google.protobuf.json_format import MessageToDict
 from proxy.admin.connect import admin_call
 from proxy.admin.pb import admin_pb2 as pb
 from proxy.admin.pb import admin_pb2_grpc as pb_grpc
+from replay.capture.methods import short_method
 from replay.errors import UserError
 
 
@@ -36,7 +37,10 @@ def render_status(st: pb.StatusResponse, out: TextIO) -> None:
 
     console = Console(file=out, highlight=False, width=None if out.isatty() else 160)
     tls = f"tls listen={'on' if st.tls_listen else 'off'} upstream={'on' if st.tls_upstream else 'off'}"
-    console.print(f"triton-tap {st.version}, up {st.uptime_s:.0f}s: {st.listen} -> {st.upstream} ({tls})")
+    pairs = [f"{st.listen} -> {st.upstream}"] if st.listen or not st.http_listen else []
+    if st.http_listen:
+        pairs.append(f"http {st.http_listen} -> {st.http_upstream}")
+    console.print(f"triton-tap {st.version}, up {st.uptime_s:.0f}s: {', '.join(pairs)} ({tls})")
     c = st.counters
     rec = dict(c.records)
     console.print(f"calls {rec.get('call_start', 0)} (open {len(st.open_calls)}), messages {rec.get('message', 0)}, "
@@ -53,7 +57,9 @@ def render_status(st: pb.StatusResponse, out: TextIO) -> None:
         for col in OPEN_CALL_COLUMNS:
             table.add_column(col)
         for oc in st.open_calls:
-            table.add_row(oc.call, oc.method.rsplit("/", 1)[-1], oc.model, f"{oc.age_ms:.0f}",
+            # gRPC: the method's last part, as before; HTTP ("POST /v2/..."): its short name (HTTP generate_stream).
+            method = oc.method.rsplit("/", 1)[-1] if oc.method.startswith("/") else short_method(oc.method)
+            table.add_row(oc.call, method, oc.model, f"{oc.age_ms:.0f}",
                           ", ".join(oc.in_flight), ", ".join(oc.responded))  # fmt: skip
         console.print(table)
 

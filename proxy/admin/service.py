@@ -39,13 +39,18 @@ class Served:
     (the relay's open calls, the metrics) and drives (the writer: rotate, mark, the tap), and what Status
     says of the proxy itself (fixed once it listens)."""
 
+    #: The gRPC pair ("" for both when only HTTP is relayed, as ``capture_start`` says them).
     listen: str
     upstream: str
     tls_listen: bool
     tls_upstream: bool
     writer: CaptureWriter
-    relay: Relay
+    #: Every relay of the proxy (gRPC's, HTTP's): their open calls are the status's.
+    relays: tuple[Relay, ...]
     metrics: ProxyMetrics | None
+    #: The HTTP pair, "" for both when no HTTP is relayed.
+    http_listen: str = ""
+    http_upstream: str = ""
 
 
 class AdminServicer(pb_grpc.AdminServiceServicer):
@@ -57,7 +62,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         self.t0 = time.monotonic()
 
     def _open_calls(self) -> list[Any]:
-        return [c for t in list(self.served.relay.tunnels) for c in list(t.calls.values())]
+        return [c for r in self.served.relays for t in list(r.tunnels) for c in list(t.calls.values())]
 
     async def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusResponse:
         served = self.served
@@ -83,7 +88,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
             tls_listen=served.tls_listen, tls_upstream=served.tls_upstream, open_calls=open_calls,
             counters=counters, capture_files=[str(x) for x in list(writer.paths)], writer_queue=writer.backlog,
             tail=pb.TailStats(subscribers=subs, records_sent=sent, records_dropped=lost),
-            recent_first_seq=first, next_seq=nxt,
+            recent_first_seq=first, next_seq=nxt, http_listen=served.http_listen, http_upstream=served.http_upstream,
         )  # fmt: skip
 
     async def Rotate(self, request: pb.RotateRequest, context: Any) -> pb.RotateResponse:

@@ -48,12 +48,15 @@ def describe(seq: int, line: bytes) -> tuple[str, str]:
         parts += [r.dir, f"model={r.model}" if r.model is not None else "", _rid(r.request_id)]
         if r.final is not None:
             parts.append(f"final={str(r.final).lower()}")
+        if r.finish_reason is not None:
+            parts.append(f"finish_reason={r.finish_reason}")
         if r.error:
             parts.append(f"error={r.error!r}")
         if r.decode_error:
             parts.append(f"decode_error={r.decode_error!r}")
     elif kind == "call_start":
-        parts += [r.method, f"peer={r.peer}"]
+        # An HTTP call's method is its request line: the version says which port it came through.
+        parts += [r.method, f"HTTP/{r.http_version}" if r.protocol == "http" else "", f"peer={r.peer}"]
     elif kind == "call_end":
         parts += [f"cause={r.cause}", f"status={r.status}", f"{r.duration_ms:.1f}ms"]
         if r.details:
@@ -70,7 +73,11 @@ def describe(seq: int, line: bytes) -> tuple[str, str]:
     elif kind == "capture_end":
         parts += [r.reason, r.next_file or ""]
     elif kind == "capture_start":
-        parts += [f"file_index={r.file_index}", f"listen={r.listen}", f"upstream={r.upstream}"]
+        parts.append(f"file_index={r.file_index}")
+        if r.listen or r.http_listen is None:  # "" when only HTTP is relayed
+            parts += [f"listen={r.listen}", f"upstream={r.upstream}"]
+        if r.http_listen is not None:
+            parts += [f"http_listen={r.http_listen}", f"http_upstream={r.http_upstream}"]
     elif kind == "protocol_error":
         parts += [r.side, r.error]
     return kind, " ".join(p for p in parts if p)

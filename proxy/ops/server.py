@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import secrets
 import signal
 import socket
@@ -25,6 +26,9 @@ from proxy.ops.evidence import EvidenceCollector, EvidenceSpec, probe_metrics
 from proxy.ops.observe import MetricsServer, ProxyMetrics, RecordObserver
 from proxy.ops.tls import ReloadableTls, listen_ssl, tls_files, upstream_ssl
 from proxy.ops.upkeep import Upkeep
+from proxy.relay.contract import CoreFactory
+from proxy.relay.core import H2Core
+from proxy.relay.http1 import Http1Core
 from proxy.relay.options import RelayOptions
 from proxy.relay.relay import Relay
 from proxy.triton.metadata import DEFAULT_REDACT
@@ -42,8 +46,12 @@ log = structlog.get_logger("triton_tap.proxy")
 class ProxyConfig:
     """Everything ``triton-tap record`` takes."""
 
+    #: The gRPC pair; ``""`` for both when only HTTP is relayed (as ``capture_start`` says it).
     listen: str = "127.0.0.1:8011"
     upstream: str = "127.0.0.1:8001"
+    #: ``--http-listen`` / ``--http-upstream``: Triton's HTTP port relayed too (or alone), else None.
+    http_listen: str | None = None
+    http_upstream: str | None = None
     capture_dir: Path = Path("captures")
     payload: str = "meta"
     payload_cap: int | None = None
@@ -191,14 +199,40 @@ class RecordingProxy:
 
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
-        self.listen_addr = parse_hostport(config.listen, "--listen", allow_port_zero=True)
-        self.upstream_addr = parse_hostport(config.upstream, "--upstream")
+        if bool(config.listen) != bool(config.upstream):
+            raise UserError("--listen and --upstream go together (the gRPC pair)")
+        if (config.http_listen is None) != (config.http_upstream is None):
+            raise UserError("--http-listen and --http-upstream go together (the HTTP pair)")
+        if not config.listen and config.http_listen is None:
+            raise UserError("nothing to relay: give --listen/--upstream (gRPC), --http-listen/--http-upstream, or both")
+        #: The gRPC pair, or None when only HTTP is relayed.
+        self.grpc_addrs = (
+            (parse_hostport(config.listen, "--listen", allow_port_zero=True), parse_hostport(config.upstream, "--upstream"))
+            if config.listen and config.upstream else None
+        )  # fmt: skip
+        #: The HTTP pair, or None.
+        self.http_addrs = (
+            (parse_hostport(config.http_listen, "--http-listen", allow_port_zero=True),
+             parse_hostport(config.http_upstream, "--http-upstream"))
+            if config.http_listen is not None and config.http_upstream is not None else None
+        )  # fmt: skip
+        # (kept: the listening address and upstream of the first relayed port, as before)
+        first = self.grpc_addrs or self.http_addrs
+        assert first is not None
+        self.listen_addr, self.upstream_addr = first
         self.metrics_addr = (
             parse_hostport(config.metrics, "--metrics", allow_port_zero=True) if config.metrics else None
         )
-        if self.metrics_addr is not None and self.metrics_addr[1] and self.metrics_addr[1] == self.listen_addr[1]:
-            # Caught here, before anything is bound or created: the two servers cannot share a port.
-            raise UserError(f"--metrics {config.metrics} and --listen {config.listen} use the same port")
+        for name, value, pair in (("--listen", config.listen, self.grpc_addrs), ("--http-listen", config.http_listen,
+                                                                                 self.http_addrs)):  # fmt: skip
+            if pair is None:
+                continue
+            if self.metrics_addr is not None and self.metrics_addr[1] and self.metrics_addr[1] == pair[0][1]:
+                # Caught here, before anything is bound or created: the two servers cannot share a port.
+                raise UserError(f"--metrics {config.metrics} and {name} {value} use the same port")
+        if self.grpc_addrs is not None and self.http_addrs is not None:
+            if self.grpc_addrs[0][1] and self.grpc_addrs[0][1] == self.http_addrs[0][1]:
+                raise UserError(f"--listen {config.listen} and --http-listen {config.http_listen} use the same port")
         self.metrics_server: MetricsServer | None = None
         self.metrics: ProxyMetrics | None = None
         if config.payload not in ("none", "meta", "full"):
@@ -206,7 +240,12 @@ class RecordingProxy:
         if config.payload_store not in ("side", "inline"):
             raise UserError(f"--payload-store must be side or inline, got {config.payload_store!r}")
         self.writer: CaptureWriter | None = None
+        #: The relay of the first relayed port (gRPC when relayed), as before; ``relays`` has them all.
         self.relay: Relay | None = None
+        self.relays: list[Relay] = []
+        self.http_relay: Relay | None = None
+        #: The records' way to the writer, shared by the relays (made with the first).
+        self._emit: Callable[[Any], None] | None = None
         self.evidence: EvidenceCollector | None = None
         self.upkeep: Upkeep | None = None
         self.admin: Any = None  # proxy.admin.service.AdminServer with --admin
@@ -215,7 +254,10 @@ class RecordingProxy:
 
             admin_address(config.admin, config.tls_cert, config.tls_key)
         self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
+        #: Bound ports: ``port`` the gRPC one (the HTTP one when only HTTP is relayed), ``http_port`` HTTP's (0: none).
         self.port = 0
+        self.http_port = 0
         self._stopped = False
 
     @property
@@ -243,35 +285,51 @@ class RecordingProxy:
         salt = cfg.redact_salt if cfg.redact_salt is not None else secrets.token_hex(16)
         # Bind before the capture exists so that a busy port leaves no empty capture behind.
         relay_box: list[Relay] = []
-        server = await self._listen(server_tls, relay_box)
+        http_box: list[Relay] = []
+        await self._listen(server_tls, relay_box, http_box)
+        grpc, http = self.grpc_addrs, self.http_addrs
         listen = f"{self.listen_addr[0]}:{self.port}"
+        http_listen = f"{http[0][0]}:{self.http_port}" if http is not None else None
         start = ev.CaptureStarted(
-            t_ns=time.time_ns(), proxy_version=__version__, listen=listen,
-            upstream=f"{self.upstream_addr[0]}:{self.upstream_addr[1]}",
+            t_ns=time.time_ns(), proxy_version=__version__,
+            listen=listen if grpc is not None else "",
+            upstream=f"{grpc[1][0]}:{grpc[1][1]}" if grpc is not None else "",
             options=capture_options(cfg, salt, server_tls is not None, up_tls is not None, tls.client_certs_required),
             capture_set=cfg.capture_set, worker=cfg.worker,
             workers=cfg.workers if cfg.worker is not None else None,
+            http_listen=http_listen, http_upstream=f"{http[1][0]}:{http[1][1]}" if http is not None else None,
         )  # fmt: skip
         writer = self._open_capture(start)
         try:
-            self.relay = self._relay(writer, up_tls, salt)
+            # One counter: connection (and call) ids are unique across both ports.
+            ids = itertools.count(1)
+            if grpc is not None:
+                relay_box.append(self._relay(writer, up_tls, salt, grpc[1], H2Core, ids))
+            if http is not None:
+                self.http_relay = self._relay(writer, up_tls, salt, http[1], Http1Core, ids)
+                http_box.append(self.http_relay)
+            self.relays = relay_box + http_box
+            self.relay = self.relays[0]
             self.upkeep = self._start_upkeep(tls, self.metrics)
-            relay_box.append(self.relay)
             if cfg.admin is not None:  # record --admin (proxy/admin/): bound before clients are served
                 from proxy.admin.service import Served, start_admin
 
-                served = Served(listen=listen, upstream=start.upstream, tls_listen=cfg.tls_cert is not None,
-                                tls_upstream=cfg.upstream_tls, writer=writer, relay=self.relay, metrics=self.metrics)  # fmt: skip
+                served = Served(listen=start.listen, upstream=start.upstream, tls_listen=cfg.tls_cert is not None,
+                                tls_upstream=cfg.upstream_tls, writer=writer, relays=tuple(self.relays),
+                                metrics=self.metrics, http_listen=start.http_listen or "",
+                                http_upstream=start.http_upstream or "")  # fmt: skip
                 self.admin = await start_admin(cfg.admin, served, cfg.tls_cert, cfg.tls_key)
             if warm_up:
                 warmup.warm_up()
-            await server.start_serving()
-            self._say_ready(listen)
+            for srv in self._servers:
+                await srv.start_serving()
+            self._say_ready(listen, http_listen)
         except BaseException:
             if self.admin is not None:
                 await self.admin.stop(0)
             writer.abandon()
-            server.close()
+            for srv in self._servers:
+                srv.close()
             self._close_metrics()
             raise
         self._log_recording(start, server_tls is not None, up_tls is not None, tls.client_certs_required)
@@ -284,35 +342,51 @@ class RecordingProxy:
             readyfile.prepare(cfg.ready_file)
         prepare_directory(cfg.capture_dir)
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(
-            None, check_upstream, *self.upstream_addr, cfg.connect_timeout, up_tls, cfg.upstream_server_name
-        )
+        for pair in (self.grpc_addrs, self.http_addrs):
+            if pair is not None:
+                await loop.run_in_executor(
+                    None, check_upstream, *pair[1], cfg.connect_timeout, up_tls, cfg.upstream_server_name
+                )
         if cfg.evidence is not None and cfg.evidence.metrics_url is not None:
             why = await loop.run_in_executor(None, probe_metrics, cfg.evidence.metrics_url, cfg.connect_timeout)
             if why is not None:
                 # Only a warning: Triton's metrics may come up later; each evidence record says what it saw.
                 log.warning("evidence_metrics_unreachable", url=cfg.evidence.metrics_url, error=why)
 
-    async def _listen(self, server_tls: ssl.SSLContext | None, relay_box: list[Relay]) -> asyncio.base_events.Server:
-        """Bind the listening socket (not serving yet: ``relay_box`` gets the relay first) and the
-        metrics endpoint, if any."""
-        host, port = self.listen_addr
-        try:
-            self._server = await asyncio.get_running_loop().create_server(
-                lambda: relay_box[0].protocol_factory(), host, port, reuse_address=True, start_serving=False,
-                ssl=server_tls,
-                # Workers of one set bind the same port; the kernel spreads connections over them.
-                reuse_port=self.config.worker is not None,
-            )
-        except OSError as e:
-            raise cannot_listen(f"{host}:{port}", e) from None
-        self.port = self._server.sockets[0].getsockname()[1]
+    async def _listen(
+        self, server_tls: ssl.SSLContext | None, relay_box: list[Relay], http_box: list[Relay]
+    ) -> asyncio.base_events.Server:
+        """Bind the listening sockets (not serving yet: the boxes get the relays first) and the
+        metrics endpoint, if any; the first server (gRPC's when relayed) is returned."""
+        for pair, box in ((self.grpc_addrs, relay_box), (self.http_addrs, http_box)):
+            if pair is None:
+                continue
+            host, port = pair[0]
+            try:
+                srv = await asyncio.get_running_loop().create_server(
+                    lambda box=box: box[0].protocol_factory(), host, port, reuse_address=True,
+                    start_serving=False, ssl=server_tls,
+                    # Workers of one set bind the same port; the kernel spreads connections over them.
+                    reuse_port=self.config.worker is not None,
+                )  # fmt: skip
+            except OSError as e:
+                for bound in self._servers:
+                    bound.close()
+                raise cannot_listen(f"{host}:{port}", e) from None
+            self._servers.append(srv)
+            bound_port = srv.sockets[0].getsockname()[1]
+            if box is http_box:
+                self.http_port = bound_port
+            if not self.port:
+                self.port = bound_port
+        self._server = self._servers[0]
         if self.metrics_addr is not None:
             self.metrics = ProxyMetrics()
             try:
                 self.metrics_server = MetricsServer(self.metrics, *self.metrics_addr)
             except OSError as e:
-                self._server.close()
+                for srv in self._servers:
+                    srv.close()
                 raise UserError(f"cannot serve metrics on {self.config.metrics}: {e.strerror or e}") from None
         return self._server
 
@@ -327,25 +401,32 @@ class RecordingProxy:
         try:
             self.writer.open()
         except OSError as e:
-            assert self._server is not None
-            self._server.close()
+            for srv in self._servers:
+                srv.close()
             self._close_metrics()
             raise UserError(f"cannot create a capture file in {str(cfg.capture_dir)!r}: {e.strerror or e}") from None
         return self.writer
 
-    def _relay(self, writer: CaptureWriter, up_tls: ssl.SSLContext | None, salt: str) -> Relay:
-        """The relay, its records going through the observer (and the evidence collector) to ``writer``."""
+    def _relay(
+        self, writer: CaptureWriter, up_tls: ssl.SSLContext | None, salt: str, upstream: tuple[str, int],
+        core: CoreFactory, ids: itertools.count[int],
+    ) -> Relay:
+        """A port's relay (``core``: its protocol), its records going through the observer (and the evidence
+        collector) to ``writer``: the relays of both ports share the observer, the collector and ``ids``."""
         cfg = self.config
         metrics = self.metrics
-        if metrics is not None:
-            metrics.attach_writer(writer.stats)
-        # One observer between the relay and the writer: the call-end log line and the metrics.
-        emit: Callable[[Any], None] = RecordObserver(writer.emit, metrics)
-        if cfg.evidence is not None:
-            self.evidence = EvidenceCollector(cfg.evidence, writer.emit)
-            emit = _with_evidence(emit, self.evidence.notify)
+        if self._emit is None:
+            if metrics is not None:
+                metrics.attach_writer(writer.stats)
+            # One observer between the relays and the writer: the call-end log line and the metrics.
+            emit: Callable[[Any], None] = RecordObserver(writer.emit, metrics)
+            if cfg.evidence is not None:
+                self.evidence = EvidenceCollector(cfg.evidence, writer.emit)
+                emit = _with_evidence(emit, self.evidence.notify)
+            self._emit = emit
+        emit = self._emit
         relay = Relay(
-            self.upstream_addr,
+            upstream,
             emit,
             RelayOptions(
                 payload=cfg.payload, payload_cap=cfg.payload_cap, payload_store=cfg.payload_store, redact=cfg.redact,
@@ -356,6 +437,8 @@ class RecordingProxy:
             conn_prefix="c" if cfg.worker is None else f"w{cfg.worker}c",
             # The observer wants messages only for the metrics; the evidence collector never does.
             emit_message=writer.emit if metrics is None else None,
+            core_factory=core,
+            conn_ids=ids,
         )  # fmt: skip
         if self.evidence is not None:
             relay.before_cancel = _guarded_mark(self.evidence.mark)
@@ -363,13 +446,15 @@ class RecordingProxy:
             relay.after_read = metrics.forwarded
         return relay
 
-    def _say_ready(self, listen: str) -> None:
+    def _say_ready(self, listen: str, http_listen: str | None) -> None:
         """``--ready-file``: clients can connect now (the socket listens; admin and metrics are up)."""
         if self.config.ready_file is None:
             return
         assert self.writer is not None
         metrics = f"{self.metrics_addr[0]}:{self.metrics_server.port}" if self.metrics_server and self.metrics_addr else None
-        readyfile.write(self.config.ready_file, listen, admin=self.admin.address if self.admin else None, metrics=metrics,
+        extra = {"http_listen": http_listen} if http_listen is not None else {}
+        readyfile.write(self.config.ready_file, listen if self.grpc_addrs is not None else "", **extra,
+                        admin=self.admin.address if self.admin else None, metrics=metrics,
                         capture=str(self.writer.path))  # fmt: skip
 
     def _log_recording(self, start: ev.CaptureStarted, tls: bool, upstream_tls: bool, client_certs: bool) -> None:
@@ -378,13 +463,15 @@ class RecordingProxy:
         extra = {}
         if self.metrics_server is not None and self.metrics_addr is not None:
             extra["metrics"] = f"{self.metrics_addr[0]}:{self.metrics_server.port}"
-        if not tls and not all(is_loopback(s.getsockname()[0]) for s in self._server.sockets):
+        if not tls and not all(is_loopback(s.getsockname()[0]) for srv in self._servers for s in srv.sockets):
             # Clients' metadata (tokens included) and tensors would cross the network in clear.
             log.warning("listening_without_tls", listen=start.listen, hint="use --tls-cert/--tls-key or a loopback address")
         log.info(
             "recording",
             listen=start.listen,
             upstream=start.upstream,
+            http_listen=start.http_listen,
+            http_upstream=start.http_upstream,
             capture=str(self.writer.path),
             payload=cfg.payload,
             **extra,
@@ -402,21 +489,29 @@ class RecordingProxy:
         if self._stopped:
             return
         self._stopped = True
-        self._server.close()
+        for srv in self._servers:
+            srv.close()
         if self.config.ready_file is not None:  # no longer accepting connections
             readyfile.remove(self.config.ready_file)
-        self.relay.begin_shutdown()
-        drained = await self.relay.wait_idle(self.config.drain_timeout)
-        left = self.relay.open_calls
+        relays = self.relays or [self.relay]
+        for relay in relays:
+            relay.begin_shutdown()
+        deadline = time.monotonic() + self.config.drain_timeout
+        drained = True
+        for relay in relays:
+            drained = await relay.wait_idle(max(0.0, deadline - time.monotonic())) and drained
+        left = sum(relay.open_calls for relay in relays)
         if not drained:
             log.warning("drain_timeout", open_calls=left, timeout_s=self.config.drain_timeout)
-        self.relay.abort_all("proxy_shutdown")
+        for relay in relays:
+            relay.abort_all("proxy_shutdown")
         # Server.wait_closed() semantics differ across Python versions (3.11 may wait on client
         # connections forever); wait for our own tunnels instead, bounded, then cut what is left.
         deadline = time.monotonic() + 2.0
-        while self.relay.tunnels and time.monotonic() < deadline:
+        while any(relay.tunnels for relay in relays) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        self.relay.hard_close()
+        for relay in relays:
+            relay.hard_close()
         if self.evidence is not None:
             await self.evidence.close()
         if self.upkeep is not None:
@@ -431,10 +526,11 @@ class RecordingProxy:
 
     def _start_upkeep(self, tls: ReloadableTls, metrics: ProxyMetrics | None) -> Upkeep:
         assert self.writer is not None and self.relay is not None
-        relay = self.relay
+        relays = list(self.relays)
 
         def set_upstream(ctx: ssl.SSLContext | None) -> None:
-            relay.upstream_tls = ctx  # read per new upstream connection
+            for relay in relays:
+                relay.upstream_tls = ctx  # read per new upstream connection
 
         tls.on_upstream = set_upstream
         upkeep = Upkeep(self.writer, tls, self.config.tls_watch_s)
@@ -465,6 +561,6 @@ async def run(config: ProxyConfig) -> None:
     loop.add_signal_handler(signal.SIGHUP, proxy.reload)  # logrotate's postrotate convention
     try:
         await stop.wait()
-        log.info("shutting_down", open_calls=proxy.relay.open_calls if proxy.relay else 0)
+        log.info("shutting_down", open_calls=sum(relay.open_calls for relay in proxy.relays))
     finally:
         await proxy.stop()

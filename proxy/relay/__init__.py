@@ -1,4 +1,5 @@
-"""The HTTP/2 relay: one upstream connection per client connection, every frame passed on verbatim.
+"""The relay: one upstream connection per client connection, every byte passed on verbatim; gRPC
+(HTTP/2) and Triton's HTTP port (HTTP/1.1), each a protocol core under the one I/O shell.
 
 Why frames and not a gRPC proxy: only at the HTTP/2 level can the proxy tell an explicit cancel
 (RST_STREAM CANCEL) from a dead client (EOF) or a deadline, forward the client's own headers
@@ -21,11 +22,14 @@ Shape: a protocol core with no I/O under a thin I/O shell.
   small h2 server for an unreachable upstream (``Refuser``) is there too;
 - ``lifecycle``: the core's states, one per side, and their transition tables;
 - ``contract``: what a core and the shell say to each other (``Output``, the commands, the
-  ``ProtocolCore`` interface): a second protocol core (HTTP/1.1) plugs into the same shell;
+  ``ProtocolCore`` interface);
+- ``http1``: :class:`~proxy.relay.http1.Http1Core`, the same for Triton's HTTP/1.1 port (an h11
+  parser per side as an observer; one exchange at a time is a call); ``http1_lifecycle``: the
+  exchange's states and table;
 - ``recording``: per-call recording as objects given an emit function (every gRPC message; late
   frames after a forwarded cancel); ``call``: one RPC's state; ``records``: the hot records;
 - ``shell``: the asyncio protocols of both sides, the upstream connect (TLS included), timers,
-  reading paused for backpressure; it knows nothing of HTTP/2; ``peercert``: the client
+  reading paused for backpressure; it knows nothing of HTTP; ``peercert``: the client
   certificate's subject;
 - ``relay``: :class:`~proxy.relay.relay.Relay`, what every connection of one proxy shares (options,
   the capture sink, open connections, shutdown); ``options``: :class:`~proxy.relay.options.RelayOptions`.

@@ -3,7 +3,8 @@
 A protocol core turns inputs (the bytes of one read of either side, a side connected or lost, a
 timer fired, shutdown) into an :class:`Output` per step: the bytes to write to each side and the
 :data:`Command` values the shell carries out. The shell knows only this vocabulary, so any core
-that speaks it (HTTP/2 today; HTTP/1.1 could be another) runs under the same shell.
+that speaks it runs under the same shell: :class:`proxy.relay.core.H2Core` (gRPC over HTTP/2) and
+:class:`proxy.relay.http1.Http1Core` (Triton's HTTP/1.1 port).
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ CLIENT, UPSTREAM = "client", "upstream"
 @dataclass(frozen=True, slots=True)
 class Close:
     """Close a side's connection (after this step's writes)."""
+
+    side: str
+
+
+@dataclass(frozen=True, slots=True)
+class WriteEof:
+    """Shut the writing half of a side's connection (TCP FIN, after this step's writes); reading goes on."""
 
     side: str
 
@@ -52,7 +60,7 @@ class Log:
     exc: BaseException | None = None
 
 
-Command = Close | ArmTimer | CancelTimer | Log
+Command = Close | WriteEof | ArmTimer | CancelTimer | Log
 
 
 class Output:
@@ -98,6 +106,10 @@ class ProtocolCore(Protocol):
     def connected(self) -> Output: ...
     def connect_failed(self, reason: str) -> Output: ...
     def lost(self, side: str, exc: Exception | None) -> Output: ...
+    #: A side's peer shut its writing half (TCP FIN) and the connection still carries the other
+    #: direction: the core either passes the half-close on (:class:`WriteEof` to the other side) or
+    #: ends the connection (:class:`Close` of this side; its loss follows).
+    def eof(self, side: str) -> Output: ...
     def timer(self, name: str) -> Output: ...
     def goaway(self) -> Output: ...
     def abort(self, cause: str) -> Output: ...

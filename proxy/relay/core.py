@@ -24,7 +24,8 @@ Design (sans-IO, the shape of python-hyper/h2's ``H2Connection`` and of mitmprox
   read is one slice of the bytes read, written whole; otherwise each handler queues what goes on.
 - Per-call recording is done by objects given an emit function (:mod:`proxy.relay.recording`):
   :class:`~proxy.relay.recording.MessageRecorder` (every gRPC message) and
-  :class:`~proxy.relay.recording.LateWatch` (frames after a forwarded cancel).
+  :class:`~proxy.relay.recording.LateWatch` (frames after a forwarded cancel, or after the upstream
+  ended the call: RFC 9113 forbids those, Triton 2.51 sends them at every deadline; passed on verbatim).
 - Directions are ``c2s`` (client to server, what the client sends) and ``s2c`` everywhere.
 
 Why frames verbatim and not a gRPC proxy: see :mod:`proxy.relay`.
@@ -54,7 +55,7 @@ from proxy.relay.lifecycle import (
     upstream_after,
 )
 from proxy.relay.options import REDACTED
-from proxy.relay.recording import LateWatch, MessageRecorder
+from proxy.relay.recording import LATE_WATCH, LateWatch, MessageRecorder
 from proxy.relay.records import make_call_end, make_call_start, make_half_close
 from proxy.triton import causes
 from proxy.wire import frames as wire
@@ -77,6 +78,7 @@ PROXY_ANSWERS: dict[str, tuple[int, str]] = {
 
 # The states the hot path tests, as globals (an enum member looked up on its class costs ~0.1 us).
 _U_OPEN = Upstream.OPEN
+_monotonic_ns = time.monotonic_ns
 # Frame types and flags the per-frame handlers test, as globals (not an attribute of ``wire`` each time).
 _DATA, _HEADERS, _RST_STREAM, _SETTINGS = wire.DATA, wire.HEADERS, wire.RST_STREAM, wire.SETTINGS
 _PUSH_PROMISE, _GOAWAY = wire.PUSH_PROMISE, wire.GOAWAY
@@ -115,6 +117,7 @@ class H2Core:
         "_rest",
         "_s2c_q",
         "_s2c_w",
+        "_t_end",
         "_then_error",
         "_up_error",
         "_verbatim",
@@ -171,7 +174,9 @@ class H2Core:
         # the client's, and literal-only blocks are valid against any table state.
         self.reencode_c2s = shared.authority is not None
         self._record = MessageRecorder(self.opts, shared.emit_message).record
-        self._late = LateWatch(shared.emit)
+        self._late = LateWatch(shared.emit, conn_id)
+        # (monotonic) when the last call ended: _end reads the clock once, for its record and LateWatch
+        self._t_end = 0
         # when the current client read arrived: the start of a cancel's way upstream
         self._read_ns = 0
         # queued bytes of the current step (c2s: to the upstream; s2c: to the client), and those
@@ -348,6 +353,13 @@ class H2Core:
             # (A call that crossed the GOAWAY, legal below its last stream id, arms it again as it ends.)
             self._client_input(ClientInput.CLOSE)
             self._out.commands.append(Close(CLIENT))
+        return self._finish()
+
+    def eof(self, side: str) -> Output:
+        """A side's peer shut its writing half: over HTTP/2 that ends the connection (its loss follows),
+        as it always has; a gRPC call's own end is END_STREAM, never the TCP connection's."""
+        self._begin()
+        self._out.commands.append(Close(side))
         return self._finish()
 
     def goaway(self) -> Output:
@@ -627,8 +639,9 @@ class H2Core:
                     self._s2c_q.append(raw)
                 if flags & _END_STREAM:
                     self._end(call, "error", "INTERNAL", "upstream ended the stream without a grpc-status", None)
+                    self._late.end(call, True, self._t_end)
                 return
-            if sid in self._late.watched:
+            if self._late.knows(sid):
                 self._late.frame(sid, "data", wire.data_payload(flags, payload), bool(flags & _END_STREAM))
             if not self._verbatim:
                 self._s2c_q.append(raw)
@@ -637,10 +650,16 @@ class H2Core:
                 self._s2c_q.append(raw)
             call = self.calls.get(sid)
             if call is None:
-                if sid in self._late.watched:
+                if self._late.knows(sid):
                     self._late.frame(sid, "headers", payload, bool(flags & _END_STREAM))
             elif flags & _END_STREAM:
                 self._end_with_status(call, payload)
+                # Frames on its stream from now on are late (Triton 2.51 repeats a deadline's end four
+                # times): LateWatch.end inline, as every call passes here.
+                ended = self._late.ended
+                if len(ended) >= LATE_WATCH:
+                    ended = self._late.next_generation()
+                ended[sid] = self._t_end << 3 | call.mkind << 1 | 1
             elif call.resp_headers is None:
                 call.resp_headers = payload
         elif ftype == _RST_STREAM:
@@ -651,7 +670,8 @@ class H2Core:
             if call is not None:
                 status = causes.RST_TO_STATUS.get(code, "INTERNAL")
                 self._end(call, "error", status, f"upstream reset the stream (HTTP/2 error {code})", None, rst=code)
-            elif sid in self._late.watched:
+                self._late.end(call, False, self._t_end)
+            elif self._late.knows(sid):
                 self._late.frame(sid, "rst", code, True)
         elif ftype == _SETTINGS:
             if not flags & _ACK:
@@ -706,7 +726,7 @@ class H2Core:
             self._end(call, "error", "UNKNOWN", details or "upstream trailers without grpc-status", trailers)
             return
         code = int(raw)
-        cause = causes.upstream_status_cause(code, call.timeout_ms, call.elapsed_ms())
+        cause = causes.upstream_status_cause(code, call.timeout_ms, (_monotonic_ns() - call.t0) / 1e6)
         if cause == "deadline":
             in_flight, responded = call.inflight.snapshot()
             self.emit(
@@ -787,9 +807,10 @@ class H2Core:
                 time.time_ns(), call.id, status, details, cause,
                 pairs(trailers) if trailers is not None else None,
                 pairs(call.resp_headers) if call.resp_headers is not None else None,
-                call.elapsed_ms(), call.index[C2S], call.index[S2C], rst, undelivered, {},
+                ((t_end := _monotonic_ns()) - call.t0) / 1e6, call.index[C2S], call.index[S2C], rst, undelivered, {},
             )
         )  # fmt: skip
+        self._t_end = t_end
         if self.goaway_last is not None:
             self._maybe_close_client()
 

@@ -2,7 +2,7 @@
 
 :class:`MessageRecorder` cuts, labels and records the messages of a call's DATA (the hot path: one
 pass per DATA payload); :class:`LateWatch` records what the upstream still sends on a stream after
-the proxy forwarded its cancel. Neither writes anywhere: records leave through the emit function
+the proxy forwarded its cancel, or after the upstream ended the call itself. Neither writes anywhere: records leave through the emit function
 they were given (the capture writer, through the metrics observer or not), so the protocol core
 (:mod:`proxy.relay.core`) and its tests use them alike.
 """
@@ -13,7 +13,7 @@ import base64
 import hashlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from proxy.relay.call import LABEL_KEEP, Call
 from proxy.relay.contract import C2S
@@ -38,9 +38,10 @@ _time_ns = time.time_ns
 #: Direction index -> the capture's name of it.
 _DIRECTIONS: tuple[ev.Direction, ev.Direction] = ("c2s", "s2c")
 
-#: Cancelled upstream streams per connection still watched for late frames (oldest forgotten first).
+#: Cancelled upstream streams per connection still watched for late frames (oldest forgotten first);
+#: as many again of the streams the upstream ended itself.
 LATE_WATCH = 256
-#: ``late`` records per cancelled call; then one ``overflow`` record and the call is no longer watched.
+#: ``late`` records per watched call; then one ``overflow`` record and the call is no longer watched.
 LATE_RECORDS = 64
 
 
@@ -198,28 +199,48 @@ def _head(parts: list[bytes]) -> bytes:
 
 
 class Late:
-    """A call whose cancel the proxy forwarded upstream, watched for frames the upstream still sends."""
+    """A call watched for frames the upstream still sends: after the proxy forwarded its cancel
+    (``after`` ``"cancel"``), or after the upstream ended it itself (``"end"``)."""
 
-    __slots__ = ("asm", "call_id", "mkind", "records", "t_rst")
+    __slots__ = ("after", "asm", "call_id", "mkind", "records", "rst_ok", "t_rst")
 
-    def __init__(self, call: Call) -> None:
-        self.call_id = call.id
-        self.mkind = call.mkind
-        self.t_rst = time.monotonic_ns()
-        # A message cut by the cancel: its tail arrives late and must not be read as a new one.
-        self.asm = call.s2c_asm if call.s2c_asm.partial else Assembler(LABEL_KEEP, False)
+    def __init__(
+        self, call_id: str, mkind: int, asm: Assembler | None = None, after: Literal["cancel", "end"] = "cancel",
+        t_ns: int = 0, rst_ok: bool = False,
+    ) -> None:  # fmt: skip
+        self.call_id = call_id
+        self.mkind = mkind
+        self.after = after
+        #: (monotonic) when the cancel went upstream, or when the call ended
+        self.t_rst = t_ns or time.monotonic_ns()
+        self.asm = asm if asm is not None else Assembler(LABEL_KEEP, False)
         self.records = 0
+        #: One RST_STREAM(NO_ERROR) still passes unrecorded: RFC 9113 8.1 lets a server send it right
+        #: after a complete response (a healthy server does; it is no evidence of anything).
+        self.rst_ok = rst_ok
 
 
 class LateWatch:
-    """One connection's cancelled calls, watched for frames the upstream still sends: ``late`` records."""
+    """One connection's cancelled and ended calls, watched for frames the upstream still sends: ``late`` records."""
 
-    __slots__ = ("emit", "watched")
+    __slots__ = ("conn_id", "emit", "ended", "ended_before", "watched")
 
-    def __init__(self, emit: Callable[[Any], None]) -> None:
+    def __init__(self, emit: Callable[[Any], None], conn_id: str = "") -> None:
         self.emit = emit
+        #: The connection's id: a call's id is ``{conn_id}.{stream id}`` (:class:`Call`).
+        self.conn_id = conn_id
         #: upstream stream id -> cancelled call still watched (insertion = age order)
         self.watched: dict[int, Late] = {}
+        #: upstream stream id -> one int, (monotonic ns of its end << 3) | (method kind << 1) | (1 if it
+        #: ended with a complete response), of the last calls the upstream ended itself. One int because
+        #: every call ends and this is on its path: no tuple, no Call kept alive (a dict of ints is not
+        #: tracked by the garbage collector; keeping the Calls cost ~5 % per unary call). A :class:`Late`
+        #: is made only if a frame comes after the end (Triton 2.51 sends a deadline's trailers and
+        #: RST_STREAM four times).
+        self.ended: dict[int, int] = {}
+        #: The previous ``ended`` (a generation: at most LATE_WATCH..2*LATE_WATCH are remembered). Every
+        #: call ends, so forgetting goes by whole generations: no eviction per call.
+        self.ended_before: dict[int, int] = {}
 
     def watch(self, call: Call) -> None:
         """The call's cancel went upstream: frames on its stream from now on are late."""
@@ -227,7 +248,26 @@ class LateWatch:
             # Triton usually sends nothing after our RST: old entries would otherwise live as long
             # as the connection.
             del self.watched[next(iter(self.watched))]
-        self.watched[call.sid] = Late(call)
+        # A message cut by the cancel: its tail arrives late and must not be read as a new one.
+        self.watched[call.sid] = Late(call.id, call.mkind, call.s2c_asm if call.s2c_asm.partial else None)
+
+    def end(self, call: Call, complete: bool, t_end: int) -> None:
+        """The upstream ended the call at ``t_end`` (monotonic ns; ``complete``: with END_STREAM, else
+        with RST_STREAM): frames on its stream from now on are late, ``after: end``. (The core does
+        this inline for trailers, the way every call ends.)"""
+        ended = self.ended
+        if len(ended) >= LATE_WATCH:
+            ended = self.next_generation()
+        ended[call.sid] = t_end << 3 | call.mkind << 1 | complete
+
+    def next_generation(self) -> dict[int, int]:
+        """``ended`` is full: it becomes ``ended_before`` (the older one forgotten); the new, empty one."""
+        self.ended_before, self.ended = self.ended, {}
+        return self.ended
+
+    def knows(self, sid: int) -> bool:
+        """Whether frames on the upstream stream ``sid`` are late (it is watched, or ended recently)."""
+        return sid in self.watched or sid in self.ended or sid in self.ended_before
 
     def frame(self, sid: int, kind: str, data: Any, end_stream: bool) -> None:
         """A frame the upstream sent on a watched stream: recorded as ``late``.
@@ -236,7 +276,19 @@ class LateWatch:
         reset, RFC 9113 5.1, and counts them for flow control; a header block must reach it for
         HPACK's sake).
         """
-        late = self.watched[sid]
+        late = self.watched.get(sid)
+        if late is None:
+            end = self.ended.pop(sid, None)
+            if end is None:
+                end = self.ended_before.pop(sid)
+            late = Late(f"{self.conn_id}.{sid}", end >> 1 & 3, None, "end", end >> 3, bool(end & 1))
+            if len(self.watched) >= LATE_WATCH:
+                del self.watched[next(iter(self.watched))]
+            self.watched[sid] = late
+        if late.rst_ok:
+            late.rst_ok = False
+            if kind == "rst" and data == 0:  # NO_ERROR, right after the complete response: allowed
+                return
         since = (time.monotonic_ns() - late.t_rst) / 1e6
         if kind == "data":
             for flag, length, kept, truncated, _ in late.asm.feed(data):
@@ -263,7 +315,9 @@ class LateWatch:
             self._emit(sid, late, "trailers" if end_stream else "headers", size, since, error=error)
         else:
             self._emit(sid, late, "rst", 0, since, rst_code=int(data))
-        if end_stream:
+        if end_stream and late.after == "cancel":
+            # The upstream's answer to the cancel is complete. (A call it ended itself stays watched:
+            # what repeats its end is what this evidence is for.)
             self.watched.pop(sid, None)
 
     def _emit(self, sid: int, late: Late, frame: str, size: int, since: float, **fields: Any) -> None:
@@ -275,5 +329,5 @@ class LateWatch:
             del self.watched[sid]
         self.emit(
             ev.LateFrameSeen(t_ns=time.time_ns(), call=late.call_id, frame=frame, size=size,  # type: ignore[arg-type]
-                             since_cancel_ms=since, **fields)
+                             since_cancel_ms=since, after=late.after, **fields)
         )  # fmt: skip

@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from proxy.relay.contract import CoreFactory
@@ -28,6 +28,8 @@ class Relay:
         upstream_server_name: str | None = None,
         conn_prefix: str = "c",
         emit_message: Callable[[Any], None] | None = None,
+        core_factory: CoreFactory = H2Core,
+        conn_ids: Iterator[int] | None = None,
     ) -> None:
         self.upstream = upstream
         self.emit = emit
@@ -43,9 +45,12 @@ class Relay:
         #: Open connections (each a :class:`~proxy.relay.shell.Connection`; it leaves when its client
         #: connection is lost).
         self.tunnels: set[Connection] = set()
-        #: The protocol core of each client connection (gRPC over HTTP/2).
-        self.core_factory: CoreFactory = H2Core
-        self._conn_ids = itertools.count(1)
+        #: The protocol core of each client connection: gRPC over HTTP/2 (:class:`H2Core`), or HTTP/1.1
+        #: for Triton's HTTP port (:class:`proxy.relay.http1.Http1Core`).
+        self.core_factory: CoreFactory = core_factory
+        #: Connection numbers; the relays of one proxy (gRPC and HTTP ports) share one counter, so
+        #: connection and call ids are unique across the capture.
+        self._conn_ids = conn_ids if conn_ids is not None else itertools.count(1)
         #: Connection ids are ``<prefix><n>``: ``record --workers`` gives each worker its own prefix,
         #: so call ids stay unique across the capture set.
         self.conn_prefix = conn_prefix

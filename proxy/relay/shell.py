@@ -28,6 +28,7 @@ from proxy.relay.contract import (
     Output,
     ProtocolCore,
     Shared,
+    WriteEof,
 )
 from proxy.relay.peercert import client_subject
 
@@ -37,6 +38,10 @@ log = structlog.get_logger("triton_tap.relay")
 #: end-to-end windows this only binds when a peer stops reading its socket altogether.
 WRITE_HIGH = 4 * 1024 * 1024
 WRITE_LOW = 1024 * 1024
+
+
+def _tls(t: asyncio.BaseTransport) -> bool:
+    return t.get_extra_info("ssl_object") is not None
 
 
 def _no_core(data: bytes) -> Output:
@@ -106,7 +111,8 @@ class Side(asyncio.Protocol):
         self.conn.other(self).hold_reading("peer", False)
 
     def eof_received(self) -> bool:
-        return False
+        # True keeps the transport open for writing (half-closed): the core decides, by its commands.
+        return self.conn.side_eof(self)
 
     def hold_reading(self, reason: str, on: bool) -> None:
         """Pause (``on``) or release reading for ``reason``."""
@@ -220,6 +226,19 @@ class Connection:
             self.client.hold_reading("peer", False)
             self.perform(self.core.lost(UPSTREAM, exc))
 
+    def side_eof(self, side: Side) -> bool:
+        """``side``'s peer shut its writing half; True: the transport stays open for writing.
+
+        Over TLS (on either side) a half-close cannot be passed on (asyncio's TLS transports neither
+        stay open after the peer's close_notify nor write one alone), so there it ends the connection
+        as a loss, without asking the core."""
+        t = side.transport
+        o = self.other(side).transport
+        if t is None or _tls(t) or (o is not None and (_tls(o) or not o.can_write_eof())):
+            return False
+        self.perform(self.core.eof(CLIENT if side is self.client else UPSTREAM))
+        return not t.is_closing()
+
     def goaway(self) -> None:
         """Shutdown: no new calls on this connection; calls in flight go on."""
         self.perform(self.core.goaway())
@@ -252,6 +271,10 @@ class Connection:
                 t = (self.client if c.side == CLIENT else self.upstream).transport
                 if t is not None:
                     t.close()
+            elif type(c) is WriteEof:
+                t = (self.client if c.side == CLIENT else self.upstream).transport
+                if t is not None and not t.is_closing() and t.can_write_eof():
+                    t.write_eof()
             elif type(c) is ArmTimer:
                 old = self._timers.pop(c.name, None)
                 if old is not None:

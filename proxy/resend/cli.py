@@ -21,7 +21,7 @@ def add_send_command(sub: Any) -> None:
     p = sub.add_parser(
         "send",
         help="re-drive a capture's client traffic at a live Triton and record what comes back",
-        description="Re-open every captured call against --target with its method, recorded request bytes "
+        description="Re-open every captured call against --target (gRPC) or --http-target (HTTP/1.1) with its method, recorded request bytes "
         "(needs a --payload full capture), half-close, metadata (hop-by-hop headers dropped; redacted values are "
         "not sent unless --header supplies them) and recorded grpc-timeout; re-enact the client's cancels and "
         "disconnects at the same offset (or after the same number of responses) and start calls at their "
@@ -32,7 +32,10 @@ def add_send_command(sub: Any) -> None:
         "(nothing written); 2: bad input (nothing written).",
     )
     add_capture_argument(p)
-    p.add_argument("--target", required=True, type=hostport("--target", listen=False), help="HOST:PORT of Triton's gRPC endpoint")
+    p.add_argument("--target", type=hostport("--target", listen=False),
+                   help="HOST:PORT of Triton's gRPC endpoint (needed when the capture has gRPC calls to send)")
+    p.add_argument("--http-target", type=hostport("--http-target", listen=False), metavar="HOST:PORT",
+                   help="HOST:PORT of Triton's HTTP endpoint (needed when the capture has HTTP calls to send)")
     p.add_argument("--out", type=Path, default=Path("sent"), metavar="DIR", help="directory for the new capture (default %(default)s)")
     p.add_argument("--speed", default="1", metavar="F|max", help="2 = twice as fast, 0.5 = half; max = no waiting (default 1)")
     p.add_argument("--loop", type=positive_int, default=1, metavar="N", help="send the whole capture N times (default 1)")
@@ -78,9 +81,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out {str(args.out)!r} is not a directory")
     chosen, total, skipped = _load(args)
+    if args.target is None and any(not c.http for c in chosen):
+        raise UserError("the capture has gRPC calls to send: give --target (Triton's gRPC HOST:PORT)")
+    if args.http_target is None and any(c.http for c in chosen):
+        raise UserError("the capture has HTTP calls to send: give --http-target (Triton's HTTP HOST:PORT)")
     starts = plan_starts(chosen, speed, args.loop)
     opts = SendOptions(target=args.target, out=args.out, speed=speed, loops=args.loop, cancel_at=args.cancel_at,
-                       drain_s=args.drain)  # fmt: skip
+                       drain_s=args.drain, http_target=args.http_target)  # fmt: skip
     tally = Tally(total=len(starts))
     began = time.monotonic()
     with _Progress(tally, sys.stderr) as tick:
@@ -127,6 +134,7 @@ def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skip
              tally: Tally, wall_s: float, args: argparse.Namespace) -> None:  # fmt: skip
     from collections import Counter
 
+    from proxy.resend.h1client import BODY_END
     from proxy.resend.h2client import OUTCOMES
     from replay.machine.tracker import track
 
@@ -136,7 +144,8 @@ def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skip
     lines = [
         f"sent {tally.started} call(s) of {total} captured"
         + (f" x{args.loop} passes" if args.loop > 1 else "")
-        + f" to {args.target} in {wall_s:.1f} s ({tally.started / max(wall_s, 1e-6):.1f} calls/s)",
+        + " to " + " and ".join(f"{t} ({what})" for t, what in ((args.target, "gRPC"), (args.http_target, "HTTP")) if t)
+        + f" in {wall_s:.1f} s ({tally.started / max(wall_s, 1e-6):.1f} calls/s)",
         f"pacing lag: mean {tally.lag.mean * 1000:.1f} ms, worst {tally.lag.worst * 1000:.1f} ms",
     ]
     if skipped:
@@ -147,7 +156,11 @@ def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skip
     ended = ", ".join(f"{k} {v}" for k, v in sorted(tally.endings.items()))
     if ended:
         lines.append(f"ended by send: {ended}")
-    lines.append("outcomes seen by send: " + ", ".join(f"{k} {tally.outcomes[k]}" for k in OUTCOMES if tally.outcomes[k]))
+    lines.append("outcomes seen by send: " + ", ".join(f"{k} {tally.outcomes[k]}" for k in (*OUTCOMES, BODY_END)
+                                                       if tally.outcomes[k]))  # fmt: skip
+    if tally.http_status:
+        lines.append("HTTP status seen by send: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.http_status.items()))
+                     + f"; {tally.events} event(s) or whole body(ies) received")
     if tally.stray_frames:
         lines.append(f"ignored {tally.stray_frames} frame(s) that arrived after the server had ended their call")
     causes = sorted(got.keys() | (recorded.keys() if recorded else set()))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from replay.capture import events as ev
 from replay.capture.ids import CaptureIds
-from replay.capture.methods import INFERENCE, short_method
+from replay.capture.methods import INFERENCE, http_call, protocol, short_method
 from replay.capture.payload import has_payload, payload_bytes
 from replay.errors import UserError
 
@@ -76,6 +76,11 @@ class CallScript:
         return {m.model for m in self.messages if m.model is not None}
 
     @property
+    def http(self) -> bool:
+        """An HTTP/1.1 call (sent by :mod:`proxy.resend.h1client`), not a gRPC one."""
+        return protocol(self.method) == "http"
+
+    @property
     def short_method(self) -> str:
         """``ModelInfer`` and friends."""
         return short_method(self.method)
@@ -128,8 +133,10 @@ def scripts(records: Iterable[tuple[int, ev.Record]]) -> list[CallScript]:
 def _start(cid: str, conn: str, rec: ev.CallStarted) -> CallScript:
     headers: list[tuple[str, str]] = []
     redacted: list[str] = []
+    http = protocol(rec.method) == "http"
     for name, value in rec.metadata:
-        if name in HOP_BY_HOP:
+        # An HTTP/1.1 request goes out as recorded: its host and framing headers are part of it.
+        if name in HOP_BY_HOP and not http:
             continue
         if value == REDACTED:
             redacted.append(name)
@@ -145,11 +152,11 @@ def _feed(call: CallScript, rec: ev.Record) -> None:
         if rec.dir == "s2c":
             call._responses += 1
             return
-        why = _why_unsendable(rec)
+        why = _why_unsendable(rec) if not (rec.size == 0 and protocol(call.method) == "http") else None
         if why is not None:
             call.unsendable = call.unsendable or why
             return
-        body = payload_bytes(rec)
+        body = payload_bytes(rec) if rec.size else b""
         assert body is not None
         call.messages.append(Message(at_ns=at, body=body, compressed=rec.compressed,
                                      model=rec.model))  # fmt: skip
@@ -221,7 +228,7 @@ def parse_headers(texts: Sequence[str]) -> dict[str, str]:
 
 def remodel(body: bytes, method: str, model_map: Mapping[str, str]) -> bytes:
     """An inference request's bytes with its ``model_name`` re-addressed by ``--model-map`` (else unchanged)."""
-    if not model_map or method not in INFERENCE:
+    if not model_map or method not in INFERENCE:  # an HTTP call's model is in its path: see remodel_path
         return body
     from tritonclient.grpc import service_pb2 as pb
 
@@ -231,6 +238,15 @@ def remodel(body: bytes, method: str, model_map: Mapping[str, str]) -> bytes:
         return body
     msg.model_name = new
     return bytes(msg.SerializeToString())
+
+
+def remodel_path(method: str, model_map: Mapping[str, str]) -> str:
+    """An HTTP request line with the model of its ``/v2/models/{m}/...`` path re-addressed by ``--model-map``."""
+    call = http_call(method)
+    if call is None or call.model is None or call.model not in model_map:
+        return method
+    old = f"/v2/models/{call.model}"
+    return f"{call.verb} " + call.target.replace(old, f"/v2/models/{model_map[call.model]}", 1)
 
 
 def prepare(
@@ -253,6 +269,8 @@ def prepare(
         raise UserError(Unsendable(reasons=bad, calls=sum(bad.values())).message(len(chosen)))
     out = [c for c in chosen if c.unsendable is None]
     for c in out:
+        if c.http:
+            c.method = remodel_path(c.method, model_map)
         c.messages = [Message(at_ns=m.at_ns, body=remodel(m.body, c.method, model_map), compressed=m.compressed,
                               model=model_map.get(m.model, m.model) if m.model else m.model) for m in c.messages]  # fmt: skip
         given = [k for k in c.redacted if k in headers]

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from proxy.ops.server import ProxyConfig, RecordingProxy
-from proxy.resend.h2client import LOST, NOT_SENT, UNOBSERVED, Connection, Stream
+from proxy.resend.h1client import HttpConnection
+from proxy.resend.h2client import BY_SEND, LOST, NOT_SENT, UNOBSERVED, Connection, Stream
 from proxy.resend.plan import CallScript
 from proxy.resend.schedule import Lag, Start, scaled
-from replay.errors import UpstreamError
+from replay.errors import UpstreamError, UserError
 from replay.hostport import format_hostport, parse_hostport
 
 
@@ -29,12 +30,13 @@ from replay.hostport import format_hostport, parse_hostport
 class SendOptions:
     """Everything ``replay send`` takes once the calls are chosen."""
 
-    target: str
+    target: str | None  # gRPC: Triton's gRPC HOST:PORT (None: the calls are HTTP only)
     out: Path
     speed: float
     loops: int = 1
     cancel_at: str = "time"  # or "responses"
     drain_s: float = 30.0
+    http_target: str | None = None  # HTTP: Triton's HTTP HOST:PORT
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -58,6 +60,8 @@ class Tally:
     endings: Counter[str] = field(default_factory=Counter)  # what the *sender* did to end calls
     outcomes: Counter[str] = field(default_factory=Counter)  # how each call ended, as send observed it
     unobserved: list[Unobserved] = field(default_factory=list)
+    http_status: Counter[str] = field(default_factory=Counter)  # HTTP calls: the status of each reply head seen
+    events: int = 0  # HTTP calls: server-sent events (or whole bodies) received
     stray_frames: int = 0  # frames for calls the server had already ended, ignored (not those after our own reset)
     t_begin: float = 0.0
 
@@ -71,21 +75,27 @@ class Tally:
 
 
 class _Conns:
-    """The connections of the run: one per captured connection and pass, opened at its first call."""
+    """The connections of the run: one per captured connection and pass, opened at its first call
+    (HTTP/1.1 ones to the recorder's HTTP port, the others HTTP/2 to its gRPC port)."""
 
-    def __init__(self, host: str, port: int, uses: Counter[str]) -> None:
-        self.host, self.port = host, port
+    def __init__(self, host: str, port: int, uses: Counter[str], http_port: int = 0,
+                 http_conns: frozenset[str] = frozenset()) -> None:  # fmt: skip
+        self.host, self.port, self.http_port = host, port, http_port
+        self._http = http_conns
         self._uses = uses
-        self._open: dict[str, Connection] = {}
+        self._open: dict[str, Connection | HttpConnection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.stray_frames = 0  # of the connections closed so far
 
-    async def get(self, key: str) -> Connection:
+    async def get(self, key: str) -> Connection | HttpConnection:
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             conn = self._open.get(key)
             if conn is None:
-                conn = self._open[key] = Connection(self.host, self.port, key)
+                if key in self._http:
+                    conn = self._open[key] = HttpConnection(self.host, self.http_port, key)
+                else:
+                    conn = self._open[key] = Connection(self.host, self.port, key)
                 await conn.open()
             return conn
 
@@ -99,7 +109,7 @@ class _Conns:
             await self._close(conn)
         self._open.clear()
 
-    async def _close(self, conn: Connection) -> None:
+    async def _close(self, conn: Connection | HttpConnection) -> None:
         await conn.close()
         self.stray_frames += conn.stray_frames
 
@@ -128,6 +138,53 @@ async def _until_responses(stream: Stream, n: int) -> None:
         await stream.progress.wait()
 
 
+async def _http_call(start: Start, conn: HttpConnection, conns: _Conns, opts: SendOptions, tally: Tally) -> None:
+    """One HTTP call of one pass: the recorded request at once (its body was whole when it was recorded),
+    then the client's disconnect, if it made one, at its offset (or after its number of events)."""
+    c: CallScript = start.call
+    body = b"".join(m.body for m in c.messages)
+    stream = await conn.request(c.method, c.headers, body)
+    try:
+        if stream.done.is_set() and stream.outcome == NOT_SENT:
+            return
+        tally.started += 1
+        begun = asyncio.get_running_loop().time()
+        fin = c.half_close_ns
+        reset = False
+        if fin is not None and not stream.done.is_set():
+            # The recorded client's FIN (a close or a half-close: the wire showed only the FIN), at its offset.
+            await _sleep_until(begun + scaled(fin, opts.speed))
+            if not stream.done.is_set():
+                conn.half_close()
+        if fin is not None and c.ending is not None and c.ending.cause == "client_disconnect":
+            pass  # that FIN was the disconnect: what the server does about it is the call's end, not a reset
+        elif c.ending is not None and not stream.done.is_set():
+            if opts.cancel_at == "responses":
+                await _until_responses(stream, c.ending.responses)
+            await _sleep_until(begun + scaled(c.ending.at_ns, opts.speed))
+            if not stream.done.is_set():
+                tally.endings[c.ending.cause] += 1
+                reset = True
+                conn.disconnect()
+        try:
+            await asyncio.wait_for(stream.done.wait(), opts.drain_s)
+        except TimeoutError:
+            tally.endings["cut_by_send"] += 1  # the server never ended it: end it rather than wait forever
+            reset = True
+            conn.disconnect()
+        if fin is not None and not reset and stream.outcome == BY_SEND:
+            tally.endings["client_disconnect"] += 1  # the server closed on send's FIN
+    finally:
+        if not stream.done.is_set():
+            stream.finish(LOST, "send stopped before the call ended")
+        if stream.status is not None:
+            tally.http_status[stream.status] += 1
+        tally.events += stream.responses
+        conn.release(stream)
+        tally.ended(start, stream)
+        await conns.release(start.conn)
+
+
 async def _call(start: Start, conns: _Conns, t0: float, opts: SendOptions, tally: Tally) -> None:
     """One call of one pass, from HEADERS to its end."""
     c: CallScript = start.call
@@ -140,6 +197,9 @@ async def _call(start: Start, conns: _Conns, t0: float, opts: SendOptions, tally
         stream.finish(NOT_SENT, f"cannot connect to the recorder: {e.strerror or e}")
         tally.ended(start, stream)
         await conns.release(start.conn)
+        return
+    if isinstance(conn, HttpConnection):
+        await _http_call(start, conn, conns, opts, tally)
         return
     stream = conn.start(c.headers)
     if stream.done.is_set():  # never opened: its connection is gone
@@ -189,9 +249,10 @@ async def _call(start: Start, conns: _Conns, t0: float, opts: SendOptions, tally
 
 
 async def drive(starts: Sequence[Start], proxy_port: int, opts: SendOptions, tally: Tally,
-                tick: Callable[[], None] | None = None) -> None:  # fmt: skip
-    """Send every call of ``starts`` through the recorder listening on ``proxy_port``."""
-    conns = _Conns("127.0.0.1", proxy_port, Counter(s.conn for s in starts))
+                tick: Callable[[], None] | None = None, http_port: int = 0) -> None:  # fmt: skip
+    """Send every call of ``starts`` through the recorder listening on ``proxy_port`` (HTTP calls: ``http_port``)."""
+    http = frozenset(s.conn for s in starts if s.call.http)
+    conns = _Conns("127.0.0.1", proxy_port, Counter(s.conn for s in starts), http_port, http)
     loop = asyncio.get_running_loop()
     t0 = tally.t_begin = loop.time()
     try:
@@ -214,9 +275,18 @@ async def drive(starts: Sequence[Start], proxy_port: int, opts: SendOptions, tal
 async def send(starts: Sequence[Start], opts: SendOptions, tally: Tally,
                tick: Callable[[], None] | None = None) -> Path:  # fmt: skip
     """Start the recorder towards ``opts.target``, drive the calls, close the capture; returns its path."""
-    host, port = parse_hostport(opts.target, "--target")
+    grpc_calls = any(not s.call.http for s in starts)
+    http_calls = any(s.call.http for s in starts)
+    if grpc_calls and opts.target is None:
+        raise UserError("the capture has gRPC calls to send: give --target (Triton's gRPC HOST:PORT)")
+    if http_calls and opts.http_target is None:
+        raise UserError("the capture has HTTP calls to send: give --http-target (Triton's HTTP HOST:PORT)")
+    upstream = format_hostport(*parse_hostport(opts.target, "--target")) if grpc_calls and opts.target else ""
+    http_upstream = (format_hostport(*parse_hostport(opts.http_target, "--http-target"))
+                     if http_calls and opts.http_target else None)  # fmt: skip
     created = not opts.out.exists()
-    proxy = RecordingProxy(ProxyConfig(listen="127.0.0.1:0", upstream=format_hostport(host, port),
+    proxy = RecordingProxy(ProxyConfig(listen="127.0.0.1:0" if upstream else "", upstream=upstream,
+                                       http_listen="127.0.0.1:0" if http_upstream else None, http_upstream=http_upstream,
                                        capture_dir=opts.out, payload="full", drain_timeout=opts.drain_s))  # fmt: skip
     try:
         await proxy.start()
@@ -225,9 +295,9 @@ async def send(starts: Sequence[Start], opts: SendOptions, tally: Tally,
             with contextlib.suppress(OSError):
                 opts.out.rmdir()  # made for this run and still empty: leave nothing behind
         # Nobody answered at --target: the upstream failed the run, not its input (exit 1, not 2).
-        raise UpstreamError(f"--target: {e}") from None
+        raise UpstreamError(f"{'--target' if upstream else '--http-target'}: {e}") from None
     try:
-        await drive(starts, proxy.port, opts, tally, tick)
+        await drive(starts, proxy.port, opts, tally, tick, proxy.http_port)
     finally:
         await proxy.stop()
     return proxy.capture_path

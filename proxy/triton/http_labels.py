@@ -70,10 +70,10 @@ def is_event_stream(headers: Headers) -> bool:
 
 def compressed(headers: Headers) -> bool:
     """The body has a Content-Encoding other than identity: the ``message`` record's ``compressed``."""
-    return _encoding(headers) is not None
+    return content_encoding(headers) is not None
 
 
-def _encoding(headers: Headers) -> str | None:
+def content_encoding(headers: Headers) -> str | None:
     """The body's Content-Encoding, lowercased, or None for none/identity."""
     enc = header(headers, "content-encoding")
     if enc is None:
@@ -82,8 +82,8 @@ def _encoding(headers: Headers) -> str | None:
     return None if enc in ("", "identity") else enc
 
 
-def _decompress(body: bytes, encoding: str) -> tuple[bytes, bool, str | None]:
-    """``(plain, cut, error)``: at most :data:`LABEL_CAP` + 1 bytes of ``body`` decompressed; ``cut`` when more
+def decompress(body: bytes, encoding: str, cap: int = LABEL_CAP) -> tuple[bytes, bool, str | None]:
+    """``(plain, cut, error)``: at most ``cap`` + 1 bytes of ``body`` decompressed; ``cut`` when more
     followed (or the compressed stream ended early); ``error`` when it is not that encoding at all."""
     if encoding == "gzip" or encoding == "x-gzip":
         modes = [16 + zlib.MAX_WBITS]
@@ -96,11 +96,11 @@ def _decompress(body: bytes, encoding: str) -> tuple[bytes, bool, str | None]:
     for wbits in modes:
         d = zlib.decompressobj(wbits)
         try:
-            plain = d.decompress(body, LABEL_CAP + 1)
+            plain = d.decompress(body, cap + 1)
         except zlib.error as e:
             why = str(e)
             continue
-        return plain, len(plain) > LABEL_CAP or not d.eof, None
+        return plain, len(plain) > cap or not d.eof, None
     return b"", False, f"{encoding} body does not decompress: {why}"
 
 
@@ -109,11 +109,11 @@ def _json_part(headers: Headers, body: bytes, truncated: bool) -> tuple[Any, boo
 
     ``truncated``: ``body`` is the kept head of a longer body.
     """
-    enc = _encoding(headers)
+    enc = content_encoding(headers)
     compressed = enc is not None
     plain, cut = body, truncated
     if enc is not None:
-        plain, more, why = _decompress(body, enc)
+        plain, more, why = decompress(body, enc)
         if why is not None:
             return None, compressed, why
         cut = cut or more
@@ -143,7 +143,8 @@ def _param(v: Any) -> Any:
     return v if type(v) in _PARAM_TYPES else None
 
 
-def _tensor(t: Any) -> TensorSpec | None:
+def tensor_spec(t: Any) -> TensorSpec | None:
+    """The spec of one JSON input or output object (name, datatype, shape); None without a name."""
     if type(t) is not dict or type(t.get("name")) is not str:
         return None
     shape = t.get("shape")
@@ -155,7 +156,7 @@ def _tensor(t: Any) -> TensorSpec | None:
 def _tensors(items: Any) -> list[TensorSpec]:
     if type(items) is not list:
         return []
-    return [spec for spec in map(_tensor, items) if spec is not None]
+    return [spec for spec in map(tensor_spec, items) if spec is not None]
 
 
 def _text(v: Any) -> str | None:

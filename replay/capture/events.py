@@ -236,7 +236,7 @@ class MessageSeen:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HalfClosed:
-    """The client ended its side of the call (END_STREAM): it will send no more messages (gRPC only: an HTTP request body's end is part of its `c2s` message)."""
+    """The client ended its side of the call: it will send no more. gRPC: its END_STREAM. HTTP: its TCP FIN while the call was open (a request body's end is part of its `c2s` message); a closing client sends the same FIN, so what follows tells them apart: Triton's full answer, or its close (a `client_disconnect`)."""
 
     kind: ClassVar[str] = "half_close"
     t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]
@@ -284,11 +284,11 @@ class CallCancelled:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LateFrameSeen:
-    """The upstream still sent something on a call after the proxy forwarded its cancel (passed on; the client discards it)."""
+    """The upstream still sent something on a call after the proxy forwarded its cancel, or after it ended the call itself (passed on verbatim)."""
 
     kind: ClassVar[str] = "late"
     t_ns: Annotated[int, "unix epoch nanoseconds when the frame was read"]
-    call: Annotated[str, "the cancelled RPC"]
+    call: Annotated[str, "the cancelled or ended RPC"]
     frame: Annotated[
         Literal["message", "headers", "trailers", "rst", "overflow"],
         "`message`: a gRPC message completed by late DATA; `headers`/`trailers`: a HEADERS frame without/with "
@@ -296,11 +296,19 @@ class LateFrameSeen:
         "later frames of this call are not recorded",
     ]
     size: Annotated[int, "bytes: the message (without its 5-byte prefix) or the header block"]
-    since_cancel_ms: Annotated[float, "time since the proxy sent its RST_STREAM upstream"]
+    since_cancel_ms: Annotated[
+        float, "time since the proxy sent its RST_STREAM upstream (`after: cancel`) or since the call ended (`after: end`)"
+    ]
     request_id: Annotated[str | None, "`message`: the Triton request id of the late response, when it decodes"] = None
     final: Annotated[bool | None, "`message`: its raw `triton_final_response` flag"] = None
     error: Annotated[str | None, "`message`: its in-band `error_message`; `trailers`: `grpc-status grpc-message`"] = None
     rst_code: Annotated[int | None, "`rst`: the HTTP/2 error code"] = None
+    after: Annotated[
+        Literal["cancel", "end"],
+        "`cancel`: after the proxy forwarded the call's cancel upstream; `end`: after the upstream's own END_STREAM "
+        "or RST_STREAM ended the call, frames RFC 9113 5.1 forbids on a closed stream (the one RST_STREAM(NO_ERROR) "
+        "RFC 9113 8.1 allows right after a complete response is not recorded)",
+    ] = "cancel"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -19,6 +19,7 @@ from typing import TextIO
 from rich.markup import escape
 from rich.table import Table
 
+from replay.capture.methods import protocol, short_method
 from replay.cli.console import QuietConsole
 from replay.machine.outcomes import RequestOutcome, Tally, TrackResult
 
@@ -126,12 +127,15 @@ def render_human(
     """The rich table of ``shown`` requests, unattributable responses, holes and a summary (``tally``: see summary)."""
     console = QuietConsole(file=out, width=None if out.isatty() else 160, highlight=False)
     table = Table(title="requests", title_justify="left")
+    # With HTTP calls in the capture a row must say which port and endpoint it was, and its status is an
+    # HTTP code (a 200 can still carry an error): shown then, so a gRPC-only table stays as it was.
+    http = any(protocol(c.method) == "http" for c in result.calls)
     for col, justify in (
-        ("call", "left"), ("request id", "left"), ("model", "left"), ("outcome", "left"),
-        ("responses (text)", "right"), ("final", "left"), ("first ms", "right"), ("ms", "right"),
-        ("violations", "left"),
+        ("call", "left"), *((("method", "left"), ("status", "left")) if http else ()), ("request id", "left"),
+        ("model", "left"), ("outcome", "left"), ("responses (text)", "right"), ("final", "left"),
+        ("first ms", "right"), ("ms", "right"), ("violations", "left"),
     ):  # fmt: skip
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        table.add_column(col, justify=justify)
     for r in shown:
         rid = "(none)" if r.request_id is None else repr(r.request_id) if r.request_id == "" else r.request_id
         if r.occurrence:
@@ -146,7 +150,7 @@ def render_human(
             outcome += " " + ("" if r.group.per_request else "known only for the ") + r.group.describe()
         responses, first = _counts(r)
         table.add_row(
-            escape(r.call), escape(rid), escape(r.model or ""), outcome, responses,
+            escape(r.call), *((escape(short_method(r.method)), escape(r.status or "")) if http else ()), escape(rid), escape(r.model or ""), outcome, responses,
             "" if r.final is None else str(r.final).lower(), first, _ms(r.duration_ms),
             "[bold red]" + ", ".join(v.name for v in r.violations) + "[/]" if r.violations else "",
         )  # fmt: skip
@@ -177,6 +181,7 @@ def render_human(
         f"{s['requests']} request(s) on {s['calls']} call(s) in {s['records']} record(s): {outcomes}; "
         f"{s['violations']} violation(s), {s['unattributable']} unattributable response(s), {s['gaps']} hole(s)"
         + (f", {s['protocol_errors']} protocol error(s)" if s["protocol_errors"] else "")
+        + (f", {s['late_after_end']} frame(s) the upstream sent after a call had ended" if s["late_after_end"] else "")
         + ("" if s["complete"] else "; capture incomplete"),
     )
     if s["known_only_for_group"]:

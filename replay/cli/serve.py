@@ -14,6 +14,8 @@ from replay.cli.base import add_capture_argument
 from replay.cli.matching import MATCH_HELP, payload_hint, strategies_type
 from replay.tools.match import STRATEGIES
 
+DEFAULT_LISTEN = "127.0.0.1:8001"
+
 if TYPE_CHECKING:
     from replay.tools.serve import MockTriton
 
@@ -27,26 +29,39 @@ def _timing(text: str) -> float | None:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-async def _serve_until_signalled(server: MockTriton, listen: str, what: str, ready_file: Path | None) -> None:
+async def _serve_until_signalled(
+    server: MockTriton, listen: str | None, http_listen: str | None, what: str, ready_file: Path | None
+) -> None:
     import asyncio
 
     from replay.hostport import format_hostport, parse_hostport
+    from replay.tools.serve.httpd import HttpServe
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    port = await server.start(listen)
-    where = format_hostport(parse_hostport(listen, "--listen", allow_port_zero=True)[0], port)
+    http = HttpServe(server.session, server.other_used)
+    wheres: list[str] = []
+    addresses: dict[str, str] = {}
     try:
+        if listen is not None:
+            port = await server.start(listen)
+            wheres.append(format_hostport(parse_hostport(listen, "--listen", allow_port_zero=True)[0], port))
+        if http_listen is not None:
+            port = await http.start(http_listen)
+            addresses["http_listen"] = format_hostport(parse_hostport(http_listen, "--http-listen",
+                                                                      allow_port_zero=True)[0], port)  # fmt: skip
+            wheres.append(addresses["http_listen"] + " (HTTP)")
         if ready_file is not None:
-            readyfile.write(ready_file, where)
+            readyfile.write(ready_file, wheres[0] if listen is not None else "", **addresses)
         # The ready log line: clients can connect from here on.
-        logging.getLogger("triton_tap.serve").info("serving %s on %s (Ctrl-C stops)", what, where)
+        logging.getLogger("triton_tap.serve").info("serving %s on %s (Ctrl-C stops)", what, " and ".join(wheres))
         await stop.wait()
     finally:
         if ready_file is not None:  # no longer accepting connections
             readyfile.remove(ready_file)
+        await http.stop()
         await server.stop()
 
 
@@ -68,9 +83,13 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         server = MockTriton(capture, speed=args.timing, strategies=args.match, keep_ids=args.keep_ids)
         spilled = capture.store.size if capture.store is not None else 0
-        what = (f"{len(capture.calls)} captured call(s), {len(capture.candidates)} request(s) "
+        what = (f"{len(capture.calls)} captured call(s), {len(capture.candidates) + len(capture.http_candidates)} request(s) "
                 f"({spilled:,} bytes of answers on disk)")  # fmt: skip
-        asyncio.run(_serve_until_signalled(server, args.listen, what, args.ready_file))
+        # --http-listen alone serves HTTP only; --listen beside it serves both.
+        listen = args.listen if args.listen is not None or args.http_listen is None else None
+        if listen is None and args.http_listen is None:
+            listen = DEFAULT_LISTEN
+        asyncio.run(_serve_until_signalled(server, listen, args.http_listen, what, args.ready_file))
     finally:
         capture.close()
     return 0
@@ -80,13 +99,20 @@ def add_serve_command(sub: Any) -> None:
     """Register ``serve`` on a subparser set."""
     p = sub.add_parser(
         "serve",
-        help="a mock Triton gRPC server answering from captures",
+        help="a mock Triton (gRPC and/or HTTP) answering from captures",
         description="Impersonate the captured Triton for any gRPC client: ModelStreamInfer, ModelInfer and the "
-        "readiness/metadata RPCs are answered from the capture(s). A request that matches nothing gets NOT_FOUND "
-        "naming the closest captured request. Runs until SIGINT/SIGTERM.",
+        "readiness/metadata RPCs are answered from the capture(s); with --http-listen, Triton's HTTP port too "
+        "(infer, generate, generate_stream as server-sent events, health and metadata). A request that matches "
+        "nothing gets NOT_FOUND (HTTP: 404) naming the closest captured request. Runs until SIGINT/SIGTERM.",
     )
     add_capture_argument(p, skip_damaged=True)
-    p.add_argument("--listen", default="127.0.0.1:8001", help="HOST:PORT to serve on (default %(default)s)")
+    p.add_argument(
+        "--listen",
+        default=None,
+        help=f"HOST:PORT to serve gRPC on (default {DEFAULT_LISTEN}; none when only --http-listen is given)",
+    )
+    p.add_argument("--http-listen", default=None, metavar="HOST:PORT",
+                   help="also (or, without --listen, only) serve Triton's HTTP/1.1 port here")  # fmt: skip
     p.add_argument(
         "--timing",
         type=_timing,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from replay.capture.methods import short_method
+from replay.capture.methods import protocol, short_method
 from replay.capture.reader import Gap
 from replay.frozen import building
 from replay.machine.table import State, Violation
@@ -69,18 +69,24 @@ class RequestOutcome:
     final: bool | None  # streams: final=true seen; unary: the raw flag of the response (or null)
     first_response_ms: float | None
     duration_ms: float | None  # request to final response, or to the call's end; null if never ended
-    status: str | None  # the call's gRPC status name, null when the capture ended first
+    #: The call's status as recorded: a gRPC status name, or on HTTP the response's code (``"200"``) or,
+    #: when no response head reached the client, the gRPC-style name; null when the capture ended first.
+    status: str | None
     error: str | None  # the in-band error message, else the call's details when its status is not OK
     violations: tuple[Violation, ...]
     #: The request's id group when several with its id were in flight together, else None.
     group: GroupOutcome | None = None
     #: Facts worth a note that are not violations (``missing_final``: an error without a final flag).
     notes: tuple[str, ...] = ()
+    #: The call's method as recorded (a gRPC path or an HTTP request line).
+    method: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The entry of ``check --json``'s ``requests`` list."""
         return {
             "call": self.call,
+            "protocol": protocol(self.method) if self.method else None,
+            "method": short_method(self.method) if self.method else None,
             "kind": self.kind,
             "model": self.model,
             "request_id": self.request_id,
@@ -173,6 +179,8 @@ class TrackResult:
     captures: int
     unlabelled_messages: int = 0
     protocol_errors: tuple[ProtocolError, ...] = ()
+    #: Frames the upstream sent on a call after it had ended it (``late`` records with ``after: end``).
+    late_after_end: int = 0
 
     @property
     def violations(self) -> list[tuple[RequestOutcome, Violation]]:
@@ -234,6 +242,7 @@ class TrackResult:
             "known_only_for_group": tally.group_only,
             "unlabelled_messages": self.unlabelled_messages,
             "protocol_errors": len(self.protocol_errors),
+            "late_after_end": self.late_after_end,
             "gaps": len(self.gaps),
             "warnings": list(self.warnings),
         }
@@ -290,6 +299,15 @@ class Tally:
                 self.group_only += 1
 
 
+def status_ok(status: str, http_status: int | None) -> bool:
+    """A call's recorded end status is a success: gRPC ``OK``, or an HTTP response head under 400.
+
+    Success of the *status* only: an HTTP 200 can still carry an error (an error JSON, an error
+    event), which the request machine makes an ``error`` outcome.
+    """
+    return status == "OK" or (http_status is not None and http_status < 400)
+
+
 def _ms(start: int | None, end: int | None) -> float | None:
     if start is None or end is None:
         return None
@@ -308,18 +326,18 @@ def outcome_of(call: Any, r: Any, state: State) -> RequestOutcome:
     group = r.group.outcome if r.group is not None else None
     if error is None and r.group is not None and (state is _ERROR or state is _GROUP):
         error = r.group.error
-    if error is None and state is not _COMPLETED and call.status not in (None, "OK"):
+    if error is None and state is not _COMPLETED and call.failed:
         error = call.details or call.status
     # An error without the final flag and a clean end: no final seen (see docs/outcomes.md).
     notes = ("missing_final",) if state is _ERROR and r.final is False and call.cause == "ok" else ()
     # Built as the non-frozen twin, then made the frozen outcome (replay/frozen.py): one per request,
     # and the frozen __init__ was half of this function's time (issue 15).
     out = _BuildingRequestOutcome(
-        call=call.id, kind="unary" if call.unary else "stream", model=r.model, request_id=r.request_id,
+        call=call.id, kind=call.kind, model=r.model, request_id=r.request_id,
         occurrence=r.occurrence, seq=r.seq, outcome=state._value_, responses=r.responses,
         text_responses=r.text, final=r.final, first_response_ms=_ms(r.t_sent, r.t_first),
         duration_ms=_ms(r.t_sent, r.t_done), status=call.status, error=error,
-        violations=tuple(r.machine.violations), group=group, notes=notes,
+        violations=tuple(r.machine.violations), group=group, notes=notes, method=call.method,
     )  # fmt: skip
     out.__class__ = RequestOutcome
     return out  # type: ignore[no-any-return]

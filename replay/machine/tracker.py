@@ -19,6 +19,11 @@ Attribution rules (why they are what they are):
   cancel-like end, the cancel first); the ``call_end`` then only adds status and details.
 * A request sent again (same model and non-empty id, or with ``--payload full`` the same message
   hash) after an earlier one was ``cancelled`` gets ``restarted_after_cancel``.
+* An HTTP inference call carries one request: every reply or event on it is that request's, tied by
+  call, not id (error events carry none, OpenAI chunks the server's). A reply (``final`` null) is a
+  unary reply, or an error with its final when it carries an error JSON (a 200 included); events go
+  through the stream rules; a ``generate_stream`` body that ended cleanly with no event gets the
+  final flag from that clean end (the recorder puts it on the last event otherwise).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any
 
 from replay.capture import events as ev
 from replay.capture.ids import CaptureIds
-from replay.capture.methods import INFER, STREAM_INFER
+from replay.capture.methods import HTTP_INFERENCE, INFER, STREAM_INFER, http_kind, streaming
 from replay.capture.reader import Gap, PathLike, SeqWatch, read_capture
 from replay.machine.groups import Group
 from replay.machine.outcomes import (
@@ -42,6 +47,7 @@ from replay.machine.outcomes import (
     TrackResult,
     Unattributable,
     outcome_of,
+    status_ok,
 )
 from replay.machine.table import END_BY_CAUSE, KEPT_BY_RESPONSE, OPEN, Input, RequestMachine, State
 
@@ -67,7 +73,7 @@ class _Request:
         self.final_due = rec.enable_empty_final is True
         self.responses = 0
         self.text = 0
-        self.final: bool | None = None if call.unary else False
+        self.final: bool | None = None if call.kind == "unary" else False
         self.t_first: int | None = None
         self.t_done: int | None = None
         self.error: str | None = None
@@ -77,8 +83,8 @@ class _Request:
 
 class _Call:
     __slots__ = (
-        "by_id", "cause", "details", "duration_ms", "ended", "groups", "id", "method", "pos", "reported",
-        "requests", "sent", "status", "stream", "t_start", "unary"
+        "by_id", "cause", "details", "duration_ms", "ended", "failed", "groups", "http", "id", "kind", "kind_open",
+        "method", "pos", "reported", "requests", "sent", "status", "stream", "t_start", "unary"
     )  # fmt: skip
 
     def __init__(self, call_id: str, method: str, t_start: int, pos: int) -> None:
@@ -87,6 +93,12 @@ class _Call:
         self.method = method
         self.unary = method == INFER
         self.stream = method == STREAM_INFER
+        # An HTTP inference call carries exactly one request, and every reply or event on it is that
+        # request's (Triton's error events and OpenAI chunks carry no id, or another one): tied by call.
+        self.http = http_kind(method) in HTTP_INFERENCE
+        # OpenAI endpoints stream only when the request asked: the first reply says which (its `final`).
+        self.kind_open = self.http and streaming(method) is None
+        self.kind = "unary" if self.unary or (self.http and streaming(method) is False) else "stream"
         self.t_start = t_start
         self.requests: deque[_Request] = deque()  # still tracked (see Tracker's ``sink``), in order
         self.sent = 0  # requests sent on the call, retired ones included
@@ -95,6 +107,7 @@ class _Call:
         self.groups: dict[str, Group[_Request]] = {}  # the latest id group per request id (stream calls)
         self.ended = False
         self.status: str | None = None
+        self.failed = False  # the call's status is not a success (gRPC: not OK; HTTP: no head or >= 400)
         self.cause: str | None = None
         self.details: str | None = None
         self.duration_ms: float | None = None
@@ -131,6 +144,7 @@ class Tracker:
         self._cancelled_keys: dict[tuple[str | None, str], str] = {}
         self._cancelled_hashes: dict[str, str] = {}
         self._unlabelled = 0
+        self._late_after_end = 0
         self._records = 0
         self._live: dict[str, _Call] = {}  # raw call id (as written) -> its call, for the current capture
 
@@ -183,6 +197,7 @@ class Tracker:
                 if not known.ended:
                     self._end(known, record.cause, seq, record.t_ns)
                 known.status, known.details, known.duration_ms = record.status, record.details, record.duration_ms
+                known.failed = not status_ok(record.status, record.http_status)
                 if self._sink is not None and known.sent and not known.reported:
                     # Its requests cannot change any more: handed over now, so memory stays flat.
                     self._sink.call_over(known.pos, known.status, [outcome_of(known, r, r.machine.state)
@@ -197,6 +212,11 @@ class Tracker:
                 ProtocolError(seq=seq, conn=self._ids.of(record.conn), side=record.side, error=record.error,
                               error_code=record.error_code, open_calls=tuple(self._ids.of(c) for c in record.open_calls))
             )  # fmt: skip
+        elif isinstance(record, ev.LateFrameSeen):
+            # Frames on a stream the upstream had ended (RFC 9113 forbids them; Triton 2.51 repeats a
+            # deadline's end): information, counted, not a violation of any request.
+            if record.after == "end" and record.frame != "overflow":
+                self._late_after_end += 1
         elif isinstance(record, ev.CaptureStarted):
             if record.file_index == 0 and self._ids.captures:
                 self._capture_over(seq)  # the previous capture ends here (the next one's ids restart)
@@ -219,7 +239,7 @@ class Tracker:
 
     def _message(self, seq: int, rec: ev.MessageSeen, known: _Call | None) -> None:
         call = known if known is not None else self._call(rec.call, seq)  # (known: feed's lookup found it)
-        if call is None or not (call.unary or call.stream):
+        if call is None or not (call.unary or call.stream or call.http):
             return
         if call.ended:
             self._warnings.append(f"seq {seq}: message on call {call.id} after its end: ignored")
@@ -230,7 +250,13 @@ class Tracker:
             self._received(call, seq, rec)
 
     def _sent(self, call: _Call, seq: int, rec: ev.MessageSeen) -> None:
-        if rec.request_id is None:
+        if rec.request_id is None and call.http:
+            # The call is the tie on HTTP: a body the labeller could not read is still the call's request.
+            if rec.decode_error is not None:
+                self._warnings.append(
+                    f"seq {seq}: request on HTTP call {call.id} not decoded ({rec.decode_error}): tracked by its call"
+                )
+        elif rec.request_id is None:
             if rec.decode_error is not None:
                 self._warnings.append(
                     f"seq {seq}: request on call {call.id} not decoded ({rec.decode_error}): not tracked"
@@ -238,15 +264,17 @@ class Tracker:
             else:
                 self._unlabelled += 1
             return
-        if call.unary and call.requests:
+        if (call.unary or call.http) and call.sent:
             self._warnings.append(f"seq {seq}: second request message on unary call {call.id}: ignored")
             return
-        occurrence = call.by_id.get(rec.request_id, 0)
-        call.by_id[rec.request_id] = occurrence + 1
+        occurrence = 0
+        if rec.request_id is not None:
+            occurrence = call.by_id.get(rec.request_id, 0)
+            call.by_id[rec.request_id] = occurrence + 1
         r = _Request(call, rec, seq, occurrence)
         call.requests.append(r)
         call.sent += 1
-        if call.stream:
+        if call.stream and rec.request_id is not None:  # (always labelled here: only HTTP tracks id-less ones)
             group = call.groups.get(rec.request_id)
             if group is not None and group.open:
                 group.join(r)
@@ -265,6 +293,9 @@ class Tracker:
             r.machine.add_violation("restarted_after_cancel", seq, why)
 
     def _received(self, call: _Call, seq: int, rec: ev.MessageSeen) -> None:
+        if call.http:
+            self._http_received(call, seq, rec)
+            return
         if rec.request_id is None:
             if rec.decode_error is not None:
                 self._unattributed(call, seq, rec, "undecoded")
@@ -280,6 +311,34 @@ class Tracker:
             return
         target.machine.feed(Input.REPLY, seq)
         target.final = rec.final
+        self._answered(call, target, seq, rec)
+
+    def _http_received(self, call: _Call, seq: int, rec: ev.MessageSeen) -> None:
+        """A reply or event of an HTTP inference call: its one request's, whatever id it carries.
+
+        A reply (``final`` null: infer, generate, a non-streaming OpenAI call) is the whole answer:
+        an error JSON in it makes the request an error whatever the status (Triton answers 200 with
+        an error JSON when generate's model sent no or two responses), so it enters the table as an
+        error with the final flag; a plain one is a unary reply (its call's end decides, as gRPC's).
+        An event (``final`` true or false, as the recorder set it from the body's end or
+        ``[DONE]``) is a stream response, by the table's stream rules.
+        """
+        target = call.requests[0] if call.requests else None
+        if target is None:
+            self._unattributed(call, seq, rec, "no_request")
+            return
+        error, fin = rec.error, rec.final
+        if fin is None:
+            if call.kind_open and not target.responses:
+                call.kind = "unary"  # an OpenAI call that did not ask for a stream
+                target.final = None
+            inp = _ERROR_FINAL if error else Input.REPLY
+        else:
+            inp = _ERROR_FINAL if error and fin else _ERROR if error else _FINAL if fin else _RESPONSE
+        target.machine.feed(inp, seq)
+        if fin is not None:
+            target.final = target.final or fin
+        call.kind_open = False
         self._answered(call, target, seq, rec)
 
     def _streamed(self, call: _Call, seq: int, rec: ev.MessageSeen) -> None:
@@ -348,6 +407,11 @@ class Tracker:
         base = END_BY_CAUSE.get(cause, Input.END_ERROR)
         self._close_groups(call, base, seq)
         for r in call.requests:
+            if call.http and call.kind == "stream" and cause == "ok" and not r.responses:
+                # An event stream that ended cleanly with no event (a model that sent only its final
+                # flag): the body's clean end is the final signal, there was no response to carry it.
+                r.machine.feed(_FINAL, seq)
+                r.final = True
             inp = base
             if inp is Input.END_OK and call.stream and r.final_due:
                 inp = Input.END_OK_FINAL_DUE
@@ -397,7 +461,7 @@ class Tracker:
 
     def _capture_over(self, seq: int | None) -> None:
         for call in self._order:
-            if not call.ended and (call.unary or call.stream):
+            if not call.ended and (call.unary or call.stream or call.http):
                 self._close_groups(call, Input.CAPTURE_ENDED, seq)
                 call.ended = True
                 for r in call.requests:
@@ -431,6 +495,7 @@ class Tracker:
             requests=tuple(requests), unattributable=tuple(self._unattributable), calls=tuple(calls),
             gaps=tuple(gaps), warnings=tuple(warns), records=self._records, captures=self._ids.captures,
             unlabelled_messages=self._unlabelled, protocol_errors=tuple(self._protocol_errors),
+            late_after_end=self._late_after_end,
         )  # fmt: skip
 
 

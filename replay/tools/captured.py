@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from replay.capture import events as ev
-from replay.capture.methods import INFER, STREAM_INFER
+from replay.capture.methods import HTTP_INFERENCE, INFER, STREAM_INFER, http_call, http_kind
 from replay.capture.payload import has_payload, payload_bytes
 from replay.machine.outcomes import RequestOutcome, TrackResult
 from replay.machine.tracker import CaptureSource, Tracker, open_source
-from replay.tools.match import Candidate, Key, input_hash_of_bytes
+from replay.tools.match import Candidate, Key, payload_key
 
 #: ``observer(seq, record, call, request_seq)``, called for every record of a call after the tracker
 #: saw it: ``call`` is its qualified id (as ``replay check`` names it); ``request_seq`` is, for a
@@ -37,13 +37,17 @@ class CaptureSummary:
     candidates: list[Candidate]
     outcomes: TrackResult
     payload_modes: set[str]
+    #: The HTTP inference requests, key kinds ``http infer``, ``http generate_stream``... (:func:`match_kind`):
+    #: a gRPC request and an HTTP one never match.
+    http_candidates: list[Candidate] = field(default_factory=list)
     _outcomes: dict[tuple[str, int], RequestOutcome] | None = field(default=None, repr=False)
 
     @property
     def matchable_by_payload(self) -> bool:
         """Some request can be matched by ``payload`` (its bytes were captured: ``--payload full``),
         or there is no request at all (nothing to complain about)."""
-        return not self.candidates or any(c.key.input_hash is not None for c in self.candidates)
+        every = (*self.candidates, *self.http_candidates)
+        return not every or any(c.key.input_hash is not None for c in every)
 
     def outcome(self, call: str, seq: int) -> RequestOutcome | None:
         """The ``check`` outcome of the request recorded at ``seq`` on ``call``."""
@@ -52,16 +56,36 @@ class CaptureSummary:
         return self._outcomes.get((call, seq))
 
 
-def request_key(rec: ev.MessageSeen, kind: str) -> Key:
-    """The matching key of a captured request message."""
+def match_kind(method: str) -> str | None:
+    """The matching kind of a call's requests: ``stream`` / ``unary`` (gRPC), ``http <kind>`` (an HTTP
+    inference endpoint, :data:`~replay.capture.methods.HttpKind`), None for a call that carries none.
+
+    Kinds keep protocols and endpoints apart: a generate_stream request never stands for a
+    ModelStreamInfer one, nor for a generate one (the client saw different answers).
+    """
+    if method == STREAM_INFER:
+        return "stream"
+    if method == INFER:
+        return "unary"
+    kind = http_kind(method)
+    return f"http {kind}" if kind in HTTP_INFERENCE else None
+
+
+def request_key(rec: ev.MessageSeen, kind: str, method: str) -> Key:
+    """The matching key of the captured request message ``rec`` of a call of ``method`` (its :func:`match_kind` ``kind``).
+
+    An HTTP request is its call's: a body the labeller could not read still stands for it (as the tracker
+    tracks it), with the path's model when the body names none.
+    """
     digest: str | None = None
     if has_payload(rec) and not rec.payload_truncated and not rec.compressed:
         data = payload_bytes(rec)  # a side file that cannot give them is a CaptureError, not "no match"
-        try:
-            digest = input_hash_of_bytes(data or b"")
-        except Exception:  # a payload that does not parse cannot be matched on; the labels still can
-            digest = None
-    model = sys.intern(rec.model) if rec.model is not None else None  # one string per model, not per request
+        digest = payload_key(method, data or b"")
+    model = rec.model
+    if model is None and kind.startswith("http "):
+        call = http_call(method)
+        model = call.model if call is not None else None
+    model = sys.intern(model) if model is not None else None  # one string per model, not per request
     return Key(kind=kind, model=model, request_id=rec.request_id, input_hash=digest)
 
 
@@ -69,28 +93,43 @@ class _Requests:
     """The matchable requests of each call, kept per call so candidates come out call by call."""
 
     def __init__(self) -> None:
-        self.kinds: dict[str, str | None] = {}  # call -> stream | unary | None (not an inference call)
+        self.kinds: dict[str, str | None] = {}  # call -> stream | unary | http <kind> | None (no inference call)
+        self.methods: dict[str, str] = {}  # call -> method, while a request of it may still come (payload_key reads it)
         self.ended: set[str] = set()
         self.by_call: dict[str, list[tuple[int, Key]]] = {}
 
     def started(self, cid: str, method: str) -> None:
-        kind = "stream" if method == STREAM_INFER else "unary" if method == INFER else None
-        self.kinds.setdefault(cid, kind)
+        kind = self.kinds[cid] = match_kind(method)
+        if kind is not None:
+            self.methods[cid] = sys.intern(method)
+
+    def end(self, cid: str) -> None:
+        self.ended.add(cid)
+        self.methods.pop(cid, None)
 
     def request(self, cid: str, seq: int, rec: ev.MessageSeen) -> None:
         kind = self.kinds[cid]
-        if kind is None or rec.request_id is None:  # unlabelled (payload none) or undecoded: nothing to match on
+        if kind is None:
+            return
+        http = kind.startswith("http ")
+        if rec.request_id is None and not http:  # unlabelled (payload none) or undecoded: nothing to match on
             return
         keys = self.by_call.setdefault(cid, [])
-        if kind == "unary" and keys:  # a unary call answers its first request
+        if kind != "stream" and keys:  # a unary call answers its first request; an HTTP call carries one
             return
-        keys.append((seq, request_key(rec, kind)))
+        method = self.methods[cid] if kind == "stream" else self.methods.pop(cid)  # the call's one request: done
+        keys.append((seq, request_key(rec, kind, method)))
 
-    def candidates(self) -> list[Candidate]:
-        """In call order (``call_start``), each call's requests in capture order; positions per kind and model."""
+    def candidates(self, *, http: bool = False) -> list[Candidate]:
+        """In call order (``call_start``), each call's requests in capture order; positions per kind and model.
+
+        ``http``: the HTTP requests instead of the gRPC ones.
+        """
         out: list[Candidate] = []
         positions: dict[tuple[str, str | None], int] = {}
-        for cid in self.kinds:
+        for cid, kind in self.kinds.items():
+            if kind is None or kind.startswith("http ") is not http:
+                continue
             for seq, key in self.by_call.get(cid, ()):
                 pos = positions.get((key.kind, key.model), 0)
                 positions[key.kind, key.model] = pos + 1
@@ -128,11 +167,12 @@ def summarize(capture: CaptureSource, observe: Observer | None = None) -> Captur
         elif cid not in requests.kinds or cid in requests.ended:
             continue
         elif isinstance(rec, ev.CallEnded):
-            requests.ended.add(cid)
+            requests.end(cid)
         elif isinstance(rec, ev.MessageSeen) and rec.dir == "c2s":
             requests.request(cid, seq, rec)
         if observe is not None:
             is_response = isinstance(rec, ev.MessageSeen) and rec.dir == "s2c" and last[0] == seq
             observe(seq, rec, cid, last[1] if is_response else None)
     outcomes = tracker.finish(reader.gaps, reader.warnings) if reader is not None else tracker.finish()
-    return CaptureSummary(candidates=requests.candidates(), outcomes=outcomes, payload_modes=modes)
+    return CaptureSummary(candidates=requests.candidates(), outcomes=outcomes, payload_modes=modes,
+                          http_candidates=requests.candidates(http=True))

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from replay.capture.methods import INFER, STREAM_INFER
+from replay.capture.methods import is_inference, protocol, short_method
 from replay.capture.reader import Gap
 from replay.machine.outcomes import RequestOutcome
 from replay.tools.captured import CaptureSummary
@@ -179,14 +179,15 @@ def diff(
     threshold_ms: float = DEFAULT_THRESHOLD_MS, tolerance_pct: float = 0.0, model_map: Mapping[str, str] | None = None,
 ) -> DiffResult:  # fmt: skip
     """Match B's requests to A's and compare each pair."""
-    matcher = Matcher(_renamed(a.candidates, model_map or {}), strategies, reuse=False)
+    # gRPC and HTTP requests are candidates of different kinds (captured.match_kind): never paired.
+    matcher = Matcher(_renamed([*a.candidates, *a.http_candidates], model_map or {}), strategies, reuse=False)
     causes_a = {c.call: c.cause for c in a.outcomes.calls}
     causes_b = {c.call: c.cause for c in b.outcomes.calls}
     follows: dict[str, str] = {}  # B call -> the A call its first matched request came from
     pairs: list[Pair] = []
     only_b: list[RequestOutcome] = []
     paired_a: set[tuple[str, int]] = set()
-    for cand in b.candidates:
+    for cand in (*b.candidates, *b.http_candidates):
         rb = b.outcome(cand.call, cand.seq)
         if rb is None:  # pragma: no cover - every candidate is a tracked request
             continue
@@ -218,9 +219,10 @@ def _renamed(candidates: Sequence[Candidate], model_map: Mapping[str, str]) -> l
 
 def _other_counts(c: CaptureSummary) -> Counter[str]:
     return Counter(
-        f"{call.method.rsplit('/', 1)[-1]} {call.status or 'open'}"
+        f"{short_method(call.method) if protocol(call.method) == 'http' else call.method.rsplit('/', 1)[-1]} "
+        f"{call.status or 'open'}"
         for call in c.outcomes.calls
-        if call.method not in (STREAM_INFER, INFER)
+        if not is_inference(call.method)
     )
 
 

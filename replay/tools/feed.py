@@ -38,6 +38,7 @@ is the order the proxy forwarded them to the client.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ from tritonclient.utils import InferenceServerException
 from replay.capture import events as ev
 from replay.capture.events import STATUS_FOR_CAUSE
 from replay.capture.ids import CaptureIds
-from replay.capture.methods import STREAM_INFER
+from replay.capture.methods import OPENAI, STREAM_INFER, http_kind
 from replay.capture.payload import has_payload, payload_bytes
 from replay.errors import UserError
 from replay.machine.tracker import CaptureSource, open_source
@@ -284,3 +285,132 @@ def stream_calls(capture: CaptureSource) -> list[str]:
         if isinstance(rec, ev.CallStarted) and rec.method == STREAM_INFER:
             out.append(ids.of(rec.call))
     return out
+
+
+# -- HTTP: server-sent events -----------------------------------------------------------------------------
+
+#: ``callback(event, error)``: a captured event's JSON and its ``"error"`` (None when it has none); then once
+#: ``callback(None, error)``: None after a clean end of the body, else what the client met instead.
+EventCallback = Callable[[dict[str, Any] | None, str | None], Any]
+
+
+def _sse_data(block: bytes) -> str:
+    """The ``data:`` lines of one captured event block joined with ``\\n`` (the SSE rule)."""
+    lines = block.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return "\n".join(line[5:].removeprefix(" ") for line in lines if line.startswith("data:"))
+
+
+def _event(kind: str, rec: ev.MessageSeen, seq: int, call: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The event a client's SSE reader parses from a captured one (None for OpenAI's ``[DONE]``), and its error."""
+    from replay.tools.serve.responses import has_bytes, http_answer
+
+    if rec.compressed or (has_payload(rec) and not has_bytes(rec)) or (not has_payload(rec) and rec.request_id is None):
+        raise UserError(f"seq {seq}: event {rec.index} of call {call} was not captured whole (compressed, cut at "
+                        "--payload-cap or unlabelled); it cannot be fed")  # fmt: skip
+    data, _ = http_answer(kind, rec)
+    assert data is not None  # an inference kind always has an answer
+    text = _sse_data(data) if has_payload(rec) else data.decode()
+    if text == "[DONE]":
+        return None, None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise UserError(f"seq {seq}: event {rec.index} of call {call} is not JSON: {text[:80]!r}") from None
+    event = value if isinstance(value, dict) else {"data": value}
+    error = event.get("error")
+    return event, error if isinstance(error, str) else None
+
+
+def _http_stream(
+    capture: CaptureSource, call: str | None
+) -> Iterator[int | tuple[int, dict[str, Any] | None, str | None, bool]]:
+    """The chosen call's start time, then ``(t_ns, event, error, last)`` per event and one for the end."""
+    records, _ = open_source(capture)
+    chosen: str | None = None
+    kind = ""
+    ids = CaptureIds()
+    found: list[str] = []
+    cancel: ev.CallCancelled | None = None
+    for seq, rec in records:
+        if ids.starts(rec) or isinstance(rec, ev.CaptureStarted):
+            continue
+        if chosen is None:
+            if isinstance(rec, ev.CallStarted):
+                cid = ids.of(rec.call)
+                k = http_kind(rec.method)
+                if k == "generate_stream" or k in OPENAI:
+                    found.append(cid)
+                    if call is None or cid == call:
+                        chosen, kind = cid, k
+                        yield rec.t_ns
+            continue
+        if getattr(rec, "call", None) is None or ids.of(rec.call) != chosen:  # type: ignore[union-attr]
+            continue
+        if isinstance(rec, ev.MessageSeen):
+            if rec.dir == "s2c":
+                event, error = _event(kind, rec, seq, chosen)
+                if event is not None:
+                    yield rec.t_ns, event, error, False
+        elif isinstance(rec, ev.CallCancelled):
+            cancel = rec
+        elif isinstance(rec, ev.CallEnded):
+            yield rec.t_ns, None, _http_end_error(rec.cause, rec.http_status, rec.details), True
+            return
+    if chosen is None:
+        if call is None:
+            raise UserError("the capture has no HTTP generate_stream (or OpenAI) call to feed")
+        raise UserError(f"call {call!r} is not an HTTP generate_stream or OpenAI call of the capture "
+                        f"(those: {', '.join(found[:10]) or 'none'})")  # fmt: skip
+    if cancel is not None:
+        yield cancel.t_ns, None, _http_end_error(cancel.cause, None, None), True
+
+
+def _http_end_error(cause: str, status: int | None, details: str | None) -> str | None:
+    """What a client reading the body met at its end: None for a clean end (the chunked terminator)."""
+    if cause in ("ok", "error"):
+        return None
+    if status is None:
+        return f"no response: the connection was lost before the response head ({cause})"
+    return f"the connection was lost before the end of the body ({cause})"
+
+
+def _http_paced(capture: CaptureSource, call: str | None, speed: float | None
+                ) -> Iterator[tuple[float, dict[str, Any] | None, str | None]]:  # fmt: skip
+    _check_speed(speed)
+    pacer: _Pacer | None = None
+    for item in _http_stream(capture, call):
+        if isinstance(item, int):
+            pacer = _Pacer(speed, item)
+            continue
+        assert pacer is not None
+        t_ns, event, error, _last = item
+        yield pacer.delay(t_ns), event, error
+
+
+def feed_events(capture: CaptureSource, callback: EventCallback, *, call: str | None = None,
+                speed: float | None = None) -> None:  # fmt: skip
+    """Call ``callback(event, error)`` per captured server-sent event of an HTTP ``generate_stream`` (or OpenAI
+    stream) call, as a client's SSE reader would parse it, then ``callback(None, error)`` once at the end.
+
+    ``event``: the event's JSON (``--payload full``: the captured bytes; ``meta``: rebuilt from the labels,
+    outputs present with null values), its ``"error"`` as ``error`` when it has one (an error event under
+    200, or the first event of a 400). OpenAI's ``data: [DONE]`` is not passed on: it is the end. The final
+    call's ``error`` is None after a clean end of the body (the chunked terminator), else says how the
+    connection was lost (a captured ``client_disconnect``, ``upstream_disconnect``...). ``call``: the call id
+    (default: the capture's first such call); ``speed``: as :func:`feed_stream`. A call still open at the
+    capture's end gets no final call.
+    """
+    for wait, event, error in _http_paced(capture, call, speed):
+        if wait:
+            time.sleep(wait)
+        callback(event, error)
+
+
+async def feed_events_aio(capture: CaptureSource, *, call: str | None = None, speed: float | None = None
+                          ) -> AsyncIterator[tuple[dict[str, Any] | None, str | None]]:  # fmt: skip
+    """Async iterator of the ``(event, error)`` pairs :func:`feed_events` passes to its callback, the final
+    ``(None, error)`` pair included; same arguments."""
+    for wait, event, error in _http_paced(capture, call, speed):
+        if wait:
+            await asyncio.sleep(wait)
+        yield event, error

@@ -7,9 +7,10 @@ already used, so the same script sent twice meets the captured requests in order
 Strategies, tried in the order given (default ``id,payload,order``):
 
 * ``id``: same kind (stream/unary), model and non-empty Triton request id.
-* ``payload``: same kind, model and *input* hash: model version, every input's name, datatype, shape
-  and contents, and the parameters other than ids. The request id is left out on purpose: the
-  fallback exists for clients whose ids change from run to run. Needs a ``--payload full`` capture.
+* ``payload``: same kind, model and *input* hash (:func:`payload_key`): model version, every input's
+  name, datatype, shape and contents, and the parameters other than ids. The request id (and the
+  ``sequence_id`` parameter) is left out on purpose: the fallback exists for clients whose ids change
+  from run to run. Needs a ``--payload full`` capture.
 * ``order``: the next unused request of the same kind and model, in capture order.
 
 Within a strategy, candidates of the call already paired with the incoming one's call come first
@@ -24,9 +25,12 @@ at the first unused one), so ``diff`` of two captures of many requests is not qu
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from replay.capture.methods import HTTP_INFERENCE, INFERENCE, http_call
 
 STRATEGIES: tuple[str, ...] = ("id", "payload", "order")
 _IGNORED_PARAMS = frozenset({"sequence_id"})
@@ -44,7 +48,8 @@ def parse_strategies(text: str) -> tuple[str, ...]:
 
 
 def input_hash(request: Any) -> str:
-    """Hex SHA-256 of what a ``ModelInferRequest`` asks for, without its id (see the module docstring)."""
+    """Hex SHA-256 of what a parsed ``ModelInferRequest`` asks for, without its ids: :func:`payload_key`'s gRPC
+    rule, for a request grpc has already parsed (see the module docstring)."""
     h = hashlib.sha256()
 
     def put(b: bytes) -> None:
@@ -66,13 +71,63 @@ def input_hash(request: Any) -> str:
     return h.hexdigest()
 
 
-def input_hash_of_bytes(body: bytes) -> str:
-    """:func:`input_hash` of a serialized ``ModelInferRequest``."""
-    # Imported here: tritonclient (and grpc under it) costs ~0.6 s, and the CLI imports this module
-    # for --match's choices before any command runs.
-    from tritonclient.grpc import service_pb2 as pb
+def http_json_part(body: bytes) -> tuple[dict[str, Any], bytes] | None:
+    """An HTTP inference body's leading JSON object and the bytes after it (with the binary-data extension,
+    the raw tensors, whose start ``Inference-Header-Content-Length`` gives); None when it has no JSON object."""
+    text = body.decode("utf-8", "replace")
+    try:
+        head, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return None
+    if not isinstance(head, dict):
+        return None
+    # The JSON part decoded without a replacement: its text encodes back to the bytes it came from.
+    return head, body[len(text[:end].encode("utf-8", "replace")) :]
 
-    return input_hash(pb.ModelInferRequest.FromString(body))
+
+def _http_hash(version: str, body: bytes) -> str | None:
+    """:func:`payload_key` of an HTTP inference body: the gRPC rule read in JSON (see the module docstring)."""
+    parts = http_json_part(body)
+    if parts is None:
+        return None
+    head, tensors = parts
+    # The same ids left out as from a ModelInferRequest: the body's "id" and the parameters named in
+    # _IGNORED_PARAMS; the rest (inputs, outputs, parameters, an OpenAI body's fields) is compared as JSON.
+    head = {k: v for k, v in head.items() if k != "id"}
+    params = head.get("parameters")
+    if isinstance(params, dict):
+        head["parameters"] = {k: v for k, v in params.items() if k not in _IGNORED_PARAMS}
+    h = hashlib.sha256()
+    for b in (version.encode(), json.dumps(head, sort_keys=True, separators=(",", ":")).encode(), tensors):
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()
+
+
+def payload_key(method: str, body: bytes) -> str | None:
+    """The ``payload`` strategy's value (:attr:`Key.input_hash`) of a request message of a call of ``method``
+    (``call_start.method``: a gRPC path or an HTTP request line): what the request asks for, without its ids.
+
+    gRPC ModelInfer / ModelStreamInfer: :func:`input_hash` of the ``ModelInferRequest``. HTTP inference
+    (infer, generate, generate_stream, OpenAI): the version the path names (as gRPC's ``model_version``), the
+    body's JSON part without ``"id"`` and ``parameters.sequence_id``, compared as JSON (key order and spacing
+    do not count), and the binary tensors after it as bytes. The model is not hashed for HTTP (the key's model
+    already holds it). None: the message does not parse, or ``method`` carries no inference request.
+    """
+    if method in INFERENCE:
+        # Imported here: tritonclient (and grpc under it) costs ~0.6 s, and the CLI imports this module
+        # for --match's choices before any command runs.
+        from google.protobuf.message import DecodeError
+        from tritonclient.grpc import service_pb2 as pb
+
+        try:
+            return input_hash(pb.ModelInferRequest.FromString(body))
+        except DecodeError:  # a payload that does not parse cannot be matched on; the labels still can
+            return None
+    call = http_call(method)
+    if call is None or call.kind not in HTTP_INFERENCE:
+        return None
+    return _http_hash(call.version or "", body)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -196,7 +196,8 @@ class Builder:
         if fields.get("request_id") is not None:
             st.inflight.sent(fields["request_id"])
         self.records.append(ev.MessageSeen(t_ns=self.t, call=call, dir="c2s", index=0, size=len(x.body),
-                                           compressed=http_labels.compressed(x.headers), **fields))  # fmt: skip
+                                           compressed=http_labels.compressed(x.headers), **fields,
+                                           **self._payload(x.body)))  # fmt: skip
         st.c2s = 1
 
     def http_reply(self, call: str, x: Exchange, ms: float | list[float] = 1.0) -> None:
@@ -211,7 +212,8 @@ class Builder:
             self.tick(waits[0])
             fields = http_labels.reply_labels(x.method, x.status, x.reply_headers, x.reply)
             self.records.append(ev.MessageSeen(t_ns=self.t, call=call, dir="s2c", index=0, size=len(x.reply),
-                                               compressed=http_labels.compressed(x.reply_headers), **fields))  # fmt: skip
+                                               compressed=http_labels.compressed(x.reply_headers), **fields,
+                                               **self._payload(x.reply)))  # fmt: skip
             st.s2c = 1
             st.inflight.answered(next(iter(st.inflight.snapshot()[0]), ""), True)
             return
@@ -219,13 +221,24 @@ class Builder:
         events = [e for piece in x.pieces for e in split.feed(piece)]
         if not events:
             self.tick(waits[0])  # the body's end (its terminator) came then
+        at = 0  # each event's bytes as the stream carried them (``--payload full``)
         for i, e in enumerate(events):
             self.tick(waits[min(i, len(waits) - 1)])
             final = http_labels.event_final(e, last=i == len(events) - 1, clean_end=x.clean_end)
             fields = http_labels.event_labels(x.method, e)
             self.records.append(
-                ev.MessageSeen(t_ns=self.t, call=call, dir="s2c", index=i, size=e.size, final=final, **fields)
+                ev.MessageSeen(
+                    t_ns=self.t,
+                    call=call,
+                    dir="s2c",
+                    index=i,
+                    size=e.size,
+                    final=final,
+                    **fields,
+                    **self._payload(x.reply[at : at + e.size]),
+                )
             )
+            at += e.size
             # One request per HTTP call: its events are its responses, whatever id (or none) they carry.
             rid = next(iter(st.inflight.snapshot()[0]), "")
             st.inflight.answered(rid, final)
@@ -1103,7 +1116,8 @@ def http_readme() -> str:
         "tests/replay/capture/test_http_golden.py checks that regeneration gives no diff).",
         "Each call is a real exchange with tritonserver 2.51's HTTP port (tests/proxy/triton/data/http), labelled "
         "by proxy/triton/http_labels.py; the OpenAI one is scripted from the public format.",
-        "Not yet checked by `replay check` (its HTTP outcome model comes next).",
+        "What `replay check` says of each: tests/replay/machine/test_http.py and the `http/` cases of "
+        "tests/data/check_table.json.",
         "",
     ]
     lines += [f"- `{name}`: {s.about}" for name, s in HTTP_SCENARIOS.items()]

@@ -32,3 +32,12 @@ def recording_proxy(triton: TritonServer, tmp_path: Path) -> Iterator[ProxyThrea
     """Our proxy (payload meta) in front of the session's tritonserver; stopped at teardown."""
     with ProxyThread(triton.grpc_url, tmp_path / "captures", payload="meta", drain_timeout=5) as proxy:
         yield proxy
+
+
+@pytest.fixture
+def both_ports(triton: TritonServer, tmp_path: Path) -> Iterator[ProxyThread]:
+    """The proxy on both of Triton's ports (gRPC and HTTP), payload meta."""
+    http_upstream = triton.http_url.removeprefix("http://")
+    with ProxyThread(triton.grpc_url, tmp_path / "captures", payload="meta", drain_timeout=5,
+                     http_listen="127.0.0.1:0", http_upstream=http_upstream) as proxy:  # fmt: skip
+        yield proxy

@@ -80,3 +80,46 @@ def test_tail_and_status_follow_real_traffic(triton: TritonServer, tmp_path: Pat
             proc.kill()
             proc.wait(10)
         bg.close()
+
+
+def test_status_lists_open_http_and_grpc_calls(triton: TritonServer, tmp_path: Path) -> None:
+    """Both ports relayed (`--listen` and `--http-listen`): `status` shows both pairs and lists an open
+    HTTP generate_stream (tokens, slow) beside an open gRPC stream, each with its in-flight request."""
+    import httpx
+
+    bg = BackgroundLoop()
+    http_upstream = triton.http_url.removeprefix("http://")
+    with ProxyThread(triton.grpc_url, tmp_path / "cap", payload="meta", drain_timeout=5, admin="127.0.0.1:0",
+                     http_listen="127.0.0.1:0", http_upstream=http_upstream) as proxy:  # fmt: skip
+        addr = proxy.proxy.admin.address
+        http_listen = f"127.0.0.1:{proxy.proxy.http_port}"
+        stream = StreamSession(proxy.url)
+        stream.send("tokens", token_inputs("g", 50, delay_ms=200), "grpc-1")
+        stream.take(1)
+        body = {"id": "http-1", "PROMPT": "h", "MAX_TOKENS": 50, "DELAY_MS": 200}
+        with httpx.stream("POST", f"http://{http_listen}/v2/models/tokens/generate_stream", json=body,
+                          timeout=60) as resp:  # fmt: skip
+            lines = resp.iter_lines()  # (kept: a dropped line iterator closes the response)
+            while not next(lines).startswith("data:"):
+                pass
+
+            def http_responded() -> bool:
+                calls = admin_call(bg, addr, "Status", pb.StatusRequest()).open_calls
+                return any(oc.method.startswith("POST") and list(oc.responded) and oc.model for oc in calls)
+
+            wait_for(http_responded, what="the HTTP call's first event and model in the status")
+            st = json.loads(subprocess.run([str(TRITON_TAP), "status", "--admin", addr, "--json"],
+                                           capture_output=True, check=True, timeout=60).stdout)  # fmt: skip
+            text = subprocess.run([str(TRITON_TAP), "status", "--admin", addr], capture_output=True, check=True,
+                                  text=True, timeout=60).stdout  # fmt: skip
+        stream.close(cancel_requests=True)
+    assert (st["listen"], st["upstream"]) == (proxy.url, triton.grpc_url)
+    assert (st["http_listen"], st["http_upstream"]) == (http_listen, http_upstream)
+    by_method = {oc["method"]: oc for oc in st["open_calls"]}
+    assert set(by_method) == {"/inference.GRPCInferenceService/ModelStreamInfer",
+                              "POST /v2/models/tokens/generate_stream"}  # fmt: skip
+    http = by_method["POST /v2/models/tokens/generate_stream"]
+    assert (http["model"], http["in_flight"], http["responded"]) == ("tokens", ["http-1"], ["http-1"])
+    assert by_method["/inference.GRPCInferenceService/ModelStreamInfer"]["in_flight"] == ["grpc-1"]
+    assert f"{proxy.url} -> {triton.grpc_url}, http {http_listen} -> {http_upstream} (tls" in text
+    assert "HTTP generate_stream" in text and "ModelStreamInfer" in text

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from typing import Any
 
 import orjson
@@ -15,7 +17,7 @@ from replay.capture import events as ev
 from replay.frozen import building
 from replay.machine.outcomes import RequestOutcome
 from replay.machine.tracker import track
-from tests.support.paths import DATA
+from tests.support.paths import DATA, ROOT
 
 
 def test_outcomes_are_frozen_request_outcomes_equal_to_one_built_directly() -> None:
@@ -100,3 +102,28 @@ def test_classes_it_cannot_fill_take_the_python_path() -> None:
     assert getattr(make, "__self__", None) is None  # a generated Python function
     rec = make(1, {})
     assert type(rec) is Later and rec == Later(a=1)
+
+
+#: Static built-in types: from Python 3.12 their namespace is kept per interpreter, out of tp_dict.
+_STATIC_TYPES = "int, str, object, type, tuple"
+
+
+@pytest.mark.skipif(frozen._C is None, reason="replay._frozen is not built here (or TRITON_TAP_PURE)")
+def test_the_compiled_maker_refuses_a_built_in_type_without_crashing() -> None:
+    """A static built-in class has no plain slots to fill: TypeError, as on 3.11. On 3.12 and 3.13 the slot
+    lookup read its tp_dict, which is NULL there, and the interpreter died (SIGSEGV): hence a child process,
+    whose death fails this test instead of ending the run."""
+    code = (
+        "import replay._frozen as F\n"
+        f"for cls in ({_STATIC_TYPES}):\n"
+        "    try:\n"
+        "        F.Maker(cls, ('real',), 0, (0,), object())\n"
+        "    except TypeError as e:\n"
+        "        print(e)\n"
+        "    else:\n"
+        "        print('accepted', cls)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+    names = [n.strip() for n in _STATIC_TYPES.split(",")]
+    assert proc.stdout.splitlines() == [f"Maker: 'real' is not a plain object slot of {n}" for n in names]

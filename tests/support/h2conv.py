@@ -256,30 +256,29 @@ def unary_ok(rig: Rig) -> None:
     rig.pump()
 
 
+def _send_all(rig: Rig, peer: h2.connection.H2Connection, sid: int, body: bytes, end_stream: bool) -> None:
+    """``body`` from ``peer`` on ``sid`` as flow control lets it go, pumping between the pieces; an
+    AssertionError (not a hang) when the peer's window stays shut (a WINDOW_UPDATE that never reached it)."""
+    while body:
+        n = min(peer.local_flow_control_window(sid), peer.max_outbound_frame_size, len(body))
+        if n == 0:
+            rig.pump()
+            if peer.local_flow_control_window(sid) == 0:
+                raise AssertionError(f"stream {sid}: the flow-control window stays shut with {len(body)} bytes to send")
+            continue
+        peer.send_data(sid, body[:n], end_stream=end_stream and n == len(body))
+        body = body[n:]
+        rig.pump()
+
+
 def unary_large(rig: Rig) -> None:
     """A 300 kB request and response: many DATA frames, WINDOW_UPDATEs both ways."""
     rig.pump()
     sid = rig.open_call()
-    body = infer_request("big", 300_000)
-    while body:
-        n = min(rig.client.local_flow_control_window(sid), rig.client.max_outbound_frame_size, len(body))
-        if n == 0:
-            rig.pump()
-            continue
-        rig.client.send_data(sid, body[:n], end_stream=n == len(body))
-        body = body[n:]
-        rig.pump()
+    _send_all(rig, rig.client, sid, infer_request("big", 300_000), end_stream=True)
     assert rig.server is not None
     rig.server.send_headers(sid, RESPONSE_HEADERS)
-    body = infer_response("big", 300_000)
-    while body:
-        n = min(rig.server.local_flow_control_window(sid), rig.server.max_outbound_frame_size, len(body))
-        if n == 0:
-            rig.pump()
-            continue
-        rig.server.send_data(sid, body[:n])
-        body = body[n:]
-        rig.pump()
+    _send_all(rig, rig.server, sid, infer_response("big", 300_000), end_stream=False)
     rig.server.send_headers(sid, [(b"grpc-status", b"0")], end_stream=True)
     rig.pump()
 

@@ -81,7 +81,7 @@ class TailStats(_message.Message):
     def __init__(self, subscribers: _Optional[int] = ..., records_sent: _Optional[int] = ..., records_dropped: _Optional[int] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "uptime_s", "listen", "upstream", "tls_listen", "tls_upstream", "open_calls", "counters", "capture_files", "writer_queue", "tail", "recent_first_seq", "next_seq")
+    __slots__ = ("version", "uptime_s", "listen", "upstream", "tls_listen", "tls_upstream", "open_calls", "counters", "capture_files", "writer_queue", "tail", "recent_first_seq", "next_seq", "http_listen", "http_upstream")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     UPTIME_S_FIELD_NUMBER: _ClassVar[int]
     LISTEN_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +95,8 @@ class StatusResponse(_message.Message):
     TAIL_FIELD_NUMBER: _ClassVar[int]
     RECENT_FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
     NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    HTTP_LISTEN_FIELD_NUMBER: _ClassVar[int]
+    HTTP_UPSTREAM_FIELD_NUMBER: _ClassVar[int]
     version: str
     uptime_s: float
     listen: str
@@ -108,7 +110,9 @@ class StatusResponse(_message.Message):
     tail: TailStats
     recent_first_seq: int
     next_seq: int
-    def __init__(self, version: _Optional[str] = ..., uptime_s: _Optional[float] = ..., listen: _Optional[str] = ..., upstream: _Optional[str] = ..., tls_listen: _Optional[bool] = ..., tls_upstream: _Optional[bool] = ..., open_calls: _Optional[_Iterable[_Union[OpenCall, _Mapping]]] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ..., capture_files: _Optional[_Iterable[str]] = ..., writer_queue: _Optional[int] = ..., tail: _Optional[_Union[TailStats, _Mapping]] = ..., recent_first_seq: _Optional[int] = ..., next_seq: _Optional[int] = ...) -> None: ...
+    http_listen: str
+    http_upstream: str
+    def __init__(self, version: _Optional[str] = ..., uptime_s: _Optional[float] = ..., listen: _Optional[str] = ..., upstream: _Optional[str] = ..., tls_listen: _Optional[bool] = ..., tls_upstream: _Optional[bool] = ..., open_calls: _Optional[_Iterable[_Union[OpenCall, _Mapping]]] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ..., capture_files: _Optional[_Iterable[str]] = ..., writer_queue: _Optional[int] = ..., tail: _Optional[_Union[TailStats, _Mapping]] = ..., recent_first_seq: _Optional[int] = ..., next_seq: _Optional[int] = ..., http_listen: _Optional[str] = ..., http_upstream: _Optional[str] = ...) -> None: ...
 
 class RotateRequest(_message.Message):
     __slots__ = ()

@@ -34,7 +34,7 @@ from replay.capture.ids import CaptureIds
 from replay.capture.methods import short_method
 from replay.capture.reader import Gap
 from replay.capture.schema import encode
-from replay.machine.outcomes import RequestOutcome
+from replay.machine.outcomes import RequestOutcome, status_ok
 from replay.machine.tracker import Tracker
 from replay.tools.report.overview import build_overview
 from replay.tools.report.stats import IntArray, ModelStats, group_percentiles
@@ -62,6 +62,7 @@ class _CallInfo:
     t_half_close: int | None = None
     t_end: int | None = None
     status: str | None = None
+    ok: bool | None = None  # the status is a success (gRPC OK, HTTP < 400); None while open
     cause: str | None = None
     details: str | None = None
     end_ri: int | None = None
@@ -257,6 +258,7 @@ class ReportBuilder:
             call = self._calls.get(q(record.call))
             if call is not None:
                 call.t_end, call.status, call.cause, call.details = record.t_ns, record.status, record.cause, record.details
+                call.ok = status_ok(record.status, record.http_status)
                 call.end_ri = ri
         elif isinstance(record, ev.GapRecorded):
             self._dropped.append((record.first_t_ns, record.last_t_ns, record.dropped, record.reason, ri))
@@ -431,6 +433,7 @@ def _call_columns(calls: list[_CallInfo], us: Callable[[int | None], int | None]
         "half_close": [us(c.t_half_close) for c in calls],
         "deadline": [us(c.t_start + int(c.timeout_ms * 1e6)) if c.timeout_ms is not None else None for c in calls],
         "status": [c.status for c in calls],
+        "ok": [c.ok for c in calls],
         "cause": [c.cause for c in calls],
         "details": [c.details for c in calls],
         "ri": [c.ri for c in calls],

@@ -63,8 +63,8 @@ def _sketch(group: IntArray, bins: IntArray, values: npt.NDArray[np.float64], ke
         return []
     k = buckets(v)
     # One sortable key per cell; np.unique counts them without a dense G x B x buckets array.
-    nb = int(k.max()) + 1
-    nbins = int(b.max()) + 1
+    nb = int(np.max(k)) + 1
+    nbins = int(np.max(b)) + 1
     key = (g * nbins + b) * nb + k
     cells, counts = np.unique(key, return_counts=True)
     out = np.empty((len(cells), 4), dtype=np.int64)

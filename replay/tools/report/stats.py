@@ -40,8 +40,8 @@ def group_percentiles(group: IntArray, values: IntArray, n_groups: int,
     (group, value) instead of a Python ``sorted`` per lane.
     """
     counts = np.bincount(group, minlength=n_groups)
-    lo = int(values.min()) if len(values) else 0
-    width = int(values.max()) - lo + 1 if len(values) else 1
+    lo = int(np.min(values)) if len(values) else 0
+    width = int(np.max(values)) - lo + 1 if len(values) else 1
     if n_groups * width < 2**62:
         # One int64 key per value, sorted in place of a two-key lexsort (several times faster at 1M).
         keys = np.sort(group * width + (values - lo))

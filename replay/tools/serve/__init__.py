@@ -26,6 +26,9 @@ decision.
   nothing), the others answer ``FAILED_PRECONDITION`` explaining why.
 * A request that matches nothing: ``NOT_FOUND`` naming the closest captured request and why it did
   not match, and a log line.
+
+Triton's HTTP port (``--http-listen``) is :mod:`replay.tools.serve.httpd`'s: an asyncio HTTP/1.1 server with
+h11 as its parser, answering through the same :class:`~replay.tools.serve.session.Session` (see its docstring).
 """
 
 from replay.tools.serve.index import LoadedCapture, load

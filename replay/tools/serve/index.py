@@ -28,10 +28,17 @@ from typing import IO, NamedTuple
 
 from replay.capture import events as ev
 from replay.capture.events import STATUS_FOR_CAUSE
-from replay.capture.methods import short_method
+from replay.capture.methods import http_call, short_method
 from replay.machine.tracker import CaptureSource
 from replay.tools.captured import CaptureSummary, summarize
-from replay.tools.serve.responses import Kind, answer_bytes, answer_kind, has_bytes, payload_bytes
+from replay.tools.serve.responses import (
+    Kind,
+    answer_bytes,
+    answer_kind,
+    has_bytes,
+    http_answer,
+    payload_bytes,
+)
 
 #: Index bytes per captured request and per captured response (the arrays' items; the bound serve states).
 REQUEST_BYTES = 4 * 8
@@ -51,6 +58,7 @@ class CallEnd:
     cause: str
     trailers: list[list[str]] | None
     initial_metadata: list[list[str]] | None
+    http_status: int | None = None  # HTTP: the status the client got (None: no response head reached it)
 
 
 class Sent(NamedTuple):
@@ -130,7 +138,7 @@ class AnswerStore:
 class CapturedCall:
     """One captured RPC, indexed: its requests, its responses (answers in the store) and its end."""
 
-    __slots__ = ("_last_req", "_req", "_req_seq", "_resp", "_store", "asked", "end", "id", "kind", "method",
+    __slots__ = ("_last_req", "_req", "_req_seq", "_resp", "_store", "asked", "end", "http", "id", "kind", "method",
                  "t_start", "timeout_ms")  # fmt: skip
 
     def __init__(self, *, id: str, method: str, t_start: int, timeout_ms: float | None, store: AnswerStore) -> None:
@@ -139,6 +147,8 @@ class CapturedCall:
         self.t_start = t_start
         self.timeout_ms = timeout_ms
         self.kind: Kind = answer_kind(method)
+        #: An HTTP call's request line, read (None: a gRPC call)
+        self.http = http_call(method)
         self.end: CallEnd | None = None
         #: (offset, length) in the store of the first request's captured bytes (non-inference calls), else None
         self.asked: tuple[int, int] | None = None
@@ -160,7 +170,7 @@ class CapturedCall:
         first = not self._req_seq
         self._req_seq.append(seq)
         self._req.extend((rec.t_ns, rec.request_id is not None, -1, -1))
-        if first and self.kind.other is not None and has_bytes(rec):
+        if first and (self.kind.other is not None or self.http is not None) and has_bytes(rec):
             data = payload_bytes(rec)
             self.asked = (self._store.put(data), len(data))
 
@@ -193,6 +203,8 @@ class CapturedCall:
         # looked up first (every response of a stream of one model and output looks the same but for
         # the final flag).
         kind = self.kind
+        if self.http is not None:
+            return http_answer(self.http.kind, rec)
         if not kind.inference or has_bytes(rec):
             return answer_bytes(kind, rec)
         rebuilt = self._store.rebuilt
@@ -244,6 +256,10 @@ class CapturedCall:
     def first_response(self) -> Answer | None:
         """The first captured response (the answer of a unary call), None when there is none."""
         return self._answer(0) if self._resp else None
+
+    def all_responses(self) -> list[Answer]:
+        """Every captured response message, in capture order (an HTTP call's one reply or its events)."""
+        return [self._answer(row) for row in range(self.responses)]
 
     def responses_of(self, request_seq: int) -> list[Answer]:
         """The responses attributed to the request recorded at ``request_seq``, in capture order."""
@@ -307,7 +323,8 @@ class _Builder:
             cancelled = self.cancels.pop(cid, None)
             t = cancelled[1].t_ns if cancelled is not None else rec.t_ns
             call.end = CallEnd(t_ns=t, seq=seq, status=rec.status, details=rec.details, cause=rec.cause,
-                               trailers=rec.trailers, initial_metadata=rec.initial_metadata)  # fmt: skip
+                               trailers=rec.trailers, initial_metadata=rec.initial_metadata,
+                               http_status=rec.http_status)  # fmt: skip
 
     def finish(self) -> None:
         for cid, (cseq, cancel) in self.cancels.items():
@@ -329,4 +346,4 @@ def load(capture: CaptureSource, *, spill_dir: str | None = None) -> LoadedCaptu
     builder.finish()
     store.seal()
     return LoadedCapture(candidates=summary.candidates, outcomes=summary.outcomes, payload_modes=summary.payload_modes,
-                         calls=builder.calls, store=store)  # fmt: skip
+                         http_candidates=summary.http_candidates, calls=builder.calls, store=store)  # fmt: skip

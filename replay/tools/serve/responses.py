@@ -10,6 +10,7 @@ schedules and sends.
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -162,6 +163,39 @@ def answer_kind(method: str) -> Kind:
     if service != SERVICE or rpc is None:
         return Kind(None, None)
     return Kind(name, getattr(pb, rpc.output_type.name), name in ("ModelStreamInfer", "ModelInfer"))
+
+
+def http_answer(kind: str, rec: ev.MessageSeen) -> tuple[bytes | None, bool]:
+    """The body (a reply) or the event's JSON (an SSE event) serve sends for a captured HTTP response, and
+    whether it is the captured bytes. A meta capture's inference answer is rebuilt from the labels: the error,
+    or the id, model and outputs with null (generate) or zero-filled (infer) data; a non-empty non-inference
+    answer cannot be rebuilt (None)."""
+    if has_payload(rec) and not rec.payload_truncated:
+        # Compressed too: an HTTP body is served with its captured headers, Content-Encoding included.
+        return payload_bytes(rec), True
+    if kind == "other":
+        # Health answers are empty bodies; a metadata or repository answer's bytes are gone (None: refused).
+        return (b"", False) if rec.size == 0 else (None, False)
+    if rec.error is not None:
+        return json.dumps({"error": rec.error}).encode(), False
+    if kind.startswith("openai"):
+        if rec.final and not rec.outputs:  # how the capture records ``data: [DONE]``
+            return b"[DONE]", False
+        chunk = {"id": rec.request_id or "", "model": rec.model or "",
+                 "choices": [{"index": 0, "finish_reason": rec.finish_reason}]}  # fmt: skip
+        return json.dumps(chunk).encode(), False
+    body: dict[str, Any] = {}
+    if rec.request_id:
+        body["id"] = rec.request_id
+    body["model_name"] = rec.model or ""
+    body["model_version"] = rec.model_version or ""
+    if kind == "infer":
+        body["outputs"] = [{"name": t.name, "datatype": t.datatype, "shape": t.shape,
+                            "data": [0] * math.prod(t.shape) if t.datatype != "BYTES" else [""] * math.prod(t.shape)}
+                           for t in rec.output_tensors or ()]  # fmt: skip
+    else:
+        body.update({name: None for name in rec.outputs or ()})
+    return json.dumps(body).encode(), False
 
 
 def answer_bytes(kind: Kind, rec: ev.MessageSeen) -> tuple[bytes | None, bool]:

@@ -90,7 +90,8 @@ class MockTriton:
             where = f"{g.file}:{g.line}" if g.line is not None else g.file
             log.warning("capture hole: %s at %s: %s", g.kind, where, g.detail)
         self.open_streams = 0  # ModelStreamInfer calls being served (their reader tasks included)
-        self._other_used: set[str] = set()
+        #: Captured non-inference calls answered already (shared with the HTTP half)
+        self.other_used: set[str] = set()
         self._streams = itertools.count(1)
         self._server: Any = None
         self.port = 0
@@ -193,13 +194,13 @@ class MockTriton:
         """Readiness, metadata and the other unary RPCs (see :mod:`replay.tools.serve`)."""
         if isinstance(request, Undecodable):
             await self.session.undecodable(context, request, name)
-        call = pick_other(name, self.session.capture.calls_of(path_of(name)), request, self._other_used)
+        call = pick_other(name, self.session.capture.calls_of(path_of(name)), request, self.other_used)
         if isinstance(call, str):
             self.unmatched.append(call)
             log.warning("%s: %s", name, call)
             await context.abort(grpc.StatusCode.NOT_FOUND, call)
             return None
-        self._other_used.add(call.id)
+        self.other_used.add(call.id)
         refusal = missing_answer(name, call)
         if refusal is not None:
             log.warning("%s: %s", name, refusal)

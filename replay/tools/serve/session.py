@@ -28,7 +28,7 @@ class Session:
         self.capture = capture
         self.speed = speed  # None: no delays (``--timing fast``)
         self.keep_ids = keep_ids
-        self.matcher = Matcher(capture.candidates, strategies)
+        self.matcher = Matcher([*capture.candidates, *capture.http_candidates], strategies)
         self.unmatched: list[str] = []  # NOT_FOUND messages, in order (for callers and tests)
         self._warned: set[str] = set()
 

@@ -24,3 +24,26 @@ def test_mark_end_and_unknown_kinds() -> None:
                        initial_metadata=None, duration_ms=2.5, messages_c2s=1, messages_s2c=0)  # fmt: skip
     assert "c1.1 cause=client_cancel status=CANCELLED 2.5ms" in describe(4, encode(end, 4)[:-1])[1]
     assert describe(5, b'{"v":1,"seq":5,"kind":"future_thing"}') == ("future_thing", "      5 future_thing (unknown to this triton-tap)")
+
+
+def _golden_lines(name: str) -> list[str]:
+    from replay.capture.reader import read_capture
+    from tests.support.paths import DATA
+
+    return [describe(seq, encode(rec, seq)[:-1])[1][13:] for seq, rec in read_capture(DATA / "http" / name)]
+
+
+def test_http_records_read_as_http() -> None:
+    """An HTTP-only capture names its HTTP pair; a call its request line and version; events their final flag."""
+    lines = _golden_lines("generate_stream_cancelled.jsonl")
+    assert lines[0] == "      0 capture_start file_index=0 http_listen=127.0.0.1:8010 http_upstream=127.0.0.1:8000"
+    assert lines[1] == "      1 call_start    c1.1 POST /v2/models/tokens/generate_stream HTTP/1.1 peer=127.0.0.1:50100"
+    assert lines[4] == "      4 message       c1.1 s2c model=tokens id='04a-mid' final=false"
+    assert lines[5] == "      5 cancel        c1.1 cause=client_disconnect in_flight=['04a-mid'] forwarded=true"
+    assert lines[6] == "      6 call_end      c1.1 cause=client_disconnect status=200 314.6ms"
+    openai = _golden_lines("openai_stream.jsonl")
+    assert openai[4] == "      4 message       c1.1 s2c model=llama id='cmpl-7' final=false finish_reason=length"
+    mixed = _golden_lines("mixed.jsonl")
+    assert mixed[0] == ("      0 capture_start file_index=0 listen=127.0.0.1:8011 upstream=127.0.0.1:8001 "
+                        "http_listen=127.0.0.1:8010 http_upstream=127.0.0.1:8000")
+    assert mixed[1] == "      1 call_start    c1.1 /inference.GRPCInferenceService/ModelStreamInfer peer=127.0.0.1:50000"

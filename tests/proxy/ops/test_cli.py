@@ -12,6 +12,7 @@ import pytest
 from proxy.lab.tritonserver import free_port
 from tests.support.capture import read_bytes, records, side_bytes, stored_payload
 from tests.support.paths import ROOT
+from tests.support.proxy import start_lines
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -150,22 +151,10 @@ def test_redact_help_lists_what_is_redacted() -> None:
 def test_unreachable_evidence_metrics_warns_at_start(tmp_path: Path, listening: int) -> None:
     """--evidence metrics=URL that does not answer: the proxy starts, with one warning line naming it."""
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "--upstream", f"127.0.0.1:{listening}", "--listen", "127.0.0.1:0",
-         "--capture-dir", str(tmp_path), "--evidence", f"metrics=http://127.0.0.1:{port}/metrics"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        seen = []
-        for line in proc.stdout:
-            seen.append(line)
-            if "recording" in line:
-                break
-        assert any("evidence_metrics_unreachable" in ln and str(port) in ln for ln in seen), seen
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    seen = start_lines("--upstream", f"127.0.0.1:{listening}", "--listen", "127.0.0.1:0", "--capture-dir",
+                       str(tmp_path), "--evidence", f"metrics=http://127.0.0.1:{port}/metrics")  # fmt: skip
+    assert '"recording"' in seen[-1], seen  # it started
+    assert any("evidence_metrics_unreachable" in ln and str(port) in ln for ln in seen), seen
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from replay.capture import events as ev
 from replay.capture.reader import read_capture
 from tests.support.loop_thread import BackgroundLoop
 from tests.support.paths import ROOT
+from tests.support.proxy import start_lines
 
 TRITON_TAP = Path(sys.executable).parent / "triton-tap"
 #: The five, spelled out here rather than read from the registry, so that one dropped from it shows.
@@ -59,23 +60,10 @@ def test_with_the_pure_setting_the_start_line_and_capture_say_so(tmp_path: Path,
     """``python -m proxy`` with TRITON_TAP_PURE=1: the ``recording`` log line and the capture's
     ``capture_start.options.compiled`` both say every module runs its Python version, and why.
     (The upstream is a bare listening socket: nothing is relayed, only the start is looked at.)"""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "--upstream", f"127.0.0.1:{listening}", "--listen", "127.0.0.1:0",
-         "--capture-dir", str(tmp_path)],
-        cwd=ROOT, env=_env(True), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        seen = []
-        for line in proc.stdout:
-            seen.append(line)
-            if '"recording"' in line:
-                break
-        start_line = json.loads(seen[-1])
-        assert start_line["event"] == "recording", seen
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    seen = start_lines("--upstream", f"127.0.0.1:{listening}", "--listen", "127.0.0.1:0", "--capture-dir", str(tmp_path),
+                       env=_env(True))  # fmt: skip
+    start_line = json.loads(seen[-1])
+    assert start_line["event"] == "recording", seen
     want = dict.fromkeys(FIVE, "TRITON_TAP_PURE=1")
     assert start_line["compiled"] == want
     (start,) = [r for _, r in read_capture(tmp_path) if isinstance(r, ev.CaptureStarted)]

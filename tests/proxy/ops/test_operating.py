@@ -150,11 +150,13 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         'upstream-server-name = "triton.internal"\nadmin = "127.0.0.1:8090"\n'
         'tls-client-ca = "/clients.pem"\ntls-watch = 0\nmax-total-mb = 100\nmin-free-mb = 0\ncompress = "none"\nworkers = 2\n'
         'event-loop = "asyncio"\npayload-store = "inline"\nready-file = "/run/tap.ready"\n'
+        'http-listen = "0.0.0.0:9000"\nhttp-upstream = "triton:8000"\n'
     )
     values = load_config(cfg, parser)
     assert {a.dest for a in parser._actions if a.dest in values} == {config_keys(parser)[f].dest for f in flags}
     assert values == {
-        "listen": "0.0.0.0:9011", "upstream": "triton:8001", "capture_dir": Path("/captures"), "payload": "full",
+        "listen": "0.0.0.0:9011", "upstream": "triton:8001", "http_listen": "0.0.0.0:9000",
+        "http_upstream": "triton:8000", "capture_dir": Path("/captures"), "payload": "full",
         "payload_cap": 4096, "payload_store": "inline", "workers": 2, "event_loop": "asyncio", "rotate_mb": 64.0, "gzip_rotated": True, "drain_timeout": 25.0,
         "redact": ["x-team-key"], "metrics": "0.0.0.0:9090", "log_level": "warning",
         "evidence": "metrics=http://triton:8002/metrics", "evidence_window": 3.0,

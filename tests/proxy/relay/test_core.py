@@ -19,6 +19,7 @@ from proxy.relay import core
 from proxy.relay.call import LABEL_KEEP
 from proxy.relay.contract import ArmTimer, Close
 from proxy.relay.core import ENHANCE_YOUR_CALM, LINGER_S
+from proxy.relay.lifecycle import Upstream
 from proxy.relay.options import REDACTED, RelayOptions
 from proxy.wire import frames as wire
 from proxy.wire.messages import Assembler
@@ -30,6 +31,7 @@ from tests.support.h2conv import (
     infer_response,
     request_headers,
     stream_response,
+    unary_large,
 )
 
 REQ = request_headers()
@@ -490,27 +492,21 @@ def test_lowered_max_frame_size_binds_no_frame_already_in_flight() -> None:
 
 
 def test_window_updates_pass_both_ways_unchanged() -> None:
-    """Flow control is end to end: a 300 kB request and response need the peers' WINDOW_UPDATEs, which
-    the relay passes on as they are (the call completes only if they arrive)."""
+    """Flow control is end to end: a 300 kB request and response (h2conv's ``unary_large``) need the peers'
+    WINDOW_UPDATEs, which the relay passes on as they are (the call completes only if they arrive)."""
     rig = CoreRig()
-    rig.pump()
-    sid = rig.open_call()
-    body = infer_request("big", 300_000)
-    while body:
-        n = min(rig.client.local_flow_control_window(sid), rig.client.max_outbound_frame_size, len(body))
-        if n == 0:
-            rig.pump()
-            continue
-        rig.client.send_data(sid, body[:n], end_stream=n == len(body))
-        body = body[n:]
-        rig.pump()
-    updates = [f for _, up, _, _ in rig.steps for f in _frames(up)]
-    assert wire.DATA in [f[0] for f in updates]
+    unary_large(rig)
+    up = [f for _, c2s, _, _ in rig.steps for f in _frames(c2s)]
+    down = [f for _, _, s2c, _ in rig.steps for f in _frames(s2c)]
+    assert wire.WINDOW_UPDATE in [f[0] for f in up]  # the client's credit reached the server (for the response)
+    assert wire.WINDOW_UPDATE in [f[0] for f in down]  # the server's credit reached the client (for the request)
     assert [e for e in rig.server_events if isinstance(e, h2.events.StreamEnded)]
-    client_got = [f for _, _, down, _ in rig.steps for f in _frames(down) if f[0] == wire.WINDOW_UPDATE]
-    assert client_got  # the server's credit reached the client
-    (msg,) = _of(rig, "message")
-    assert msg.size == len(infer_request("big", 300_000)) - 5 and msg.request_id == "big"
+    assert [e for e in rig.client_events if isinstance(e, h2.events.StreamEnded)]
+    request, response = _of(rig, "message")
+    assert request.size == len(infer_request("big", 300_000)) - 5 and request.request_id == "big"
+    assert response.size == len(infer_response("big", 300_000)) - 5
+    (end,) = _of(rig, "call_end")
+    assert end.status == "OK"
 
 
 def test_header_blocks_across_continuation_are_recorded_whole_and_passed_on() -> None:
@@ -600,3 +596,79 @@ def test_abort_ends_every_call_and_closes_the_upstream() -> None:
     assert [(e.status, e.cause) for e in _of(rig, "call_end")] == [("UNAVAILABLE", "proxy_shutdown")] * 2
     assert rig.closes == ["upstream"] and rig.armed == {"linger": LINGER_S}
     assert ArmTimer("linger", LINGER_S) in rig.steps[-1][3]
+
+
+# --- frames after the upstream ended a call -----------------------------------------------------------------
+
+
+def _deadline_ending(sid: int) -> bytes:
+    """What Triton 2.51 sends, once, when a call's deadline passes: trailers (literal header block) and
+    RST_STREAM(NO_ERROR). It sends this four times in one write (tests/e2e/test_deadline_repeats_e2e.py
+    shows it against the real server); here it is scripted, to feed the core reads split at will."""
+    block = wire.encode_block([(b"grpc-status", b"4"), (b"grpc-message", b"Deadline Exceeded")])
+    return wire.headers_frames(sid, block, True, 16384) + wire.rst_stream(sid, wire.NO_ERROR)
+
+
+@pytest.mark.parametrize("reads", [1, 4], ids=["one_read", "a_read_each"])
+def test_an_ending_the_upstream_repeats_passes_verbatim_and_its_repeats_are_late_after_end(reads: int) -> None:
+    rig = CoreRig()
+    rig.pump()
+    sid = rig.open_call(request_headers(STREAM, (b"grpc-timeout", b"1n")))
+    rig.client.send_data(sid, infer_request("d0"), end_stream=True)
+    rig.pump()
+    assert rig.server is not None
+    rig.server.send_headers(sid, RESPONSE_HEADERS)
+    rig.server.send_data(sid, stream_response("d0", False))
+    rig.pump()
+    ending = _deadline_ending(sid)
+    sent = b""
+    for chunk in [ending * 4] if reads == 1 else [ending] * 4:
+        rig.up(chunk)
+        sent += rig.take("client")
+    assert sent == ending * 4  # transparent: the client gets exactly what the upstream sent
+    assert [r.kind for r in rig.records if r.kind in ("cancel", "call_end")] == ["cancel", "call_end"]
+    (cancel,) = _of(rig, "cancel")
+    (end,) = _of(rig, "call_end")
+    assert (cancel.cause, cancel.forwarded_upstream, end.cause, end.status) == (
+        "deadline", False, "deadline", "DEADLINE_EXCEEDED"
+    )
+    late = _of(rig, "late")
+    # The first RST_STREAM(NO_ERROR) right after the complete response is allowed (RFC 9113 8.1): not recorded.
+    assert [(r.after, r.frame, r.error, r.rst_code, r.call) for r in late] == [
+        ("end", "trailers", "4 Deadline Exceeded", None, end.call), ("end", "rst", None, 0, end.call)
+    ] * 3
+    assert all(r.since_cancel_ms >= 0 for r in late)
+    assert not _of(rig, "protocol_error") and rig.core.up is Upstream.OPEN
+
+
+def test_a_healthy_ending_records_nothing_late() -> None:
+    """Trailers then one RST_STREAM(NO_ERROR), as RFC 9113 8.1 allows: no late record (no wolf cried)."""
+    rig = CoreRig()
+    sid = _stream_call(rig, "ok")
+    rig.up(_deadline_ending(sid))
+    assert rig.take("client")
+    assert _of(rig, "call_end") and not _of(rig, "late")
+
+
+def test_frames_after_an_upstream_reset_are_late_after_end() -> None:
+    rig = CoreRig()
+    sid = _stream_call(rig, "r")
+    reset = wire.rst_stream(sid, wire.CANCEL)
+    data = wire.frame(wire.DATA, 0, sid, stream_response("r", True))
+    rig.up(reset + data + reset)
+    assert rig.take("client") == reset + data + reset
+    (end,) = _of(rig, "call_end")
+    assert end.cause == "error" and end.upstream_rst_code == wire.CANCEL
+    assert [(r.after, r.frame, r.request_id, r.rst_code) for r in _of(rig, "late")] == [
+        ("end", "message", "r", None), ("end", "rst", None, wire.CANCEL)
+    ]
+
+
+def test_late_records_after_end_stop_at_the_per_call_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxy.relay import recording
+
+    monkeypatch.setattr(recording, "LATE_RECORDS", 3)
+    rig = CoreRig()
+    sid = _stream_call(rig, "x")
+    rig.up(_deadline_ending(sid) * 10)
+    assert [r.frame for r in _of(rig, "late")] == ["trailers", "rst", "trailers", "overflow"]

@@ -29,6 +29,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from proxy.ops.server import RecordingProxy
+from tests.support.bad_upstream import bad_h2_upstream
 from tests.support.capture import of_kind, records
 from tests.support.proxy import stop_proxy
 from tests.support.triton_client import wait_for
@@ -213,41 +214,11 @@ def test_upstream_breaking_http2_is_recorded_and_calls_fail_unavailable(
 ) -> None:
     """An upstream that answers garbage after its preface: protocol_error(side=upstream), the client gets UNAVAILABLE.
 
-    A raw socket plays the upstream: no real server can be made to send invalid frames.
+    A raw socket plays the upstream (tests/support/bad_upstream.py): no real server can be made to send invalid
+    frames.
     """
-    import threading
-
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen()
-    port = srv.getsockname()[1]
-    stop = threading.Event()
-
-    def serve() -> None:
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = srv.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                s = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
-                s.initiate_connection()
-                conn.settimeout(5)
-                try:
-                    if not conn.recv(65536):
-                        continue
-                    # SETTINGS, then DATA on stream 0: a connection error for any HTTP/2 client.
-                    conn.sendall(s.data_to_send() + _frame(0x0, 0, 0, b"junk"))
-                    while conn.recv(65536):
-                        pass
-                except OSError:
-                    pass
-
-    t = threading.Thread(target=serve, name="bad-upstream", daemon=True)
-    t.start()
-    try:
-        proxy = start_proxy(f"127.0.0.1:{port}")
+    with bad_h2_upstream() as upstream:
+        proxy = start_proxy(upstream)
         with grpc.insecure_channel(f"127.0.0.1:{proxy.port}") as ch:
             try:
                 pb_grpc.GRPCInferenceServiceStub(ch).ServerLive(pb.ServerLiveRequest(), timeout=10)
@@ -255,10 +226,6 @@ def test_upstream_breaking_http2_is_recorded_and_calls_fail_unavailable(
             except grpc.RpcError as e:
                 assert e.code() == grpc.StatusCode.UNAVAILABLE, e
         stop_proxy(proxy)
-    finally:
-        stop.set()
-        t.join(5)
-        srv.close()
     recs = records(proxy.capture_path)
     errs = of_kind(recs, "protocol_error")
     assert errs and all(r["side"] == "upstream" for r in errs), errs

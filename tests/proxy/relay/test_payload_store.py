@@ -30,7 +30,7 @@ from replay.capture.reader import read_capture
 from replay.cli.upgrade import upgrade
 from replay.tools.captured import summarize
 from replay.tools.diff import diff
-from replay.tools.match import input_hash_of_bytes
+from replay.tools.match import payload_key
 from replay.tools.serve.index import load
 from tests.support.capture import records
 from tests.support.proxy import stop_proxy
@@ -145,7 +145,7 @@ def test_full_payloads_go_to_the_side_file_and_every_reader_gets_the_same_bytes_
     # Matching keys (serve, diff, match): input hashes from the side file's bytes.
     keys = [c.key for c in summarize(side).candidates]
     assert [k.input_hash for k in keys] == [k.input_hash for k in (c.key for c in summarize(inline).candidates)]
-    assert keys[0].input_hash == input_hash_of_bytes(unary.SerializeToString())
+    assert keys[0].input_hash == payload_key(INFER, unary.SerializeToString())
     result = diff(summarize(inline), summarize(side), strategies=["payload"])
     assert (len(result.pairs), result.only_a, result.only_b) == (3, (), ())
 

@@ -24,6 +24,8 @@ from tests.support.paths import DATA
 
 EXPECTED = DATA / "check_table.json"
 GOLDEN = sorted(p for p in DATA.glob("*.jsonl") if p.name not in ("garbled_middle.jsonl", "too_new.jsonl"))
+#: The HTTP goldens (tests/data/http), named ``http/<name>`` in the cases: real Triton HTTP shapes and a mixed capture.
+HTTP_GOLDEN = sorted((DATA / "http").glob("*.jsonl"))
 GOLDEN_ROWS = (100, 2, 1, 0)
 
 
@@ -113,6 +115,9 @@ def cases(tmp: Path) -> dict[str, tuple[list[Path], int]]:
     for p in GOLDEN:
         for rows in GOLDEN_ROWS:
             found[f"{p.stem} --rows {rows}"] = ([p], rows)
+    for p in HTTP_GOLDEN:
+        for rows in (100, 0):
+            found[f"http/{p.stem} --rows {rows}"] = ([p], rows)
     several = [DATA / "interleaved.jsonl", DATA / "stream_cancel.jsonl", DATA / "unattributable.jsonl"]
     for rows in GOLDEN_ROWS:
         found[f"three captures --rows {rows}"] = (several, rows)

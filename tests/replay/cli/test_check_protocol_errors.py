@@ -7,19 +7,17 @@ from __future__ import annotations
 import io
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-import h2.config
-import h2.connection
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from proxy.ops.server import ProxyConfig, RecordingProxy
 from replay.cli.check import check
+from tests.support.bad_upstream import bad_h2_upstream
 from tests.support.fake_triton import start_fake
 from tests.support.loop_thread import BackgroundLoop
 from tests.support.proxy import stop_proxy
@@ -72,48 +70,18 @@ def test_a_client_speaking_http1_is_shown_and_not_a_failure(bg: BackgroundLoop, 
     assert "not an HTTP/2 connection preface" in err["error"] and isinstance(err["seq"], int)
 
 
-def _bad_upstream(srv: socket.socket, stop: threading.Event) -> None:
-    """Accepts connections and answers a valid SETTINGS, then DATA on stream 0 (a connection error)."""
-    srv.settimeout(0.2)
-    while not stop.is_set():
-        try:
-            conn, _ = srv.accept()
-        except TimeoutError:
-            continue
-        with conn:
-            h = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
-            h.initiate_connection()
-            conn.settimeout(5)
-            try:
-                if conn.recv(65536):
-                    conn.sendall(h.data_to_send() + (4).to_bytes(3, "big") + b"\x00\x00" + bytes(4) + b"junk")
-                    while conn.recv(65536):
-                        pass
-            except OSError:
-                pass
-
-
 def test_an_upstream_breaking_http2_makes_check_exit_1(bg: BackgroundLoop, tmp_path: Path) -> None:
     """The upstream answers with an invalid frame: `protocol_error` (side upstream), exit 1.
 
-    A raw socket plays the upstream: no real server can be made to send invalid frames.
+    A raw socket plays the upstream (tests/support/bad_upstream.py): no real server can be made to send invalid
+    frames.
     """
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen()
-    stop = threading.Event()
-    t = threading.Thread(target=_bad_upstream, args=(srv, stop), name="bad-upstream", daemon=True)
-    t.start()
-    try:
-        proxy = _proxy(bg, f"127.0.0.1:{srv.getsockname()[1]}", tmp_path)
+    with bad_h2_upstream() as upstream:
+        proxy = _proxy(bg, upstream, tmp_path)
         with grpc.insecure_channel(f"127.0.0.1:{proxy.port}") as ch:
             with pytest.raises(grpc.RpcError):
                 pb_grpc.GRPCInferenceServiceStub(ch).ServerLive(pb.ServerLiveRequest(), timeout=10)
         stop_proxy(proxy)
-    finally:
-        stop.set()
-        t.join(5)
-        srv.close()
     code, text = _check(proxy.capture_path, as_json=True)
     doc = json.loads(text)
     assert doc["protocol_errors"] and {e["side"] for e in doc["protocol_errors"]} == {"upstream"}

@@ -396,7 +396,7 @@ def test_the_summary_check_json_prints_counts_what_the_capture_holds() -> None:
         "calls_by_method": {"ModelStreamInfer": 1}, "calls_by_cause": {"client_cancel": 1},
         "requests": 3, "outcomes": {"completed": 1, "cancelled": 2}, "violations": 0, "violations_by_name": {},
         "unattributable": 0, "groups": 0, "known_only_for_group": 0, "unlabelled_messages": 0,
-        "protocol_errors": 0, "gaps": 0, "warnings": [],
+        "protocol_errors": 0, "late_after_end": 0, "gaps": 0, "warnings": [],
     }  # fmt: skip
     summary = track(str(DATA / "missing_final.jsonl")).summary()
     assert (summary["violations"], summary["violations_by_name"]) == (1, {"missing_final": 1})
@@ -461,8 +461,8 @@ def test_check_json_and_text_show_a_groups_request_as_documented() -> None:
 
     result: Any = _pair("", [(None, False, "bad")], "CANCELLED", "client_cancel")
     assert result.to_json()["requests"][0] == {
-        "call": "c1.1", "kind": "stream", "model": "tokens", "request_id": "", "occurrence": 0, "seq": 2,
-        "outcome": "group", "responses": 0, "text_responses": 0, "final": None, "first_response_ms": None,
+        "call": "c1.1", "protocol": "grpc", "method": "ModelStreamInfer", "kind": "stream", "model": "tokens",
+        "request_id": "", "occurrence": 0, "seq": 2, "outcome": "group", "responses": 0, "text_responses": 0, "final": None, "first_response_ms": None,
         "duration_ms": 8.0, "status": "CANCELLED", "error": "bad", "violations": [],
         "group": {"first_seq": 2, "request_id": "", "requests": 2, "responses": 1, "text_responses": 0,
                   "ended": {"cancelled": 1, "error": 1}, "errors_without_final": 1, "per_request": False,

@@ -65,7 +65,8 @@ def synthetic_model() -> Any:
 
 def golden_names() -> list[str]:
     """The golden captures that make a model."""
-    return sorted(p.name for p in DATA.glob("*.jsonl") if p.name not in SKIP)
+    grpc = sorted(p.name for p in DATA.glob("*.jsonl") if p.name not in SKIP)
+    return grpc + sorted(f"http/{p.name}" for p in (DATA / "http").glob("*.jsonl"))
 
 
 def all_models() -> dict[str, Any]:

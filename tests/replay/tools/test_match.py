@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2 as pb
 
-from replay.tools.match import Candidate, Key, Match, Matcher, input_hash, input_hash_of_bytes, parse_strategies
+from replay.capture.methods import INFER
+from replay.tools.match import Candidate, Key, Match, Matcher, input_hash, parse_strategies, payload_key
 
 
 def _key(rid: str | None, model: str = "tokens", h: str | None = None, kind: str = "stream") -> Key:
@@ -153,7 +156,33 @@ def test_input_hash_follows_what_the_request_asks_for() -> None:
 
     assert input_hash(req(seq_id=1)) == input_hash(req(seq_id=99))
     assert len({input_hash(req()), input_hash(req(shape=3)), input_hash(req(flag=False)), input_hash(req(contents=6))}) == 4
-    assert input_hash_of_bytes(req().SerializeToString()) == input_hash(req())
+    assert payload_key(INFER, req().SerializeToString()) == input_hash(req())
+
+
+
+def test_payload_key_of_an_http_body_follows_the_grpc_rule() -> None:
+    """What an HTTP inference body asks for, as for a ModelInferRequest: the ids (``"id"``, the ``sequence_id``
+    parameter) left out; the inputs, other parameters, the path's version and binary tensors in; the JSON
+    compared as JSON (key order, spacing); a body that is no JSON object, or a non-inference call, has none."""
+    infer = "POST /v2/models/m/infer"
+
+    def body(rid: str = "a", seq: int = 1, start: bool = True, data: int = 1, tail: bytes = b"") -> bytes:
+        doc = {"id": rid, "parameters": {"sequence_id": seq, "sequence_start": start},
+               "inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [data]}]}  # fmt: skip
+        return json.dumps(doc).encode() + tail
+
+    key = payload_key(infer, body())
+    assert key is not None
+    assert payload_key(infer, body(rid="b", seq=99)) == key
+    assert payload_key(infer, b' {"parameters":{"sequence_start":true,"sequence_id":1},"id":"c","inputs":[{"data":[1],'
+                              b'"shape":[1],"datatype":"INT32","name":"IN"}]}'.strip()) == key  # fmt: skip
+    others = [body(start=False), body(data=2), body(tail=b"\x00"), body(tail=b"\x01")]
+    keys = {payload_key(infer, b) for b in others} | {payload_key("POST /v2/models/m/versions/2/infer", body())}
+    assert len(keys) == 5 and key not in keys
+    assert payload_key("POST /v2/models/m/generate", body()) == key  # the endpoint is the key's kind, not its hash
+    assert payload_key(infer, b"not json") is None and payload_key(infer, b"[1]") is None
+    assert payload_key("GET /v2/health/ready", b"{}") is None
+    assert payload_key(INFER, b"\xff\xff") is None  # a ModelInferRequest that does not parse
 
 
 def test_unused_candidates_come_first_and_an_unknown_model_matches_nothing() -> None:

@@ -1,0 +1,290 @@
+"""The HTTP/1.1 shell of ``triton-tap serve``: Triton's HTTP port answered from the capture.
+
+A small asyncio server with h11 as its parser (one connection per task, keep-alive, pipelined requests
+answered in order). What every request gets:
+
+* ``POST /v2/models/{m}/infer|generate|generate_stream`` (and the OpenAI paths): matched by
+  :mod:`replay.tools.match` (key kind ``http <kind>``, model, the JSON ``"id"``, the body's hash without
+  its id); the captured status, headers (framing headers aside: h11 frames) and body, or, for an event
+  stream, one chunk per captured event at its captured delay after the request (``--timing``), the head
+  with the first event (as Triton sends it), and the chunked terminator only when the captured body
+  ended cleanly: a captured disconnect (client or upstream) closes the connection at the captured point
+  instead, and a call whose client never got a head closes the connection without one.
+* Other requests (health, metadata, repository...): the captured answer of a call with the same
+  request line, preferring one asked the same body, walking through repeats.
+* A request that matches nothing: 404 ``{"error": ...}`` naming the closest captured request; a body
+  whose JSON does not parse: 400. Captured ids are kept (a JSON body is served as captured).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Collection, Sequence
+from http import HTTPStatus
+
+import h11
+
+from replay.capture.methods import HTTP_INFERENCE, OPENAI, HttpCall, http_call
+from replay.hostport import cannot_listen, parse_hostport
+from replay.tools.match import Key, http_json_part, payload_key
+from replay.tools.serve.index import Answer, CapturedCall
+from replay.tools.serve.responses import delay_s
+from replay.tools.serve.session import Session
+
+log = logging.getLogger("triton_tap.serve")
+
+#: Response headers h11 writes itself (the framing), or that describe a connection, not the answer.
+_FRAMING = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
+#: Response headers that describe the captured bytes: dropped when the body is rebuilt from the labels.
+_OF_THE_BYTES = frozenset({"content-encoding", "inference-header-content-length"})
+_READ = 65536
+
+
+def _header(headers: Sequence[tuple[bytes, bytes]] | Sequence[list[str]], name: str) -> str | None:
+    for k, v in headers:
+        key = k.decode("latin-1") if isinstance(k, bytes) else k
+        if key.lower() == name:
+            return v.decode("latin-1") if isinstance(v, bytes) else v
+    return None
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+def sse_block(data: bytes) -> bytes:
+    """The bytes of one served event: a captured event block as captured, a bare JSON answer framed as ``data:``."""
+    if data.startswith((b"data:", b"event:", b":", b"id:")):
+        return data if data.endswith(b"\n\n") else data.rstrip(b"\n") + b"\n\n"
+    return b"data: " + data + b"\n\n"
+
+
+def pick_http_other(calls: Sequence[CapturedCall], body: bytes, used: Collection[str]) -> CapturedCall | None:
+    """The captured call answering a non-inference request of the same request line: asked the same body
+    (or its body was not captured), the first not used yet, else the last; None when there is none."""
+    same = [c for c in calls if c.asked_bytes() in (None, body) or (c.asked is None and not body)]
+    pool = same or list(calls)
+    if not pool:
+        return None
+    return next((c for c in pool if c.id not in used), pool[-1])
+
+
+class _Closed(Exception):
+    """The served connection is to end now, without more bytes (a captured disconnect, or the client left)."""
+
+
+class _Conn:
+    """One client connection: h11 state, the socket, and the answers sent so far."""
+
+    def __init__(self, serve: HttpServe, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.serve = serve
+        self.reader = reader
+        self.writer = writer
+        self.h11 = h11.Connection(h11.SERVER)
+
+    async def send(self, *events: h11.Event) -> None:
+        for event in events:
+            data = self.h11.send(event)
+            if data:
+                self.writer.write(data)
+        try:
+            await self.writer.drain()
+        except (ConnectionError, OSError) as e:
+            raise _Closed(str(e)) from None
+
+    async def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
+        while True:
+            event = self.h11.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            data = await self.reader.read(_READ)
+            self.h11.receive_data(data)  # b"": the client closed its side
+
+    async def run(self) -> None:
+        try:
+            while True:
+                event = await self.next_event()
+                if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+                    return
+                if not isinstance(event, h11.Request):
+                    return
+                body = bytearray()
+                while True:
+                    part = await self.next_event()
+                    if isinstance(part, h11.Data):
+                        body += part.data
+                    elif isinstance(part, h11.EndOfMessage):
+                        break
+                    else:  # the client left mid-body
+                        return
+                await self.serve.answer(self, event, bytes(body))
+                if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
+                    return
+                self.h11.start_next_cycle()
+        except h11.RemoteProtocolError as e:
+            log.warning("HTTP: the client sent bytes that are not HTTP/1.1: %s", e)
+            if self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                await self._error(e.error_status_hint, f"triton-tap serve: bad HTTP request: {e}")
+        except _Closed:
+            pass
+        finally:
+            if self.h11.our_state is h11.SEND_BODY:
+                self.writer.transport.abort()  # mid-body: the body must not look finished
+            else:
+                self.writer.close()
+
+    async def _error(self, status: int, message: str) -> None:
+        body = json.dumps({"error": message}).encode()
+        await self.send(h11.Response(status_code=status, reason=_reason(status), headers=[("content-type", "application/json"),
+                                                                  ("content-length", str(len(body)))]),
+                        h11.Data(data=body), h11.EndOfMessage())  # fmt: skip
+
+
+class HttpServe:
+    """The HTTP half of serve, answering through a :class:`Session` shared with the gRPC half."""
+
+    def __init__(self, session: Session, used: set[str]) -> None:
+        self.session = session
+        self._used = used  # captured non-inference calls answered already (shared with the gRPC half)
+        self._server: asyncio.Server | None = None
+        self._conns: set[asyncio.Task[None]] = set()
+        self._count = 0
+        self.port = 0
+
+    async def start(self, listen: str = "127.0.0.1:0") -> int:
+        """Bind ``listen`` (port 0: a free one) and serve; returns the port."""
+        host, want = parse_hostport(listen, "--http-listen", allow_port_zero=True)
+        try:
+            self._server = await asyncio.start_server(self._accept, host, want)
+        except OSError as e:
+            raise cannot_listen(listen, e) from None
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop accepting and end the open connections."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for task in list(self._conns):
+            task.cancel()
+        await asyncio.gather(*self._conns, return_exceptions=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._count += 1
+        task = asyncio.current_task()
+        assert task is not None
+        task.set_name(f"serve-http-conn-{self._count}")
+        self._conns.add(task)
+        try:
+            await _Conn(self, reader, writer).run()
+        finally:
+            self._conns.discard(task)
+
+    async def answer(self, conn: _Conn, request: h11.Request, body: bytes) -> None:
+        """Answer one request (see the module docstring)."""
+        method = f"{request.method.decode('latin-1')} {request.target.decode('latin-1')}"
+        call = http_call(method)
+        if call is not None and call.kind in HTTP_INFERENCE:
+            await self._inference(conn, method, call, request, body)
+            return
+        captured = pick_http_other(self.session.capture.calls_of(method), body, self._used)
+        if captured is None:
+            message = f"triton-tap serve: the capture has no {method} call to answer with"
+            self._refuse(method, message)
+            await conn._error(404, message)
+            return
+        self._used.add(captured.id)
+        await self._replay(conn, captured, captured.first_request_t)
+
+    def _refuse(self, where: str, message: str) -> None:
+        self.session.unmatched.append(message)
+        log.warning("%s: %s", where, message)
+
+    async def _inference(self, conn: _Conn, method: str, call: HttpCall, request: h11.Request, body: bytes) -> None:
+        encoded = _header(request.headers, "content-encoding") not in (None, "identity")
+        parts = None if encoded else http_json_part(body)
+        head = parts[0] if parts is not None else None
+        if head is None and not encoded:
+            message = f"triton-tap serve: the {method} body ({len(body)} bytes) is not a JSON object"
+            log.warning("%s: %s", method, message)
+            await conn._error(400, message)
+            return
+        rid = head.get("id") if head is not None else None
+        model = head.get("model") if call.kind in OPENAI and head is not None else call.model
+        key = Key(kind=f"http {call.kind}", model=model if isinstance(model, str) else None,
+                  request_id=rid if isinstance(rid, str) else "",
+                  input_hash=None if encoded else payload_key(method, body))  # fmt: skip
+        m = self.session.matcher.match(key)
+        if m.candidate is None:
+            message = "triton-tap serve: " + self.session.matcher.explain(key)
+            self._refuse(method, message)
+            await conn._error(404, message)
+            return
+        captured = self.session.capture.calls[m.candidate.call]
+        log.debug("%s: %s matched call %s by %s", method, key.describe(), captured.id, m.by)
+        await self._replay(conn, captured, captured.request_t(m.candidate.seq))
+
+    async def _at(self, t0: int, t_ns: int, mono0: float) -> None:
+        """Sleep until the captured instant ``t_ns`` (``t0`` captured when the request arrived at ``mono0``)."""
+        speed = self.session.speed
+        if speed is None:
+            return
+        wait = mono0 + delay_s(t0, t_ns, speed) - asyncio.get_running_loop().time() if t_ns > t0 else 0.0
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+    async def _replay(self, conn: _Conn, call: CapturedCall, t0: int) -> None:
+        mono0 = asyncio.get_running_loop().time()
+        end = call.end
+        answers = call.all_responses()
+        end_t = end.t_ns if end is not None else (answers[-1].t_ns if answers else t0)
+        if end is None or end.http_status is None:
+            # The client got no response head (it left first, or the upstream went away): neither does this one.
+            await self._at(t0, end_t, mono0)
+            raise _Closed("no captured response head")
+        if any(a.data is None for a in answers):
+            message = (f"triton-tap serve: the capture holds no bytes of the {call.short_method} answer (recorded "
+                       "with --payload meta); record with --payload full to serve it")  # fmt: skip
+            log.warning("%s: %s", call.short_method, message)
+            await conn._error(503, message)
+            return
+        headers = end.initial_metadata or []
+        stream = (_header(headers, "content-type") or "").startswith("text/event-stream")
+        real = all(a.real for a in answers)
+        if not real:
+            self.session.note_dataless(False, call.short_method)
+        out = [(k, v) for k, v in headers if k.lower() not in _FRAMING and (real or k.lower() not in _OF_THE_BYTES)]
+        # A body ends cleanly unless a side went away mid-body (an error reply is a clean body too).
+        clean = end.cause in ("ok", "error")
+        if not stream:
+            data = b"".join(a.data or b"" for a in answers)
+            await self._at(t0, answers[0].t_ns if answers else end_t, mono0)
+            if _header(headers, "content-length") is not None or not clean:
+                out.append(("content-length", str(len(data))))
+            await conn.send(h11.Response(status_code=end.http_status, headers=out, reason=_reason(end.http_status)))
+            if data:
+                await conn.send(h11.Data(data=data))
+            await self._finish(conn, t0, end_t, mono0, clean)
+            return
+        # Triton sends the head with the first response (or with the end when the model sent none).
+        await self._at(t0, answers[0].t_ns if answers else end_t, mono0)
+        await conn.send(h11.Response(status_code=end.http_status, headers=out, reason=_reason(end.http_status)))
+        for answer in answers:
+            await self._event(conn, answer, t0, mono0)
+        await self._finish(conn, t0, end_t, mono0, clean)
+
+    async def _event(self, conn: _Conn, answer: Answer, t0: int, mono0: float) -> None:
+        await self._at(t0, answer.t_ns, mono0)
+        await conn.send(h11.Data(data=sse_block(answer.data or b"")))
+
+    async def _finish(self, conn: _Conn, t0: int, end_t: int, mono0: float, clean: bool) -> None:
+        await self._at(t0, end_t, mono0)
+        if not clean:
+            raise _Closed("the captured body did not end cleanly")
+        await conn.send(h11.EndOfMessage())

@@ -1,0 +1,275 @@
+"""``record`` relaying Triton's HTTP port (and its gRPC port, one capture), against the real CPU
+tritonserver, with clients nobody here wrote: tritonclient.http (binary data on and off,
+async_infer), tritonclient.http.aio, ``curl -N`` and httpx disconnecting mid-stream and before the
+first event. Each test has its own proxy (random ports) in a thread, stopped at teardown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from proxy.lab.background import ProxyThread
+from proxy.lab.tritonserver import TritonServer
+from proxy.relay.http1 import HALF_CLOSE_ANSWERED, HALF_CLOSE_DETAILS
+from replay.capture.reader import read_capture
+from tests.support.capture import of_kind, records
+
+
+def http_url(proxy: ProxyThread) -> str:
+    return f"127.0.0.1:{proxy.proxy.http_port}"
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def calls(recs: list[dict[str, Any]], method: str) -> list[str]:
+    return [r["call"] for r in of_kind(recs, "call_start") if r["method"] == method]
+
+
+def end_of(recs: list[dict[str, Any]], call: str) -> dict[str, Any]:
+    (end,) = of_kind(recs, "call_end", call)
+    return end
+
+
+def test_tritonclient_http_binary_on_off_and_async(both_ports: ProxyThread) -> None:
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    data = np.arange(16, dtype=np.uint8)
+    with httpclient.InferenceServerClient(http_url(both_ports)) as c:
+        for binary in (False, True):
+            inp = httpclient.InferInput("INPUT", [16], "UINT8")
+            inp.set_data_from_numpy(data, binary_data=binary)
+            out = httpclient.InferRequestedOutput("OUTPUT", binary_data=binary)
+            r = c.infer("echo", [inp], outputs=[out], request_id=f"bin-{binary}")
+            assert (r.as_numpy("OUTPUT") == data).all()
+        inp = httpclient.InferInput("INPUT", [16], "UINT8")
+        inp.set_data_from_numpy(data)
+        assert (c.async_infer("echo", [inp], request_id="async-1").get_result().as_numpy("OUTPUT") == data).all()
+        assert c.is_server_ready()
+    # One gRPC call too: one capture, one seq, connection ids unique across both ports.
+    with grpcclient.InferenceServerClient(both_ports.url) as g:
+        assert g.is_server_ready()
+    recs = records(both_ports.stop())
+    start = recs[0]
+    assert start["http_listen"] == http_url(both_ports) and start["listen"] == both_ports.url
+    infers = calls(recs, "POST /v2/models/echo/infer")
+    assert len(infers) == 3
+    ids = [m["request_id"] for c in infers for m in of_kind(recs, "message", c) if m["dir"] == "s2c"]
+    assert ids == ["bin-False", "bin-True", "async-1"]
+    for c in infers:
+        end = end_of(recs, c)
+        assert (end["status"], end["cause"], end["http_status"]) == ("200", "ok", 200)
+        reply = next(m for m in of_kind(recs, "message", c) if m["dir"] == "s2c")
+        assert reply["output_tensors"][0]["name"] == "OUTPUT" and reply["decode_error"] is None
+    conns = {r["conn"]: r["protocol"] for r in of_kind(recs, "call_start")}
+    assert set(conns.values()) == {"http", "grpc"}
+    assert [r["seq"] for r in recs] == list(range(len(recs)))
+
+
+def test_tritonclient_http_aio_gzip_replies(both_ports: ProxyThread) -> None:
+    import tritonclient.http.aio as aioclient
+
+    async def run() -> None:
+        c = aioclient.InferenceServerClient(http_url(both_ports))
+        try:
+            inp = aioclient.InferInput("INPUT", [4], "UINT8")
+            inp.set_data_from_numpy(np.arange(4, dtype=np.uint8))
+            results = await asyncio.gather(*(c.infer("echo", [inp], request_id=f"aio-{i}") for i in range(3)))
+            assert all(r.as_numpy("OUTPUT").tolist() == [0, 1, 2, 3] for r in results)
+        finally:
+            await c.close()
+
+    asyncio.run(run())
+    recs = records(both_ports.stop())
+    replies = [m for c in calls(recs, "POST /v2/models/echo/infer") for m in of_kind(recs, "message", c)
+               if m["dir"] == "s2c"]  # fmt: skip
+    assert sorted(m["request_id"] for m in replies) == ["aio-0", "aio-1", "aio-2"]
+    # aiohttp asks for gzip and Triton compresses infer replies: labelled after decompressing.
+    assert all(m["compressed"] and m["outputs"] == ["OUTPUT"] for m in replies)
+
+
+def test_curl_generate_stream(both_ports: ProxyThread) -> None:
+    body = '{"id":"curl-1","PROMPT":"c","MAX_TOKENS":3,"DELAY_MS":20}'
+    out = subprocess.run(
+        ["curl", "-sN", "-X", "POST", f"http://{http_url(both_ports)}/v2/models/tokens/generate_stream", "-d", body],
+        capture_output=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert out.stdout.count(b"data: ") == 3
+    recs = records(both_ports.stop())
+    (call,) = calls(recs, "POST /v2/models/tokens/generate_stream")
+    events = [m for m in of_kind(recs, "message", call) if m["dir"] == "s2c"]
+    assert [(m["request_id"], m["final"]) for m in events] == [("curl-1", False), ("curl-1", False), ("curl-1", True)]
+    assert (end_of(recs, call)["status"], end_of(recs, call)["cause"]) == ("200", "ok")
+
+
+def _cancelled_in_log(triton: TritonServer, model: str, rid: str) -> bool:
+    return f"{model}: request {rid} cancelled after" in triton.log_path.read_text(errors="replace")
+
+
+def test_httpx_disconnect_mid_stream(both_ports: ProxyThread, triton: TritonServer) -> None:
+    rid = "hx-mid-e2e"
+    got = 0
+    with httpx.Client(timeout=30) as client:
+        with client.stream("POST", f"http://{http_url(both_ports)}/v2/models/tokens/generate_stream",
+                           json={"id": rid, "PROMPT": "h", "MAX_TOKENS": 50, "DELAY_MS": 100}) as r:  # fmt: skip
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    got += 1
+                    if got == 2:
+                        break
+    # Leaving the blocks closed the connection: the proxy closes upstream and the model stops.
+    wait_for(lambda: _cancelled_in_log(triton, "tokens", rid), what="the model's cancel log line")
+    recs = records(both_ports.stop())
+    (call,) = calls(recs, "POST /v2/models/tokens/generate_stream")
+    (cancel,) = of_kind(recs, "cancel", call)
+    assert (cancel["cause"], cancel["in_flight"], cancel["responded"], cancel["forwarded_upstream"]) == (
+        "client_disconnect", [rid], [rid], True)  # fmt: skip
+    events = [m for m in of_kind(recs, "message", call) if m["dir"] == "s2c"]
+    assert len(events) >= 2 and not any(m["final"] for m in events)
+    assert end_of(recs, call)["cause"] == "client_disconnect"
+
+
+def test_httpx_disconnect_before_first_event(both_ports: ProxyThread, triton: TritonServer) -> None:
+    """A request queued behind a busy steps_serial (one instance): Triton sends nothing for it, not
+    even headers, until it runs; the client gives up before that. Its close reaches the proxy as a
+    FIN, which it passes on (a half-closing client would still want the reply): Triton notices it
+    when the request runs, sends the head and at most the first event, and closes; the capture
+    records the cancel then, with what Triton sent."""
+    import threading
+
+    url = f"http://{http_url(both_ports)}/v2/models/steps_serial/generate_stream"
+    busy_done: list[int] = []
+
+    def busy() -> None:
+        with httpx.Client(timeout=60) as c:
+            busy_done.append(c.post(url, json={"id": "busy-e2e", "PROMPT": "a", "MAX_TOKENS": 4, "DELAY_MS": 400})
+                             .status_code)  # fmt: skip
+
+    t = threading.Thread(target=busy, name="busy-client")
+    t.start()
+    try:
+        wait_for(lambda: "steps_serial: request busy-e2e started" in triton.log_path.read_text(errors="replace"),
+                 what="the busy request to start")  # fmt: skip
+        rid = "hx-first-e2e"
+        with httpx.Client(timeout=httpx.Timeout(30, read=0.3)) as client:
+            with pytest.raises(httpx.ReadTimeout):
+                with client.stream("POST", url, json={"id": rid, "PROMPT": "h", "MAX_TOKENS": 5, "DELAY_MS": 50}) as r:
+                    for _ in r.iter_lines():
+                        pass
+    finally:
+        t.join(60)
+    assert busy_done == [200]
+    # Triton notices the close only when the queued request runs: the model logs the cancel then.
+    wait_for(lambda: _cancelled_in_log(triton, "steps_serial", rid), what="the model's cancel log line")
+    recs = records(both_ports.stop())
+    call = [c for c in calls(recs, "POST /v2/models/steps_serial/generate_stream")
+            if of_kind(recs, "cancel", c)]  # fmt: skip
+    assert len(call) == 1
+    (cancel,) = of_kind(recs, "cancel", call[0])
+    end = end_of(recs, call[0])
+    assert (cancel["cause"], cancel["in_flight"], cancel["forwarded_upstream"]) == ("client_disconnect", [rid], True)
+    assert end["messages_s2c"] <= 1 and cancel["responded"] == ([rid] if end["messages_s2c"] else [])
+    assert (end["cause"], end["details"]) == ("client_disconnect", HALF_CLOSE_DETAILS)
+
+
+def _half_closed_exchange(addr: str, path: str, body: dict[str, Any], timeout: float = 30.0) -> bytes:
+    """One POST on a plain socket, then ``shutdown(SHUT_WR)`` (TCP half-close) at once; everything
+    read until the server closes its side (a server that keeps the connection open fails the test)."""
+    data = json.dumps(body).encode()
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(data)}\r\n\r\n".encode() + data)  # fmt: skip
+        s.shutdown(socket.SHUT_WR)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    return got
+
+
+def test_half_close_unary_answered_in_full(both_ports: ProxyThread, triton: TritonServer) -> None:
+    """Triton 2.51, reached directly, answers a unary request in full after the client half-closed
+    (shutdown(SHUT_WR) right after the request; here the reply comes 300 ms later), then closes its
+    side. Through the proxy the client gets the same reply and the call is recorded as answered."""
+    path = "/v2/models/echo/infer"
+    body = {"id": "hc-unary", "inputs": [{"name": "INPUT", "datatype": "UINT8", "shape": [3], "data": [1, 2, 3]},
+                                         {"name": "DELAY_MS", "datatype": "INT32", "shape": [1], "data": [300]}]}  # fmt: skip
+    direct = _half_closed_exchange(triton.http_url.removeprefix("http://"), path, body)
+    assert direct.startswith(b"HTTP/1.1 200 OK\r\n") and direct.endswith(b'"data":[1,2,3]}]}')
+    assert _half_closed_exchange(http_url(both_ports), path, body) == direct
+    recs = records(both_ports.stop())
+    (call,) = calls(recs, "POST " + path)
+    end = end_of(recs, call)
+    assert (end["status"], end["cause"], end["http_status"], end["details"]) == ("200", "ok", 200, HALF_CLOSE_ANSWERED)
+    assert (end["messages_c2s"], end["messages_s2c"]) == (1, 1)
+    assert not of_kind(recs, "cancel")
+    # The FIN as it happened, before the reply Triton sent 300 ms later.
+    (fin,) = of_kind(recs, "half_close", call)
+    (reply,) = [m for m in of_kind(recs, "message", call) if m["dir"] == "s2c"]
+    assert fin["seq"] < reply["seq"] and reply["t_ns"] - fin["t_ns"] > 200e6
+
+
+def test_half_close_stream_cut_by_triton(both_ports: ProxyThread, triton: TritonServer) -> None:
+    """Triton 2.51, reached directly, cuts a ``generate_stream`` when the client half-closes: it sends
+    the response head and at most the first event (which of the two is a race inside Triton; no last
+    chunk), closes the connection and cancels the request (the model logs ``cancelled after 1
+    responses``). Through the proxy the client gets the same; the capture says the client's FIN ended
+    the call (passed on to Triton, which closed), with the events the client got."""
+    path = "/v2/models/tokens/generate_stream"
+    body = {"id": "hc-direct", "PROMPT": "h", "MAX_TOKENS": 5, "DELAY_MS": 200}
+    direct = _half_closed_exchange(triton.http_url.removeprefix("http://"), path, body)
+    wait_for(lambda: _cancelled_in_log(triton, "tokens", "hc-direct"), what="the model's cancel log line")
+    via = _half_closed_exchange(http_url(both_ports), path, {**body, "id": "hc-proxy"})
+    head = direct[: direct.index(b"\r\n\r\n") + 4]
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"text/event-stream" in head
+    for got in (direct, via):
+        assert got.startswith(head) and got.count(b"data: ") <= 1 and not got.endswith(b"0\r\n\r\n"), got
+    wait_for(lambda: _cancelled_in_log(triton, "tokens", "hc-proxy"), what="the model's cancel log line")
+    recs = records(both_ports.stop())
+    (call,) = calls(recs, "POST " + path)
+    events = [m for m in of_kind(recs, "message", call) if m["dir"] == "s2c"]
+    assert len(events) == via.count(b"data: ") and not any(m["final"] for m in events)
+    (cancel,) = of_kind(recs, "cancel", call)
+    assert (cancel["cause"], cancel["in_flight"], cancel["forwarded_upstream"]) == (
+        "client_disconnect", ["hc-proxy"], True)  # fmt: skip
+    end = end_of(recs, call)
+    assert (end["status"], end["cause"], end["details"]) == ("200", "client_disconnect", HALF_CLOSE_DETAILS)
+    (fin,) = of_kind(recs, "half_close", call)
+    assert fin["seq"] < cancel["seq"]
+
+
+def test_capture_reads_and_upgrades(both_ports: ProxyThread, tmp_path: Path) -> None:
+    with httpx.Client(timeout=30) as client:
+        r = client.post(f"http://{http_url(both_ports)}/v2/models/tokens/generate_stream",
+                        json={"id": "up-1", "PROMPT": "u", "MAX_TOKENS": 2, "DELAY_MS": 5})  # fmt: skip
+        assert r.status_code == 200
+    path = both_ports.stop()
+    kinds = [rec.kind for _, rec in read_capture(path)]
+    assert kinds.count("call_end") == 1 and kinds[-1] == "capture_end"
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys; from proxy.cli import main; sys.exit(main())", "replay", "upgrade", str(path), "-o", str(tmp_path / "up")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (upgraded,) = [Path(p) for p in out.stdout.split()]
+    assert [rec.kind for _, rec in read_capture(upgraded)] == kinds

@@ -1,0 +1,310 @@
+"""The HTTP/1.1 core with no event loop: real Triton 2.51 transcripts in, bytes/records/commands out.
+
+Every transcript in ``data/http1`` is a real exchange (clients nobody here wrote, or raw sockets
+where exact bytes mattered) recorded by a TCP relay in front of tritonserver 2.51's HTTP port
+(/work/notes/http-facts.md). ``08e``'s second connection is cut to its first 64 KiB read (the real
+one sent 200 KB of header, one line, which Triton closes on).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+from proxy.relay.contract import CLIENT, UPSTREAM, Close
+from proxy.relay.http1 import MAX_HEAD
+from proxy.relay.options import RelayOptions
+from tests.proxy.relay.http1_wire import drive, drive_file, reads, transcript
+
+
+def kinds(run: Any) -> list[str]:
+    return [r.kind for r in run.records()]
+
+
+def one(run: Any, kind: str) -> Any:
+    got = run.records(kind)
+    assert len(got) == 1, got
+    return got[0]
+
+
+def c2s_in(name: str, conn: int = 0) -> bytes:
+    return b"".join(d for dd, d in reads(transcript(name)["connections"][conn]) if dd == "c2s" and d)
+
+
+@pytest.mark.parametrize("name", ["01_unary_infer_tritonclient.json", "03a_generate_stream_completed_keepalive.json",
+                                  "06a_pipelined_unary.json", "08a_expect_100_continue.json"])  # fmt: skip
+def test_bytes_pass_verbatim(name: str) -> None:
+    run = drive_file(name)
+    assert bytes(run.c2s) == c2s_in(name)
+    s2c = b"".join(d for dd, d in reads(transcript(name)["connections"][0]) if dd == "s2c" and d)
+    assert bytes(run.s2c) == s2c
+
+
+def test_unary_json_and_binary_keep_alive() -> None:
+    run = drive_file("01_unary_infer_tritonclient.json")
+    starts = run.records("call_start")
+    assert [s.call for s in starts] == ["c1.1", "c1.2", "c1.3"]
+    assert {(s.method, s.protocol, s.http_version) for s in starts} == {("POST /v2/models/echo/infer", "http", "1.1")}
+    msgs = run.records("message")
+    assert [(m.call, m.dir, m.request_id) for m in msgs] == [
+        ("c1.1", "c2s", "req-binary-False"), ("c1.1", "s2c", "req-binary-False"),
+        ("c1.2", "c2s", "req-binary-True"), ("c1.2", "s2c", "req-binary-True"),
+        ("c1.3", "c2s", "req-default-outputs"), ("c1.3", "s2c", "req-default-outputs"),
+    ]  # fmt: skip
+    # Binary data: labels from the JSON part only (Inference-Header-Content-Length).
+    assert msgs[3].output_tensors[0].name == "OUTPUT" and msgs[3].decode_error is None
+    ends = run.records("call_end")
+    assert [(e.status, e.cause, e.http_status, e.messages_c2s, e.messages_s2c) for e in ends] == [("200", "ok", 200, 1, 1)] * 3
+    assert run.shared.open_calls == 0
+
+
+def test_generate_stream_completed_last_event_final() -> None:
+    run = drive_file("03a_generate_stream_completed_keepalive.json")
+    s2c = [m for m in run.records("message") if m.dir == "s2c"]
+    assert [(m.call, m.index, m.final) for m in s2c] == [
+        ("c1.1", 0, False), ("c1.1", 1, False), ("c1.1", 2, True), ("c1.2", 0, False), ("c1.2", 1, True),
+    ]  # fmt: skip
+    assert [m.size for m in s2c[:3]] == [77, 77, 77]
+    assert [(e.call, e.cause, e.status) for e in run.records("call_end")] == [("c1.1", "ok", "200"), ("c1.2", "ok", "200")]
+    end = run.records("call_end")[0]
+    assert ["content-type", "text/event-stream; charset=utf-8"] in end.initial_metadata
+
+
+def test_generate_stream_error_first_is_400_with_details() -> None:
+    run = drive_file("03b_generate_stream_error_first.json")
+    m = [m for m in run.records("message") if m.dir == "s2c"]
+    assert [(x.final, x.error) for x in m] == [(True, "fail_midstream: backend failure after 2 responses")]
+    end = one(run, "call_end")
+    assert (end.status, end.cause, end.http_status, end.details) == (
+        "400", "error", 400, "fail_midstream: backend failure after 2 responses")
+
+
+def test_generate_stream_error_after_first_under_200() -> None:
+    run = drive_file("03c_generate_stream_error_after_first.json")
+    m = [m for m in run.records("message") if m.dir == "s2c"]
+    assert [(x.final, bool(x.error)) for x in m] == [(False, False), (False, False), (True, True)]
+    end = one(run, "call_end")
+    assert (end.status, end.cause, end.details) == ("200", "ok", None)
+
+
+def test_generate_stream_silent_clean_end_no_event() -> None:
+    run = drive_file("03d_generate_stream_silent.json")
+    assert kinds(run) == ["call_start", "message", "call_end"]
+    end = one(run, "call_end")
+    assert (end.status, end.cause, end.messages_s2c) == ("200", "ok", 0)
+
+
+def test_client_disconnect_mid_stream() -> None:
+    run = drive_file("04a_disconnect_after_2_events_tokens.json")
+    s2c = [m for m in run.records("message") if m.dir == "s2c"]
+    # The second event's record waited for what followed it: the cut body, so not final.
+    assert [m.final for m in s2c] == [False, False]
+    cancel = one(run, "cancel")
+    assert (cancel.cause, cancel.in_flight, cancel.responded, cancel.forwarded_upstream) == (
+        "client_disconnect", ["04a-mid"], ["04a-mid"], True)
+    end = one(run, "call_end")
+    assert (end.status, end.cause, end.http_status) == ("200", "client_disconnect", 200)
+    # Closing the upstream connection is how Triton learns of it.
+    assert Close(UPSTREAM) in run.commands
+
+
+def test_client_disconnect_before_first_event() -> None:
+    run = drive_file("04c_disconnect_before_first_event_steps_serial.json", conn=1)
+    cancel = one(run, "cancel")
+    assert (cancel.cause, cancel.in_flight, cancel.responded, cancel.forwarded_upstream) == (
+        "client_disconnect", ["B-queued"], [], True)
+    end = one(run, "call_end")
+    assert (end.status, end.cause, end.http_status) == ("CANCELLED", "client_disconnect", None)
+
+
+def test_pipelined_unary_answered_in_order() -> None:
+    run = drive_file("06a_pipelined_unary.json")
+    assert [(m.call, m.dir, m.request_id) for m in run.records("message")] == [
+        ("c1.1", "c2s", "p1"), ("c1.1", "s2c", "p1"), ("c1.2", "c2s", "p2"), ("c1.2", "s2c", "p2")]
+    assert [e.cause for e in run.records("call_end")] == ["ok", "ok"]
+
+
+def test_pipelined_behind_generate_stream_cut_by_triton() -> None:
+    """Triton closes the connection when a request arrives behind an open generate_stream: the stream
+    is cut (upstream_disconnect) and the queued request is a call that was never answered."""
+    run = drive_file("06b_pipelined_generate_stream.json")
+    ends = run.records("call_end")
+    assert [(e.call, e.cause) for e in ends] == [("c1.1", "upstream_disconnect"), ("c1.2", "upstream_disconnect")]
+    assert ends[1].status == "UNAVAILABLE" and ends[1].messages_s2c == 0
+    assert [c.in_flight for c in run.records("cancel")] == [["ps1"], ["ps2"]]
+    assert Close(CLIENT) in run.commands
+
+
+def test_expect_100_continue_is_not_the_reply() -> None:
+    run = drive_file("08a_expect_100_continue.json")
+    s2c = [m for m in run.records("message") if m.dir == "s2c"]
+    assert len(s2c) == 1 and s2c[0].request_id == "e100"
+    assert one(run, "call_end").status == "200"
+
+
+def test_connection_close_and_http10() -> None:
+    close = drive_file("08b_connection_close_and_http10.json", conn=0)
+    assert one(close, "call_end").cause == "ok"
+    http10 = drive_file("08b_connection_close_and_http10.json", conn=1)
+    assert one(http10, "call_start").http_version == "1.0"
+    assert (one(http10, "call_end").status, one(http10, "call_end").cause) == ("200", "ok")
+    assert not http10.records("protocol_error")
+
+
+def test_not_http_is_a_client_protocol_error() -> None:
+    run = drive_file("08e_not_http_and_big_header.json", conn=0)
+    err = one(run, "protocol_error")
+    assert (err.side, err.error_code) == ("client", 0) and "illegal request line" in err.error
+    assert Close(CLIENT) in run.commands and Close(UPSTREAM) in run.commands
+
+
+def test_oversized_header_block_is_refused() -> None:
+    """A head still unfinished past MAX_HEAD, in 64 KiB reads (as the shell reads): refused. Triton
+    takes heads of any size, so one just under the limit passes, as a call."""
+    def head(size: int) -> bytes:
+        lines = b"".join(b"X-H%d: %s\r\n" % (i, b"a" * 1000) for i in range(size // 1010 + 1))
+        return b"GET /v2/health/ready HTTP/1.1\r\nHost: tap\r\n" + lines
+
+    def in_reads(data: bytes) -> list[tuple[str, bytes | None]]:
+        return [("c2s", data[i : i + 65536]) for i in range(0, len(data), 65536)]
+
+    run = drive(in_reads(head(MAX_HEAD + 70000)))
+    err = one(run, "protocol_error")
+    assert err.side == "client" and "too long" in err.error
+    assert not run.records("call_start")
+    assert Close(CLIENT) in run.commands
+    under = drive(in_reads(head(MAX_HEAD - 70000) + b"\r\n"))
+    assert not under.records("protocol_error")
+    assert one(under, "call_start").method == "GET /v2/health/ready"
+
+
+def test_http2_prior_knowledge_is_refused() -> None:
+    run = drive_file("08d_h2c_upgrade_and_prior_knowledge.json", conn=1)
+    err = one(run, "protocol_error")
+    assert err.error == "HTTP/2.0 is not HTTP/1.x"
+    assert not [c for c in run.commands if getattr(c, "level", None) == "exception"]
+
+
+def test_request_body_cut_short_by_the_client() -> None:
+    run = drive_file("10b_request_body_cut_short.json")
+    c2s = one(run, "message")
+    assert (c2s.dir, c2s.size) == ("c2s", 82)  # what arrived of the 132 announced
+    cancel = one(run, "cancel")
+    assert cancel.cause == "client_disconnect" and cancel.forwarded_upstream
+    assert one(run, "call_end").status == "CANCELLED"
+
+
+def test_malformed_chunk_from_the_upstream_keeps_earlier_records() -> None:
+    """A real 03a exchange whose second event's chunk size is made non-hex (no real Triton sends
+    one: that is the fault under test)."""
+    events = reads(transcript("03a_generate_stream_completed_keepalive.json")["connections"][0])
+    broken: list[tuple[str, bytes | None]] = []
+    bad = False
+    for d, data in events:
+        if d == "s2c" and data is not None and not bad and data.startswith(b"4d\r\n") and broken[-1][0] == "s2c":
+            data, bad = b"zz\r\n" + data[4:], True
+        broken.append((d, data))
+    assert bad
+    run = drive(broken)
+    err = one(run, "protocol_error")
+    assert err.side == "upstream" and err.open_calls == ["c1.1"]
+    s2c = [m for m in run.records("message") if m.dir == "s2c"]
+    assert [m.final for m in s2c] == [False]  # the event before the bad chunk, not final
+    cancel = one(run, "cancel")
+    assert (cancel.cause, cancel.in_flight, cancel.responded) == ("upstream_disconnect", ["gs-1"], ["gs-1"])
+    assert one(run, "call_end").cause == "upstream_disconnect"
+
+
+def test_unreachable_upstream_answers_502_with_the_reason() -> None:
+    from proxy.relay.http1 import Http1Core
+    from tests.proxy.relay.http1_wire import Run, Shared
+
+    shared = Shared()
+    run = Run(Http1Core(shared, "c7"), shared)  # type: ignore[arg-type]
+    run.perform(run.core.connect_failed("triton-tap: upstream 127.0.0.1:1 unreachable: refused"))
+    run.perform(run.core.receive_c2s(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n"))
+    assert run.c2s == b""
+    assert run.s2c.startswith(b"HTTP/1.1 502 ")
+    end = one(run, "call_end")
+    assert (end.status, end.http_status, end.cause) == ("502", 502, "error")
+    assert "unreachable" in (end.details or "")
+
+
+def test_payload_full_stores_bodies_and_events() -> None:
+    run = drive_file("03a_generate_stream_completed_keepalive.json", options=RelayOptions(payload="full"))
+    s2c = [m for m in run.records("message") if m.dir == "s2c"]
+    assert s2c[0].payload is not None and s2c[0].payload_sha256
+    import base64
+
+    assert base64.b64decode(s2c[0].payload).startswith(b"data: {")
+    assert len(base64.b64decode(s2c[0].payload)) == s2c[0].size
+
+
+def test_redacted_request_headers() -> None:
+    req = b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\n\r\n"
+    run = drive([("c2s", req), ("s2c", b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")])
+    start = one(run, "call_start")
+    assert ["authorization", "<redacted>"] in start.metadata
+    assert one(run, "call_end").cause == "ok"
+
+
+def test_redact_input_cuts_http_request_inputs() -> None:
+    """JSON and binary-data infer bodies, and generate_stream fields: the named input's data is out of the
+    stored bytes, its spec carries size and keyed hash, payload_sha256 is the stored bytes' hash."""
+    opts = RelayOptions(payload="full", redact_inputs=frozenset({"INPUT", "PROMPT"}), redact_key=b"k")
+    run = drive_file("01_unary_infer_tritonclient.json", options=opts)
+    c2s = [m for m in run.records("message") if m.dir == "c2s"]
+    assert len(c2s) == 3
+    for m in c2s:
+        stored = base64.b64decode(m.payload)
+        assert m.decode_error is None and not m.payload_truncated and b"triton_tap_redacted" in stored
+        assert m.payload_sha256 == hashlib.sha256(stored).hexdigest()
+        (spec,) = m.inputs
+        assert (spec.name, spec.datatype, spec.shape) == ("INPUT", "UINT8", [5]) and spec.size and spec.hmac_sha256
+    assert b'"binary_data_size":0' in base64.b64decode(c2s[1].payload) and c2s[1].inputs[0].size == 5
+    s2c = [m for m in run.records("message") if m.dir == "s2c"]
+    assert all(m.payload is not None for m in s2c)
+    run = drive_file("03a_generate_stream_completed_keepalive.json", options=opts)
+    sent = [m for m in run.records("message") if m.dir == "c2s"]
+    for m, prompt in zip(sent, (b'"hi"', b'"again"'), strict=True):  # the transcript's two prompts
+        stored = base64.b64decode(m.payload)
+        assert prompt not in stored and list(json.loads(stored)["triton_tap_redacted"]) == ["PROMPT"]
+        assert [(t.name, t.size) for t in m.inputs] == [("PROMPT", len(prompt))]
+
+
+def test_redact_input_withholds_what_it_cannot_read_whole() -> None:
+    """A body cut short, and one longer than what --payload-cap keeps: no byte stored, a decode_error says why."""
+    opts = RelayOptions(payload="full", redact_inputs=frozenset({"INPUT"}), payload_cap=1 << 20)
+    cut = [m for m in drive_file("10b_request_body_cut_short.json", options=opts).records("message") if m.dir == "c2s"]
+    assert cut and all(m.payload is None and m.payload_at is None and m.payload_truncated for m in cut)
+    body = b'{"inputs":[{"name":"INPUT","shape":[1],"datatype":"BYTES","data":["' + b"s" * (1 << 21) + b'"]}]}'
+    req = (b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode()
+           + b"\r\n\r\n" + body)  # fmt: skip
+    run = drive([("c2s", req), ("s2c", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")], options=opts)
+    (m,) = [m for m in run.records("message") if m.dir == "c2s"]
+    assert m.payload is None and m.payload_at is None and m.payload_truncated
+    assert m.decode_error.endswith("; payload withheld: cannot redact a request body longer than --payload-cap")
+
+
+def test_client_fin_is_passed_on_and_recorded_on_the_open_call() -> None:
+    """A client's FIN while a call is open: a ``half_close`` record on the call and ``WriteEof``
+    upstream (Triton decides what follows); the reply after it is relayed and recorded. A FIN on an
+    idle connection records nothing (it is the connection's end, not a call's)."""
+    from proxy.relay.contract import WriteEof
+
+    request = b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n{\"id\":\"f\"}"
+    reply = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n{\"id\":\"f\"}"
+    run = drive([("c2s", request)])
+    run.perform(run.core.eof(CLIENT))
+    assert WriteEof(UPSTREAM) in run.commands and Close(CLIENT) not in run.commands
+    assert kinds(run)[-1] == "half_close" and one(run, "half_close").call == one(run, "call_start").call
+    run.perform(run.core.receive_s2c(reply))
+    assert kinds(run)[-2:] == ["message", "call_end"] and one(run, "call_end").cause == "ok"
+
+    idle = drive([])
+    idle.perform(idle.core.eof(CLIENT))
+    assert not idle.records("half_close")

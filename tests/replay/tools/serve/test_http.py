@@ -1,0 +1,279 @@
+"""`serve --http-listen` on loopback: real HTTP clients (tritonclient.http, httpx, curl, a raw socket) against
+the mock Triton answering from HTTP captures.
+
+The captures are built by tests/data/make_golden.py's Builder from the real Triton 2.51 HTTP exchanges of
+tests/proxy/triton/data/http, with ``--payload full`` (the bodies and each event's bytes) or ``meta``; what a
+client must get is what the real Triton sent in that exchange.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from replay.tools.serve import MockTriton, load
+from replay.tools.serve.httpd import HttpServe
+from tests.data.make_golden import Builder
+from tests.proxy.triton.http_wire import Exchange, exchanges
+from tests.support.loop_thread import BackgroundLoop
+
+WAIT_S = 30.0
+
+
+class _Serve:
+    def __init__(self, loop: BackgroundLoop, tmp: Path) -> None:
+        self.loop = loop
+        self.tmp = tmp
+        self.stops: list[object] = []
+
+    def __call__(self, capture: bytes, *, speed: float | None = 1.0) -> str:
+        path = self.tmp / f"c{len(self.stops)}.jsonl"
+        path.write_bytes(capture)
+        mock = MockTriton(load([path]), speed=speed)
+        http = HttpServe(mock.session, mock.other_used)
+        port = self.loop.run(http.start("127.0.0.1:0"))
+        self.stops.append(http)
+        return f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[_Serve]:
+    loop = BackgroundLoop()
+    s = _Serve(loop, tmp_path)
+    try:
+        yield s
+    finally:
+        for h in s.stops:
+            assert isinstance(h, HttpServe)
+            loop.run(h.stop())
+        loop.close()
+
+
+def _capture(*xs: Exchange, payload: str = "full", ms: float | list[float] = 1.0, cancel: bool = False) -> bytes:
+    b = Builder(payload=payload).start(grpc=False, http=True)
+    for i, x in enumerate(xs):
+        call = f"c1.{i + 1}"
+        if cancel:
+            b.http_call(call, x)
+            b.http_request(call, x)
+            b.http_reply(call, x, ms=ms)
+            b.http_cancel(call, "client_disconnect", ms=0.3)
+            b.http_end(call, x, cause="client_disconnect", ms=0.2)
+        else:
+            b.http_call(call, x)
+            b.http_request(call, x)
+            b.http_reply(call, x, ms=ms)
+            b.http_end(call, x)
+    return b.finish().render()
+
+
+def _events(body: bytes) -> list[str]:
+    return [block for block in body.decode().split("\n\n") if block]
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_tritonclient_http_infer_gets_the_captured_tensor(serve: _Serve, binary: bool) -> None:
+    x = exchanges("01_unary_infer_tritonclient")[int(binary)]
+    url = serve(_capture(x))
+    client = httpclient.InferenceServerClient(url, network_timeout=WAIT_S)
+    try:
+        inp = httpclient.InferInput("INPUT", [5], "UINT8")
+        inp.set_data_from_numpy(np.arange(5, dtype=np.uint8), binary_data=binary)
+        out = httpclient.InferRequestedOutput("OUTPUT", binary_data=binary)
+        result = client.infer("echo", [inp], outputs=[out], request_id=f"req-binary-{binary}")
+    finally:
+        client.close()
+    assert result.get_response()["id"] == f"req-binary-{binary}"
+    assert result.as_numpy("OUTPUT").tolist() == [0, 1, 2, 3, 4]
+
+
+def test_unmatched_infer_gets_404_error_json_naming_the_closest(serve: _Serve) -> None:
+    url = serve(_capture(exchanges("01_unary_infer_tritonclient")[0]))
+    client = httpclient.InferenceServerClient(url, network_timeout=WAIT_S)
+    try:
+        inp = httpclient.InferInput("INPUT", [5], "UINT8")
+        inp.set_data_from_numpy(np.arange(5, dtype=np.uint8), binary_data=False)
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("other_model", [inp], request_id="nope")
+    finally:
+        client.close()
+    assert "no captured request matches http infer request id 'nope' of model 'other_model'" in str(e.value)
+    r = httpx.post(f"http://{url}/v2/models/other_model/infer", content=b'{"id":"nope"}', timeout=WAIT_S)
+    assert r.status_code == 404 and "closest" in r.json()["error"]
+    r = httpx.post(f"http://{url}/v2/models/echo/infer", content=b"not json", timeout=WAIT_S)
+    assert r.status_code == 400 and "is not a JSON object" in r.json()["error"]
+
+
+def test_generate_stream_events_come_as_captured_with_their_timing_and_a_clean_end(serve: _Serve) -> None:
+    x = exchanges("03a_generate_stream_completed_keepalive")[0]
+    url = serve(_capture(x, ms=[4, 200, 200]))
+    arrivals: list[tuple[float, str]] = []
+    t0 = time.monotonic()
+    with httpx.stream("POST", f"http://{url}/v2/models/tokens/generate_stream", content=x.body, timeout=WAIT_S) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():  # completes without error only on the chunked terminator
+            if line:
+                arrivals.append((time.monotonic() - t0, line))
+    assert [line for _, line in arrivals] == [e.strip() for e in _events(x.reply)]
+    # Captured: +4 ms, +200 ms, +200 ms. Served in that order, the gaps at least the captured ones.
+    times = [t for t, _ in arrivals]
+    assert times[1] - times[0] >= 0.18 and times[2] - times[1] >= 0.18
+
+
+def test_timing_fast_does_not_wait(serve: _Serve) -> None:
+    x = exchanges("03a_generate_stream_completed_keepalive")[0]
+    url = serve(_capture(x, ms=[4, 2000, 2000]), speed=None)
+    t0 = time.monotonic()
+    r = httpx.post(f"http://{url}/v2/models/tokens/generate_stream", content=x.body, timeout=WAIT_S)
+    assert len(_events(r.content)) == 3 and time.monotonic() - t0 < 2.0
+
+
+def test_captured_disconnect_ends_the_served_stream_without_the_terminator(serve: _Serve) -> None:
+    (x,) = exchanges("04a_disconnect_after_2_events_tokens")
+    url = serve(_capture(x, ms=[14, 300], cancel=True))
+    got: list[str] = []
+    with pytest.raises(httpx.RemoteProtocolError):  # "peer closed connection without sending complete message body"
+        with httpx.stream("POST", f"http://{url}/v2/models/tokens/generate_stream", content=x.body,
+                          timeout=WAIT_S) as r:  # fmt: skip
+            got.extend(line for line in r.iter_lines() if line)
+    assert got == [e.strip() for e in _events(x.reply)] and len(got) == 2
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
+def test_curl_n_generate_stream_prints_every_event(serve: _Serve) -> None:
+    x = exchanges("03a_generate_stream_completed_keepalive")[0]
+    url = serve(_capture(x, ms=[4, 50, 50]))
+    out = subprocess.run(["curl", "-sS", "-N", "--max-time", "30", "-X", "POST", "-H", "content-type: application/json",
+                          "--data-binary", x.body.decode(), f"http://{url}/v2/models/tokens/generate_stream"],
+                         capture_output=True, timeout=WAIT_S, check=True)  # fmt: skip
+    assert out.stdout == x.reply
+
+
+def test_meta_capture_generate_stream_is_rebuilt_from_the_labels(serve: _Serve) -> None:
+    x = exchanges("03a_generate_stream_completed_keepalive")[0]
+    url = serve(_capture(x, payload="meta", ms=[1, 1, 1]))
+    r = httpx.post(f"http://{url}/v2/models/tokens/generate_stream", content=x.body, timeout=WAIT_S)
+    events = [json.loads(e.removeprefix("data: ")) for e in _events(r.content)]
+    assert events == [{"id": "gs-1", "model_name": "tokens", "model_version": "1", "TEXT": None}] * 3
+
+
+def test_keep_alive_and_pipelined_requests_are_answered_in_order_on_one_connection(serve: _Serve) -> None:
+    first, second = exchanges("03a_generate_stream_completed_keepalive")
+    health = exchanges("05a_health_metadata")[0]
+    url = serve(_capture(first, second, health, ms=1))
+    host, port = url.split(":")
+
+    def request(x: Exchange) -> bytes:
+        verb, target = x.method.split(" ", 1)
+        return (f"{verb} {target} HTTP/1.1\r\nhost: x\r\ncontent-length: {len(x.body)}\r\n\r\n").encode() + x.body
+
+    with socket.create_connection((host, int(port)), timeout=WAIT_S) as s:
+        s.sendall(request(second) + request(first))  # pipelined, in the other order than captured
+        data = b""
+        while data.count(b"0\r\n\r\n") < 2:
+            chunk = s.recv(65536)
+            assert chunk, f"connection closed early after {data!r}"
+            data += chunk
+        s.sendall(request(health))  # the same connection is still open: keep-alive
+        while not data.endswith(b"content-length: 0\r\n\r\n"):
+            chunk = s.recv(65536)
+            assert chunk, f"connection closed early after {data!r}"
+            data += chunk
+    assert data.index(b"again-1") < data.index(b"hi-0")
+    assert data.count(b"HTTP/1.1 200 OK") == 3
+
+
+def test_health_and_metadata_come_from_captured_calls(serve: _Serve) -> None:
+    xs = exchanges("05a_health_metadata")
+    url = serve(_capture(*xs[:4], xs[6]))
+    client = httpclient.InferenceServerClient(url, network_timeout=WAIT_S)
+    try:
+        assert client.is_server_ready() and client.is_server_live()
+        assert client.get_server_metadata()["version"] == "2.51.0"
+        assert client.get_model_metadata("echo")["outputs"][0]["name"] == "OUTPUT"
+    finally:
+        client.close()
+    r = httpx.get(f"http://{url}/v2/models/nosuch", timeout=WAIT_S)  # captured: Triton's own 404
+    assert r.status_code == 404 and r.json() == {"error": "Request for unknown model: 'nosuch' is not found"}
+    r = httpx.get(f"http://{url}/v2/models/tokens", timeout=WAIT_S)  # not captured
+    assert r.status_code == 404 and "no GET /v2/models/tokens call" in r.json()["error"]
+    meta = serve(_capture(*xs[:4], payload="meta"))
+    r = httpx.get(f"http://{meta}/v2", timeout=WAIT_S)
+    assert r.status_code == 503 and "--payload full" in r.json()["error"]
+    assert httpx.get(f"http://{meta}/v2/health/ready", timeout=WAIT_S).status_code == 200
+
+
+def test_serve_command_with_http_listen_only(tmp_path: Path) -> None:
+    """`triton-tap serve --http-listen` as a process: HTTP only, the ready file names the HTTP address, a
+    client is answered, a stray request is logged, SIGTERM exits 0."""
+    import signal
+    import sys
+
+    from tests.support.triton_client import wait_for
+
+    capture = tmp_path / "c.jsonl"
+    x = exchanges("03a_generate_stream_completed_keepalive")[0]
+    capture.write_bytes(_capture(x, ms=1))
+    ready, log = tmp_path / "ready.json", tmp_path / "serve.log"
+    exe = Path(sys.executable).parent / "triton-tap"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([str(exe), "serve", "--http-listen", "127.0.0.1:0", "--ready-file", str(ready),
+                                 str(capture)], stderr=f)  # fmt: skip
+    try:
+        wait_for(lambda: ready.exists() and ready.read_text().endswith("\n"), WAIT_S, "serve to be ready")
+        info = json.loads(ready.read_text())
+        assert info["listen"] == "" and info["http_listen"].startswith("127.0.0.1:")
+        r = httpx.post(f"http://{info['http_listen']}/v2/models/tokens/generate_stream", content=x.body, timeout=WAIT_S)
+        assert r.content == x.reply
+        assert httpx.get(f"http://{info['http_listen']}/v2/health/live", timeout=WAIT_S).status_code == 404
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(WAIT_S) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert f"on {info['http_listen']} (HTTP) (Ctrl-C stops)" in text
+    assert "the capture has no GET /v2/health/live call" in text and "Traceback" not in text
+
+
+@pytest.mark.parametrize("payload", ["full", "meta"])
+def test_tritonclient_http_aio_gets_the_gzip_reply_as_captured_or_rebuilt(serve: _Serve, payload: str) -> None:
+    """aiohttp asks for gzip and Triton compressed the replies: ``full`` serves the captured gzip bytes with
+    their headers; ``meta`` rebuilds the JSON (zero-filled data) without the headers of the captured bytes."""
+    import asyncio
+
+    import tritonclient.http.aio as aioclient
+
+    xs = exchanges("01c_unary_infer_tritonclient_aio")[:2]
+    url = serve(_capture(*xs, payload=payload))
+
+    async def run() -> list[list[int]]:
+        c = aioclient.InferenceServerClient(url)
+        try:
+            inp = aioclient.InferInput("INPUT", [4], "UINT8")
+            inp.set_data_from_numpy(np.arange(4, dtype=np.uint8))
+            results = [await c.infer("echo", [inp], request_id=f"aio-{i}") for i in range(2)]
+            return [r.as_numpy("OUTPUT").tolist() for r in results]
+        finally:
+            await c.close()
+
+    assert asyncio.run(run()) == ([[0, 1, 2, 3]] * 2 if payload == "full" else [[0, 0, 0, 0]] * 2)
+    x = xs[0]
+    r = httpx.post(f"http://{url}/v2/models/echo/infer", content=x.body, headers=[(k.decode(), v.decode()) for k, v in x.headers
+                   if k != b"content-length"], timeout=WAIT_S)  # fmt: skip
+    of_the_bytes = {k: r.headers.get(k) for k in ("content-encoding", "inference-header-content-length")}
+    assert of_the_bytes == ({"content-encoding": "gzip", "inference-header-content-length": "151"} if payload == "full"
+                            else {"content-encoding": None, "inference-header-content-length": None})  # fmt: skip
