@@ -302,7 +302,8 @@ def start_nginx(workdir: Path, upstream_port: int) -> tuple[Proc, int]:
     return _retry(lambda: _start_nginx(workdir, upstream_port))
 
 
-NGINX_CONF = """\
+#: What both nginx configurations share: one worker in the foreground, files under the run's directory.
+_NGINX_HEAD = """\
 {user}worker_processes 1;
 daemon off;
 master_process on;
@@ -317,6 +318,9 @@ http {{
   fastcgi_temp_path {d}/fastcgi;
   uwsgi_temp_path {d}/uwsgi;
   scgi_temp_path {d}/scgi;
+"""
+
+NGINX_CONF = _NGINX_HEAD + """\
   upstream triton {{
     server 127.0.0.1:{upstream};
     keepalive 1024;
@@ -340,21 +344,7 @@ http {{
 
 
 #: nginx as an HTTP/1.1 reverse proxy in front of Triton's HTTP port: what a team would put there.
-NGINX_HTTP_CONF = """\
-{user}worker_processes 1;
-daemon off;
-master_process on;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-worker_rlimit_nofile 16384;
-events {{ worker_connections 8192; }}
-http {{
-  access_log off;
-  client_body_temp_path {d}/client_body;
-  proxy_temp_path {d}/proxy;
-  fastcgi_temp_path {d}/fastcgi;
-  uwsgi_temp_path {d}/uwsgi;
-  scgi_temp_path {d}/scgi;
+NGINX_HTTP_CONF = _NGINX_HEAD + """\
   upstream triton_http {{
     server 127.0.0.1:{upstream};
     # Idle upstream connections kept open: without it nginx opens one per request.
