@@ -43,12 +43,15 @@ def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:
     return lines
 
 
-def _ready_output(lines: queue.Queue[str | None]) -> str:
+def _ready_output(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> str:
     """Everything printed up to and including the `log` line, the last of the ready block."""
     out = ""
     while not re.search(r"^  log ", out, re.MULTILINE):
         line = lines.get(timeout=READY_TIMEOUT_S)
-        assert line is not None, f"triton-tap lab triton ended before it was ready; stdout: {out!r}"
+        if line is None:
+            err = proc.stderr.read() if proc.stderr else ""
+            raise AssertionError(f"triton-tap lab triton ended before it was ready (exit {proc.wait(10)}); "
+                                 f"stdout: {out!r}; stderr: {err!r}")  # fmt: skip
         out += line
     return out
 
@@ -85,7 +88,7 @@ def test_prints_its_addresses_serves_and_stops_the_server_on_a_signal(stop_signa
     proc = _start()
     server_pid = None
     try:
-        out = _ready_output(_lines(proc))
+        out = _ready_output(proc, _lines(proc))
         server_pid = _pid(out)
         grpc, metrics = _field(out, "grpc"), _field(out, "metrics")
         assert re.fullmatch(r"127\.0\.0\.1:\d+", grpc) and re.fullmatch(r"http://127\.0\.0\.1:\d+/metrics", metrics), out
@@ -124,7 +127,7 @@ def test_a_server_that_dies_is_reported_with_its_log_kept() -> None:
     proc = _start()
     server_pid, log = None, None
     try:
-        out = _ready_output(_lines(proc))
+        out = _ready_output(proc, _lines(proc))
         server_pid = _pid(out)
         log = Path(_field(out, "log"))
         os.killpg(server_pid, signal.SIGKILL)
