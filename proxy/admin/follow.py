@@ -102,15 +102,26 @@ def _existing(directory: Path, name: str) -> Path | None:
     return None
 
 
+#: How long a capture file named by the directory or by a ``capture_end`` may take to be found again
+#: under its compressed name before the follow gives up on it (retention may have deleted it).
+VANISHED_S = 10.0
+
+
 async def follow_lines(first: Path) -> AsyncIterator[tuple[Path, bytes]]:
     """``(file, line)`` for every line of the capture starting at file ``first``, across rotations."""
     path: Path | None = first
     directory = first.parent
     while path is not None:
         last = b""
-        async for line in _lines_growing(path, is_end):
-            last = line
-            yield path, line
+        try:
+            async for line in _lines_growing(path, is_end):
+                last = line
+                yield path, line
+        except FileNotFoundError:
+            # Seen, then compressed before it was opened: a rotated plain file becomes NAME.gz (nothing
+            # of it was read yet: the error comes from the open).
+            path = await _found_again(directory, path.name)
+            continue
         path = None
         if is_end(last):
             end = orjson.loads(last)
@@ -118,3 +129,14 @@ async def follow_lines(first: Path) -> AsyncIterator[tuple[Path, bytes]]:
             if end.get("reason") in ("rotate", "reopen") and isinstance(nxt, str):
                 while (path := _existing(directory, nxt)) is None:
                     await asyncio.sleep(POLL_S)  # the writer opens it right after the end record
+
+
+async def _found_again(directory: Path, name: str) -> Path:
+    """``name``, or ``name.gz`` once the writer compressed it; a file gone for good is a CaptureError."""
+    waited = 0.0
+    while (path := _existing(directory, name)) is None:
+        if waited >= VANISHED_S:
+            raise CaptureError(str(directory / name), None, "the capture file vanished while it was followed")
+        await asyncio.sleep(POLL_S)
+        waited += POLL_S
+    return path
