@@ -102,6 +102,12 @@ class TritonStartupError(RuntimeError):
     """The server exited early or did not become ready; the message holds the log tail."""
 
 
+#: Launches tried when ports chosen free are taken before Triton binds them.
+_PORT_ATTEMPTS = 3
+#: The line the launcher writes into the server's log before each launch.
+_LAUNCH_MARK = "=== triton-tap: starting "
+
+
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that was free a moment ago."""
     return _free_ports(1)[0]
@@ -226,10 +232,24 @@ class TritonServer:
         if self.running:
             raise RuntimeError(f"tritonserver already running (pid {self.pid})")
         asked = (self.grpc_port, self.http_port, self.metrics_port)
-        free = iter(_free_ports(asked.count(0)))
-        grpc_port, http_port, metrics_port = (port or next(free) for port in asked)
-        self._ports = (grpc_port, http_port, metrics_port)
-        self._launch(timeout)
+        for attempt in range(_PORT_ATTEMPTS):
+            free = iter(_free_ports(asked.count(0)))
+            grpc_port, http_port, metrics_port = (port or next(free) for port in asked)
+            self._ports = (grpc_port, http_port, metrics_port)
+            try:
+                self._launch(timeout)
+                return
+            except TritonStartupError:
+                # A port chosen free was taken by another process before Triton bound it (a busy
+                # machine starting servers in parallel): choose again. Ports the caller named are theirs.
+                if 0 not in asked or attempt == _PORT_ATTEMPTS - 1 or not self._port_taken():
+                    raise
+
+    def _port_taken(self) -> bool:
+        """Whether the last launch's log says a socket was already in use (Triton: ``failed to start
+        HTTP service: Unavailable - Socket '127.0.0.1:P' already in use``)."""
+        text = self.log_path.read_text(errors="replace")
+        return "already in use" in text[text.rfind(_LAUNCH_MARK) :]
 
     def wait(self) -> int:
         """Block until the server exits by itself (or is stopped from another thread); its exit code."""
@@ -365,7 +385,7 @@ class TritonServer:
         command = self._command(dist, backends)
         # Append so that a restart keeps the log of the run that crashed.
         with self.log_path.open("ab") as log:
-            log.write(f"=== triton-tap: starting {' '.join(command)}\n".encode())
+            log.write(f"{_LAUNCH_MARK}{' '.join(command)}\n".encode())
             log.flush()
             self._process = subprocess.Popen(
                 command,

@@ -7,9 +7,11 @@ reproduce. Every wait is a bounded wait on a condition: the machine is small and
 from __future__ import annotations
 
 import queue
+import socket
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -339,3 +341,34 @@ def test_kill_then_restart_on_same_ports(triton: TritonServer) -> None:
             assert fresh.is_model_ready(model), model
     finally:
         fresh.close()
+
+
+def test_a_port_chosen_free_but_taken_before_triton_binds_it_is_chosen_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Servers started in parallel on a busy machine: a port the launcher chose free is taken by another
+    process before Triton binds it. The real tritonserver fails to start on it; the launcher chooses
+    again (only ports it chose: a port the caller named is the caller's)."""
+    from proxy.lab import tritonserver as ts
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    taken = held.getsockname()[1]
+    real, choices = ts._free_ports, []
+
+    def first_choice_taken(count: int) -> list[int]:
+        ports = real(count)
+        choices.append(ports)
+        return [ports[0], taken, *ports[2:]] if len(choices) == 1 else ports
+
+    monkeypatch.setattr(ts, "_free_ports", first_choice_taken)
+    server = ts.TritonServer(ts.model_repository(), tmp_path / "triton")
+    try:
+        server.start(timeout=180)
+        assert len(choices) == 2 and server.http_url != f"http://127.0.0.1:{taken}"
+        assert "already in use" in server.log_path.read_text(errors="replace")  # the first launch's failure
+        assert "echo" in server.ready_models()
+    finally:
+        server.stop()
+        held.close()
