@@ -301,7 +301,9 @@ def _sse_data(block: bytes) -> str:
 
 
 def _event(kind: str, rec: ev.MessageSeen, seq: int, call: str) -> tuple[dict[str, Any] | None, str | None]:
-    """The event a client's SSE reader parses from a captured one (None for OpenAI's ``[DONE]``), and its error."""
+    """The event a client's SSE reader parses from a captured one (None for OpenAI's ``[DONE]``), and its error;
+    for a reply that was no event stream (the recorder's ``final`` is null only on a reply body: Triton's 400
+    ``{"error": ...}`` before any event), the body's JSON and its error."""
     from replay.tools.serve.responses import has_bytes, http_answer
 
     if rec.compressed or (has_payload(rec) and not has_bytes(rec)) or (not has_payload(rec) and rec.request_id is None):
@@ -309,13 +311,15 @@ def _event(kind: str, rec: ev.MessageSeen, seq: int, call: str) -> tuple[dict[st
                         "--payload-cap or unlabelled); it cannot be fed")  # fmt: skip
     data, _ = http_answer(kind, rec)
     assert data is not None  # an inference kind always has an answer
-    text = _sse_data(data) if has_payload(rec) else data.decode()
-    if text == "[DONE]":
+    body = rec.final is None
+    text = _sse_data(data) if has_payload(rec) and not body else data.decode("utf-8", "replace")
+    if text == "[DONE]" and not body:
         return None, None
     try:
         value = json.loads(text)
     except ValueError:
-        raise UserError(f"seq {seq}: event {rec.index} of call {call} is not JSON: {text[:80]!r}") from None
+        what = "its reply body (no event stream)" if body else f"event {rec.index}"
+        raise UserError(f"seq {seq}: {what} of call {call} is not JSON: {text[:80]!r}") from None
     event = value if isinstance(value, dict) else {"data": value}
     error = event.get("error")
     return event, error if isinstance(error, str) else None
@@ -394,7 +398,8 @@ def feed_events(capture: CaptureSource, callback: EventCallback, *, call: str | 
 
     ``event``: the event's JSON (``--payload full``: the captured bytes; ``meta``: rebuilt from the labels,
     outputs present with null values), its ``"error"`` as ``error`` when it has one (an error event under
-    200, or the first event of a 400). OpenAI's ``data: [DONE]`` is not passed on: it is the end. The final
+    200). A reply that is no event stream (Triton's 400 ``{"error": ...}`` for a bad request) is passed once
+    the same way: its body's JSON, its ``"error"``. OpenAI's ``data: [DONE]`` is not passed on: it is the end. The final
     call's ``error`` is None after a clean end of the body (the chunked terminator), else says how the
     connection was lost (a captured ``client_disconnect``, ``upstream_disconnect``...). ``call``: the call id
     (default: the capture's first such call); ``speed``: as :func:`feed_stream`. A call still open at the

@@ -70,6 +70,17 @@ def test_an_error_event_under_200_carries_its_error(tmp_path: Path) -> None:
     assert all(err is None for _, err in got[:-2])
 
 
+@pytest.mark.parametrize("payload", ["full", "meta"])
+def test_a_rejection_that_is_no_event_stream_is_fed_as_its_json_and_error(tmp_path: Path, payload: str) -> None:
+    """Triton refuses a bad generate_stream with a plain JSON reply (404 unknown model, 400 missing input),
+    no ``data:`` line: the callback gets that JSON and its error, then a clean end."""
+    for x in exchanges("03f_generate_stream_rejections")[:2]:
+        assert x.status in (400, 404)
+        reply = json.loads(x.reply)
+        got = _fed(_write(tmp_path, x, ms=2, payload=payload))
+        assert got == [(reply, reply["error"]), (None, None)]
+
+
 def test_meta_capture_rebuilds_events_and_openai_done_is_the_end_not_an_event() -> None:
     got = _fed(DATA / "http" / "generate_stream_completed.jsonl")
     assert got == [({"id": "gs-1", "model_name": "tokens", "model_version": "1", "TEXT": None}, None)] * 3 + [
