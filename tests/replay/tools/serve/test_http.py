@@ -8,6 +8,7 @@ client must get is what the real Triton sent in that exchange.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import socket
@@ -149,6 +150,25 @@ def test_captured_disconnect_ends_the_served_stream_without_the_terminator(serve
                           timeout=WAIT_S) as r:  # fmt: skip
             got.extend(line for line in r.iter_lines() if line)
     assert got == [e.strip() for e in _events(x.reply)] and len(got) == 2
+
+
+@pytest.mark.parametrize("length", [True, False])
+def test_a_reply_cut_mid_body_is_served_cut_never_as_a_complete_body(serve: _Serve, length: bool) -> None:
+    """The head of Triton's infer reply reached the client, then the upstream went away mid-body (the capture:
+    a 200 head, no reply message, upstream_disconnect): the served body must read as cut, as the recorded
+    client read it, not as a complete empty 200; with or without a captured Content-Length."""
+    x = exchanges("01_unary_infer_tritonclient")[0]
+    if not length:
+        x = dataclasses.replace(x, reply_headers=[(k, v) for k, v in x.reply_headers if k != b"content-length"])
+    b = Builder(payload="full").start(grpc=False, http=True)
+    b.http_call("c1.1", x)
+    b.http_request("c1.1", x)
+    b.http_cancel("c1.1", "upstream_disconnect")
+    b.http_end("c1.1", x, cause="upstream_disconnect")
+    url = serve(b.finish().render())
+    path = x.method.split(" ", 1)[1]
+    with pytest.raises(httpx.RemoteProtocolError):  # "peer closed connection without sending complete message body"
+        httpx.post(f"http://{url}{path}", content=x.body, headers=dict(x.headers), timeout=WAIT_S)
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
