@@ -291,13 +291,16 @@ class HttpServe:
         # Triton sends the head with the first response (or with the end when the model sent none).
         await self._at(t0, answers[0].t_ns if answers else end_t, mono0)
         await conn.send(h11.Response(status_code=end.http_status, headers=out, reason=_reason(end.http_status)))
-        for answer in answers:
-            await self._event(conn, answer, t0, mono0)
+        for i, answer in enumerate(answers):
+            # What arrived of an event the cut ended goes out as captured: framing it would complete it.
+            cut = not clean and real and i == len(answers) - 1
+            await self._event(conn, answer, t0, mono0, cut)
         await self._finish(conn, t0, end_t, mono0, clean)
 
-    async def _event(self, conn: _Conn, answer: Answer, t0: int, mono0: float) -> None:
+    async def _event(self, conn: _Conn, answer: Answer, t0: int, mono0: float, cut: bool = False) -> None:
         await self._at(t0, answer.t_ns, mono0)
-        await conn.send(h11.Data(data=sse_block(answer.data or b"")))
+        data = answer.data or b""
+        await conn.send(h11.Data(data=data if cut else sse_block(data)))
 
     async def _finish(self, conn: _Conn, t0: int, end_t: int, mono0: float, clean: bool) -> None:
         await self._at(t0, end_t, mono0)
