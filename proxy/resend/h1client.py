@@ -5,8 +5,10 @@ line and headers in the recorded order and case, nothing added (no user-agent, n
 recorded body bytes, and a TCP reset at a chosen moment (after N events, or before the first) *without*
 reading on, which is how an HTTP client cancels a Triton request (a plain close sends only a FIN, which
 Triton, and the recording proxy after it, take for a half-close: Triton may still answer). Replies are only counted (one per body;
-server-sent events by their blank-line ends), never decoded: the recorder in front of the target
-captures them.
+server-sent events one per event), never decoded: the recorder in front of the target
+captures them. Events are counted by the recorder's own splitter (:class:`~proxy.triton.http_labels.SseSplitter`),
+so send's count and the capture's agree (comments and blocks without data are no event; CR, LF and CRLF
+all end a line).
 
 One :class:`HttpConnection` per captured client connection: keep-alive, one request at a time (h11's
 client does not pipeline; a captured pipelined request waits for the previous reply). Every exchange ends
@@ -24,9 +26,12 @@ import struct
 import h11
 
 from proxy.resend.h2client import BY_SEND, LOST, NOT_SENT, Stream
+from proxy.triton.http_labels import SseSplitter, is_event_stream
 
 #: The reply's body ended cleanly (its length reached or its chunked terminator): status in ``Stream.status``.
 BODY_END = "HTTP body ended"
+#: send only counts events: its splitter keeps a few bytes of each, not the recorder's whole event.
+_EVENT_KEEP = 64
 
 
 class HttpConnection:
@@ -40,8 +45,7 @@ class HttpConnection:
         self._reader_task: asyncio.Task[None] | None = None
         self._turn = asyncio.Lock()  # one exchange at a time
         self._current: Stream | None = None
-        self._event_stream = False
-        self._pending = b""  # an unfinished server-sent event's tail
+        self._events: SseSplitter | None = None  # the reply's event splitter when it is an event stream
         self.closed = False
         #: send shut its writing side (a recorded client's FIN): no request follows on this connection.
         self.half_closed = False
@@ -67,8 +71,7 @@ class HttpConnection:
             self._turn.release()
             return stream
         self._current = stream
-        self._event_stream = False
-        self._pending = b""
+        self._events = None
         try:
             data = self._h11.send(h11.Request(method=verb, target=target, headers=headers)) or b""
             if body:
@@ -142,10 +145,10 @@ class HttpConnection:
     def _count_events(self, data: bytes) -> None:
         stream = self._current
         assert stream is not None
-        buf = (self._pending + data).replace(b"\r\n", b"\n")
-        *whole, self._pending = buf.split(b"\n\n")
-        for _ in whole:
-            stream.responses += 1
+        if self._events is None:
+            self._events = SseSplitter(_EVENT_KEEP)
+        if n := len(self._events.feed(data)):
+            stream.responses += n
             stream.progress.set()
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
@@ -182,13 +185,12 @@ class HttpConnection:
             return
         if isinstance(event, h11.Response):
             stream.status = str(event.status_code)
-            self._event_stream = any(k == b"content-type" and v.startswith(b"text/event-stream")
-                                     for k, v in event.headers)  # fmt: skip
+            self._events = SseSplitter(_EVENT_KEEP) if is_event_stream(event.headers.raw_items()) else None
         elif isinstance(event, h11.Data):
-            if self._event_stream:
+            if self._events is not None:
                 self._count_events(event.data)
         elif isinstance(event, h11.EndOfMessage):
-            if not self._event_stream:
+            if self._events is None:
                 stream.responses += 1
             stream.finish(BODY_END)
             self._next_cycle()

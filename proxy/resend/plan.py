@@ -5,7 +5,9 @@ ones dropped, redacted values left out unless ``--header`` supplies them), its r
 half-close as offsets from the call's start, and how the *client* ended it (an explicit cancel, a
 disconnect, a deadline) with the offset and the number of responses the client had seen at that
 moment. Calls whose request bytes the capture does not hold (``--payload meta``/``none``, a payload
-cut by ``--payload-cap``, an input cut by ``--redact-input``) are :class:`Unsendable`, with why.
+cut by ``--payload-cap``, an input cut by ``--redact-input``) are :class:`Unsendable`, with why; so are
+HTTP requests whose body the recorded client never finished (:func:`cut_short`): sending them whole would
+give the server a request nobody sent.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ NO_BYTES = "no request bytes (recorded with --payload meta or none; record with 
 CUT = "a request payload cut by --payload-cap"
 REDACTED_INPUT = "an input removed by --redact-input"
 COMPRESSED_MAP = "a compressed request cannot be re-addressed by --model-map"
+CUT_SHORT = "a request body its client never finished (cut short)"
+CUT_SHORT_CHUNKED = "a chunked request body its client left before any reply, maybe unfinished (no cut-short mark)"
+#: What the recorder writes in the ``decode_error`` of a ``c2s`` message whose body never ended.
+CUT_SHORT_MARK = "cut short"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -69,6 +75,8 @@ class CallScript:
     redacted: list[str] = field(default_factory=list)  # header keys whose value the capture does not hold
     unsendable: str | None = None
     _responses: int = 0
+    _c2s_bytes: int = 0  # HTTP: the request body bytes the capture saw (de-chunked, as sent)
+    _cut_marked: bool = False  # a c2s message the recorder marked cut short
 
     @property
     def models(self) -> set[str]:
@@ -127,7 +135,33 @@ def scripts(records: Iterable[tuple[int, ev.Record]]) -> list[CallScript]:
         if call is None or call.recorded_cause is not None:
             continue
         _feed(call, rec)
+    for call in out.values():
+        if call.http and call.unsendable is None:
+            call.unsendable = cut_short(call)
     return list(out.values())
+
+
+def _header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
+    return next((v for k, v in reversed(headers) if k.lower() == name), None)
+
+
+def cut_short(call: CallScript) -> str | None:
+    """Why an HTTP call's request body was never finished by its client, else None (from the whole capture).
+
+    In order: the recorder marked a ``c2s`` message ``cut short`` (its ``decode_error``); the capture holds
+    fewer body bytes than the request's ``Content-Length``; a chunked request whose client ended the call
+    before any reply (an older recorder wrote what arrived of a chunked body as if whole: the capture cannot
+    tell an unfinished body from a finished one whose client gave up waiting, so send does not guess).
+    """
+    if call._cut_marked:
+        return CUT_SHORT
+    length = _header(call.headers, "content-length")
+    if length is not None and length.strip().isdigit() and call._c2s_bytes < int(length):
+        return CUT_SHORT
+    chunked = "chunked" in (_header(call.headers, "transfer-encoding") or "").lower()
+    if chunked and call.ending is not None and call.ending.responses == 0:
+        return CUT_SHORT_CHUNKED
+    return None
 
 
 def _start(cid: str, conn: str, rec: ev.CallStarted) -> CallScript:
@@ -152,6 +186,9 @@ def _feed(call: CallScript, rec: ev.Record) -> None:
         if rec.dir == "s2c":
             call._responses += 1
             return
+        call._c2s_bytes += rec.size
+        if rec.decode_error is not None and CUT_SHORT_MARK in rec.decode_error:
+            call._cut_marked = True
         why = _why_unsendable(rec) if not (rec.size == 0 and protocol(call.method) == "http") else None
         if why is not None:
             call.unsendable = call.unsendable or why

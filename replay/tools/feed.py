@@ -300,22 +300,45 @@ def _sse_data(block: bytes) -> str:
     return "\n".join(line[5:].removeprefix(" ") for line in lines if line.startswith("data:"))
 
 
+#: ``decode_error`` words of a record whose bytes the client never got whole: a body the connection's end cut
+#: short, an event no blank line ended. An SSE reader drops such an event; a cut body is no JSON to parse.
+_UNFINISHED = ("cut short", "not terminated")
+
+
+def _terminated(block: bytes) -> bool:
+    """The captured event block ends with a blank line (two line ends: CRLF, LF or CR), as a dispatched one does."""
+    for eol in (b"\r\n", b"\n", b"\r"):
+        if block.endswith(eol):
+            rest = block[: -len(eol)]
+            return not rest or rest.endswith((b"\n", b"\r"))
+    return False
+
+
 def _event(kind: str, rec: ev.MessageSeen, seq: int, call: str) -> tuple[dict[str, Any] | None, str | None]:
-    """The event a client's SSE reader parses from a captured one (None for OpenAI's ``[DONE]``), and its error."""
+    """The event a client's SSE reader parses from a captured one (None for OpenAI's ``[DONE]`` and for what
+    the client never got whole: its end says how it was cut), and its error; for a reply that was no event
+    stream (the recorder's ``final`` is null only on a reply body: Triton's 400 ``{"error": ...}`` before any
+    event), the body's JSON and its error."""
     from replay.tools.serve.responses import has_bytes, http_answer
 
+    if rec.decode_error is not None and any(w in rec.decode_error for w in _UNFINISHED):
+        return None, None
     if rec.compressed or (has_payload(rec) and not has_bytes(rec)) or (not has_payload(rec) and rec.request_id is None):
         raise UserError(f"seq {seq}: event {rec.index} of call {call} was not captured whole (compressed, cut at "
                         "--payload-cap or unlabelled); it cannot be fed")  # fmt: skip
     data, _ = http_answer(kind, rec)
     assert data is not None  # an inference kind always has an answer
-    text = _sse_data(data) if has_payload(rec) else data.decode()
-    if text == "[DONE]":
+    body = rec.final is None
+    if has_payload(rec) and not body and not _terminated(data):
+        return None, None
+    text = _sse_data(data) if has_payload(rec) and not body else data.decode("utf-8", "replace")
+    if text == "[DONE]" and not body:
         return None, None
     try:
         value = json.loads(text)
     except ValueError:
-        raise UserError(f"seq {seq}: event {rec.index} of call {call} is not JSON: {text[:80]!r}") from None
+        what = "its reply body (no event stream)" if body else f"event {rec.index}"
+        raise UserError(f"seq {seq}: {what} of call {call} is not JSON: {text[:80]!r}") from None
     event = value if isinstance(value, dict) else {"data": value}
     error = event.get("error")
     return event, error if isinstance(error, str) else None
@@ -394,7 +417,9 @@ def feed_events(capture: CaptureSource, callback: EventCallback, *, call: str | 
 
     ``event``: the event's JSON (``--payload full``: the captured bytes; ``meta``: rebuilt from the labels,
     outputs present with null values), its ``"error"`` as ``error`` when it has one (an error event under
-    200, or the first event of a 400). OpenAI's ``data: [DONE]`` is not passed on: it is the end. The final
+    200); not for what the capture holds of an event a lost connection cut (an SSE reader drops it). A
+    reply that is no event stream (Triton's 400 ``{"error": ...}`` for a bad request) is passed once
+    the same way: its body's JSON, its ``"error"``. OpenAI's ``data: [DONE]`` is not passed on: it is the end. The final
     call's ``error`` is None after a clean end of the body (the chunked terminator), else says how the
     connection was lost (a captured ``client_disconnect``, ``upstream_disconnect``...). ``call``: the call id
     (default: the capture's first such call); ``speed``: as :func:`feed_stream`. A call still open at the

@@ -9,7 +9,9 @@ answered in order). What every request gets:
   stream, one chunk per captured event at its captured delay after the request (``--timing``), the head
   with the first event (as Triton sends it), and the chunked terminator only when the captured body
   ended cleanly: a captured disconnect (client or upstream) closes the connection at the captured point
-  instead, and a call whose client never got a head closes the connection without one.
+  instead, and a call whose client never got a head closes the connection without one. A plain body cut
+  by a captured disconnect is announced longer than the bytes captured (its captured Content-Length, else
+  one byte more) before the close, so it reads as cut.
 * Other requests (health, metadata, repository...): the captured answer of a call with the same
   request line, preferring one asked the same body, walking through repeats.
 * A request that matches nothing: 404 ``{"error": ...}`` naming the closest captured request; a body
@@ -62,6 +64,16 @@ def sse_block(data: bytes) -> bytes:
     if data.startswith((b"data:", b"event:", b":", b"id:")):
         return data if data.endswith(b"\n\n") else data.rstrip(b"\n") + b"\n\n"
     return b"data: " + data + b"\n\n"
+
+
+def _cut_length(announced: str | None, got: int) -> int:
+    """The Content-Length serve announces for a reply body cut after ``got`` bytes: the captured one when it
+    is more than that, else ``got + 1`` (a chunked or unparsable captured length)."""
+    try:
+        length = int(announced) if announced is not None else 0
+    except ValueError:
+        length = 0
+    return length if length > got else got + 1
 
 
 def pick_http_other(calls: Sequence[CapturedCall], body: bytes, used: Collection[str]) -> CapturedCall | None:
@@ -265,7 +277,11 @@ class HttpServe:
         if not stream:
             data = b"".join(a.data or b"" for a in answers)
             await self._at(t0, answers[0].t_ns if answers else end_t, mono0)
-            if _header(headers, "content-length") is not None or not clean:
+            if not clean:
+                # The capture holds the bytes the client got before the cut: the length announced must promise
+                # more (the captured one, else one byte more), so the client reads a truncated body at the abort.
+                out.append(("content-length", str(_cut_length(_header(headers, "content-length"), len(data)))))
+            elif _header(headers, "content-length") is not None:
                 out.append(("content-length", str(len(data))))
             await conn.send(h11.Response(status_code=end.http_status, headers=out, reason=_reason(end.http_status)))
             if data:
@@ -275,13 +291,16 @@ class HttpServe:
         # Triton sends the head with the first response (or with the end when the model sent none).
         await self._at(t0, answers[0].t_ns if answers else end_t, mono0)
         await conn.send(h11.Response(status_code=end.http_status, headers=out, reason=_reason(end.http_status)))
-        for answer in answers:
-            await self._event(conn, answer, t0, mono0)
+        for i, answer in enumerate(answers):
+            # What arrived of an event the cut ended goes out as captured: framing it would complete it.
+            cut = not clean and real and i == len(answers) - 1
+            await self._event(conn, answer, t0, mono0, cut)
         await self._finish(conn, t0, end_t, mono0, clean)
 
-    async def _event(self, conn: _Conn, answer: Answer, t0: int, mono0: float) -> None:
+    async def _event(self, conn: _Conn, answer: Answer, t0: int, mono0: float, cut: bool = False) -> None:
         await self._at(t0, answer.t_ns, mono0)
-        await conn.send(h11.Data(data=sse_block(answer.data or b"")))
+        data = answer.data or b""
+        await conn.send(h11.Data(data=data if cut else sse_block(data)))
 
     async def _finish(self, conn: _Conn, t0: int, end_t: int, mono0: float, clean: bool) -> None:
         await self._at(t0, end_t, mono0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import math
 
 import pytest
@@ -10,6 +11,8 @@ from tritonclient.grpc import service_pb2 as pb
 
 from proxy.resend.plan import (
     CUT,
+    CUT_SHORT,
+    CUT_SHORT_CHUNKED,
     NO_BYTES,
     REDACTED_INPUT,
     CallScript,
@@ -149,3 +152,83 @@ def test_speed_parsing_and_lag() -> None:
     for late in (0.01, -0.5, 0.03):
         lag.add(late)
     assert (lag.count, lag.worst, round(lag.mean, 6)) == (3, 0.03, round(0.04 / 3, 6))
+
+
+# -- HTTP request bodies the client never finished --------------------------------------------------------
+
+_BODY = b'{"id":"r","inputs":[{"name":"I","datatype":"INT32","shape":[3],"data":[1,2,3]}]}'
+_INFER = b"POST /v2/models/m/infer HTTP/1.1\r\nhost: x\r\n"
+_REPLY = b'{"id":"r","model_name":"m","model_version":"1","outputs":[]}'
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+def _by_length(body: bytes, length: int | None = None) -> bytes:
+    return _INFER + b"content-length: %d\r\n\r\n" % (len(body) if length is None else length) + body
+
+
+def _answer() -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(_REPLY) + _REPLY
+
+
+def _recorded(*reads: tuple[str, bytes | None]) -> list[CallScript]:
+    """What the recorder's own HTTP/1.1 core writes for these reads (client and Triton sides), as scripts."""
+    from proxy.relay.options import RelayOptions
+    from tests.proxy.relay.http1_wire import drive
+
+    run = drive(list(reads), options=RelayOptions(payload="full"))
+    return scripts(list(enumerate(run.records())))
+
+
+@pytest.mark.parametrize(
+    ("sent", "why"),
+    [
+        (_INFER + b"transfer-encoding: chunked\r\n\r\n" + _chunk(_BODY[:40]), CUT_SHORT_CHUNKED),
+        (_by_length(_BODY)[:-40], CUT_SHORT),
+        (_by_length(_BODY)[: -len(_BODY)], CUT_SHORT),  # the head alone: no body byte arrived
+    ],
+    ids=["chunked", "content-length", "head-only"],
+)
+def test_a_request_body_its_client_never_finished_is_unsendable(sent: bytes, why: str) -> None:
+    """The client left mid-body: sending the body whole (h11 adds the chunked terminator) would give Triton
+    a request nobody sent, and a Content-Length body short of its length cannot be framed at all."""
+    (call,) = _recorded(("c2s", sent), ("c2s", None))
+    assert call.unsendable == why
+    with pytest.raises(UserError, match=r"1 of 1 call\(s\) cannot be sent: 1 with a .*request body its client"):
+        prepare([call], filters=[], model_map={}, headers={}, skip_unsendable=False)
+
+
+def test_the_other_calls_of_the_connection_are_sent() -> None:
+    """A keep-alive connection: one request answered, then one cut short (the client left mid-body)."""
+    answered, cut = _recorded(("c2s", _by_length(_BODY)), ("s2c", _answer()), ("c2s", _by_length(_BODY)[:-40]),
+                              ("c2s", None))  # fmt: skip
+    assert (answered.unsendable, cut.unsendable) == (None, CUT_SHORT)
+    out, skipped = prepare([answered, cut], filters=[], model_map={}, headers={}, skip_unsendable=True)
+    assert [c.id for c in out] == [answered.id] and skipped == {CUT_SHORT: 1}
+    assert b"".join(m.body for m in out[0].messages) == _BODY
+
+
+def test_a_whole_body_whose_client_left_before_the_reply_is_sent() -> None:
+    """Content-Length reached: the body was whole, whatever the client did after (it gave up waiting)."""
+    (call,) = _recorded(("c2s", _by_length(_BODY)), ("c2s", None))
+    assert call.ending is not None and call.ending.cause == "client_disconnect"
+    assert call.unsendable is None and b"".join(m.body for m in call.messages) == _BODY
+
+
+def test_the_recorders_cut_short_mark_is_enough() -> None:
+    """A chunked body the upstream's end cut (no client ending to go by): the recorder's mark says it."""
+    meta = [["host", "x"], ["transfer-encoding", "chunked"]]
+    msg = ev.MessageSeen(t_ns=T0 + MS, call="c1.1", dir="c2s", index=0, size=40, model="m",
+                         payload=base64.b64encode(_BODY[:40]).decode(), payload_truncated=False,
+                         decode_error="partial body: cut short, the connection ended before the body did")  # fmt: skip
+    start = ev.CallStarted(t_ns=T0, call="c1.1", conn="c1", method="POST /v2/models/m/infer", peer="127.0.0.1:5",
+                           metadata=meta, timeout_ms=None)  # fmt: skip
+    end = ev.CallEnded(t_ns=T0 + 2 * MS, call="c1.1", status="UNAVAILABLE", details=None, cause="upstream_disconnect",
+                       trailers=None, initial_metadata=None, duration_ms=2.0, messages_c2s=1, messages_s2c=0)  # fmt: skip
+    recs: list[ev.Record] = [start, msg, end]
+    (call,) = scripts(list(enumerate(recs)))
+    assert call.unsendable == CUT_SHORT
+    (whole,) = scripts(list(enumerate([recs[0], dataclasses.replace(msg, decode_error=None), recs[2]])))
+    assert whole.unsendable is None

@@ -6,6 +6,9 @@ SSE reader does."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -14,6 +17,7 @@ from typing import Any
 import pytest
 
 import replay
+from replay.capture import events as ev
 from replay.errors import UserError
 from tests.data.make_golden import Builder
 from tests.proxy.triton.http_wire import Exchange, exchanges
@@ -68,6 +72,50 @@ def test_an_error_event_under_200_carries_its_error(tmp_path: Path) -> None:
     error = "fail_midstream: backend failure after 2 responses"
     assert got[-2] == ({"error": error}, error) and got[-1] == (None, None)
     assert all(err is None for _, err in got[:-2])
+
+
+@pytest.mark.parametrize("payload", ["full", "meta"])
+def test_a_rejection_that_is_no_event_stream_is_fed_as_its_json_and_error(tmp_path: Path, payload: str) -> None:
+    """Triton refuses a bad generate_stream with a plain JSON reply (404 unknown model, 400 missing input),
+    no ``data:`` line: the callback gets that JSON and its error, then a clean end."""
+    for x in exchanges("03f_generate_stream_rejections")[:2]:
+        assert x.status in (400, 404)
+        reply = json.loads(x.reply)
+        got = _fed(_write(tmp_path, x, ms=2, payload=payload))
+        assert got == [(reply, reply["error"]), (None, None)]
+
+
+@pytest.mark.parametrize("payload", ["full", "meta"])
+def test_an_event_the_cut_ended_is_not_fed(tmp_path: Path, payload: str) -> None:
+    """The client's disconnect cut the stream inside its second event, whose head the capture holds (a
+    recorder that keeps what arrived, marking it): an SSE reader drops an event no blank line ended, so the
+    callback gets the first event, then the loss. ``full``: the bytes say it (no blank line at their end),
+    whatever the record's text; ``meta``: the record's mark."""
+    (x,) = exchanges("04a_disconnect_after_2_events_tokens")
+    b = Builder(payload=payload).start(grpc=False, http=True)
+    b.http_call("c1.1", x)
+    b.http_request("c1.1", x)
+    b.http_reply("c1.1", x, ms=[14, 30])
+    b.http_cancel("c1.1", "client_disconnect", ms=0.3)
+    b.http_end("c1.1", x, cause="client_disconnect", ms=0.2)
+    last = max(i for i, r in enumerate(b.records) if isinstance(r, ev.MessageSeen) and r.dir == "s2c")
+    rec = b.records[last]
+    assert isinstance(rec, ev.MessageSeen)
+    if payload == "full":
+        assert rec.payload is not None
+        part = base64.b64decode(rec.payload)[:-6]
+        cut = dataclasses.replace(rec, size=len(part), payload=base64.b64encode(part).decode(),
+                                  payload_sha256=hashlib.sha256(part).hexdigest())  # fmt: skip
+    else:
+        cut = dataclasses.replace(rec, decode_error="event not terminated by a blank line before the body ended")
+    b.records[last] = cut
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b.finish().render())
+    got = _fed(path)
+    first = _wire_events(x)[0]
+    assert len(got) == 2 and got[0][1] is None and got[0][0] is not None
+    assert got[0][0] == (first if payload == "full" else {**first, "TEXT": None})
+    assert got[1] == (None, "the connection was lost before the end of the body (client_disconnect)")
 
 
 def test_meta_capture_rebuilds_events_and_openai_done_is_the_end_not_an_event() -> None:

@@ -8,6 +8,9 @@ client must get is what the real Triton sent in that exchange.
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+import hashlib
 import json
 import shutil
 import socket
@@ -22,6 +25,8 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from proxy.triton.http_labels import SseSplitter
+from replay.capture import events as ev
 from replay.tools.serve import MockTriton, load
 from replay.tools.serve.httpd import HttpServe
 from tests.data.make_golden import Builder
@@ -149,6 +154,55 @@ def test_captured_disconnect_ends_the_served_stream_without_the_terminator(serve
                           timeout=WAIT_S) as r:  # fmt: skip
             got.extend(line for line in r.iter_lines() if line)
     assert got == [e.strip() for e in _events(x.reply)] and len(got) == 2
+
+
+@pytest.mark.parametrize("length", [True, False])
+def test_a_reply_cut_mid_body_is_served_cut_never_as_a_complete_body(serve: _Serve, length: bool) -> None:
+    """The head of Triton's infer reply reached the client, then the upstream went away mid-body (the capture:
+    a 200 head, no reply message, upstream_disconnect): the served body must read as cut, as the recorded
+    client read it, not as a complete empty 200; with or without a captured Content-Length."""
+    x = exchanges("01_unary_infer_tritonclient")[0]
+    if not length:
+        x = dataclasses.replace(x, reply_headers=[(k, v) for k, v in x.reply_headers if k != b"content-length"])
+    b = Builder(payload="full").start(grpc=False, http=True)
+    b.http_call("c1.1", x)
+    b.http_request("c1.1", x)
+    b.http_cancel("c1.1", "upstream_disconnect")
+    b.http_end("c1.1", x, cause="upstream_disconnect")
+    url = serve(b.finish().render())
+    path = x.method.split(" ", 1)[1]
+    with pytest.raises(httpx.RemoteProtocolError):  # "peer closed connection without sending complete message body"
+        httpx.post(f"http://{url}{path}", content=x.body, headers=dict(x.headers), timeout=WAIT_S)
+
+
+def test_an_event_the_cut_ended_is_served_as_captured_not_completed(serve: _Serve) -> None:
+    """A stream the client's disconnect cut inside its second event, whose first part the capture holds (a
+    recorder that keeps what arrived of it): serve sends those bytes as they were, with no blank line added,
+    so an SSE reader gets one event, as the recorded client did, then the cut."""
+    (x,) = exchanges("04a_disconnect_after_2_events_tokens")
+    b = Builder(payload="full").start(grpc=False, http=True)
+    b.http_call("c1.1", x)
+    b.http_request("c1.1", x)
+    b.http_reply("c1.1", x, ms=[14, 30])
+    b.http_cancel("c1.1", "client_disconnect", ms=0.3)
+    b.http_end("c1.1", x, cause="client_disconnect", ms=0.2)
+    last = max(i for i, r in enumerate(b.records) if isinstance(r, ev.MessageSeen) and r.dir == "s2c")
+    rec = b.records[last]
+    assert isinstance(rec, ev.MessageSeen) and rec.payload is not None
+    part = base64.b64decode(rec.payload)[:-6]  # the event's head, its blank line never came
+    b.records[last] = dataclasses.replace(rec, size=len(part), payload=base64.b64encode(part).decode(),
+                                          payload_sha256=hashlib.sha256(part).hexdigest(),
+                                          decode_error="partial body: cut short")  # fmt: skip
+    url = serve(b.finish().render())
+    got = b""
+    with pytest.raises(httpx.RemoteProtocolError):
+        with httpx.stream("POST", f"http://{url}/v2/models/tokens/generate_stream", content=x.body,
+                          timeout=WAIT_S) as r:  # fmt: skip
+            for piece in r.iter_raw():
+                got += piece
+    first = _events(x.reply)[0].encode() + b"\n\n"
+    assert got == first + part
+    assert len(SseSplitter().feed(got)) == 1
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
