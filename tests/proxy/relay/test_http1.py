@@ -315,8 +315,8 @@ def test_client_fin_is_passed_on_and_recorded_on_the_open_call() -> None:
 
 
 # --- truthful records of what did not go by the book ------------------------------------------------
-# Scripted byte sequences below: the replies are the bytes Triton 2.51 sends (its head and JSON), the
-# reads' order and the ends are what the test is about (a real server cannot be made to time them).
+# Scripted byte sequences below: the replies are shaped as Triton 2.51's (its head and JSON); the
+# reads' order and the ends are what each test is about (a real server cannot be made to time them).
 
 INFER = b"POST /v2/models/m/infer HTTP/1.1\r\nhost: x\r\n"
 GENERATE_STREAM = b"POST /v2/models/m/generate_stream HTTP/1.1\r\nhost: x\r\n"
@@ -358,7 +358,9 @@ def test_early_reply_comes_after_the_request_so_far_and_is_its_own() -> None:
 
 def test_expect_100_refused_then_the_client_closes() -> None:
     """``Expect: 100-continue`` answered 404 (no 100), then the client goes: the request (no byte of
-    its body came) is recorded before the reply, which is its own."""
+    its body came) is recorded before the reply, which is its own. Scripted: Triton 2.51 sends
+    ``100 Continue`` to an unknown model (seen through the proxy); a final status instead of the 100
+    is any server's right (RFC 9110 10.1.1), and a proxy in front of Triton may answer so."""
     from replay.capture.events import BODY_BEFORE_REPLY
     from replay.machine.tracker import track
 
