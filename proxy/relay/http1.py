@@ -43,7 +43,9 @@ from proxy.relay.options import REDACTED
 from proxy.relay.recording import NONE_ERROR_TEXT, SIDE_MIN_BYTES
 from proxy.relay.records import make_call_end, make_call_start, make_half_close, make_message
 from proxy.triton import http_labels, http_redact
+from proxy.triton.sse import SseEvent, SseSplitter
 from replay.capture import events as ev
+from replay.capture.events import BODY_BEFORE_REPLY, BODY_CUT, BODY_REST
 
 #: Most bytes of an unfinished request or response head (or chunk header) the parser holds; a head
 #: still unfinished beyond it is a protocol_error of its sender (docs/recording.md). Triton 2.51 takes
@@ -100,9 +102,9 @@ class Http1Call:
     """One request/response exchange."""
 
     __slots__ = (
-        "body_c2s", "body_s2c", "events", "final_seen", "first_error", "has_body", "id", "index", "method", "pending",
-        "raw_events", "req_headers", "request_id", "resp_headers", "responded", "sse", "status", "t0",
-        "trailers",
+        "body_c2s", "body_s2c", "early", "events", "final_seen", "first_error", "has_body", "id", "index", "keep10",
+        "method", "pending", "raw_events", "req_headers", "request_id", "resp_headers", "resp_keep", "responded", "sse",
+        "status", "t0", "trailers",
     )  # fmt: skip
 
     def __init__(self, call_id: str, method: str, req_headers: list[tuple[bytes, bytes]]) -> None:
@@ -114,12 +116,20 @@ class Http1Call:
         self.body_c2s: _Body | None = None
         self.body_s2c: _Body | None = None
         self.has_body = False
+        #: The request body's start was recorded before the body ended (Triton answered early):
+        #: ``body_c2s`` then holds only the rest.
+        self.early = False
+        #: An HTTP/1.0 request asking for keep-alive (h11 never keeps 1.0 alive; Triton 2.51 does).
+        self.keep10 = False
+        #: The response leaves the connection open (no ``Connection: close``; HTTP/1.1 or ``keep-alive``).
+        self.resp_keep = False
         self.request_id = ""
         self.resp_headers: list[tuple[bytes, bytes]] | None = None
         self.status: int | None = None
-        self.sse: http_labels.SseSplitter | None = None
+        self.sse: SseSplitter | None = None
         #: The event seen last, not yet recorded (the next event or the body's end decides its final).
-        self.pending: tuple[http_labels.SseEvent, bytes | None] | None = None
+        #: (event, its raw bytes under ``--payload full``, cut short by the connection's end)
+        self.pending: tuple[SseEvent, bytes | None, bool] | None = None
         #: ``--payload full``: raw bytes of the event stream not yet given to an event.
         self.raw_events: bytearray | None = None
         self.events = 0
@@ -183,6 +193,10 @@ class Http1Core:
         #: The client shut its writing half and the proxy passed that on to Triton: microseconds from
         #: reading the FIN to asking for it upstream, else None.
         self._client_eof_us: float | None = None
+        #: Reads pipelined requests Triton will never answer, once the connection is ending
+        #: (:meth:`_never_answered`), and how they end: (cause, forwarded upstream).
+        self._dropped: h11.Connection | None = None
+        self._dropped_cause = ("upstream_disconnect", False)
         full = self.opts.payload == "full"
         self._keep = max(http_labels.LABEL_CAP, self.opts.payload_cap or (1 << 62)) if full else http_labels.LABEL_CAP
         self._hashing = full
@@ -226,7 +240,10 @@ class Http1Core:
         out = self._begin()
         side, data = parse
         try:
-            if side == CLIENT:
+            if side == CLIENT and self._dropped is not None:
+                cause, forwarded = self._dropped_cause
+                self._never_answered(cause, forwarded=forwarded, data=data)
+            elif side == CLIENT:
                 self.c_srv.receive_data(data)
             else:
                 self.u_cli.receive_data(data)
@@ -325,9 +342,12 @@ class Http1Core:
 
     def _drain_client(self) -> bool:
         moved = False
+        if self._keep10_ended():
+            return moved
+        parser = self.c_srv
         while True:
             try:
-                event = self.c_srv.next_event()
+                event = parser.next_event()
             except h11.RemoteProtocolError as e:
                 self._protocol_error("client", str(e))
                 return moved
@@ -347,15 +367,24 @@ class Http1Core:
             elif type(event) is h11.EndOfMessage:
                 self._mirror_c2s(h11.EndOfMessage())
                 self._request_end()
+                if self._keep10_ended() or self.c_srv is not parser or self._closed():
+                    return moved
             elif type(event) is h11.ConnectionClosed:
                 # Not fed: the client's FIN (a close or a half-close) is an input of its own, eof().
                 return moved
 
+    def _keep10_ended(self) -> bool:
+        """An HTTP/1.0 keep-alive request ended: what follows waits for the next exchange's parser
+        (this one, h11, takes any byte after it for a protocol error: HTTP/1.0 is never kept alive to it)."""
+        call = self.call
+        return call is not None and call.keep10 and self.c_srv.their_state is h11.MUST_CLOSE
+
     def _drain_upstream(self) -> bool:
         moved = False
+        parser = self.u_cli
         while True:
             try:
-                event = self.u_cli.next_event()
+                event = parser.next_event()
             except h11.RemoteProtocolError as e:
                 self._protocol_error("upstream", str(e))
                 return moved
@@ -373,6 +402,8 @@ class Http1Core:
             elif type(event) is h11.EndOfMessage:
                 self._mirror_s2c(h11.EndOfMessage())
                 self._response_end(list(event.headers.raw_items()) if event.headers else None)
+                if self.u_cli is not parser or self._closed():
+                    return moved  # fresh parsers (HTTP/1.0 keep-alive): the next request is read first
             elif type(event) is h11.ConnectionClosed:
                 return moved
 
@@ -412,6 +443,7 @@ class Http1Core:
         names = {k.lower() for k, _ in headers}
         call.has_body = b"content-length" in names or b"transfer-encoding" in names
         call.body_c2s = _Body(self._keep, self._hashing)
+        call.keep10 = event.http_version == b"1.0" and b"keep-alive" in _tokens(headers, b"connection")
         self.call = call
         self.calls[self._n] = call
         self.shared.open_calls += 1
@@ -428,17 +460,37 @@ class Http1Core:
         if call is None:
             return
         self._exchange(ExchangeInput.REQUEST_END)
-        body = call.body_c2s
-        if body is not None and (call.has_body or body.size):
-            fields = http_labels.request_labels(call.method, call.req_headers, bytes(body.kept),
-                                                truncated=body.truncated)  # fmt: skip
-            call.request_id = fields.get("request_id") or ""
-            self._message(call, 0, body.size, http_labels.compressed(call.req_headers), fields, body)
-        call.body_c2s = None
+        self._record_request(call, None)
         if self._refusing is not None:
             self._refuse(call)
         elif self.x is Exchange.IDLE:
             self._call_end(call)
+            self._after_call(call)
+
+    def _record_request(self, call: Http1Call, partial: str | None) -> None:
+        """The request body's ``c2s`` message, once: whole when ``partial`` is None, else only the bytes
+        that arrived, ``partial`` (a :data:`~replay.capture.events.PARTIAL_BODY` text) saying so.
+
+        After an early reply recorded the body's start, what remains is the rest: recorded when any
+        came, so every byte is counted once and no record claims a byte that did not arrive."""
+        body = call.body_c2s
+        call.body_c2s = None
+        if body is None:
+            return
+        compressed = http_labels.compressed(call.req_headers)
+        if call.early:
+            if body.size:
+                why = BODY_REST if partial is None else f"{BODY_REST}, cut short by the connection's end"
+                self._message(call, 0, body.size, compressed, {"decode_error": why}, body, cut=True)
+            return
+        if not (call.has_body or body.size):
+            return
+        fields = http_labels.request_labels(call.method, call.req_headers, bytes(body.kept), truncated=body.truncated)
+        if partial is not None:
+            known = fields.get("decode_error")
+            fields["decode_error"] = partial if not known else f"{partial}; {known}"
+        call.request_id = fields.get("request_id") or ""
+        self._message(call, 0, body.size, compressed, fields, body, cut=partial is not None)
 
     def _response(self, event: h11.Response) -> None:
         call = self.call
@@ -448,8 +500,10 @@ class Http1Core:
         self._mirror_s2c(h11.Response(status_code=event.status_code, headers=event.headers, reason=event.reason))
         call.status = event.status_code
         call.resp_headers = list(event.headers.raw_items())
+        tokens = _tokens(call.resp_headers, b"connection")
+        call.resp_keep = b"close" not in tokens and (event.http_version == b"1.1" or b"keep-alive" in tokens)
         if http_labels.is_event_stream(call.resp_headers):
-            call.sse = http_labels.SseSplitter()
+            call.sse = SseSplitter()
             if self._hashing:
                 call.raw_events = bytearray()
         else:
@@ -460,19 +514,24 @@ class Http1Core:
         if call is None:
             return
         if call.sse is not None:
-            raw = call.raw_events
-            if raw is not None:
-                raw += data
-            for event in call.sse.feed(data):
-                piece = None
-                if raw is not None:
-                    piece = bytes(raw[: event.size])
-                    del raw[: event.size]
-                call.responded = True
-                self._flush_event(call, last=False, clean=False)
-                call.pending = (event, piece)
+            if call.raw_events is not None:
+                call.raw_events += data
+            self._events(call, call.sse.feed(data))
         elif call.body_s2c is not None:
             call.body_s2c.feed(data)
+
+    def _events(self, call: Http1Call, events: list[SseEvent], cut: bool = False) -> None:
+        """Events just cut from the body: each held back until the next (or the body's end) is known.
+        ``cut``: the connection's end cut the body (an unterminated event then says so)."""
+        raw = call.raw_events
+        for event in events:
+            piece = None
+            if raw is not None:
+                piece = bytes(raw[: event.size])
+                del raw[: event.size]
+            call.responded = True
+            self._flush_event(call, last=False, clean=False)
+            call.pending = (event, piece, cut and event.unterminated)
 
     def _flush_event(self, call: Http1Call, *, last: bool, clean: bool) -> None:
         """Record the event held back, now that what follows it is known."""
@@ -480,8 +539,11 @@ class Http1Core:
         if pending is None:
             return
         call.pending = None
-        event, piece = pending
+        event, piece, cut = pending
         fields = http_labels.event_labels(call.method, event)
+        if cut:
+            known = fields.get("decode_error")
+            fields["decode_error"] = f"{BODY_CUT}; {known}" if known else BODY_CUT
         final = http_labels.event_final(event, last=last, clean_end=clean)
         fields["final"] = final
         if final:
@@ -500,6 +562,7 @@ class Http1Core:
         call.trailers = trailers
         headers = call.resp_headers or []
         if call.sse is not None:
+            self._events(call, call.sse.finish())
             self._flush_event(call, last=True, clean=True)
         elif call.body_s2c is not None:
             body = call.body_s2c
@@ -511,11 +574,41 @@ class Http1Core:
         call.final_seen = True
         if self.x is Exchange.IDLE:
             self._call_end(call)
+            self._after_call(call)
+
+    def _after_call(self, call: Http1Call) -> None:
+        """The exchange ended cleanly: does the connection carry another?
+
+        Not when shutdown began (the client was told to go: both sides close now), nor when HTTP/1.x
+        ends it (``Connection: close``, HTTP/1.0 without keep-alive: Triton closes it). Requests
+        pipelined behind it went to Triton already: each is a call it never answers. An HTTP/1.0
+        keep-alive exchange goes on as Triton 2.51 keeps it (h11 would not: fresh parsers take over,
+        fed what the old ones held)."""
+        c, u = self.c_srv, self.u_cli
+        if self.client is Client.GOAWAY:
+            self._never_answered("proxy_shutdown", forwarded=True)
+            self._exchange(ExchangeInput.LOST)
+            self._client_input(ClientInput.CLOSE)
+            self._out.commands += [Close(CLIENT), Close(UPSTREAM)]
+        elif _both_done(c) and _both_done(u):
+            return
+        elif call.keep10 and call.resp_keep:
+            self.c_srv = _fresh(h11.SERVER, c)
+            self.u_cli = _fresh(h11.CLIENT, u)
+        else:
+            self._never_answered("upstream_disconnect", forwarded=False)
+            self._exchange(ExchangeInput.LOST)
 
     def _message(self, call: Http1Call, d: int, size: int, compressed: bool, fields: dict[str, Any],
                  body: _Body | None, cut: bool = False) -> None:  # fmt: skip
-        """One ``message`` record (``cut``: a request body that never ended)."""
+        """One ``message`` record (``cut``: a request body that never ended, or part of one)."""
         if d == 1:
+            if call.index[0] == 0 and not call.early and call.body_c2s is not None:
+                # Triton answered before the request body ended: the request's record comes first
+                # (what had arrived, marked so), as on the wire; the rest gets a record of its own.
+                self._record_request(call, BODY_BEFORE_REPLY)
+                call.early = True
+                call.body_c2s = _Body(self._keep, self._hashing)
             call.events += 1
             if call.index[1] == 0 and fields.get("error"):
                 call.first_error = fields["error"]
@@ -606,15 +699,22 @@ class Http1Core:
         learned = time.monotonic_ns()
         if forwarded and forwarded_us is None and self.shared.before_cancel is not None:
             self.shared.before_cancel(call.id)
+        # What arrived of bodies the end cut short is still recorded, marked so: the request's first.
+        self._record_request(call, BODY_CUT)
         if call.sse is not None:
+            self._events(call, call.sse.finish(), cut=True)
             self._flush_event(call, last=True, clean=False)
-        if call.body_c2s is not None and (call.has_body or call.body_c2s.size) and call.index[0] == 0:
-            # A request body cut short: what arrived is still its message (labels from its head).
-            body = call.body_c2s
-            fields = http_labels.request_labels(call.method, call.req_headers, bytes(body.kept), truncated=True)
-            call.request_id = fields.get("request_id") or ""
-            self._message(call, 0, body.size, http_labels.compressed(call.req_headers), fields, body, cut=True)
-            call.body_c2s = None
+        elif call.body_s2c is not None:
+            body = call.body_s2c
+            call.body_s2c = None
+            if body.size:
+                headers = call.resp_headers or []
+                fields = http_labels.reply_labels(call.method, call.status or 0, headers, bytes(body.kept),
+                                                  truncated=body.truncated)  # fmt: skip
+                known = fields.get("decode_error")
+                fields["decode_error"] = BODY_CUT if not known else f"{BODY_CUT}; {known}"
+                call.responded = True
+                self._message(call, 1, body.size, http_labels.compressed(headers), fields, body)
         in_flight = [] if call.final_seen else [call.request_id]
         responded = [call.request_id] if in_flight and call.responded else []
         self.emit(
@@ -633,9 +733,14 @@ class Http1Core:
         self._client_input(ClientInput.LOST)
         call = self.call
         forwarded = self.up in UPSTREAM_LIVE
+        # A connection already ending keeps its cause (the proxy's shutdown, or Triton's close): its
+        # open call is a request pipelined behind the last exchange.
+        cause = self._dropped_cause[0] if self._dropped is not None else "client_disconnect"
         if call is not None:
             # Closing the upstream connection is how Triton learns of an HTTP cancel.
-            self._cancel(call, "client_disconnect", forwarded=forwarded)
+            self._cancel(call, cause, forwarded=forwarded)
+        if forwarded:
+            self._never_answered(cause, forwarded=True, ending=True)
         self._exchange(ExchangeInput.LOST)
         self._out.commands.append(Close(UPSTREAM))
 
@@ -644,32 +749,41 @@ class Http1Core:
             return
         self.up = upstream_after(self.up, UpstreamInput.LOST)
         call = self.call
-        if call is not None and self._client_eof_us is not None:
+        if call is not None and self._dropped is not None:
+            self._cancel(call, self._dropped_cause[0], forwarded=self._dropped_cause[1])
+        elif call is not None and self._client_eof_us is not None:
             # Triton closed after the client's FIN, which the proxy passed on: it cut the call for that.
             self._cancel(call, "client_disconnect", forwarded=True, forwarded_us=self._client_eof_us)
         elif call is not None:
             self._cancel(call, "upstream_disconnect", forwarded=False)
-        self._never_answered()
+        if self.client in CLIENT_LIVE or self._dropped is not None:
+            # (Not after the client broke HTTP/1.x: what it sent after that is no request.)
+            cause, forwarded = self._dropped_cause  # (upstream_disconnect, not forwarded) unless ending already
+            self._never_answered(cause, forwarded=forwarded, ending=True)
         self._exchange(ExchangeInput.LOST)
         if self.client in CLIENT_LIVE:
             self._client_input(ClientInput.CLOSE)
             self._out.commands.append(Close(CLIENT))
 
-    def _never_answered(self) -> None:
-        """Requests pipelined behind the last call, still in h11's buffer when the upstream went away:
-        each a call that was never answered (Triton drops them when it cuts a stream)."""
-        if self.client not in CLIENT_LIVE:
-            return
-        rest, _ = self.c_srv.trailing_data
-        if not rest:
-            return
-        parser = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
-        parser.receive_data(bytes(rest))
+    def _never_answered(self, cause: str, *, forwarded: bool, ending: bool = False, data: bytes = b"") -> None:
+        """Requests pipelined behind the last call, gone to Triton already, that it never answers: the
+        connection ends (``cause``). Each is a call of its own, ended so (Triton drops them when it cuts
+        a stream, or closes after ``Connection: close``; the proxy's close drops them when a side is
+        lost). Bytes the client sends until the end (``data``) are read the same way; ``ending``: the
+        end is now, so a request still arriving ends too, its body cut."""
+        parser = self._dropped
+        if parser is None:
+            parser = self._dropped = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+            rest, _ = self.c_srv.trailing_data
+            data = bytes(rest) + data
+        self._dropped_cause = (cause, forwarded)
+        if data:
+            parser.receive_data(data)
         while True:
             try:
                 event = parser.next_event()
             except h11.RemoteProtocolError:
-                return
+                break
             if type(event) is h11.Request:
                 self._open_call(event)
             elif type(event) is h11.Data:
@@ -678,23 +792,20 @@ class Http1Core:
             elif type(event) is h11.EndOfMessage:
                 call = self.call
                 if call is None:
-                    return
-                body = call.body_c2s
-                if body is not None and (call.has_body or body.size):
-                    fields = http_labels.request_labels(call.method, call.req_headers, bytes(body.kept))
-                    call.request_id = fields.get("request_id") or ""
-                    self._message(call, 0, body.size, http_labels.compressed(call.req_headers), fields, body)
-                call.body_c2s = None
-                self._cancel(call, "upstream_disconnect", forwarded=False)
+                    break
+                self._record_request(call, None)
+                self._cancel(call, cause, forwarded=forwarded)
                 if parser.our_state is h11.SEND_RESPONSE:
                     # The parser waits for a response that never comes: pretend one for the next request.
                     parser.send(h11.Response(status_code=503, headers=[(b"content-length", b"0")]))
                     parser.send(h11.EndOfMessage())
                     if not _both_done(parser):
-                        return
+                        break
                     parser.start_next_cycle()
             else:
-                return
+                break
+        if ending and self.call is not None:
+            self._cancel(self.call, cause, forwarded=forwarded)
 
     def _refuse(self, call: Http1Call) -> None:
         """The upstream was unreachable: the proxy answers 502 with the reason and closes."""
@@ -707,8 +818,10 @@ class Http1Core:
         call.status = 502
         call.resp_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                              (b"connection", b"close")]  # fmt: skip
-        self._message(call, 1, len(body), False, {"error": reason}, None)
-        self._call_end(call)
+        # As gRPC's refusal: no message (Triton sent none; the proxy's own answer is no evidence of it),
+        # the reason in details, the status the client got kept.
+        call.first_error = reason
+        self._call_end(call, "upstream_disconnect")
         self._exchange(ExchangeInput.LOST)
         self._client_input(ClientInput.CLOSE)
         out.commands.append(Close(CLIENT))
@@ -755,6 +868,20 @@ class Http1Core:
 
 def _both_done(conn: h11.Connection) -> bool:
     return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+
+
+def _fresh(role: type[h11.CLIENT] | type[h11.SERVER], old: h11.Connection) -> h11.Connection:
+    """A new parser for the next exchange, holding the bytes ``old`` had not parsed yet."""
+    conn = h11.Connection(role, max_incomplete_event_size=MAX_HEAD)
+    rest, _ = old.trailing_data
+    if rest:
+        conn.receive_data(bytes(rest))
+    return conn
+
+
+def _tokens(headers: list[tuple[bytes, bytes]], name: bytes) -> set[bytes]:
+    """The comma-separated tokens of every ``name`` header, lowercased."""
+    return {t.strip().lower() for k, v in headers if k.lower() == name for t in v.split(b",")}
 
 
 def _json_str(s: str) -> str:

@@ -17,21 +17,22 @@ calls*):
   header counts the *uncompressed* JSON (Triton compresses ``/infer`` replies on
   ``Accept-Encoding: gzip``).
 - Content-Type is no JSON signal (Triton's route-level errors are JSON sent as ``text/plain``).
-- Events are cut from the de-chunked body's bytes (:class:`SseSplitter`), never from read or chunk
-  boundaries; an event carries no final flag: :func:`event_final` is the one rule for it.
+- Events are cut from the de-chunked body's bytes (:class:`proxy.triton.sse.SseSplitter`, named here
+  too), never from read or chunk boundaries; an event carries no final flag: :func:`event_final` is
+  the one rule for it.
 """
 
 from __future__ import annotations
 
-import re
 import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from replay.capture.events import TensorSpec
+from proxy.triton.sse import SseEvent as SseEvent
+from proxy.triton.sse import SseSplitter as SseSplitter
+from replay.capture.events import EVENT_UNTERMINATED, TensorSpec
 from replay.capture.methods import OPENAI, HttpCall, http_call
 
 #: Headers as an HTTP parser gives them: (name, value) pairs, bytes (h11) or text; names in any case.
@@ -40,9 +41,6 @@ Headers = Iterable[tuple[bytes | str, bytes | str]]
 #: The most bytes of a body's JSON part (after decompression) that labels read; a bigger JSON part
 #: gets a ``decode_error`` instead of labels, so a hostile body costs bounded memory and time.
 LABEL_CAP = 1 << 20
-#: The most bytes of one server-sent event's data :class:`SseSplitter` keeps (an event is rarely over a
-#: few KiB; a longer one keeps its head, marked ``truncated``).
-EVENT_CAP = 1 << 20
 
 _CUT = "message larger than the label buffer: some fields are unknown"
 #: Keys of a Triton generate reply or event that are not output tensors.
@@ -191,7 +189,8 @@ def request_labels(method: str, headers: Headers, body: bytes, *, truncated: boo
     ``method``: the call's request line (``call_start.method``, e.g. ``POST /v2/models/m/infer``);
     ``headers``: the request's; ``body``: the de-chunked body as sent (maybe compressed), or its
     kept head when ``truncated``. Inference calls get the model and version from the path (OpenAI:
-    the body's ``model``), ``request_id`` the JSON ``id`` (``""`` when absent), infer's ``inputs``
+    the body's ``model``), ``request_id`` the JSON ``id`` (``""`` when absent or the body empty; none
+    when the body could not be read, which ``decode_error`` says), infer's ``inputs``
     and the raw ``sequence_*`` / ``triton_enable_empty_final_response`` parameters; other endpoints
     the model from the path when there is one and no other label.
     """
@@ -202,20 +201,21 @@ def request_labels(method: str, headers: Headers, body: bytes, *, truncated: boo
     out.update(_empty_request(call))
     if call.kind == "other":
         return out
-    out["request_id"] = ""
     if call.kind in OPENAI:
         out["model_version"] = None
     doc, _, why = _json_part(headers, body, truncated)
     if why is not None:
+        # An unread body's id is unknown: null, never the "" of a body that has none.
         out["decode_error"] = why
         return out
     if type(doc) is not dict:
         if doc is not None:
             out["decode_error"] = "body is not a JSON object"
+        else:
+            out["request_id"] = ""
         return out
     rid = doc.get("id")
-    if type(rid) is str:
-        out["request_id"] = rid
+    out["request_id"] = rid if type(rid) is str else ""
     if call.kind in OPENAI:
         out["model"] = _text(doc.get("model"))
         return out
@@ -302,137 +302,6 @@ def reply_labels(method: str, status: int, headers: Headers, body: bytes, *, tru
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class SseEvent:
-    """One server-sent event, as the SSE rules read it from the byte stream."""
-
-    #: Its ``data:`` lines joined with ``\\n`` (UTF-8, undecodable bytes replaced).
-    data: str
-    #: Bytes of the stream it took: everything after the previous event up to and including the blank
-    #: line that ended it (comments and data-less blocks before it included), so sizes add up to the body.
-    size: int
-    #: Its ``event:`` field, None without one.
-    event: str | None = None
-    #: The data is exactly ``[DONE]``: an OpenAI-compatible stream's final signal.
-    done: bool = False
-    #: The data was longer than the splitter's cap: ``data`` is its head.
-    truncated: bool = False
-
-
-_EOL = re.compile(rb"[\r\n]")
-#: Bytes a line may hold beyond the data cap: its field name and colon (``data: ``).
-_NAME_ROOM = 16
-_BOM = b"\xef\xbb\xbf"
-
-
-class SseSplitter:
-    """Bytes of a de-chunked ``text/event-stream`` body, in any pieces -> complete events (the SSE rules:
-    lines end with CRLF, LF or CR; ``data:`` lines are joined with ``\\n``; a blank line ends an event;
-    one with no data line is no event; ``:`` lines are comments; one leading space of a value is dropped).
-
-    Holds at most ``cap`` bytes of an unfinished event's data and of one unfinished line.
-    """
-
-    __slots__ = ("_cap", "_cut", "_data", "_data_len", "_line", "_line_cut", "_size", "_skip_lf", "_started",
-                 "_type")  # fmt: skip
-
-    def __init__(self, cap: int = EVENT_CAP) -> None:
-        self._cap = cap
-        self._line = bytearray()
-        self._line_cut = False
-        self._data: list[str] = []
-        self._data_len = 0
-        self._cut = False
-        self._type: str | None = None
-        self._size = 0
-        self._skip_lf = False
-        self._started = False
-
-    @property
-    def pending(self) -> int:
-        """Bytes fed that belong to no complete event yet (at the body's end: an unfinished event, not an event)."""
-        return self._size
-
-    def feed(self, data: bytes) -> list[SseEvent]:
-        """The events ``data`` completes, in order."""
-        out: list[SseEvent] = []
-        n = len(data)
-        i = 0
-        if self._skip_lf and n:
-            self._skip_lf = False
-            if data[0] == 0x0A:  # the LF of a CRLF split between two pieces
-                self._size += 1
-                i = 1
-        while i < n:
-            m = _EOL.search(data, i)
-            if m is None:
-                self._add(data[i:])
-                self._size += n - i
-                break
-            j = m.start()
-            self._add(data[i:j])
-            end = j + 1
-            if data[j] == 0x0D:
-                if end < n:
-                    if data[end] == 0x0A:
-                        end += 1
-                else:
-                    self._skip_lf = True
-            self._size += end - i
-            i = end
-            event = self._line_done()
-            if event is not None:
-                out.append(event)
-        return out
-
-    def _add(self, piece: bytes) -> None:
-        room = self._cap + _NAME_ROOM - len(self._line)
-        if len(piece) > room:
-            piece = piece[: max(room, 0)]
-            self._line_cut = True
-        self._line += piece
-
-    def _line_done(self) -> SseEvent | None:
-        line = bytes(self._line)
-        cut = self._line_cut
-        self._line.clear()
-        self._line_cut = False
-        if not self._started:
-            self._started = True
-            line = line.removeprefix(_BOM)
-        if not line and not cut:
-            return self._dispatch()
-        if line.startswith(b":"):
-            return None  # a comment
-        name, _, value = line.partition(b":")
-        if value.startswith(b" "):
-            value = value[1:]
-        if name == b"data":
-            text = value.decode("utf-8", "replace")
-            room = self._cap - self._data_len
-            if cut or len(text) > room:
-                text = text[: max(room, 0)]
-                self._cut = True
-            self._data.append(text)
-            self._data_len += len(text) + 1
-        elif name == b"event":
-            self._type = value.decode("utf-8", "replace")
-        return None
-
-    def _dispatch(self) -> SseEvent | None:
-        if not self._data:
-            self._type = None  # a block without data: no event; its bytes count towards the next one
-            return None
-        data = "\n".join(self._data)
-        event = SseEvent(data=data, size=self._size, event=self._type, done=data == "[DONE]", truncated=self._cut)
-        self._data = []
-        self._data_len = 0
-        self._cut = False
-        self._type = None
-        self._size = 0
-        return event
-
-
 def event_labels(method: str, event: SseEvent) -> dict[str, Any]:
     """Label fields of the ``s2c`` message of one event (``final`` left to :func:`event_final`).
 
@@ -440,7 +309,17 @@ def event_labels(method: str, event: SseEvent) -> dict[str, Any]:
     ``id``, ``model_name``, ``model_version``; an error event carries ``{"error"}`` alone, so its
     model is null and its ``request_id`` ``""``). OpenAI chunks: ``id``, ``model``,
     ``choices[].finish_reason``, ``error``. ``[DONE]``: ``outputs`` ``[]`` and nothing else.
+    An ``unterminated`` one: labelled if its data parses, with
+    :data:`~replay.capture.events.EVENT_UNTERMINATED` as its ``decode_error``.
     """
+    out = _event_labels(method, event)
+    if event.unterminated:
+        known = out.get("decode_error")
+        out["decode_error"] = EVENT_UNTERMINATED if not known else f"{EVENT_UNTERMINATED}; {known}"
+    return out
+
+
+def _event_labels(method: str, event: SseEvent) -> dict[str, Any]:
     call = http_call(method)
     if event.done:
         return {"request_id": "", "outputs": []}
@@ -460,8 +339,10 @@ def event_labels(method: str, event: SseEvent) -> dict[str, Any]:
 def event_final(event: SseEvent, *, last: bool, clean_end: bool) -> bool:
     """The one rule for an event's ``final``: an event carries no final flag, so it is true on an OpenAI
     ``[DONE]`` and on the last event of a body that ended cleanly (its chunked terminator, or its
-    Content-Length reached), false on every other event, and on the last event of a body cut short.
+    Content-Length reached), false on every other event, on the last event of a body cut short, and on
+    an ``unterminated`` one (even ``[DONE]``: a client discards it, so it signalled nothing to the client;
+    and the event before it is not the last, data came after it).
 
     ``last``: no event followed it in the body; ``clean_end``: the body ended cleanly.
     """
-    return event.done or (last and clean_end)
+    return not event.unterminated and (event.done or (last and clean_end))

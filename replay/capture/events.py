@@ -146,6 +146,27 @@ class TensorSpec:
     ] = None
 
 
+#: HTTP: the ``decode_error`` of a body record whose bytes are not the whole body begins with this
+#: (so a tool can tell such a record from a whole body: ``replay send`` must not re-send it as one).
+PARTIAL_BODY = "partial body"
+#: A body the connection's loss ended before its end (the request's client went away, or Triton
+#: closed mid-reply): the record holds the bytes that arrived.
+BODY_CUT = f"{PARTIAL_BODY}: cut short, the connection ended before the body did"
+#: A request body that had not ended when Triton's reply to it was recorded (Triton answered early):
+#: the record holds the bytes that had arrived; the rest, if any came, is the call's next ``c2s`` record.
+BODY_BEFORE_REPLY = f"{PARTIAL_BODY}: the request body had not ended when Triton's reply was recorded"
+#: The rest of a request body after Triton's early reply (the call's previous ``c2s`` record holds its start).
+BODY_REST = f"{PARTIAL_BODY}: the rest of the request body after Triton's early reply"
+#: An event-stream body's bytes after its last blank line when the body ended: no event by the SSE
+#: rules (a browser's EventSource discards it), recorded so its bytes are counted; ``final`` false.
+EVENT_UNTERMINATED = "event not terminated by a blank line before the body ended (an SSE client discards it)"
+
+
+def partial_body(decode_error: str | None) -> bool:
+    """The message record's bytes are not a whole HTTP body (see :data:`PARTIAL_BODY`)."""
+    return decode_error is not None and decode_error.startswith(PARTIAL_BODY)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MessageSeen:
     """One complete message crossed the proxy in one direction: a gRPC message, or on HTTP a request body, a reply body or one server-sent event."""
@@ -228,7 +249,12 @@ class MessageSeen:
         "`--payload-store side`), else null",
     ] = None
     payload_truncated: Annotated[bool | None, "`--payload full`: true when the stored bytes (`payload` or `payload_at`) were cut at the byte cap"] = None
-    decode_error: Annotated[str | None, "why the message could not be decoded as the method's type, else null"] = None
+    decode_error: Annotated[
+        str | None,
+        "why the message could not be decoded as the method's type, else null; HTTP: begins with `partial body` "
+        "when the record's bytes are not the whole body (cut short by a lost connection, or a request body "
+        "split by Triton's early reply), and says so for an event-stream body's unterminated last event",
+    ] = None
     finish_reason: Annotated[
         str | None, "OpenAI replies and chunks: the first non-null `choices[].finish_reason`, else null"
     ] = None

@@ -19,6 +19,8 @@ Attribution rules (why they are what they are):
   cancel-like end, the cancel first); the ``call_end`` then only adds status and details.
 * A request sent again (same model and non-empty id, or with ``--payload full`` the same message
   hash) after an earlier one was ``cancelled`` gets ``restarted_after_cancel``.
+* An HTTP request body Triton answered before it ended is two ``c2s`` records (its start, before the
+  reply's; then the rest, ``decode_error`` :data:`~replay.capture.events.BODY_REST`): one request.
 * An HTTP inference call carries one request: every reply or event on it is that request's, tied by
   call, not id (error events carry none, OpenAI chunks the server's). A reply (``final`` null) is a
   unary reply, or an error with its final when it carries an error JSON (a 200 included); events go
@@ -250,6 +252,8 @@ class Tracker:
             self._received(call, seq, rec)
 
     def _sent(self, call: _Call, seq: int, rec: ev.MessageSeen) -> None:
+        if call.http and call.sent and rec.decode_error is not None and rec.decode_error.startswith(ev.BODY_REST):
+            return  # the rest of the call's request body, after Triton's early reply: the same request
         if rec.request_id is None and call.http:
             # The call is the tie on HTTP: a body the labeller could not read is still the call's request.
             if rec.decode_error is not None:

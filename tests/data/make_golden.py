@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 from tritonclient.grpc import service_pb2 as pb
 
-from proxy.triton import http_labels, labels
+from proxy.triton import http_labels, labels, sse
 from proxy.triton.inflight import InFlight
 from replay.capture import events as ev
 from replay.capture import methods
@@ -217,7 +217,7 @@ class Builder:
             st.s2c = 1
             st.inflight.answered(next(iter(st.inflight.snapshot()[0]), ""), True)
             return
-        split = http_labels.SseSplitter()
+        split = sse.SseSplitter()
         events = [e for piece in x.pieces for e in split.feed(piece)]
         if not events:
             self.tick(waits[0])  # the body's end (its terminator) came then
@@ -266,7 +266,7 @@ class Builder:
             fields = http_labels.reply_labels(x.method, x.status, x.reply_headers, x.reply)
             details = fields.get("error")
             if http_labels.is_event_stream(x.reply_headers):
-                (first, *_) = http_labels.SseSplitter().feed(x.reply)
+                (first, *_) = sse.SseSplitter().feed(x.reply)
                 details = http_labels.event_labels(x.method, first).get("error")
         if cause is None:
             cause = "ok" if x.status < 400 else "error"

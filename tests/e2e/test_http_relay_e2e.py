@@ -273,3 +273,41 @@ def test_capture_reads_and_upgrades(both_ports: ProxyThread, tmp_path: Path) -> 
     assert out.returncode == 0, out.stderr
     (upgraded,) = [Path(p) for p in out.stdout.split()]
     assert [rec.kind for _, rec in read_capture(upgraded)] == kinds
+
+
+def _read_reply(s: socket.socket) -> tuple[bytes, bytes]:
+    """``(head, body)`` of the next Content-Length reply on ``s`` (a close before it fails the test)."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(65536)
+        assert chunk, f"closed before a reply: {buf!r}"
+        buf += chunk
+    head, _, body = buf.partition(b"\r\n\r\n")
+    assert b"content-length:" in head.lower(), head
+    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        chunk = s.recv(65536)
+        assert chunk, "closed mid-body"
+        body += chunk
+    return head, body
+
+
+def test_http10_keep_alive_goes_on(both_ports: ProxyThread) -> None:
+    """The real Triton 2.51 answers HTTP/1.0 with ``Connection: keep-alive`` (ApacheBench -k) with
+    ``HTTP/1.0`` ``Connection: keep-alive`` and serves the next request on the connection: through
+    the proxy too, each a call, and no protocol_error blames the client."""
+    host, port = http_url(both_ports).split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        for rid in ("k1", "k2"):
+            body = json.dumps({"id": rid, "inputs": [{"name": "INPUT", "shape": [1], "datatype": "UINT8",
+                                                      "data": [1]}]}).encode()  # fmt: skip
+            s.sendall(b"POST /v2/models/echo/infer HTTP/1.0\r\nHost: tap\r\nConnection: keep-alive\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)  # fmt: skip
+            head, reply = _read_reply(s)
+            assert head.startswith(b"HTTP/1.0 200") and b"connection: keep-alive" in head.lower()
+            assert json.loads(reply)["id"] == rid
+    recs = records(both_ports.stop())
+    assert not of_kind(recs, "protocol_error")
+    kept = calls(recs, "POST /v2/models/echo/infer")
+    assert [(end_of(recs, c)["cause"], end_of(recs, c)["http_status"]) for c in kept] == [("ok", 200), ("ok", 200)]
+    assert kept[0].split(".")[0] == kept[1].split(".")[0]  # one connection

@@ -18,6 +18,7 @@ import pytest
 from proxy.relay.contract import CLIENT, UPSTREAM, Close
 from proxy.relay.http1 import MAX_HEAD
 from proxy.relay.options import RelayOptions
+from replay.capture.events import BODY_CUT
 from tests.proxy.relay.http1_wire import drive, drive_file, reads, transcript
 
 
@@ -193,6 +194,7 @@ def test_request_body_cut_short_by_the_client() -> None:
     run = drive_file("10b_request_body_cut_short.json")
     c2s = one(run, "message")
     assert (c2s.dir, c2s.size) == ("c2s", 82)  # what arrived of the 132 announced
+    assert c2s.decode_error is not None and c2s.decode_error.startswith(BODY_CUT)  # and it says so
     cancel = one(run, "cancel")
     assert cancel.cause == "client_disconnect" and cancel.forwarded_upstream
     assert one(run, "call_end").status == "CANCELLED"
@@ -230,8 +232,10 @@ def test_unreachable_upstream_answers_502_with_the_reason() -> None:
     assert run.c2s == b""
     assert run.s2c.startswith(b"HTTP/1.1 502 ")
     end = one(run, "call_end")
-    assert (end.status, end.http_status, end.cause) == ("502", 502, "error")
+    # As gRPC's refusal: Triton said nothing, so no message claims it did; the client got the 502.
+    assert (end.status, end.http_status, end.cause) == ("502", 502, "upstream_disconnect")
     assert "unreachable" in (end.details or "")
+    assert kinds(run) == ["call_start", "call_end"] and (end.messages_c2s, end.messages_s2c) == (0, 0)
 
 
 def test_payload_full_stores_bodies_and_events() -> None:
@@ -308,3 +312,159 @@ def test_client_fin_is_passed_on_and_recorded_on_the_open_call() -> None:
     idle = drive([])
     idle.perform(idle.core.eof(CLIENT))
     assert not idle.records("half_close")
+
+
+# --- truthful records of what did not go by the book ------------------------------------------------
+# Scripted byte sequences below: the replies are shaped as Triton 2.51's (its head and JSON); the
+# reads' order and the ends are what each test is about (a real server cannot be made to time them).
+
+INFER = b"POST /v2/models/m/infer HTTP/1.1\r\nhost: x\r\n"
+GENERATE_STREAM = b"POST /v2/models/m/generate_stream HTTP/1.1\r\nhost: x\r\n"
+
+
+def _request(body: bytes, head: bytes = INFER, extra: bytes = b"") -> bytes:
+    return head + extra + b"content-length: %d\r\n\r\n" % len(body) + body
+
+
+def _reply(body: bytes, status: bytes = b"200 OK", extra: bytes = b"") -> bytes:
+    return (b"HTTP/1.1 %s\r\ncontent-type: application/json\r\n%scontent-length: %d\r\n\r\n" % (status, extra, len(body))
+            + body)  # fmt: skip
+
+
+def _sse(body: bytes) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    return head + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+
+
+def test_early_reply_comes_after_the_request_so_far_and_is_its_own() -> None:
+    """Triton answers before the request body ended: the request's record (the bytes so far, marked)
+    precedes the reply's, the rest is a record of its own, and the tracker ties the reply to it."""
+    from replay.capture.events import BODY_BEFORE_REPLY, BODY_REST
+    from replay.machine.tracker import track
+
+    body = b'{"id":"r1","inputs":[]}' + b" " * 100
+    full = _request(body)
+    run = drive([("c2s", full[:-80]), ("s2c", _reply(b'{"error":"bad request"}', b"400 Bad Request")),
+                 ("c2s", full[-80:])])  # fmt: skip
+    msgs = run.records("message")
+    assert [(m.dir, m.index, m.size, m.decode_error) for m in msgs] == [
+        ("c2s", 0, len(body) - 80, BODY_BEFORE_REPLY), ("s2c", 0, 23, None), ("c2s", 1, 80, BODY_REST),
+    ]  # fmt: skip
+    assert msgs[0].request_id == "r1"  # its JSON had arrived whole
+    result = track(list(enumerate(run.records())))
+    assert not result.unattributable and not result.warnings
+    assert [(r.outcome, r.responses, r.error) for r in result.requests] == [("error", 1, "bad request")]
+
+
+def test_expect_100_refused_then_the_client_closes() -> None:
+    """``Expect: 100-continue`` answered 404 (no 100), then the client goes: the request (no byte of
+    its body came) is recorded before the reply, which is its own. Scripted: Triton 2.51 sends
+    ``100 Continue`` to an unknown model (seen through the proxy); a final status instead of the 100
+    is any server's right (RFC 9110 10.1.1), and a proxy in front of Triton may answer so."""
+    from replay.capture.events import BODY_BEFORE_REPLY
+    from replay.machine.tracker import track
+
+    head = b"POST /v2/models/nosuch/infer HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 23\r\n\r\n"
+    reply = b"HTTP/1.1 404 Not Found\r\ncontent-length: 37\r\ncontent-type: text/plain\r\n\r\n"
+    run = drive([("c2s", head), ("s2c", reply + b'{"error":"Request for unknown model"}'), ("c2s", None)])
+    assert kinds(run) == ["call_start", "message", "message", "cancel", "call_end"]
+    c2s, s2c = run.records("message")
+    assert (c2s.dir, c2s.size, c2s.decode_error, s2c.dir) == ("c2s", 0, BODY_BEFORE_REPLY, "s2c")
+    result = track(list(enumerate(run.records())))
+    assert not result.unattributable
+    assert [(r.responses, r.error) for r in result.requests] == [(1, "Request for unknown model")]
+
+
+def test_unterminated_last_event_is_a_record_of_its_own_never_final() -> None:
+    """Bytes after the last blank line at the body's clean end: recorded (counted, labelled, marked);
+    an SSE client discards them, so neither it nor the event before it is final."""
+    from replay.capture.events import EVENT_UNTERMINATED
+    from replay.machine.tracker import track
+
+    body = b'data: {"id":"r","OUT":"a"}\n\ndata: {"id":"r","OUT":"b"}'
+    run = drive([("c2s", _request(b'{"id":"r"}', GENERATE_STREAM)), ("s2c", _sse(body))])
+    s2c = [m for m in run.records("message") if m.dir == "s2c"]
+    assert [(m.size, m.final, m.outputs, m.decode_error) for m in s2c] == [
+        (28, False, ["OUT"], None), (len(body) - 28, False, ["OUT"], EVENT_UNTERMINATED),
+    ]  # fmt: skip
+    assert one(run, "call_end").cause == "ok"
+    only = drive([("c2s", _request(b'{"id":"r"}', GENERATE_STREAM)), ("s2c", _sse(b'data: {"id":"r"}'))])
+    [r] = track(list(enumerate(only.records()))).requests
+    assert (r.outcome, r.responses) == ("unconfirmed", 1)  # never "completed" with no response
+
+
+def test_reply_cut_mid_body_is_recorded_as_cut() -> None:
+    """The upstream closes 23 bytes into a 100-byte reply: those bytes are a record, marked cut."""
+    reply = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n"
+    run = drive([("c2s", _request(b'{"id":"r"}')), ("s2c", reply + b'{"id":"r","outputs":[]}'), ("s2c", None)])
+    s2c = [m for m in run.records("message") if m.dir == "s2c"]
+    assert [m.size for m in s2c] == [23]
+    assert s2c[0].decode_error is not None and s2c[0].decode_error.startswith(BODY_CUT)
+    end = one(run, "call_end")
+    assert (end.cause, end.messages_s2c, end.http_status) == ("upstream_disconnect", 1, 200)
+
+
+def test_http10_keep_alive_goes_on_as_triton_keeps_it() -> None:
+    """HTTP/1.0 with ``Connection: keep-alive`` (ApacheBench -k): Triton 2.51 answers ``HTTP/1.0`` with
+    ``Connection: keep-alive`` and serves the next request on the connection (seen on a raw socket,
+    these reply bytes); h11 alone would call the second request a client protocol error."""
+    def req(rid: bytes) -> bytes:
+        body = b'{"id":"%s"}' % rid
+        return b"POST /v2/models/m/infer HTTP/1.0\r\nhost: x\r\nconnection: keep-alive\r\ncontent-length: %d\r\n\r\n" % (
+            len(body)) + body  # fmt: skip
+
+    err = b'{"error":"[request id: a] inference input \'INPUT\' data-type is \'BYTES\', but model \'echo\' expects \'UINT8\'"}'
+    resp = b"HTTP/1.0 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: keep-alive\r\n\r\n" % (
+        len(err)) + err  # fmt: skip
+    for reads_ in ([("c2s", req(b"a")), ("s2c", resp), ("c2s", req(b"b")), ("s2c", resp)],
+                   [("c2s", req(b"a") + req(b"b")), ("s2c", resp + resp)]):  # fmt: skip
+        run = drive(reads_)
+        assert not run.records("protocol_error")
+        assert [(e.call, e.status) for e in run.records("call_end")] == [("c1.1", "400"), ("c1.2", "400")]
+        assert [m.request_id for m in run.records("message") if m.dir == "c2s"] == ["a", "b"]
+
+
+def test_pipelined_requests_forwarded_always_become_calls() -> None:
+    """A request pipelined behind the open call went to Triton: when the client goes, or Triton ends
+    the connection after a ``Connection: close`` reply, it is a call all the same, ended so."""
+    r1, r2 = _request(b'{"id":"p1"}'), _request(b'{"id":"p2"}')
+    lost = drive([("c2s", r1 + r2), ("s2c", _reply(b'{"id":"p1","outputs":[]}')[:-10]), ("c2s", None)])
+    assert bytes(lost.c2s) == r1 + r2
+    assert [(e.call, e.cause) for e in lost.records("call_end")] == [("c1.1", "client_disconnect"), ("c1.2", "client_disconnect")]
+    assert [(m.call, m.request_id) for m in lost.records("message") if m.dir == "c2s"] == [("c1.1", "p1"), ("c1.2", "p2")]
+    closed = drive([("c2s", r1 + r2), ("s2c", _reply(b'{"id":"p1","outputs":[]}', extra=b"connection: close\r\n")),
+                    ("s2c", None)])  # fmt: skip
+    assert not closed.records("protocol_error")
+    assert [(e.call, e.cause) for e in closed.records("call_end")] == [("c1.1", "ok"), ("c1.2", "upstream_disconnect")]
+
+
+def test_shutdown_closes_the_connection_after_its_call_in_flight() -> None:
+    """Shutdown began during a call: when it ends, both sides close; nothing more goes to Triton."""
+    run = drive([("c2s", _request(b'{"id":"a"}'))])
+    run.perform(run.core.goaway())
+    assert not run.commands
+    run.perform(run.core.receive_s2c(_reply(b'{"id":"a","outputs":[]}')))
+    assert Close(CLIENT) in run.commands and Close(UPSTREAM) in run.commands
+    sent = bytes(run.c2s)
+    run.perform(run.core.receive_c2s(_request(b'{"id":"b"}')))
+    assert bytes(run.c2s) == sent
+    assert [(e.call, e.cause) for e in run.records("call_end")] == [("c1.1", "ok")]
+
+
+def test_shutdown_ends_requests_pipelined_behind_the_call_in_flight_as_proxy_shutdown() -> None:
+    """Shutdown during a call with requests pipelined behind it (forwarded already): the close after
+    the call drops them, each a call ended ``proxy_shutdown``, one still arriving included."""
+    r2 = _request(b'{"id":"b"}')
+    run = drive([("c2s", _request(b'{"id":"a"}') + r2 + _request(b'{"id":"c"}')[:-3])])
+    run.perform(run.core.goaway())
+    run.perform(run.core.receive_s2c(_reply(b'{"id":"a","outputs":[]}')))
+    run.perform(run.core.lost(CLIENT, None))
+    run.perform(run.core.lost(UPSTREAM, None))
+    assert [(e.call, e.cause) for e in run.records("call_end")] == [
+        ("c1.1", "ok"), ("c1.2", "proxy_shutdown"), ("c1.3", "proxy_shutdown"),
+    ]  # fmt: skip
+    c2s = [m for m in run.records("message") if m.dir == "c2s"]
+    assert [(m.call, m.request_id, m.decode_error is None) for m in c2s] == [
+        ("c1.1", "a", True), ("c1.2", "b", True), ("c1.3", None, False),
+    ]  # fmt: skip
+    assert c2s[2].decode_error.startswith(BODY_CUT)

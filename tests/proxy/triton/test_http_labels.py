@@ -7,11 +7,12 @@ import zlib
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from proxy.triton import http_labels as hl
-from proxy.triton.http_labels import SseEvent, SseSplitter, event_final, event_labels, reply_labels, request_labels
+from proxy.triton.http_labels import event_final, event_labels, reply_labels, request_labels
+from proxy.triton.sse import SseEvent, SseSplitter
 from replay.capture import events as ev
 from replay.capture import schema
 from tests.proxy.triton.http_wire import Exchange, exchanges
@@ -130,7 +131,16 @@ def test_decompression_is_capped() -> None:
     bomb = gzip.compress(b'{"id":"' + b"x" * (hl.LABEL_CAP + 10) + b'"}')
     out = request_labels("POST /v2/models/echo/infer", [(b"content-encoding", b"gzip")], bomb)
     assert out["decode_error"] == "message larger than the label buffer: some fields are unknown"
-    assert out["request_id"] == ""
+    assert "request_id" not in out  # unread: unknown, not the "" of a body without one
+
+
+def test_an_unreadable_request_body_has_no_request_id() -> None:
+    """Its id is unknown: none, not the ``""`` of a body without an id (which Triton reads as no id)."""
+    out = request_labels("POST /v2/models/m/infer", [], b'not json {"id":"x"}')
+    assert out["decode_error"].startswith("body is not JSON") and "request_id" not in out
+    assert "request_id" not in request_labels("POST /v2/models/m/infer", [], b"[1]")
+    assert request_labels("POST /v2/models/m/infer", [], b"{}")["request_id"] == ""
+    assert request_labels("POST /v2/models/m/infer", [], b"")["request_id"] == ""
 
 
 def test_refusals_carry_their_error() -> None:
@@ -309,8 +319,11 @@ _EOLS = st.sampled_from([b"\n", b"\r\n", b"\r"])
 
 @settings(max_examples=300, deadline=None)
 @given(lines=st.lists(st.tuples(_LINES, _EOLS), max_size=30), cuts=st.lists(st.integers(0, 400), max_size=12))
+@example(lines=[(b"data: a", b"\r\n"), (b"", b"\r\n"), (b"data: b", b"\r\n"), (b"", b"\r\n")], cuts=[10])
+@example(lines=[(b"data: a", b"\n"), (b"", b"\n"), (b"data: b", b"")], cuts=[])
 def test_any_split_of_the_bytes_gives_the_same_events(lines: list[tuple[bytes, bytes]], cuts: list[int]) -> None:
-    """The same events, sizes and pending bytes whatever the read boundaries (a CRLF split between reads too)."""
+    """The same events, sizes and pending bytes whatever the read boundaries (a CRLF split between reads
+    too: the split blank line's LF is its event's), and at the end every byte is in an event."""
     body = b"".join(line + eol for line, eol in lines)
     whole = SseSplitter()
     expected = whole.feed(body)
@@ -324,6 +337,26 @@ def test_any_split_of_the_bytes_gives_the_same_events(lines: list[tuple[bytes, b
     assert got == expected
     assert pieced.pending == whole.pending
     assert sum(e.size for e in got) + whole.pending == len(body)
+    got += pieced.finish()
+    assert got == expected + whole.finish()
+    assert sum(e.size for e in got) == len(body) and pieced.pending == 0
+    assert all(not e.unterminated for e in got[:-1])
+
+
+def test_bytes_after_the_last_event_are_an_unterminated_one() -> None:
+    """At the body's end, bytes after the last blank line: an ``unterminated`` event (an SSE client
+    discards it), labelled when its data parses, never final."""
+    split = SseSplitter()
+    assert [e.size for e in split.feed(b'data: {"id":"r","OUT":"a"}\n\ndata: {"id":"r","OUT":"b"}')] == [28]
+    [last] = split.finish()
+    assert (last.size, last.unterminated, last.data) == (26, True, '{"id":"r","OUT":"b"}')
+    labels = event_labels("POST /v2/models/m/generate_stream", last)
+    assert (labels["request_id"], labels["outputs"], labels["decode_error"]) == ("r", ["OUT"], ev.EVENT_UNTERMINATED)
+    assert not event_final(last, last=True, clean_end=True)
+    assert split.finish() == []  # nothing twice
+    done = SseSplitter()
+    done.feed(b"data: [DONE]")
+    assert not event_final(done.finish()[0], last=True, clean_end=True)
 
 
 @settings(max_examples=100, deadline=None)
