@@ -7,7 +7,8 @@
  * store per field. Here the instance is allocated and its slots filled directly, by offset.
  *
  * Same answers as the Python version (tests/replay/test_frozen.py): every field set, defaults where
- * not given, TypeError for an unknown name, a name given twice or a required field missing. It never
+ * not given, TypeError for an unknown name, a name given twice, a required field missing or a key that
+ * is not a str. It never
  * runs the class's __init__ (the twin's Python path does not either) and refuses, at construction,
  * classes it cannot fill that way (a slot that is not a plain object slot of `cls`), which then take
  * the Python path. Pure: no I/O, no state but the plan.
@@ -57,6 +58,10 @@ static int maker_init(Maker *m, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "Maker: names, nleading and defaults do not match");
         return -1;
     }
+    if (m->offset != NULL) { /* a second __init__ would leak the first one's tables, or mix two plans */
+        PyErr_SetString(PyExc_TypeError, "Maker: already initialised");
+        return -1;
+    }
     m->offset = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
     m->defaults = PyMem_Calloc((size_t)n + 1, sizeof(PyObject *));
     m->index = PyDict_New();
@@ -66,7 +71,6 @@ static int maker_init(Maker *m, PyObject *args, PyObject *kwds) {
     }
     m->nfields = n;
     m->nleading = nleading;
-    m->cls = (PyTypeObject *)Py_NewRef(cls);
     m->names = Py_NewRef(names);
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *name = PyTuple_GET_ITEM(names, k);
@@ -82,43 +86,71 @@ static int maker_init(Maker *m, PyObject *args, PyObject *kwds) {
         }
         Py_DECREF(num);
     }
+    /* Set last: make() takes a Maker with a class as one whose every offset is known (an __init__ that
+     * failed half-way, or none at all, leaves it unusable: TypeError, not a write at offset -1). */
+    m->cls = (PyTypeObject *)Py_NewRef(cls);
     return 0;
 }
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
-/* make(v0, ..., v[nleading-1], fields): a new instance of cls. Hot path: once per message record. */
+#define SMALL 32 /* names held on the stack; a larger dict takes the heap */
+
+/* make(v0, ..., v[nleading-1], fields): a new instance of cls. Hot path: once per message record.
+ *
+ * The dict's items are taken first, held, as a call with **fields takes them: matching a name may
+ * run Python code (a str subclass's __eq__) that changes the dict, which would free what PyDict_Next
+ * lent, and the call binds what the dict held when it was made. */
 static PyObject *maker_make(Maker *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (m->cls == NULL) {
+        PyErr_SetString(PyExc_TypeError, "make(): the Maker was not initialised");
+        return NULL;
+    }
     if (nargs != m->nleading + 1 || !PyDict_Check(args[nargs - 1])) {
         PyErr_Format(PyExc_TypeError, "make() takes %zd values and a dict", m->nleading);
         return NULL;
     }
     PyObject *fields = args[nargs - 1];
-    PyObject *obj = m->cls->tp_alloc(m->cls, 0); /* slots all NULL */
+    Py_ssize_t n = PyDict_GET_SIZE(fields), got = 0, pos = 0;
+    PyObject *small[2 * SMALL], *key, *value;
+    PyObject **items = n <= SMALL ? small : PyMem_Malloc((size_t)n * 2 * sizeof(PyObject *));
+    if (items == NULL)
+        return PyErr_NoMemory();
+    while (got < n && PyDict_Next(fields, &pos, &key, &value)) { /* runs no Python code */
+        items[2 * got] = Py_NewRef(key);
+        items[2 * got + 1] = Py_NewRef(value);
+        got++;
+    }
+    PyObject *obj = NULL, *unknown = NULL, *twice = NULL; /* borrowed from items */
+    for (Py_ssize_t i = 0; i < got; i++) {
+        if (!PyUnicode_Check(items[2 * i])) { /* as the call says, before it matches any name */
+            PyErr_SetString(PyExc_TypeError, "keywords must be strings");
+            goto done;
+        }
+    }
+    obj = m->cls->tp_alloc(m->cls, 0); /* slots all NULL */
     if (obj == NULL)
-        return NULL;
+        goto done;
     for (Py_ssize_t k = 0; k < m->nleading; k++)
         SLOT(obj, m->offset[k]) = Py_NewRef(args[k]);
-    Py_ssize_t pos = 0;
-    PyObject *key, *value, *unknown = NULL, *twice = NULL;
-    while (PyDict_Next(fields, &pos, &key, &value)) {
-        PyObject *num = PyDict_GetItemWithError(m->index, key);
+    for (Py_ssize_t i = 0; i < got; i++) {
+        key = items[2 * i];
+        PyObject *num = PyDict_GetItemWithError(m->index, key); /* borrowed: the index is ours alone */
         if (num == NULL) {
-            if (PyErr_Occurred()) {
-                Py_DECREF(obj);
-                return NULL;
-            }
+            if (PyErr_Occurred())
+                goto fail;
             if (unknown == NULL)
                 unknown = key;
             continue;
         }
         Py_ssize_t k = PyLong_AsSsize_t(num);
-        if (k < m->nleading) {
+        if (k < m->nleading || SLOT(obj, m->offset[k]) != NULL) {
+            /* a leading field, or a name met twice (two keys a str subclass's __eq__ made equal) */
             if (twice == NULL)
                 twice = key;
             continue;
         }
-        SLOT(obj, m->offset[k]) = Py_NewRef(value);
+        SLOT(obj, m->offset[k]) = Py_NewRef(items[2 * i + 1]);
     }
     /* Python's order of complaints: a name given twice (when the keywords are merged), then the first
      * unknown name (when they are bound) */
@@ -127,8 +159,7 @@ static PyObject *maker_make(Maker *m, PyObject *const *args, Py_ssize_t nargs) {
             PyErr_Format(PyExc_TypeError, "%s() got multiple values for keyword argument %R", m->cls->tp_name, twice);
         else
             PyErr_Format(PyExc_TypeError, "%s.__init__() got an unexpected keyword argument %R", m->cls->tp_name, unknown);
-        Py_DECREF(obj);
-        return NULL;
+        goto fail;
     }
     for (Py_ssize_t k = m->nleading; k < m->nfields; k++) {
         if (SLOT(obj, m->offset[k]) != NULL)
@@ -136,11 +167,18 @@ static PyObject *maker_make(Maker *m, PyObject *const *args, Py_ssize_t nargs) {
         if (m->defaults[k] == NULL) {
             PyErr_Format(PyExc_TypeError, "%s.__init__() missing 1 required keyword-only argument: %R", m->cls->tp_name,
                          PyTuple_GET_ITEM(m->names, k));
-            Py_DECREF(obj);
-            return NULL;
+            goto fail;
         }
         SLOT(obj, m->offset[k]) = Py_NewRef(m->defaults[k]);
     }
+    goto done;
+fail:
+    Py_CLEAR(obj);
+done:
+    for (Py_ssize_t i = 0; i < 2 * got; i++)
+        Py_DECREF(items[i]);
+    if (items != small)
+        PyMem_Free(items);
     return obj;
 }
 

@@ -9,7 +9,10 @@
  * envelope `v`, `seq`, `kind`, then every field in order that is required (`always`), or not the
  * very object nor equal to the value a reader fills in for it; tensor lists through the given
  * Python function per tensor. Fields whose bit is set in `skip` are left out (the sparse encoder's
- * sticky fields, when they repeat). An unset slot raises AttributeError, as reading it would.
+ * sticky fields, when they repeat), once evaluated as the Python evaluates them (so an ill-typed one
+ * raises the same error). An unset slot raises AttributeError, as reading it would. Python code this
+ * runs (a value's __ne__, the tensor function) may change the record or the list: values are held and
+ * lists read through their iterator, never by a size read before.
  * Pure: no I/O, no state but the plan.
  */
 #define PY_SSIZE_T_CLEAN
@@ -93,25 +96,76 @@ static int plan_init(Plan *p, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
-/* Field k of `rec` in a sparse line: 1 written (its value in *v), 2 a tensor list to write (in *v), 0 left
- * out (skipped, or what a reader fills in), -1 error (an unset slot: AttributeError, as reading it would).
- * The one rule `build` and `line` share. */
+/* [tensor(t) for t in v], as the Python version builds it: item by item through v's iterator, so a
+ * tensor() that shrinks or grows the list is seen as the Python sees it (the size read once, with the
+ * items then read by index, went past the end of a list the callback shrank), and the same TypeError
+ * for a value that is not iterable. A new list, or NULL with an exception set. */
+static PyObject *tensor_list(Plan *p, PyObject *v) {
+    PyObject *it = PyObject_GetIter(v);
+    if (it == NULL)
+        return NULL;
+    PyObject *list = PyList_New(0), *t;
+    if (list == NULL) {
+        Py_DECREF(it);
+        return NULL;
+    }
+    while ((t = PyIter_Next(it)) != NULL) {
+        PyObject *one = PyObject_CallOneArg(p->tensor, t);
+        Py_DECREF(t);
+        if (one == NULL || PyList_Append(list, one) < 0) {
+            Py_XDECREF(one);
+            goto fail;
+        }
+        Py_DECREF(one);
+    }
+    if (PyErr_Occurred())
+        goto fail;
+    Py_DECREF(it);
+    return list;
+fail:
+    Py_DECREF(it);
+    Py_DECREF(list);
+    return NULL;
+}
+
+/* Field k of `rec` in a sparse line: 1 written (its value in *v), 2 a tensor list to write (the list of
+ * tensors in *v), 0 left out (skipped, or what a reader fills in), -1 error (an unset slot: AttributeError,
+ * as reading it would; or what the comparison or tensor() raised). *v is a new reference when 1 or 2: the
+ * slot's value is held while the comparison runs, since an __ne__ may rebind the slot and free it.
+ * A field whose bit is set in `skip` is still compared (its tensors still built) before it is left out,
+ * as the Python version pops it from the dict only after building it: an ill-typed record raises the
+ * same error with any `skip`. The one rule `build` and `line` share. */
 static int field_of(Plan *p, PyObject *rec, Py_ssize_t k, unsigned long long skip, PyObject **v) {
-    *v = *(PyObject **)((char *)rec + p->offset[k]);
-    if (*v == NULL) {
+    PyObject *x = *(PyObject **)((char *)rec + p->offset[k]);
+    if (x == NULL) {
         PyErr_Format(PyExc_AttributeError, "%U", p->names[k]);
         return -1;
     }
-    if (k < 64 && (skip >> k) & 1)
-        return 0;
+    int skipped = k < 64 && (skip >> k) & 1;
     PyObject *o = p->omitted[k];
     if (o == NULL)
-        return 1;
-    if (p->tensors[k])
-        return *v == Py_None ? 0 : 2;
-    if (*v == o)
+        return skipped ? 0 : (*v = Py_NewRef(x), 1);
+    if (p->tensors[k]) {
+        if (x == Py_None)
+            return 0;
+        if (!skipped)
+            return *v = Py_NewRef(x), 2;
+        PyObject *built = tensor_list(p, x); /* built and dropped, as the Python version does */
+        if (built == NULL)
+            return -1;
+        Py_DECREF(built);
         return 0;
-    return PyObject_RichCompareBool(*v, o, Py_NE);
+    }
+    if (x == o)
+        return 0;
+    Py_INCREF(x);
+    int ne = PyObject_RichCompareBool(x, o, Py_NE);
+    if (ne <= 0 || skipped) {
+        Py_DECREF(x);
+        return ne < 0 ? -1 : 0;
+    }
+    *v = x;
+    return 1;
 }
 
 /* build(record, seq, skip): the record's sparse dict. Hot path: once per record the writer writes. */
@@ -143,33 +197,14 @@ static PyObject *plan_build(Plan *p, PyObject *const *args, Py_ssize_t nargs) {
         if (w == 0)
             continue;
         if (w == 2) {
-            /* [tensor(t) for t in v] */
-            PyObject *seq = PySequence_Fast(v, "a tensor list must be a sequence");
-            if (seq == NULL)
+            PyObject *list = tensor_list(p, v);
+            Py_SETREF(v, list);
+            if (v == NULL)
                 goto fail;
-            Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
-            PyObject *list = PyList_New(m);
-            if (list == NULL) {
-                Py_DECREF(seq);
-                goto fail;
-            }
-            for (Py_ssize_t j = 0; j < m; j++) {
-                PyObject *one = PyObject_CallOneArg(p->tensor, PySequence_Fast_GET_ITEM(seq, j));
-                if (one == NULL) {
-                    Py_DECREF(list);
-                    Py_DECREF(seq);
-                    goto fail;
-                }
-                PyList_SET_ITEM(list, j, one);
-            }
-            Py_DECREF(seq);
-            int r = PyDict_SetItem(d, p->names[k], list);
-            Py_DECREF(list);
-            if (r < 0)
-                goto fail;
-            continue;
         }
-        if (PyDict_SetItem(d, p->names[k], v) < 0)
+        int r = PyDict_SetItem(d, p->names[k], v);
+        Py_DECREF(v);
+        if (r < 0)
             goto fail;
     }
     return d;
@@ -383,13 +418,17 @@ static PyObject *plan_line(Plan *p, PyObject *const *args, Py_ssize_t nargs) {
             goto done;
         if (w == 0)
             continue;
-        if (w == 2)
+        if (w == 2) {
+            Py_DECREF(v);
             goto fallback; /* tensor lists: the dict and orjson */
+        }
         if (!placed && PyUnicode_CompareWithASCIIString(p->names[k], "payload_at") == 0) {
-            v = payload_at; /* the writer's place in the side file, where the field stands */
+            Py_SETREF(v, Py_NewRef(payload_at)); /* the writer's place in the side file, where the field stands */
             placed = 1;
         }
-        if (put_key(&o, p->names[k]) < 0 || (r = put_value(&o, v, 0)) < 0)
+        r = put_key(&o, p->names[k]) < 0 ? -1 : put_value(&o, v, 0);
+        Py_DECREF(v);
+        if (r < 0)
             goto done;
         if (!r)
             goto fallback;

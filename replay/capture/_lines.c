@@ -148,7 +148,9 @@ static int plain_key(PyObject *k, const char **p, Py_ssize_t *n) {
  *   roles:  per key (role, field, mask, oneof|None, deep|None, tensor_list)
  *   fields: per field (member descriptor, omitted value or a marker, from_key)
  *   sticky: per sticky field (field, in_line)
- * Returns True when the shape was taken. */
+ * Returns True when the shape was taken. A plan that does not fit its class or its keys (a slot of
+ * another class, an index past the keys or the fields) is a TypeError or ValueError: decode fills
+ * records by offset and reads the line's values by these indexes (lines.plan makes none such). */
 static PyObject *table_add(Table *t, PyObject *args) {
     PyObject *keys, *plan;
     if (!PyArg_ParseTuple(args, "O!O!:add", &PyTuple_Type, &keys, &PyTuple_Type, &plan)) return NULL;
@@ -223,9 +225,14 @@ static PyObject *table_add(Table *t, PyObject *args) {
         PyObject *descr, *omitted;
         int from_key;
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "OOi:field", &descr, &omitted, &from_key)) goto fail;
-        s->offset[i] = plain_slot(descr, NULL);
+        /* of `cls` itself and within its instances (replay/_slots.h): the record is filled by offset */
+        s->offset[i] = plain_slot(descr, (PyTypeObject *)cls);
         if (s->offset[i] < 0) {
             PyErr_SetString(PyExc_TypeError, "a field is not an object slot of the record class");
+            goto fail;
+        }
+        if (from_key >= nkeys) {
+            PyErr_Format(PyExc_ValueError, "plan: field %d is read from key %d of %zd", i, from_key, nkeys);
             goto fail;
         }
         s->from_key[i] = from_key;
@@ -238,6 +245,16 @@ static PyObject *table_add(Table *t, PyObject *args) {
     for (int i = 0; i < s->nsticky; i++) {
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(sticky, i), "ip:sticky", &s->sticky_field[i], &s->sticky_in_line[i]))
             goto fail;
+        if (s->sticky_field[i] < 0 || s->sticky_field[i] >= s->nfields) {
+            PyErr_Format(PyExc_ValueError, "plan: sticky field %d of %d", s->sticky_field[i], s->nfields);
+            goto fail;
+        }
+    }
+    /* build() reads the line's call and dir values by these indexes: a line with sticky fields needs
+     * both, one that forgets them the call (lines.plan declines shapes without them) */
+    if ((s->nsticky && (dir_key < 0 || dir_key >= nkeys)) || ((s->nsticky || forget) && (call_key < 0 || call_key >= nkeys))) {
+        PyErr_Format(PyExc_ValueError, "plan: call key %d, dir key %d of %zd", call_key, dir_key, nkeys);
+        goto fail;
     }
     uint64_t h = s->hash;
     for (;;) {
@@ -371,7 +388,10 @@ static PyObject *value(Table *t, const char **pp, const char *e) {
     PyObject *v = PyObject_CallOneArg(t->loads, bytes);
     Py_DECREF(bytes);
     if (v == NULL) {
-        PyErr_Clear(); /* not valid JSON: the Python path says so */
+        /* not valid JSON (orjson's JSONDecodeError, a ValueError): the Python path says so; anything
+         * else (MemoryError, KeyboardInterrupt) is the caller's, as it is on the Python path */
+        if (!PyErr_ExceptionMatches(PyExc_ValueError)) return NULL;
+        PyErr_Clear();
         return BAIL;
     }
     *pp = end;
@@ -425,8 +445,8 @@ static PyObject *build(Table *t, Shape *s, PyObject **vals, const char **dp, con
             v = PyObject_CallOneArg(k->tensor_list ? s->to_specs : t->loads, text);
             Py_DECREF(text);
             if (v == NULL) {
-                if (k->tensor_list) return NULL;
-                PyErr_Clear(); /* not valid JSON: the Python path says so */
+                if (k->tensor_list || !PyErr_ExceptionMatches(PyExc_ValueError)) return NULL;
+                PyErr_Clear(); /* not valid JSON (a ValueError): the Python path says so */
                 return BAIL;
             }
             vals[i] = v;

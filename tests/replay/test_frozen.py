@@ -17,6 +17,7 @@ from replay.capture import events as ev
 from replay.frozen import building
 from replay.machine.outcomes import RequestOutcome
 from replay.machine.tracker import track
+from tests.support.child import run_python
 from tests.support.paths import DATA, ROOT
 
 
@@ -127,3 +128,97 @@ def test_the_compiled_maker_refuses_a_built_in_type_without_crashing() -> None:
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
     names = [n.strip() for n in _STATIC_TYPES.split(",")]
     assert proc.stdout.splitlines() == [f"Maker: 'real' is not a plain object slot of {n}" for n in names]
+
+
+# -- the compiled maker and Python code it runs: hazards that crashed the interpreter ------------------
+# Each runs in a child interpreter (tests/support/child.py): a crash fails the test, not the run.
+
+_HOSTILE_KEYS = '''
+import dataclasses
+from replay import frozen
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class R:
+    a: object
+    b: object = None
+    c: object = None
+
+class Value:  # a value nothing else holds: freed at once when the dict lets it go
+    pass
+
+def fields(key_type, names):
+    d = {}
+    class Key(key_type):
+        __hash__ = key_type.__hash__
+        def __eq__(self, other):  # runs inside the maker's name lookup
+            d.clear()  # frees the dict's keys and values
+            return key_type.__eq__(self, other)
+    for name in names:
+        d[Key(name)] = Value()
+    return d
+
+def outcome(make, key_type, names):
+    try:
+        rec = make(1, fields(key_type, names))
+    except TypeError as e:
+        return "TypeError", str(e).rsplit(" ", 1)[-1] if "unexpected" in str(e) else str(e)
+    return "ok", type(rec).__name__, type(rec.b).__name__, type(rec.c).__name__
+
+fast, slow = frozen.maker(R, ("a",)), frozen.py_maker(R, ("a",))
+assert getattr(fast, "__self__", None) is not None  # the compiled one
+class Hashable:
+    def __init__(self, name): self.name = name
+    def __hash__(self): return hash(self.name)
+for key_type, names in ((str, ["b"]), (str, ["zz", "b"]), (str, ["c", "b"]), (Hashable, ["b"])):
+    print(outcome(fast, key_type, names), outcome(slow, key_type, names))
+'''
+
+
+@pytest.mark.skipif(frozen._C is None, reason="replay._frozen is not built here (or TRITON_TAP_PURE)")
+def test_a_key_whose_eq_empties_the_fields_dict_gives_what_the_python_maker_gives() -> None:
+    """The maker read the dict's key and value borrowed across the name lookup, where a str subclass's
+    __eq__ (or a non-str key's) runs: one that empties the dict freed them before they were stored
+    (use after free: SIGSEGV with freed memory overwritten). Now it holds them, refuses non-str keys as
+    a call with ``**fields`` does, and answers what the Python maker answers."""
+    out = run_python(_HOSTILE_KEYS).splitlines()
+    assert len(out) == 4
+    for line in out:
+        got, want = line.split(") (")
+        assert got + ")" == "(" + want, line
+    assert out[0].startswith("('ok', 'R', 'Value', 'NoneType')")
+    assert "keywords must be strings" in out[3]
+
+
+_UNINITIALISED = '''
+from replay._frozen import Maker
+
+class R:
+    __slots__ = ("a",)
+
+def attempt(what):
+    try:
+        what()
+    except TypeError as e:
+        print("TypeError:", e)
+    else:
+        print("accepted")
+
+attempt(lambda: Maker.__new__(Maker).make({}))  # no __init__ at all
+m = Maker(R, ("a",), 0, (None,), object())
+attempt(lambda: m.__init__(R, ("a",), 0, (None,), object()))  # a second __init__ leaked the first's tables
+half = Maker.__new__(Maker)
+attempt(lambda: half.__init__(R, ("a", "nope"), 0, (None, None), object()))  # fails at "nope"
+attempt(lambda: half.make({}))  # the half-made plan: its offset for "nope" was -1
+'''
+
+
+@pytest.mark.skipif(frozen._C is None, reason="replay._frozen is not built here (or TRITON_TAP_PURE)")
+def test_a_maker_not_or_twice_initialised_refuses_with_type_error() -> None:
+    """``Maker.__new__(Maker).make({})`` read the class of a plan never made (NULL: SIGSEGV); a second
+    ``__init__`` replaced the first's tables without freeing them."""
+    assert run_python(_UNINITIALISED).splitlines() == [
+        "TypeError: make(): the Maker was not initialised",
+        "TypeError: Maker: already initialised",
+        "TypeError: Maker: 'nope' is not a plain object slot of R",
+        "TypeError: make(): the Maker was not initialised",
+    ]

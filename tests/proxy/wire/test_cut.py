@@ -10,6 +10,7 @@ into CONTINUATIONs, frames inside a block.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import hpack
@@ -27,6 +28,7 @@ needs_compiled = pytest.mark.skipif(wire._cut is None, reason="proxy.wire._cut i
 _SIZE = {wire.PRIORITY: 5, wire.RST_STREAM: 4, wire.PING: 8, wire.WINDOW_UPDATE: 4, wire.GOAWAY: 8, wire.SETTINGS: 6}
 _CONN = {wire.SETTINGS, wire.PING, wire.GOAWAY}
 _BLOCK = hpack.Encoder().encode([(b"x-a", b"b"), (b":status", b"200")])
+_ADDRESS = re.compile(r"0x[0-9a-f]+")
 
 
 @st.composite
@@ -70,8 +72,8 @@ def _read(use_cut: bool, stream: bytes, cuts: list[int], monkeypatch: pytest.Mon
     for c in [*sorted(c for c in cuts if c <= len(stream)), len(stream)]:
         try:
             got = reader.feed(stream[prev:c])
-        except FrameError as e:
-            seen.append(("error", e.code, str(e), _norm(e.before)))
+        except FrameError as e:  # (hpack's errors name the buffer they read by its address: not compared)
+            seen.append(("error", e.code, _ADDRESS.sub("0x...", str(e)), _norm(e.before)))
             break
         seen.append((_norm(got), None if reader.span is None else bytes(reader.span)))
         prev = c

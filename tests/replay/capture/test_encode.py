@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from replay.capture import events as ev
 from replay.capture import schema
 from tests.replay.capture.test_shapes import MESSAGES, RECORDS
+from tests.support.child import run_python
 
 needs_compiled = pytest.mark.skipif(
     schema._CE is None, reason="replay.capture._encode is not built here (or TRITON_TAP_PURE)"
@@ -187,3 +188,108 @@ def test_the_line_handles_what_calls_carry() -> None:
         assert line is not None and line == _dumps(rec, 7, 0, None)[1]
     for slow in (dataclasses.replace(end, duration_ms=1e-7), dataclasses.replace(end, duration_ms=float("inf"))):
         assert schema._LINE[ev.CallEnded](slow, 7, 0, None) is None
+
+
+# -- Python code the builder runs, and ill-typed records: what crashed the interpreter or told the two apart --
+# The crashing ones run in a child interpreter (tests/support/child.py): a crash fails the test, not the run.
+
+_SHRINKING_LIST = '''
+from replay.capture import events as ev, schema
+from replay.capture._encode import Plan
+
+names = tuple(schema._OMITTED["message"])
+def plan(tensor):
+    return Plan(ev.MessageSeen, schema.SCHEMA_VERSION, names, tuple(schema._OMITTED["message"].values()),
+                schema._ALWAYS, frozenset(schema._TENSOR_LISTS), tensor)
+
+def shrinking(items):
+    def tensor(t):
+        del items[1:]  # the writer's tensor function, misbehaving: it empties the list being read
+        return t.name
+    return tensor
+
+specs = [ev.TensorSpec(name=f"T{i}", datatype="FP32", shape=[1]) for i in range(64)]
+items = list(specs)
+rec = ev.MessageSeen(t_ns=1, call="c", dir="s2c", index=0, size=1, output_tensors=items)
+got = plan(shrinking(items)).build(rec, 1, 0)["output_tensors"]
+again = list(specs)
+want = [t for t in map(shrinking(again), again)]  # [tensor(t) for t in v], as the Python builds it
+print(got, want)
+'''
+
+
+@needs_compiled
+def test_a_tensor_function_that_shrinks_the_list_is_read_as_python_reads_it() -> None:
+    """The builder read a tensor list's size once, then its items by index around a Python call per item:
+    a call that shrank the list made it read past the end (SIGSEGV). Now it reads through the list's
+    iterator, as ``[tensor(t) for t in v]`` does, and builds what that builds."""
+    got, want = run_python(_SHRINKING_LIST).strip().split("] [")
+    assert got + "]" == "[" + want == "['T0']"
+
+
+_NE_REBINDS = '''
+from replay.capture import events as ev, schema
+
+rec = ev.MessageSeen(t_ns=1, call="c", dir="s2c", index=0, size=1)
+
+class Model:  # a value nothing else holds once the slot is rebound
+    def __ne__(self, other):
+        object.__setattr__(rec, "model", "other")  # rebinds the field being compared: frees this value
+        return True
+
+for way in ("python", "compiled", "line"):
+    object.__setattr__(rec, "model", Model())
+    if way == "python":
+        got = schema._PY_BUILD[ev.MessageSeen](rec, 1, 0)["model"]
+    elif way == "compiled":
+        got = schema._BUILD[ev.MessageSeen](rec, 1, 0)["model"]
+    else:
+        got = schema._LINE[ev.MessageSeen](rec, 1, 0, None)  # a value it cannot write: None, orjson's
+    print(way, type(got).__name__)
+'''
+
+
+@needs_compiled
+def test_a_value_whose_ne_rebinds_its_field_is_written_as_python_writes_it() -> None:
+    """The builder held a field's value borrowed from the record across ``value != default``: an
+    ``__ne__`` rebinding that field freed it before it went into the dict (use after free: SIGSEGV with
+    freed memory overwritten). Now it holds the value, and writes the one it read, as the Python does."""
+    assert run_python(_NE_REBINDS).splitlines() == ["python Model", "compiled Model", "line NoneType"]
+
+
+def _raised(build: Any, *args: Any) -> str:
+    try:
+        build(*args)
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return "no error"
+
+
+@needs_compiled
+@pytest.mark.parametrize("tensors", [5, [5], None, []])
+def test_a_skipped_field_is_checked_as_the_python_checks_it(tensors: Any) -> None:
+    """The Python builds every field, then pops the skipped ones: a record whose skipped ``output_tensors``
+    is not a list of tensors raises there (TypeError, or the AttributeError of reading a tensor's name).
+    The C left a skipped field out before reading it and wrote the line: now both raise the same, with
+    every ``skip``, by the dict and by the line."""
+    rec = ev.MessageSeen(t_ns=1, call="c", dir="s2c", index=0, size=1, model="m", output_tensors=tensors)
+    for skip in (0, schema._STICKY_SKIP):
+        want = _raised(schema._PY_BUILD[ev.MessageSeen], rec, 1, skip)
+        assert _raised(schema._BUILD[ev.MessageSeen], rec, 1, skip) == want
+        if tensors in (None, []):
+            assert want == "no error"
+            continue
+        assert want.startswith("TypeError" if tensors == 5 else "AttributeError")
+        if skip:  # (not skipped: a tensor list goes to the dict, whose error is the one above)
+            assert _raised(schema._LINE[ev.MessageSeen], rec, 1, skip, None) == want
+
+
+@needs_compiled
+def test_the_encoder_refuses_an_ill_typed_repeat_as_it_refused_the_first() -> None:
+    """The writer's Encoder compares a stream's sticky fields before it encodes: a record repeating an
+    ill-typed ``output_tensors`` was skipped by the C, and written, where the first one raised."""
+    rec = ev.MessageSeen(t_ns=1, call="c", dir="s2c", index=0, size=1, output_tensors=5)  # type: ignore[arg-type]
+    encoder = schema.Encoder()
+    for seq in (1, 2):
+        with pytest.raises(TypeError):
+            encoder.encode(rec, seq)

@@ -29,6 +29,7 @@ from replay.capture.schema import encode
 from replay.errors import CaptureError
 from tests.data.make_golden import Builder
 from tests.replay.capture.test_shapes import _JSON, MESSAGES, RECORDS
+from tests.support.child import run_python
 
 needs_compiled = pytest.mark.skipif(not lines.compiled(), reason="the compiled decoder is not built here")
 DATA = Path(__file__).resolve().parents[2] / "data"
@@ -268,3 +269,97 @@ def test_sequence_damage_reads_the_same_either_way(data: st.DataObject, tmp_path
         assert [read(False), read(True)] == compiled
     finally:
         lines.TABLE = table
+
+
+# -- plans that do not fit the record, and errors that are not the line's -----------------------------
+# lines.plan builds consistent plans; the C trusted them. A wrong one wrote past a record or read past
+# the line's values: now it is refused when added. Run in a child interpreter (tests/support/child.py),
+# where a crash fails the test instead of ending the run.
+
+_BAD_PLANS = '''
+import orjson
+from replay.capture._lines import Table, R_V, R_SEQ, R_KIND, R_FIELD, B_INT, B_STR
+
+class Small:
+    __slots__ = ("a",)
+
+class Big:
+    __slots__ = ("a", "b")
+
+def roles(n):
+    envelope = [(R_V, -1, 0, None, None, False), (R_SEQ, -1, 0, None, None, False), (R_KIND, -1, 0, None, None, False)]
+    return tuple(envelope + [(R_FIELD, 0, B_INT | B_STR, None, None, False)] * n)
+
+def plan(fields, sticky=(), call=-1, direction=-1, forget=False, cls=Small):
+    return (cls, "x", 4, None, roles(2), fields, sticky, call, direction, forget)
+
+keys = ("v", "seq", "kind", "call", "dir")
+line = b'{"v":4,"seq":1,"kind":"x","call":"c1","dir":"s2c"}\\n'
+cases = {
+    "a slot of another, larger class": plan(((Big.b, None, 3),)),
+    "a field read from a key the line lacks": plan(((Small.a, None, 100000),)),
+    "sticky fields without the dir key": plan(((Small.a, None, 3),), ((0, True),), 3, -1),
+    "sticky fields with keys past the line's": plan(((Small.a, None, 3),), ((0, True),), 100000, 100000),
+    "a sticky field past the record's": plan(((Small.a, None, 3),), ((100000, True),), 3, 4),
+    "forgetting without the call key": plan(((Small.a, None, 3),), (), 100000, -1, True),
+    "a fitting plan": plan(((Small.a, None, 3),), ((0, True),), 3, 4),
+}
+for what, made in cases.items():
+    table = Table(orjson.loads)
+    try:
+        added = table.add(keys, made)
+        got = [table.decode(line, {}) for _ in range(20)][-1]
+    except (TypeError, ValueError) as e:
+        print(f"{what}: {type(e).__name__}")
+    else:
+        print(f"{what}: added {added}, decoded {type(got[1]).__name__}, a={got[1].a!r}")
+'''
+
+
+@needs_compiled
+def test_a_plan_that_does_not_fit_the_record_or_the_line_is_refused() -> None:
+    """A field's slot of another class was filled by its offset in a smaller record (heap overflow: the
+    allocator's check aborted), and the indexes of a field's key, of the call and dir keys and of a
+    sticky field were used unchecked (SIGSEGV): each is now a TypeError or ValueError from ``add``."""
+    assert run_python(_BAD_PLANS).splitlines() == [
+        "a slot of another, larger class: TypeError",
+        "a field read from a key the line lacks: ValueError",
+        "sticky fields without the dir key: ValueError",
+        "sticky fields with keys past the line's: ValueError",
+        "a sticky field past the record's: ValueError",
+        "forgetting without the call key: ValueError",
+        "a fitting plan: added True, decoded Small, a='c1'",
+    ]
+
+
+class _Unexpected(Exception):
+    """An error of the parser that is not about the text (not a ValueError)."""
+
+
+@needs_compiled
+@pytest.mark.parametrize("raised", [MemoryError, KeyboardInterrupt, _Unexpected])
+def test_an_error_that_is_not_the_line_s_reaches_the_caller(raised: type[BaseException]) -> None:
+    """The C hands orjson the values it does not read itself (a float, an object) and, when orjson refused
+    one, cleared the error and let the Python path judge the line: it cleared a MemoryError or a
+    KeyboardInterrupt too, and the Python path then parsed the line again. Now only the JSONDecodeError
+    (a ValueError) of invalid text is cleared; anything else reaches the reader, as on the Python path."""
+
+    def loads(text: bytes) -> Any:
+        raise raised("not about the text")
+
+    def invalid(text: bytes) -> Any:
+        raise orjson.JSONDecodeError("invalid", "", 0)
+
+    shape = ("v", "seq", "kind", "t_ns", "note", "labels")
+    float_value = b'{"v":4,"seq":1,"kind":"mark","t_ns":1.5,"note":"n","labels":{}}\n'
+    object_value = b'{"v":4,"seq":1,"kind":"mark","t_ns":1,"note":"n","labels":{"a":"b"}}\n'
+    assert lines._C is not None
+    for line in (float_value, object_value):
+        for parse, want in ((loads, raised), (invalid, None)):
+            table = lines._C.Table(parse)
+            assert lines.register(table, ev.MarkRecorded, shape, **schema.shape_tables("mark"))
+            if want is None:
+                assert table.decode(line, {}) is None  # invalid text: the Python path judges the line
+            else:
+                with pytest.raises(want):
+                    table.decode(line, {})
