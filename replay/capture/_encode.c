@@ -9,8 +9,8 @@
  * envelope `v`, `seq`, `kind`, then every field in order that is required (`always`), or not the
  * very object nor equal to the value a reader fills in for it; tensor lists through the given
  * Python function per tensor. Fields whose bit is set in `skip` are left out (the sparse encoder's
- * sticky fields, when they repeat), once evaluated as the Python evaluates them (so an ill-typed one
- * raises the same error). An unset slot raises AttributeError, as reading it would. Python code this
+ * sticky fields, when they repeat) without being evaluated, as the Python version leaves them. An
+ * unset slot raises AttributeError, as reading it would. Python code this
  * runs (a value's __ne__, the tensor function) may change the record or the list: values are held and
  * lists read through their iterator, never by a size read before.
  * Pure: no I/O, no state but the plan.
@@ -132,35 +132,29 @@ fail:
  * tensors in *v), 0 left out (skipped, or what a reader fills in), -1 error (an unset slot: AttributeError,
  * as reading it would; or what the comparison or tensor() raised). *v is a new reference when 1 or 2: the
  * slot's value is held while the comparison runs, since an __ne__ may rebind the slot and free it.
- * A field whose bit is set in `skip` is still compared (its tensors still built) before it is left out,
- * as the Python version pops it from the dict only after building it: an ill-typed record raises the
- * same error with any `skip`. The one rule `build` and `line` share. */
+ * A field whose bit is set in `skip` is read (an unset slot raises) and left out unevaluated, as the
+ * Python version leaves it: the twins agree with any `skip`. The one rule `build` and `line` share. */
 static int field_of(Plan *p, PyObject *rec, Py_ssize_t k, unsigned long long skip, PyObject **v) {
     PyObject *x = *(PyObject **)((char *)rec + p->offset[k]);
     if (x == NULL) {
         PyErr_Format(PyExc_AttributeError, "%U", p->names[k]);
         return -1;
     }
-    int skipped = k < 64 && (skip >> k) & 1;
+    if (k < 64 && (skip >> k) & 1)
+        return 0; /* left out unevaluated, as the Python version leaves it (the sticky fields of a repeat) */
     PyObject *o = p->omitted[k];
     if (o == NULL)
-        return skipped ? 0 : (*v = Py_NewRef(x), 1);
+        return *v = Py_NewRef(x), 1;
     if (p->tensors[k]) {
         if (x == Py_None)
             return 0;
-        if (!skipped)
-            return *v = Py_NewRef(x), 2;
-        PyObject *built = tensor_list(p, x); /* built and dropped, as the Python version does */
-        if (built == NULL)
-            return -1;
-        Py_DECREF(built);
-        return 0;
+        return *v = Py_NewRef(x), 2;
     }
     if (x == o)
         return 0;
     Py_INCREF(x);
     int ne = PyObject_RichCompareBool(x, o, Py_NE);
-    if (ne <= 0 || skipped) {
+    if (ne <= 0) {
         Py_DECREF(x);
         return ne < 0 ? -1 : 0;
     }

@@ -102,20 +102,22 @@ def _compile(cls: type[Any]) -> Callable[[Any, int, int], dict[str, Any]]:
     compiled twin (``_encode.c``) does the same; tests/replay/capture/test_encode.py holds them equal.
     """
     omitted = _OMITTED[cls.kind]
-    env: dict[str, Any] = {"_tensor": _tensor, "_names": tuple(omitted)}
+    env: dict[str, Any] = {"_tensor": _tensor}
     lines = ["def enc(r, seq, skip):", f"    d = {{'v': {SCHEMA_VERSION}, 'seq': seq, 'kind': {cls.kind!r}}}"]
     for i, (name, omit) in enumerate(omitted.items()):
+        # Every field is read (an unset slot raises); one whose bit is set in ``skip`` is left out
+        # unevaluated (the compiled twin does the same).
+        lines.append(f"    v = r.{name}")
+        lines.append(f"    if not skip >> {i} & 1:")
         if omit is _ALWAYS:
-            lines.append(f"    d[{name!r}] = r.{name}")
+            lines.append(f"        d[{name!r}] = v")
             continue
         env[f"o{i}"] = omit
-        lines.append(f"    v = r.{name}")
         if name in _TENSOR_LISTS:
-            lines.append(f"    if v is not None: d[{name!r}] = [_tensor(t) for t in v]")
+            lines.append(f"        if v is not None: d[{name!r}] = [_tensor(t) for t in v]")
         else:
-            lines.append(f"    if v is not o{i} and v != o{i}: d[{name!r}] = v")
-    lines += ["    if skip:", "        for k, name in enumerate(_names):",
-              "            if skip >> k & 1: d.pop(name, None)", "    return d"]  # fmt: skip
+            lines.append(f"        if v is not o{i} and v != o{i}: d[{name!r}] = v")
+    lines.append("    return d")
     exec("\n".join(lines), env)  # code generated from our own dataclass fields only
     enc: Callable[[Any, int, int], dict[str, Any]] = env["enc"]
     return enc
@@ -195,7 +197,6 @@ class Encoder:
             # these lists between a stream's records, so a repeat is mostly identity tests.
             now = (r.model, r.model_version, r.outputs, r.output_tensors)
             before = self._last.get(r.call)
-            self._last[r.call] = now
             if now == before:
                 skip = _STICKY_SKIP
         elif cls is _CALL_END:
@@ -209,6 +210,9 @@ class Encoder:
         if payload_at is not None:
             d["payload_at"] = payload_at
         if now is not None and not skip:
+            # The reference of the call's next record, once this one's fields were written whole (one
+            # that raised is none: its repeat must raise too, not be left out as a repeat).
+            self._last[r.call] = now
             if before is not None:
                 for name, value, old in zip(_STICKY, now, before, strict=True):
                     if value == old:
