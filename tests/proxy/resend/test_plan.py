@@ -185,7 +185,7 @@ def _recorded(*reads: tuple[str, bytes | None]) -> list[CallScript]:
 @pytest.mark.parametrize(
     ("sent", "why"),
     [
-        (_INFER + b"transfer-encoding: chunked\r\n\r\n" + _chunk(_BODY[:40]), CUT_SHORT_CHUNKED),
+        (_INFER + b"transfer-encoding: chunked\r\n\r\n" + _chunk(_BODY[:40]), CUT_SHORT),  # the recorder's mark
         (_by_length(_BODY)[:-40], CUT_SHORT),
         (_by_length(_BODY)[: -len(_BODY)], CUT_SHORT),  # the head alone: no body byte arrived
     ],
@@ -232,3 +232,19 @@ def test_the_recorders_cut_short_mark_is_enough() -> None:
     assert call.unsendable == CUT_SHORT
     (whole,) = scripts(list(enumerate([recs[0], dataclasses.replace(msg, decode_error=None), recs[2]])))
     assert whole.unsendable is None
+
+
+def test_a_chunked_body_without_the_mark_whose_client_left_before_any_reply_is_unsendable() -> None:
+    """A capture from before the recorder marked cut bodies: a chunked body cannot be measured against a
+    length, so a client that left before any reply may have left it unfinished: refused, and said so."""
+    meta = [["host", "x"], ["transfer-encoding", "chunked"]]
+    start = ev.CallStarted(t_ns=T0, call="c1.1", conn="c1", method="POST /v2/models/m/infer", peer="127.0.0.1:5",
+                           metadata=meta, timeout_ms=None)  # fmt: skip
+    msg = ev.MessageSeen(t_ns=T0 + MS, call="c1.1", dir="c2s", index=0, size=40, model="m",
+                         payload=base64.b64encode(_BODY[:40]).decode(), payload_truncated=False)  # fmt: skip
+    cancel = ev.CallCancelled(t_ns=T0 + 2 * MS, call="c1.1", cause="client_disconnect", in_flight=["r"],
+                              responded=[], rst_code=None, elapsed_ms=2.0, forwarded_upstream=True)  # fmt: skip
+    end = ev.CallEnded(t_ns=T0 + 2 * MS, call="c1.1", status="CANCELLED", details=None, cause="client_disconnect",
+                       trailers=None, initial_metadata=None, duration_ms=2.0, messages_c2s=1, messages_s2c=0)  # fmt: skip
+    (call,) = scripts(list(enumerate([start, msg, cancel, end])))
+    assert call.unsendable == CUT_SHORT_CHUNKED
