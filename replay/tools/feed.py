@@ -126,46 +126,73 @@ def _rebuild(rec: ev.MessageSeen, seq: int, call: str) -> _Response:
     return _Response(rec.t_ns, DatalessInferResult(r, why), None)
 
 
-def _stream(capture: CaptureSource, call: str | None) -> Iterator[int | _Response | _End]:
-    """The chosen call's start time, then its responses and end, in capture order (read lazily)."""
+@dataclass
+class _Choice:
+    """Which call :func:`_call_records` took, and what a "no such call" error names."""
+
+    #: ids of the first calls of the kind asked for (at most 11: only for the error message)
+    of_kind: list[str]
+    #: the asked-for call exists but is of another kind
+    other_kind: bool = False
+
+
+def _call_records(capture: CaptureSource, call: str | None, accept: Callable[[str], bool],
+                  choice: _Choice) -> Iterator[tuple[int, str, ev.Record]]:  # fmt: skip
+    """``(seq, call id, record)`` of one call, in capture order from its ``call_start`` to its ``call_end``
+    (read lazily): ``call``, or the first call whose method ``accept`` takes. Nothing when there is none
+    (``choice`` says what there was)."""
     records, _ = open_source(capture)
     chosen: str | None = None
     ids = CaptureIds()
-    streams: list[str] = []
-    unary_match = False
-    cancel: ev.CallCancelled | None = None
     for seq, rec in records:
         if ids.starts(rec) or isinstance(rec, ev.CaptureStarted):
             continue
         if chosen is None:
             if isinstance(rec, ev.CallStarted):
                 cid = ids.of(rec.call)
-                if rec.method == STREAM_INFER:
-                    if len(streams) <= 10:  # only for the error message
-                        streams.append(cid)
+                if accept(rec.method):
+                    if len(choice.of_kind) <= 10:
+                        choice.of_kind.append(cid)
                     if call is None or cid == call:
                         chosen = cid
-                        yield rec.t_ns
+                        yield seq, cid, rec
                 elif cid == call:
-                    unary_match = True
+                    choice.other_kind = True
             continue
         if getattr(rec, "call", None) is None or ids.of(rec.call) != chosen:  # type: ignore[union-attr]
             continue
-        if isinstance(rec, ev.MessageSeen):
+        yield seq, chosen, rec
+        if isinstance(rec, ev.CallEnded):
+            return
+
+
+def _shown(ids: list[str]) -> str:
+    return ", ".join(ids[:10]) + (", ..." if len(ids) > 10 else "") or "none"
+
+
+def _stream(capture: CaptureSource, call: str | None) -> Iterator[int | _Response | _End]:
+    """The chosen call's start time, then its responses and end, in capture order (read lazily)."""
+    choice = _Choice([])
+    started = False
+    cancel: ev.CallCancelled | None = None
+    for seq, cid, rec in _call_records(capture, call, lambda method: method == STREAM_INFER, choice):
+        if isinstance(rec, ev.CallStarted):
+            started = True
+            yield rec.t_ns
+        elif isinstance(rec, ev.MessageSeen):
             if rec.dir == "s2c":
-                yield _rebuild(rec, seq, chosen)
+                yield _rebuild(rec, seq, cid)
         elif isinstance(rec, ev.CallCancelled):
             cancel = rec
         elif isinstance(rec, ev.CallEnded):
             yield _End(rec.t_ns, rec.status, rec.cause, rec.details, rec.initial_metadata, rec.trailers)
             return
-    if chosen is None:
+    if not started:
         if call is None:
             raise UserError("the capture has no ModelStreamInfer call to feed")
-        if unary_match:
+        if choice.other_kind:
             raise UserError(f"call {call!r} is not a ModelStreamInfer call")
-        shown = ", ".join(streams[:10]) + (", ..." if len(streams) > 10 else "")
-        raise UserError(f"call {call!r} is not in the capture (stream calls: {shown or 'none'})")
+        raise UserError(f"call {call!r} is not in the capture (stream calls: {_shown(choice.of_kind)})")
     if cancel is not None:
         # The capture ends between the cancel and its call_end: the cancel says how it ended.
         yield _End(cancel.t_ns, STATUS_FOR_CAUSE[cancel.cause], cancel.cause, None, None, None)
@@ -348,30 +375,21 @@ def _http_stream(
     capture: CaptureSource, call: str | None
 ) -> Iterator[int | tuple[int, dict[str, Any] | None, str | None, bool]]:
     """The chosen call's start time, then ``(t_ns, event, error, last)`` per event and one for the end."""
-    records, _ = open_source(capture)
-    chosen: str | None = None
+    choice = _Choice([])
     kind = ""
-    ids = CaptureIds()
-    found: list[str] = []
     cancel: ev.CallCancelled | None = None
-    for seq, rec in records:
-        if ids.starts(rec) or isinstance(rec, ev.CaptureStarted):
-            continue
-        if chosen is None:
-            if isinstance(rec, ev.CallStarted):
-                cid = ids.of(rec.call)
-                k = http_kind(rec.method)
-                if k == "generate_stream" or k in OPENAI:
-                    found.append(cid)
-                    if call is None or cid == call:
-                        chosen, kind = cid, k
-                        yield rec.t_ns
-            continue
-        if getattr(rec, "call", None) is None or ids.of(rec.call) != chosen:  # type: ignore[union-attr]
-            continue
-        if isinstance(rec, ev.MessageSeen):
+
+    def accept(method: str) -> bool:
+        k = http_kind(method)
+        return k == "generate_stream" or k in OPENAI
+
+    for seq, cid, rec in _call_records(capture, call, accept, choice):
+        if isinstance(rec, ev.CallStarted):
+            kind = http_kind(rec.method) or ""
+            yield rec.t_ns
+        elif isinstance(rec, ev.MessageSeen):
             if rec.dir == "s2c":
-                event, error = _event(kind, rec, seq, chosen)
+                event, error = _event(kind, rec, seq, cid)
                 if event is not None:
                     yield rec.t_ns, event, error, False
         elif isinstance(rec, ev.CallCancelled):
@@ -379,11 +397,11 @@ def _http_stream(
         elif isinstance(rec, ev.CallEnded):
             yield rec.t_ns, None, _http_end_error(rec.cause, rec.http_status, rec.details), True
             return
-    if chosen is None:
+    if not kind:
         if call is None:
             raise UserError("the capture has no HTTP generate_stream (or OpenAI) call to feed")
         raise UserError(f"call {call!r} is not an HTTP generate_stream or OpenAI call of the capture "
-                        f"(those: {', '.join(found[:10]) or 'none'})")  # fmt: skip
+                        f"(those: {_shown(choice.of_kind)})")  # fmt: skip
     if cancel is not None:
         yield cancel.t_ns, None, _http_end_error(cancel.cause, None, None), True
 
