@@ -35,8 +35,6 @@ REDACTED_INPUT = "an input removed by --redact-input"
 COMPRESSED_MAP = "a compressed request cannot be re-addressed by --model-map"
 CUT_SHORT = "a request body its client never finished (cut short)"
 CUT_SHORT_CHUNKED = "a chunked request body its client left before any reply, maybe unfinished (no cut-short mark)"
-#: What the recorder writes in the ``decode_error`` of a ``c2s`` message whose body never ended.
-CUT_SHORT_MARK = "cut short"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -148,7 +146,7 @@ def _header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
 def cut_short(call: CallScript) -> str | None:
     """Why an HTTP call's request body was never finished by its client, else None (from the whole capture).
 
-    In order: the recorder marked a ``c2s`` message ``cut short`` (its ``decode_error``); the capture holds
+    In order: the recorder marked a ``c2s`` message cut (``decode_error`` :data:`~replay.capture.events.BODY_CUT`); the capture holds
     fewer body bytes than the request's ``Content-Length``; a chunked request whose client ended the call
     before any reply (an older recorder wrote what arrived of a chunked body as if whole: the capture cannot
     tell an unfinished body from a finished one whose client gave up waiting, so send does not guess).
@@ -187,7 +185,7 @@ def _feed(call: CallScript, rec: ev.Record) -> None:
             call._responses += 1
             return
         call._c2s_bytes += rec.size
-        if rec.decode_error is not None and CUT_SHORT_MARK in rec.decode_error:
+        if rec.decode_error is not None and rec.decode_error.startswith(ev.BODY_CUT):
             call._cut_marked = True
         why = _why_unsendable(rec) if not (rec.size == 0 and protocol(call.method) == "http") else None
         if why is not None:

@@ -327,11 +327,6 @@ def _sse_data(block: bytes) -> str:
     return "\n".join(line[5:].removeprefix(" ") for line in lines if line.startswith("data:"))
 
 
-#: ``decode_error`` words of a record whose bytes the client never got whole: a body the connection's end cut
-#: short, an event no blank line ended. An SSE reader drops such an event; a cut body is no JSON to parse.
-_UNFINISHED = ("cut short", "not terminated")
-
-
 def _terminated(block: bytes) -> bool:
     """The captured event block ends with a blank line (two line ends: CRLF, LF or CR), as a dispatched one does."""
     for eol in (b"\r\n", b"\n", b"\r"):
@@ -348,7 +343,9 @@ def _event(kind: str, rec: ev.MessageSeen, seq: int, call: str) -> tuple[dict[st
     event), the body's JSON and its error."""
     from replay.tools.serve.responses import has_bytes, http_answer
 
-    if rec.decode_error is not None and any(w in rec.decode_error for w in _UNFINISHED):
+    if ev.partial_body(rec.decode_error) or (rec.decode_error or "").startswith(ev.EVENT_UNTERMINATED):
+        # bytes the client never got whole: a body the connection's end cut, an event no blank line
+        # ended (an SSE reader drops it); a cut body is no JSON to parse
         return None, None
     if rec.compressed or (has_payload(rec) and not has_bytes(rec)) or (not has_payload(rec) and rec.request_id is None):
         raise UserError(f"seq {seq}: event {rec.index} of call {call} was not captured whole (compressed, cut at "

@@ -222,7 +222,7 @@ def test_the_recorders_cut_short_mark_is_enough() -> None:
     meta = [["host", "x"], ["transfer-encoding", "chunked"]]
     msg = ev.MessageSeen(t_ns=T0 + MS, call="c1.1", dir="c2s", index=0, size=40, model="m",
                          payload=base64.b64encode(_BODY[:40]).decode(), payload_truncated=False,
-                         decode_error="partial body: cut short, the connection ended before the body did")  # fmt: skip
+                         decode_error=ev.BODY_CUT)  # fmt: skip
     start = ev.CallStarted(t_ns=T0, call="c1.1", conn="c1", method="POST /v2/models/m/infer", peer="127.0.0.1:5",
                            metadata=meta, timeout_ms=None)  # fmt: skip
     end = ev.CallEnded(t_ns=T0 + 2 * MS, call="c1.1", status="UNAVAILABLE", details=None, cause="upstream_disconnect",

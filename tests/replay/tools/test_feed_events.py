@@ -107,7 +107,7 @@ def test_an_event_the_cut_ended_is_not_fed(tmp_path: Path, payload: str) -> None
         cut = dataclasses.replace(rec, size=len(part), payload=base64.b64encode(part).decode(),
                                   payload_sha256=hashlib.sha256(part).hexdigest())  # fmt: skip
     else:
-        cut = dataclasses.replace(rec, decode_error="event not terminated by a blank line before the body ended")
+        cut = dataclasses.replace(rec, decode_error=ev.BODY_CUT)
     b.records[last] = cut
     path = tmp_path / "c.jsonl"
     path.write_bytes(b.finish().render())

@@ -192,7 +192,7 @@ def test_an_event_the_cut_ended_is_served_as_captured_not_completed(serve: _Serv
     part = base64.b64decode(rec.payload)[:-6]  # the event's head, its blank line never came
     b.records[last] = dataclasses.replace(rec, size=len(part), payload=base64.b64encode(part).decode(),
                                           payload_sha256=hashlib.sha256(part).hexdigest(),
-                                          decode_error="partial body: cut short")  # fmt: skip
+                                          decode_error=ev.BODY_CUT)  # fmt: skip
     url = serve(b.finish().render())
     got = b""
     with pytest.raises(httpx.RemoteProtocolError):
