@@ -24,6 +24,8 @@ from __future__ import annotations
 import enum
 import itertools
 
+from proxy.relay.lifecycle import LifecycleError
+
 
 class Exchange(enum.Enum):
     """Where the connection's current exchange stands."""
@@ -82,10 +84,6 @@ EXCHANGE_IGNORED: frozenset[tuple[Exchange, ExchangeInput]] = frozenset(
 #: Every pair, for the exhaustive test.
 EXCHANGE_PAIRS = tuple(itertools.product(Exchange, ExchangeInput))
 
-class ExchangeError(Exception):
-    """An input the table neither allows nor ignores: a bug of the core, never of a peer."""
-
-
 def exchange_after(state: Exchange, inp: ExchangeInput) -> Exchange:
     """The exchange's state after ``inp``."""
     got = EXCHANGE_TABLE.get((state, inp))
@@ -93,4 +91,4 @@ def exchange_after(state: Exchange, inp: ExchangeInput) -> Exchange:
         return got
     if (state, inp) in EXCHANGE_IGNORED:
         return state
-    raise ExchangeError(f"exchange input {inp.value} in state {state.value}")
+    raise LifecycleError(f"exchange input {inp.value} in state {state.value}")

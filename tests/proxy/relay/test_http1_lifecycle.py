@@ -9,10 +9,10 @@ from proxy.relay.http1_lifecycle import (
     EXCHANGE_PAIRS,
     EXCHANGE_TABLE,
     Exchange,
-    ExchangeError,
     ExchangeInput,
     exchange_after,
 )
+from proxy.relay.lifecycle import LifecycleError
 
 X, XI = Exchange, ExchangeInput
 
@@ -24,7 +24,7 @@ def test_every_pair_is_decided(state: Exchange, inp: ExchangeInput) -> None:
     elif (state, inp) in EXCHANGE_IGNORED:
         assert exchange_after(state, inp) is state
     else:
-        with pytest.raises(ExchangeError):
+        with pytest.raises(LifecycleError):
             exchange_after(state, inp)
 
 
@@ -45,7 +45,7 @@ def test_the_exchanges_that_end_a_call() -> None:
     assert s is X.ANSWERED
     assert exchange_after(s, XI.REQUEST_END) is X.IDLE
     # A response before any request is a bug of the core (h11 refuses it first).
-    with pytest.raises(ExchangeError):
+    with pytest.raises(LifecycleError):
         exchange_after(X.IDLE, XI.RESPONSE_HEAD)
     # Every state but CLOSED ends with a loss.
     assert all(exchange_after(s, XI.LOST) is X.CLOSED for s in Exchange)
