@@ -210,8 +210,8 @@ def run_record(args: argparse.Namespace) -> int:
 
 
 class _Version(argparse.Action):
-    """``--version``: the version, and for each compiled module whether it runs or why its Python version
-    does (the registry: :mod:`replay.compiled`); worked out only when asked."""
+    """``--version``: the version, and for each compiled module whether it runs compiled or why it runs
+    uncompiled (the registry: :mod:`replay.compiled`); worked out only when asked."""
 
     def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
                  default: str = argparse.SUPPRESS, help: str | None = None) -> None:  # fmt: skip
@@ -223,9 +223,9 @@ class _Version(argparse.Action):
 
         modules = active()
         width = max(map(len, modules))
-        lines = [f"triton-tap {__version__}", f"compiled modules ({PURE_ENV}=1 runs the Python versions instead):"]
+        lines = [f"triton-tap {__version__}", f"compiled modules ({PURE_ENV}=1 runs their Python instead):"]
         for name, why in modules.items():
-            lines.append(f"  {name:<{width}}  {why if why == COMPILED else f'Python version: {why}'}")
+            lines.append(f"  {name:<{width}}  {why if why == COMPILED else f'uncompiled: {why}'}")
         sys.stdout.write("\n".join(lines) + "\n")
         parser.exit()
 

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# First: which of our modules run compiled is decided before any of them is imported.
+from replay import compiled as _compiled  # noqa: F401
+
 if TYPE_CHECKING:
     from replay.capture.reader import read_capture
     from replay.machine.tracker import track

@@ -63,9 +63,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "proxy/triton/causes.py": ("tests/proxy/triton/test_causes.py",),
     "proxy/triton/inflight.py": ("tests/proxy/triton/test_inflight.py",),
     # test_label_key: the field scanner and cache in front of protobuf's decode give what the decode gives.
-    # test_scan: the Python scanner against the compiled one (run with the compiled modules on: BOTH_PATHS).
-    "proxy/triton/labels.py": ("tests/proxy/triton/test_labels.py", "tests/proxy/triton/test_label_key.py",
-                               "tests/proxy/triton/test_scan.py"),
+    "proxy/triton/labels.py": ("tests/proxy/triton/test_labels.py", "tests/proxy/triton/test_label_key.py"),
     "replay/tools/match.py": ("tests/replay/tools/test_match.py",),
     "replay/capture/schema.py": ("tests/replay/capture",),
     "replay/capture/reader.py": ("tests/replay/capture",),
@@ -168,18 +166,13 @@ def _mutmut() -> str:
     return str(beside) if beside.exists() else "mutmut"
 
 
-#: Modules whose tests run the compiled and the Python path side by side themselves (test_label_key's
-#: ``_same`` forces the Python one, test_scan compares the two scanners): mutated with the compiled
-#: modules on, so the branch that calls the compiled lookup is live too.
-BOTH_PATHS = frozenset({"proxy/triton/labels.py"})
-
-
-def _run_boxed(argv: list[str], cwd: Path, box: float, log: Path, pure: bool = True) -> bool:
+def _run_boxed(argv: list[str], cwd: Path, box: float, log: Path) -> bool:
     """Run ``argv`` in its own process group; stop the whole group after ``box`` s. True if stopped."""
     with log.open("w") as out:
-        # The Python decoder only: with the compiled one (replay/capture/lines.py) a mutated Python
-        # shape would decode a line or two and the compiled one the rest, and its mutants survive.
-        env = {**os.environ, PURE_ENV: "1" if pure else "0"}
+        # The Python alone: a module compiled from its source would run in place of its mutated file,
+        # and with the compiled line decoder (replay/capture/lines.py) a mutated Python shape would
+        # decode a line or two and the compiled one the rest: their mutants would survive.
+        env = {**os.environ, PURE_ENV: "1"}
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             proc.wait(timeout=box)
@@ -248,7 +241,7 @@ def run_module(
     patterns = _patterns(module, only)
     try:
         argv = ["nice", "-n", "10", _mutmut(), "run", "--max-children", str(children), *patterns]
-        boxed = _run_boxed(argv, work, box, work / "mutmut.log", pure=module not in BOTH_PATHS)
+        boxed = _run_boxed(argv, work, box, work / "mutmut.log")
         score = _tally(module, work, patterns)
         score.boxed = boxed
         if not score.checked:

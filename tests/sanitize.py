@@ -4,20 +4,22 @@
     python -m tests.sanitize --fuzz-seconds 120   # a longer fuzz
     python -m tests.sanitize --keep -- -k frozen  # keep the build tree; more pytest arguments after --
 
-Why: the five hand-written C modules (replay/compiled.py) read and fill memory by offset, lend
-references and call back into Python. A mistake there can give the right answer and still read past a
+Why: the hand-written C modules (replay/compiled.py's MODULES) read and fill memory by offset, lend
+references and call back into Python, and the C mypyc makes of the relay's modules (SOURCES) reads the
+bytes of every frame a peer sends. A mistake there can give the right answer and still read past a
 buffer or use freed memory, which the ordinary tests only see when it happens to crash. Here every read
 and write of those modules is checked. Not part of the README's test command: it compiles and takes a
 few minutes (docs/testing.md#the-sanitizer-tier).
 
 What it does, in a temporary copy of this tree (the tree itself and its built modules are left alone):
 
-1. builds the five modules in place with ``-fsanitize=address,undefined -fno-omit-frame-pointer``
-   (``-fno-sanitize-recover=undefined``: undefined behaviour stops the run as a memory error does) and
-   checks that all five were built with ASan (pyproject marks them optional: a failed build would
-   leave the Python path running and prove nothing);
-2. runs pytest there on :data:`DIFFERENTIAL`, the tests holding each module equal to its Python version
-   (and the regression tests of the hazards found in them), and on tests/test_compiled_fuzz.py, a fuzz
+1. builds every compiled module in place (setup.py) with ``-fsanitize=address,undefined
+   -fno-omit-frame-pointer`` (``-fno-sanitize-recover=undefined``: undefined behaviour stops the run as
+   a memory error does) and checks that all were built with ASan (setup.py marks them optional: a failed
+   build would leave the Python running and prove nothing);
+2. runs pytest there on :data:`DIFFERENTIAL`, the tests holding each module equal to its Python (its
+   own source uncompiled, or the C module's Python version, and the regression tests of the hazards
+   found in them), and on tests/test_compiled_fuzz.py, a fuzz
    of the three parsers of untrusted bytes, with
 
    - ``LD_PRELOAD`` = the compiler's libasan: the interpreter is not built with ASan, and the runtime must
@@ -45,7 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from replay.compiled import MODULES, PURE_ENV
+from replay.compiled import MODULES, PURE_ENV, SOURCES
 from tests.support.paths import ROOT
 
 #: Seconds of fuzzing per parser (tests/test_compiled_fuzz.py): unset or empty, the fuzz is skipped.
@@ -54,8 +56,9 @@ FUZZ_ENV = "TRITON_TAP_FUZZ_SECONDS"
 #: The tests holding each compiled module equal to its Python version (docs/testing.md's table), and
 #: the regression tests of the hazards found in them, which sit beside those.
 DIFFERENTIAL = (
-    "tests/proxy/wire/test_cut.py",
-    "tests/proxy/triton/test_scan.py",
+    "tests/proxy/wire/test_wire_compiled.py",
+    "tests/proxy/triton/test_labels_compiled.py",
+    "tests/proxy/relay/test_core_equivalence.py",
     "tests/proxy/triton/test_label_key.py",
     "tests/replay/capture/test_lines.py",
     "tests/replay/capture/test_encode.py",
@@ -101,11 +104,14 @@ def build(tree: Path) -> None:
     env = dict(os.environ)
     env["CFLAGS"] = " ".join([env.get("CFLAGS", ""), *SANITIZE, "-O1"]).strip()
     env["LDFLAGS"] = " ".join([env.get("LDFLAGS", ""), "-fsanitize=address,undefined"]).strip()
-    proc = subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()", "build_ext", "--inplace",
+    proc = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace",
                            "--build-temp", str(tree / "build" / "temp")],
                           cwd=tree, env=env, capture_output=True, text=True, check=False)  # fmt: skip
-    missing = [name for name in MODULES if not module_path(tree, name).exists()]
-    plain = [name for name in MODULES if name not in missing and b"__asan_" not in module_path(tree, name).read_bytes()]
+    # mypyc's modules are shims of one library holding their code (setup.py's group)
+    products = {**{name: module_path(tree, name) for name in MODULES}, "SOURCES": module_path(tree, "triton_tap__mypyc")}
+    missing = [name for name, path in products.items() if not path.exists()]
+    missing += [name for name in SOURCES if not module_path(tree, name).exists()]
+    plain = [name for name, path in products.items() if path.exists() and b"__asan_" not in path.read_bytes()]
     if proc.returncode != 0 or missing or plain:
         raise SetupError(f"the sanitized build failed (missing {missing}, without ASan {plain}):\n{proc.stderr[-4000:]}")
 
@@ -125,10 +131,11 @@ def test_env(tree: Path, asan: str, fuzz_seconds: float) -> dict[str, str]:
 #: Run in the test environment first: every module compiled, and loaded from the sanitized tree.
 _PREFLIGHT = """
 import importlib, sys
-from replay.compiled import MODULES, active
+from replay.compiled import MODULES, SOURCES, active
 tree = sys.argv[1]
 wrong = {n: why for n, why in active().items() if why != "compiled"}
-wrong.update({n: importlib.import_module(n).__file__ for n in MODULES if not importlib.import_module(n).__file__.startswith(tree)})
+wrong.update({n: importlib.import_module(n).__file__ for n in [*SOURCES, *MODULES]
+              if not importlib.import_module(n).__file__.startswith(tree)})
 print(wrong or "ok")
 """
 
@@ -147,7 +154,7 @@ def run(fuzz_seconds: float, keep: bool, pytest_args: list[str]) -> int:
                                text=True, check=False)  # fmt: skip
         if check.stdout.strip() != "ok":
             raise SetupError(f"the sanitized modules do not load: {check.stdout.strip()} {check.stderr[-2000:]}")
-        print(f"sanitize: built the {len(MODULES)} modules with {' '.join(SANITIZE)} in {built - started:.0f} s "
+        print(f"sanitize: built the {len(SOURCES) + len(MODULES)} modules with {' '.join(SANITIZE)} in {built - started:.0f} s "
               f"({cc}, LD_PRELOAD={asan}); testing in {tree}", flush=True)  # fmt: skip
         code = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rP", *DIFFERENTIAL, FUZZ, *pytest_args],
                               cwd=tree, env=env, check=False).returncode  # fmt: skip

@@ -4,10 +4,11 @@ Skipped unless ``TRITON_TAP_FUZZ_SECONDS`` is set: ``python -m tests.sanitize`` 
 under AddressSanitizer and UBSan (docs/testing.md#the-sanitizer-tier), where a read past a buffer
 stops the run even when the answer happened to be right. Set alone, it is the same fuzz without them.
 
-Three parsers read bytes from outside: the frame reader's cut and the message assembler
-(``proxy/wire/_cut.c``: what a client or Triton sends), the labels' field scanner and lookup
-(``proxy/triton/_scan.c``: the protobuf messages in those frames) and the capture line decoder
-(``replay/capture/_lines.c``: a capture file, maybe damaged or foreign). Each gets the given seconds of
+Three parsers read bytes from outside: the frame reader and the message assembler (``proxy/wire``,
+compiled from their source: what a client or Triton sends), the labels' field scanner and cache
+(``proxy/triton/labels.py``, compiled from its source: the protobuf messages in those frames), each
+against the same file run uncompiled, and the capture line decoder (``replay/capture/_lines.c``: a
+capture file, maybe damaged or foreign) against its Python version. Each gets the given seconds of
 inputs mutated from real seeds (valid frames of every type, Triton messages built with protobuf, the
 golden captures' lines): bytes flipped, inserted, deleted, repeated, spliced between seeds. Each input
 is compared the way its differential test compares (their helpers, imported: one definition of
@@ -25,15 +26,14 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from proxy.triton import labels
 from proxy.wire import frames as wire
-from proxy.wire import messages as wire_messages
+from replay import compiled
 from replay.capture import lines, schema
 from tests.proxy.triton.test_label_key import _FUNCS, _fill
 from tests.proxy.triton.test_label_key import _same as _same_labels
-from tests.proxy.triton.test_scan import CALLS, _both
-from tests.proxy.wire.test_cut import _BLOCK, _assemble, _read
+from tests.proxy.triton.test_labels_compiled import CALLS, SOURCE, _both
 from tests.proxy.wire.test_frames import _frame
+from tests.proxy.wire.test_wire_compiled import _BLOCK, SOURCE_FRAMES, SOURCE_MESSAGES, _assemble, _read
 from tests.replay.capture.test_lines import _compiled, _python
 from tests.sanitize import FUZZ_ENV
 from tests.support.paths import DATA
@@ -109,29 +109,34 @@ def _frame_seeds() -> list[bytes]:
     return [*one, b"".join(one), b"".join(reversed(one))]
 
 
-def test_the_frame_reader_s_cut_agrees_with_the_python_loop() -> None:
-    if wire._C is None:
-        pytest.skip("proxy.wire._cut is not built here")
+def _needs_compiled() -> None:
+    if not compiled.is_compiled(wire):
+        pytest.skip(f"proxy.wire is not compiled here: {compiled.active()['proxy.wire.frames']}")
+
+
+def test_the_compiled_frame_reader_agrees_with_its_source() -> None:
+    _needs_compiled()
 
     def check(rng: random.Random, stream: bytes) -> None:
         cuts = sorted(rng.randrange(len(stream) + 1) for _ in range(rng.randrange(4)))
-        with pytest.MonkeyPatch.context() as mp:
-            assert _read(True, stream, cuts, mp) == _read(False, stream, cuts, mp)
+        assert _read(wire, stream, cuts) == _read(SOURCE_FRAMES, stream, cuts)
 
-    _fuzz("cut", _frame_seeds(), check)
+    _fuzz("frames", _frame_seeds(), check)
 
 
-def test_the_assembler_s_messages_agree_with_the_python_path() -> None:
-    if wire_messages._C is None:
-        pytest.skip("proxy.wire._cut is not built here")
+def test_the_compiled_assembler_agrees_with_its_source() -> None:
+    _needs_compiled()
+    from proxy.wire import messages as wire_messages
+
     bodies = [b"", b"x", bytes(range(40)), b"\x0a\x03abc" * 5]
     seeds = [b"".join(bytes([flag]) + len(b).to_bytes(4, "big") + b for b in bodies) for flag in (0, 1)]
 
     def check(rng: random.Random, data: bytes) -> None:
         cuts = sorted(rng.randrange(len(data) + 1) for _ in range(rng.randrange(4)))
         keep, split_at = rng.choice([0, 3, 16, 10_000]), rng.choice([None, 8])
-        with pytest.MonkeyPatch.context() as mp:
-            assert _assemble(True, data, cuts, keep, split_at, mp) == _assemble(False, data, cuts, keep, split_at, mp)
+        hashing, as_bytes = rng.random() < 0.2, rng.random() < 0.5
+        want = _assemble(SOURCE_MESSAGES, data, cuts, keep, split_at, hashing, as_bytes)
+        assert _assemble(wire_messages, data, cuts, keep, split_at, hashing, as_bytes) == want
 
     _fuzz("messages", seeds, check)
 
@@ -152,9 +157,9 @@ def _triton_messages() -> dict[str, list[bytes]]:
     }
 
 
-def test_the_labels_scanner_and_lookup_agree_with_the_python_path_and_protobuf() -> None:
-    if labels._C is None:
-        pytest.skip("proxy.triton._scan is not built here")
+def test_the_compiled_labels_agree_with_their_source_and_protobuf() -> None:
+    _needs_compiled()
+    assert SOURCE is not None
     messages = _triton_messages()
     kinds = sorted(_FUNCS)
     assert kinds == sorted(messages)
@@ -163,9 +168,9 @@ def test_the_labels_scanner_and_lookup_agree_with_the_python_path_and_protobuf()
     def check(rng: random.Random, body: bytes) -> None:
         for args in CALLS:  # the scan alone, as each kind of message is scanned
             _both(body, args, True)
-        _same_labels(rng.choice(kinds), body)  # the cache's lookup against protobuf's decode
+        _same_labels(rng.choice(kinds), body)  # the cache against protobuf's decode
 
-    _fuzz("scan", seeds, check)
+    _fuzz("labels", seeds, check)
 
 
 def test_the_line_decoder_agrees_with_the_python_path() -> None:

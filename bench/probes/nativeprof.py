@@ -1,7 +1,7 @@
 """``python -m bench --profile --profiler perf``: where a relay's CPU goes in the machine, the proxy beside the floor.
 
 py-spy and cProfile see Python frames: they cannot say how much of a response's cost is the kernel's
-loopback TCP, the interpreter itself, uvloop, or our C modules. Linux ``perf record -e cpu-clock``
+loopback TCP, the interpreter itself, uvloop, or our compiled modules. Linux ``perf record -e cpu-clock``
 samples the whole process, kernel included, on a CPU-time clock, so samples / rate is CPU time, and each
 sample's shared object says which part of the process it was in. Run for the proxy and for the floor
 (``bench/harness/floor.py``, a Python relay that records nothing) in the same scenario, the table says what
@@ -31,7 +31,8 @@ PARTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("interpreter (libpython)", re.compile(r"libpython")),
     ("event loop (uvloop)", re.compile(r"/uvloop/")),
     ("C library", re.compile(r"/lib(c|m|pthread)[.-]|/ld-linux|^\[vdso\]")),
-    ("triton-tap C modules", re.compile(r"/(proxy|replay)/[^ ]*\.so$")),
+    # the hand-written C modules, and the library holding the code mypyc compiled (setup.py's group)
+    ("triton-tap compiled modules", re.compile(r"/(proxy|replay)/[^ ]*\.so$|/triton_tap__mypyc\.[^ /]*\.so$")),
     ("compression (zstd, zlib)", re.compile(r"/zstandard/|libz\.so")),
     ("protobuf", re.compile(r"/google/")),
     ("orjson", re.compile(r"/orjson")),

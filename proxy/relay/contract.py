@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from proxy.relay.options import RelayOptions
 
 #: Directions: what a read carries and where a write goes (``c2s``: from the client, to the upstream).
-C2S, S2C = 0, 1
+C2S: Final = 0
+S2C: Final = 1
 #: The two sides, as commands name them.
-CLIENT, UPSTREAM = "client", "upstream"
+CLIENT: Final = "client"
+UPSTREAM: Final = "upstream"
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, Final
 
 import h2.config
 import h2.connection
@@ -77,12 +77,18 @@ PROXY_ANSWERS: dict[str, tuple[int, str]] = {
 }
 
 # The states the hot path tests, as globals (an enum member looked up on its class costs ~0.1 us).
-_U_OPEN = Upstream.OPEN
+_U_OPEN: Final = Upstream.OPEN
 _monotonic_ns = time.monotonic_ns
-# Frame types and flags the per-frame handlers test, as globals (not an attribute of ``wire`` each time).
-_DATA, _HEADERS, _RST_STREAM, _SETTINGS = wire.DATA, wire.HEADERS, wire.RST_STREAM, wire.SETTINGS
-_PUSH_PROMISE, _GOAWAY = wire.PUSH_PROMISE, wire.GOAWAY
-_END_STREAM, _ACK, _PADDED = wire.END_STREAM, wire.ACK, wire.PADDED
+# Frame types and flags the per-frame handlers test (Final: compiled, each is its value in the code).
+_DATA: Final = wire.DATA
+_HEADERS: Final = wire.HEADERS
+_RST_STREAM: Final = wire.RST_STREAM
+_SETTINGS: Final = wire.SETTINGS
+_PUSH_PROMISE: Final = wire.PUSH_PROMISE
+_GOAWAY: Final = wire.GOAWAY
+_END_STREAM: Final = wire.END_STREAM
+_ACK: Final = wire.ACK
+_PADDED: Final = wire.PADDED
 
 #: A frame as :meth:`proxy.wire.frames.FrameReader.feed` returns it: type, flags, stream id, payload, raw bytes.
 Frame = tuple[int, int, int, Any, memoryview]
@@ -441,10 +447,10 @@ class H2Core:
                     self._then_error = None
                     raise failed[1]
                 return
-        except wire.FrameError as e:
+        except wire.FrameError as bad:  # (its own name: compiled, one name is one type in a function)
             self._job = self._rest = self._then_error = None
             self._flush()
-            self._protocol_error(self._reading, e.code, str(e), goaway=True)
+            self._protocol_error(self._reading, bad.code, str(bad), goaway=True)
         except Exception as e:
             self._internal_error(e)
 

@@ -13,7 +13,7 @@ import base64
 import hashlib
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from proxy.relay.call import LABEL_KEEP, Call
 from proxy.relay.contract import C2S
@@ -29,18 +29,18 @@ from replay.capture import events as ev
 #: side file saves nothing (measured: +0.2-0.9 us per 76-byte message in the writer thread, against
 #: -6 us at 1 KiB and -20 us at 4 KiB), and small messages (token streams) compress well inside the
 #: zstd frame of their batch, while side-file bytes are stored raw (bench/README.md, issue 18).
-SIDE_MIN_BYTES = 1024
+SIDE_MIN_BYTES: Final = 1024
 
 #: ``--payload none`` keeps that a response carried an in-band error, not its text.
-NONE_ERROR_TEXT = "(error text not recorded: --payload none)"
+NONE_ERROR_TEXT: Final = "(error text not recorded: --payload none)"
 
-_time_ns = time.time_ns
+_time_ns: Final = time.time_ns
 #: Direction index -> the capture's name of it.
-_DIRECTIONS: tuple[ev.Direction, ev.Direction] = ("c2s", "s2c")
+_DIRECTIONS: Final[tuple[ev.Direction, ev.Direction]] = ("c2s", "s2c")
 
 #: Cancelled upstream streams per connection still watched for late frames (oldest forgotten first);
 #: as many again of the streams the upstream ended itself.
-LATE_WATCH = 256
+LATE_WATCH: Final = 256
 #: ``late`` records per watched call; then one ``overflow`` record and the call is no longer watched.
 LATE_RECORDS = 64
 
@@ -162,7 +162,7 @@ def _no_labels(body: bytes, truncated: bool) -> dict[str, Any]:
 Labeler = Callable[[bytes, bool], dict[str, Any]]
 
 #: Method kind -> (the labels of a request, of a response): looked up once per read, not per message.
-_LABELERS: dict[int, tuple[Labeler, Labeler]] = {
+_LABELERS: Final[dict[int, tuple[Labeler, Labeler]]] = {
     labels.UNARY_INFER: (labels.request_labels, labels.response_labels),
     labels.STREAM: (labels.request_labels, labels.stream_response_labels),
 }

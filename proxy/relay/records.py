@@ -9,6 +9,8 @@ Either way what leaves is the event itself (an ordinary ``ev.MessageSeen``, ``ev
 
 from __future__ import annotations
 
+from typing import Final
+
 from replay.capture import events as ev
 from replay.frozen import maker
 
@@ -17,17 +19,17 @@ MESSAGE_LEADING = ("t_ns", "call", "dir", "index", "size", "compressed")
 
 #: ``make_message(t_ns, call, dir, index, size, compressed, labels)``: one ``message`` record, the
 #: labels (a dict of its other fields) as they are. Once per gRPC message: the relay's hot path.
-make_message = maker(ev.MessageSeen, MESSAGE_LEADING)
+make_message: Final = maker(ev.MessageSeen, MESSAGE_LEADING)
 
 #: ``make_call_start(t_ns, call, conn, method, peer, metadata, timeout_ms, client_subject, {})``: once per call.
-make_call_start = maker(ev.CallStarted, ("t_ns", "call", "conn", "method", "peer", "metadata", "timeout_ms",
+make_call_start: Final = maker(ev.CallStarted, ("t_ns", "call", "conn", "method", "peer", "metadata", "timeout_ms",
                                          "client_subject"))  # fmt: skip
 
 #: ``make_call_end(t_ns, call, status, details, cause, trailers, initial_metadata, duration_ms,
 #: messages_c2s, messages_s2c, upstream_rst_code, s2c_undelivered_bytes, {})``: once per call.
-make_call_end = maker(ev.CallEnded, ("t_ns", "call", "status", "details", "cause", "trailers", "initial_metadata",
+make_call_end: Final = maker(ev.CallEnded, ("t_ns", "call", "status", "details", "cause", "trailers", "initial_metadata",
                                      "duration_ms", "messages_c2s", "messages_s2c", "upstream_rst_code",
                                      "s2c_undelivered_bytes"))  # fmt: skip
 
 #: ``make_half_close(t_ns, call, {})``: once per call that the client half-closes.
-make_half_close = maker(ev.HalfClosed, ("t_ns", "call"))
+make_half_close: Final = maker(ev.HalfClosed, ("t_ns", "call"))

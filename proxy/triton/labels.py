@@ -11,16 +11,17 @@ in field-number order and Triton puts the tensor bytes last (``raw_input_content
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from tritonclient.grpc import service_pb2 as pb
 
 from replay.capture.events import TensorSpec
 from replay.capture.methods import INFER, STREAM_INFER
-from replay.compiled import load_compiled
 
 # Method "kinds" the hot path switches on (ints, not strings, to keep the per-message branch cheap).
-OTHER, UNARY_INFER, STREAM = 0, 1, 2
+OTHER: Final = 0
+UNARY_INFER: Final = 1
+STREAM: Final = 2
 
 
 def method_kind(path: str) -> int:
@@ -200,7 +201,7 @@ def decode_stream_response_labels(body: bytes, truncated: bool) -> dict[str, Any
 # A stream's responses differ from each other only in their tensor bytes (``raw_output_contents``)
 # until the next request: same model, id, parameters and output specs. Labels never read tensor
 # bytes, so a message whose every byte outside its tensor bytes equals an earlier message's has
-# that message's labels. :func:`py_label_key` is a minimal protobuf field scanner that walks the
+# that message's labels. :func:`label_key` is a minimal protobuf field scanner that walks the
 # top-level fields and returns those bytes; a hit skips the protobuf decode and the dict building
 # (~7 us -> ~2 us per streamed response). Anything it does not fully understand (a group, a cut or
 # malformed field) gets no key and is decoded as before, so every label comes from protobuf once.
@@ -211,14 +212,14 @@ def decode_stream_response_labels(body: bytes, truncated: bool) -> dict[str, Any
 # occurrence of the id wins, and an id that is not UTF-8 is decoded by protobuf (which refuses it).
 
 #: Tags (field number << 3 | wire type 2) of the tensor-bytes fields whose contents labels never read.
-RAW_INPUT_TAG = 7 << 3 | 2  # ModelInferRequest.raw_input_contents (repeated bytes)
-RAW_OUTPUT_TAG = 6 << 3 | 2  # ModelInferResponse.raw_output_contents (repeated bytes)
-INFER_RESPONSE_TAG = 2 << 3 | 2  # ModelStreamInferResponse.infer_response (ModelInferResponse)
-ID_TAG = 3 << 3 | 2  # ModelInferRequest.id and ModelInferResponse.id (string)
-_CACHE_MAX = 1024
+RAW_INPUT_TAG: Final = 7 << 3 | 2  # ModelInferRequest.raw_input_contents (repeated bytes)
+RAW_OUTPUT_TAG: Final = 6 << 3 | 2  # ModelInferResponse.raw_output_contents (repeated bytes)
+INFER_RESPONSE_TAG: Final = 2 << 3 | 2  # ModelStreamInferResponse.infer_response (ModelInferResponse)
+ID_TAG: Final = 3 << 3 | 2  # ModelInferRequest.id and ModelInferResponse.id (string)
+_CACHE_MAX: Final = 1024
 
 
-def py_label_key(buf: bytes, strip: int, nested: int = 0, ident: int = 0, nested_ident: int = 0,
+def label_key(buf: bytes, strip: int, nested: int = 0, ident: int = 0, nested_ident: int = 0,
                  ids: list[bytes] | None = None) -> bytes | None:  # fmt: skip
     """``buf``'s bytes without the contents of its ``strip``-tagged fields, or None when ``buf`` is
     not a well-formed run of fields this scanner reads.
@@ -258,21 +259,22 @@ def py_label_key(buf: bytes, strip: int, nested: int = 0, ident: int = 0, nested
                 end = i + length
                 if end > n:
                     return None
+                # A tag equal to one of the three is one byte (a longer one returned None above):
+                # buf[start] is its byte, kept with what came before it.
                 if tag == strip:
-                    parts.append(buf[last:start])
-                    parts.append(bytes((tag,)))
+                    parts.append(buf[last : start + 1])
                     last = end
                 elif tag == ident and ids is not None:
                     ids.append(buf[i:end])
-                    parts.append(buf[last:start])
-                    parts.append(bytes((tag,)))
+                    parts.append(buf[last : start + 1])
                     last = end
                 elif tag == nested:
-                    inner = py_label_key(buf[i:end], strip, 0, nested_ident, 0, ids)
+                    inner = label_key(buf[i:end], strip, 0, nested_ident, 0, ids)
                     if inner is None:
                         return None
-                    parts.append(buf[last:start])
-                    parts.append(bytes((tag,)) + len(inner).to_bytes(4, "big") + inner)
+                    parts.append(buf[last : start + 1])
+                    parts.append(len(inner).to_bytes(4, "big"))
+                    parts.append(inner)
                     last = end
                 i = end
             elif wire == 0:
@@ -295,19 +297,9 @@ def py_label_key(buf: bytes, strip: int, nested: int = 0, ident: int = 0, nested
     return b"".join(parts)
 
 
-#: ``_scan.c``: the same scanner compiled (``label_key``, which tests/proxy/triton/test_scan.py holds
-#: equal to :func:`py_label_key`) and the whole cache lookup built on it (``lookup``), when it was built
-#: and ``TRITON_TAP_PURE`` is not set.
-_C = load_compiled("proxy.triton._scan")
-
 _requests: dict[bytes, dict[str, Any]] = {}
 _responses: dict[bytes, dict[str, Any]] = {}
 _stream_responses: dict[bytes, dict[str, Any]] = {}
-
-
-#: The cache lookup in one compiled call (scanner, lookup, copy, id): a dict (a hit), the key (a miss)
-#: or None (decode without caching); None without the compiled module: :func:`_cached` does it.
-_lookup: Any = _C.lookup if _C is not None else None
 
 
 def _miss(cache: dict[bytes, dict[str, Any]], key: bytes | None, decode: Any, body: bytes) -> dict[str, Any]:
@@ -348,20 +340,15 @@ def _labeler(
     nested_ident: int,
 ) -> Callable[[bytes, bool], dict[str, Any]]:
     """The labels function of one message type: a cut message decoded by protobuf, a whole one through
-    the cache (the compiled lookup, or the scanner and :func:`_cached`; the tags as :func:`py_label_key`
-    takes them). One Python frame a message: the relay calls it for every message it records."""
+    the cache (the scanner and :func:`_cached`; the tags as :func:`label_key` takes them). One frame a
+    message: the relay calls it for every message it records."""
 
     def labels_of(body: bytes, truncated: bool) -> dict[str, Any]:
         if truncated:
             out: dict[str, Any] = decode(body, truncated)
             return out
-        if _lookup is not None:  # read at each call: tests switch the compiled path off
-            got = _lookup(cache, body, strip, nested, ident, nested_ident)
-            if type(got) is dict:
-                return got
-            return _miss(cache, got, decode, body)
         ids: list[bytes] = []
-        return _cached(cache, py_label_key(body, strip, nested, ident, nested_ident, ids), ids, decode, body)
+        return _cached(cache, label_key(body, strip, nested, ident, nested_ident, ids), ids, decode, body)
 
     labels_of.__name__ = labels_of.__qualname__ = name
     labels_of.__doc__ = doc

@@ -20,25 +20,47 @@ What the proxy still must know, and how it stays right:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 import hpack
 
 from proxy.wire.headers import Block
-from replay.compiled import load_compiled
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+# Final: compiled, a Final constant is its value in the code; any other module global is looked up by
+# name each time it is read.
+PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+DATA: Final = 0
+HEADERS: Final = 1
+PRIORITY: Final = 2
+RST_STREAM: Final = 3
+SETTINGS: Final = 4
+PUSH_PROMISE: Final = 5
+PING: Final = 6
+GOAWAY: Final = 7
+WINDOW_UPDATE: Final = 8
+CONTINUATION: Final = 9
+END_STREAM: Final = 0x1
+ACK: Final = 0x1
+END_HEADERS: Final = 0x4
+PADDED: Final = 0x8
+PRIORITY_FLAG: Final = 0x20
 
 # Error codes (RFC 9113 section 7).
-NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x2, 0x3
-STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 0x5, 0x6, 0x7, 0x8, 0x9
+NO_ERROR: Final = 0x0
+PROTOCOL_ERROR: Final = 0x1
+INTERNAL_ERROR: Final = 0x2
+FLOW_CONTROL_ERROR: Final = 0x3
+STREAM_CLOSED: Final = 0x5
+FRAME_SIZE_ERROR: Final = 0x6
+REFUSED_STREAM: Final = 0x7
+CANCEL: Final = 0x8
+COMPRESSION_ERROR: Final = 0x9
 
-SETTINGS_HEADER_TABLE_SIZE, SETTINGS_MAX_FRAME_SIZE = 0x1, 0x5
-DEFAULT_MAX_FRAME = 16384
-DEFAULT_TABLE_SIZE = 4096
+SETTINGS_HEADER_TABLE_SIZE: Final = 0x1
+SETTINGS_MAX_FRAME_SIZE: Final = 0x5
+DEFAULT_MAX_FRAME: Final = 16384
+DEFAULT_TABLE_SIZE: Final = 4096
 #: Largest header block, counted as all its frames' bytes (headers included, so a flood of empty
 #: CONTINUATIONs counts too), that the proxy buffers before passing it on. gRPC implementations
 #: refuse metadata beyond 8-16 KiB; 1 MiB is generous and bounds a connection's memory.
@@ -46,18 +68,15 @@ MAX_HEADER_BLOCK = 1024 * 1024
 #: Largest decoded header list (HPACK can expand a small block a lot).
 MAX_HEADER_LIST = 16 * 1024 * 1024
 #: Header blocks up to this size that change no HPACK state are remembered (see FrameReader).
-_SEEN_BLOCK = 2048
+_SEEN_BLOCK: Final = 2048
+#: DATA payloads up to this size come out of :meth:`FrameReader.feed` as bytes (a copy), longer ones as
+#: views of the read: a view costs more than copying a few KiB, and copying a long one costs more.
+_COPIED_DATA: Final = 4096
 
 #: Frame types whose payload has a fixed size (0 = any), and whether they live on stream 0.
 _FIXED_SIZE = {PRIORITY: 5, RST_STREAM: 4, PING: 8, WINDOW_UPDATE: 4}
 _CONNECTION_ONLY = frozenset({SETTINGS, PING, GOAWAY})
 _STREAM_ONLY = frozenset({DATA, HEADERS, PRIORITY, RST_STREAM, PUSH_PROMISE, CONTINUATION})
-
-
-_C = load_compiled("proxy.wire._cut")
-#: The frames :meth:`FrameReader.feed` passes on as they are, cut in C (``_cut.c``; None: the Python
-#: loop alone, with the same frames, tests/proxy/wire/test_cut.py).
-_cut: Any = _C.cut if _C is not None else None
 
 
 class FrameError(Exception):
@@ -174,7 +193,7 @@ class FrameReader:
     """One direction of a connection: cuts bytes into checked frames and decodes header blocks.
 
     ``feed(data)`` returns ``(type, flags, stream id, payload, raw frame)`` tuples (memoryviews of
-    the bytes read) for every complete frame; a partial frame waits for the next read. Header blocks
+    the bytes read; a short DATA payload is bytes) for every complete frame; a partial frame waits for the next read. Header blocks
     come out whole: one tuple of type HEADERS whose payload is the decoded header list and whose raw
     bytes are all frames of the block. ``max_frame`` is the receiver's SETTINGS_MAX_FRAME_SIZE.
     """
@@ -193,8 +212,6 @@ class FrameReader:
         # (indexed fields only), and decoding one costs ~15-20 us of Python.
         self._seen: dict[bytes, tuple[Any, int, int, Block]] = {}
         self.block: HeaderBlock | None = None
-        # Bound once: the compiled cut gets it with every read (a reference cycle, as a tunnel has anyway).
-        self._decode_cb = self._decoded
         self.failed = False
         #: After :meth:`feed`: the bytes of exactly the frames it returned, when they are one
         #: contiguous slice of what was read (else None).
@@ -228,14 +245,16 @@ class FrameReader:
 
     def feed(self, data: bytes) -> list[tuple[int, int, int, object, memoryview]]:
         """Complete frames in what was read so far. Raises :class:`FrameError` on a framing violation."""
-        # The measured hot loop (``python -m bench.micro``: "cut one DATA frame from a read"): it
-        # runs once per read of each direction and its while loop once per frame, so it stays one
-        # function working on local names; besides the per-frame ``_check``, helpers are called only
-        # for header blocks, CONTINUATIONs and partial frames. Longer than the house limit on purpose.
+        # The measured hot loop (``python -m bench.icount``): it runs once per read of each direction
+        # and its while loop once per frame, so it stays one function on local names, compiled
+        # (replay/compiled.py): ``buf`` is bytes, so each header byte is a C array read and each field an
+        # int; a DATA frame on a stream and a whole header block take the first branches, every other
+        # frame the per-frame ``_check``. Longer than the house limit on purpose.
         self.span = None
         if self.failed:
             return []
         in_block = self.block is not None
+        buf: bytes
         if self._pending:
             self._pending.append(data)
             self._pending_len += len(data)
@@ -245,7 +264,7 @@ class FrameReader:
             self._pending = []
             self._pending_len = 0
         else:
-            buf = data
+            buf = data if type(data) is bytes else bytes(data)
         view = memoryview(buf)
         n = len(buf)
         i = 0
@@ -253,10 +272,10 @@ class FrameReader:
         try:
             if self._preface:
                 if n < len(PREFACE):
-                    if not PREFACE.startswith(bytes(buf)):
+                    if not PREFACE.startswith(buf):
                         raise FrameError(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
                     # need 0: every read of a partial preface is checked at once
-                    self._keep(bytes(buf), 0)
+                    self._keep(buf, 0)
                     return out
                 if buf[: len(PREFACE)] != PREFACE:
                     raise FrameError(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
@@ -264,15 +283,8 @@ class FrameReader:
                 i = len(PREFACE)
                 out.append((-1, 0, 0, None, view[:i]))
             max_frame = self.max_frame
-            cut = _cut if type(buf) is bytes else None
             while n - i >= 9:
-                if cut is not None and self.block is None:
-                    # The plain frames and whole header blocks in C (_cut.c; a block decoded by
-                    # _decoded, called from there), up to the first frame it leaves to the code below.
-                    i = cut(buf, view, i, max_frame, out, self._decode_cb)
-                    if n - i < 9:
-                        break
-                length = int.from_bytes(buf[i : i + 3], "big")
+                length = buf[i] << 16 | buf[i + 1] << 8 | buf[i + 2]
                 if length > max_frame:
                     raise FrameError(FRAME_SIZE_ERROR, f"frame of {length} bytes exceeds the receiver's limit {max_frame}")
                 end = i + 9 + length
@@ -280,7 +292,21 @@ class FrameReader:
                     break
                 ftype = buf[i + 3]
                 flags = buf[i + 4]
-                sid = int.from_bytes(buf[i + 5 : i + 9], "big") & 0x7FFFFFFF
+                sid = (buf[i + 5] & 0x7F) << 24 | buf[i + 6] << 16 | buf[i + 7] << 8 | buf[i + 8]
+                if self.block is None and sid:
+                    if ftype == DATA and not flags & PADDED:
+                        # The common frame: one on a stream breaks no rule the proxy checks. A short
+                        # payload is copied (cheaper than a view, and what the message cutter reads
+                        # fastest); a long one is a view, never copied here.
+                        data_ = buf[i + 9 : end] if length <= _COPIED_DATA else view[i + 9 : end]
+                        out.append((DATA, flags, sid, data_, view[i:end]))
+                        i = end
+                        continue
+                    if ftype == HEADERS and flags & (END_HEADERS | PADDED | PRIORITY_FLAG) == END_HEADERS:
+                        # A whole block in one frame (three a unary call): the fragment is the payload.
+                        out.append(self._decoded(sid, flags & END_STREAM, buf[i + 9 : end], view[i:end]))
+                        i = end
+                        continue
                 raw = view[i:end]
                 payload = view[i + 9 : end]
                 i = end
@@ -315,8 +341,8 @@ class FrameReader:
             # earlier read or still open): the relay can write that one slice instead of joining.
             self.span = view[:i]
         if i < n:
-            rest = bytes(view[i:])
-            self._keep(rest, 9 + int.from_bytes(rest[:3], "big") if len(rest) >= 9 else 9)
+            rest = buf[i:]
+            self._keep(rest, 9 + (rest[0] << 16 | rest[1] << 8 | rest[2]) if len(rest) >= 9 else 9)
         return out
 
     def _keep(self, rest: bytes, need: int) -> None:
@@ -358,7 +384,9 @@ class FrameReader:
         self, sid: int, end_stream: int, data: bytes, raw: memoryview
     ) -> tuple[int, int, int, object, memoryview]:
         table = self.decoder.header_table
-        dynamic = table.dynamic_entries
+        # Any, not hpack's deque[tuple[bytes, bytes]]: compiled, a value typed as a tuple is unboxed
+        # and boxed again as a new tuple on use, and the identity test below would never hold.
+        dynamic: Any = table.dynamic_entries
         # The table's state in three values: entries are only ever inserted at the front (a new
         # tuple each time) and evicted from the back, so the same front entry object, count and
         # size limit mean the same entries (the front one is kept alive by the cache: its id is

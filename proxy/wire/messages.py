@@ -13,13 +13,6 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from replay.compiled import load_compiled
-
-_C = load_compiled("proxy.wire._cut")
-#: The whole messages at the start of a chunk, cut in C (``_cut.c``) when there is no hashing; None:
-#: the Python loop alone, with the same messages (tests/proxy/wire/test_cut.py).
-_messages: Any = _C.messages if _C is not None else None
-
 #: A message's kept bytes: joined, or (``split_at``) the pieces as they came.
 Body = bytes | list[bytes]
 
@@ -51,9 +44,18 @@ class Assembler:
         out: list[tuple[int, int, Body, bool, str | None]] = []
         i = 0
         n = len(data)
-        if _messages is not None and self._remaining < 0 and not self._hdr and self._hash is None:
-            # The whole messages first, in C (_cut.c): what the fast path below would do for them.
-            i = _messages(data, 0, self._keep, out)
+        if self._remaining < 0 and not self._hdr and self._hash is None and n >= 5:
+            # The common case first (once per message of a stream): whole messages at the start of
+            # the chunk, read from bytes (compiled, a byte is a C array read; a memoryview's is a
+            # call). A view (a long frame's payload) is copied only once its first message is known
+            # to be whole in it.
+            if type(data) is bytes:
+                i = self._whole(data, out)
+            else:
+                head = bytes(data[:5])
+                length = head[1] << 24 | head[2] << 16 | head[3] << 8 | head[4]
+                if length <= n - 5 and length <= self._keep:
+                    i = self._whole(bytes(data), out)
         while i < n:
             if self._remaining < 0:
                 hdr = self._hdr
@@ -104,3 +106,17 @@ class Assembler:
                 self._remaining = -1
                 self._parts = []
         return out
+
+    def _whole(self, buf: bytes, out: list[tuple[int, int, Body, bool, str | None]]) -> int:
+        """Appends the whole messages at the start of ``buf`` (each at most ``keep`` bytes, no
+        hashing) to ``out``, as the loop of :meth:`feed` would; returns the index it stopped at."""
+        i = 0
+        n = len(buf)
+        keep = self._keep
+        while n - i >= 5:
+            length = buf[i + 1] << 24 | buf[i + 2] << 16 | buf[i + 3] << 8 | buf[i + 4]
+            if length > keep or length > n - i - 5:
+                break
+            out.append((buf[i], length, buf[i + 5 : i + 5 + length], False, None))
+            i += 5 + length
+        return i

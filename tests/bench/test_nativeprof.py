@@ -22,9 +22,10 @@ SEEN = {
     "/usr/lib/x86_64-linux-gnu/libc.so.6": "C library",
     "/usr/lib/x86_64-linux-gnu/libm.so.6": "C library",
     "[vdso]": "C library",
-    "/work/main/proxy/wire/_cut.cpython-311-x86_64-linux-gnu.so": "triton-tap C modules",
-    "/work/main/replay/capture/_encode.cpython-311-x86_64-linux-gnu.so": "triton-tap C modules",
-    f"{VENV}/proxy/triton/_scan.cpython-311-x86_64-linux-gnu.so": "triton-tap C modules",  # a non-editable install
+    "/work/main/triton_tap__mypyc.cpython-311-x86_64-linux-gnu.so": "triton-tap compiled modules",
+    "/work/main/replay/capture/_encode.cpython-311-x86_64-linux-gnu.so": "triton-tap compiled modules",
+    f"{VENV}/replay/_frozen.cpython-311-x86_64-linux-gnu.so": "triton-tap compiled modules",  # a non-editable install
+    f"{VENV}/triton_tap__mypyc.cpython-311-x86_64-linux-gnu.so": "triton-tap compiled modules",
     f"{VENV}/zstandard/backend_c.cpython-311-x86_64-linux-gnu.so": "compression (zstd, zlib)",
     "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13": "compression (zstd, zlib)",
     f"{VENV}/google/_upb/_message.abi3.so": "protobuf",

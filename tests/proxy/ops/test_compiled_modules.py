@@ -24,8 +24,11 @@ from tests.support.paths import ROOT
 from tests.support.proxy import start_lines
 
 TRITON_TAP = Path(sys.executable).parent / "triton-tap"
-#: The five, spelled out here rather than read from the registry, so that one dropped from it shows.
-FIVE = ("proxy.wire._cut", "proxy.triton._scan", "replay.capture._lines", "replay.capture._encode", "replay._frozen")
+#: Every compiled module, spelled out here rather than read from the registry, so that one dropped from it
+#: shows: the relay's per-read path compiled from its source (mypyc), then the hand-written C.
+ALL = ("proxy.relay.core", "proxy.relay.call", "proxy.relay.contract", "proxy.relay.recording", "proxy.relay.records",
+       "proxy.wire.frames", "proxy.wire.messages", "proxy.triton.labels", "proxy.triton.pieces",
+       "proxy.triton.inflight", "replay.capture._lines", "replay.capture._encode", "replay._frozen")  # fmt: skip
 
 
 def _env(pure: bool) -> dict[str, str]:
@@ -35,7 +38,13 @@ def _env(pure: bool) -> dict[str, str]:
     return env
 
 
+def _why_not(name: str) -> str | None:
+    return compiled.sources_reason() if name in compiled.SOURCES else "not built"
+
+
 def _built(name: str) -> bool:
+    if name in compiled.SOURCES:
+        return compiled.built(name) and compiled.sources_reason() is None
     return importlib.util.find_spec(name) is not None
 
 
@@ -48,12 +57,12 @@ def test_version_lists_every_compiled_module_and_whether_it_runs(pure: bool) -> 
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("triton-tap ")
     shown = dict(line.split(None, 1) for line in lines[2:])
-    assert list(shown) == list(FIVE)
+    assert list(shown) == list(ALL)
     for name, state in shown.items():
         if pure:
-            assert state == "Python version: TRITON_TAP_PURE=1"
+            assert state == "uncompiled: TRITON_TAP_PURE=1"
         else:
-            assert state == ("compiled" if _built(name) else "Python version: not built")
+            assert state == ("compiled" if _built(name) else f"uncompiled: {_why_not(name)}")
 
 
 def test_with_the_pure_setting_the_start_line_and_capture_say_so(tmp_path: Path, listening: int) -> None:
@@ -64,7 +73,7 @@ def test_with_the_pure_setting_the_start_line_and_capture_say_so(tmp_path: Path,
                        env=_env(True))  # fmt: skip
     start_line = json.loads(seen[-1])
     assert start_line["event"] == "recording", seen
-    want = dict.fromkeys(FIVE, "TRITON_TAP_PURE=1")
+    want = dict.fromkeys(ALL, "TRITON_TAP_PURE=1")
     assert start_line["compiled"] == want
     (start,) = [r for _, r in read_capture(tmp_path) if isinstance(r, ev.CaptureStarted)]
     assert start.options["compiled"] == want
@@ -73,15 +82,15 @@ def test_with_the_pure_setting_the_start_line_and_capture_say_so(tmp_path: Path,
 def test_capture_start_records_which_compiled_modules_ran(
     bg: BackgroundLoop, fake_upstream: Any, start_proxy: Callable[..., RecordingProxy]
 ) -> None:
-    """A proxy on a loop thread: its capture's first record names the five modules, each compiled where it was
+    """A proxy on a loop thread: its capture's first record names the compiled modules, each compiled where it was
     built and the setting is off. (The fake upstream only has to accept the start's connection.)"""
     proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}")
     bg.run(proxy.stop())
     (start,) = [r for _, r in read_capture(proxy.capture_path.parent) if isinstance(r, ev.CaptureStarted)]
     shown = start.options["compiled"]
-    assert list(shown) == list(FIVE)
+    assert list(shown) == list(ALL)
     for name, state in shown.items():
         if compiled.pure():
             assert state == f"{compiled.PURE_ENV}={os.environ[compiled.PURE_ENV]}"
         else:
-            assert state == ("compiled" if _built(name) else "not built")
+            assert state == ("compiled" if _built(name) else _why_not(name))

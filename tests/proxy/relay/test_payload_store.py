@@ -19,10 +19,11 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from proxy.ops.server import RecordingProxy
+from proxy.relay import recording
 from proxy.relay.recording import SIDE_MIN_BYTES
 from proxy.resend.plan import scripts
 from proxy.triton import pieces
-from replay import feed_stream
+from replay import compiled, feed_stream
 from replay.capture import events as ev
 from replay.capture import naming
 from replay.capture.payload import payload_bytes
@@ -87,8 +88,13 @@ def _messages(directory: Path) -> dict[tuple[str, int], bytes | None]:
     return out
 
 
-def _spy_heads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """What the proxy's check "does the head of a long message hold all its labels?" answered."""
+def _spy_heads(monkeypatch: pytest.MonkeyPatch) -> list[bool] | None:
+    """What the proxy's check "does the head of a long message hold all its labels?" answered; None
+    where the relay's recording runs compiled (replay/compiled.py): its calls into ``pieces`` are direct
+    there, not looked up, so nothing can listen in. The run without compiled modules (CI's
+    TRITON_TAP_PURE=1) checks the answers; every run checks the labels they led to."""
+    if compiled.is_compiled(recording):
+        return None
     seen: list[bool] = []
     real = pieces.only_field_from
 
@@ -105,7 +111,7 @@ def test_full_payloads_go_to_the_side_file_and_every_reader_gets_the_same_bytes_
 ) -> None:
     heads = _spy_heads(monkeypatch)
     side = _record(start_proxy, fake_upstream.port, tmp_path / "side")
-    assert heads == [True, True]  # the tensor request and its echo: labelled from their heads, never joined
+    assert heads in ([True, True], None)  # the tensor request and its echo: labelled from their heads, never joined
     inline = _record(start_proxy, fake_upstream.port, tmp_path / "inline", payload_store="inline")
 
     # On disk: the side store's lines hold no bytes of 1 KiB or more, only where they are (the tensor
@@ -208,7 +214,7 @@ def test_labels_missing_from_a_long_message_head_come_from_the_whole_message(
         call = ch.unary_unary(INFER, request_serializer=lambda b: b, response_deserializer=pb.ModelInferResponse.FromString)
         assert call(raw, timeout=30).id == "late-id"
     stop_proxy(proxy)
-    assert heads[0] is False
+    assert heads is None or heads[0] is False
     req = next(r for _, r in read_capture(tmp_path) if isinstance(r, ev.MessageSeen))
     assert (req.model, req.request_id, req.decode_error) == ("echo", "late-id", None)
     assert payload_bytes(req) == raw and req.payload_at == [0, len(raw)]

@@ -19,6 +19,7 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from tritonclient.utils import InferenceServerException
 
 from proxy.ops.server import RecordingProxy
+from replay.capture import events as ev
 from tests.support.capture import calls_by_method, of_kind, records, stored_payload
 from tests.support.proxy import stop_proxy as bg_stop
 
@@ -266,20 +267,23 @@ def test_upstream_stream_limit_reaches_the_client_end_to_end(bg: Any, start_prox
 def test_internal_error_costs_one_connection_and_is_recorded_as_ours(
     fake_upstream: Any, start_proxy: Callable[..., RecordingProxy], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A bug in the relay ends that connection's calls as proxy_error (client gets INTERNAL); others go on."""
-    from proxy.relay.core import H2Core
+    """A bug in the relay ends that connection's calls as proxy_error (client gets INTERNAL); others go on.
 
-    proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}")
-    original = H2Core._verbatim_s2c
+    The bug: the records' sink raises once, for the victim's request, inside the relay's handling of a
+    read (the relay's own code is compiled here and cannot be patched; what it calls out to can)."""
+    from proxy.capture.writer import CaptureWriter
+
+    original = CaptureWriter.emit
     armed = {"on": True}
 
-    def broken(self: H2Core, frames: list[Any]) -> bool:
-        if armed["on"] and any(f[0] == 0 for f in frames):  # the response's DATA
+    def broken(self: CaptureWriter, record: Any) -> None:
+        if armed["on"] and isinstance(record, ev.MessageSeen) and record.request_id == "victim":
             armed["on"] = False
             raise RuntimeError("injected relay bug")
-        return original(self, frames)
+        original(self, record)
 
-    monkeypatch.setattr(H2Core, "_verbatim_s2c", broken)
+    monkeypatch.setattr(CaptureWriter, "emit", broken)
+    proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}")
     failed = _infer_with_call(f"127.0.0.1:{proxy.port}", "victim", [])
     assert failed[0] is None and failed[1].code() == grpc.StatusCode.INTERNAL
     ok = _infer_with_call(f"127.0.0.1:{proxy.port}", "next", [])

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2 as pb
@@ -93,18 +92,13 @@ def _outcome(fn: Callable[[bytes, bool], dict[str, Any]], body: bytes) -> tuple[
 
 
 def _same(kind: str, body: bytes) -> None:
-    """The cached labels equal protobuf's, through the compiled lookup (when built) and the Python path
-    (the scanner and ``_cached``) alike: both read and fill the same cache."""
+    """The cached labels equal protobuf's."""
     cached, decode = _FUNCS[kind]
     # Compared by repr: an edited double parameter may decode to NaN, and NaN != NaN (repr keeps
     # every float exactly, so nothing else is loosened).
     want = _outcome(decode, body)
     got = _outcome(cached, body)
     assert repr(got) == repr(want), (got, want)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(labels, "_lookup", None)
-        got = _outcome(cached, body)
-    assert repr(got) == repr(want), ("python path", got, want)
 
 
 def _clear() -> None:
@@ -154,11 +148,11 @@ def test_key_ignores_only_tensor_bytes() -> None:
         return pb.ModelStreamInferResponse(infer_response=r).SerializeToString()
 
     def key(b: bytes) -> bytes | None:
-        return labels.py_label_key(b, labels.RAW_OUTPUT_TAG, labels.INFER_RESPONSE_TAG)
+        return labels.label_key(b, labels.RAW_OUTPUT_TAG, labels.INFER_RESPONSE_TAG)
 
     assert key(body("a", b"x")) == key(body("a", b"yyyy" * 100)) is not None
     assert key(body("a", b"x")) != key(body("b", b"x"))
-    assert labels.py_label_key(b"\x32", labels.RAW_OUTPUT_TAG) is None  # a cut field: no key
+    assert labels.label_key(b"\x32", labels.RAW_OUTPUT_TAG) is None  # a cut field: no key
 
 
 def test_a_new_request_id_is_a_hit_with_its_own_id() -> None:

@@ -1,18 +1,17 @@
-"""The compiled field scanner (``proxy/triton/_scan.c``) gives exactly what the Python one gives.
+"""The labels module compiled (mypyc, replay/compiled.py) gives exactly what its source gives uncompiled.
 
 Pure: ``label_key`` of both, on field runs built to hit every branch (our tags and others, tags and
 lengths of several bytes, over-long encodings of our tags, zero-length and cut fields, every wire
 type, nested messages, with and without ``ids``), on the same runs with bytes edited or cut, on
 random bytes, and on real Triton messages. Equal means: the same key or None, the same object when
-nothing is left out, the same ids in the same order.
+nothing is left out, the same ids in the same order. And the labels functions the relay calls: the same
+dict for the same message, through the cache or not.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import sysconfig
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -23,8 +22,9 @@ from proxy.triton import labels
 from replay import compiled
 from tests.proxy.triton.test_label_key import _pair
 
-_C: ModuleType | None = labels._C
-needs_compiled = pytest.mark.skipif(_C is None, reason="the compiled scanner is not built here (or TRITON_TAP_PURE)")
+#: The same file run uncompiled: the reference (its own caches, its own module).
+SOURCE = compiled.load_source("proxy.triton.labels", "_source_labels")
+needs_compiled = pytest.mark.skipif(not compiled.is_compiled(labels), reason="labels is not compiled here (or TRITON_TAP_PURE)")
 
 STRIP, NESTED, IDENT = labels.RAW_OUTPUT_TAG, labels.INFER_RESPONSE_TAG, labels.ID_TAG
 #: The arguments the labels call it with (requests, unary responses, streamed responses).
@@ -85,11 +85,10 @@ _run = st.lists(_field(0), max_size=6).map(b"".join)
 
 
 def _both(buf: bytes, args: tuple[int, int, int, int], with_ids: bool) -> None:
-    assert _C is not None
     py_ids: list[bytes] | None = [] if with_ids else None
     c_ids: list[bytes] | None = [] if with_ids else None
-    want = labels.py_label_key(buf, *args, py_ids)
-    got = _C.label_key(buf, *args, c_ids)
+    want = SOURCE.label_key(buf, *args, py_ids)
+    got = labels.label_key(buf, *args, c_ids)
     assert got == want, (buf, args)
     assert (got is buf) == (want is buf)
     assert c_ids == py_ids
@@ -136,26 +135,37 @@ def test_triton_messages_give_the_same_key(data: st.DataObject, kind: str) -> No
             _both(one, args, True)
 
 
+_FUNCTIONS = ("request_labels", "response_labels", "stream_response_labels")
+
+
 @needs_compiled
-def test_what_it_refuses() -> None:
-    assert _C is not None
-    with pytest.raises(TypeError):
-        _C.label_key(bytearray(b"\x08\x01"), STRIP)  # the relay's messages are bytes
-    with pytest.raises(ValueError):
-        _C.label_key(b"", 128)  # a tag of two bytes: not what the labels ask for
-    with pytest.raises(TypeError):
-        _C.label_key(b"")
+@settings(max_examples=100, deadline=None)
+@given(st.data(), st.sampled_from(["request", "response", "stream"]), st.booleans())
+def test_the_labels_functions_give_the_same_fields(data: st.DataObject, kind: str, truncated: bool) -> None:
+    """Each message twice (a miss, then a hit of each module's own cache), edited and cut: the same fields,
+    or the same error."""
+    name = _FUNCTIONS[["request", "response", "stream"].index(kind)]
+    first, second = data.draw(_pair(kind))
+    for buf in (first, second, first, *_edits(first + second, data)):
+        got: Any
+        want: Any
+        try:
+            got = getattr(labels, name)(buf, truncated)
+        except Exception as e:
+            got = (type(e).__name__, str(e))
+        try:
+            want = getattr(SOURCE, name)(buf, truncated)
+        except Exception as e:
+            want = (type(e).__name__, str(e))
+        assert repr(got) == repr(want), (name, buf)  # repr: an edited double may decode to NaN
 
 
-def test_the_labels_use_the_compiled_scanner_where_it_is_built() -> None:
-    """The install builds it when it can (pyproject: optional); a silent build failure must show here."""
+def test_the_labels_are_compiled_where_they_are_built() -> None:
+    """The install compiles them when it can (setup.py: optional); a silent build failure must show here."""
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if compiled.pure():
-        assert labels._C is None and labels._lookup is None  # the labelers call py_label_key themselves
-        pytest.skip(f"{compiled.PURE_ENV} is set: the Python path alone, on purpose")
+        assert not compiled.is_compiled(labels)
+        pytest.skip(f"{compiled.PURE_ENV} is set: the Python alone, on purpose")
     if shutil.which(cc) is None:
-        pytest.skip(f"no C compiler ({cc}): the Python path alone")
-    assert importlib.util.find_spec("proxy.triton._scan") is not None, (
-        "proxy.triton._scan was not built: see pip's output"
-    )
-    assert _C is not None and labels._lookup is _C.lookup
+        pytest.skip(f"no C compiler ({cc}): the Python alone")
+    assert compiled.is_compiled(labels), f"proxy.triton.labels is not compiled: {compiled.active()['proxy.triton.labels']}"
