@@ -119,8 +119,22 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
 #: compiled module can be): all of :data:`SOURCES` compiled or none, since compiled modules call each
 #: other's code directly and a mix would hold two versions of one class.
 _SOURCES_REASON = sources_reason()
+_FINDER = _SourceFinder()
 if _SOURCES_REASON is not None and _SOURCES_REASON != "not built":
-    sys.meta_path.insert(0, _SourceFinder())
+    sys.meta_path.insert(0, _FINDER)
+
+
+def turn_off() -> None:
+    """From now on, in this process and the processes it starts, run no compiled module: sets
+    :data:`PURE_ENV`. Only before any of them is imported (a module loaded stays what it is)."""
+    global _SOURCES_REASON
+    loaded = [name for name in SOURCES if name in sys.modules]
+    if loaded:
+        raise RuntimeError(f"turn_off() after {loaded[0]} was imported: it would stay as it is")
+    os.environ[PURE_ENV] = "1"
+    _SOURCES_REASON = sources_reason()
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
 
 
 def load_source(name: str, as_name: str) -> ModuleType:

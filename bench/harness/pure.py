@@ -8,11 +8,10 @@ response here against 111.0k before them, 2026-12-02).
 
 from __future__ import annotations
 
-import os
 import runpy
 
 if __name__ == "__main__":
-    from replay.compiled import PURE_ENV
+    from replay import compiled
 
-    os.environ[PURE_ENV] = "1"  # before anything loads a compiled module
+    compiled.turn_off()  # before anything loads a compiled module
     runpy.run_module("proxy", run_name="__main__", alter_sys=True)

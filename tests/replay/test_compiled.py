@@ -3,6 +3,10 @@ Python version runs instead)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -51,3 +55,67 @@ def test_the_first_load_is_what_is_reported(fresh: None, monkeypatch: pytest.Mon
 
 def test_active_names_every_module_in_order(fresh: None) -> None:
     assert list(compiled.active()) == [*compiled.SOURCES, *compiled.MODULES]
+
+
+# -- the modules compiled from their own source (SOURCES) ------------------------------------------------
+
+
+def _needs_a_build() -> None:
+    if not any(compiled.built(name) for name in compiled.SOURCES):
+        pytest.skip("the relay's modules are not compiled here (no C compiler at install)")
+
+
+def test_a_build_of_other_sources_is_stale(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The manifest's sha256 of a source differs from the file's (the .py was edited after the build), or
+    there is no manifest: the build is not used, and the reason names the module or the file."""
+    _needs_a_build()
+    monkeypatch.delenv(compiled.PURE_ENV, raising=False)
+    manifest = tmp_path / "compiled-build.json"
+    monkeypatch.setattr(compiled, "BUILD_MANIFEST", manifest)
+    assert compiled.sources_reason() == "stale build: no readable compiled-build.json (pip install -e . builds again)"
+    hashes = {name: hashlib.sha256(compiled.source_path(name).read_bytes()).hexdigest() for name in compiled.SOURCES}
+    manifest.write_text(json.dumps({"sources": hashes}))
+    assert compiled.sources_reason() is None
+    manifest.write_text(json.dumps({"sources": {**hashes, "proxy.wire.frames": "0" * 64}}))
+    assert compiled.sources_reason() == (
+        "stale build: proxy.wire.frames changed after it was compiled (pip install -e . builds again)"
+    )
+    monkeypatch.setenv(compiled.PURE_ENV, "1")
+    assert compiled.sources_reason() == "TRITON_TAP_PURE=1"
+
+
+def test_the_source_finder_finds_the_py_file_of_a_compiled_module_only() -> None:
+    finder = compiled._SourceFinder()
+    spec = finder.find_spec("proxy.wire.frames", None)
+    assert spec is not None and spec.origin == str(compiled.source_path("proxy.wire.frames"))
+    assert finder.find_spec("proxy.wire.headers", None) is None
+
+
+def test_load_source_runs_the_file_uncompiled_beside_the_module() -> None:
+    from proxy.triton import labels
+
+    source = compiled.load_source("proxy.triton.labels", "_labels_again")
+    assert not compiled.is_compiled(source) and source is not labels and "_labels_again" not in sys.modules
+    assert source.label_key(b"\x08\x01", labels.RAW_OUTPUT_TAG) == labels.label_key(b"\x08\x01", labels.RAW_OUTPUT_TAG)
+
+
+_TURN_OFF = """
+from replay import compiled
+compiled.turn_off()
+import proxy.wire.frames as frames
+print(frames.__file__, compiled.active()["proxy.wire.frames"], compiled.is_compiled(frames))
+try:
+    compiled.turn_off()
+except RuntimeError as e:
+    print(e)
+"""
+
+
+def test_turn_off_runs_the_sources_from_then_on_and_refuses_once_one_is_loaded() -> None:
+    env = {k: v for k, v in os.environ.items() if k != compiled.PURE_ENV}
+    proc = subprocess.run([sys.executable, "-c", _TURN_OFF], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.splitlines()
+    assert first == f"{compiled.source_path('proxy.wire.frames')} TRITON_TAP_PURE=1 False"
+    assert second.startswith("turn_off() after proxy.") and second.endswith(" was imported: it would stay as it is")

@@ -39,13 +39,16 @@ def _env(pure: bool) -> dict[str, str]:
 
 
 def _why_not(name: str) -> str | None:
-    return compiled.sources_reason() if name in compiled.SOURCES else "not built"
+    """Why ``name`` runs uncompiled in a process started without TRITON_TAP_PURE (None: it is compiled)."""
+    if name in compiled.SOURCES:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.delenv(compiled.PURE_ENV, raising=False)
+            return compiled.sources_reason()
+    return None if importlib.util.find_spec(name) is not None else "not built"
 
 
 def _built(name: str) -> bool:
-    if name in compiled.SOURCES:
-        return compiled.built(name) and compiled.sources_reason() is None
-    return importlib.util.find_spec(name) is not None
+    return _why_not(name) is None
 
 
 @pytest.mark.parametrize("pure", [False, True], ids=["default", "TRITON_TAP_PURE=1"])
