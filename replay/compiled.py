@@ -5,15 +5,18 @@ Two kinds, both built at install when a C compiler is there (setup.py) and both 
 compiler, or with :data:`PURE_ENV` set, the Python runs as it is.
 
 * :data:`SOURCES`: modules compiled from their own ``.py`` file by mypyc. There is no second version
-  to keep equal: the file is the one source, run compiled or not. tests/test_compiled_sources.py runs the
-  compiled module and the same file uncompiled on the same inputs (:func:`load_source`), since a compiler
-  can change what code means (mypyc boxes a ``tuple[...]``-typed value anew on each use, for one).
+  to keep equal: the file is the one source, run compiled or not. Tests run the compiled module and the
+  same file uncompiled on the same inputs (:func:`load_source`; tests/proxy/wire/test_wire_compiled.py,
+  tests/proxy/triton/test_labels_compiled.py), since a compiler can change what code means (mypyc
+  boxes a ``tuple[...]``-typed value anew on each use, for one).
 * :data:`MODULES`: hand-written C modules, each the same work as a Python version beside its caller, which
   tests hold equal to it; their callers load them with :func:`load_compiled`.
 
 Which of them run is visible: ``triton-tap --version``, the proxy's start log line and its captures'
 ``capture_start.options.compiled`` all say it with :func:`active`. A build older than its sources (a
-``.py`` edited after ``pip install -e .``) is not used: the sources run, and :func:`active` says why.
+``.py`` edited after ``pip install -e .``), or one that failed half way, is not used: the sources run,
+and :func:`active` says why. (A commit from before this rule, checked out over a build, cannot know
+it: remove the builds first, ``git clean -fdX``, or ``find . -name '*.so' -delete``.)
 """
 
 from __future__ import annotations
@@ -59,9 +62,17 @@ MODULES: dict[str, str] = {
 #: What :func:`active` says of a module that runs compiled (otherwise it says why its Python runs instead).
 COMPILED = "compiled"
 
-#: Written by setup.py beside this file when it compiles :data:`SOURCES`: the compiler and each source's
-#: sha256, so that a build older than its sources is recognised (and not used).
-BUILD_MANIFEST = Path(__file__).with_name("compiled-build.json")
+#: Written by setup.py beside this file once it has built every module of :data:`SOURCES` for this
+#: interpreter's ABI (one file per ABI: builds for several Pythons share a checkout): the compiler and
+#: each source's sha256, so that a build older than its sources, or one that failed half way, is
+#: recognised (and not used).
+BUILD_MANIFEST = Path(__file__).with_name(
+    "compiled-build" + importlib.machinery.EXTENSION_SUFFIXES[0].rsplit(".", 1)[0] + ".json"
+)
+
+#: The library holding the code of every module of :data:`SOURCES` (each module's extension is a shim
+#: importing it; setup.py's ``GROUP``).
+LIBRARY = "triton_tap__mypyc"
 
 #: The root the dotted names of :data:`SOURCES` are paths under (this file is replay/compiled.py).
 _ROOT = Path(__file__).resolve().parent.parent
@@ -94,13 +105,20 @@ def sources_reason() -> str | None:
     if not any(built(name) for name in SOURCES):
         return "not built"
     try:
-        manifest = json.loads(BUILD_MANIFEST.read_text())
-        hashes: dict[str, str] = manifest["sources"]
+        hashes = json.loads(BUILD_MANIFEST.read_text())["sources"]
+        if not isinstance(hashes, dict):
+            raise TypeError
     except (OSError, ValueError, KeyError, TypeError):
         return f"stale build: no readable {BUILD_MANIFEST.name} (pip install -e . builds again)"
     for name in SOURCES:
-        if hashes.get(name) != hashlib.sha256(source_path(name).read_bytes()).hexdigest():
+        try:
+            now = hashlib.sha256(source_path(name).read_bytes()).hexdigest()
+        except OSError as e:  # an install without the .py files: what ran would be unknown
+            return f"stale build: {name}'s source cannot be read ({e.strerror})"
+        if hashes.get(name) != now:
             return f"stale build: {name} changed after it was compiled (pip install -e . builds again)"
+    if importlib.util.find_spec(LIBRARY) is None:
+        return f"stale build: {LIBRARY}, which holds the compiled code, is missing (pip install -e . builds again)"
     return None
 
 

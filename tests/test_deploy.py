@@ -202,11 +202,11 @@ def test_the_wheel_the_image_installs_has_the_report_template_and_models(tmp_pat
     # (replay/compiled.py's registry) is in the wheel, with the manifest saying which sources they are.
     assert "apt-get install" in build_stage and " gcc " in build_stage
     if shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is not None:
-        from replay.compiled import MODULES, SOURCES
+        from replay.compiled import BUILD_MANIFEST, MODULES, SOURCES
 
         built = {n.split(".")[0].replace("/", ".") for n in names if n.endswith(".so")}
         assert {*SOURCES, *MODULES, "triton_tap__mypyc"} <= built, built
-        assert "replay/compiled-build.json" in names
+        assert f"replay/{BUILD_MANIFEST.name}" in names
 
 
 def test_embedded_scripts_in_the_kubernetes_manifest_work(tmp_path: Path) -> None:

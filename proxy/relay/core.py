@@ -89,6 +89,11 @@ _GOAWAY: Final = wire.GOAWAY
 _END_STREAM: Final = wire.END_STREAM
 _ACK: Final = wire.ACK
 _PADDED: Final = wire.PADDED
+# The frame types a handler never passes on unchanged, whatever the state: from the upstream GOAWAY
+# (``_up_goaway``: passed on, or lowered, or answered) and PUSH_PROMISE (an error); from the client
+# RST_STREAM (a cancel, written before the rest of its read) and PUSH_PROMISE (an error).
+_HANDLED_S2C: Final = frozenset({wire.GOAWAY, wire.PUSH_PROMISE})
+_HANDLED_C2S: Final = frozenset({wire.RST_STREAM, wire.PUSH_PROMISE})
 
 #: A frame as :meth:`proxy.wire.frames.FrameReader.feed` returns it: type, flags, stream id, payload, raw bytes.
 Frame = tuple[int, int, int, Any, memoryview]
@@ -475,19 +480,12 @@ class H2Core:
 
     # --- the one decision per read ---------------------------------------------------------------
 
-    # The frame types a handler below never passes on unchanged, whatever the state: from the
-    # upstream GOAWAY (``_up_goaway``: passed on, or lowered, or answered) and PUSH_PROMISE (an
-    # error); from the client RST_STREAM (a cancel, written before the rest of its read) and
-    # PUSH_PROMISE (an error).
-    _HANDLED_S2C = frozenset({wire.GOAWAY, wire.PUSH_PROMISE})
-    _HANDLED_C2S = frozenset({wire.RST_STREAM, wire.PUSH_PROMISE})
-
     def _verbatim_s2c(self, frames: list[Frame]) -> bool:
         """Whether every frame of an upstream read goes on verbatim (the one decision per read).
 
         Beside the handlers that drop, rewrite or answer frames: a change to one of them that stops
         passing a frame on unchanged changes this too, or frames go twice or are lost."""
-        handled = self._HANDLED_S2C
+        handled = _HANDLED_S2C
         for f in frames:
             if f[0] in handled:
                 return False
@@ -502,7 +500,7 @@ class H2Core:
             or self._own_settings_acks
         ):  # fmt: skip
             return False
-        handled = self._HANDLED_C2S
+        handled = _HANDLED_C2S
         kept = self._kept_back
         for f in frames:
             if f[0] in handled or (kept and f[2] in kept):

@@ -35,8 +35,6 @@ SIDE_MIN_BYTES: Final = 1024
 NONE_ERROR_TEXT: Final = "(error text not recorded: --payload none)"
 
 _time_ns: Final = time.time_ns
-#: Direction index -> the capture's name of it.
-_DIRECTIONS: Final[tuple[ev.Direction, ev.Direction]] = ("c2s", "s2c")
 
 #: Cancelled upstream streams per connection still watched for late frames (oldest forgotten first);
 #: as many again of the streams the upstream ended itself.
@@ -64,7 +62,7 @@ class MessageRecorder:
         mkind = call.mkind
         payload = self.opts.payload
         t_ns = _time_ns()
-        dname = _DIRECTIONS[direction]
+        dname: ev.Direction = "c2s" if direction == C2S else "s2c"  # (a Final tuple is built anew, compiled)
         label: Labeler = _LABELERS[mkind][direction] if mkind else _no_labels
         index = call.index
         emit = self.emit

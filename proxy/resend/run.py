@@ -152,7 +152,10 @@ async def _http_call(start: Start, conn: HttpConnection, conns: _Conns, opts: Se
         fin = c.half_close_ns
         reset = False
         if fin is not None and not stream.done.is_set():
-            # The recorded client's FIN (a close or a half-close: the wire showed only the FIN), at its offset.
+            # The recorded client's FIN (a close or a half-close: the wire showed only the FIN), at its offset;
+            # with --cancel-at responses, a FIN that was the disconnect also waits for the events it had.
+            if opts.cancel_at == "responses" and c.ending is not None and c.ending.cause == "client_disconnect":
+                await _until_responses(stream, c.ending.responses)
             await _sleep_until(begun + scaled(fin, opts.speed))
             if not stream.done.is_set():
                 conn.half_close()

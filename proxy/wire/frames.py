@@ -243,7 +243,7 @@ class FrameReader:
                 # Out-of-range values are the receiving peer's to reject.
                 self.max_frame = max(self.max_frame, value)
 
-    def feed(self, data: bytes) -> list[tuple[int, int, int, object, memoryview]]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[tuple[int, int, int, object, memoryview]]:
         """Complete frames in what was read so far. Raises :class:`FrameError` on a framing violation."""
         # The measured hot loop (``python -m bench.icount``): it runs once per read of each direction
         # and its while loop once per frame, so it stays one function on local names, compiled
@@ -256,7 +256,7 @@ class FrameReader:
         in_block = self.block is not None
         buf: bytes
         if self._pending:
-            self._pending.append(data)
+            self._pending.append(data if type(data) is bytes else bytes(data))
             self._pending_len += len(data)
             if self._pending_len < self._need:
                 return []

@@ -11,7 +11,11 @@ to the side file with one ``writev`` (joining a 100 MB message costs ~80 ms of C
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Final
+
+#: The longest view whose whole messages are read from a copy of it (a long frame's payload beyond it
+#: takes the general loop: copying it whole for a small first message would cost more than it saves).
+_COPIED_VIEW: Final = 65536
 
 #: A message's kept bytes: joined, or (``split_at``) the pieces as they came.
 Body = bytes | list[bytes]
@@ -51,7 +55,7 @@ class Assembler:
             # to be whole in it.
             if type(data) is bytes:
                 i = self._whole(data, out)
-            else:
+            elif n <= _COPIED_VIEW:
                 head = bytes(data[:5])
                 length = head[1] << 24 | head[2] << 16 | head[3] << 8 | head[4]
                 if length <= n - 5 and length <= self._keep:

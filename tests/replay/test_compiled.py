@@ -80,6 +80,14 @@ def test_a_build_of_other_sources_is_stale(monkeypatch: pytest.MonkeyPatch, tmp_
     assert compiled.sources_reason() == (
         "stale build: proxy.wire.frames changed after it was compiled (pip install -e . builds again)"
     )
+    manifest.write_text(json.dumps({"sources": hashes}))
+    monkeypatch.setattr(compiled, "LIBRARY", "triton_tap_no_such_library")
+    assert compiled.sources_reason() == (
+        "stale build: triton_tap_no_such_library, which holds the compiled code, is missing"
+        " (pip install -e . builds again)"
+    )
+    manifest.write_text(json.dumps({"sources": ["a list"]}))
+    assert compiled.sources_reason() == "stale build: no readable compiled-build.json (pip install -e . builds again)"
     monkeypatch.setenv(compiled.PURE_ENV, "1")
     assert compiled.sources_reason() == "TRITON_TAP_PURE=1"
 

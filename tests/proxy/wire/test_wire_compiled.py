@@ -26,7 +26,9 @@ from tests.proxy.wire.test_frames import _RANDOM_FRAMES, _frame, _norm
 #: The same files run uncompiled: the reference.
 SOURCE_FRAMES = compiled.load_source("proxy.wire.frames", "_source_frames")
 SOURCE_MESSAGES = compiled.load_source("proxy.wire.messages", "_source_messages")
-needs_compiled = pytest.mark.skipif(not compiled.is_compiled(wire), reason="proxy.wire is not compiled here (or TRITON_TAP_PURE)")
+needs_compiled = pytest.mark.skipif(
+    not compiled.is_compiled(wire), reason="proxy.wire is not compiled here (or TRITON_TAP_PURE)"
+)
 
 _SIZE = {wire.PRIORITY: 5, wire.RST_STREAM: 4, wire.PING: 8, wire.WINDOW_UPDATE: 4, wire.GOAWAY: 8, wire.SETTINGS: 6}
 _CONN = {wire.SETTINGS, wire.PING, wire.GOAWAY}
@@ -140,3 +142,28 @@ def test_the_compiled_assembler_cuts_what_its_source_cuts(data: bytes, cuts: lis
                                                           split_at: int | None, hashing: bool, as_bytes: bool) -> None:  # fmt: skip
     want = _assemble(SOURCE_MESSAGES, data, cuts, keep, split_at, hashing, as_bytes)
     assert _assemble(wire_messages, data, cuts, keep, split_at, hashing, as_bytes) == want
+
+
+@needs_compiled
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 9000), min_size=1, max_size=4), st.sampled_from(["bytes", "bytearray", "memoryview"]),
+       st.lists(st.integers(0, 40000), max_size=3))  # fmt: skip
+def test_long_frames_and_any_buffer_read_alike(sizes: list[int], kind: str, cuts: list[int]) -> None:
+    """DATA frames on both sides of the length from which a payload stays a view of the read, in reads of
+    bytes, bytearray or memoryview (the transports give bytes; compiled, a narrower type would raise)."""
+    stream = b"".join(_frame(wire.DATA, 0, 1, bytes([n % 251]) * n) for n in sizes)
+    seen = []
+    for module in (wire, SOURCE_FRAMES):
+        reader = module.FrameReader(expect_preface=False)
+        got = []
+        prev = 0
+        for c in [*sorted(c for c in cuts if c <= len(stream)), len(stream)]:
+            piece = stream[prev:c]
+            got += _norm(
+                reader.feed(
+                    bytearray(piece) if kind == "bytearray" else memoryview(piece) if kind == "memoryview" else piece
+                )
+            )
+            prev = c
+        seen.append(got)
+    assert seen[0] == seen[1] and len(seen[0]) == len(sizes)
