@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import itertools
 
-from proxy.relay.lifecycle import LifecycleError
+from proxy.relay.lifecycle import next_state
 
 
 class Exchange(enum.Enum):
@@ -86,9 +86,4 @@ EXCHANGE_PAIRS = tuple(itertools.product(Exchange, ExchangeInput))
 
 def exchange_after(state: Exchange, inp: ExchangeInput) -> Exchange:
     """The exchange's state after ``inp``."""
-    got = EXCHANGE_TABLE.get((state, inp))
-    if got is not None:
-        return got
-    if (state, inp) in EXCHANGE_IGNORED:
-        return state
-    raise LifecycleError(f"exchange input {inp.value} in state {state.value}")
+    return next_state("exchange", EXCHANGE_TABLE, EXCHANGE_IGNORED, state, inp)

@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import enum
 import itertools
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from typing import TypeVar
 
 
 class Upstream(enum.Enum):
@@ -141,21 +144,28 @@ class LifecycleError(Exception):
     """An input the table neither allows nor ignores: a bug of the core, never of a peer."""
 
 
-def upstream_after(state: Upstream, inp: UpstreamInput) -> Upstream:
-    """The upstream's state after ``inp``."""
-    got = UPSTREAM_TABLE.get((state, inp))
+S = TypeVar("S", bound=enum.Enum)
+I = TypeVar("I", bound=enum.Enum)  # noqa: E741
+
+
+def next_state(
+    what: str, table: Mapping[tuple[S, I], S], ignored: AbstractSet[tuple[S, I]], state: S, inp: I
+) -> S:
+    """The one rule of every lifecycle table: ``state`` after ``inp`` is the table's, or ``state`` itself
+    for an input it ignores; any other pair is a bug of the core (``what`` names the lifecycle)."""
+    got = table.get((state, inp))
     if got is not None:
         return got
-    if (state, inp) in UPSTREAM_IGNORED:
+    if (state, inp) in ignored:
         return state
-    raise LifecycleError(f"upstream input {inp.value} in state {state.value}")
+    raise LifecycleError(f"{what} input {inp.value} in state {state.value}")
+
+
+def upstream_after(state: Upstream, inp: UpstreamInput) -> Upstream:
+    """The upstream's state after ``inp``."""
+    return next_state("upstream", UPSTREAM_TABLE, UPSTREAM_IGNORED, state, inp)
 
 
 def client_after(state: Client, inp: ClientInput) -> Client:
     """The client's state after ``inp``."""
-    got = CLIENT_TABLE.get((state, inp))
-    if got is not None:
-        return got
-    if (state, inp) in CLIENT_IGNORED:
-        return state
-    raise LifecycleError(f"client input {inp.value} in state {state.value}")
+    return next_state("client", CLIENT_TABLE, CLIENT_IGNORED, state, inp)

@@ -11,6 +11,7 @@ the goldens are exactly what the proxy would write, and stay so when the schema 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import sys
 from collections.abc import Callable
@@ -316,6 +317,32 @@ class Builder:
 #: Fields added after schema 2 (optional): a version 1 or 2 writer never wrote them.
 _NEWER_FIELDS = ("payload_at", "http_listen", "http_upstream", "protocol", "http_version", "finish_reason",
                  "http_status")  # fmt: skip
+
+
+def http_stream_cut_in_second_event(payload: str, keep_bytes: bool, mark: bool) -> tuple[Builder, Exchange, bytes]:
+    """A generate_stream the client's disconnect cut inside its second event (a recorder that keeps what
+    arrived of it): the builder (not finished), the exchange it was made from, and the bytes of the cut
+    event the record holds. ``keep_bytes``: the record's payload is those bytes (``full`` only), without the
+    event's blank line; ``mark``: its decode_error says the body was cut (``ev.BODY_CUT``)."""
+    (x,) = exchanges("04a_disconnect_after_2_events_tokens")
+    b = Builder(payload=payload).start(grpc=False, http=True)
+    b.http_call("c1.1", x)
+    b.http_request("c1.1", x)
+    b.http_reply("c1.1", x, ms=[14, 30])
+    b.http_cancel("c1.1", "client_disconnect", ms=0.3)
+    b.http_end("c1.1", x, cause="client_disconnect", ms=0.2)
+    last = max(i for i, r in enumerate(b.records) if isinstance(r, ev.MessageSeen) and r.dir == "s2c")
+    rec = b.records[last]
+    assert isinstance(rec, ev.MessageSeen)
+    part = b""
+    changes: dict[str, Any] = {"decode_error": ev.BODY_CUT} if mark else {}
+    if keep_bytes:
+        assert rec.payload is not None
+        part = base64.b64decode(rec.payload)[:-6]  # the event's head, its blank line never came
+        changes.update(size=len(part), payload=base64.b64encode(part).decode(),
+                       payload_sha256=hashlib.sha256(part).hexdigest())  # fmt: skip
+    b.records[last] = dataclasses.replace(rec, **changes)
+    return b, x, part
 
 
 def _dense(record: Any, seq: int, version: int) -> bytes:

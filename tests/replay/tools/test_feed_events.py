@@ -6,9 +6,6 @@ SSE reader does."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import dataclasses
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -17,9 +14,8 @@ from typing import Any
 import pytest
 
 import replay
-from replay.capture import events as ev
 from replay.errors import UserError
-from tests.data.make_golden import Builder
+from tests.data.make_golden import Builder, http_stream_cut_in_second_event
 from tests.proxy.triton.http_wire import Exchange, exchanges
 from tests.support.paths import DATA
 
@@ -91,24 +87,7 @@ def test_an_event_the_cut_ended_is_not_fed(tmp_path: Path, payload: str) -> None
     recorder that keeps what arrived, marking it): an SSE reader drops an event no blank line ended, so the
     callback gets the first event, then the loss. ``full``: the bytes say it (no blank line at their end),
     whatever the record's text; ``meta``: the record's mark."""
-    (x,) = exchanges("04a_disconnect_after_2_events_tokens")
-    b = Builder(payload=payload).start(grpc=False, http=True)
-    b.http_call("c1.1", x)
-    b.http_request("c1.1", x)
-    b.http_reply("c1.1", x, ms=[14, 30])
-    b.http_cancel("c1.1", "client_disconnect", ms=0.3)
-    b.http_end("c1.1", x, cause="client_disconnect", ms=0.2)
-    last = max(i for i, r in enumerate(b.records) if isinstance(r, ev.MessageSeen) and r.dir == "s2c")
-    rec = b.records[last]
-    assert isinstance(rec, ev.MessageSeen)
-    if payload == "full":
-        assert rec.payload is not None
-        part = base64.b64decode(rec.payload)[:-6]
-        cut = dataclasses.replace(rec, size=len(part), payload=base64.b64encode(part).decode(),
-                                  payload_sha256=hashlib.sha256(part).hexdigest())  # fmt: skip
-    else:
-        cut = dataclasses.replace(rec, decode_error=ev.BODY_CUT)
-    b.records[last] = cut
+    b, x, _ = http_stream_cut_in_second_event(payload, keep_bytes=payload == "full", mark=payload == "meta")
     path = tmp_path / "c.jsonl"
     path.write_bytes(b.finish().render())
     got = _fed(path)

@@ -8,9 +8,7 @@ client must get is what the real Triton sent in that exchange.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import hashlib
 import json
 import shutil
 import socket
@@ -26,10 +24,9 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from proxy.triton.http_labels import SseSplitter
-from replay.capture import events as ev
 from replay.tools.serve import MockTriton, load
 from replay.tools.serve.httpd import HttpServe
-from tests.data.make_golden import Builder
+from tests.data.make_golden import Builder, http_stream_cut_in_second_event
 from tests.proxy.triton.http_wire import Exchange, exchanges
 from tests.support.loop_thread import BackgroundLoop
 
@@ -179,20 +176,7 @@ def test_an_event_the_cut_ended_is_served_as_captured_not_completed(serve: _Serv
     """A stream the client's disconnect cut inside its second event, whose first part the capture holds (a
     recorder that keeps what arrived of it): serve sends those bytes as they were, with no blank line added,
     so an SSE reader gets one event, as the recorded client did, then the cut."""
-    (x,) = exchanges("04a_disconnect_after_2_events_tokens")
-    b = Builder(payload="full").start(grpc=False, http=True)
-    b.http_call("c1.1", x)
-    b.http_request("c1.1", x)
-    b.http_reply("c1.1", x, ms=[14, 30])
-    b.http_cancel("c1.1", "client_disconnect", ms=0.3)
-    b.http_end("c1.1", x, cause="client_disconnect", ms=0.2)
-    last = max(i for i, r in enumerate(b.records) if isinstance(r, ev.MessageSeen) and r.dir == "s2c")
-    rec = b.records[last]
-    assert isinstance(rec, ev.MessageSeen) and rec.payload is not None
-    part = base64.b64decode(rec.payload)[:-6]  # the event's head, its blank line never came
-    b.records[last] = dataclasses.replace(rec, size=len(part), payload=base64.b64encode(part).decode(),
-                                          payload_sha256=hashlib.sha256(part).hexdigest(),
-                                          decode_error=ev.BODY_CUT)  # fmt: skip
+    b, x, part = http_stream_cut_in_second_event("full", keep_bytes=True, mark=True)
     url = serve(b.finish().render())
     got = b""
     with pytest.raises(httpx.RemoteProtocolError):
