@@ -78,7 +78,9 @@ class CaptureStarted:
     proxy_version: Annotated[str, "triton-tap version that wrote the capture"]
     listen: Annotated[str, "HOST:PORT the proxy listens on for gRPC (`\"\"` when it relays HTTP only)"]
     upstream: Annotated[str, "HOST:PORT of the Triton server's gRPC port (`\"\"` when it relays HTTP only)"]
-    options: Annotated[dict[str, Any], "recording options in force (payload mode, byte cap, rotation, drain timeout)"]
+    options: Annotated[dict[str, Any], "recording options in force (payload mode, byte cap, rotation, drain timeout), "
+                       "the event loop (`event_loop`), and which compiled modules ran (`compiled`: module name -> "
+                       "`compiled`, or why its Python ran: `TRITON_TAP_PURE=1`, `not built`, `stale build: ...`)"]
     file_index: Annotated[int, "0 for the first file of a capture, n for the n-th rotated file"] = 0
     capture_set: Annotated[
         str | None, "`record --workers`: the capture set's name (`capture-<stamp>-<pid>`), shared by its workers, else null"
