@@ -169,9 +169,8 @@ def _mutmut() -> str:
 def _run_boxed(argv: list[str], cwd: Path, box: float, log: Path) -> bool:
     """Run ``argv`` in its own process group; stop the whole group after ``box`` s. True if stopped."""
     with log.open("w") as out:
-        # The Python alone: a module compiled from its source would run in place of its mutated file,
-        # and with the compiled line decoder (replay/capture/lines.py) a mutated Python shape would
-        # decode a line or two and the compiled one the rest: their mutants would survive.
+        # The Python alone: a module compiled from its source would run in place of its mutated file
+        # (the stale-build rule would notice, but every other module would then run uncompiled too).
         env = {**os.environ, PURE_ENV: "1"}
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:

@@ -60,7 +60,7 @@ DIFFERENTIAL = (
     "tests/proxy/triton/test_labels_compiled.py",
     "tests/proxy/relay/test_core_equivalence.py",
     "tests/proxy/triton/test_label_key.py",
-    "tests/replay/capture/test_lines.py",
+    "tests/replay/capture/test_capture_compiled.py",
     "tests/replay/capture/test_encode.py",
     "tests/replay/test_frozen.py",
 )

@@ -7,8 +7,9 @@ stops the run even when the answer happened to be right. Set alone, it is the sa
 Three parsers read bytes from outside: the frame reader and the message assembler (``proxy/wire``,
 compiled from their source: what a client or Triton sends), the labels' field scanner and cache
 (``proxy/triton/labels.py``, compiled from its source: the protobuf messages in those frames), each
-against the same file run uncompiled, and the capture line decoder (``replay/capture/_lines.c``: a
-capture file, maybe damaged or foreign) against its Python version. Each gets the given seconds of
+against the same file run uncompiled, and the capture line decoder (``replay/capture/schema.py`` and
+``shapes.py``, compiled from their source: a capture file, maybe damaged or foreign) against the same
+files run uncompiled. Each gets the given seconds of
 inputs mutated from real seeds (valid frames of every type, Triton messages built with protobuf, the
 golden captures' lines): bytes flipped, inserted, deleted, repeated, spliced between seeds. Each input
 is compared the way its differential test compares (their helpers, imported: one definition of
@@ -28,13 +29,14 @@ from tritonclient.grpc import service_pb2 as pb
 
 from proxy.wire import frames as wire
 from replay import compiled
-from replay.capture import lines, schema
+from replay.capture import schema
 from tests.proxy.triton.test_label_key import _FUNCS, _fill
 from tests.proxy.triton.test_label_key import _same as _same_labels
 from tests.proxy.triton.test_labels_compiled import CALLS, SOURCE, _both
 from tests.proxy.wire.test_frames import _frame
 from tests.proxy.wire.test_wire_compiled import _BLOCK, SOURCE_FRAMES, SOURCE_MESSAGES, _assemble, _read
-from tests.replay.capture.test_lines import _compiled, _python
+from tests.replay.capture.test_capture_compiled import SOURCE as SOURCE_SCHEMA
+from tests.replay.capture.test_capture_compiled import _answer
 from tests.sanitize import FUZZ_ENV
 from tests.support.paths import DATA
 
@@ -173,19 +175,16 @@ def test_the_compiled_labels_agree_with_their_source_and_protobuf() -> None:
     _fuzz("labels", seeds, check)
 
 
-def test_the_line_decoder_agrees_with_the_python_path() -> None:
-    if not lines.compiled():
-        pytest.skip("replay.capture._lines is not built here")
+def test_the_line_decoder_agrees_with_its_source() -> None:
+    if not compiled.is_compiled(schema):
+        pytest.skip("replay.capture.schema is not compiled here")
     seeds = [line for path in sorted(DATA.glob("**/*.jsonl")) for line in _lines_of(path)]
     assert len(seeds) > 100
-    table = lines.new_table()
     c_sticky: schema.Sticky = {}
     py_sticky: schema.Sticky = {}
 
     def check(rng: random.Random, line: bytes) -> None:
-        # (the reader's way: the compiled decoder, else the Python path, which teaches it the shape)
-        answer, _ = _compiled(table, line, c_sticky)
-        assert answer == _python(line, py_sticky)
+        assert _answer(schema, line, c_sticky) == _answer(SOURCE_SCHEMA, line, py_sticky)
         assert repr(c_sticky) == repr(py_sticky)
 
     _fuzz("lines", seeds, check)

@@ -7,7 +7,7 @@ generates each capture with :mod:`bench.captures` (its ``steady`` shape) in a te
 mode (``json``: ``--json``; ``table``: the default human table) and prints records/s (wall and CPU,
 the child's user + system time, interpreter start-up included) and that child's own peak RSS
 (``wait4``), plus bytes per record raw (uncompressed JSONL) and on disk. ``--decoder pure`` runs the
-same check with ``TRITON_TAP_PURE=1`` (the Python line decoder, replay/capture/lines.py) beside the
+same check with ``TRITON_TAP_PURE=1`` (the line decoder uncompiled, replay/capture/schema.py) beside the
 compiled one, interleaved, so the two compare within one run.
 """
 

@@ -36,12 +36,12 @@ from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Final
 
 import orjson
 
 from replay.capture import events as ev
-from replay.capture import lines, naming
+from replay.capture import naming
 from replay.capture.payload import SideRefs
 from replay.capture.schema import Sticky, decode
 from replay.capture.zst import FrameLines, GzipLines, OnHole, ZstdLines
@@ -100,8 +100,8 @@ class SeqWatch:
 
     #: How many recent records are kept to tell an exact repeat of a line from a conflicting one
     #: (a power of two: the ring is indexed by ``seq & MASK``).
-    RECENT = 1024
-    MASK = RECENT - 1
+    RECENT: Final = 1024
+    MASK: Final = 1023  # RECENT - 1, as a literal: compiled (mypyc), a class body cannot read its own names
 
     def __init__(self) -> None:
         self.gaps: list[Gap] = []
@@ -346,27 +346,10 @@ class CaptureReader:
                 # Hot loop (every line of every capture read): the common line (a complete JSON
                 # object) takes the first branch; names are bound to locals once.
                 loads, record, decode_ = orjson.loads, watch.record, decode
-                compiled = lines.TABLE.decode if lines.TABLE is not None else None
                 ring, mask, message = watch.ring, watch.MASK, ev.MessageSeen
                 skip = self.skip_damaged
                 watch.file = name
                 for lineno, line in enumerate(f, 1):
-                    if compiled is not None and (done := compiled(line, sticky)) is not None:
-                        # The compiled decoder took the line (replay/capture/lines.py): the same
-                        # record the Python path below makes, without its dict.
-                        found += 1
-                        seq = done[0]
-                        if seq == watch.expected and type(done[1]) is message:
-                            # SeqWatch.record's common case, inline (half the loop's cost was the
-                            # call); `watch.file` is this file's since the loop began.
-                            watch.expected = seq + 1
-                            ring[seq & mask] = watch.last = done
-                            watch.line = lineno
-                        elif record(seq, done[1], name, lineno):
-                            skipped += 1
-                            continue
-                        yield done
-                        continue
                     try:
                         if line[:1] == b"{" and line[-1:] == b"\n":
                             try:
@@ -397,7 +380,7 @@ class CaptureReader:
                             except orjson.JSONDecodeError as e:
                                 raise DamagedLine(name, lineno, f"not valid JSON: {e}") from None
                         try:
-                            seq, rec = decode_(raw, path=name, line=lineno, sticky=sticky)
+                            done = decode_(raw, path=name, line=lineno, sticky=sticky)
                         except UnknownKind as e:
                             # Same schema version, newer writer: new kinds are additions, so the rest
                             # of the capture still means what it says; the seq still counts (no hole).
@@ -421,14 +404,21 @@ class CaptureReader:
                         watch.damaged(name, lineno, e.reason)
                         continue
                     found += 1
-                    if record(seq, rec, name, lineno):
+                    seq, rec = done
+                    if seq == watch.expected and type(rec) is message:
+                        # SeqWatch.record's common case, inline (half the loop's cost was the call);
+                        # `watch.file` is this file's since the loop began.
+                        watch.expected = seq + 1
+                        ring[seq & mask] = watch.last = done
+                        watch.line = lineno
+                    elif record(seq, rec, name, lineno):
                         skipped += 1
                         continue
                     if "payload_at" in raw and type(rec) is ev.MessageSeen and rec.payload_at is not None:
                         if sides is None:
                             sides = SideRefs(path, last)
                         sides.attach(rec, lineno)
-                    yield seq, rec
+                    yield done
         except DamagedFrame as e:
             if found:
                 raise

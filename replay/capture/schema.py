@@ -20,7 +20,6 @@ from typing import Any
 import orjson
 
 from replay.capture import events as ev
-from replay.capture import lines
 from replay.capture.shapes import OneOf, Shape, SpecMemo, compile_shape
 from replay.capture.shapes import generic as _generic
 from replay.compiled import load_compiled
@@ -92,39 +91,44 @@ def _tensor(t: ev.TensorSpec) -> dict[str, Any]:
     return d
 
 
-def _compile(cls: type[Any]) -> Callable[[Any, int, int], dict[str, Any]]:
-    """``build(record, seq, skip)``: the sparse dict of one record of ``cls`` (generated from its fields),
-    without the fields whose bit (their index in the class's fields) is set in ``skip``.
+class _Build:
+    """``build(record, seq, skip)``: the sparse dict of one record of its class, without the fields whose bit
+    (their index in the class's fields) is set in ``skip``: the Python path of ``_encode.c``'s ``Plan.build``.
 
-    Hot loop (writer thread, once per record): straight-line code, one attribute read and one
-    identity test per field, measured ~2x faster than a generic loop over the fields. None/False/0
-    defaults are singletons; a value equal to a non-identical default is merely written. The
-    compiled twin (``_encode.c``) does the same; tests/replay/capture/test_encode.py holds them equal.
+    Hot loop (writer thread, once per record; compiled by mypyc): one attribute read and one identity
+    test per field. None/False/0 defaults are singletons; a value equal to a non-identical default is
+    merely written. Every field is read (an unset slot raises), one whose bit is set is then left out
+    unevaluated (the C does the same); tests/replay/capture/test_encode.py holds the two equal.
     """
-    omitted = _OMITTED[cls.kind]
-    env: dict[str, Any] = {"_tensor": _tensor}
-    lines = ["def enc(r, seq, skip):", f"    d = {{'v': {SCHEMA_VERSION}, 'seq': seq, 'kind': {cls.kind!r}}}"]
-    for i, (name, omit) in enumerate(omitted.items()):
-        # Every field is read (an unset slot raises); one whose bit is set in ``skip`` is left out
-        # unevaluated (the compiled twin does the same).
-        lines.append(f"    v = r.{name}")
-        lines.append(f"    if not skip >> {i} & 1:")
-        if omit is _ALWAYS:
-            lines.append(f"        d[{name!r}] = v")
-            continue
-        env[f"o{i}"] = omit
-        if name in _TENSOR_LISTS:
-            lines.append(f"        if v is not None: d[{name!r}] = [_tensor(t) for t in v]")
-        else:
-            lines.append(f"        if v is not o{i} and v != o{i}: d[{name!r}] = v")
-    lines.append("    return d")
-    exec("\n".join(lines), env)  # code generated from our own dataclass fields only
-    enc: Callable[[Any, int, int], dict[str, Any]] = env["enc"]
-    return enc
+
+    __slots__ = ("_fields", "_kind")
+
+    def __init__(self, cls: type[Any]) -> None:
+        self._kind: str = cls.kind
+        # (name, never omitted, a tensor list, the value an omitted field reads as)
+        self._fields: tuple[tuple[str, bool, bool, Any], ...] = tuple(
+            (name, omit is _ALWAYS, name in _TENSOR_LISTS, omit) for name, omit in _OMITTED[cls.kind].items()
+        )
+
+    def __call__(self, r: Any, seq: int, skip: int) -> dict[str, Any]:
+        d: dict[str, Any] = {"v": SCHEMA_VERSION, "seq": seq, "kind": self._kind}
+        bit = 1
+        for name, always, tensors, omit in self._fields:
+            v = getattr(r, name)
+            if not skip & bit:
+                if always:
+                    d[name] = v
+                elif tensors:
+                    if v is not None:
+                        d[name] = [_tensor(t) for t in v]
+                elif v is not omit and v != omit:
+                    d[name] = v
+            bit <<= 1
+        return d
 
 
 def _plan(cls: type[Any]) -> Any:
-    """:func:`_compile`'s work in C (``_encode.c``), or None (not built, or ``cls`` not plain slots)."""
+    """:class:`_Build`'s work in C (``_encode.c``), or None (not built, or ``cls`` not plain slots)."""
     if _CE is None:
         return None
     omitted = _OMITTED[cls.kind]
@@ -137,8 +141,8 @@ def _plan(cls: type[Any]) -> Any:
 
 _CE = load_compiled("replay.capture._encode")
 _PLANS = {c: _plan(c) for c in ev.RECORD_TYPES}
-#: record class -> ``build(record, seq, skip)``, its sparse dict: the generated Python, and what the writer uses.
-_PY_BUILD: dict[type[Any], Callable[[Any, int, int], dict[str, Any]]] = {c: _compile(c) for c in ev.RECORD_TYPES}
+#: record class -> ``build(record, seq, skip)``, its sparse dict: the Python path, and what the writer uses.
+_PY_BUILD: dict[type[Any], Callable[[Any, int, int], dict[str, Any]]] = {c: _Build(c) for c in ev.RECORD_TYPES}
 _BUILD: dict[type[Any], Callable[[Any, int, int], dict[str, Any]]] = {
     c: p.build if p is not None else _PY_BUILD[c] for c, p in _PLANS.items()
 }
@@ -358,7 +362,7 @@ def _tensor_list(v: list[Any]) -> str | None:
     for i, item in enumerate(v):
         if type(item) is not dict:
             return f"item {i} must be a tensor object, got {_JSON_NAMES.get(type(item), '?')}"
-        missing = _TENSOR_REQUIRED - item.keys()
+        missing = [name for name in _TENSOR_REQUIRED if name not in item]
         if missing:
             return f"item {i} lacks {', '.join(sorted(missing))}"
         why = _field_error(_TENSOR_CHECKS, item, {})
@@ -414,7 +418,7 @@ def decode(raw: Any, *, path: str = "<capture>", line: int | None = None,
     the sticky fields their line omitted; without it a line is decoded on its own.
     """
     # Hot loop (every record of every read): a line of a shape seen before is one dict lookup and
-    # its generated decoder (replay/capture/shapes.py); the rest, and every error, the generic way.
+    # its fast decoder (replay/capture/shapes.py); the rest, and every error, the generic way.
     if type(raw) is dict:
         keys = tuple(raw)
         fast = _SHAPES.get(keys)
@@ -431,7 +435,7 @@ def _decode(raw: Any, path: str, line: int | None, sticky: Sticky | None) -> tup
     # Only the keys the line has are visited (sparse lines have few), and carried sticky fields
     # are reused already decoded, not checked again.
     seq, kind, raw = _envelope(raw, path, line)
-    missing = _REQUIRED[kind] - raw.keys()
+    missing = [name for name in _REQUIRED[kind] if name not in raw]
     if missing:
         raise CaptureError(path, line, f"{kind} record lacks field(s) {', '.join(sorted(missing))}")
     checks = _CHECK_MAP[kind]
@@ -486,12 +490,11 @@ def _shape(raw: dict[str, Any], keys: tuple[str, ...]) -> Shape:
     fast = compile_shape(KINDS[kind], keys, **tables)
     if len(_SHAPES) < _MAX_SHAPES:
         _SHAPES[keys] = fast
-        lines.register(lines.TABLE, KINDS[kind], keys, **tables)  # the next such lines: compiled
     return fast
 
 
 def shape_tables(kind: str) -> dict[str, Any]:
-    """What the fast paths of ``kind``'s lines are made from (compile_shape's and lines.plan's arguments)."""
+    """What the fast path of ``kind``'s lines is made from (compile_shape's arguments)."""
     message = kind == "message"
     return {"version": SCHEMA_VERSION, "checks": _CHECK_MAP[kind], "omitted": _OMITTED[kind], "always": _ALWAYS,
             "sticky_names": _STICKY if message else (), "tensor_lists": _TENSOR_LISTS if message else (),

@@ -1,30 +1,31 @@
-"""The decoder's fast path: one generated function per line *shape* (record kind + the keys the line has).
+"""The decoder's fast path: one decoder per line *shape* (record kind + the keys the line has), as tables.
 
-Why: ``replay check`` must read >= 200k records/s (issue 15) and almost every line of a capture has
-one of a handful of shapes (a sparse `s2c` response: ``v seq kind t_ns call dir index size
-request_id final``). For a shape seen once, :func:`compile_shape` writes straight-line code that
-unpacks the line's values in key order, runs exactly the type checks of the fields the line has
-(the same checks as the generic decoder, from the same tables), fills in what the line omits and
-builds the record. Anything it does not accept (an older version, a missing required field, a
-wrong type...) returns ``None`` and the caller decodes the line the generic way, which raises the
-one-line error naming file and line: the fast path never has error messages of its own.
+Why: ``replay check`` must read >= 200k records/s and almost every line of a capture has one of a
+handful of shapes (a sparse `s2c` response: ``v seq kind t_ns call dir index size request_id
+final``). For a shape seen once, :func:`compile_shape` makes a :class:`LineShape`: per field, where
+its value is in the line, exactly the type checks of the fields the line has (the same checks as the
+generic decoder, from the same tables) and what the line omits. Its one loop, compiled by mypyc
+(replay/compiled.py), runs those tables for every shape. Anything it does not accept (an older
+version, a missing required field, a wrong type...) returns ``None`` and the caller decodes the line
+the generic way, which raises the one-line error naming file and line: the fast path never has error
+messages of its own.
 
 Record construction: a frozen slotted dataclass's ``__init__`` sets every field through
 ``object.__setattr__`` (a call per field: ~22 for a message record, most of the decode time).
-The generated code builds a twin: an instance of a plain class with the very same ``__slots__``
-(the same memory layout), sets the fields with ordinary slot stores and then turns it into the
-event class by ``__class__`` assignment (allowed by CPython between classes of equal layout; the
-result is an ordinary, still frozen, instance of the event class). Tests keep it equal to the
-normal constructor (tests/replay/capture/test_shapes.py, with Hypothesis).
+The fast path builds the record's twin (replay/frozen.py: a plain dataclass with the very same
+fields and ``__slots__``, so the same memory layout) with every value positionally, and then turns it
+into the event class by ``__class__`` assignment (allowed by CPython between classes of equal
+layout; the result is an ordinary, still frozen, instance of the event class). Tests keep it equal
+to the generic decoder (tests/replay/capture/test_shapes.py, with Hypothesis).
 """
-
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from typing import Any, Final
 
 import orjson
+
+from replay.frozen import twin
 
 #: ``fn(raw, sticky) -> (seq, record)``, or None: decode this line the generic way.
 Shape = Callable[[dict[str, Any], "dict[str, tuple[Any, ...]] | None"], "tuple[int, Any] | None"]
@@ -56,30 +57,20 @@ class SpecMemo:
     between records (like every record field, nothing changes them after decoding).
     """
 
-    __slots__ = ("_build", "_seen")
+    __slots__ = ("_build", "_seen", "limit")
 
-    #: Distinct lists kept (``--redact-input`` makes every request's list distinct: those beyond
-    #: this are checked and built each time, as without the memo).
-    LIMIT = 4096
+    #: Distinct lists kept by default (``--redact-input`` makes every request's list distinct: those
+    #: beyond :attr:`limit` are checked and built each time, as without the memo).
+    LIMIT: Final = 4096
 
-    def __init__(self, build: Callable[[list[Any]], list[Any] | None]) -> None:
+    def __init__(self, build: Callable[[list[Any]], list[Any] | None], limit: int = LIMIT) -> None:
         self._build = build  # the list's specs, or None when it is not a valid tensor list
         self._seen: dict[bytes, tuple[Any, ...]] = {}
+        self.limit = limit
 
     def clear(self) -> None:
         """Forget every list (tests: a mutated check must not be answered from the memo)."""
         self._seen.clear()
-
-    def from_text(self, text: bytes) -> list[Any] | None:
-        """:meth:`__call__` of the list this JSON text holds (the compiled decoder's way: no parse when seen)."""
-        made = self._seen.get(text)  # the writer spells a list as orjson.dumps does: the memo's own key
-        if made is not None:
-            return list(made)
-        try:
-            v = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            return None
-        return self(v)
 
     def __call__(self, v: Any) -> list[Any] | None:
         if type(v) is not list:
@@ -94,27 +85,9 @@ class SpecMemo:
             if built is None:
                 return None
             made = tuple(built)
-            if len(self._seen) < self.LIMIT:
+            if len(self._seen) < self.limit:
                 self._seen[key] = made
         return list(made)
-
-
-_TWINS: dict[type[Any], type[Any]] = {}
-
-
-def twin(cls: type[Any]) -> type[Any]:
-    """A plain class with ``cls``'s slots: built, filled, then turned into ``cls`` by ``__class__`` assignment."""
-    made = _TWINS.get(cls)
-    if made is None:
-        if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__") or "__slots__" not in vars(cls):
-            raise TypeError(f"{cls!r}: the fast constructor needs a slotted dataclass without __post_init__")
-        made = type(f"_{cls.__name__}Twin", (), {"__slots__": vars(cls)["__slots__"]})
-        probe = made()
-        for f in dataclasses.fields(cls):
-            setattr(probe, f.name, None)
-        probe.__class__ = cls  # raises at import when the layouts ever differ
-        _TWINS[cls] = made
-    return made
 
 
 def compile_shape(cls: type[Any], keys: tuple[str, ...], *, version: int,
@@ -132,83 +105,129 @@ def compile_shape(cls: type[Any], keys: tuple[str, ...], *, version: int,
     """
     if any(omit is always and name not in keys for name, omit in omitted.items()) or not {"v", "seq", "kind"} <= set(keys):
         return generic  # a required field is missing: the generic decoder says which
-    env: dict[str, Any] = {"_twin": twin(cls), "_cls": cls, "_specs": to_specs}
-    local = {name: f"x{i}" for i, name in enumerate(keys)}  # keys are data: never written into the code
-    body = [f"    {', '.join(local.values())}{',' if len(keys) == 1 else ''} = raw.values()",
-            f"    if type({local['v']}) is not int or {local['v']} != {version}: return None",
-            f"    if type({local['seq']}) is not int or {local['seq']} < 0: return None",
-            f"    if {local['kind']} != {cls.kind!r}: return None"]  # fmt: skip
-    for i, (name, (allowed, deep)) in enumerate(checks.items()):
-        if name in local and name not in tensor_lists:  # tensor lists: checked by _specs (a SpecMemo)
-            body.append(f"    if {_bad(local[name], allowed, deep, i, env)}: return None")
-    values: dict[str, str] = {}
-    for i, name in enumerate(omitted):
-        if name not in local:
-            omit = omitted[name]
-            if omit is None or type(omit) is bool:
-                values[name] = repr(omit)  # a constant in the code: cheaper than a global
+    return LineShape(cls, keys, version, checks, omitted, sticky_names, tensor_lists, to_specs, forget_sticky)
+
+
+#: A field's test in :class:`LineShape`: (index of its value in the line, its one allowed type besides
+#: null or None, the allowed types, null allowed, a deeper check, the values of a ``Literal``).
+_Test = tuple[int, "type | None", frozenset[type], bool, "Callable[[Any], str | None] | None", "frozenset[Any] | None"]
+
+
+class LineShape:
+    """The fast decoder of one line shape, as tables its one loop reads: the generic decoder's checks of
+    the fields the line has, the values of those it omits, the sticky fields, the record's twin.
+
+    Compiled (mypyc) once for every shape; its tables are built per shape from the generic decoder's
+    own (schema.shape_tables), so the two cannot disagree on what a field allows.
+    """
+
+    __slots__ = (
+        "_carried",
+        "_cls",
+        "_fill",
+        "_forget",
+        "_ical",
+        "_idir",
+        "_ikind",
+        "_iseq",
+        "_iv",
+        "_kind",
+        "_specs",
+        "_sticky_at",
+        "_tests",
+        "_twin",
+        "_version",
+    )  # fmt: skip
+
+    def __init__(self, cls: type[Any], keys: tuple[str, ...], version: int,
+                 checks: Mapping[str, tuple[frozenset[type], Callable[[Any], str | None] | None]],
+                 omitted: Mapping[str, Any], sticky_names: Collection[str], tensor_lists: Collection[str],
+                 to_specs: Callable[[Any], list[Any] | None] | None, forget_sticky: bool) -> None:  # fmt: skip
+        at = {name: i for i, name in enumerate(keys)}  # keys are data: they only index the line's values
+        self._cls: type[Any] = cls
+        self._twin: type[Any] = twin(cls)  # every field positional, in field order
+        self._version = version
+        self._kind: str = cls.kind
+        self._iv, self._iseq, self._ikind = at["v"], at["seq"], at["kind"]
+        self._ical = at.get("call", -1)
+        self._idir = at.get("dir", -1)
+        self._specs = to_specs
+        self._forget = forget_sticky
+        tests: list[_Test] = []
+        for name, (allowed, deep) in checks.items():
+            if name in at and name not in tensor_lists:  # tensor lists: checked by to_specs (a SpecMemo)
+                kinds = allowed - {_NONE}
+                only = next(iter(kinds)) if len(kinds) == 1 else None
+                values = deep.values if isinstance(deep, OneOf) else None
+                tests.append((at[name], only, allowed, _NONE in allowed, None if values is not None else deep, values))
+        self._tests: tuple[_Test, ...] = tuple(tests)
+        # Per field, in field order: (index of its value in the line or -1, the value when omitted, a tensor list)
+        self._fill: tuple[tuple[int, Any, bool], ...] = tuple(
+            (at.get(name, -1), omit, name in tensor_lists and name in at) for name, omit in omitted.items()
+        )
+        names = list(omitted)
+        sticky = list(sticky_names)
+        if (sticky and (self._ical < 0 or self._idir < 0)) or (forget_sticky and self._ical < 0):
+            raise ValueError(f"{cls.kind}: sticky fields need the line's call and dir")  # pragma: no cover - schema's tables
+        # The sticky fields' places among the fields, and which of them (by position among the sticky
+        # fields) this line omits: those a call's previous `s2c` message carries over.
+        self._sticky_at: tuple[int, ...] = tuple(names.index(n) for n in sticky)
+        self._carried: tuple[int, ...] = tuple(k for k, n in enumerate(sticky) if n not in at)
+
+    def __call__(self, raw: dict[str, Any], sticky: dict[str, tuple[Any, ...]] | None) -> tuple[int, Any] | None:
+        xs = tuple(raw.values())
+        v = xs[self._iv]
+        if type(v) is not int or v != self._version:
+            return None
+        seq = xs[self._iseq]
+        if type(seq) is not int or seq < 0:
+            return None
+        if xs[self._ikind] != self._kind:
+            return None
+        for i, only, allowed, nullable, deep, values in self._tests:
+            x = xs[i]
+            if only is not None:
+                if type(x) is not only and (x is not None or not nullable):
+                    return None
+            elif type(x) not in allowed:
+                return None
+            if x is not None:
+                if values is not None:
+                    if x not in values:
+                        return None
+                elif deep is not None and deep(x) is not None:
+                    return None
+        out: list[Any] = []
+        for i, omit, tensors in self._fill:
+            if i < 0:
+                out.append(omit)
+            elif tensors:
+                x = xs[i]
+                if x is not None:
+                    specs = self._specs
+                    x = specs(x) if specs is not None else None
+                    if x is None:
+                        return None
+                out.append(x)
             else:
-                env[f"d{i}"] = omit
-                values[name] = f"d{i}"
-        elif name in tensor_lists:
-            x = local[name]
-            body.append(f"    if {x} is not None and ({x} := _specs({x})) is None: return None")
-            values[name] = x
-        else:
-            values[name] = local[name]
-    if sticky_names:
-        call, direction = local["call"], local["dir"]
-        for k, name in enumerate(sticky_names):
-            body.append(f"    s{k} = {values[name]}")
-            values[name] = f"s{k}"
-        body.append(f"    if sticky is not None and {direction} == 's2c':")
-        carried = [(k, n) for k, n in enumerate(sticky_names) if n not in local]
-        now = f"sticky[{call}] = ({', '.join(f's{k}' for k in range(len(sticky_names)))},)"
-        if len(carried) == len(sticky_names):  # the common response line: all carried, the state stays
-            body.append(f"        before = sticky.get({call})")
-            body.append("        if before is not None:")
-            body.append(f"            {', '.join(f's{k}' for k, _ in carried)} = before")
-            body.append(f"        else: {now}")
-        elif carried:
-            body.append(f"        before = sticky.get({call})")
-            body.append("        if before is not None:")
-            body.extend(f"            s{k} = before[{k}]" for k, _ in carried)
-            body.append(f"        {now}")
-        else:
-            body.append(f"        {now}")
-    elif forget_sticky:
-        body.append(f"    if sticky is not None: sticky.pop({local['call']}, None)")
-    body.append("    o = _twin()")
-    body.extend(f"    o.{name} = {value}" for name, value in values.items())
-    body.append("    o.__class__ = _cls")
-    body.append(f"    return {local['seq']}, o")
-    exec("\n".join(["def shape(raw, sticky):", *body]), env)  # code generated from our own field tables only
-    fn: Shape = env["shape"]
-    return fn
-
-
-def _bad(x: str, allowed: frozenset[type], deep: Callable[[Any], str | None] | None, i: int, env: dict[str, Any]) -> str:
-    """A condition true when value ``x`` fails the field's check (the generic decoder's, inlined)."""
-    kinds = allowed - {_NONE}
-    nullable = _NONE in allowed
-    if len(kinds) == 1:
-        (only,) = kinds
-        env[f"t{i}"] = only
-        cond = f"({x} is not None and type({x}) is not t{i})" if nullable else f"type({x}) is not t{i}"
-        if only in (int, str, bool, float, list, dict):  # a builtin by its name: the same object, looked up faster
-            cond = cond.replace(f"t{i}", only.__name__)
-    else:
-        env[f"a{i}"] = allowed
-        cond = f"type({x}) not in a{i}"
-    if deep is None:
-        return cond
-    if isinstance(deep, OneOf):
-        env[f"l{i}"] = deep.values
-        extra = f"{x} not in l{i}"
-    else:
-        env[f"p{i}"] = deep
-        extra = f"p{i}({x}) is not None"
-    return f"{cond} or ({x} is not None and {extra})"
+                out.append(xs[i])
+        sticky_at = self._sticky_at
+        if sticky_at:
+            if sticky is not None and xs[self._idir] == "s2c":
+                call = xs[self._ical]
+                carried = self._carried
+                before = sticky.get(call) if carried else None
+                if before is not None:
+                    for k in carried:
+                        out[sticky_at[k]] = before[k]
+                if before is None or len(carried) != len(sticky_at):
+                    # The call's first message, or one stating some of them: the state its next lines carry.
+                    sticky[call] = tuple([out[j] for j in sticky_at])
+        elif self._forget and sticky is not None:
+            sticky.pop(xs[self._ical], None)
+        o = self._twin(*out)  # one call: the twin's __init__ stores the slots
+        o.__class__ = self._cls
+        return seq, o
 
 
 def generic(raw: dict[str, Any], sticky: dict[str, tuple[Any, ...]] | None) -> None:

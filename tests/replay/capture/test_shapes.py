@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from replay.capture import events as ev
 from replay.capture import schema
-from replay.capture.shapes import twin
 from replay.errors import CaptureError
+from replay.frozen import twin
 
 _INT = st.integers(-(2**63), 2**63 - 1)
 _TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=8)
@@ -108,9 +108,7 @@ def test_a_changed_field_gives_the_same_record_or_the_same_error(record: ev.Reco
 @given(record=RECORDS)
 def test_twins_become_ordinary_frozen_records(record: ev.Record) -> None:
     cls = type(record)
-    built = twin(cls)()
-    for f in dataclasses.fields(cls):
-        setattr(built, f.name, getattr(record, f.name))
+    built = twin(cls)(*[getattr(record, f.name) for f in dataclasses.fields(cls)])
     built.__class__ = cls
     assert type(built) is cls and built == record and repr(built) == repr(record)
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -161,7 +159,7 @@ def test_records_decoded_from_one_remembered_tensor_list_do_not_share_it() -> No
 
 
 def test_tensor_lists_beyond_the_memo_s_limit_still_decode(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(type(schema._SPECS), "LIMIT", 3)  # the memo is filled by earlier tests: none may be added
+    monkeypatch.setattr(schema._SPECS, "limit", 3)  # the memo is filled by earlier tests: none may be added
     before = len(schema._SPECS._seen)
     for n in range(10):
         _, rec = schema.decode(_tensor_line([n], hmac_sha256=f"h{n}", size=n))

@@ -11,7 +11,6 @@ import orjson
 import pytest
 import zstandard
 
-from replay.capture import lines
 from replay.capture.reader import Gap, read_capture, skipping_damaged
 from replay.errors import CaptureError, DamagedLine
 from tests.support.paths import DATA
@@ -46,32 +45,21 @@ def _read(path: Path | list[Path], **kw: bool) -> tuple[object, list[str], list[
     return got, reader.warnings, reader.gaps, reader.records
 
 
-def _both(
-    path: Path | list[Path], monkeypatch: pytest.MonkeyPatch, **kw: bool
-) -> tuple[object, list[str], list[Gap], int]:
-    """What the reader gives with the compiled line decoder (if built) and with the Python path: the same."""
-    first = _read(path, **kw)
-    monkeypatch.setattr(lines, "TABLE", None)
-    assert _read(path, **kw) == first
-    monkeypatch.undo()
-    return first
-
-
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.zst", ".jsonl.gz"])
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_a_damaged_middle_line_is_a_hole_and_the_rest_is_read(
-    suffix: str, damage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    suffix: str, damage: str, tmp_path: Path
 ) -> None:
     bad, why = DAMAGE[damage]
     path = _write(tmp_path / f"capture{suffix}", b"".join([*LINES[:4], bad, *LINES[5:]]))
-    got, warnings, gaps, records = _both(path, monkeypatch, skip_damaged=True)
+    got, warnings, gaps, records = _read(path, skip_damaged=True)
     want = [(seq, repr(rec)) for seq, rec in read_capture(GOLDEN) if seq != 4]
     assert got == want and records == 11 and warnings == []
     (hole,) = gaps
     assert (hole.kind, hole.file, hole.line, hole.count) == ("damaged_line", str(path), 5, 1)
     assert why in hole.detail and hole.detail.endswith(": skipped")
     # Without the flag: one error naming the file and the line, as before.
-    got, *_ = _both(path, monkeypatch)
+    got, *_ = _read(path)
     assert isinstance(got, tuple) and got[0] == "DamagedLine"
     assert got[1].startswith(f"{path}:5: ") and why in got[1]
 
@@ -89,22 +77,22 @@ def test_the_default_comes_from_skipping_damaged(tmp_path: Path) -> None:
 
 
 def test_seq_numbers_lost_besides_the_damaged_lines_are_still_a_seq_gap(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path
 ) -> None:
     """Two damaged lines where seq 3 and 4 were: two holes, no seq_gap; one more line lost after
     them: a seq_gap counting only that one."""
     garbage = DAMAGE["garbage"][0]
     path = _write(tmp_path / "a.jsonl", b"".join([*LINES[:3], garbage, garbage, *LINES[5:]]))
-    _, _, gaps, records = _both(path, monkeypatch, skip_damaged=True)
+    _, _, gaps, records = _read(path, skip_damaged=True)
     assert [(g.kind, g.line) for g in gaps] == [("damaged_line", 4), ("damaged_line", 5)]
     assert records == 10
     path = _write(tmp_path / "b.jsonl", b"".join([*LINES[:3], garbage, garbage, *LINES[6:]]))
-    _, _, gaps, _ = _both(path, monkeypatch, skip_damaged=True)
+    _, _, gaps, _ = _read(path, skip_damaged=True)
     assert [(g.kind, g.count) for g in gaps] == [("damaged_line", 1), ("damaged_line", 1), ("seq_gap", 1)]
     assert "besides the 2 damaged line(s)" in gaps[-1].detail
 
 
-def test_a_line_cut_short_before_a_later_file_is_skipped_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_line_cut_short_before_a_later_file_is_skipped_too(tmp_path: Path) -> None:
     """A rotated file whose last line is cut short, a later file following: a hole, then the next file."""
     first = tmp_path / "capture-20250101T000000-1.jsonl"
     second = tmp_path / "capture-20250101T000000-1-0001.jsonl"
@@ -115,9 +103,9 @@ def test_a_line_cut_short_before_a_later_file_is_skipped_too(tmp_path: Path, mon
     first.write_bytes(b"".join([*LINES[:5], orjson.dumps(end)[:20]]))
     second.write_bytes(orjson.dumps(start) + b"\n" + b"".join(
         orjson.dumps({**r, "seq": r["seq"] + 2}) + b"\n" for r in raw[5:]))  # fmt: skip
-    got, *_ = _both(tmp_path, monkeypatch)
+    got, *_ = _read(tmp_path)
     assert got == ("DamagedLine", f"{first}:6: line cut short in the middle of a capture (a later file follows)")
-    got, warnings, gaps, records = _both(tmp_path, monkeypatch, skip_damaged=True)
+    got, warnings, gaps, records = _read(tmp_path, skip_damaged=True)
     assert [(g.kind, g.file, g.line) for g in gaps] == [("damaged_line", str(first), 6)]
     assert records == 5 + 1 + 7 and warnings == []
 
