@@ -7,8 +7,8 @@ compiler, or with :data:`PURE_ENV` set, the Python runs as it is.
 * :data:`SOURCES`: modules compiled from their own ``.py`` file by mypyc. There is no second version
   to keep equal: the file is the one source, run compiled or not. Tests run the compiled module and the
   same file uncompiled on the same inputs (:func:`load_source`; tests/proxy/wire/test_wire_compiled.py,
-  tests/proxy/triton/test_labels_compiled.py, tests/replay/capture/test_capture_compiled.py), since a compiler can change what code means (mypyc
-  boxes a ``tuple[...]``-typed value anew on each use, for one).
+  tests/proxy/triton/test_labels_compiled.py, tests/replay/capture/test_capture_compiled.py), since a
+  compiler can change what code means (mypyc boxes a ``tuple[...]``-typed value anew on each use, for one).
 * :data:`MODULES`: hand-written C modules, each the same work as a Python version beside its caller, which
   tests hold equal to it; their callers load them with :func:`load_compiled`.
 
@@ -37,8 +37,8 @@ from types import ModuleType
 PURE_ENV = "TRITON_TAP_PURE"
 
 #: The modules setup.py compiles from their own source (mypyc), with the work that makes them hot: the
-#: relay's per-read path, from a read's bytes to its writes and records, and the capture's decoder
-#: (every line a reader reads).
+#: relay's per-read path, from a read's bytes to its writes and records, and the capture decoder's fast
+#: path (nearly every line a reader reads).
 SOURCES: dict[str, str] = {
     "proxy.relay.core": "the HTTP/2 relay's protocol core: a read in, writes and records out",
     "proxy.relay.call": "one RPC as the relay follows it",
@@ -50,7 +50,6 @@ SOURCES: dict[str, str] = {
     "proxy.triton.labels": "a message's labels: the field scanner and the labels cache",
     "proxy.triton.pieces": "a long message's head read across its pieces",
     "proxy.triton.inflight": "which request ids of a call wait for their final response",
-    "replay.capture.schema": "a record to its capture line and back: the writer's dicts, the generic decoder",
     "replay.capture.shapes": "the decoder's fast path: a line of a known shape to its record",
 }
 

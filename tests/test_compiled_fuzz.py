@@ -7,8 +7,8 @@ stops the run even when the answer happened to be right. Set alone, it is the sa
 Three parsers read bytes from outside: the frame reader and the message assembler (``proxy/wire``,
 compiled from their source: what a client or Triton sends), the labels' field scanner and cache
 (``proxy/triton/labels.py``, compiled from its source: the protobuf messages in those frames), each
-against the same file run uncompiled, and the capture line decoder (``replay/capture/schema.py`` and
-``shapes.py``, compiled from their source: a capture file, maybe damaged or foreign) against the same
+against the same file run uncompiled, and the capture line decoder (``replay/capture/schema.py`` with its fast
+path ``shapes.py`` compiled from its source: a capture file, maybe damaged or foreign) against the same
 files run uncompiled. Each gets the given seconds of
 inputs mutated from real seeds (valid frames of every type, Triton messages built with protobuf, the
 golden captures' lines): bytes flipped, inserted, deleted, repeated, spliced between seeds. Each input
@@ -29,7 +29,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from proxy.wire import frames as wire
 from replay import compiled
-from replay.capture import schema
+from replay.capture import schema, shapes
 from tests.proxy.triton.test_label_key import _FUNCS, _fill
 from tests.proxy.triton.test_label_key import _same as _same_labels
 from tests.proxy.triton.test_labels_compiled import CALLS, SOURCE, _both
@@ -176,8 +176,8 @@ def test_the_compiled_labels_agree_with_their_source_and_protobuf() -> None:
 
 
 def test_the_line_decoder_agrees_with_its_source() -> None:
-    if not compiled.is_compiled(schema):
-        pytest.skip("replay.capture.schema is not compiled here")
+    if not compiled.is_compiled(shapes):
+        pytest.skip("replay.capture.shapes is not compiled here")
     seeds = [line for path in sorted(DATA.glob("**/*.jsonl")) for line in _lines_of(path)]
     assert len(seeds) > 100
     c_sticky: schema.Sticky = {}

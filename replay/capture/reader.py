@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final
+from typing import IO
 
 import orjson
 
@@ -100,8 +100,8 @@ class SeqWatch:
 
     #: How many recent records are kept to tell an exact repeat of a line from a conflicting one
     #: (a power of two: the ring is indexed by ``seq & MASK``).
-    RECENT: Final = 1024
-    MASK: Final = 1023  # RECENT - 1, as a literal: compiled (mypyc), a class body cannot read its own names
+    RECENT = 1024
+    MASK = RECENT - 1
 
     def __init__(self) -> None:
         self.gaps: list[Gap] = []

@@ -95,8 +95,8 @@ class _Build:
     """``build(record, seq, skip)``: the sparse dict of one record of its class, without the fields whose bit
     (their index in the class's fields) is set in ``skip``: the Python path of ``_encode.c``'s ``Plan.build``.
 
-    Hot loop (writer thread, once per record; compiled by mypyc): one attribute read and one identity
-    test per field. None/False/0 defaults are singletons; a value equal to a non-identical default is
+    Hot loop (writer thread, once per record, where ``_encode.c`` was not built): one attribute read and
+    one identity test per field. None/False/0 defaults are singletons; a value equal to a non-identical default is
     merely written. Every field is read (an unset slot raises), one whose bit is set is then left out
     unevaluated (the C does the same); tests/replay/capture/test_encode.py holds the two equal.
     """

@@ -18,6 +18,7 @@ into the event class by ``__class__`` assignment (allowed by CPython between cla
 layout; the result is an ordinary, still frozen, instance of the event class). Tests keep it equal
 to the generic decoder (tests/replay/capture/test_shapes.py, with Hypothesis).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping

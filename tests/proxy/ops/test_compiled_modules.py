@@ -28,7 +28,7 @@ TRITON_TAP = Path(sys.executable).parent / "triton-tap"
 #: shows: the relay's per-read path and the capture decoder compiled from their source (mypyc), then the hand-written C.
 ALL = ("proxy.relay.core", "proxy.relay.call", "proxy.relay.contract", "proxy.relay.recording", "proxy.relay.records",
        "proxy.wire.frames", "proxy.wire.messages", "proxy.triton.labels", "proxy.triton.pieces",
-       "proxy.triton.inflight", "replay.capture.schema", "replay.capture.shapes", "replay.capture._encode",
+       "proxy.triton.inflight", "replay.capture.shapes", "replay.capture._encode",
        "replay._frozen")  # fmt: skip
 
 
