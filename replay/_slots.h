@@ -1,9 +1,8 @@
 /* Where a record's field lives: the one rule the compiled modules use to read and fill slots by offset.
  *
- * replay/_frozen.c fills a new record's slots, replay/capture/_encode.c reads them and
- * replay/capture/_lines.c fills them from a line: each finds a field's slot through its class's member
+ * replay/_frozen.c fills a new record's slots: it finds a field's slot through its class's member
  * descriptor, and only a plain, writable object slot of that very class will do (anything else and
- * the caller refuses the class, which then takes the Python path).
+ * it refuses the class, which then takes the Python path).
  */
 #ifndef TRITON_TAP_SLOTS_H
 #define TRITON_TAP_SLOTS_H

@@ -51,12 +51,12 @@ SOURCES: dict[str, str] = {
     "proxy.triton.pieces": "a long message's head read across its pieces",
     "proxy.triton.inflight": "which request ids of a call wait for their final response",
     "replay.capture.shapes": "the decoder's fast path: a line of a known shape to its record",
+    "replay.capture.sparse": "the writer's fast path: a record to its line's sparse dict",
 }
 
 #: Hand-written C modules, by import name, with the work each does (its Python version is named beside
 #: its caller, and docs/testing.md#the-proxys-compiled-pieces-and-their-python-versions).
 MODULES: dict[str, str] = {
-    "replay.capture._encode": "the writer's sparse dict of a record, and its line (replay/capture/schema.py)",
     "replay._frozen": "the relay's records filled by slot (replay/frozen.py)",
 }
 

@@ -89,7 +89,7 @@ CI_MODULES = ("replay/machine/table.py", "proxy/triton/causes.py", "proxy/triton
 IMPORT_TIME: dict[str, tuple[str, ...]] = {
     "replay.machine.table": ("_TRANSITIONS", "KEPT_BY_RESPONSE"),
     "replay.capture.schema": (
-        "_OMITTED", "_PLANS", "_PY_BUILD", "_BUILD", "_LINE", "_STICKY_SKIP", "_REQUIRED", "_NULLS", "_TENSOR_CHECKS", "_TENSOR_FIELDS", "_TENSOR_REQUIRED",
+        "_OMITTED", "_BUILD", "_STICKY_SKIP", "_REQUIRED", "_NULLS", "_TENSOR_CHECKS", "_TENSOR_FIELDS", "_TENSOR_REQUIRED",
         "_CHECKS", "_CHECK_MAP",
     ),
 }  # fmt: skip

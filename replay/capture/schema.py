@@ -22,7 +22,7 @@ import orjson
 from replay.capture import events as ev
 from replay.capture.shapes import OneOf, Shape, SpecMemo, compile_shape
 from replay.capture.shapes import generic as _generic
-from replay.compiled import load_compiled
+from replay.capture.sparse import ALWAYS, DEFAULT, NULLABLE, TENSORS, Sparse
 from replay.errors import CaptureError, CaptureTooNew, UnknownKind
 
 SCHEMA_VERSION = 4
@@ -91,72 +91,19 @@ def _tensor(t: ev.TensorSpec) -> dict[str, Any]:
     return d
 
 
-class _Build:
-    """``build(record, seq, skip)``: the sparse dict of one record of its class, without the fields whose bit
-    (their index in the class's fields) is set in ``skip``: the Python path of ``_encode.c``'s ``Plan.build``.
-
-    Hot loop (writer thread, once per record, where ``_encode.c`` was not built): one attribute read and
-    one identity test per field. None/False/0 defaults are singletons; a value equal to a non-identical default is
-    merely written. Every field is read (an unset slot raises), one whose bit is set is then left out
-    unevaluated (the C does the same); tests/replay/capture/test_encode.py holds the two equal.
-    """
-
-    __slots__ = ("_fields", "_kind")
-
-    def __init__(self, cls: type[Any]) -> None:
-        self._kind: str = cls.kind
-        # (name, never omitted, a tensor list, the value an omitted field reads as)
-        self._fields: tuple[tuple[str, bool, bool, Any], ...] = tuple(
-            (name, omit is _ALWAYS, name in _TENSOR_LISTS, omit) for name, omit in _OMITTED[cls.kind].items()
-        )
-
-    def __call__(self, r: Any, seq: int, skip: int) -> dict[str, Any]:
-        d: dict[str, Any] = {"v": SCHEMA_VERSION, "seq": seq, "kind": self._kind}
-        bit = 1
-        for name, always, tensors, omit in self._fields:
-            v = getattr(r, name)
-            if not skip & bit:
-                if always:
-                    d[name] = v
-                elif tensors:
-                    if v is not None:
-                        d[name] = [_tensor(t) for t in v]
-                elif v is not omit and v != omit:
-                    d[name] = v
-            bit <<= 1
-        return d
-
-
-def _plan(cls: type[Any]) -> Any:
-    """:class:`_Build`'s work in C (``_encode.c``), or None (not built, or ``cls`` not plain slots)."""
-    if _CE is None:
-        return None
+def _sparse(cls: type[Any]) -> Sparse:
+    """``cls``'s sparse dict, made by the writer's fast path from what a reader fills in for each field."""
     omitted = _OMITTED[cls.kind]
-    try:
-        return _CE.Plan(cls, SCHEMA_VERSION, tuple(omitted), tuple(omitted.values()), _ALWAYS,
-                        frozenset(_TENSOR_LISTS), _tensor)  # fmt: skip
-    except TypeError:
-        return None
+    modes = [ALWAYS if o is _ALWAYS else TENSORS if name in _TENSOR_LISTS else NULLABLE if o is None else DEFAULT
+             for name, o in omitted.items()]  # fmt: skip
+    defaults = [None if o is _ALWAYS else o for o in omitted.values()]
+    return Sparse(SCHEMA_VERSION, cls.kind, tuple(omitted), modes, defaults, _tensor)
 
 
-_CE = load_compiled("replay.capture._encode")
-_PLANS = {c: _plan(c) for c in ev.RECORD_TYPES}
-#: record class -> ``build(record, seq, skip)``, its sparse dict: the Python path, and what the writer uses.
-_PY_BUILD: dict[type[Any], Callable[[Any, int, int], dict[str, Any]]] = {c: _Build(c) for c in ev.RECORD_TYPES}
-_BUILD: dict[type[Any], Callable[[Any, int, int], dict[str, Any]]] = {
-    c: p.build if p is not None else _PY_BUILD[c] for c, p in _PLANS.items()
-}
-#: record class -> ``line(record, seq, skip, payload_at)``: the line orjson would write for the dict, made
-#: without the dict (``_encode.c``), or None for values it leaves to orjson; no entry without the C module.
-_LINE: dict[type[Any], Callable[[Any, int, int, list[int] | None], bytes | None]] = {
-    c: p.line for c, p in _PLANS.items() if p is not None
-}
+#: record class -> ``build(record, seq, skip)``, its sparse dict (replay/capture/sparse.py).
+_BUILD: dict[type[Any], Sparse] = {c: _sparse(c) for c in ev.RECORD_TYPES}
 #: ``skip`` leaving out a ``message``'s sticky fields.
 _STICKY_SKIP = sum(1 << list(_OMITTED["message"]).index(name) for name in _STICKY)
-
-
-def _sparse(record: ev.Record, seq: int) -> dict[str, Any]:
-    return _BUILD[type(record)](record, seq, 0)
 
 
 def encode(record: ev.Record, seq: int, payload_at: list[int] | None = None) -> bytes:
@@ -165,7 +112,7 @@ def encode(record: ev.Record, seq: int, payload_at: list[int] | None = None) -> 
     Sticky fields are always written (a line read alone means what it says); :class:`Encoder` omits them.
     ``payload_at``: the message's place in the side file, when the writer just put its bytes there.
     """
-    d = _sparse(record, seq)
+    d = _BUILD[type(record)](record, seq, 0)
     if payload_at is not None:
         d["payload_at"] = payload_at
     if type(record) is ev.MessageSeen and record.dir == "s2c":
@@ -205,11 +152,6 @@ class Encoder:
                 skip = _STICKY_SKIP
         elif cls is _CALL_END:
             self._last.pop(r.call, None)
-        if (now is None or skip) and cls in _LINE:
-            # Nothing to add after the fields (a stream's repeats, most kinds): the line straight from the record.
-            line = _LINE[cls](r, seq, skip, payload_at)
-            if line is not None:
-                return line
         d = _BUILD[cls](r, seq, skip)
         if payload_at is not None:
             d["payload_at"] = payload_at

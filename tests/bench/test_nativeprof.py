@@ -23,7 +23,7 @@ SEEN = {
     "/usr/lib/x86_64-linux-gnu/libm.so.6": "C library",
     "[vdso]": "C library",
     "/work/main/triton_tap__mypyc.cpython-311-x86_64-linux-gnu.so": "triton-tap compiled modules",
-    "/work/main/replay/capture/_encode.cpython-311-x86_64-linux-gnu.so": "triton-tap compiled modules",
+    "/work/main/replay/_frozen.cpython-311-x86_64-linux-gnu.so": "triton-tap compiled modules",
     f"{VENV}/replay/_frozen.cpython-311-x86_64-linux-gnu.so": "triton-tap compiled modules",  # a non-editable install
     f"{VENV}/triton_tap__mypyc.cpython-311-x86_64-linux-gnu.so": "triton-tap compiled modules",
     f"{VENV}/zstandard/backend_c.cpython-311-x86_64-linux-gnu.so": "compression (zstd, zlib)",

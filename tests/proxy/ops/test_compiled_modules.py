@@ -25,10 +25,10 @@ from tests.support.proxy import start_lines
 
 TRITON_TAP = Path(sys.executable).parent / "triton-tap"
 #: Every compiled module, spelled out here rather than read from the registry, so that one dropped from it
-#: shows: the relay's per-read path and the capture decoder compiled from their source (mypyc), then the hand-written C.
+#: shows: the relay's per-read path and the capture decoder and writer compiled from their source (mypyc), then the hand-written C.
 ALL = ("proxy.relay.core", "proxy.relay.call", "proxy.relay.contract", "proxy.relay.recording", "proxy.relay.records",
        "proxy.wire.frames", "proxy.wire.messages", "proxy.triton.labels", "proxy.triton.pieces",
-       "proxy.triton.inflight", "replay.capture.shapes", "replay.capture._encode",
+       "proxy.triton.inflight", "replay.capture.shapes", "replay.capture.sparse",
        "replay._frozen")  # fmt: skip
 
 

@@ -1,9 +1,10 @@
-"""The writer's sparse dicts, built in C (``replay/capture/_encode.c``) or Python, and the lines they make.
+"""The writer's sparse dicts (replay/capture/sparse.py, from schema.py's tables) and the lines they make.
 
-Pure: for random records of every kind and any fields to skip, the compiled builder gives the very
-dict the generated Python gives (same keys in the same order, the same value objects) or the same
-error; and the sparse :class:`~replay.capture.schema.Encoder` writes, byte for byte, what it wrote
-before it compared sticky fields on the records instead of on their JSON form (the reference
+Pure: for random records of every kind and any fields to skip, the compiled builder gives the very dict
+its own source run uncompiled gives (same keys in the same order, the same value objects) or the same
+error; each way a field is written is held to its rule; every line reads back as the record it was
+made from; and the sparse :class:`~replay.capture.schema.Encoder` writes, byte for byte, what it
+wrote before it compared sticky fields on the records instead of on their JSON form (the reference
 below is that earlier algorithm).
 """
 
@@ -17,14 +18,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replay import compiled
 from replay.capture import events as ev
-from replay.capture import schema
+from replay.capture import schema, sparse
 from tests.replay.capture.test_shapes import MESSAGES, RECORDS
 from tests.support.child import run_python
 
 needs_compiled = pytest.mark.skipif(
-    schema._CE is None, reason="replay.capture._encode is not built here (or TRITON_TAP_PURE)"
+    not compiled.is_compiled(sparse), reason="replay.capture.sparse is not compiled here (or TRITON_TAP_PURE)"
 )
+
+#: replay/capture/sparse.py run from its source, uncompiled: the reference of the compiled builder.
+_SOURCE = compiled.load_source("replay.capture.sparse", "sparse_source")
+
+
+def _source_build(cls: type[Any]) -> Any:
+    """``cls``'s builder made by the uncompiled source from the compiled one's own tables."""
+    b = schema._BUILD[cls]
+    return _SOURCE.Sparse(schema.SCHEMA_VERSION, cls.kind, b._names, b._modes, b._defaults, schema._tensor)
 
 
 def _outcome(build: Any, record: Any, seq: int, skip: int) -> tuple[str, Any]:
@@ -38,10 +49,9 @@ def _outcome(build: Any, record: Any, seq: int, skip: int) -> tuple[str, Any]:
 @needs_compiled
 @settings(max_examples=400, deadline=None)
 @given(RECORDS, st.integers(0, 2**63), st.integers(0, 2**24 - 1))
-def test_the_compiled_dict_is_the_python_dict(record: Any, seq: int, skip: int) -> None:
+def test_the_compiled_dict_is_the_source_dict(record: Any, seq: int, skip: int) -> None:
     fast = schema._BUILD[type(record)]
-    slow = schema._PY_BUILD[type(record)]
-    assert fast is not slow
+    slow = _source_build(type(record))
     got, want = _outcome(fast, record, seq, skip), _outcome(slow, record, seq, skip)
     assert got[0] == want[0] and (got[0] == "error" or len(got[1]) == len(want[1]))
     if got[0] == "ok":
@@ -51,11 +61,54 @@ def test_the_compiled_dict_is_the_python_dict(record: Any, seq: int, skip: int) 
             assert v1 is v2 or (type(v1) in (list, int) and type(v1) is type(v2) and v1 == v2)
 
 
-@needs_compiled
-def test_the_compiled_builder_reads_only_its_own_class() -> None:
-    rec = ev.MessageSeen(t_ns=1, call="c", dir="s2c", index=0, size=0)
-    with pytest.raises(TypeError):
-        schema._BUILD[ev.CallEnded](rec, 1, 0)  # slots are read by offset: never another class's
+def test_the_tables_are_the_schemas() -> None:
+    """The builder's tables say, per field in order, what the reader fills in for it (schema._OMITTED)."""
+    for cls in ev.RECORD_TYPES:
+        b = schema._BUILD[cls]
+        assert b._names == [f.name for f in dataclasses.fields(cls)] and b._kind == cls.kind
+        for name, mode, default in zip(b._names, b._modes, b._defaults, strict=True):
+            omitted = schema._OMITTED[cls.kind][name]
+            if omitted is schema._ALWAYS:
+                assert mode == sparse.ALWAYS
+            elif name in schema._TENSOR_LISTS:
+                assert mode == sparse.TENSORS and omitted is None
+            else:
+                assert mode == (sparse.NULLABLE if omitted is None else sparse.DEFAULT) and default is omitted
+
+
+@pytest.mark.parametrize("build", ["compiled", "source"])
+def test_each_way_a_field_is_written(build: str) -> None:
+    """Required: always, null too; nullable: unless null; with a default: unless it equals it (``0`` for
+    ``False`` too, as a reader cannot tell them apart once read back); a tensor list: unless null, each
+    tensor through the function."""
+    tensor = lambda t: {"t": t}  # noqa: E731
+    make = sparse.Sparse if build == "compiled" else _SOURCE.Sparse
+    modes = (sparse.ALWAYS, sparse.NULLABLE, sparse.DEFAULT, sparse.TENSORS)
+    b = make(4, "k", ["a", "n", "d", "t"], modes, [None, None, False, None], tensor)
+
+    @dataclasses.dataclass
+    class R:
+        a: Any = None
+        n: Any = None
+        d: Any = False
+        t: Any = None
+
+    assert b(R(), 9, 0) == {"v": 4, "seq": 9, "kind": "k", "a": None}
+    assert b(R(a=1, n=0, d=0, t=[]), 9, 0) == {"v": 4, "seq": 9, "kind": "k", "a": 1, "n": 0, "t": []}
+    assert b(R(n="", d=True, t=[1, 2]), 9, 0) == {"v": 4, "seq": 9, "kind": "k", "a": None, "n": "", "d": True,
+                                                  "t": [{"t": 1}, {"t": 2}]}  # fmt: skip
+    assert b(R(a=1, n=2, d=True, t=[3]), 9, 0b1111) == {"v": 4, "seq": 9, "kind": "k"}
+    with pytest.raises(ValueError):
+        make(4, "k", ["a"], [sparse.ALWAYS, sparse.ALWAYS], [None], tensor)
+    with pytest.raises(ValueError):
+        make(4, "k", ["a"], [7], [None], tensor)
+
+
+@settings(max_examples=300, deadline=None)
+@given(RECORDS, st.integers(0, 2**63))
+def test_every_line_reads_back_as_its_record(record: Any, seq: int) -> None:
+    """What the writer leaves out is what the reader fills in: a line alone decodes to its record."""
+    assert schema.decode(orjson.loads(schema.encode(record, seq))) == (seq, record)
 
 
 def _reference(records: list[Any]) -> list[bytes]:
@@ -63,7 +116,7 @@ def _reference(records: list[Any]) -> list[bytes]:
     last: dict[str, tuple[Any, ...]] = {}
     out = []
     for seq, record in enumerate(records):
-        d = schema._PY_BUILD[type(record)](record, seq, 0)
+        d = schema._BUILD[type(record)](record, seq, 0)
         if d["kind"] == "message" and d["dir"] == "s2c":
             get = d.get
             now = (get("model"), get("model_version"), get("outputs"), get("output_tensors"))
@@ -112,150 +165,6 @@ def test_the_encoder_writes_what_it_wrote_before(records: list[Any]) -> None:
     want = _reference(records)
     enc = schema.Encoder()
     assert [enc.encode(r, seq) for seq, r in enumerate(records)] == want
-    with pytest.MonkeyPatch.context() as mp:  # and the Python builders alone
-        mp.setattr(schema, "_BUILD", schema._PY_BUILD)
-        enc = schema.Encoder()
-        assert [enc.encode(r, seq) for seq, r in enumerate(records)] == want
-
-
-# -- the line without the dict (_encode.c Plan.line) --------------------------------------------------
-
-_ANY_TEXT = st.text(max_size=6)  # every code point, surrogates and control characters included
-_ITEM = st.one_of(_ANY_TEXT, st.integers(-(2**65), 2**65))
-_ODD = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), _ANY_TEXT, st.floats(allow_nan=False),
-                 st.floats(-1e17, 1e17), st.lists(_ITEM, max_size=3),
-                 st.lists(st.one_of(_ITEM, st.lists(st.one_of(_ITEM, st.lists(_ITEM, max_size=1)), max_size=2)),
-                          max_size=3))  # fmt: skip
-
-
-def _dumps(record: Any, seq: int, skip: int, payload_at: Any) -> tuple[str, Any]:
-    try:
-        d = schema._PY_BUILD[type(record)](record, seq, skip)
-        if payload_at is not None:
-            d["payload_at"] = payload_at
-        return "ok", orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
-    except Exception as e:
-        return "error", type(e)
-
-
-@needs_compiled
-@settings(max_examples=500, deadline=None)
-@given(st.one_of(RECORDS, MESSAGES), st.integers(0, 2**64 - 1), st.integers(0, 2**24 - 1),
-       st.one_of(st.none(), st.lists(st.integers(0, 2**40), min_size=2, max_size=2)), st.data())  # fmt: skip
-def test_the_line_is_the_bytes_orjson_writes(
-    record: Any, seq: int, skip: int, payload_at: Any, data: st.DataObject
-) -> None:
-    """The line is orjson's bytes for the dict, or None (then the dict goes to orjson as before), never
-    other bytes; values of every kind, odd ones put into message fields (floats, big ints, surrogates)."""
-    if type(record) is ev.MessageSeen and data.draw(st.booleans()):
-        odd = {
-            name: data.draw(_ODD)
-            for name in data.draw(
-                st.lists(st.sampled_from(["model", "request_id", "error", "final", "size"]), max_size=2)
-            )
-        }
-        record = dataclasses.replace(record, **odd)
-    line = schema._LINE[type(record)](record, seq, skip, payload_at)
-    want = _dumps(record, seq, skip, payload_at)
-    if line is not None:
-        assert want == ("ok", line)
-
-
-#: Every control character, the two JSON escapes, DEL and non-ASCII text: orjson's escaping, all of it.
-_EVERY_ESCAPE = "".join(map(chr, range(0x20))) + '"\\\x7f/é😀'
-
-
-@needs_compiled
-def test_the_line_handles_what_messages_carry() -> None:
-    """The stream's common line is written by the C code (not handed to orjson), escapes and all."""
-    rec = ev.MessageSeen(t_ns=2**63 - 1, call="c1.1", dir="s2c", index=3, size=40, request_id=_EVERY_ESCAPE,
-                         final=False, outputs=["TEXT"], model="m")  # fmt: skip
-    line = schema._LINE[ev.MessageSeen](rec, 7, schema._STICKY_SKIP, None)
-    assert line is not None and line == _dumps(rec, 7, schema._STICKY_SKIP, None)[1]
-    line = schema._LINE[ev.MessageSeen](rec, 7, 0, [5, 6])
-    assert line is not None and line == _dumps(rec, 7, 0, [5, 6])[1]
-
-
-@needs_compiled
-def test_the_line_handles_what_calls_carry() -> None:
-    """A call's start and end (header pairs, a timeout, a duration) are written by the C code too, escapes and
-    all; a float with an exponent goes to orjson."""
-    start = ev.CallStarted(t_ns=1, call="c1.1", conn="c1", method="/m", peer="p", timeout_ms=250.5,
-                           metadata=[[":path", "/m"], ["x-k", _EVERY_ESCAPE], ["authorization", "<redacted>"]])  # fmt: skip
-    end = ev.CallEnded(t_ns=2, call="c1.1", status="OK", details="", cause="ok", trailers=[["grpc-status", "0"]],
-                       initial_metadata=[[":status", "200"]], duration_ms=0.078297, messages_c2s=1, messages_s2c=1)  # fmt: skip
-    for rec in (start, end, dataclasses.replace(end, duration_ms=1.0), dataclasses.replace(start, timeout_ms=None)):
-        line = schema._LINE[type(rec)](rec, 7, 0, None)
-        assert line is not None and line == _dumps(rec, 7, 0, None)[1]
-    for slow in (dataclasses.replace(end, duration_ms=1e-7), dataclasses.replace(end, duration_ms=float("inf"))):
-        assert schema._LINE[ev.CallEnded](slow, 7, 0, None) is None
-
-
-# -- Python code the builder runs, and ill-typed records: what crashed the interpreter or told the two apart --
-# The crashing ones run in a child interpreter (tests/support/child.py): a crash fails the test, not the run.
-
-_SHRINKING_LIST = '''
-from replay.capture import events as ev, schema
-from replay.capture._encode import Plan
-
-names = tuple(schema._OMITTED["message"])
-def plan(tensor):
-    return Plan(ev.MessageSeen, schema.SCHEMA_VERSION, names, tuple(schema._OMITTED["message"].values()),
-                schema._ALWAYS, frozenset(schema._TENSOR_LISTS), tensor)
-
-def shrinking(items):
-    def tensor(t):
-        del items[1:]  # the writer's tensor function, misbehaving: it empties the list being read
-        return t.name
-    return tensor
-
-specs = [ev.TensorSpec(name=f"T{i}", datatype="FP32", shape=[1]) for i in range(64)]
-items = list(specs)
-rec = ev.MessageSeen(t_ns=1, call="c", dir="s2c", index=0, size=1, output_tensors=items)
-got = plan(shrinking(items)).build(rec, 1, 0)["output_tensors"]
-again = list(specs)
-want = [t for t in map(shrinking(again), again)]  # [tensor(t) for t in v], as the Python builds it
-print(got, want)
-'''
-
-
-@needs_compiled
-def test_a_tensor_function_that_shrinks_the_list_is_read_as_python_reads_it() -> None:
-    """The builder read a tensor list's size once, then its items by index around a Python call per item:
-    a call that shrank the list made it read past the end (SIGSEGV). Now it reads through the list's
-    iterator, as ``[tensor(t) for t in v]`` does, and builds what that builds."""
-    got, want = run_python(_SHRINKING_LIST).strip().split("] [")
-    assert got + "]" == "[" + want == "['T0']"
-
-
-_NE_REBINDS = '''
-from replay.capture import events as ev, schema
-
-rec = ev.MessageSeen(t_ns=1, call="c", dir="s2c", index=0, size=1)
-
-class Model:  # a value nothing else holds once the slot is rebound
-    def __ne__(self, other):
-        object.__setattr__(rec, "model", "other")  # rebinds the field being compared: frees this value
-        return True
-
-for way in ("python", "compiled", "line"):
-    object.__setattr__(rec, "model", Model())
-    if way == "python":
-        got = schema._PY_BUILD[ev.MessageSeen](rec, 1, 0)["model"]
-    elif way == "compiled":
-        got = schema._BUILD[ev.MessageSeen](rec, 1, 0)["model"]
-    else:
-        got = schema._LINE[ev.MessageSeen](rec, 1, 0, None)  # a value it cannot write: None, orjson's
-    print(way, type(got).__name__)
-'''
-
-
-@needs_compiled
-def test_a_value_whose_ne_rebinds_its_field_is_written_as_python_writes_it() -> None:
-    """The builder held a field's value borrowed from the record across ``value != default``: an
-    ``__ne__`` rebinding that field freed it before it went into the dict (use after free: SIGSEGV with
-    freed memory overwritten). Now it holds the value, and writes the one it read, as the Python does."""
-    assert run_python(_NE_REBINDS).splitlines() == ["python Model", "compiled Model", "line NoneType"]
 
 
 def _raised(build: Any, *args: Any) -> str:
@@ -266,33 +175,78 @@ def _raised(build: Any, *args: Any) -> str:
     return "no error"
 
 
-@needs_compiled
 @pytest.mark.parametrize("tensors", [5, [5], None, []])
-def test_a_skipped_field_is_left_out_unevaluated_by_both(tensors: Any) -> None:
-    """A field whose bit is set in ``skip`` (a stream's repeated sticky fields) is read and left out
-    without being evaluated, by the Python and the C alike: the same dict and line with any ``skip``;
-    not skipped, an ill-typed ``output_tensors`` raises the same error in both (TypeError, or the
-    AttributeError of reading a tensor's name). (The C used to skip first and the Python to build
-    first: the twins disagreed on ill-typed records.)"""
+def test_a_skipped_field_is_left_out_unread(tensors: Any) -> None:
+    """A field whose bit is set in ``skip`` (a stream's repeated sticky fields, which the Encoder read to
+    know they repeat) is left out unread; not skipped, an ill-typed ``output_tensors`` raises (TypeError,
+    or the AttributeError of reading a tensor's name), compiled or not."""
     rec = ev.MessageSeen(t_ns=1, call="c", dir="s2c", index=0, size=1, model="m", output_tensors=tensors)
     skip = schema._STICKY_SKIP
-    want = schema._PY_BUILD[ev.MessageSeen](rec, 1, skip)
-    assert schema._BUILD[ev.MessageSeen](rec, 1, skip) == want and "output_tensors" not in want
-    assert orjson.loads(schema._LINE[ev.MessageSeen](rec, 1, skip, None)) == want
-    raised = _raised(schema._PY_BUILD[ev.MessageSeen], rec, 1, 0)
-    assert _raised(schema._BUILD[ev.MessageSeen], rec, 1, 0) == raised
-    if tensors in (None, []):
-        assert raised == "no error"
-    else:
-        assert raised.startswith("TypeError" if tensors == 5 else "AttributeError")
+    for build in (schema._BUILD[ev.MessageSeen], _source_build(ev.MessageSeen)):
+        got = build(rec, 1, skip)
+        assert "output_tensors" not in got and "model" not in got and got["call"] == "c"
+        raised = _raised(build, rec, 1, 0)
+        if tensors in (None, []):
+            assert raised == "no error"
+        else:
+            assert raised.startswith("TypeError" if tensors == 5 else "AttributeError")
 
 
-@needs_compiled
 def test_the_encoder_refuses_an_ill_typed_repeat_as_it_refused_the_first() -> None:
     """The writer's Encoder compares a stream's sticky fields before it encodes: a record repeating an
-    ill-typed ``output_tensors`` was skipped by the C, and written, where the first one raised."""
+    ill-typed ``output_tensors`` must raise as the first one did, not be left out as a repeat."""
     rec = ev.MessageSeen(t_ns=1, call="c", dir="s2c", index=0, size=1, output_tensors=5)  # type: ignore[arg-type]
     encoder = schema.Encoder()
     for seq in (1, 2):
         with pytest.raises(TypeError):
             encoder.encode(rec, seq)
+
+
+# -- Python code the builder runs: what crashed the hand-written C it replaced ------------------------
+# In a child interpreter (tests/support/child.py): a crash fails the test, not the run.
+
+_SHRINKING_LIST = """
+from replay.capture import events as ev, schema
+
+def shrinking(items):
+    def tensor(t):
+        del items[1:]  # the writer's tensor function, misbehaving: it empties the list being read
+        return {"name": t.name}
+    return tensor
+
+specs = [ev.TensorSpec(name=f"T{i}", datatype="FP32", shape=[1]) for i in range(64)]
+items = list(specs)
+rec = ev.MessageSeen(t_ns=1, call="c", dir="s2c", index=0, size=1, output_tensors=items)
+build = schema._BUILD[ev.MessageSeen]
+build._tensor = shrinking(items)
+print(build(rec, 1, 0)["output_tensors"])
+"""
+
+
+def test_a_tensor_function_that_shrinks_the_list_is_read_as_python_reads_it() -> None:
+    """The C builder read a tensor list's size once, then its items by index around a Python call per
+    item: a call that shrank the list made it read past the end (SIGSEGV). ``[tensor(t) for t in v]``
+    reads through the list's iterator, compiled or not."""
+    assert run_python(_SHRINKING_LIST).strip() == "[{'name': 'T0'}]"
+
+
+_NE_REBINDS = """
+from replay.capture import events as ev, schema
+
+rec = ev.MessageSeen(t_ns=1, call="c", dir="c2s", index=0, size=1)
+
+class Compressed:  # a value nothing else holds once the slot is rebound
+    def __ne__(self, other):
+        object.__setattr__(rec, "compressed", False)  # rebinds the field being compared: frees this value
+        return True
+
+object.__setattr__(rec, "compressed", Compressed())
+print(type(schema._BUILD[ev.MessageSeen](rec, 1, 0)["compressed"]).__name__)
+"""
+
+
+def test_a_value_whose_ne_rebinds_its_field_is_written_as_it_was_read() -> None:
+    """The C builder held a field's value borrowed from the record across ``value != default``: an
+    ``__ne__`` rebinding that field freed it before it went into the dict (use after free: SIGSEGV).
+    The value read is the value written."""
+    assert run_python(_NE_REBINDS).strip() == "Compressed"
