@@ -257,7 +257,7 @@ def run_bench(cfg: Config, scenarios: list[str], workdir: Path, want_nginx: bool
     finally:
         bench.stop()
     if pa_scenarios:
-        pa_cfg = perfa.PaConfig(rounds=1, measurement_ms=1000) if smoke else perfa.PaConfig(rounds=cfg.scaling_reps)
+        pa_cfg = perfa.PaConfig(rounds=1, measurement_ms=1000) if smoke else perfa.PaConfig(rounds=cfg.reps)
         pa_res, notes, errors = perfa.run(pa_scenarios, pa_cfg, workdir, want_nginx, log, cfg.extra)
         results["scenarios"].update(pa_res)
         bench.notes += notes

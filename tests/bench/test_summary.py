@@ -68,13 +68,27 @@ def test_a_low_peak_with_bytes_missing_is_not_met() -> None:
 
 def test_perf_analyzer_is_judged_on_the_median_and_shows_whether_the_rounds_agree() -> None:
     name = "perf_analyzer, real tritonserver, vs direct"
-    res = _results(perf_analyzer={"proxy": {"ratio": 0.97, "ratio_range": [0.9, 1.02], "proxy_cpu_us_per_resp": 100.0}})
+    res = _results(perf_analyzer={"proxy": {"ratio": 0.97, "ratio_range": [0.9, 1.02], "proxy_cpu_us_per_resp": 100.0,
+                                            "runs": 5}})  # fmt: skip
     row = _row(res, name)
     assert row["met"] is True
     assert row["shown"]["proxy"] == "0.97x (rounds 0.90-1.02: they straddle the bound), 100.0 us per response"
-    res = _results(perf_analyzer={"proxy": {"ratio": 0.85, "ratio_range": [0.8, 0.9]}})
+    res = _results(perf_analyzer={"proxy": {"ratio": 0.85, "ratio_range": [0.8, 0.9], "runs": 7}})
     row = _row(res, name)
     assert row["met"] is False and row["shown"]["proxy"] == "0.85x (rounds 0.80-0.90)"
+
+
+def test_perf_analyzer_is_not_judged_on_fewer_than_five_rounds() -> None:
+    """One round's ratio moves by +-0.1: three rounds' median above the bound (or below) is no verdict."""
+    name = "perf_analyzer, real tritonserver, vs direct"
+    for runs, ratio in ((3, 1.0), (4, 0.8), (None, 1.0)):
+        by_path: dict[str, Any] = {"ratio": ratio, "ratio_range": [0.79, 1.01]}
+        if runs is not None:
+            by_path["runs"] = runs
+        row = _row(_results(perf_analyzer={"proxy": by_path, "nginx": {"ratio": 0.98, "runs": 3}}), name)
+        assert row["met"] is None
+        assert row["shown"]["proxy"].endswith(f"; {runs if runs is not None else 'unknown'} rounds, judged on 5 or more")
+        assert row["shown"]["nginx"] == "0.98x; 3 rounds, judged on 5 or more"
 
 
 def test_workers_are_shown_not_judged() -> None:
