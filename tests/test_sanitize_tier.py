@@ -52,3 +52,27 @@ def test_the_fuzz_is_skipped_unless_asked_for() -> None:
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", sanitize.FUZZ], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 0 and " skipped" in proc.stdout and "passed" not in proc.stdout, proc.stdout[-2000:]
+
+
+def test_gcc_builds_leave_out_only_what_gcc_defines() -> None:
+    """mypyc's own overflow test of ``<<`` is a signed shift GCC defines: with GCC that check is off, the
+    rest of UBSan on; with another compiler nothing is left out."""
+    cc = sanitize.compiler()
+    assert sanitize.is_gcc(cc) == ("clang" not in subprocess.run([cc, "--version"], capture_output=True,
+                                                                  text=True, check=False).stdout.lower())  # fmt: skip
+    gcc = sanitize.flags(cc) if sanitize.is_gcc(cc) else None
+    if gcc is not None:
+        assert gcc == (*sanitize.SANITIZE, "-fno-sanitize=shift-base")
+    assert "-fsanitize=address,undefined" in sanitize.SANITIZE and "-fno-sanitize-recover=undefined" in sanitize.SANITIZE
+
+
+def test_a_report_written_as_the_process_stops_reaches_the_output(tmp_path: Path) -> None:
+    """A sanitizer writes its report to fd 2 and ends the process: under pytest's default capture (fd 2
+    into a file, shown at the test's end) the report was lost and the tier said only "exit 1"."""
+    (tmp_path / "test_dies.py").write_text(
+        "import os\n\ndef test_dies():\n    os.write(2, b'SANITIZER REPORT\\n')\n    os._exit(1)\n"
+    )
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", sanitize.PYTEST_CAPTURE,
+                           "test_dies.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          check=False)  # fmt: skip
+    assert proc.returncode == 1 and "SANITIZER REPORT" in proc.stderr, (proc.stdout, proc.stderr)
