@@ -83,15 +83,22 @@ def tree(pid: int) -> list[int]:
 
 def cpu_seconds(pids: list[int]) -> float:
     """utime + stime of these processes (all their threads), in seconds."""
-    total = 0
+    user, system = user_system_seconds(pids)
+    return user + system
+
+
+def user_system_seconds(pids: list[int]) -> tuple[float, float]:
+    """(utime, stime) of these processes (all their threads), in seconds; a process gone counts nothing."""
+    user = system = 0
     for p in pids:
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
+            u, s = int(fields[11]), int(fields[12])
         except (OSError, IndexError, ValueError):
-            pass
-    return total / _TICK
+            continue
+        user, system = user + u, system + s
+    return user / _TICK, system / _TICK
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
@@ -139,6 +146,9 @@ class Proc:
 
     def cpu(self) -> float:
         return cpu_seconds(tree(self.pid))
+
+    def user_system(self) -> tuple[float, float]:
+        return user_system_seconds(tree(self.pid))
 
     def alive(self) -> bool:
         return self.p.poll() is None

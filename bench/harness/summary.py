@@ -84,6 +84,8 @@ class Target:
     only_if_run: bool = False
     #: the fewest rounds the figure is judged on (fewer: shown, not judged; the summary's ``runs``)
     min_rounds: int = 0
+    #: a row only in runs whose proxy path has the figure (runs from before it existed render as they did)
+    only_if_measured: bool = False
 
     @property
     def bound_text(self) -> str:
@@ -112,6 +114,9 @@ TARGETS: tuple[Target, ...] = (
     # One round's ratio moves by +-0.1 on these VMs, twice the margin: the median of 5 at least.
     Target("perf_analyzer, real tritonserver, vs direct", "perf_analyzer", "proxy", "ratio", 0.95, ">=", fmt="{:.2f}x",
            min_rounds=5),
+    # Per response: user + system CPU (us), then system calls, context switches and futex calls (perf stat).
+    Target("perf_analyzer, per response: user + system CPU; syscalls, context switches, futex calls", "perf_analyzer",
+           "proxy", "user_us_per_resp", fmt="{:.1f}", only_if_measured=True),
     Target("perf_analyzer, `--workers 1` / `2`, responses/s", "pa_workers", "proxy-w1", "responses_per_s", fmt="{:.0f}/s"),
     # HTTP/1.1 beside nginx proxy_pass: no bound was set for these, so they are shown.
     Target("HTTP generate_stream events/s vs direct (meta)", "http_stream", "proxy-meta", "ratio", fmt="{:.2f}x", only_if_run=True),
@@ -160,6 +165,11 @@ def _cell(t: Target, scenario: dict[str, Any], path: str) -> tuple[list[float], 
     if v is None:
         return [], None
     shown = t.fmt.format(v)
+    if t.key == "user_us_per_resp":  # shown: where the CPU goes, and what the kernel was asked for
+        p = summary[path]
+        shown = f"{_fmt('{:.1f}', v)} + {_fmt('{:.1f}', p.get('sys_us_per_resp'))} us; " + ", ".join(
+            _fmt("{:.2f}", p.get(f"{k}_per_resp")) for k in ("syscalls", "switches", "futex"))
+        return [], shown
     if t.scenario == "perf_analyzer":
         p = summary[path]
         if p.get("ratio_range"):
@@ -186,6 +196,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for t in TARGETS:
         if t.only_if_run and t.scenario not in sc:
+            continue
+        if t.only_if_measured and sc.get(t.scenario, {}).get("summary", {}).get(t.path, {}).get(t.key) is None:
             continue
         scenario = sc.get(t.scenario, {})
         values, proxy = _cell(t, scenario, t.path)

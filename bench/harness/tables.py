@@ -113,11 +113,17 @@ def pa_table(sc: dict[str, Any]) -> str:
             continue
         s = sc[name]
         add(f"### {title} ({s.get('shape', '?')}; medians of interleaved rounds)")
-        add("| path | responses/s | ratio to direct | proxy CPU us/response | Triton CPU us/resp | perf_analyzer CPU us/resp | unstable runs |")  # fmt: skip
-        add("|---|---|---|---|---|---|---|")
+        # Where a relay's CPU goes, when the run measured it (runs from before it render as they did).
+        split = any(v.get("user_us_per_resp") is not None for v in s["summary"].values())
+        more = " user + system us/resp | syscalls / switches / futex per resp |" if split else ""
+        add("| path | responses/s | ratio to direct | proxy CPU us/response | Triton CPU us/resp | perf_analyzer CPU us/resp | unstable runs |" + more)  # fmt: skip
+        add("|---|---|---|---|---|---|---|" + ("---|---|" if split else ""))
         for p, v in s["summary"].items():
+            cells = (f" {_f(v.get('user_us_per_resp'), '{:.1f}')} + {_f(v.get('sys_us_per_resp'), '{:.1f}')} | "
+                     + " / ".join(_f(v.get(f"{k}_per_resp"), "{:.2f}") for k in ("syscalls", "switches", "futex")) + " |"
+                     if split else "")  # fmt: skip
             add(f"| {p} | {_f(v.get('responses_per_s'))} | {_f(v.get('ratio'), '{:.2f}')} | {_f(v.get('proxy_cpu_us_per_resp'), '{:.1f}')} "
-                f"| {_f(v.get('triton_cpu_us_per_resp'), '{:.1f}')} | {_f(v.get('pa_cpu_us_per_resp'), '{:.1f}')} | {v.get('unstable', '-')}/{v.get('runs', '-')} |")  # fmt: skip
+                f"| {_f(v.get('triton_cpu_us_per_resp'), '{:.1f}')} | {_f(v.get('pa_cpu_us_per_resp'), '{:.1f}')} | {v.get('unstable', '-')}/{v.get('runs', '-')} |{cells}")  # fmt: skip
         if s.get("calls_per_worker_file"):
             add("--workers 2, all runs (warm-up included): " + ", ".join(
                 f"{k}: {v['connections']} connections, {v['calls']} calls" for k, v in s["calls_per_worker_file"].items()))  # fmt: skip

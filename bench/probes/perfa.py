@@ -14,7 +14,10 @@ Figures: perf_analyzer's own "Response Throughput" (responses/s of its stable wi
 ratio to direct of the same round; CPU per response of the proxy (all its processes, from /proc),
 of Triton (server + Python stub) and of perf_analyzer (its rusage), divided by the responses Triton
 sent during the whole run (completed requests from Triton's metrics x 20, the responses perf_analyzer
-counts; the empty final is one more message per request, not counted). perf_analyzer runs with
+counts; the empty final is one more message per request, not counted). For each relay (proxy, floor,
+nginx) also where its CPU goes per response: user and system time (/proc), and, where ``perf stat``
+can count the kernel's tracepoints (root, or a permissive ``perf_event_paranoid``), its system calls,
+context switches and futex calls (the hand-overs between its threads: the capture writer's). perf_analyzer runs with
 ``--stability-percentage 100``: on a shared 2-core machine a tighter window often never settles
 (perf_analyzer then prints no figure at all); the interleaved rounds are what cancels the noise.
 
@@ -31,6 +34,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import time
 import urllib.request
@@ -54,6 +58,13 @@ TOKENS = 20
 #: Responses per request as perf_analyzer counts them ("Response Throughput" = 20 x requests/s): the
 #: texts, not the empty final (one more message on the wire per request, not counted here).
 RESPONSES_PER_REQUEST = TOKENS
+
+#: What ``perf stat`` counts in each relay's processes during a round (key in the results -> perf event).
+HANDOVER_EVENTS = {
+    "syscalls": "raw_syscalls:sys_enter",
+    "switches": "context-switches",
+    "futex": "syscalls:sys_enter_futex",
+}
 
 _RESP = re.compile(r"Response Throughput:\s*([0-9.]+)")
 _THRU = re.compile(r"^\s*Throughput:\s*([0-9.]+)\s*infer/sec", re.M)
@@ -111,6 +122,59 @@ def completed_requests(metrics_url: str) -> float:
     with opener.open(metrics_url, timeout=10) as r:
         text = r.read().decode()
     return sum(float(x) for x in _SUCCESS.findall(text))
+
+
+def parse_perf_stat(text: str) -> dict[str, float]:
+    """``perf stat -x ,``'s counts by :data:`HANDOVER_EVENTS` key; an event it could not count is left out."""
+    by_event = {event: key for key, event in HANDOVER_EVENTS.items()}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        cells = line.split(",")
+        if len(cells) < 3 or cells[2] not in by_event:
+            continue
+        try:  # "<not counted>", "<not supported>": no figure
+            out[by_event[cells[2]]] = float(cells[0])
+        except ValueError:
+            continue
+    return out
+
+
+_PERF_COUNTS: list[bool] = []  # the answer of :func:`perf_counts`, once asked
+
+
+def perf_counts() -> bool:
+    """Whether ``perf stat`` counts every :data:`HANDOVER_EVENTS` event here (asked once)."""
+    if not _PERF_COUNTS:
+        perf = shutil.which("perf")
+        ok = False
+        if perf is not None:
+            run = subprocess.run([perf, "stat", "-x", ",", "-e", ",".join(HANDOVER_EVENTS.values()), "true"],
+                                 capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+            ok = run.returncode == 0 and parse_perf_stat(run.stderr).keys() == HANDOVER_EVENTS.keys()
+        _PERF_COUNTS.append(ok)
+    return _PERF_COUNTS[0]
+
+
+class Counting:
+    """``perf stat`` attached to ``pids`` from construction to :meth:`stop` (the counts, by key)."""
+
+    def __init__(self, pids: list[int]) -> None:
+        perf = shutil.which("perf") or "perf"
+        self._p = subprocess.Popen([perf, "stat", "-x", ",", "-e", ",".join(HANDOVER_EVENTS.values()),
+                                    "-p", ",".join(map(str, pids))],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+    def stop(self) -> dict[str, float]:
+        """SIGINT (perf stat then prints its counts) and the counts; {} when perf ended without them."""
+        if self._p.poll() is None:
+            self._p.send_signal(signal.SIGINT)
+        try:
+            _, err = self._p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._p.kill()
+            self._p.communicate()
+            return {}
+        return parse_perf_stat(err)
 
 
 class PaBench:
@@ -172,17 +236,24 @@ class PaBench:
         c0 = proc.cpu() if proc else 0.0
         t0 = procs.cpu_seconds(procs.tree(triton_pid))
         r0 = completed_requests(self.triton.metrics_url)
+        us0 = proc.user_system() if proc else (0.0, 0.0)
+        # Attached before perf_analyzer starts (it connects and asks for the model's metadata before any request).
+        counting = Counting(procs.tree(proc.pid)) if proc and not warmup and perf_counts() else None
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         w0 = time.monotonic()
         try:
             out = subprocess.run(cmd, env=pa_environment(self.pa, share_count), capture_output=True, text=True,
                                  timeout=self.cfg.timeout_s, check=False)  # fmt: skip
         except subprocess.TimeoutExpired:
+            if counting is not None:
+                counting.stop()
             if warmup:
                 return None
             self.errors.append(f"perf_analyzer via {path}: no result in {self.cfg.timeout_s:.0f} s")
             return None
         wall = time.monotonic() - w0
+        handovers = counting.stop() if counting is not None else {}
+        us1 = proc.user_system() if proc else (0.0, 0.0)
         self.runs += 1
         (self.workdir / f"pa-{self.runs:02d}-{path}{'-warmup' if warmup else ''}.log").write_text(out.stdout + out.stderr)
         if warmup:
@@ -194,6 +265,8 @@ class PaBench:
             "responses": requests * RESPONSES_PER_REQUEST, "proxy_cpu_s": (proc.cpu() - c0) if proc else 0.0,
             "triton_cpu_s": procs.cpu_seconds(procs.tree(triton_pid)) - t0,
             "pa_cpu_s": (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime),
+            **({"proxy_user_s": us1[0] - us0[0], "proxy_sys_s": us1[1] - us0[1]} if proc else {}),
+            **handovers,
         }  # fmt: skip
         # Exit 2: perf_analyzer found no stable window on this busy machine; its last window still counts.
         if res["responses_per_s"] is None:
@@ -224,8 +297,8 @@ def summarise(raw: dict[str, list[dict[str, Any] | None]]) -> dict[str, Any]:
     for path, runs in raw.items():
         ok = [r for r in runs if r is not None]
 
-        def per_resp(key: str, rs: list[dict[str, Any]] = ok) -> float | None:
-            return median([r[key] / r["responses"] * 1e6 for r in rs if r["responses"]])
+        def per_resp(key: str, rs: list[dict[str, Any]] = ok, scale: float = 1e6) -> float | None:
+            return median([r[key] / r["responses"] * scale for r in rs if r["responses"] and key in r])
 
         ratios = [a["responses_per_s"] / b["responses_per_s"]
                   for a, b in zip(runs, base, strict=False) if a is not None and b is not None]  # fmt: skip
@@ -237,6 +310,10 @@ def summarise(raw: dict[str, list[dict[str, Any] | None]]) -> dict[str, Any]:
             "proxy_cpu_us_per_resp": per_resp("proxy_cpu_s") if path != "direct" else None,
             "triton_cpu_us_per_resp": per_resp("triton_cpu_s"),
             "pa_cpu_us_per_resp": per_resp("pa_cpu_s"),
+            # Where the relay's CPU goes (rounds that measured it): user and system time, and counts per response.
+            "user_us_per_resp": per_resp("proxy_user_s"),
+            "sys_us_per_resp": per_resp("proxy_sys_s"),
+            **{f"{key}_per_resp": per_resp(key, scale=1.0) for key in HANDOVER_EVENTS},
             "unstable": sum(1 for r in ok if r["exit"] != 0),
             "runs": len(ok),
         }

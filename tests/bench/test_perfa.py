@@ -90,3 +90,74 @@ def test_bench_skips_perf_analyzer_scenarios_with_one_line(tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     skipped = [line for line in proc.stdout.splitlines() if "perf_analyzer: skipped" in line]
     assert len(skipped) == 1 and "PERF_ANALYZER" in skipped[0]
+
+
+# What `perf stat -x , -e raw_syscalls:sys_enter,context-switches,syscalls:sys_enter_futex -p PID` printed
+# here for a proxy (the last event as a kernel without that tracepoint prints it).
+PERF_STAT = """\
+143211,,raw_syscalls:sys_enter,9805120412,100.00,,
+53011,,context-switches,9805120412,100.00,14.601,K/sec
+<not supported>,,syscalls:sys_enter_futex,0,100.00,,
+"""
+
+
+def test_perf_stat_counts_are_read_by_key_and_an_uncounted_event_is_left_out() -> None:
+    assert perfa.parse_perf_stat(PERF_STAT) == {"syscalls": 143211.0, "switches": 53011.0}
+    assert perfa.parse_perf_stat("") == {}
+
+
+def test_summarise_splits_each_relays_cpu_and_counts_per_response() -> None:
+    """User and system us per response, and the kernel's counts per response, from the rounds that have
+    them; a path that measured none (direct; perf unavailable) has None, not 0."""
+    def run(user: float, system: float, **counts: float) -> dict[str, float]:
+        return {**_run(1000, user + system), "proxy_user_s": user, "proxy_sys_s": system, **counts}
+
+    raw = {
+        "direct": [_run(1000, 0), _run(1000, 0), _run(1000, 0)],
+        "proxy": [run(0.02, 0.02, syscalls=3400, switches=1300, futex=100), run(0.03, 0.01), None],
+        "nginx": [run(0.004, 0.018, syscalls=3900, switches=1200, futex=0)] * 3,
+    }
+    s = perfa.summarise(raw)  # type: ignore[arg-type]
+    assert s["proxy"]["user_us_per_resp"] == pytest.approx(25.0) and s["proxy"]["sys_us_per_resp"] == pytest.approx(15.0)
+    assert s["proxy"]["syscalls_per_resp"] == pytest.approx(3.4) and s["proxy"]["switches_per_resp"] == pytest.approx(1.3)
+    assert s["proxy"]["futex_per_resp"] == pytest.approx(0.1) and s["nginx"]["futex_per_resp"] == 0.0
+    assert s["direct"]["user_us_per_resp"] is None and s["direct"]["syscalls_per_resp"] is None
+
+
+def test_counting_attached_to_a_process_counts_its_system_calls() -> None:
+    """``perf stat`` attached to a child that makes system calls until told to stop: they are counted."""
+    if not perfa.perf_counts():
+        pytest.skip("perf stat cannot count the kernel's tracepoints here (perf missing, or not permitted)")
+    code = ("import os, sys\n"
+            "for line in sys.stdin:\n"  # one line in: 20,000 system calls, then one line out
+            "    for _ in range(20000): os.getppid()\n"
+            "    print('done', flush=True)\n")  # fmt: skip
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        counting = perfa.Counting([child.pid])
+        assert child.stdin is not None and child.stdout is not None
+        for _ in range(10):  # 200,000 calls while it is attached (attaching takes a few ms)
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert child.stdout.readline() == "done\n"
+        counts = counting.stop()
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    assert counts.keys() == perfa.HANDOVER_EVENTS.keys()
+    assert counts["syscalls"] >= 100_000 and counts["futex"] < counts["syscalls"]
+
+
+def test_the_scenario_table_has_the_split_columns_only_when_measured() -> None:
+    from bench.harness.tables import pa_table
+
+    old = {"perf_analyzer": {"shape": "s", "summary": {"direct": {"responses_per_s": 1000.0}, "proxy": {"ratio": 0.9}}}}
+    assert "syscalls" not in pa_table(old)
+    new = {"perf_analyzer": {"shape": "s", "summary": {
+        "direct": {"responses_per_s": 1000.0},
+        "proxy": {"user_us_per_resp": 23.25, "sys_us_per_resp": 17.7, "syscalls_per_resp": 3.4,
+                  "switches_per_resp": 1.3, "futex_per_resp": 0.1}}}}  # fmt: skip
+    lines = pa_table(new).splitlines()
+    assert lines[1].endswith("| user + system us/resp | syscalls / switches / futex per resp |")
+    assert lines[3].startswith("| direct |") and lines[3].endswith("| - + - | - / - / - |")
+    assert lines[4].endswith("| 23.2 + 17.7 | 3.40 / 1.30 / 0.10 |")

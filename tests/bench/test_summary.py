@@ -98,3 +98,22 @@ def test_workers_are_shown_not_judged() -> None:
     row = _row(res, "perf_analyzer, `--workers 1` / `2`, responses/s")
     assert row["met"] is None and row["target"] == "shown"
     assert row["shown"]["proxy"] == "w1 3188/s (0.94x), w2 3184/s (0.97x) of direct's 3376/s"
+
+
+WHERE = "perf_analyzer, per response: user + system CPU; syscalls, context switches, futex calls"
+
+
+def test_where_each_relays_cpu_goes_is_shown_only_where_measured() -> None:
+    """A run from before the figures existed renders as it did (no row); one that has them shows user +
+    system us and the kernel's counts per response for each relay, judged against nothing."""
+    assert all(t["measurement"] != WHERE for t in summary.targets(_results(perf_analyzer={"proxy": {"ratio": 0.9}})))
+    split = {"user_us_per_resp": 23.25, "sys_us_per_resp": 17.7, "syscalls_per_resp": 3.43, "switches_per_resp": 1.27,
+             "futex_per_resp": 0.094}  # fmt: skip
+    nginx = {"user_us_per_resp": 4.1, "sys_us_per_resp": 18.4, "syscalls_per_resp": 3.86, "switches_per_resp": 1.26,
+             "futex_per_resp": None}  # fmt: skip
+    row = _row(_results(perf_analyzer={"proxy": split, "nginx": nginx, "floor": {"user_us_per_resp": None}}), WHERE)
+    assert row["met"] is None and row["target"] == "shown"
+    assert row["shown"] == {"proxy": "23.2 + 17.7 us; 3.43, 1.27, 0.09", "nginx": "4.1 + 18.4 us; 3.86, 1.26, -",
+                            "floor": None}  # fmt: skip
+    assert "| 23.2 + 17.7 us; 3.43, 1.27, 0.09 | 4.1 + 18.4 us; 3.86, 1.26, - | - | shown |" in targets_table(
+        summary.targets(_results(perf_analyzer={"proxy": split, "nginx": nginx})))
