@@ -54,11 +54,7 @@ def manifest_name() -> str:
 
 
 def _c_modules() -> list[Extension]:
-    slots = "replay/_slots.h"
-    return [
-        Extension(name, sources=[name.replace(".", "/") + ".c"], depends=[slots], optional=True)
-        for name in _registry("MODULES")
-    ]
+    return [Extension(name, sources=[name.replace(".", "/") + ".c"], optional=True) for name in _registry("MODULES")]
 
 
 #: name -> sha256 of the source mypyc compiled (filled by _mypyc_modules; written by BuildExt once built).

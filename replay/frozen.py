@@ -90,7 +90,7 @@ def maker(cls: type[Any], leading: tuple[str, ...]) -> Callable[..., Any]:
         defaults = tuple(missing if f.default is dataclasses.MISSING else f.default for f in fields)
         try:
             make: Callable[..., Any] = _C.Maker(cls, names, len(leading), defaults, missing).make
-        except TypeError:  # a slot the C code cannot fill (replay/_slots.h): the Python path
+        except TypeError:  # a slot the C code cannot fill (_frozen.c field_slot): the Python path
             return py_maker(cls, leading)
         return make
     return py_maker(cls, leading)
