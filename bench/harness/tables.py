@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.harness.config import MB
+from bench.harness.config import MB, SCENARIOS
 from bench.harness.summary import median, targets
 
 
@@ -153,7 +153,12 @@ def heading(results: dict[str, Any]) -> str:
         parts.append(f"{env['cpus']} CPUs")
     if load[0] is not None:
         parts.append(f"load average {load[0]:.2f} at the start")
-    return ", ".join(parts) + f" ({results.get('mode', '?')} run).\n"
+    mode = results.get("mode", "?")
+    ran = list(results.get("scenarios", {}))
+    if mode == "full" and not set(SCENARIOS) <= set(ran):
+        # "full" is the size of each scenario: a run of a few of them is not the full run the page shows.
+        return ", ".join(parts) + f" (full-size run of {', '.join(ran) or 'no scenario'} only).\n"
+    return ", ".join(parts) + f" ({mode} run).\n"
 
 
 def render(results: dict[str, Any]) -> str:

@@ -117,3 +117,15 @@ def test_where_each_relays_cpu_goes_is_shown_only_where_measured() -> None:
                             "floor": None}  # fmt: skip
     assert "| 23.2 + 17.7 us; 3.43, 1.27, 0.09 | 4.1 + 18.4 us; 3.86, 1.26, - | - | shown |" in targets_table(
         summary.targets(_results(perf_analyzer={"proxy": split, "nginx": nginx})))
+
+
+def test_a_run_of_some_scenarios_does_not_call_itself_the_full_run() -> None:
+    """``mode`` is the size of each scenario (full or smoke); a run of a few is named by what it ran."""
+    from bench.harness.config import SCENARIOS
+    from bench.harness.tables import heading
+
+    base = {"started": "2026-12-05 11:40 UTC", "mode": "full"}
+    assert heading({**base, "scenarios": {"perf_analyzer": {}}}).endswith("(full-size run of perf_analyzer only).\n")
+    every = {name: {} for name in (*SCENARIOS, "perf_analyzer")}
+    assert heading({**base, "scenarios": every}).endswith("(full run).\n")
+    assert heading({**base, "mode": "smoke", "scenarios": {"unary": {}}}).endswith("(smoke run).\n")
