@@ -29,6 +29,7 @@ integrator's venv, same recipe), else on ``PATH``; without it both scenarios are
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -41,11 +42,14 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.harness import procs
 from bench.harness.config import MODULE_PATHS
 from bench.harness.summary import median
+
+if TYPE_CHECKING:  # imported where a server is started: the module stays light to import
+    from proxy.lab.tritonserver import TritonServer
 
 PA_ENV = "PERF_ANALYZER"
 #: Where ``.ci/run`` installs it: its own venv in the checkout (it needs tritonclient 2.51, the project a newer one).
@@ -139,20 +143,15 @@ def parse_perf_stat(text: str) -> dict[str, float]:
     return out
 
 
-_PERF_COUNTS: list[bool] = []  # the answer of :func:`perf_counts`, once asked
-
-
+@functools.cache
 def perf_counts() -> bool:
     """Whether ``perf stat`` counts every :data:`HANDOVER_EVENTS` event here (asked once)."""
-    if not _PERF_COUNTS:
-        perf = shutil.which("perf")
-        ok = False
-        if perf is not None:
-            run = subprocess.run([perf, "stat", "-x", ",", "-e", ",".join(HANDOVER_EVENTS.values()), "true"],
-                                 capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
-            ok = run.returncode == 0 and parse_perf_stat(run.stderr).keys() == HANDOVER_EVENTS.keys()
-        _PERF_COUNTS.append(ok)
-    return _PERF_COUNTS[0]
+    perf = shutil.which("perf")
+    if perf is None:
+        return False
+    run = subprocess.run([perf, "stat", "-x", ",", "-e", ",".join(HANDOVER_EVENTS.values()), "true"],
+                         capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    return run.returncode == 0 and parse_perf_stat(run.stderr).keys() == HANDOVER_EVENTS.keys()
 
 
 class Counting:
@@ -186,6 +185,7 @@ class PaBench:
         self.workdir = workdir
         self.log = log
         self.procs: list[procs.Proc] = []
+        self._own_triton: TritonServer | None = None
         self.targets: dict[str, tuple[int, procs.Proc | None]] = {}
         self.errors: list[str] = []
         self.notes: list[str] = []
@@ -196,9 +196,15 @@ class PaBench:
     def start_triton(self) -> None:
         from proxy.lab.tritonserver import TritonServer, model_repository
 
-        self.triton = TritonServer(model_repository(), self.workdir / "triton", log_verbose=0)
-        self.triton.start()
-        self.targets["direct"] = (int(self.triton.grpc_url.rsplit(":", 1)[1]), None)
+        server = TritonServer(model_repository(), self.workdir / "triton", log_verbose=0)
+        self._own_triton = server  # stopped by stop(), even when start() fails half-way
+        server.start()
+        self.use_triton(server)
+
+    def use_triton(self, server: TritonServer) -> None:
+        """Measure against ``server`` (running, serving proxy/lab/models); :meth:`stop` leaves one it did not start."""
+        self.triton = server
+        self.targets["direct"] = (int(server.grpc_url.rsplit(":", 1)[1]), None)
 
     def add_proxy(self, name: str, *extra: str, module: str = "proxy") -> None:
         port = procs.free_port()
@@ -220,8 +226,8 @@ class PaBench:
 
     def stop(self) -> None:
         procs.stop_all(self.procs, self.errors)
-        if getattr(self, "triton", None) is not None:
-            self.triton.stop()
+        if self._own_triton is not None:
+            self._own_triton.stop()
 
     def run_pa(self, path: str, concurrency: int, share_count: int | None,
                warmup: bool = False) -> dict[str, Any] | None:  # fmt: skip
@@ -233,10 +239,9 @@ class PaBench:
                "--stability-percentage", "100", "--max-trials", "3" if warmup else "8"]  # fmt: skip
         assert self.triton.pid is not None
         triton_pid = self.triton.pid
-        c0 = proc.cpu() if proc else 0.0
+        us0 = proc.user_system() if proc else (0.0, 0.0)
         t0 = procs.cpu_seconds(procs.tree(triton_pid))
         r0 = completed_requests(self.triton.metrics_url)
-        us0 = proc.user_system() if proc else (0.0, 0.0)
         # Attached before perf_analyzer starts (it connects and asks for the model's metadata before any request).
         counting = Counting(procs.tree(proc.pid)) if proc and not warmup and perf_counts() else None
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -262,7 +267,7 @@ class PaBench:
         requests = completed_requests(self.triton.metrics_url) - r0
         res: dict[str, Any] = {
             **parse_output(out.stdout), "exit": out.returncode, "wall_s": wall, "requests": requests,
-            "responses": requests * RESPONSES_PER_REQUEST, "proxy_cpu_s": (proc.cpu() - c0) if proc else 0.0,
+            "responses": requests * RESPONSES_PER_REQUEST, "proxy_cpu_s": (us1[0] - us0[0]) + (us1[1] - us0[1]),
             "triton_cpu_s": procs.cpu_seconds(procs.tree(triton_pid)) - t0,
             "pa_cpu_s": (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime),
             **({"proxy_user_s": us1[0] - us0[0], "proxy_sys_s": us1[1] - us0[1]} if proc else {}),

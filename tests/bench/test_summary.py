@@ -126,6 +126,6 @@ def test_a_run_of_some_scenarios_does_not_call_itself_the_full_run() -> None:
 
     base = {"started": "2026-12-05 11:40 UTC", "mode": "full"}
     assert heading({**base, "scenarios": {"perf_analyzer": {}}}).endswith("(full-size run of perf_analyzer only).\n")
-    every = {name: {} for name in (*SCENARIOS, "perf_analyzer")}
+    every: dict[str, Any] = {name: {} for name in (*SCENARIOS, "perf_analyzer")}
     assert heading({**base, "scenarios": every}).endswith("(full run).\n")
     assert heading({**base, "mode": "smoke", "scenarios": {"unary": {}}}).endswith("(smoke run).\n")
