@@ -553,12 +553,14 @@ class RecordingProxy:
 async def run(config: ProxyConfig) -> None:
     """Run until SIGTERM/SIGINT, then drain and close the capture (the CLI's main)."""
     proxy = RecordingProxy(config)
-    await proxy.start(warm_up=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # Before start(): the ready file tells a script it may signal us now, and a SIGTERM that came before the
+    # handler would kill the process with the capture open and the ready file left behind.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, proxy.reload)  # logrotate's postrotate convention
+    await proxy.start(warm_up=True)
     try:
         await stop.wait()
         log.info("shutting_down", open_calls=sum(relay.open_calls for relay in proxy.relays))

@@ -21,6 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from proxy.lab.tritonserver import free_port
+from tests.support.capture import records
 from tests.support.paths import DATA, ROOT
 
 TRITON_TAP = Path(sys.executable).parent / "triton-tap"
@@ -70,6 +71,36 @@ def test_record_writes_the_ready_file_once_it_accepts_connections(tmp_path: Path
     # The ready log line says the same address.
     (line,) = [json.loads(x) for x in err.splitlines() if '"recording"' in x]
     assert line["listen"] == info["listen"]
+
+
+_SIGTERM_AS_READY = """
+import os, signal, sys
+from replay import readyfile
+from proxy.cli import record_main
+
+written = readyfile.write
+def write_then_sigterm(*args, **kwargs):
+    written(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)  # a script that stops the proxy the moment it reads the file
+readyfile.write = write_then_sigterm
+sys.argv[0] = "proxy"
+sys.exit(record_main())
+"""
+
+
+def test_a_sigterm_the_moment_the_ready_file_is_written_stops_cleanly(tmp_path: Path, listening: int) -> None:
+    """The signal handlers are in place before the ready file says "signal me now": a SIGTERM sent from inside
+    the write (no race left to the scheduler) ends in a clean shutdown, exit 0, the file removed, the capture
+    closed with its capture_end, not in a process killed with the capture open."""
+    ready = tmp_path / "ready.json"
+    proc = subprocess.run([sys.executable, "-c", _SIGTERM_AS_READY, "--listen", "127.0.0.1:0", "--upstream",
+                           f"127.0.0.1:{listening}", "--capture-dir", str(tmp_path / "cap"), "--ready-file",
+                           str(ready)],
+                          cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert not ready.exists()
+    (capture,) = (tmp_path / "cap").glob("capture-*")
+    assert records(capture)[-1]["kind"] == "capture_end"
 
 
 def test_serve_writes_the_ready_file_and_a_client_can_call_at_once(tmp_path: Path) -> None:
