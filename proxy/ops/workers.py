@@ -16,7 +16,8 @@ Each worker writes its own chain of capture files, named after the set and the w
 ``worker``, ``workers``); readers treat the set as one capture (:mod:`replay.capture.reader`).
 Connection ids are ``w<k>c<n>``, so call ids are unique across the set. SIGTERM/SIGINT to the
 supervisor is passed to every worker, each drains its calls as a single proxy does, and the
-supervisor exits when all have, with the worst exit status. A worker that fails stops the others.
+supervisor exits when all have, with the worst exit status (a worker the signal ended before its own
+handler was in place, before it opened anything, stopped as asked). A worker that fails stops the others.
 Metrics: each worker serves its own ``/metrics``, on ``--metrics`` port + k (port 0: a free port
 each, in each worker's ``recording`` log line); add them up in Prometheus (``sum by``).
 """
@@ -100,6 +101,10 @@ def supervise(cfg: ProxyConfig, log_level: str) -> int:
         for _ in procs:
             pid, status = os.wait()
             code = os.waitstatus_to_exitcode(status)
+            if stopping and code in (-signal.SIGTERM, -signal.SIGINT):
+                # Stopped by the signal itself: it came before the worker's own handler, which is in
+                # place before the worker opens a capture or listens, so nothing was recorded or lost.
+                code = 0
             codes.append(code)
             if code and not stopping:
                 # A worker that failed (start-up, a crash) takes the set down: a capture set with a
