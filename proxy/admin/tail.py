@@ -38,7 +38,9 @@ def describe(seq: int, line: bytes) -> tuple[str, str]:
     except UnknownKind as e:
         return e.kind, f"{seq:>7} {e.kind} (unknown to this triton-tap)"
     r: Any = rec  # fields are read per kind below
-    t = datetime.datetime.fromtimestamp(r.t_ns / 1e9, datetime.UTC).strftime("%H:%M:%S.%f")[:-3]
+    # In integers: r.t_ns / 1e9 is a float that can round a time to the next millisecond, or second.
+    seconds, ns = divmod(r.t_ns, 1_000_000_000)
+    t = f"{datetime.datetime.fromtimestamp(seconds, datetime.UTC):%H:%M:%S}.{ns // 1_000_000:03d}"
     parts = [t, f"{seq:>7}", f"{r.kind:<13}"]
     call = getattr(r, "call", None)
     if call is not None:

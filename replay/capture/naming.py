@@ -54,7 +54,9 @@ class CaptureName:
 
 def stamp(t_ns: int) -> str:
     """The UTC stamp (``YYYYMMDDTHHMMSS``) of a capture started at ``t_ns`` (unix epoch ns)."""
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(t_ns / 1e9))
+    # Whole seconds by integer division: t_ns / 1e9 is a float that rounds a start in the last ~0.2 us of a
+    # second up to the next one.
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(t_ns // 1_000_000_000))
 
 
 def stem(stamp: str, pid: int) -> str:

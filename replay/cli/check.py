@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 def render_marks(marks: list[dict[str, Any]], out: TextIO) -> None:
     """One line per `mark` record (seq, UTC time, note, labels)."""
     for m in marks:
-        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(m["t_ns"] / 1e9))
+        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(m["t_ns"] // 1_000_000_000))  # not / 1e9: a float rounds up to the next second
         labels = "".join(f" {k}={v}" for k, v in sorted(m["labels"].items()))
         out.write(f"mark seq {m['seq']} at {when}Z: {m['note']}{labels}\n")
 

@@ -16,6 +16,15 @@ def test_a_message_line_shows_call_direction_model_id_final_and_error() -> None:
     assert text == "22:13:20.123       7 message       c1.1 s2c model=tokens id='r1' final=true error='boom'"
 
 
+def test_the_time_shown_is_the_millisecond_it_happened_in() -> None:
+    """Truncated to the millisecond in integers: 1 ns before a second is shown in that second, not in the
+    next one (as a float t_ns / 1e9 would round it)."""
+    for t_ns, shown in ((1_780_000_000 * 10**9 - 1, "20:26:39.999"), (1_780_000_000 * 10**9, "20:26:40.000"),
+                        (1_700_000_000_123_999_999, "22:13:20.123")):  # fmt: skip
+        _, text = describe(1, encode(ev.HalfClosed(t_ns=t_ns, call="c1.1"), 1)[:-1])
+        assert text.startswith(shown + " "), text
+
+
 def test_mark_end_and_unknown_kinds() -> None:
     """A mark shows its note and labels; a call_end its cause; an unknown kind is named, not an error."""
     _, mark = describe(3, encode(ev.MarkRecorded(t_ns=0, note="load 3", labels={"run": "3"}), 3)[:-1])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from replay.capture import naming
@@ -22,6 +22,8 @@ def test_any_built_name_parses_back(t_ns: int, pid: int, index: int, gzipped: bo
 
 
 @given(_T_NS, _T_NS)
+@example(a=253_402_300_798_999_969_792, b=253_402_300_799_000_000_000)  # a float a / 1e9 rounds up to b's second
+@example(a=1_780_000_000 * 10**9 - 1, b=1_780_000_000 * 10**9)  # the same within 1 ns, in 2026
 def test_name_order_is_time_order(a: int, b: int) -> None:
     """A directory's name order is its captures' start order (to the second)."""
     sa, sb = naming.stamp(a), naming.stamp(b)
@@ -33,6 +35,7 @@ def test_name_order_is_time_order(a: int, b: int) -> None:
 def test_known_names() -> None:
     """The writer's first and rotated names, and names that are not the writer's."""
     assert naming.stamp(1_700_000_000 * 10**9) == "20231114T221320"
+    assert naming.stamp(1_700_000_000 * 10**9 - 1) == "20231114T221319"  # the second it started in
     assert naming.file_name("capture-20231114T221320-42", 0) == "capture-20231114T221320-42.jsonl"
     assert naming.file_name("capture-20231114T221320-42", 3, gzipped=True) == "capture-20231114T221320-42-0003.jsonl.gz"
     got = naming.parse("capture-20231114T221320-42-0003.jsonl.gz")

@@ -172,3 +172,10 @@ def test_a_big_capture_keeps_only_the_rows(tmp_path: Path) -> None:
     tracker.finish()
     assert sink.tally.requests == 1301 and most <= 8
     assert len(sink.shown()) == 7 and sink.hidden == 1301 - 7
+
+
+def test_a_mark_is_shown_in_the_second_it_was_made() -> None:
+    """1 ns before a second: that second, not the next (a float t_ns / 1e9 rounds it up)."""
+    out = io.StringIO()
+    render_marks([{"seq": 4, "t_ns": 1_780_000_000 * 10**9 - 1, "note": "n", "labels": {"run": "3"}}], out)
+    assert out.getvalue() == "mark seq 4 at 2026-05-28T20:26:39Z: n run=3\n"
