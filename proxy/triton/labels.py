@@ -232,12 +232,20 @@ def label_key(buf: bytes, strip: int, nested: int = 0, ident: int = 0, nested_id
     every field is kept as it was on the wire except a ``strip`` or ``ident`` field (its tag alone)
     and a ``nested`` field (its tag, 4 bytes of length, its key).
     """
+    return _key(buf, 0, len(buf), strip, nested, ident, nested_ident, ids)
+
+
+def _key(buf: bytes, i: int, n: int, strip: int, nested: int, ident: int, nested_ident: int,
+         ids: list[bytes] | None) -> bytes | None:  # fmt: skip
+    """:func:`label_key` of ``buf[i:n]``, read in place: a nested message is scanned where it lies, not
+    copied out first (a streamed response's tensor bytes are inside its ``infer_response``: 1 MB of
+    them was a 1 MB copy per response). A read past ``n`` (a varint or length running over the end
+    of a nested message) lands on ``i > n`` or ``end > n``, which give None, as the end of a copy did."""
     # A measured hot loop (``python -m bench.icount``): one pass over the top-level tags, varints
     # of one byte read inline. Longer than the house limit on purpose.
     parts: list[bytes] = []
-    i = 0
-    last = 0
-    n = len(buf)
+    begin = i
+    last = i
     try:
         while i < n:
             start = i
@@ -269,7 +277,7 @@ def label_key(buf: bytes, strip: int, nested: int = 0, ident: int = 0, nested_id
                     parts.append(buf[last : start + 1])
                     last = end
                 elif tag == nested:
-                    inner = label_key(buf[i:end], strip, 0, nested_ident, 0, ids)
+                    inner = _key(buf, i, end, strip, 0, nested_ident, 0, ids)
                     if inner is None:
                         return None
                     parts.append(buf[last : start + 1])
@@ -292,8 +300,8 @@ def label_key(buf: bytes, strip: int, nested: int = 0, ident: int = 0, nested_id
     except IndexError:
         return None
     if not parts:
-        return buf
-    parts.append(buf[last:])
+        return buf if begin == 0 and n == len(buf) else buf[begin:n]
+    parts.append(buf[last:n])
     return b"".join(parts)
 
 

@@ -155,6 +155,30 @@ def test_key_ignores_only_tensor_bytes() -> None:
     assert labels.label_key(b"\x32", labels.RAW_OUTPUT_TAG) is None  # a cut field: no key
 
 
+def test_a_nested_message_ends_where_its_length_says() -> None:
+    """The nested ``infer_response`` is scanned in place, not copied out: a field running over its end
+    into the outer message's next bytes (which would complete it) gives no key, as a cut field does;
+    the same bytes with the nested length covering them do give one."""
+    def outer(inner: bytes, after: bytes) -> bytes:
+        return bytes([labels.INFER_RESPONSE_TAG, len(inner)]) + inner + after
+
+    def key(b: bytes) -> bytes | None:
+        return labels.label_key(b, labels.RAW_OUTPUT_TAG, labels.INFER_RESPONSE_TAG)
+
+    model = b"\x0a\x01m"  # model_name "m"; field 15 is not ModelInferResponse's: protobuf keeps it unknown
+    for cut, rest in (
+        (b"\x78\x80", b"\x01"),  # a varint field whose last byte says "more"
+        (b"\x7a\x05ab", b"cde"),  # a length-delimited field whose length runs past the end
+        (b"\x79\x00\x00\x00", b"\x00" * 5),  # a fixed64 field with 3 of its 8 bytes
+        (b"\x7d\x00", b"\x00" * 3),  # a fixed32 field with 1 of its 4 bytes
+        (b"\x32", b"\x00"),  # raw_output_contents: its tag alone
+        (b"\xf8", b"\x00\x00"),  # a tag whose varint says "more" (field 15 as 2 bytes, then its value)
+    ):
+        assert key(outer(model + cut, rest)) is None, cut
+        pb.ModelInferResponse.FromString(model + cut + rest)  # what follows would complete it: well-formed
+        assert key(outer(model + cut + rest, b"")) is not None, cut
+
+
 def test_a_new_request_id_is_a_hit_with_its_own_id() -> None:
     """perf_analyzer gives every request its own id: the labels of request and responses of a new
     id come from the cache (no protobuf decode), with that id; a non-UTF-8 id is protobuf's to refuse."""
