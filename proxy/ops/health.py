@@ -53,6 +53,10 @@ def wait_serving(target: str, timeout: float, wait: float) -> int:
     """Ask until ``target`` answers SERVING, for at most ``wait`` seconds; how many tries it took.
 
     :class:`UpstreamError` with the last try's failure when the time is up."""
+    # grpc is imported before the clock starts: its import (up to a second on a loaded machine) would
+    # otherwise eat the wait, and a short --wait would give up after a single try.
+    import grpc  # noqa: F401
+
     deadline = time.monotonic() + wait
     tries = 0
     while True:

@@ -182,6 +182,8 @@ def test_record_evidence_after_a_cancel(triton: TritonServer, tmp_path: Path, mo
     lg = by_source["log"]
     assert lg["call"] == cancel["call"] and lg["in_flight"] == ["ev-1"] and lg["error"] is None
     assert any("Cancellation notification received" in line for line in lg["lines"]), str(lg)[:3000]
-    # The ignoring model produces ~1 response per 6 ms for the rest of the window; the honouring one stops.
-    assert (lg["skipped_responses"] > 20) is went_on, lg["skipped_responses"]
+    # The ignoring model produces ~1 response per 5-6 ms for the rest of the 1.5 s window (~250); the honouring one
+    # stops once the cancel reaches it. The line between them is wide both ways: the honouring model would have
+    # to take ~375 ms to notice, the ignoring one ~20 ms a response, before a loaded machine blurs them.
+    assert (lg["skipped_responses"] > 75) is went_on, lg["skipped_responses"]
     assert by_source["metrics"]["error"] is None and isinstance(by_source["metrics"]["counters"], dict)

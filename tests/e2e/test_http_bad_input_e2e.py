@@ -24,6 +24,8 @@ from proxy.relay.http1 import MAX_HEAD
 from tests.e2e.test_http_relay_e2e import calls, end_of, http_url, wait_for
 from tests.support.capture import of_kind, records
 
+#: The steady stream's events, 400 ms apart: it must outlast the bad connections (3.2 s against well under a
+#: second quiet; at 150 ms apart, 1.2 s, a loaded machine could finish it first).
 STEADY_EVENTS = 8
 
 
@@ -80,7 +82,7 @@ def test_bad_connections_leave_the_others_and_the_capture_whole(both_ports: Prox
     def steady() -> None:
         with httpx.Client(timeout=60) as c:
             with c.stream("POST", f"http://{url}/v2/models/tokens/generate_stream",
-                          json={"id": "steady", "PROMPT": "s", "MAX_TOKENS": STEADY_EVENTS, "DELAY_MS": 150}) as r:  # fmt: skip
+                          json={"id": "steady", "PROMPT": "s", "MAX_TOKENS": STEADY_EVENTS, "DELAY_MS": 400}) as r:  # fmt: skip
                 events.extend(line for line in r.iter_lines() if line.startswith("data: "))
         ended.append(True)
 

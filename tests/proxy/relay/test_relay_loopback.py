@@ -107,8 +107,10 @@ def test_capture_redacts_and_keeps_headers(fake_upstream: Any, start_proxy: Call
     assert meta["authorization"] == "<redacted>" and meta["my-token"] == "<redacted>"
     assert meta["x-custom"] == "v1" and meta["x-blob-bin"] == "AA"
     # grpc-timeout is what is left of the client's 10 s when its headers leave: less by at most the call's time
-    # (not a fixed margin: on a loaded machine the headers can leave a good part of a second later).
-    assert meta[":path"] == INFER and 10_000 - took_ms - 1 <= start["timeout_ms"] <= 10_000
+    # (not a fixed margin: on a loaded machine the headers can leave a good part of a second later). grpc
+    # reckons it on a cached clock that can lag, so it may read a hair over 10 s, which it rounds up to its
+    # next unit at that size, 100 ms.
+    assert meta[":path"] == INFER and 10_000 - took_ms - 1 <= start["timeout_ms"] <= 10_100
 
 
 def test_stream_records_ids_finals_and_half_close(

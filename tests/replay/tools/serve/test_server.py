@@ -271,10 +271,13 @@ def test_serve_command_runs_until_sigterm_and_logs_unmatched_requests(tmp_path: 
 
 
 def test_timed_replay_keeps_the_captured_interleaving_across_requests(serve: Serve) -> None:
-    """x0.1 (captured 5 ms gaps become 50 ms): responses of a and b arrive in the captured order a b a b b a a."""
+    """x0.02 (captured 5 ms gaps become 250 ms): responses of a and b arrive in the captured order a b a b b a a.
+
+    Each request's answers are timed from its own arrival, so the order holds while b arrives less than ~6 of
+    the captured ms after a: 300 ms at this speed, room for a loaded machine (at x0.1 it was 60 ms)."""
     from tests.support.triton_client import StreamSession
 
-    url = serve("interleaved.jsonl", speed=0.1)
+    url = serve("interleaved.jsonl", speed=0.02)
     s = StreamSession(url)
     try:
         s.send("tokens", token_inputs("a", 3), "a", enable_empty_final_response=True)
