@@ -34,6 +34,7 @@ import json
 import os
 import re
 import resource
+import select
 import shutil
 import signal
 import subprocess
@@ -155,16 +156,49 @@ def perf_counts() -> bool:
 
 
 class Counting:
-    """``perf stat`` attached to ``pids`` from construction to :meth:`stop` (the counts, by key)."""
+    """``perf stat`` attached to ``pids`` from construction to :meth:`stop` (the counts, by key).
+
+    Construction returns once perf counts: perf starts with its events disabled, is told to enable them
+    over a control pipe, and acknowledges. Without that, attaching takes a few ms to much longer on a
+    loaded machine, and the first work (or a SIGINT that came before perf's handler: no counts at all)
+    went uncounted."""
+
+    #: How long perf may take to attach and acknowledge before the counts are given up (stop() gives {}).
+    ATTACH_S = 30.0
 
     def __init__(self, pids: list[int]) -> None:
         perf = shutil.which("perf") or "perf"
-        self._p = subprocess.Popen([perf, "stat", "-x", ",", "-e", ",".join(HANDOVER_EVENTS.values()),
-                                    "-p", ",".join(map(str, pids))],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        ctl_r, ctl_w = os.pipe()
+        ack_r, ack_w = os.pipe()
+        got = b""
+        try:
+            self._p = subprocess.Popen([perf, "stat", "-x", ",", "-e", ",".join(HANDOVER_EVENTS.values()),
+                                        "-D", "-1", "--control", f"fd:{ctl_r},{ack_w}", "-p", ",".join(map(str, pids))],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                       pass_fds=(ctl_r, ack_w))  # fmt: skip
+            os.close(ctl_r)
+            os.close(ack_w)
+            ctl_r = ack_w = -1
+            os.write(ctl_w, b"enable\n")
+            deadline = time.monotonic() + self.ATTACH_S
+            while b"ack" not in got and self._p.poll() is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([ack_r], [], [], left)[0]:
+                    break
+                chunk = os.read(ack_r, 64)
+                if not chunk:
+                    break
+                got += chunk
+        finally:
+            for fd in (ctl_r, ctl_w, ack_r, ack_w):
+                if fd >= 0:
+                    os.close(fd)
+        #: perf said it counts: counts from a perf that did not are from no known start, so none are given.
+        self.counting = b"ack" in got
 
     def stop(self) -> dict[str, float]:
-        """SIGINT (perf stat then prints its counts) and the counts; {} when perf ended without them."""
+        """SIGINT (perf stat then prints its counts) and the counts; {} when perf ended without them or never
+        acknowledged that it counts."""
         if self._p.poll() is None:
             self._p.send_signal(signal.SIGINT)
         try:
@@ -173,7 +207,7 @@ class Counting:
             self._p.kill()
             self._p.communicate()
             return {}
-        return parse_perf_stat(err)
+        return parse_perf_stat(err) if self.counting else {}
 
 
 class PaBench:

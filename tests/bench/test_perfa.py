@@ -136,7 +136,7 @@ def test_counting_attached_to_a_process_counts_its_system_calls() -> None:
     try:
         counting = perfa.Counting([child.pid])
         assert child.stdin is not None and child.stdout is not None
-        for _ in range(10):  # 200,000 calls while it is attached (attaching takes a few ms)
+        for _ in range(10):  # 200,000 calls, all after perf said it counts (attaching takes a few ms, or more)
             child.stdin.write("go\n")
             child.stdin.flush()
             assert child.stdout.readline() == "done\n"
@@ -145,7 +145,29 @@ def test_counting_attached_to_a_process_counts_its_system_calls() -> None:
         child.kill()
         child.wait(timeout=30)
     assert counts.keys() == perfa.HANDOVER_EVENTS.keys()
-    assert counts["syscalls"] >= 100_000 and counts["futex"] < counts["syscalls"]
+    assert counts["syscalls"] >= 200_000 and counts["futex"] < counts["syscalls"]
+
+
+_PERF_WITHOUT_ACK = """#!{python}
+import signal, sys, time
+def counts(*_):
+    sys.stderr.write("5,,raw_syscalls:sys_enter,1,100.00,,\\n")
+    sys.exit(0)
+signal.signal(signal.SIGINT, counts)
+time.sleep(60)
+"""
+
+
+def test_counts_of_a_perf_that_never_said_it_counts_are_not_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A perf that prints counts but never acknowledged enabling its events (attached late, or an old perf):
+    its counts are from no known start, so none are given."""
+    fake = tmp_path / "perf"
+    fake.write_text(_PERF_WITHOUT_ACK.format(python=sys.executable))
+    fake.chmod(0o755)
+    monkeypatch.setattr("shutil.which", lambda name: str(fake))
+    monkeypatch.setattr(perfa.Counting, "ATTACH_S", 0.5)
+    counting = perfa.Counting([os.getpid()])
+    assert not counting.counting and counting.stop() == {}
 
 
 def test_the_scenario_table_has_the_split_columns_only_when_measured() -> None:
