@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 def render_marks(marks: list[dict[str, Any]], out: TextIO) -> None:
     """One line per `mark` record (seq, UTC time, note, labels)."""
     for m in marks:
-        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(m["t_ns"] // 1_000_000_000))  # not / 1e9: a float rounds up to the next second
+        # Whole seconds in integers: t_ns / 1e9 is a float that can round up to the next second.
+        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(m["t_ns"] // 1_000_000_000))
         labels = "".join(f" {k}={v}" for k, v in sorted(m["labels"].items()))
         out.write(f"mark seq {m['seq']} at {when}Z: {m['note']}{labels}\n")
 
