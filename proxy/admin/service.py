@@ -22,6 +22,7 @@ from proxy.admin.address import admin_address
 from proxy.admin.hub import MAX_QUEUE, Dropped, TailFilter, TapHub
 from proxy.admin.pb import admin_pb2 as pb
 from proxy.admin.pb import admin_pb2_grpc as pb_grpc
+from replay.aioserver import Handlers
 from replay.capture import events as ev
 from replay.errors import UserError
 
@@ -56,15 +57,17 @@ class Served:
 class AdminServicer(pb_grpc.AdminServiceServicer):
     """The four RPCs, over one running proxy's :class:`Served` parts."""
 
-    def __init__(self, served: Served, hub: TapHub) -> None:
+    def __init__(self, served: Served, hub: TapHub, handlers: Handlers) -> None:
         self.served = served
         self.hub = hub
+        self.handlers = handlers
         self.t0 = time.monotonic()
 
     def _open_calls(self) -> list[Any]:
         return [c for r in self.served.relays for t in list(r.tunnels) for c in list(t.calls.values())]
 
     async def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusResponse:
+        self.handlers.enter()
         served = self.served
         writer, metrics = served.writer, served.metrics
         calls = self._open_calls()
@@ -92,6 +95,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         )  # fmt: skip
 
     async def Rotate(self, request: pb.RotateRequest, context: Any) -> pb.RotateResponse:
+        self.handlers.enter()
         try:
             closed, new = await self.served.writer.rotate()
         except RuntimeError as e:
@@ -102,11 +106,13 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         return pb.RotateResponse(closed_file=str(closed), new_file=str(new))
 
     async def Mark(self, request: pb.MarkRequest, context: Any) -> pb.MarkResponse:
+        self.handlers.enter()
         t_ns = time.time_ns()
         self.served.writer.emit(ev.MarkRecorded(t_ns=t_ns, note=request.note, labels=dict(request.labels)))
         return pb.MarkResponse(t_ns=t_ns)
 
     async def Tail(self, request: pb.TailRequest, context: Any) -> AsyncIterator[pb.TailResponse]:
+        self.handlers.enter()
         f = request.filter
         flt = TailFilter(models=frozenset(f.models), methods=frozenset(f.methods),
                          request_ids=frozenset(f.request_ids), kinds=frozenset(f.kinds))  # fmt: skip
@@ -137,16 +143,18 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
 class AdminServer:
     """The grpc.aio server of one proxy."""
 
-    def __init__(self, server: Any, port: int, hub: TapHub, host: str) -> None:
+    def __init__(self, server: Any, port: int, hub: TapHub, host: str, handlers: Handlers) -> None:
         self.server = server
+        self.handlers = handlers
         self.port = port
         self.hub = hub
         self.address = f"{host}:{port}"
 
     async def stop(self, grace: float = 2.0) -> None:
-        """Let Tail streams deliver what is queued (the capture_end included), then stop."""
+        """Let Tail streams deliver what is queued (the capture_end included), then stop; handlers still
+        finishing get as long again."""
         self.hub.close()
-        await self.server.stop(grace)
+        await self.handlers.stop(self.server, grace)
 
 
 def _credentials(cert: Path, key: Path) -> Any:
@@ -161,8 +169,9 @@ async def start_admin(address: str, served: Served, tls_cert: Path | None, tls_k
     running proxy's ``served`` parts; UserError if impossible."""
     host, port, tls = admin_address(address, tls_cert, tls_key)
     hub = TapHub()
+    handlers = Handlers()
     server = grpc.aio.server()
-    pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(served, hub), server)  # type: ignore[no-untyped-call]
+    pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(served, hub, handlers), server)  # type: ignore[no-untyped-call]
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         if tls:
@@ -180,4 +189,4 @@ async def start_admin(address: str, served: Served, tls_cert: Path | None, tls_k
     if served.metrics is not None:
         served.metrics.attach_tap(hub.stats)
     log.info("admin_serving", address=f"{host}:{bound}", tls=tls)
-    return AdminServer(server, bound, hub, host)
+    return AdminServer(server, bound, hub, host, handlers)

@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
+from replay.aioserver import Handlers
 from replay.capture.methods import SERVICE, path_of
 from replay.errors import UserError
 from replay.hostport import cannot_listen, format_hostport, parse_hostport
@@ -94,6 +95,7 @@ class MockTriton:
         self.other_used: set[str] = set()
         self._streams = itertools.count(1)
         self._server: Any = None
+        self.handlers = Handlers()
         self.port = 0
 
     async def start(self, listen: str = "127.0.0.1:0") -> int:
@@ -118,9 +120,9 @@ class MockTriton:
         return port
 
     async def stop(self, grace: float = 1.0) -> None:
-        """Stop serving; open calls get ``grace`` seconds."""
+        """Stop serving; open calls get ``grace`` seconds, and handlers still finishing as long again."""
         if self._server is not None:
-            await self._server.stop(grace)
+            await self.handlers.stop(self._server, grace)
             self._server = None
 
     @property
@@ -132,6 +134,7 @@ class MockTriton:
 
     async def stream_infer(self, request_iterator: AsyncIterator[Any], context: Any) -> None:
         """ModelStreamInfer (see :mod:`replay.tools.serve`)."""
+        self.handlers.enter()
         stream = Stream(self.session, context, f"stream {next(self._streams)}")
         incoming: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -153,6 +156,7 @@ class MockTriton:
 
     async def model_infer(self, request: Any, context: Any) -> Any:
         """ModelInfer (see :mod:`replay.tools.serve`)."""
+        self.handlers.enter()
         if isinstance(request, Undecodable):
             await self.session.undecodable(context, request, "ModelInfer")
         key = request_key("unary", request)
@@ -192,6 +196,7 @@ class MockTriton:
 
     async def other(self, name: str, response_type: Any, request: Any, context: Any) -> Any:
         """Readiness, metadata and the other unary RPCs (see :mod:`replay.tools.serve`)."""
+        self.handlers.enter()
         if isinstance(request, Undecodable):
             await self.session.undecodable(context, request, name)
         call = pick_other(name, self.session.capture.calls_of(path_of(name)), request, self.other_used)

@@ -136,6 +136,7 @@ def test_a_watcher_that_stops_reading_stays_within_its_bound(bg: BackgroundLoop,
             break
     assert sub.dropped > 0
     assert len(sub.items) <= 50 + 1 and peak <= 51  # max_queue records + one drop marker
+    assert admin_proxy.admin.handlers.running == 1  # the stalled Tail's handler, which stop() will wait for
     st = admin_call(bg, _admin(admin_proxy), "Status", pb.StatusRequest())
     assert st.tail.subscribers == 1 and st.tail.records_dropped == sub.dropped
     stalled.resume()

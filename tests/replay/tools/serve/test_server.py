@@ -386,3 +386,54 @@ def test_a_rotated_zstd_capture_is_served_as_captured(serve: Serve, tmp_path: Pa
         assert result.as_numpy("OUTPUT").tolist() == [b"hi"]
     finally:
         c.close()
+
+
+def test_stop_waits_for_a_stream_handler_still_cleaning_up_after_its_captured_end(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The captured CANCELLED end is sent (grpc's core counts the call closed) and the client has left while the
+    stream's handler is still cleaning up when serve stops: stop() returns once the handler has ended, and when the
+    loop then ends nothing is logged at ERROR (grpc logs a traceback for a handler task cancelled under it)."""
+    from replay.tools.serve.stream import Stream
+
+    stopping = asyncio.Event()
+    cleaned: list[str] = []
+    run = Stream.run
+
+    async def run_then_clean_up(self: Stream, incoming: asyncio.Queue[Any]) -> None:
+        try:
+            await run(self, incoming)
+        finally:
+            await stopping.wait()
+            await asyncio.sleep(0.5)  # cleanup that takes a while: stop() is under way meanwhile
+            cleaned.append(self.name)
+
+    monkeypatch.setattr(Stream, "run", run_then_clean_up)
+
+    async def main() -> tuple[list[str], int, grpc.StatusCode]:
+        server = MockTriton(load(DATA / "stream_cancel.jsonl"), speed=None)
+        port = await server.start("127.0.0.1:0")
+        client = aioclient.InferenceServerClient(f"127.0.0.1:{port}")
+
+        async def requests() -> Any:
+            for rid in ("done", "a", "b"):
+                yield {"model_name": "tokens", "inputs": token_inputs(rid, 100), "request_id": rid,
+                       "enable_empty_final_response": True}  # fmt: skip
+            await asyncio.sleep(WAIT_S)  # keep the request side open, as a live client would
+
+        code = grpc.StatusCode.OK
+        try:
+            async for _result, error in client.stream_infer(requests()):
+                assert error is None
+        except grpc.aio.AioRpcError as e:
+            code = e.code()
+        finally:
+            await client.close()
+        stopping.set()
+        await server.stop(grace=5.0)
+        return list(cleaned), server.handlers.running, code
+
+    got, running, code = asyncio.run(asyncio.wait_for(main(), WAIT_S))
+    assert code is grpc.StatusCode.CANCELLED
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert got == ["stream 1"] and running == 0
