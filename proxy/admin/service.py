@@ -108,7 +108,10 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
     async def Mark(self, request: pb.MarkRequest, context: Any) -> pb.MarkResponse:
         self.handlers.enter()
         t_ns = time.time_ns()
-        self.served.writer.emit(ev.MarkRecorded(t_ns=t_ns, note=request.note, labels=dict(request.labels)))
+        try:
+            self.served.writer.emit_confirmed(ev.MarkRecorded(t_ns=t_ns, note=request.note, labels=dict(request.labels)))
+        except RuntimeError as e:  # the proxy is stopping: an OK here would claim a mark no file holds
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{e} (the proxy is stopping): not marked")
         return pb.MarkResponse(t_ns=t_ns)
 
     async def Tail(self, request: pb.TailRequest, context: Any) -> AsyncIterator[pb.TailResponse]:

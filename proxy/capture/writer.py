@@ -105,6 +105,13 @@ class CaptureWriter:
         if len(q) == FLUSH_AT:
             self._wake.wake()
 
+    def emit_confirmed(self, record: Any) -> None:
+        """:meth:`emit` for a caller that is told the outcome (admin ``Mark``): RuntimeError once the capture
+        is closing, when the writer may have made its last write and a queued record would be lost unsaid."""
+        if self._closing or self._task is None:
+            raise RuntimeError("the capture is closing")
+        self.emit(record)
+
     @property
     def backlog(self) -> int:
         """Records waiting to be written."""

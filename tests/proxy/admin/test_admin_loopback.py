@@ -25,6 +25,7 @@ from proxy.admin.hub import TailFilter
 from proxy.admin.pb import admin_pb2_grpc as pb_grpc
 from proxy.admin.tail import Printer, tail_files
 from proxy.ops.server import ProxyConfig, RecordingProxy
+from replay.capture import events as ev
 from replay.capture.reader import read_capture
 from replay.capture.schema import decode
 from replay.cli.check import check
@@ -325,3 +326,48 @@ def test_tail_follow_reads_files_compressed_as_written(bg: BackgroundLoop, start
     follow.join()
     assert follow.records() == list(read_capture(tmp_path / "captures"))
     assert len(list((tmp_path / "captures").glob(f"capture-*.jsonl.{'zst' if compress == 'zstd' else 'gz'}"))) == 2
+
+
+def test_a_mark_while_the_proxy_stops_is_in_the_capture_or_refused(bg: BackgroundLoop, admin_proxy: RecordingProxy,
+                                                                    tmp_path: Path) -> None:  # fmt: skip
+    """Four clients mark without pause, and the proxy stops: every mark acknowledged is in the capture, before its
+    capture_end; one sent once the capture was closing gets FAILED_PRECONDITION (or, as the admin service stops,
+    CANCELLED or UNAVAILABLE), never OK. (The stop closes the writer first, then the admin service: marks taken in
+    between went into a queue nothing wrote any more, and were acknowledged.)"""
+
+    async def run() -> tuple[list[str], set[grpc.StatusCode]]:
+        acked: list[str] = []
+        refused: set[grpc.StatusCode] = set()
+        stopped = asyncio.Event()
+        async with grpc.aio.insecure_channel(_admin(admin_proxy)) as channel:
+            stub = pb_grpc.AdminServiceStub(channel)  # type: ignore[no-untyped-call]
+
+            async def marker(k: int) -> None:
+                i = 0
+                while not stopped.is_set():
+                    note = f"m{k}-{i}"
+                    i += 1
+                    try:
+                        await stub.Mark(pb.MarkRequest(note=note), timeout=30)
+                    except grpc.aio.AioRpcError as e:
+                        refused.add(e.code())
+                    else:
+                        acked.append(note)
+
+            markers = [asyncio.create_task(marker(k), name=f"test-marker-{k}") for k in range(4)]
+            deadline = asyncio.get_running_loop().time() + 30
+            while len(acked) < 40 and asyncio.get_running_loop().time() < deadline:  # the marks flow
+                await asyncio.sleep(0.005)
+            try:
+                await admin_proxy.stop()
+            finally:
+                stopped.set()
+                await asyncio.gather(*markers)
+        return acked, refused
+
+    acked, refused = bg.run(run())
+    captured = [r for _, r in read_capture(tmp_path / "captures")]
+    marks = [r.note for r in captured if isinstance(r, ev.MarkRecorded)]
+    assert len(acked) >= 40 and not set(acked) - set(marks)
+    assert captured[-1].kind == "capture_end"
+    assert refused <= {grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE}

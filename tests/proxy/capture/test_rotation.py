@@ -153,3 +153,24 @@ def test_segments_cut_a_batch_at_each_rotation() -> None:
     r1, r2 = Rotation(None, Gap(), None), Rotation("signal", Gap(), None)
     assert list(segments([1, 2, r1, 3, r2])) == [([1, 2], r1), ([3], r2), ([], None)]
     assert list(segments([1])) == [([1], None)]
+
+
+def test_a_confirmed_emit_is_written_while_open_and_refused_once_closing(tmp_path: Path) -> None:
+    """emit_confirmed (admin Mark): queued and written while the capture is open; RuntimeError from the moment
+    close() begins, when the writer may have made its last write (a plain emit then would be lost unsaid)."""
+
+    async def run() -> None:
+        w = _writer(tmp_path)
+        with pytest.raises(RuntimeError, match="the capture is closing"):  # not open yet: nothing writes it
+            w.emit_confirmed(ev.MarkRecorded(t_ns=100, note="before open", labels={}))
+        w.open()
+        w.emit_confirmed(ev.MarkRecorded(t_ns=101, note="m1", labels={}))
+        closing = asyncio.create_task(w.close(), name="test-writer-close")
+        await asyncio.sleep(0)  # close() has begun
+        with pytest.raises(RuntimeError, match="the capture is closing"):
+            w.emit_confirmed(ev.MarkRecorded(t_ns=102, note="m2", labels={}))
+        await closing
+
+    asyncio.run(run())
+    recs = records(tmp_path / "cap.jsonl")
+    assert _kinds(recs) == ["capture_start", "mark", "capture_end"] and _notes(recs) == ["m1"]
