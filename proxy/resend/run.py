@@ -93,10 +93,13 @@ class _Conns:
             conn = self._open.get(key)
             if conn is None:
                 if key in self._http:
-                    conn = self._open[key] = HttpConnection(self.host, self.http_port, key)
+                    conn = HttpConnection(self.host, self.http_port, key)
                 else:
-                    conn = self._open[key] = Connection(self.host, self.port, key)
+                    conn = Connection(self.host, self.port, key)
+                # Kept once open only: a connection whose connect failed has no socket, and the next
+                # call of its captured connection tries again rather than write to nothing.
                 await conn.open()
+                self._open[key] = conn
             return conn
 
     async def release(self, key: str) -> None:

@@ -10,9 +10,11 @@ tested against one in tests/e2e/test_send_deadline_e2e.py.
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -112,6 +114,29 @@ def test_a_connection_reset_mid_run_ends_every_remaining_call_with_why() -> None
     assert lost == {"c1.3": LOST, "c1.5": NOT_SENT, "c1.7": NOT_SENT}, tally.unobserved
     assert tally.started == 2
     assert all(u.why for u in tally.unobserved), tally.unobserved
+
+
+def test_a_connect_that_fails_is_not_sent_and_the_next_call_of_its_connection_connects_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first connect fails (EMFILE, what a full descriptor table gives; injected here, since making this
+    process run out of descriptors would take the test runner with it): that call is `not sent`, saying why,
+    and the next call of the same captured connection opens a new one and is answered (it used to find the
+    failed connection kept, without a socket, and crash the run)."""
+    real = asyncio.open_connection
+    failures = [OSError(errno.EMFILE, "Too many open files")]
+
+    async def first_connect_fails(*args: Any, **kw: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return await real(*args, **kw)
+
+    monkeypatch.setattr(asyncio, "open_connection", first_connect_fails)
+    starts = [Start(at_s=0.0, loop=0, call=_unary("c1.1")), Start(at_s=0.2, loop=0, call=_unary("c1.3"))]
+    tally = asyncio.run(_drive(ScriptedPeer(lambda c, sid: c.answer(sid)), starts))
+    assert (tally.finished, tally.started, dict(tally.outcomes)) == (2, 1, {NOT_SENT: 1, STATUS: 1})
+    (lost,) = tally.unobserved
+    assert (lost.call, lost.outcome, lost.why) == ("c1.1", NOT_SENT, "cannot connect to the recorder: Too many open files")
 
 
 # -- through the CLI and the real recorder ------------------------------------------------------------
