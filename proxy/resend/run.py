@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from proxy.ops.server import ProxyConfig, RecordingProxy
 from proxy.resend.h1client import HttpConnection
@@ -310,5 +312,33 @@ async def send(starts: Sequence[Start], opts: SendOptions, tally: Tally,
 
 
 def run_send(starts: Sequence[Start], opts: SendOptions, tally: Tally, tick: Callable[[], None] | None = None) -> Path:
-    """:func:`send` on a fresh event loop (the CLI's entry)."""
-    return asyncio.run(send(starts, opts, tally, tick))
+    """:func:`send` on a fresh event loop (the CLI's entry); SIGTERM stops it as Ctrl-C does."""
+    return asyncio.run(_sigterm_interrupts(send(starts, opts, tally, tick)))
+
+
+async def _sigterm_interrupts(main: Coroutine[Any, Any, Path]) -> Path:
+    """``main``, cancelled by SIGTERM as asyncio.run cancels it on Ctrl-C (the recorder's stop in its ``finally``
+    ends the calls in flight and writes ``capture_end``), then KeyboardInterrupt: a harness's timeout or
+    ``kill`` leaves a capture as complete as Ctrl-C does, not one cut off without its end."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    terminated = False
+
+    def on_sigterm() -> None:
+        nonlocal terminated
+        terminated = True
+        task.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    except (RuntimeError, ValueError):  # not the main thread (an embedding program's): its own signals then
+        return await main
+    try:
+        return await main
+    except asyncio.CancelledError:
+        if terminated:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
