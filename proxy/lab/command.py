@@ -80,7 +80,8 @@ def _check_ports(ports: dict[str, int]) -> None:
                 raise UserError(f"--{name}-port {port}: {cannot_listen(f'127.0.0.1:{port}', e)}") from None
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
+def interrupt(signum: int, frame: FrameType | None) -> None:
+    """A signal handler stopping a synchronous command the way Ctrl-C does (its ``finally`` blocks run)."""
     raise KeyboardInterrupt
 
 
@@ -99,7 +100,7 @@ def run_lab_triton(args: argparse.Namespace) -> int:
                           metrics_port=ports["metrics"])  # fmt: skip
     # SIGTERM stops it the way Ctrl-C does, also while it is still starting; SIGINT is set too, as a shell
     # starts a background job with SIGINT ignored.
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     keep_log = False  # a server that failed leaves its log, even in a temporary directory
     try:
         print(f"starting tritonserver on 127.0.0.1, models from {models} ...", file=sys.stderr, flush=True)
