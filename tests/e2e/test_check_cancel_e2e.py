@@ -12,7 +12,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from proxy.cancelcheck.evidence import LogTail
 from proxy.lab.tritonserver import TritonServer
 from replay.capture.reader import read_capture
 from replay.errors import EXIT_INTERRUPTED
+from tests.support.child import wait_while_running
 
 # Short windows keep the suite fast. The allowance is wide (1 s, not the default 300 ms) so that a
 # loaded CI machine's slow probe is not read as work going on; the ignoring models still run ~2 s
@@ -203,11 +203,7 @@ def test_sigterm_stops_a_run_through_the_proxy_as_ctrl_c_does(triton: TritonServ
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 120
-        while not list(tmp_path.glob("capture-*")):  # the proxy has started recording
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "check-cancel's proxy did not start"
-            time.sleep(0.01)
+        wait_while_running(proc, lambda: bool(list(tmp_path.glob("capture-*"))), "its proxy recorded", timeout=120)
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=120)
     finally:

@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -35,3 +37,14 @@ def run_python(code: str, *, timeout: float = 120) -> str:
                 how = f"was killed by signal {-proc.returncode}"
         pytest.fail(f"the child interpreter {how}:\n{proc.stderr[-3000:]}", pytrace=False)
     return proc.stdout
+
+
+def wait_while_running(proc: subprocess.Popen[str], cond: Callable[[], bool], what: str, timeout: float = 60.0,
+                       poll_s: float = 0.01) -> None:  # fmt: skip
+    """Poll ``cond`` until it holds; fail, naming ``what``, if ``proc`` exits first (with what it printed) or
+    ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert proc.poll() is None, f"exited {proc.returncode} before {what}: {proc.communicate()}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(poll_s)

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import tritonclient.grpc as grpcclient
 
+from tests.support.user_client import TextAssembler
+
 
 def bytes_input(name: str, value: bytes) -> grpcclient.InferInput:
     """A BYTES [1] input."""
@@ -99,3 +101,19 @@ def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condi
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.01)
+
+
+def stream_to_its_end(url: str, rids: Iterable[str] = ("done", "a", "b"), timeout: float = 60.0) -> TextAssembler:
+    """tritonclient.grpc's stream to ``url``: a `tokens` request of 100 tokens per id, read until the stream
+    ends in error (the mock Triton's captured cancel), then closed; what the client saw."""
+    got = TextAssembler()
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        client.start_stream(callback=got)
+        for rid in rids:
+            client.async_stream_infer("tokens", token_inputs(rid, 100), request_id=rid, enable_empty_final_response=True)
+        got.wait_for(lambda c: c.stream_error is not None, timeout)
+    finally:
+        client.stop_stream()
+        client.close()
+    return got

@@ -22,6 +22,7 @@ import tritonclient.grpc as grpcclient
 
 from proxy.lab.tritonserver import free_port
 from tests.support.capture import records
+from tests.support.child import wait_while_running
 from tests.support.paths import DATA, ROOT
 
 TRITON_TAP = Path(sys.executable).parent / "triton-tap"
@@ -35,11 +36,7 @@ def _accepts(listen: str) -> bool:
 
 def _until_ready(proc: subprocess.Popen[str], ready: Path, timeout: float = 60) -> dict[str, Any]:
     """Poll for the ready file; the moment it is there it must be whole and its address must accept a connection."""
-    deadline = time.monotonic() + timeout
-    while not ready.exists():
-        assert proc.poll() is None, f"exited {proc.returncode} before it was ready: {proc.communicate()[1]}"
-        assert time.monotonic() < deadline, "the ready file did not appear"
-        time.sleep(0.005)
+    wait_while_running(proc, ready.exists, "the ready file appeared", timeout, poll_s=0.005)
     info: dict[str, Any] = json.loads(ready.read_text())  # written atomically: never half a line
     assert _accepts(info["listen"]), f"ready file written before {info['listen']} accepted connections"
     return info

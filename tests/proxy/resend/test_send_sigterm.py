@@ -10,19 +10,16 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-
-import tritonclient.grpc as grpcclient
 
 from proxy.lab.background import ProxyThread
 from replay.capture.reader import read_capture
 from replay.errors import EXIT_INTERRUPTED
 from replay.tools.serve import MockTriton, load
+from tests.support.child import wait_while_running
 from tests.support.loop_thread import BackgroundLoop
 from tests.support.paths import DATA
-from tests.support.triton_client import token_inputs
-from tests.support.user_client import TextAssembler
+from tests.support.triton_client import stream_to_its_end
 
 TRITON_TAP = Path(sys.executable).parent / "triton-tap"
 
@@ -31,17 +28,7 @@ def _recorded(target: str, directory: Path) -> Path:
     """A stream through the recording proxy (payload full) to ``target``: its capture."""
     proxy = ProxyThread(target, directory, payload="full").start()
     try:
-        got = TextAssembler()
-        client = grpcclient.InferenceServerClient(f"127.0.0.1:{proxy.proxy.port}")
-        try:
-            client.start_stream(callback=got)
-            for rid in ("done", "a", "b"):
-                client.async_stream_infer("tokens", token_inputs(rid, 100), request_id=rid,
-                                          enable_empty_final_response=True)  # fmt: skip
-            got.wait_for(lambda c: c.stream_error is not None, 60)
-        finally:
-            client.stop_stream()
-            client.close()
+        stream_to_its_end(f"127.0.0.1:{proxy.proxy.port}")
     finally:
         path = proxy.stop()
     return path
@@ -58,12 +45,8 @@ def test_sigterm_mid_run_ends_the_capture_and_exits_as_interrupted(tmp_path: Pat
         proc = subprocess.Popen([str(TRITON_TAP), "replay", "send", str(captured), "--target",
                                  f"127.0.0.1:{port}", "--out", str(out), "--loop", "1000"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-        deadline = time.monotonic() + 60
         # Under way: the recorder has written a batch of records beyond its capture_start.
-        while not any(f.stat().st_size > 2000 for f in out.glob("capture-*")):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "send did not get going"
-            time.sleep(0.01)
+        wait_while_running(proc, lambda: any(f.stat().st_size > 2000 for f in out.glob("capture-*")), "send got going")
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=60)
     finally:

@@ -8,18 +8,17 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-import tritonclient.grpc as grpcclient
 
 from proxy.cli import main as triton_tap
 from replay import feed_stream
 from replay.capture.reader import skipping_damaged
 from replay.cli.main import main as python_m_replay
+from tests.support.child import wait_while_running
 from tests.support.paths import DATA
-from tests.support.triton_client import token_inputs
+from tests.support.triton_client import stream_to_its_end
 from tests.support.user_client import TextAssembler
 
 TRITON_TAP = Path(sys.executable).parent / "triton-tap"
@@ -128,23 +127,8 @@ def test_serve_with_the_flag_answers_from_the_records_it_could_read(damaged: Pat
     ready = tmp_path / "ready.json"
     proc = _serve(damaged, ready, "--skip-damaged")
     try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            assert proc.poll() is None, f"exited {proc.returncode}: {proc.communicate()[1]}"
-            assert time.monotonic() < deadline, "serve did not become ready"
-            time.sleep(0.01)
-        listen = json.loads(ready.read_text())["listen"]
-        got = TextAssembler()
-        client = grpcclient.InferenceServerClient(listen)
-        try:
-            client.start_stream(callback=got)
-            for rid in ("done", "a", "b"):
-                client.async_stream_infer("tokens", token_inputs(rid, 100), request_id=rid,
-                                          enable_empty_final_response=True)  # fmt: skip
-            got.wait_for(lambda c: c.stream_error is not None, 60)
-        finally:
-            client.stop_stream()
-            client.close()
+        wait_while_running(proc, ready.exists, "serve became ready")
+        got = stream_to_its_end(json.loads(ready.read_text())["listen"])
     finally:
         proc.send_signal(signal.SIGTERM)
         err = proc.communicate(timeout=60)[1]
