@@ -129,7 +129,9 @@ class Http1Call:
         self.sse: SseSplitter | None = None
         #: The event seen last, not yet recorded (the next event or the body's end decides its final).
         #: (event, its raw bytes under ``--payload full``, cut short by the connection's end)
-        self.pending: tuple[SseEvent, bytes | None, bool] | None = None
+        #: The event held back (until what follows it is known), its bytes, whether it was cut, and when its
+        #: last byte was read: its record's time.
+        self.pending: tuple[SseEvent, bytes | None, bool, int] | None = None
         #: ``--payload full``: raw bytes of the event stream not yet given to an event.
         self.raw_events: bytearray | None = None
         self.events = 0
@@ -524,6 +526,7 @@ class Http1Core:
         """Events just cut from the body: each held back until the next (or the body's end) is known.
         ``cut``: the connection's end cut the body (an unterminated event then says so)."""
         raw = call.raw_events
+        t_ns = _time_ns()  # the read that completed them: their records are written later, stamped now
         for event in events:
             piece = None
             if raw is not None:
@@ -531,7 +534,7 @@ class Http1Core:
                 del raw[: event.size]
             call.responded = True
             self._flush_event(call, last=False, clean=False)
-            call.pending = (event, piece, cut and event.unterminated)
+            call.pending = (event, piece, cut and event.unterminated, t_ns)
 
     def _flush_event(self, call: Http1Call, *, last: bool, clean: bool) -> None:
         """Record the event held back, now that what follows it is known."""
@@ -539,7 +542,7 @@ class Http1Core:
         if pending is None:
             return
         call.pending = None
-        event, piece, cut = pending
+        event, piece, cut, t_ns = pending
         fields = http_labels.event_labels(call.method, event)
         if cut:
             known = fields.get("decode_error")
@@ -552,7 +555,7 @@ class Http1Core:
         if piece is not None:
             body = _Body(len(piece), True)
             body.feed(piece)
-        self._message(call, 1, event.size, False, fields, body)
+        self._message(call, 1, event.size, False, fields, body, t_ns=t_ns)
 
     def _response_end(self, trailers: list[tuple[bytes, bytes]] | None) -> None:
         call = self.call
@@ -600,8 +603,9 @@ class Http1Core:
             self._exchange(ExchangeInput.LOST)
 
     def _message(self, call: Http1Call, d: int, size: int, compressed: bool, fields: dict[str, Any],
-                 body: _Body | None, cut: bool = False) -> None:  # fmt: skip
-        """One ``message`` record (``cut``: a request body that never ended, or part of one)."""
+                 body: _Body | None, cut: bool = False, t_ns: int | None = None) -> None:  # fmt: skip
+        """One ``message`` record (``cut``: a request body that never ended, or part of one; ``t_ns``: when its
+        last byte was read, if not now)."""
         if d == 1:
             if call.index[0] == 0 and not call.early and call.body_c2s is not None:
                 # Triton answered before the request body ended: the request's record comes first
@@ -622,7 +626,8 @@ class Http1Core:
             self._store(call, d, fields, body, cut)
         idx = call.index[d]
         call.index[d] = idx + 1
-        self.emit_message(make_message(_time_ns(), call.id, "c2s" if d == 0 else "s2c", idx, size, compressed, fields))
+        when = _time_ns() if t_ns is None else t_ns
+        self.emit_message(make_message(when, call.id, "c2s" if d == 0 else "s2c", idx, size, compressed, fields))
 
     def _store(self, call: Http1Call, d: int, fields: dict[str, Any], body: _Body, cut: bool) -> None:
         """``--payload full``: the body's bytes (after ``--redact-input``, cut at ``--payload-cap``) and their hash."""

@@ -468,3 +468,30 @@ def test_shutdown_ends_requests_pipelined_behind_the_call_in_flight_as_proxy_shu
         ("c1.1", "a", True), ("c1.2", "b", True), ("c1.3", None, False),
     ]  # fmt: skip
     assert c2s[2].decode_error.startswith(BODY_CUT)
+
+
+def test_an_event_held_back_is_stamped_with_the_read_that_brought_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each event's record waits for what follows it (the next event, or the body's clean end, decides its final
+    flag), but its time is when its last byte was read: event 0 came at 2 us, event 1 at 5 us, the end at 9 us
+    (each read's time set by the test). Stamped when written, a stream's time to first token read as the gap
+    between its first two tokens."""
+    from proxy.relay import http1
+    from proxy.relay.http1 import Http1Core
+    from tests.proxy.relay.http1_wire import Run, Shared
+
+    now = [0]
+    monkeypatch.setattr(http1, "_time_ns", lambda: now[0])
+    shared = Shared(options=RelayOptions())
+    run = Run(Http1Core(shared, "c1", "127.0.0.1:5"), shared)  # type: ignore[arg-type]
+    run.perform(run.core.connected())
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    events = [b'data: {"id":"r","OUT":"a"}\n\n', b'data: {"id":"r","OUT":"b"}\n\n']
+    reads_at = [(1_000, CLIENT, _request(b'{"id":"r"}', GENERATE_STREAM)),
+                (2_000, UPSTREAM, head + b"%x\r\n" % len(events[0]) + events[0] + b"\r\n"),
+                (5_000, UPSTREAM, b"%x\r\n" % len(events[1]) + events[1] + b"\r\n"),
+                (9_000, UPSTREAM, b"0\r\n\r\n")]  # fmt: skip
+    for t, side, data in reads_at:
+        now[0] = t
+        run.perform(run.core.receive_c2s(data) if side == CLIENT else run.core.receive_s2c(data))
+    s2c = [m for m in run.records("message") if m.dir == "s2c"]
+    assert [(m.t_ns, m.final) for m in s2c] == [(2_000, False), (5_000, True)]
