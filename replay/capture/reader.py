@@ -96,7 +96,7 @@ class SeqWatch:
     public attributes are what that case reads and sets; the two are kept in step.
     """
 
-    __slots__ = ("_damaged", "_seen_start", "expected", "file", "gaps", "last", "line", "ring")
+    __slots__ = ("_damaged", "_file_index", "_seen_start", "expected", "file", "gaps", "last", "line", "ring")
 
     #: How many recent records are kept to tell an exact repeat of a line from a conflicting one
     #: (a power of two: the ring is indexed by ``seq & MASK``).
@@ -112,6 +112,7 @@ class SeqWatch:
         self.file = ""
         self.line: int | None = None
         self._seen_start = False
+        self._file_index = 0  # of the newest capture_start: each rotated file's is one more than its last's
         # (the expected seq when they were met, how many): damaged lines since the last record, which
         # may have held the seq numbers missing before the next one (not a second hole for them).
         self._damaged: tuple[int | None, int] = (None, 0)
@@ -136,8 +137,18 @@ class SeqWatch:
             self.expected = seq + 1
             self.ring[seq & self.MASK] = self.last = (seq, record)
             return False
+        if isinstance(record, ev.CaptureStarted) and self._seen_start:
+            if record.file_index > self._file_index + 1:
+                lost = range(self._file_index + 1, record.file_index)
+                which = f"file {lost[0]}" if len(lost) == 1 else f"files {lost[0]}-{lost[-1]}"
+                self.gaps.append(
+                    Gap(kind="missing_file", file=file, line=line, first_seq=None, last_seq=None, count=None,
+                        detail=f"rotated {which} of the capture, between the files read, were not given")
+                )  # fmt: skip
+            self._file_index = record.file_index
         if isinstance(record, ev.CaptureStarted) and not self._seen_start:
             self._seen_start = True
+            self._file_index = record.file_index
             if record.file_index > 0:
                 self.gaps.append(
                     Gap(kind="missing_file", file=file, line=line, first_seq=None, last_seq=seq - 1 if seq else None,

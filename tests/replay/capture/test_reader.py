@@ -282,6 +282,22 @@ def test_a_capture_read_from_a_later_rotated_file_names_the_records_before_it(tm
     ]  # fmt: skip
 
 
+def test_a_rotated_file_missing_between_two_read_is_a_missing_file_hole(tmp_path: Path) -> None:
+    """Files 0 and 2 of three, given as a directory: besides the seqs missing, a `missing_file` hole at file 2's
+    start naming file 1, so the capture is not called complete (it was only a `seq_gap`, and `complete: true`)."""
+    from replay.machine.tracker import track
+
+    _, middle, last = _rotated(tmp_path, _sample(), [3, 6])
+    middle.unlink()
+    reader = read_capture(tmp_path)
+    list(reader)
+    assert [(g.kind, g.file, g.line) for g in reader.gaps] == [
+        ("missing_file", str(last), 1), ("seq_gap", str(last), 1),
+    ]  # fmt: skip
+    assert reader.gaps[0].detail == "rotated file 1 of the capture, between the files read, were not given"
+    assert track(tmp_path).summary()["complete"] is False
+
+
 def test_a_rotated_file_starting_at_seq_0_claims_no_record_before_it(tmp_path: Path) -> None:
     """A later rotated file whose first record is seq 0 (numbered anew): the earlier files are still missing,
     but no seq before 0 is named as lost."""
