@@ -122,6 +122,13 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
         for c in result.calls:
             calls.add_row(escape(c.field), f"[red]{c.a}[/]", f"[green]{c.b}[/]")
         console.print(calls)
+    if result.unattributable:
+        lost = Table(title="unattributable responses", title_justify="left")
+        for col in ("reason", "A", "B"):
+            lost.add_column(col)
+        for c in result.unattributable:
+            lost.add_row(escape(c.field), f"[red]{c.a}[/]", f"[green]{c.b}[/]")
+        console.print(lost)
     if result.models:
         console.print(_models_table(result.models))
     for side, side_holes in (("A", result.holes_a), ("B", result.holes_b)):
@@ -139,7 +146,8 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
                  "the comparison covers only the records captured")  # fmt: skip
     console.print(
         f"{verdict}: {s['paired']} request(s) paired, {s['changed']} changed, {s['only_a']} only in A, "
-        f"{s['only_b']} only in B, {s['calls_changed']} other call count(s) changed{moved} "
+        f"{s['only_b']} only in B, {s['calls_changed']} other call count(s) changed"
+        f"{', ' + str(s['unattributable_changed']) + ' unattributable count(s) changed' if s['unattributable_changed'] else ''}{moved} "
         f"(timing tolerance {tol}){holes}"
     )
 

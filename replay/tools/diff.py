@@ -35,7 +35,8 @@ from replay.tools.regression import FASTER, SLOWER, ModelRegression, Tolerance, 
 
 DEFAULT_THRESHOLD_MS = 100.0
 #: Compared as they are (``violations`` as the list of names).
-FIELDS: tuple[str, ...] = ("outcome", "responses", "text_responses", "final", "error", "status", "cause", "violations")
+FIELDS: tuple[str, ...] = ("outcome", "responses", "text_responses", "final", "error", "status", "cause", "violations",
+                          "group")
 TIMINGS: tuple[str, ...] = ("first_response_ms", "duration_ms")
 #: Endings the client caused: the same one on both sides is the same fact, whatever text came with it.
 CLIENT_SIDE = frozenset({"client_cancel", "deadline", "client_disconnect"})
@@ -79,6 +80,8 @@ class DiffResult:
     strategies: tuple[str, ...]
     #: Calls that are not inference requests (readiness, metadata...): count per "<method> <status>" that differs.
     calls: tuple[Change, ...] = ()
+    #: Responses no request could be given (an unknown or empty id...): count per "<reason>[ with error]" that differs.
+    unattributable: tuple[Change, ...] = ()
     #: Holes of each capture (dropped, repeated or never written records): they do not change
     #: :attr:`equivalent`, which is about the requests that were captured, but say it may be partial.
     holes_a: tuple[Gap, ...] = ()
@@ -94,12 +97,13 @@ class DiffResult:
 
     @property
     def equivalent(self) -> bool:
-        """Every request paired, none changed, the same other calls, no percentile beyond tolerance either way.
+        """Every request paired, none changed, the same other calls and unattributable responses, no percentile
+        beyond tolerance either way.
 
         Holes do not count: the verdict is about what both captures hold.
         """
-        return (not self.only_a and not self.only_b and not self.changed and not self.calls and not self.slower
-                and not self.faster)  # fmt: skip
+        return (not self.only_a and not self.only_b and not self.changed and not self.calls and not self.unattributable
+                and not self.slower and not self.faster)  # fmt: skip
 
     @property
     def slower(self) -> list[ModelRegression]:
@@ -124,6 +128,7 @@ class DiffResult:
             "only_a": [_ref(r) for r in self.only_a],
             "only_b": [_ref(r) for r in self.only_b],
             "calls": [c.to_json() for c in self.calls],
+            "unattributable": [c.to_json() for c in self.unattributable],
             "holes": {"a": [g.to_json() for g in self.holes_a], "b": [g.to_json() for g in self.holes_b]},
             "tolerance": {"ms": self.threshold_ms, "pct": self.tolerance_pct},
             "models": [m.to_json() for m in self.models],
@@ -133,6 +138,7 @@ class DiffResult:
                 "only_a": len(self.only_a),
                 "only_b": len(self.only_b),
                 "calls_changed": len(self.calls),
+                "unattributable_changed": len(self.unattributable),
                 "holes_a": len(self.holes_a),
                 "holes_b": len(self.holes_b),
                 "models_slower": len(self.slower),
@@ -151,6 +157,8 @@ def _values(r: RequestOutcome, causes: dict[str, str | None]) -> dict[str, Any]:
         "status": r.status,
         "cause": causes.get(r.call),
         "violations": [v.name for v in r.violations],
+        # A request of an id group (ids sent again while in flight): how the group ended is its outcome too.
+        "group": None if r.group is None else f"{r.group.describe()}, {r.group.responses} response(s) to the group",
     }
 
 
@@ -204,7 +212,7 @@ def diff(
     back = {new: old for old, new in (model_map or {}).items()}
     models = per_model(((p.a, p.b, {c.field for c in p.changes}) for p in pairs), only_a, only_b, Tolerance(ms=threshold_ms, pct=tolerance_pct), back)
     return DiffResult(pairs=tuple(pairs), only_a=only_a, only_b=tuple(only_b), threshold_ms=threshold_ms,
-                      strategies=tuple(strategies), calls=other_calls(a, b),
+                      strategies=tuple(strategies), calls=other_calls(a, b), unattributable=unattributable(a, b),
                       holes_a=a.outcomes.gaps, holes_b=b.outcomes.gaps, models=tuple(models),
                       tolerance_pct=tolerance_pct)  # fmt: skip
 
@@ -229,4 +237,14 @@ def _other_counts(c: CaptureSummary) -> Counter[str]:
 def other_calls(a: CaptureSummary, b: CaptureSummary) -> tuple[Change, ...]:
     """Non-inference calls (readiness, metadata...) compared as counts per method and status."""
     ca, cb = _other_counts(a), _other_counts(b)
+    return tuple(Change(field=k, a=ca[k], b=cb[k]) for k in sorted(ca.keys() | cb.keys()) if ca[k] != cb[k])
+
+
+def _unattributable_counts(c: CaptureSummary) -> Counter[str]:
+    return Counter(f"{u.reason}{' with error' if u.error else ''}" for u in c.outcomes.unattributable)
+
+
+def unattributable(a: CaptureSummary, b: CaptureSummary) -> tuple[Change, ...]:
+    """Responses no request could be given, compared as counts per reason (and whether they carried an error)."""
+    ca, cb = _unattributable_counts(a), _unattributable_counts(b)
     return tuple(Change(field=k, a=ca[k], b=cb[k]) for k in sorted(ca.keys() | cb.keys()) if ca[k] != cb[k])

@@ -41,7 +41,7 @@ def test_json_document(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 1 and doc["equivalent"] is False
     assert [r["request_id"] for r in doc["only_a"]] == ["due", "not-due"]
     assert [r["request_id"] for r in doc["only_b"]] == ["r1"]
-    assert doc["summary"] == {"paired": 0, "changed": 0, "only_a": 2, "only_b": 1, "calls_changed": 0,
+    assert doc["summary"] == {"paired": 0, "changed": 0, "only_a": 2, "only_b": 1, "calls_changed": 0, "unattributable_changed": 0,
                               "holes_a": 0, "holes_b": 0, "models_slower": 0, "models_faster": 0}
 
 

@@ -99,7 +99,7 @@ def test_json_document_lists_changes_per_request() -> None:
     """The --json document carries each pair's changes and a summary."""
     doc = _diff(_stream(), _stream(final=False)).to_json()
     assert doc["equivalent"] is False
-    assert doc["summary"] == {"paired": 1, "changed": 1, "only_a": 0, "only_b": 0, "calls_changed": 0,
+    assert doc["summary"] == {"paired": 1, "changed": 1, "only_a": 0, "only_b": 0, "calls_changed": 0, "unattributable_changed": 0,
                               "holes_a": 0, "holes_b": 0, "models_slower": 0, "models_faster": 0}
     assert {"field": "final", "a": True, "b": False} in doc["requests"][0]["changes"]
 
@@ -236,7 +236,7 @@ def test_json_document_in_full(tmp_path: Path) -> None:
     timings += [timing(f"duration_ms p{p}", 1005.0, 1085.0) for p in (50, 95, 99)]
     model = {"model": "tokens", "requests_a": 1, "requests_b": 1, "only_a": 0, "only_b": 0, "outcome_changes": {},
              "responses_changed": 0, "final_changed": 0, "error_changed": 0, "timings": timings, "changed": False}  # fmt: skip
-    summary = {"paired": 1, "changed": 0, "only_a": 0, "only_b": 0, "calls_changed": 1, "holes_a": 1, "holes_b": 2,
+    summary = {"paired": 1, "changed": 0, "only_a": 0, "only_b": 0, "calls_changed": 1, "unattributable_changed": 0, "holes_a": 1, "holes_b": 2,
                "models_slower": 0, "models_faster": 0}
     assert doc == {
         "equivalent": False,
@@ -246,6 +246,7 @@ def test_json_document_in_full(tmp_path: Path) -> None:
         "only_a": [],
         "only_b": [],
         "calls": [{"field": "ServerLive OK", "a": 1, "b": 0}],
+        "unattributable": [],
         "holes": {"a": [hole("a", 8, 3)], "b": [hole("b", 8, 1), hole("b", 9, 2)]},
         "tolerance": {"ms": 50.0, "pct": 10.0},
         "models": [model],
@@ -391,6 +392,7 @@ ALONE: dict[str, dict[str, object]] = {
     "only in B": {"only_b": (_one().b,)},
     "a changed pair": {"pairs": (_one(), _changed_pair())},
     "other calls": {"calls": (Change(field="ServerLive OK", a=1, b=0),)},
+    "unattributable responses": {"unattributable": (Change(field="unknown_id with error", a=0, b=1),)},
     "a slower percentile": {"models": (_model("slower"),)},
     "a faster percentile": {"models": (_model("faster"),)},
 }
@@ -488,3 +490,49 @@ def test_a_faster_model_is_named_faster_never_slower() -> None:
     assert not result.equivalent and "first_response_ms" in _changes(result)
     slower = _diff(_stream(first_ms=16.0), _stream(first_ms=290.0))
     assert [m.model for m in slower.slower] == ["tokens"] and slower.faster == []
+
+
+def _group(*, second_errs: bool) -> Builder:
+    """Two requests with one id sent while the first is in flight (an id group): both answered, or the second's
+    answer an error."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "g")
+    b.request("c1.1", "g")
+    b.response("c1.1", "g", "a-0")
+    b.response("c1.1", "g", None, final=True)
+    if second_errs:
+        b.response("c1.1", "g", None, error="model crashed", final=True)
+    else:
+        b.response("c1.1", "g", "b-0")
+        b.response("c1.1", "g", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish()
+
+
+def test_how_an_id_group_ended_is_compared() -> None:
+    """An id group's requests share their responses, so each one's own fields can match while the group ended
+    otherwise: how it ended is a change (diff called these equivalent)."""
+    result = _diff(_group(second_errs=False), _group(second_errs=True))
+    assert not result.equivalent
+    assert all(p.a.group is not None for p in result.pairs)
+    changed = {c.field for p in result.pairs for c in p.changes}
+    assert "group" in changed
+
+
+def test_unattributable_responses_are_compared_by_reason() -> None:
+    """B has a response for an id nobody asked for (with an error): `check` fails B and not A, so `diff` cannot
+    call them equivalent; the counts per reason say what differs."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r1")
+    b.response("c1.1", "r1", "hi-0")
+    b.response("c1.1", "zz", None, error="no such request", final=True)
+    b.response("c1.1", "r1", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    result = _diff(_stream(), b.finish())
+    assert not result.equivalent and not result.changed
+    assert result.unattributable == (Change(field="unknown_id with error", a=0, b=1),)
+    assert result.to_json()["summary"]["unattributable_changed"] == 1
