@@ -115,20 +115,15 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
     for label, rows, style in (("only in A", result.only_a, "red"), ("only in B", result.only_b, "green")):
         for r in rows:
             console.print(f"[{style}]{label}[/]: {escape(_rid(r))} (call {r.call}, seq {r.seq}, {r.outcome})")
-    if result.calls:
-        calls = Table(title="other calls", title_justify="left")
-        for col in ("method status", "A", "B"):
-            calls.add_column(col)
-        for c in result.calls:
-            calls.add_row(escape(c.field), f"[red]{c.a}[/]", f"[green]{c.b}[/]")
-        console.print(calls)
-    if result.unattributable:
-        lost = Table(title="unattributable responses", title_justify="left")
-        for col in ("reason", "A", "B"):
-            lost.add_column(col)
-        for c in result.unattributable:
-            lost.add_row(escape(c.field), f"[red]{c.a}[/]", f"[green]{c.b}[/]")
-        console.print(lost)
+    for title, what, counts in (("other calls", "method status", result.calls),
+                                ("unattributable responses", "reason", result.unattributable)):  # fmt: skip
+        if counts:
+            table = Table(title=title, title_justify="left")
+            for col in (what, "A", "B"):
+                table.add_column(col)
+            for c in counts:
+                table.add_row(escape(c.field), f"[red]{c.a}[/]", f"[green]{c.b}[/]")
+            console.print(table)
     if result.models:
         console.print(_models_table(result.models))
     for side, side_holes in (("A", result.holes_a), ("B", result.holes_b)):

@@ -156,3 +156,25 @@ def test_the_verdict_names_a_faster_model_faster(tmp_path: Path, capsys: pytest.
     p95 = next(t for t in doc["models"][0]["timings"] if t["name"] == "first_response_ms p95")
     assert (p95["a"], p95["b"], p95["beyond_tolerance"], p95["direction"]) == (290.0, 16.0, True, "faster")
     assert (doc["summary"]["models_slower"], doc["summary"]["models_faster"]) == (0, 1)
+
+
+def test_an_unattributable_response_in_one_capture_is_a_table_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """B also got an error response for an id nobody sent: the `unattributable responses` table shows the
+    counts per reason, the verdict line counts it, exit 1."""
+    a = _written(tmp_path / "a.jsonl", ("r1",))
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r1")
+    b.response("c1.1", "r1", "x")
+    b.response("c1.1", "zz", None, error="no such request", final=True)
+    b.response("c1.1", "r1", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    (tmp_path / "b.jsonl").write_bytes(b.finish().render())
+    code = main(["diff", a, str(tmp_path / "b.jsonl")])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 1
+    assert "unattributable responses" in out and "unknown_id with error │ 0 │ 1" in out
+    assert "0 other call count(s) changed, 1 unattributable count(s) changed" in out
