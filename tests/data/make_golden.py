@@ -514,6 +514,20 @@ def unattributable() -> bytes:
     return b.finish().render()
 
 
+def stray_error() -> Builder:
+    """One stream: r1 answered and final, and between them an error response for an id nobody sent (no data
+    file: diff's tests build it)."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r1")
+    b.response("c1.1", "r1", "x")
+    b.response("c1.1", "zz", None, error="no such request", final=True)
+    b.response("c1.1", "r1", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish()
+
+
 def restart_after_cancel() -> bytes:
     b = Builder().start()
     b.call("c1.1")

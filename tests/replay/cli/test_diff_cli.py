@@ -9,7 +9,7 @@ import pytest
 
 from proxy.cli import main as triton_tap_main
 from replay.cli.main import main
-from tests.data.make_golden import Builder
+from tests.data.make_golden import Builder, stray_error
 from tests.support.paths import DATA
 
 
@@ -164,15 +164,7 @@ def test_an_unattributable_response_in_one_capture_is_a_table_and_exit_1(
     """B also got an error response for an id nobody sent: the `unattributable responses` table shows the
     counts per reason, the verdict line counts it, exit 1."""
     a = _written(tmp_path / "a.jsonl", ("r1",))
-    b = Builder().start()
-    b.call("c1.1")
-    b.request("c1.1", "r1")
-    b.response("c1.1", "r1", "x")
-    b.response("c1.1", "zz", None, error="no such request", final=True)
-    b.response("c1.1", "r1", None, final=True)
-    b.half_close("c1.1")
-    b.end("c1.1")
-    (tmp_path / "b.jsonl").write_bytes(b.finish().render())
+    (tmp_path / "b.jsonl").write_bytes(stray_error().render())
     code = main(["diff", a, str(tmp_path / "b.jsonl")])
     out = " ".join(capsys.readouterr().out.split())
     assert code == 1

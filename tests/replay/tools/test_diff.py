@@ -13,7 +13,7 @@ from replay.tools.captured import CaptureSummary, summarize
 from replay.tools.diff import Change, DiffResult, Pair, diff
 from replay.tools.match import STRATEGIES
 from replay.tools.regression import ModelRegression, Timing
-from tests.data.make_golden import Builder
+from tests.data.make_golden import Builder, stray_error
 
 
 def _stream(*, rid: str = "r1", final: bool = True, first_ms: float = 5.0, cancel: bool = False,
@@ -524,15 +524,7 @@ def test_how_an_id_group_ended_is_compared() -> None:
 def test_unattributable_responses_are_compared_by_reason() -> None:
     """B has a response for an id nobody asked for (with an error): `check` fails B and not A, so `diff` cannot
     call them equivalent; the counts per reason say what differs."""
-    b = Builder().start()
-    b.call("c1.1")
-    b.request("c1.1", "r1")
-    b.response("c1.1", "r1", "hi-0")
-    b.response("c1.1", "zz", None, error="no such request", final=True)
-    b.response("c1.1", "r1", None, final=True)
-    b.half_close("c1.1")
-    b.end("c1.1")
-    result = _diff(_stream(), b.finish())
+    result = _diff(_ids("r1"), stray_error())
     assert not result.equivalent and not result.changed
     assert result.unattributable == (Change(field="unknown_id with error", a=0, b=1),)
     assert result.to_json()["summary"]["unattributable_changed"] == 1
