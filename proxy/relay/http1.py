@@ -45,7 +45,7 @@ from proxy.relay.records import make_call_end, make_call_start, make_half_close,
 from proxy.triton import http_labels, http_redact
 from proxy.triton.sse import SseEvent, SseSplitter
 from replay.capture import events as ev
-from replay.capture.events import BODY_BEFORE_REPLY, BODY_CUT, BODY_REST
+from replay.capture.events import BODY_BEFORE_REPLY, BODY_CUT, BODY_REST, HALF_CLOSE_ANSWERED
 
 #: Most bytes of an unfinished request or response head (or chunk header) the parser holds; a head
 #: still unfinished beyond it is a protocol_error of its sender (docs/recording.md). Triton 2.51 takes
@@ -62,11 +62,6 @@ _time_ns = time.time_ns
 #: ``call_end.details`` of a call Triton cut after the client's FIN (a close and a half-close look alike).
 HALF_CLOSE_DETAILS = (
     "the client closed its writing side (TCP FIN, passed on to Triton); Triton then closed the connection"
-)
-#: ``call_end.details`` of a call Triton answered in full after the client's FIN.
-HALF_CLOSE_ANSWERED = (
-    "the client closed its writing side (TCP FIN, passed on to Triton) before the reply ended; the reply "
-    "was passed on, whether the client still read it the wire does not show"
 )
 
 

@@ -162,6 +162,12 @@ BODY_REST = f"{PARTIAL_BODY}: the rest of the request body after Triton's early 
 #: An event-stream body's bytes after its last blank line when the body ended: no event by the SSE
 #: rules (a browser's EventSource discards it), recorded so its bytes are counted; ``final`` false.
 EVENT_UNTERMINATED = "event not terminated by a blank line before the body ended (an SSE client discards it)"
+#: ``call_end.details`` of an HTTP call Triton answered in full after the client's FIN: a client that closed
+#: and one that only half-closed (still reading) send the same FIN.
+HALF_CLOSE_ANSWERED = (
+    "the client closed its writing side (TCP FIN, passed on to Triton) before the reply ended; the reply "
+    "was passed on, whether the client still read it the wire does not show"
+)
 
 
 def partial_body(decode_error: str | None) -> bool:

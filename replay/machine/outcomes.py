@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from replay.capture.events import HALF_CLOSE_ANSWERED
 from replay.capture.methods import protocol, short_method
 from replay.capture.reader import Gap
 from replay.frozen import building
@@ -330,6 +331,9 @@ def outcome_of(call: Any, r: Any, state: State) -> RequestOutcome:
         error = call.details or call.status
     # An error without the final flag and a clean end: no final seen (see docs/outcomes.md).
     notes = ("missing_final",) if state is _ERROR and r.final is False and call.cause == "ok" else ()
+    if state is _COMPLETED and call.details == HALF_CLOSE_ANSWERED:
+        # Completed on the wire, but the client had closed before the reply: it may never have read it.
+        notes = ("client_closed_first",)
     # Built as the non-frozen twin, then made the frozen outcome (replay/frozen.py): one per request,
     # and the frozen __init__ was half of this function's time (issue 15).
     out = _BuildingRequestOutcome(

@@ -24,6 +24,7 @@ from proxy.lab.background import ProxyThread
 from proxy.lab.tritonserver import TritonServer
 from proxy.relay.http1 import HALF_CLOSE_ANSWERED, HALF_CLOSE_DETAILS
 from replay.capture.reader import read_capture
+from replay.machine.tracker import track
 from tests.support.capture import of_kind, records
 
 
@@ -217,10 +218,14 @@ def test_half_close_unary_answered_in_full(both_ports: ProxyThread, triton: Trit
     direct = _half_closed_exchange(triton.http_url.removeprefix("http://"), path, body)
     assert direct.startswith(b"HTTP/1.1 200 OK\r\n") and direct.endswith(b'"data":[1,2,3]}]}')
     assert _half_closed_exchange(http_url(both_ports), path, body) == direct
-    recs = records(both_ports.stop())
+    capture = both_ports.stop()
+    recs = records(capture)
     (call,) = calls(recs, "POST " + path)
     end = end_of(recs, call)
     assert (end["status"], end["cause"], end["http_status"], end["details"]) == ("200", "ok", 200, HALF_CLOSE_ANSWERED)
+    # check: completed on the wire, with the note that the client had closed first (it may not have read it).
+    (outcome,) = [r for r in track(capture).requests if r.call == call]
+    assert (outcome.outcome, outcome.notes) == ("completed", ("client_closed_first",))
     assert (end["messages_c2s"], end["messages_s2c"]) == (1, 1)
     assert not of_kind(recs, "cancel")
     # The FIN as it happened, before the reply Triton sent 300 ms later.
