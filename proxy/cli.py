@@ -321,12 +321,10 @@ def _check_cancel_preflight(args: argparse.Namespace) -> None:
 
 def _run_check_cancel(args: argparse.Namespace) -> int:
     import json
-    import signal
 
     from proxy.cancelcheck import verdict
     from proxy.cancelcheck.inputs import parse_json_inputs
     from proxy.cancelcheck.protocol import CheckOptions, run_check
-    from proxy.lab.command import interrupt
     from proxy.ops import logs
 
     logs.configure("warning")
@@ -344,12 +342,7 @@ def _run_check_cancel(args: argparse.Namespace) -> int:
     )  # fmt: skip
     # A run that cannot start ends as every command's errors do: an unreachable or misbehaving Triton
     # (UpstreamError) is exit 1, bad input (an unknown model, inputs it cannot build) exit 2.
-    # SIGTERM stops a run as Ctrl-C does (exit 130): --through-proxy's proxy is stopped, its capture ended.
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        report = run_check(opts)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    report = run_check(opts)
     text = verdict.to_markdown(report)
     # Printed first: a report file that still fails to write must not throw the result away.
     print(json.dumps(verdict.to_json(report), indent=2) if args.json else text, flush=True)
