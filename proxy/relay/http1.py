@@ -520,6 +520,8 @@ class Http1Core:
     def _events(self, call: Http1Call, events: list[SseEvent], cut: bool = False) -> None:
         """Events just cut from the body: each held back until the next (or the body's end) is known.
         ``cut``: the connection's end cut the body (an unterminated event then says so)."""
+        if not events:
+            return
         raw = call.raw_events
         t_ns = _time_ns()  # the read that completed them: their records are written later, stamped now
         for event in events:

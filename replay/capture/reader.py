@@ -140,13 +140,13 @@ class SeqWatch:
         if isinstance(record, ev.CaptureStarted) and self._seen_start:
             if record.file_index > self._file_index + 1:
                 lost = range(self._file_index + 1, record.file_index)
-                which = f"file {lost[0]}" if len(lost) == 1 else f"files {lost[0]}-{lost[-1]}"
+                which = f"file {lost[0]} was" if len(lost) == 1 else f"files {lost[0]}-{lost[-1]} were"
                 self.gaps.append(
                     Gap(kind="missing_file", file=file, line=line, first_seq=None, last_seq=None, count=None,
-                        detail=f"rotated {which} of the capture, between the files read, were not given")
+                        detail=f"rotated {which} not given (between the files read)")
                 )  # fmt: skip
             self._file_index = record.file_index
-        if isinstance(record, ev.CaptureStarted) and not self._seen_start:
+        elif isinstance(record, ev.CaptureStarted):
             self._seen_start = True
             self._file_index = record.file_index
             if record.file_index > 0:

@@ -139,10 +139,10 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
     if result.holes_a or result.holes_b:
         holes = (f"; [bold yellow]A has {len(result.holes_a)} hole(s), B {len(result.holes_b)}[/]: "
                  "the comparison covers only the records captured")  # fmt: skip
+    lost = f", {s['unattributable_changed']} unattributable count(s) changed" if s["unattributable_changed"] else ""
     console.print(
         f"{verdict}: {s['paired']} request(s) paired, {s['changed']} changed, {s['only_a']} only in A, "
-        f"{s['only_b']} only in B, {s['calls_changed']} other call count(s) changed"
-        f"{', ' + str(s['unattributable_changed']) + ' unattributable count(s) changed' if s['unattributable_changed'] else ''}{moved} "
+        f"{s['only_b']} only in B, {s['calls_changed']} other call count(s) changed{lost}{moved} "
         f"(timing tolerance {tol}){holes}"
     )
 

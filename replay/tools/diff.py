@@ -234,10 +234,13 @@ def _other_counts(c: CaptureSummary) -> Counter[str]:
     )
 
 
+def _count_changes(ca: Counter[str], cb: Counter[str]) -> tuple[Change, ...]:
+    return tuple(Change(field=k, a=ca[k], b=cb[k]) for k in sorted(ca.keys() | cb.keys()) if ca[k] != cb[k])
+
+
 def other_calls(a: CaptureSummary, b: CaptureSummary) -> tuple[Change, ...]:
     """Non-inference calls (readiness, metadata...) compared as counts per method and status."""
-    ca, cb = _other_counts(a), _other_counts(b)
-    return tuple(Change(field=k, a=ca[k], b=cb[k]) for k in sorted(ca.keys() | cb.keys()) if ca[k] != cb[k])
+    return _count_changes(_other_counts(a), _other_counts(b))
 
 
 def _unattributable_counts(c: CaptureSummary) -> Counter[str]:
@@ -246,5 +249,4 @@ def _unattributable_counts(c: CaptureSummary) -> Counter[str]:
 
 def unattributable(a: CaptureSummary, b: CaptureSummary) -> tuple[Change, ...]:
     """Responses no request could be given, compared as counts per reason (and whether they carried an error)."""
-    ca, cb = _unattributable_counts(a), _unattributable_counts(b)
-    return tuple(Change(field=k, a=ca[k], b=cb[k]) for k in sorted(ca.keys() | cb.keys()) if ca[k] != cb[k])
+    return _count_changes(_unattributable_counts(a), _unattributable_counts(b))

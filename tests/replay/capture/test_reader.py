@@ -294,7 +294,7 @@ def test_a_rotated_file_missing_between_two_read_is_a_missing_file_hole(tmp_path
     assert [(g.kind, g.file, g.line) for g in reader.gaps] == [
         ("missing_file", str(last), 1), ("seq_gap", str(last), 1),
     ]  # fmt: skip
-    assert reader.gaps[0].detail == "rotated file 1 of the capture, between the files read, were not given"
+    assert reader.gaps[0].detail == "rotated file 1 was not given (between the files read)"
     assert track(tmp_path).summary()["complete"] is False
 
 
