@@ -32,7 +32,7 @@ import contextlib
 import heapq
 import itertools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +89,17 @@ class Gap:
         }
 
 
+#: The holes where records of the traffic were lost at that point of the capture: what was open
+#: there may have lost responses, ends or requests. Not the others: a repeat loses nothing, and a
+#: missing ``capture_end``, a missing last file or files removed before the first one read lose
+#: records after (or before) everything that was read, where nothing read was open (see
+#: :meth:`~replay.machine.tracker.Tracker.lost`).
+LOSSES = frozenset({"seq_gap", "gap_record", "missing_file", "damaged_line", "damaged_frame"})
+
+#: ``on_loss(gap)``: records were lost at this point (:data:`LOSSES`).
+OnLoss = Callable[[Gap], None]
+
+
 class SeqWatch:
     """Checks one capture's record sequence for holes (pure; fed record by record).
 
@@ -96,15 +107,20 @@ class SeqWatch:
     public attributes are what that case reads and sets; the two are kept in step.
     """
 
-    __slots__ = ("_damaged", "_file_index", "_seen_start", "expected", "file", "gaps", "last", "line", "ring")
+    __slots__ = (
+        "_damaged", "_file_index", "_seen_start", "expected", "file", "gaps", "last", "line", "on_loss", "ring"
+    )  # fmt: skip
 
     #: How many recent records are kept to tell an exact repeat of a line from a conflicting one
     #: (a power of two: the ring is indexed by ``seq & MASK``).
     RECENT = 1024
     MASK = RECENT - 1
 
-    def __init__(self) -> None:
+    def __init__(self, on_loss: OnLoss | None = None) -> None:
         self.gaps: list[Gap] = []
+        #: Told of each hole where records were lost (:data:`LOSSES`) as it is found, before the record
+        #: after it is given: so a reader of the records knows what was open when they were lost.
+        self.on_loss = on_loss
         #: The seq the next record should have (None until the capture's start says it is 0).
         self.expected: int | None = None
         #: The last record fed as ``(seq, record)``, and where it was: what :meth:`end` judges.
@@ -119,6 +135,11 @@ class SeqWatch:
         # seq & MASK -> (seq, record) of the newest record with that seq: a ring, so keeping it
         # costs O(1) per record; the reader's (seq, record) pair is kept as it is (no tuple made).
         self.ring: list[tuple[int, ev.Record] | None] = [None] * self.RECENT
+
+    def _add(self, gap: Gap) -> None:
+        self.gaps.append(gap)
+        if self.on_loss is not None and gap.kind in LOSSES:
+            self.on_loss(gap)
 
     @property
     def started(self) -> bool:
@@ -141,7 +162,7 @@ class SeqWatch:
             if record.file_index > self._file_index + 1:
                 lost = range(self._file_index + 1, record.file_index)
                 which = f"file {lost[0]} was" if len(lost) == 1 else f"files {lost[0]}-{lost[-1]} were"
-                self.gaps.append(
+                self._add(
                     Gap(kind="missing_file", file=file, line=line, first_seq=None, last_seq=None, count=None,
                         detail=f"rotated {which} not given (between the files read)")
                 )  # fmt: skip
@@ -150,7 +171,7 @@ class SeqWatch:
             self._seen_start = True
             self._file_index = record.file_index
             if record.file_index > 0:
-                self.gaps.append(
+                self._add(
                     Gap(kind="missing_file", file=file, line=line, first_seq=None, last_seq=seq - 1 if seq else None,
                         count=None, detail=f"the capture starts at rotated file {record.file_index}: "
                         "its earlier files were not given")
@@ -164,7 +185,7 @@ class SeqWatch:
                 missing = seq - expected - (damaged if at == expected else 0)
                 if missing > 0:
                     besides = f" besides the {damaged} damaged line(s) before it" if at == expected else ""
-                    self.gaps.append(
+                    self._add(
                         Gap(kind="seq_gap", file=file, line=line, first_seq=expected, last_seq=seq - 1,
                             count=missing, detail=f"{missing} record(s) missing before seq {seq}{besides}")
                     )  # fmt: skip
@@ -173,7 +194,7 @@ class SeqWatch:
                 exact = record is not None and kept is not None and kept[0] == seq and kept[1] == record
                 detail = (f"seq {seq} repeated exactly (a duplicated line): the repeat is skipped" if exact
                           else f"seq {seq} again (or out of order) where {expected} was expected")  # fmt: skip
-                self.gaps.append(
+                self._add(
                     Gap(kind="duplicate_seq", file=file, line=line, first_seq=seq, last_seq=seq, count=1, detail=detail)
                 )
                 if exact:
@@ -186,12 +207,12 @@ class SeqWatch:
         if self.expected == seq + 1:  # the newest record of its seq, not a conflicting repeat
             self.ring[seq & self.MASK] = last
         if isinstance(record, ev.GapRecorded):
-            self.gaps.append(
+            self._add(
                 Gap(kind="gap_record", file=file, line=line, first_seq=seq, last_seq=seq, count=record.dropped,
                     detail=f"the proxy dropped {record.dropped} record(s): {record.reason}")
             )  # fmt: skip
         elif isinstance(record, ev.FilesRemoved):
-            self.gaps.append(
+            self._add(
                 Gap(kind="files_removed", file=file, line=line, first_seq=seq, last_seq=seq, count=None,
                     detail=f"{len(record.files)} capture file(s) left the directory ({record.reason}): "
                     f"{', '.join(record.files[:5])}{' ...' if len(record.files) > 5 else ''}")
@@ -207,7 +228,7 @@ class SeqWatch:
         self.file, self.line = file, line
         at, count = self._damaged
         self._damaged = (self.expected, count + 1 if at == self.expected else 1)
-        self.gaps.append(
+        self._add(
             Gap(kind="damaged_line", file=file, line=line, first_seq=None, last_seq=None, count=1,
                 detail=f"{reason}: skipped")
         )  # fmt: skip
@@ -220,13 +241,16 @@ class SeqWatch:
         they are (how many lines the frame held is not known).
         """
         self.file, self.line = file, None
-        self.gaps.append(
+        self._add(
             Gap(kind="damaged_frame", file=file, line=None, first_seq=None, last_seq=None, count=None,
                 detail=f"{length} byte(s) skipped from byte offset {offset}: {reason}")
         )  # fmt: skip
 
     def end(self) -> None:
-        """The capture's last record was read: was the capture closed?"""
+        """The capture's last record was read: was the capture closed?
+
+        (What is missing here comes after every record read: not a loss where anything read was open.)
+        """
         if self.last is None:
             return
         last = self.last[1]
@@ -314,6 +338,9 @@ class CaptureReader:
         self.gaps: list[Gap] = []
         self.records = 0  # records yielded, added up as each file is done (or left early)
         self.captures = 0
+        #: Told of each hole where records were lost as it is found (:class:`SeqWatch`'s ``on_loss``):
+        #: set before iterating, e.g. to :meth:`~replay.machine.tracker.Tracker.lost`.
+        self.on_loss: OnLoss | None = None
 
     def __iter__(self) -> Iterator[tuple[int, ev.Record]]:
         self.warnings, self.gaps, self.records, self.captures = [], [], 0, 0
@@ -334,7 +361,7 @@ class CaptureReader:
 
     def _chain(self, group: list[Path]) -> Iterator[Iterator[tuple[int, ev.Record]]]:
         """One reader per file of the chain; the chain's holes are added once its last file was read."""
-        watch = SeqWatch()
+        watch = SeqWatch(self.on_loss)
         for i, path in enumerate(group):
             yield self._file(path, last=i == len(group) - 1, watch=watch)
         watch.end()

@@ -6,7 +6,8 @@ the call can explain), 2 it is unreadable (raised as :class:`~replay.errors.Capt
 the CLI prints as one line). Outcomes such as ``cancelled`` or ``error`` are facts about the
 traffic, not violations; requests known only for their id group (several in flight with id ``""``)
 are a warning in the summary; holes in the capture are reported but do not change the exit code
-(they are the recorder's problem, not the client's). Connections the proxy closed for breaking
+(they are the recorder's problem, not the client's), and requests open where records were lost are
+``unknown``, their later violations listed and not counted (docs/outcomes.md). Connections the proxy closed for breaking
 HTTP/2 (``protocol_error`` records) are listed; the upstream breaking it is the server's doing
 (exit 1), a client breaking it (e.g. HTTP/1.1 sent to the port) is not.
 """
@@ -70,6 +71,7 @@ def _check(reader: CaptureReader, sink: SpillSink | TableSink, out: TextIO, err:
     from replay.machine.tracker import Tracker
 
     tracker = Tracker(sink=sink)
+    reader.on_loss = tracker.lost  # what was open where records were lost is not judged as if whole
     marks: list[dict[str, Any]] = []
     feed = tracker.feed
     with gc_paused():

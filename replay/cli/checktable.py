@@ -33,6 +33,7 @@ _STYLE = {
     "unconfirmed": "cyan",
     "incomplete": "magenta",
     "group": "cyan",
+    "unknown": "italic",
 }
 
 
@@ -116,6 +117,29 @@ def _counts(r: RequestOutcome) -> tuple[str, str]:
     return (f"{own} + {shared}" if r.responses else shared), first
 
 
+def _outcome(r: RequestOutcome) -> str:
+    """The row's ``outcome`` cell: the outcome and what qualifies it (what was recorded, error, notes, group)."""
+    style = _STYLE.get(r.outcome, "")
+    outcome = f"[{style}]{r.outcome}[/]" if style else r.outcome
+    if r.recorded_as is not None:
+        outcome += f" (records were lost on its call; recorded as {r.recorded_as})"
+    if r.error and r.outcome != "completed":
+        outcome += f" ({escape(r.error)})"
+    if r.notes:
+        outcome += " (note: " + ", ".join(r.notes) + ")"  # not [..]: rich markup
+    if r.group is not None:
+        outcome += " " + ("" if r.group.per_request else "known only for the ") + r.group.describe()
+    return outcome
+
+
+def _violations(r: RequestOutcome) -> str:
+    """The row's ``violations`` cell: those counted, then those after records were lost (not counted)."""
+    cells = ["[bold red]" + ", ".join(v.name for v in r.violations) + "[/]"] if r.violations else []
+    if r.violations_after_loss:
+        cells.append("[yellow]" + ", ".join(v.name for v in r.violations_after_loss) + " (after records were lost)[/]")
+    return "; ".join(cells)
+
+
 def _line(console: QuietConsole, text: str) -> None:
     """A line of text, never wrapped: a path or a number in it stays whole whatever the width."""
     console.print(text, soft_wrap=True)
@@ -140,19 +164,10 @@ def render_human(
         rid = "(none)" if r.request_id is None else repr(r.request_id) if r.request_id == "" else r.request_id
         if r.occurrence:
             rid += f" #{r.occurrence + 1}"
-        style = _STYLE.get(r.outcome, "")
-        outcome = f"[{style}]{r.outcome}[/]" if style else r.outcome
-        if r.error and r.outcome != "completed":
-            outcome += f" ({escape(r.error)})"
-        if r.notes:
-            outcome += " (note: " + ", ".join(r.notes) + ")"  # not [..]: rich markup
-        if r.group is not None:
-            outcome += " " + ("" if r.group.per_request else "known only for the ") + r.group.describe()
         responses, first = _counts(r)
         table.add_row(
-            escape(r.call), *((escape(short_method(r.method)), escape(r.status or "")) if http else ()), escape(rid), escape(r.model or ""), outcome, responses,
-            "" if r.final is None else str(r.final).lower(), first, _ms(r.duration_ms),
-            "[bold red]" + ", ".join(v.name for v in r.violations) + "[/]" if r.violations else "",
+            escape(r.call), *((escape(short_method(r.method)), escape(r.status or "")) if http else ()), escape(rid), escape(r.model or ""), _outcome(r), responses,
+            "" if r.final is None else str(r.final).lower(), first, _ms(r.duration_ms), _violations(r),
         )  # fmt: skip
     console.print(table)
     if hidden:
@@ -162,7 +177,10 @@ def render_human(
         for col in ("call", "seq", "request id", "reason", "final", "error"):
             un.add_column(col)
         for u in result.unattributable:
-            un.add_row(escape(u.call), str(u.seq), escape(repr(u.request_id)), u.reason, str(u.final), escape(u.error or ""))
+            reason = u.reason + (" (after records of its call were lost)" if u.after_loss else "")
+            un.add_row(
+                escape(u.call), str(u.seq), escape(repr(u.request_id)), reason, str(u.final), escape(u.error or "")
+            )
         console.print(un)
     if result.protocol_errors:
         pe = Table(title="connections closed for breaking HTTP/2 (protocol_error)", title_justify="left")
@@ -180,10 +198,23 @@ def render_human(
         console,
         f"{s['requests']} request(s) on {s['calls']} call(s) in {s['records']} record(s): {outcomes}; "
         f"{s['violations']} violation(s), {s['unattributable']} unattributable response(s), {s['gaps']} hole(s)"
+        + (
+            f"; not counted, as records of their calls were lost before them: {s['violations_after_loss']} "
+            f"violation(s), {s['unattributable_after_loss']} unattributable response(s)"
+            if s["violations_after_loss"] or s["unattributable_after_loss"]
+            else ""
+        )
         + (f", {s['protocol_errors']} protocol error(s)" if s["protocol_errors"] else "")
         + (f", {s['late_after_end']} frame(s) the upstream sent after a call had ended" if s["late_after_end"] else "")
         + ("" if s["complete"] else "; capture incomplete"),
     )
+    if s["outcomes"].get("unknown"):
+        _line(
+            console,
+            f"[yellow]warning[/]: {s['outcomes']['unknown']} request(s) have the outcome unknown: records of their "
+            "calls were lost (the holes above) while they were open, so how they ended is not on record "
+            "(`recorded as` says what the records kept show)",
+        )
     if s["known_only_for_group"]:
         _line(
             console,

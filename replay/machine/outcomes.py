@@ -14,6 +14,15 @@ from replay.capture.reader import Gap
 from replay.frozen import building
 from replay.machine.table import State, Violation
 
+#: How records lost while a call was open (a hole, :meth:`~replay.machine.tracker.Tracker.lost`) touch
+#: one of its requests: it was open then; it had its final already (its outcome stands); it was
+#: sent after (only its violations are in doubt).
+LOST_OPEN, LOST_SETTLED, LOST_BEFORE = "open", "settled", "before"
+
+#: The outcome of a request whose records may be among those lost: not a state of the request's
+#: machine, a verdict on the evidence (``recorded_as`` keeps what the records show).
+UNKNOWN = "unknown"
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GroupOutcome:
@@ -64,7 +73,7 @@ class RequestOutcome:
     request_id: str | None
     occurrence: int  # 0 for the first request with this id on the call, 1 for the next...
     seq: int  # the request's record
-    outcome: str  # a terminal State value
+    outcome: str  # a terminal State value, or UNKNOWN when records lost on the call may have changed it
     responses: int  # every response attributed to the request, the empty final included
     text_responses: int  # those with outputs
     final: bool | None  # streams: final=true seen; unary: the raw flag of the response (or null)
@@ -81,6 +90,16 @@ class RequestOutcome:
     notes: tuple[str, ...] = ()
     #: The call's method as recorded (a gRPC path or an HTTP request line).
     method: str = ""
+    #: When ``outcome`` is ``unknown``: the outcome its records show (records of its call were lost).
+    recorded_as: str | None = None
+    #: Violations seen after records of its call were lost: the lost records may explain them (a
+    #: lost final, a lost request's responses), so they are shown and not counted against the server.
+    violations_after_loss: tuple[Violation, ...] = ()
+
+    @property
+    def as_recorded(self) -> str:
+        """The outcome the records show (``recorded_as`` when ``outcome`` is ``unknown``): what ``diff`` compares."""
+        return self.outcome if self.recorded_as is None else self.recorded_as
 
     def to_json(self) -> dict[str, Any]:
         """The entry of ``check --json``'s ``requests`` list."""
@@ -104,6 +123,10 @@ class RequestOutcome:
             "violations": [{"violation": v.name, "seq": v.seq, "detail": v.detail} for v in self.violations],
             "group": None if self.group is None else self.group.to_json(),
             "notes": list(self.notes),
+            "recorded_as": self.recorded_as,
+            "violations_after_loss": [
+                {"violation": v.name, "seq": v.seq, "detail": v.detail} for v in self.violations_after_loss
+            ],
         }
 
 
@@ -117,6 +140,9 @@ class Unattributable:
     reason: str  # ambiguous | unknown_id | empty_id | undecoded | no_request
     final: bool | None
     error: str | None
+    #: Records of its call were lost before it (a lost request may have been its): shown, not counted
+    #: against the server.
+    after_loss: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The entry of ``check --json``'s ``unattributable`` list."""
@@ -127,6 +153,7 @@ class Unattributable:
             "reason": self.reason,
             "final": self.final,
             "error": self.error,
+            "after_loss": self.after_loss,
         }
 
 
@@ -203,8 +230,10 @@ class TrackResult:
         A client that broke HTTP/2 (e.g. spoke HTTP/1.1 to the port) is the client's doing and shown,
         not a failure; the upstream breaking it is the server's, like a violation.
         """
-        return not violations and not self.unattributable and not any(
-            p.side == "upstream" for p in self.protocol_errors
+        return (
+            not violations
+            and not any(not u.after_loss for u in self.unattributable)
+            and not any(p.side == "upstream" for p in self.protocol_errors)
         )
 
     @property
@@ -238,7 +267,9 @@ class TrackResult:
             "outcomes": outcomes,
             "violations": sum(names.values()),
             "violations_by_name": names,
+            "violations_after_loss": tally.after_loss,
             "unattributable": len(self.unattributable),
+            "unattributable_after_loss": sum(1 for u in self.unattributable if u.after_loss),
             "groups": len(tally.groups),
             "known_only_for_group": tally.group_only,
             "unlabelled_messages": self.unlabelled_messages,
@@ -287,6 +318,7 @@ class Tally:
         self.violations: dict[str, int] = {}
         self.groups: set[tuple[str, int]] = set()
         self.group_only = 0
+        self.after_loss = 0  # violations after records of their call were lost (not counted in `violations`)
 
     def add(self, r: RequestOutcome) -> None:
         """Count one request."""
@@ -294,6 +326,7 @@ class Tally:
         self.outcomes[r.outcome] = self.outcomes.get(r.outcome, 0) + 1
         for v in r.violations:
             self.violations[v.name] = self.violations.get(v.name, 0) + 1
+        self.after_loss += len(r.violations_after_loss)
         if r.group is not None:
             self.groups.add((r.call, r.group.first_seq))
             if not r.group.per_request:
@@ -315,7 +348,6 @@ def _ms(start: int | None, end: int | None) -> float | None:
     return round((end - start) / 1e6, 3)
 
 
-
 _BuildingRequestOutcome = building(RequestOutcome)
 # Named once: `State.X` goes through the enum's metaclass, ~150 ns a lookup, and this runs per request.
 _ERROR, _GROUP, _COMPLETED = State.ERROR, State.GROUP, State.COMPLETED
@@ -334,14 +366,25 @@ def outcome_of(call: Any, r: Any, state: State) -> RequestOutcome:
     if state is _COMPLETED and call.details == HALF_CLOSE_ANSWERED:
         # Completed on the wire, but the client had closed before the reply: it may never have read it.
         notes = ("client_closed_first",)
+    outcome, recorded_as = state._value_, None
+    violations, after_loss = tuple(r.machine.violations), ()
+    if r.hole is not None:
+        # Records of its call were lost (Tracker.lost): what came after is not the server's for sure.
+        violations, after_loss = violations[: r.hole_from], violations[r.hole_from :]
+        open_then = r.hole == LOST_OPEN and not (call.kind == "unary" and r.responses)
+        if open_then or (r.hole == LOST_BEFORE and after_loss):
+            # Open when they were lost (a unary request's one reply recorded after all is whole), or
+            # sent after them and then broke a rule a lost request of its id would explain.
+            outcome, recorded_as = UNKNOWN, outcome
     # Built as the non-frozen twin, then made the frozen outcome (replay/frozen.py): one per request,
     # and the frozen __init__ was half of this function's time (issue 15).
     out = _BuildingRequestOutcome(
         call=call.id, kind=call.kind, model=r.model, request_id=r.request_id,
-        occurrence=r.occurrence, seq=r.seq, outcome=state._value_, responses=r.responses,
+        occurrence=r.occurrence, seq=r.seq, outcome=outcome, responses=r.responses,
         text_responses=r.text, final=r.final, first_response_ms=_ms(r.t_sent, r.t_first),
         duration_ms=_ms(r.t_sent, r.t_done), status=call.status, error=error,
-        violations=tuple(r.machine.violations), group=group, notes=notes, method=call.method,
+        violations=violations, group=group, notes=notes, method=call.method, recorded_as=recorded_as,
+        violations_after_loss=after_loss,
     )  # fmt: skip
     out.__class__ = RequestOutcome
     return out  # type: ignore[no-any-return]

@@ -42,6 +42,9 @@ from replay.capture.methods import HTTP_INFERENCE, INFER, STREAM_INFER, http_kin
 from replay.capture.reader import Gap, PathLike, SeqWatch, read_capture
 from replay.machine.groups import Group
 from replay.machine.outcomes import (
+    LOST_BEFORE,
+    LOST_OPEN,
+    LOST_SETTLED,
     CallOutcome,
     ProtocolError,
     RequestOutcome,
@@ -57,11 +60,10 @@ from replay.machine.table import END_BY_CAUSE, KEPT_BY_RESPONSE, OPEN, Input, Re
 CaptureSource = PathLike | Iterable[PathLike] | Iterable[ev.Record] | Iterable[tuple[int, ev.Record]]
 
 
-
 class _Request:
     __slots__ = (
-        "call", "error", "final", "final_due", "group", "machine", "model", "occurrence", "request_id",
-        "responses", "seq", "sha", "t_done", "t_first", "t_sent", "text"
+        "call", "error", "final", "final_due", "group", "hole", "hole_from", "machine", "model", "occurrence",
+        "request_id", "responses", "seq", "sha", "t_done", "t_first", "t_sent", "text"
     )  # fmt: skip
 
     def __init__(self, call: _Call, rec: ev.MessageSeen, seq: int, occurrence: int) -> None:
@@ -81,12 +83,15 @@ class _Request:
         self.error: str | None = None
         self.sha = rec.payload_sha256
         self.group: Group[_Request] | None = None
+        #: How records lost on its call touch it (see Tracker.lost): None, or one of LOST_* (outcomes.py).
+        self.hole: str | None = None
+        self.hole_from = 0  # its violations from this index on came after the loss: not the server's for sure
 
 
 class _Call:
     __slots__ = (
-        "by_id", "cause", "details", "duration_ms", "ended", "failed", "groups", "http", "id", "kind", "kind_open",
-        "method", "pos", "reported", "requests", "sent", "status", "stream", "t_start", "unary"
+        "by_id", "cause", "details", "duration_ms", "ended", "failed", "groups", "hole", "http", "id", "kind",
+        "kind_open", "method", "pos", "reported", "requests", "sent", "status", "stream", "t_start", "unary"
     )  # fmt: skip
 
     def __init__(self, call_id: str, method: str, t_start: int, pos: int) -> None:
@@ -113,6 +118,7 @@ class _Call:
         self.cause: str | None = None
         self.details: str | None = None
         self.duration_ms: float | None = None
+        self.hole = False  # records were lost while it was open (see Tracker.lost)
 
 
 _DONE = frozenset({State.FINAL_RECEIVED, State.ERROR})
@@ -149,6 +155,7 @@ class Tracker:
         self._late_after_end = 0
         self._records = 0
         self._live: dict[str, _Call] = {}  # raw call id (as written) -> its call, for the current capture
+        self._open: dict[str, _Call] = {}  # calls started and not ended, by id: what a loss of records touches
 
     # -- feeding ---------------------------------------------------------------------------------
 
@@ -184,6 +191,7 @@ class Tracker:
             call = _Call(cid, record.method, record.t_ns, len(self._order))
             self._calls[cid] = call
             self._order.append(call)
+            self._open[cid] = call
         elif isinstance(record, ev.HalfClosed):
             known = self._call(record.call, seq)
             if known is not None:
@@ -224,6 +232,27 @@ class Tracker:
                 self._capture_over(seq)  # the previous capture ends here (the next one's ids restart)
             if self._ids.starts(record):
                 self._live.clear()
+
+    def lost(self, _gap: Gap | None = None) -> None:
+        """Records were lost here (a hole: :data:`~replay.capture.reader.LOSSES`), before the next record fed.
+
+        Any call open here may have lost requests, responses, finals or its end, and what is recorded
+        after cannot show which: a request open here gets the outcome ``unknown`` (what its records
+        show is kept beside it), except a unary request whose one reply was recorded after all; the
+        violations its call's requests get from here on are listed apart and not counted against the
+        server (a final lost here would read as ``missing_final``, a lost request's responses as
+        another's ``response_after_final``), and so are responses no request can be given; a request
+        sent later on the call whose violations came after the loss is ``unknown`` too (a lost
+        request with its id may have answered it). Requests settled before it keep their outcome.
+        A reader calls this as it finds the hole (:attr:`~replay.capture.reader.CaptureReader.on_loss`).
+        """
+        for call in self._open.values():
+            call.hole = True
+            for r in call.requests:
+                if r.hole is None:
+                    r.hole, r.hole_from = LOST_SETTLED, len(r.machine.violations)
+                if r.machine.state in OPEN:
+                    r.hole = LOST_OPEN
 
     def qualified(self, raw_id: str) -> str:
         """The call id as reported (a second capture in one run prefixes its ids, see :meth:`feed`)."""
@@ -295,6 +324,9 @@ class Tracker:
         if where is not None:
             why = f"request {rec.request_id!r} of model {rec.model!r} was cancelled before ({where})"
             r.machine.add_violation("restarted_after_cancel", seq, why)
+        if call.hole:
+            # (The restart above is counted: the cancel and this request were both recorded.)
+            r.hole, r.hole_from = LOST_BEFORE, len(r.machine.violations)
 
     def _received(self, call: _Call, seq: int, rec: ev.MessageSeen) -> None:
         if call.http:
@@ -402,11 +434,12 @@ class Tracker:
     def _unattributed(self, call: _Call, seq: int, rec: ev.MessageSeen, reason: str) -> None:
         self._unattributable.append(
             Unattributable(call=call.id, seq=seq, request_id=rec.request_id, reason=reason, final=rec.final,
-                           error=rec.error)
+                           error=rec.error, after_loss=call.hole)
         )  # fmt: skip
 
     def _end(self, call: _Call, cause: str, seq: int, t_ns: int | None) -> None:
         call.ended = True
+        self._open.pop(call.id, None)
         call.cause = cause
         base = END_BY_CAUSE.get(cause, Input.END_ERROR)
         self._close_groups(call, base, seq)
@@ -464,6 +497,7 @@ class Tracker:
                     )  # fmt: skip
 
     def _capture_over(self, seq: int | None) -> None:
+        self._open.clear()
         for call in self._order:
             if not call.ended and (call.unary or call.stream or call.http):
                 self._close_groups(call, Input.CAPTURE_ENDED, seq)
@@ -537,16 +571,17 @@ def track(capture: CaptureSource) -> TrackResult:
     records, reader = open_source(capture)
     tracker = Tracker()
     if reader is not None:
+        reader.on_loss = tracker.lost
         for seq, record in records:
             tracker.feed(seq, record)
         return tracker.finish(reader.gaps, reader.warnings)
     gaps: list[Gap] = []
-    watch = SeqWatch()
+    watch = SeqWatch(tracker.lost)
     for seq, record in records:
         if isinstance(record, ev.CaptureStarted) and record.file_index == 0 and watch.started:
             watch.end()
             gaps.extend(watch.gaps)
-            watch = SeqWatch()
+            watch = SeqWatch(tracker.lost)
         if watch.record(seq, record, "<records>", None):
             continue
         tracker.feed(seq, record)

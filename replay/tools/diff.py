@@ -149,14 +149,15 @@ class DiffResult:
 
 def _values(r: RequestOutcome, causes: dict[str, str | None]) -> dict[str, Any]:
     return {
-        "outcome": r.outcome,
+        # What the records show: holes do not change the verdict, which compares what both captures hold.
+        "outcome": r.as_recorded,
         "responses": r.responses,
         "text_responses": r.text_responses,
         "final": r.final,
         "error": r.error,
         "status": r.status,
         "cause": causes.get(r.call),
-        "violations": [v.name for v in r.violations],
+        "violations": [v.name for v in (*r.violations, *r.violations_after_loss)],
         # A request of an id group (ids sent again while in flight): how the group ended is its outcome too.
         "group": None if r.group is None else f"{r.group.describe()}, {r.group.responses} response(s) to the group",
     }

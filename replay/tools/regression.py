@@ -163,7 +163,7 @@ def per_model(
         m.requests_a += 1
         m.requests_b += 1
         if "outcome" in fields:
-            m.outcomes[f"{a.outcome} -> {b.outcome}"] += 1
+            m.outcomes[f"{a.as_recorded} -> {b.as_recorded}"] += 1
         m.responses_changed += "responses" in fields or "text_responses" in fields
         m.final_changed += "final" in fields
         m.error_changed += "error" in fields

@@ -575,6 +575,21 @@ def gaps() -> bytes:
     return b.finish().render(skip_seqs=(6, 7))
 
 
+def lost_request() -> bytes:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", empty_final=None)  # seq 2
+    b.response("c1.1", "", "a")  # 3
+    # Lines lost from the file (seq 4-6): a second id-less request, a response and a request "x".
+    b.response("c1.1", "", "c")  # 7
+    b.response("c1.1", "", None, final=True)  # 8
+    b.response("c1.1", "", None, final=True)  # 9: the lost request's final, after the first's
+    b.response("c1.1", "x", None, final=True)  # 10: the lost request "x"'s
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish().render(skip_seqs=(4, 5, 6))
+
+
 def idless_error_finals() -> bytes:
     # Triton's QA shape: 10 requests with tritonclient's default id "" on one stream, each answered
     # by one error response carrying the final flag; the stream ends OK.
@@ -1081,10 +1096,21 @@ SCENARIOS: dict[str, Scenario] = {
     "gaps.jsonl": Scenario(
         gaps,
         "a `gap` record (the proxy dropped 3 records; seq stays gap-free around it) and 2 seq numbers "
-        "missing (lines lost from the file afterwards): both reported, exit 0",
+        "missing (lines lost from the file afterwards): both reported, exit 0; r1 was open when the 3 were "
+        "dropped, so its outcome is unknown (recorded as completed)",
         0,
-        (("r1", "completed", ()),),
+        (("r1", "unknown", ()),),
         gaps=("gap_record", "seq_gap"),
+    ),
+    "lost_request.jsonl": Scenario(
+        lost_request,
+        "3 records lost from an id-less stream (a second request among them): the request open then is "
+        "unknown (recorded as completed); the second final (response_after_final) and a response for an id "
+        "never seen are listed as after the loss, not counted: exit 0",
+        0,
+        (("", "unknown", ()),),
+        unattributable=("unknown_id",),
+        gaps=("seq_gap",),
     ),
     "proxy_killed.jsonl": Scenario(
         proxy_killed,

@@ -19,6 +19,7 @@ def track_in_memory(paths: list[Path]) -> tuple[TrackResult, list[dict[str, Any]
     """The tracker's whole result (no sink) and the capture's marks as `check` prints them."""
     reader = read_capture(paths)
     tracker = Tracker()
+    reader.on_loss = tracker.lost
     marks: list[dict[str, Any]] = []
     for seq, record in reader:
         if type(record) is ev.MarkRecorded:

@@ -165,6 +165,12 @@ class _Lanes:
                        if at is None or ends[ln] is None or ends[ln] >= at})  # fmt: skip
 
 
+def _violations(r: RequestOutcome) -> list[str] | None:
+    """A lane's violations: those after records of its call were lost are named so (not the server's for sure)."""
+    names = [v.name for v in r.violations] + [f"{v.name} (after records were lost)" for v in r.violations_after_loss]
+    return names or None
+
+
 class ReportBuilder:
     """Collects what the report shows while a capture is read; :meth:`finish` returns the model."""
 
@@ -402,7 +408,7 @@ class ReportBuilder:
         lane = lanes.add(
             call, rid=r.request_id, model=r.model, outcome=r.outcome, start=lanes.us(t_sent), end=lanes.us(end_ns),
             responses=r.responses, text=r.text_responses, ttfr_ms=r.first_response_ms,
-            duration_ms=r.duration_ms, violations=[v.name for v in r.violations] or None, error=r.error,
+            duration_ms=r.duration_ms, violations=_violations(r), error=r.error,
             ri=None,
         )  # fmt: skip
         lanes.name(lane, call.id, r.request_id)

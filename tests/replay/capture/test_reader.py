@@ -644,3 +644,42 @@ def test_records_counts_what_was_yielded_also_when_the_reading_stops_early(tmp_p
     del it  # the file's generator is closed: what it yielded is counted
     assert (len(got), reader.records) == (3, 3)
     assert sum(1 for _ in reader) == reader.records == len(_sample().records)
+
+
+def test_each_loss_is_told_before_the_record_after_it_and_only_losses(tmp_path: Path) -> None:
+    """`on_loss` hears of a hole where records were lost (a seq hole, a `gap` record, a damaged line, a
+    rotated file missing between two) as it is found, before the next record is given: what a tracker
+    needs to know what was open there. A repeated line, files removed before and a missing
+    `capture_end` lose nothing where anything read was open: listed as holes, not told."""
+    records = _sample().records[:-1]  # no capture_end
+    removed = ev.FilesRemoved(t_ns=records[1].t_ns, reason="retention", files=["old-0.jsonl"], size=1, detail="")
+    dropped = ev.GapRecorded(t_ns=records[1].t_ns, dropped=2, reason="queue_full", first_t_ns=0, last_t_ns=0)
+    body = [*records[:2], removed, *records[2:5], dropped, *records[5:]]
+    lines = [encode(r, seq) for seq, r in enumerate(body)]
+    lines = [*lines[:4], lines[3], *lines[4:8], *lines[9:11], b"not json\n", *lines[11:]]
+    path = _write(tmp_path / "holes.jsonl", lines)
+    reader = read_capture(path, skip_damaged=True)
+    heard: list[tuple[str, int | str]] = []
+    reader.on_loss = lambda gap: heard.append(("loss", gap.kind))
+    for seq, _ in reader:
+        heard.append(("record", seq))
+    assert heard == [
+        *(("record", s) for s in range(6)), ("loss", "gap_record"), ("record", 6), ("record", 7),
+        ("loss", "seq_gap"), ("record", 9), ("record", 10), ("loss", "damaged_line"),
+        *(("record", s) for s in range(11, len(body))),
+    ]  # fmt: skip
+    assert [g.kind for g in reader.gaps] == [
+        "files_removed", "duplicate_seq", "gap_record", "seq_gap", "damaged_line", "missing_capture_end",
+    ]  # fmt: skip
+    # A rotated file missing between two read: told at the later file's start, before its first record.
+    rotated = tmp_path / "rotated"
+    rotated.mkdir()
+    _, middle, _ = _rotated(rotated, _sample(), [3, 6])
+    middle.unlink()
+    reader = read_capture(rotated)
+    kinds: list[str] = []
+    reader.on_loss = lambda gap: kinds.append(gap.kind)
+    seen = [(seq, list(kinds)) for seq, _ in reader]
+    assert kinds == ["missing_file", "seq_gap"]
+    first_of_last = next(i for i, (_, told) in enumerate(seen) if told)
+    assert seen[first_of_last - 1][1] == [] and seen[first_of_last][1] == ["missing_file", "seq_gap"]

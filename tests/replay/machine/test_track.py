@@ -395,7 +395,7 @@ def test_the_summary_check_json_prints_counts_what_the_capture_holds() -> None:
         "records": 12, "captures": 1, "complete": True, "calls": 1,
         "calls_by_method": {"ModelStreamInfer": 1}, "calls_by_cause": {"client_cancel": 1},
         "requests": 3, "outcomes": {"completed": 1, "cancelled": 2}, "violations": 0, "violations_by_name": {},
-        "unattributable": 0, "groups": 0, "known_only_for_group": 0, "unlabelled_messages": 0,
+        "violations_after_loss": 0, "unattributable": 0, "unattributable_after_loss": 0, "groups": 0, "known_only_for_group": 0, "unlabelled_messages": 0,
         "protocol_errors": 0, "late_after_end": 0, "gaps": 0, "warnings": [],
     }  # fmt: skip
     summary = track(str(DATA / "missing_final.jsonl")).summary()
@@ -467,7 +467,7 @@ def test_check_json_and_text_show_a_groups_request_as_documented() -> None:
         "group": {"first_seq": 2, "request_id": "", "requests": 2, "responses": 1, "text_responses": 0,
                   "ended": {"cancelled": 1, "error": 1}, "errors_without_final": 1, "per_request": False,
                   "first_response_ms": 6.0},
-        "notes": [],
+        "notes": [], "recorded_as": None, "violations_after_loss": [],
     }  # fmt: skip
     assert result.requests[0].group.describe() == "group of 2 (ended: 1 cancelled, 1 error; 1 error(s) without final)"
     nothing = GroupOutcome(first_seq=1, request_id="", requests=2, responses=0, text_responses=0,
@@ -481,8 +481,10 @@ def test_check_json_lists_unattributable_responses_and_violations_as_documented(
     from tests.support.paths import DATA
 
     assert track(str(DATA / "unattributable.jsonl")).to_json()["unattributable"] == [
-        {"call": "c1.1", "seq": 5, "request_id": "ghost", "reason": "unknown_id", "final": False, "error": None},
-        {"call": "c1.1", "seq": 6, "request_id": "", "reason": "empty_id", "final": False, "error": None},
+        {"call": "c1.1", "seq": 5, "request_id": "ghost", "reason": "unknown_id", "final": False, "error": None,
+         "after_loss": False},
+        {"call": "c1.1", "seq": 6, "request_id": "", "reason": "empty_id", "final": False, "error": None,
+         "after_loss": False},
     ]
     assert [r["violations"] for r in track(str(DATA / "missing_final.jsonl")).to_json()["requests"]] == [
         [{"violation": "missing_final", "seq": 8, "detail": "end_ok_final_due in state receiving"}], [],
@@ -528,7 +530,8 @@ def test_a_unary_response_without_its_request_and_a_late_response_are_reported_w
     b.response("c1.1", "u", "x", final=None)
     b.end("c1.1")
     assert track(b.records).to_json()["unattributable"] == [
-        {"call": "c1.1", "seq": 2, "request_id": "u", "reason": "no_request", "final": None, "error": None}
+        {"call": "c1.1", "seq": 2, "request_id": "u", "reason": "no_request", "final": None, "error": None,
+         "after_loss": False}
     ]
     from tests.support.paths import DATA
 
@@ -707,7 +710,8 @@ def test_an_unattributable_error_keeps_its_error_text() -> None:
     b.response("c1.1", "r", None, final=True)
     b.end("c1.1")
     assert [u.to_json() for u in track(b.records).unattributable] == [
-        {"call": "c1.1", "seq": 3, "request_id": "ghost", "reason": "unknown_id", "final": True, "error": "model is gone"}
+        {"call": "c1.1", "seq": 3, "request_id": "ghost", "reason": "unknown_id", "final": True, "error": "model is gone",
+         "after_loss": False}
     ]
 
 

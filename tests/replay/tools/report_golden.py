@@ -46,6 +46,7 @@ def golden_model(name: str) -> Any:
     """The model of one golden capture."""
     reader = read_capture([DATA / name])
     b = ReportBuilder()
+    reader.on_loss = b.tracker.lost  # as `report` reads it
     for seq, rec in reader:
         b.feed(seq, rec)
     return _normal(b.finish(files=[str(p) for p in reader.files], gaps=reader.gaps, warnings=reader.warnings))

@@ -1,0 +1,350 @@
+"""What records lost in a hole do to the outcomes `check` reports: nothing open then is judged as if whole.
+
+Records built in memory and numbered as the proxy numbers them; a hole is records taken out of the
+numbering (a ``seq_gap``, as a file missing lines reads), or a ``gap`` record where the proxy
+dropped them. Each test's capture also says, in its own records, what the wire saw (the request
+that was lost is still counted by its call's ``call_end``): the tracker must not call success
+what the records kept cannot show.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from replay.capture import events as ev
+from replay.capture.reader import Gap, read_capture
+from replay.cli.check import check
+from replay.machine.tracker import Tracker, track
+from tests.data.make_golden import INFER, Builder
+
+
+def _losing(b: Builder, *lost: int) -> list[tuple[int, Any]]:
+    """The capture's records numbered as written, without those at the positions ``lost``: a seq hole."""
+    return [(seq, r) for seq, r in enumerate(b.records) if seq not in lost]
+
+
+def _rows(result: Any) -> list[tuple[str | None, str, str | None, list[str], list[str]]]:
+    return [
+        (r.request_id, r.outcome, r.recorded_as, [v.name for v in r.violations],
+         [v.name for v in r.violations_after_loss])
+        for r in result.requests
+    ]  # fmt: skip
+
+
+def _idless_second_request_lost() -> Builder:
+    """Two id-less requests on a stream, the second and its first response at positions 4-5 (to lose)."""
+    b = Builder().start()  # 0
+    b.call("c1.1")  # 1
+    b.request("c1.1", "", empty_final=None)  # 2
+    b.response("c1.1", "", "a")  # 3
+    b.request("c1.1", "", empty_final=None)  # 4: lost
+    b.response("c1.1", "", "b")  # 5: lost
+    b.response("c1.1", "", "c")  # 6
+    b.response("c1.1", "", None, final=True)  # 7
+    b.response("c1.1", "", None, final=True)  # 8
+    b.half_close("c1.1")  # 9
+    b.end("c1.1")  # 10
+    return b.finish()
+
+
+def test_an_idless_request_open_when_records_were_lost_is_unknown_not_completed() -> None:
+    """The second id-less request and a response are in a seq hole: what is left reads as one request
+    with 3 responses, a final and a response after it. It was open when records were lost, so its
+    outcome is unknown (recorded as completed), and the second final is not held against the server."""
+    whole = track(_idless_second_request_lost().records)
+    assert _rows(whole) == [("", "completed", None, [], []), ("", "completed", None, [], [])] and whole.ok
+    result = track(_losing(_idless_second_request_lost(), 4, 5))
+    assert [g.kind for g in result.gaps] == ["seq_gap"]
+    assert _rows(result) == [("", "unknown", "completed", [], ["response_after_final"])]
+    assert result.ok  # a hole is the recorder's problem: not a violation of the server
+    summary = result.summary()
+    assert (summary["outcomes"], summary["violations"], summary["violations_after_loss"]) == ({"unknown": 1}, 0, 1)
+    doc = result.requests[0].to_json()
+    assert (doc["outcome"], doc["recorded_as"], [v["violation"] for v in doc["violations_after_loss"]]) == (
+        "unknown", "completed", ["response_after_final"],
+    )  # fmt: skip
+
+
+def test_a_gap_record_is_a_loss_like_a_seq_hole() -> None:
+    """The proxy dropped the second request and a response (its `gap` record where they were)."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", empty_final=None)
+    b.response("c1.1", "", "a")
+    b.gap(2)
+    b.response("c1.1", "", "c")
+    b.response("c1.1", "", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    result = track(b.finish().records)
+    assert [g.kind for g in result.gaps] == ["gap_record"]
+    assert _rows(result) == [("", "unknown", "completed", [], [])]
+    assert result.summary()["outcomes"] == {"unknown": 1}
+
+
+def test_a_final_lost_when_it_was_due_is_not_a_missing_final_violation() -> None:
+    """Empty finals enabled, the final in the hole: the OK end reads as `missing_final`; the loss explains it."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r", empty_final=True)
+    b.response("c1.1", "r", "a")
+    b.response("c1.1", "r", None, final=True)  # 4: lost
+    b.half_close("c1.1")
+    b.end("c1.1")
+    result = track(_losing(b.finish(), 4))
+    assert _rows(result) == [("r", "unknown", "incomplete", [], ["missing_final"])]
+    assert result.ok
+    # Without the hole the same records are the server's violation: counted, exit 1.
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r", empty_final=True)
+    b.response("c1.1", "r", "a")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    whole = track(b.finish().records)
+    assert _rows(whole) == [("r", "incomplete", None, ["missing_final"], [])] and not whole.ok
+
+
+def test_a_request_done_before_the_loss_keeps_its_outcome_and_later_violations_are_not_counted() -> None:
+    """`a` completed before the hole; a second `a` and its first response were lost; the rest of the
+    second's responses read as two responses after the first's final: shown, not counted, and the
+    first is still completed (its final was recorded before anything was lost)."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "a")
+    b.response("c1.1", "a", None, final=True)
+    b.request("c1.1", "a")  # 4: lost
+    b.response("c1.1", "a", "x")  # 5: lost
+    b.response("c1.1", "a", "y")
+    b.response("c1.1", "a", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    result = track(_losing(b.finish(), 4, 5))
+    assert _rows(result) == [("a", "completed", None, [], ["response_after_final", "response_after_final"])]
+    assert result.ok and result.summary()["violations_after_loss"] == 2
+
+
+def test_a_request_sent_after_the_loss_is_unknown_only_if_it_then_breaks_a_rule() -> None:
+    """On a stream that lost records: a request with its own id that completes cleanly is completed;
+    one answered by what a lost request of its id would explain (a final, then a response after it)
+    is unknown, its violation not counted."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "x")
+    b.response("c1.1", "x", None, final=True)
+    b.request("c1.1", "")  # 4: lost (id-less, in flight over what follows)
+    b.request("c1.1", "y")
+    b.response("c1.1", "y", None, final=True)
+    b.request("c1.1", "")
+    b.response("c1.1", "", None, final=True)  # the lost request's final, read as the new one's
+    b.response("c1.1", "", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    result = track(_losing(b.finish(), 4))
+    assert _rows(result) == [
+        ("x", "completed", None, [], []),
+        ("y", "completed", None, [], []),
+        ("", "unknown", "completed", [], ["response_after_final"]),
+    ]
+    assert result.ok
+
+
+def test_calls_not_open_at_the_loss_are_judged_as_before() -> None:
+    """A call that ended before the hole and one that started after it: their violations count."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "a")
+    b.response("c1.1", "a", None, final=True)
+    b.response("c1.1", "a", None, final=True)  # response after final, before anything was lost
+    b.half_close("c1.1")
+    b.end("c1.1")
+    b.call("c2.1")  # 7: lost (a call of its own, wholly lost)
+    b.call("c3.1")
+    b.request("c3.1", "b")
+    b.response("c3.1", "b", None, final=True)
+    b.response("c3.1", "b", None, final=True)
+    b.half_close("c3.1")
+    b.end("c3.1")
+    result = track(_losing(b.finish(), 7))
+    assert _rows(result) == [
+        ("a", "completed", None, ["response_after_final"], []),
+        ("b", "completed", None, ["response_after_final"], []),
+    ]
+    assert not result.ok
+
+
+def test_a_unary_request_whose_reply_was_recorded_after_the_loss_is_whole() -> None:
+    """A unary call has one request and one reply: recorded, the loss took nothing of it. Without its
+    reply (lost), what the OK end says is not evidence: unknown."""
+    b = Builder().start()
+    b.call("c1.1", INFER)
+    b.request("c1.1", "u", empty_final=None)
+    b.call("c2.1", INFER)  # 3: lost
+    b.response("c1.1", "u", "a", final=None)
+    b.end("c1.1")
+    b.call("c3.1", INFER)
+    b.request("c3.1", "v", empty_final=None)
+    b.response("c3.1", "v", "a", final=None)  # 8: lost
+    b.end("c3.1")
+    result = track(_losing(b.finish(), 3, 8))
+    assert [(r.request_id, r.outcome, r.recorded_as) for r in result.requests] == [
+        ("u", "completed", None), ("v", "unknown", "unconfirmed"),
+    ]  # fmt: skip
+
+
+def test_a_response_no_request_can_have_after_a_loss_is_listed_not_counted() -> None:
+    """An id never sent on the call: after a loss on the call its request may have been lost."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "a")
+    b.request("c1.1", "b")  # 3: lost
+    b.response("c1.1", "b", None, final=True)
+    b.response("c1.1", "a", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    b.call("c2.1")
+    b.request("c2.1", "c")
+    b.response("c2.1", "d", None, final=True)  # after the loss, but its call started after it: counted
+    b.response("c2.1", "c", None, final=True)
+    b.half_close("c2.1")
+    b.end("c2.1")
+    result = track(_losing(b.finish(), 3))
+    assert [(u.call, u.request_id, u.reason, u.after_loss) for u in result.unattributable] == [
+        ("c1.1", "b", "unknown_id", True), ("c2.1", "d", "unknown_id", False),
+    ]  # fmt: skip
+    assert not result.ok
+    summary = result.summary()
+    assert (summary["unattributable"], summary["unattributable_after_loss"]) == (2, 1)
+    alone = track(_losing(_only_first_call(), 3))
+    assert [u.after_loss for u in alone.unattributable] == [True] and alone.ok
+
+
+def _only_first_call() -> Builder:
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "a")
+    b.request("c1.1", "b")  # 3: lost
+    b.response("c1.1", "b", None, final=True)
+    b.response("c1.1", "a", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish()
+
+
+def test_an_http_event_stream_that_lost_an_event_is_unknown() -> None:
+    """A generate_stream whose second event is lost: its clean end still gives the last event the final
+    flag, but the request was open when an event was lost: unknown, recorded as completed."""
+    from tests.support.paths import DATA
+
+    kept = list(read_capture(DATA / "http" / "generate_stream_completed.jsonl"))
+    events = [seq for seq, r in kept if isinstance(r, ev.MessageSeen) and r.dir == "s2c"]
+    assert len(events) == 3
+    result = track([(seq, r) for seq, r in kept if seq != events[1]])
+    assert [(r.outcome, r.recorded_as, r.responses, r.final) for r in result.requests] == [
+        ("unknown", "completed", 2, True),
+    ]  # fmt: skip
+    assert [(r.outcome, r.recorded_as) for r in track(kept).requests] == [("completed", None)]
+
+
+def test_check_says_it_in_its_table_and_exit_code(tmp_path: Path) -> None:
+    """`check` (through its sink, as users run it): the unknown outcome with what was recorded, the
+    violation after the loss named so, the summary's counts, exit 0; the same capture without its hole
+    (every record numbered) is the server's violation and the response nobody sent: exit 1."""
+    import io
+
+    b = _idless_second_request_lost()
+    holed = tmp_path / "holed.jsonl"
+    holed.write_bytes(_render_losing(b, 4, 5))
+    out = io.StringIO()
+    assert check([str(holed)], out=out, err=io.StringIO()) == 0
+    text = out.getvalue()
+    # (The table wraps its cells: each checked piece is one line of one.)
+    assert "unknown (records were lost on its call;" in text and "recorded as completed)" in text
+    assert "response_after_final (after records" in text
+    assert "not counted, as records of their calls were lost before them: 1 violation(s)" in text
+    assert "1 request(s) have the outcome unknown" in text
+    out = io.StringIO()
+    assert check([str(holed)], as_json=True, out=out, err=io.StringIO()) == 0
+    summary = orjson.loads(out.getvalue())["summary"]
+    assert (summary["outcomes"], summary["violations"], summary["violations_after_loss"]) == ({"unknown": 1}, 0, 1)
+
+
+def _render_losing(b: Builder, *lost: int) -> bytes:
+    """``b``'s file as the proxy wrote it, without the lines of the records at positions ``lost``."""
+    from replay.capture.schema import encode
+
+    return b"".join(encode(r, seq) for seq, r in enumerate(b.records) if seq not in lost)
+
+
+def test_a_tracker_fed_without_being_told_of_losses_judges_as_before() -> None:
+    """The tracker learns of holes only through `lost` (a reader's `on_loss`): a caller that does not
+    wire it gets the old judgement, which is why every command wires it (check, report, serve, diff)."""
+    kept = _losing(_idless_second_request_lost(), 4, 5)
+    tracker = Tracker()
+    for seq, r in kept:
+        tracker.feed(seq, r)
+    assert _rows(tracker.finish()) == [("", "completed", None, ["response_after_final"], [])]
+    told = Tracker()
+    for seq, r in kept:
+        if seq == 6:
+            told.lost(Gap(kind="seq_gap", file="", line=None, first_seq=4, last_seq=5, count=2, detail=""))
+        told.feed(seq, r)
+    assert _rows(told.finish()) == [("", "unknown", "completed", [], ["response_after_final"])]
+
+
+def test_diff_compares_what_both_captures_recorded(tmp_path: Path) -> None:
+    """`diff`'s verdict is about the records both captures hold: a request `check` calls unknown for
+    a loss around it is compared on what its records show (the same as B's: equivalent), and its
+    violations after the loss are compared too (a B without them differs)."""
+    from replay.tools.captured import summarize
+    from replay.tools.diff import diff
+
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "a")
+    b.response("c1.1", "a", "x")
+    b.call("c2.1")  # 4: lost (another call's start)
+    b.response("c1.1", "a", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    holed = tmp_path / "holed.jsonl"
+    holed.write_bytes(_render_losing(b.finish(), 4))
+    whole = tmp_path / "whole.jsonl"
+    whole.write_bytes(b"".join(_renumbered(b, 4)))  # the same records, numbered without a hole
+    a_side, b_side = summarize(holed), summarize(whole)
+    assert [(r.outcome, r.recorded_as) for r in a_side.outcomes.requests] == [("unknown", "completed")]
+    assert [(r.outcome, r.recorded_as) for r in b_side.outcomes.requests] == [("completed", None)]
+    result = diff(a_side, b_side)
+    assert result.equivalent and [g.kind for g in result.holes_a] == ["seq_gap"]
+    lost = tmp_path / "lost.jsonl"
+    lost.write_bytes(_render_losing(_idless_second_request_lost(), 4, 5))
+    kept = tmp_path / "kept.jsonl"
+    kept.write_bytes(b"".join(_renumbered(_idless_second_request_lost(), 4, 5, 8)))  # without the extra final
+    changes = {c.field: (c.a, c.b) for p in diff(summarize(lost), summarize(kept)).pairs for c in p.changes}
+    assert changes["violations"] == (["response_after_final"], [])
+
+
+def _renumbered(b: Builder, *lost: int) -> list[bytes]:
+    """``b``'s records without those at positions ``lost``, numbered without a hole."""
+    from replay.capture.schema import encode
+
+    return [encode(r, seq) for seq, r in enumerate(r for i, r in enumerate(b.records) if i not in lost)]
+
+
+def test_a_loss_walks_only_the_calls_open_then() -> None:
+    """What a loss looks at is the calls open at it: a call is let go at its end, and a capture's calls
+    when the next capture starts (a long capture with many holes costs per open call, not per call)."""
+    b = Builder().start()
+    for call in ("c1.1", "c1.2"):
+        b.call(call)
+    b.request("c1.2", "r")
+    b.end("c1.1")
+    tracker = Tracker()
+    for seq, r in enumerate(b.records):
+        tracker.feed(seq, r)
+    assert list(tracker._open) == ["c1.2"]
+    tracker.feed(len(b.records), Builder().start().records[0])  # a second capture starts
+    assert tracker._open == {}
