@@ -197,32 +197,26 @@ def test_a_unary_request_whose_reply_was_recorded_after_the_loss_is_whole() -> N
 
 def test_a_response_no_request_can_have_after_a_loss_is_listed_not_counted() -> None:
     """An id never sent on the call: after a loss on the call its request may have been lost."""
-    b = Builder().start()
-    b.call("c1.1")
-    b.request("c1.1", "a")
-    b.request("c1.1", "b")  # 3: lost
-    b.response("c1.1", "b", None, final=True)
-    b.response("c1.1", "a", None, final=True)
-    b.half_close("c1.1")
-    b.end("c1.1")
+    alone = track(_losing(_lost_b(), 3))
+    assert [u.after_loss for u in alone.unattributable] == [True] and alone.ok
+    b = _lost_b()
     b.call("c2.1")
     b.request("c2.1", "c")
     b.response("c2.1", "d", None, final=True)  # after the loss, but its call started after it: counted
     b.response("c2.1", "c", None, final=True)
     b.half_close("c2.1")
     b.end("c2.1")
-    result = track(_losing(b.finish(), 3))
+    result = track(_losing(b, 3))
     assert [(u.call, u.request_id, u.reason, u.after_loss) for u in result.unattributable] == [
         ("c1.1", "b", "unknown_id", True), ("c2.1", "d", "unknown_id", False),
     ]  # fmt: skip
     assert not result.ok
     summary = result.summary()
     assert (summary["unattributable"], summary["unattributable_after_loss"]) == (2, 1)
-    alone = track(_losing(_only_first_call(), 3))
-    assert [u.after_loss for u in alone.unattributable] == [True] and alone.ok
 
 
-def _only_first_call() -> Builder:
+def _lost_b() -> Builder:
+    """Requests `a` and `b` on a stream, `b`'s request at position 3 (to lose), both answered."""
     b = Builder().start()
     b.call("c1.1")
     b.request("c1.1", "a")
@@ -231,7 +225,7 @@ def _only_first_call() -> Builder:
     b.response("c1.1", "a", None, final=True)
     b.half_close("c1.1")
     b.end("c1.1")
-    return b.finish()
+    return b
 
 
 def test_an_http_event_stream_that_lost_an_event_is_unknown() -> None:
