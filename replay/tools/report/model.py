@@ -98,7 +98,7 @@ def _record_view(rec: ev.Record, seq: int) -> dict[str, Any]:
 
 
 _LANE_COLUMNS = ("call", "rid", "model", "outcome", "start", "end", "responses", "text", "ttfr_ms", "inter_p50_ms",
-                 "inter_p99_ms", "duration_ms", "violations", "error", "ri")  # fmt: skip
+                 "inter_p99_ms", "duration_ms", "violations", "error", "ri", "group")  # fmt: skip
 
 
 class _Lanes:
@@ -169,6 +169,13 @@ def _violations(r: RequestOutcome) -> list[str] | None:
     """A lane's violations: those after records of its call were lost are named so (not the server's for sure)."""
     names = [v.name for v in r.violations] + [f"{v.name} (after records were lost)" for v in r.violations_after_loss]
     return names or None
+
+
+def _group(r: RequestOutcome) -> str | None:
+    """A lane's group cell: the responses of its id group, which the wire cannot place on one request
+    (``responses`` counts only its own: ``group 5 (3)``, as ``check``'s table shows them); else null."""
+    g = r.group
+    return f"group {g.responses} ({g.text_responses})" if g is not None and g.responses else None
 
 
 class ReportBuilder:
@@ -409,7 +416,7 @@ class ReportBuilder:
             call, rid=r.request_id, model=r.model, outcome=r.outcome, start=lanes.us(t_sent), end=lanes.us(end_ns),
             responses=r.responses, text=r.text_responses, ttfr_ms=r.first_response_ms,
             duration_ms=r.duration_ms, violations=_violations(r), error=r.error,
-            ri=None,
+            ri=None, group=_group(r),
         )  # fmt: skip
         lanes.name(lane, call.id, r.request_id)
         return lane

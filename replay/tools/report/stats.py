@@ -81,6 +81,12 @@ class ModelStats:
         mc["requests"] += 1
         mc["responses"] += r.responses
         mc["text"] += r.text_responses
+        g = r.group
+        if g is not None and r.seq == g.first_seq:
+            # An id group's responses, which no one request of it can be given: once, on its first
+            # request's model (a group is one id on one call; its requests' models are most often one).
+            mc["responses"] += g.responses
+            mc["text"] += g.text_responses
         mc["outcomes"][r.outcome] = mc["outcomes"].get(r.outcome, 0) + 1
         mc["violations"] += len(r.violations)
 

@@ -130,9 +130,12 @@ def test_golden_capture_renders_expected_lanes_and_screenshot(tmp_path: Path) ->
 
 @needs_chromium
 def test_captures_with_holes_render_and_list_them(tmp_path: Path) -> None:
-    """Dropped records, missing seq numbers, a killed proxy, a cut last line: drawn and listed, no errors."""
+    """Dropped records, missing seq numbers, a killed proxy, a cut last line: drawn and listed, no errors;
+    a request open where records were lost is unknown, a violation after the loss named so; an id
+    group's responses are in its rows."""
     page = tmp_path / "holes.html"
-    captures = ["gaps.jsonl", "proxy_killed.jsonl", "truncated_last_line.jsonl", "unattributable.jsonl"]
+    captures = ["gaps.jsonl", "proxy_killed.jsonl", "truncated_last_line.jsonl", "unattributable.jsonl",
+                "lost_request.jsonl", "idless_mixed_ends.jsonl"]  # fmt: skip
     assert triton_tap_main(["report", *(str(DATA / c) for c in captures), "-o", str(page)]) == 0
     dom, text, stderr = rendered(page, tmp_path)
     assert_clean(dom, stderr)
@@ -140,6 +143,8 @@ def test_captures_with_holes_render_and_list_them(tmp_path: Path) -> None:
         assert hole in text
     drawn = json.loads(dom.attrs["tl"]["data-drawn-lanes"] or "[]")
     assert "4:c1 · 4:c1.1 · (unattributed)" in drawn
+    assert ">unknown<" in text and "response_after_final (after records were lost)" in text
+    assert ">group 10 (7)<" in text
 
 
 def big_capture(path: Path) -> int:

@@ -13,6 +13,7 @@ from tests.support.paths import DATA
 def model_of(*names: str) -> dict[str, Any]:
     reader = read_capture([DATA / n for n in names])
     b = ReportBuilder()
+    reader.on_loss = b.tracker.lost  # as `report` reads it
     for seq, rec in reader:
         b.feed(seq, rec)
     return b.finish(files=[str(p) for p in reader.files], gaps=reader.gaps, warnings=reader.warnings)
@@ -29,6 +30,23 @@ def test_one_lane_per_request_with_the_trackers_outcomes() -> None:
     assert lane_names(m) == [("c1.1", "done", "completed"), ("c1.1", "a", "cancelled"), ("c1.1", "b", "cancelled")]
     assert m["calls"]["conn"] == ["c1"]
     assert m["summary"]["outcomes"] == {"completed": 1, "cancelled": 2}
+
+
+def test_an_id_groups_responses_are_counted_for_its_model_and_shown_on_its_lanes() -> None:
+    """idless_mixed_ends: 10 id-less requests in flight together, 10 responses the wire cannot place:
+    the model's row counts them (it said 0), and each lane shows its own (none) and the group's, as
+    `check`'s table does; a request alone with its id keeps its own count (idless_mixed_ids)."""
+    from replay.machine.tracker import track
+
+    m = model_of("idless_mixed_ends.jsonl")
+    (row,) = m["models"]
+    assert (row["requests"], row["responses"], row["text"]) == (10, 10, 7)
+    assert set(m["lanes"]["group"]) == {"group 10 (7)"} and set(m["lanes"]["responses"]) == {0}
+    mixed = model_of("idless_mixed_ids.jsonl")
+    checked = track(str(DATA / "idless_mixed_ids.jsonl")).requests
+    groups = {(r.group.first_seq, r.group.responses) for r in checked if r.group is not None}
+    assert mixed["models"][0]["responses"] == sum(r.responses for r in checked) + sum(n for _, n in groups)
+    assert mixed["lanes"]["group"] == [None, "group 4 (2)", "group 4 (2)"]
 
 
 def test_cancel_marks_its_in_flight_set_and_cause() -> None:
