@@ -97,8 +97,8 @@ class Http1Call:
     """One request/response exchange."""
 
     __slots__ = (
-        "body_c2s", "body_s2c", "early", "events", "final_seen", "first_error", "has_body", "id", "index", "keep10",
-        "method", "pending", "raw_events", "req_headers", "request_id", "resp_headers", "resp_keep", "responded", "sse",
+        "body_c2s", "body_s2c", "early", "events", "final_seen", "first_error", "half_close", "has_body", "id", "index",
+        "keep10", "method", "pending", "raw_events", "req_headers", "request_id", "resp_headers", "resp_keep", "responded", "sse",
         "status", "t0", "trailers",
     )  # fmt: skip
 
@@ -127,6 +127,8 @@ class Http1Call:
         #: The event held back (until what follows it is known), its bytes, whether it was cut, and when its
         #: last byte was read: its record's time.
         self.pending: tuple[SseEvent, bytes | None, bool, int] | None = None
+        #: The client's FIN (its ``half_close`` record), held while ``pending`` is: the event came first.
+        self.half_close: ev.HalfClosed | None = None
         #: ``--payload full``: raw bytes of the event stream not yet given to an event.
         self.raw_events: bytearray | None = None
         self.events = 0
@@ -287,10 +289,19 @@ class Http1Core:
         if side == CLIENT and self.client in CLIENT_LIVE and self.up in UPSTREAM_LIVE:
             out.commands.append(WriteEof(UPSTREAM))
             self._client_eof_us = (time.monotonic_ns() - learned) / 1e3
-            if self.call is not None:
+            call = self.call
+            if call is not None:
                 # On the wire when it happened, tied to the open call: what follows (Triton's answer,
-                # or its close) is recorded after it.
-                self.emit(make_half_close(_time_ns(), self.call.id, {}))
+                # or its close) is recorded after it, and what came before it before: the request
+                # body so far (no more of it can come: cut), and an event held until its final is
+                # known (the FIN's record waits for it, with its own time).
+                if call.body_c2s is not None:
+                    self._record_request(call, BODY_CUT)
+                record = make_half_close(_time_ns(), call.id, {})
+                if call.pending is not None:
+                    call.half_close = record
+                else:
+                    self.emit(record)
         else:
             out.commands.append(Close(side))
         return out
@@ -553,6 +564,9 @@ class Http1Core:
             body = _Body(len(piece), True)
             body.feed(piece)
         self._message(call, 1, event.size, False, fields, body, t_ns=t_ns)
+        if call.half_close is not None:
+            self.emit(call.half_close)
+            call.half_close = None
 
     def _response_end(self, trailers: list[tuple[bytes, bytes]] | None) -> None:
         call = self.call

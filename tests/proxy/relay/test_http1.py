@@ -314,6 +314,28 @@ def test_client_fin_is_passed_on_and_recorded_on_the_open_call() -> None:
     assert not idle.records("half_close")
 
 
+def test_what_came_before_the_clients_fin_is_recorded_before_its_half_close() -> None:
+    """Records follow the wire: an event read before the client's FIN, held until what follows decides
+    its final, is written before the FIN's ``half_close`` (which keeps its own time); a request body
+    the FIN cut is recorded at the FIN, cut, not after it when Triton closes."""
+    event = b'data: {"id":"e","text_output":"a"}\n\n'
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    run = drive([("c2s", _request(b'{"id":"e"}', GENERATE_STREAM)),
+                 ("s2c", head + b"%x\r\n" % len(event) + event + b"\r\n")])  # fmt: skip
+    run.perform(run.core.eof(CLIENT))
+    run.perform(run.core.lost(UPSTREAM, None))  # Triton cuts the stream after the FIN
+    assert kinds(run) == ["call_start", "message", "message", "half_close", "cancel", "call_end"]
+    s2c, fin = run.records("message")[1], one(run, "half_close")
+    assert s2c.dir == "s2c" and s2c.t_ns < fin.t_ns and s2c.final is False
+    body = b'{"id":"b","inputs":[]}' + b" " * 50
+    cut = drive([("c2s", _request(body)[:-30])])
+    cut.perform(cut.core.eof(CLIENT))
+    assert kinds(cut) == ["call_start", "message", "half_close"]
+    assert cut.records("message")[0].decode_error.startswith(BODY_CUT)
+    cut.perform(cut.core.lost(UPSTREAM, None))  # Triton closes on the body cut short: nothing recorded twice
+    assert kinds(cut) == ["call_start", "message", "half_close", "cancel", "call_end"]
+
+
 # --- truthful records of what did not go by the book ------------------------------------------------
 # Scripted byte sequences below: the replies are shaped as Triton 2.51's (its head and JSON); the
 # reads' order and the ends are what each test is about (a real server cannot be made to time them).
