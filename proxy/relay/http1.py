@@ -555,7 +555,7 @@ class Http1Core:
         if cut:
             known = fields.get("decode_error")
             fields["decode_error"] = f"{BODY_CUT}; {known}" if known else BODY_CUT
-        final = http_labels.event_final(event, last=last, clean_end=clean)
+        final = http_labels.event_final(call.method, event, last=last, clean_end=clean)
         fields["final"] = final
         if final:
             call.final_seen = True

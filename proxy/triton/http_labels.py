@@ -308,7 +308,7 @@ def event_labels(method: str, event: SseEvent) -> dict[str, Any]:
     Triton ``generate_stream``: the event's JSON as a generate reply (``outputs`` its tensor keys,
     ``id``, ``model_name``, ``model_version``; an error event carries ``{"error"}`` alone, so its
     model is null and its ``request_id`` ``""``). OpenAI chunks: ``id``, ``model``,
-    ``choices[].finish_reason``, ``error``. ``[DONE]``: ``outputs`` ``[]`` and nothing else.
+    ``choices[].finish_reason``, ``error``. ``[DONE]`` (OpenAI only): ``outputs`` ``[]`` and nothing else.
     An ``unterminated`` one: labelled if its data parses, with
     :data:`~replay.capture.events.EVENT_UNTERMINATED` as its ``decode_error``.
     """
@@ -321,7 +321,7 @@ def event_labels(method: str, event: SseEvent) -> dict[str, Any]:
 
 def _event_labels(method: str, event: SseEvent) -> dict[str, Any]:
     call = http_call(method)
-    if event.done:
+    if event.done and call is not None and call.kind in OPENAI:
         return {"request_id": "", "outputs": []}
     if event.truncated:
         return {"decode_error": _CUT}
@@ -336,13 +336,19 @@ def _event_labels(method: str, event: SseEvent) -> dict[str, Any]:
     return _reply_doc(call, doc)
 
 
-def event_final(event: SseEvent, *, last: bool, clean_end: bool) -> bool:
+def event_final(method: str, event: SseEvent, *, last: bool, clean_end: bool) -> bool:
     """The one rule for an event's ``final``: an event carries no final flag, so it is true on an OpenAI
     ``[DONE]`` and on the last event of a body that ended cleanly (its chunked terminator, or its
     Content-Length reached), false on every other event, on the last event of a body cut short, and on
     an ``unterminated`` one (even ``[DONE]``: a client discards it, so it signalled nothing to the client;
-    and the event before it is not the last, data came after it).
+    and the event before it is not the last, data came after it). ``[DONE]`` ends only an OpenAI
+    stream (``method``): Triton's ``generate_stream`` has no such event, so there it is data like any.
 
     ``last``: no event followed it in the body; ``clean_end``: the body ended cleanly.
     """
-    return not event.unterminated and (event.done or (last and clean_end))
+    return not event.unterminated and ((event.done and _openai(method)) or (last and clean_end))
+
+
+def _openai(method: str) -> bool:
+    call = http_call(method)
+    return call is not None and call.kind in OPENAI

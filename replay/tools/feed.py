@@ -356,8 +356,8 @@ def _event(kind: str, rec: ev.MessageSeen, seq: int, call: str) -> tuple[dict[st
     if has_payload(rec) and not body and not _terminated(data):
         return None, None
     text = _sse_data(data) if has_payload(rec) and not body else data.decode("utf-8", "replace")
-    if text == "[DONE]" and not body:
-        return None, None
+    if text == "[DONE]" and not body and kind.startswith("openai"):
+        return None, None  # OpenAI's end (on Triton's generate_stream it is data like any, and no JSON)
     try:
         value = json.loads(text)
     except ValueError:

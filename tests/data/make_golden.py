@@ -225,7 +225,7 @@ class Builder:
         at = 0  # each event's bytes as the stream carried them (``--payload full``)
         for i, e in enumerate(events):
             self.tick(waits[min(i, len(waits) - 1)])
-            final = http_labels.event_final(e, last=i == len(events) - 1, clean_end=x.clean_end)
+            final = http_labels.event_final(x.method, e, last=i == len(events) - 1, clean_end=x.clean_end)
             fields = http_labels.event_labels(x.method, e)
             self.records.append(
                 ev.MessageSeen(

@@ -336,6 +336,21 @@ def test_what_came_before_the_clients_fin_is_recorded_before_its_half_close() ->
     assert kinds(cut) == ["call_start", "message", "half_close", "cancel", "call_end"]
 
 
+def test_done_on_triton_generate_stream_is_no_end_when_the_body_is_then_cut() -> None:
+    """`data: [DONE]` ends an OpenAI stream only: on Triton's generate_stream (which never sends one) it is
+    an event like any, so a body reset after it, without its terminator, is a disconnected request,
+    not a completed one."""
+    from replay.machine.tracker import track
+
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    body = b'data: {"id":"d","text_output":"a"}\n\ndata: [DONE]\n\n'
+    run = drive([("c2s", _request(b'{"id":"d"}', GENERATE_STREAM)), ("s2c", head + b"%x\r\n" % len(body) + body + b"\r\n")])
+    run.perform(run.core.lost(UPSTREAM, None))  # reset: no terminating chunk
+    assert [m.final for m in run.records("message") if m.dir == "s2c"] == [False, False]
+    (r,) = track(list(enumerate(run.records()))).requests
+    assert (r.outcome, r.responses, r.final) == ("disconnected", 2, False)
+
+
 # --- truthful records of what did not go by the book ------------------------------------------------
 # Scripted byte sequences below: the replies are shaped as Triton 2.51's (its head and JSON); the
 # reads' order and the ends are what each test is about (a real server cannot be made to time them).

@@ -56,7 +56,7 @@ def _stream(x: Exchange) -> list[dict[str, Any]]:
     got, _ = _events(x)
     out = []
     for i, e in enumerate(got):
-        labels = event_labels(x.method, e) | {"final": event_final(e, last=i == len(got) - 1, clean_end=x.clean_end)}
+        labels = event_labels(x.method, e) | {"final": event_final(x.method, e, last=i == len(got) - 1, clean_end=x.clean_end)}
         _message(labels)
         out.append(labels)
     return out
@@ -262,7 +262,7 @@ def test_openai_stream_labels_and_done() -> None:
     split = SseSplitter()
     got = split.feed(OPENAI_BODY)
     labels = [
-        event_labels(method, e) | {"final": event_final(e, last=i == 2, clean_end=False)} for i, e in enumerate(got)
+        event_labels(method, e) | {"final": event_final(method, e, last=i == 2, clean_end=False)} for i, e in enumerate(got)
     ]
     for one in labels:
         _message(one)
@@ -278,11 +278,18 @@ def test_openai_stream_labels_and_done() -> None:
 
 
 def test_event_final_rule() -> None:
-    """final: [DONE], or the last event of a clean body; never the last of a cut one."""
+    """final: an OpenAI stream's [DONE], or the last event of a clean body; never the last of a cut one.
+    On Triton's generate_stream `[DONE]` is no end (Triton sends none): data, read as such."""
     e, done = SseEvent(data="{}", size=10), SseEvent(data="[DONE]", size=14, done=True)
-    assert [event_final(e, last=last, clean_end=clean) for last in (False, True) for clean in (False, True)] == [
-        False, False, False, True]  # fmt: skip
-    assert event_final(done, last=False, clean_end=False)
+    stream, openai = "POST /v2/models/m/generate_stream", "POST /v1/chat/completions"
+    for method in (stream, openai):
+        assert [event_final(method, e, last=last, clean_end=clean) for last in (False, True)
+                for clean in (False, True)] == [False, False, False, True]  # fmt: skip
+    assert event_final(openai, done, last=False, clean_end=False)
+    assert not event_final(stream, done, last=False, clean_end=False)
+    assert not event_final(stream, done, last=True, clean_end=False)  # cut after it: not the end
+    assert event_final(stream, done, last=True, clean_end=True)  # the body's clean end is
+    assert event_labels(stream, done)["decode_error"].startswith("event data is not JSON")
 
 
 def test_event_data_that_is_not_json() -> None:
@@ -352,11 +359,11 @@ def test_bytes_after_the_last_event_are_an_unterminated_one() -> None:
     assert (last.size, last.unterminated, last.data) == (26, True, '{"id":"r","OUT":"b"}')
     labels = event_labels("POST /v2/models/m/generate_stream", last)
     assert (labels["request_id"], labels["outputs"], labels["decode_error"]) == ("r", ["OUT"], ev.EVENT_UNTERMINATED)
-    assert not event_final(last, last=True, clean_end=True)
+    assert not event_final("POST /v2/models/m/generate_stream", last, last=True, clean_end=True)
     assert split.finish() == []  # nothing twice
     done = SseSplitter()
     done.feed(b"data: [DONE]")
-    assert not event_final(done.finish()[0], last=True, clean_end=True)
+    assert not event_final("POST /v1/completions", done.finish()[0], last=True, clean_end=True)
 
 
 @settings(max_examples=100, deadline=None)

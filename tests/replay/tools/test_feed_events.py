@@ -107,6 +107,19 @@ def test_meta_capture_rebuilds_events_and_openai_done_is_the_end_not_an_event() 
     assert got[-1] == (None, None)
 
 
+def test_done_on_a_generate_stream_is_data_not_the_end(tmp_path: Path) -> None:
+    """`data: [DONE]` ends an OpenAI stream only: in a captured generate_stream (Triton sends none, a
+    scripted one here: no real server here produces it) it is an event whose data is no JSON, which
+    feeding refuses in one line as for any such event, rather than dropping it as an end."""
+    import dataclasses
+
+    x = exchanges("03a_generate_stream_completed_keepalive")[0]
+    done = b"data: [DONE]\n\n"
+    x = dataclasses.replace(x, reply=x.reply + done, pieces=[*x.pieces, done])
+    with pytest.raises(UserError, match=r"event 3 of call c1.1 is not JSON: '\[DONE\]'"):
+        _fed(_write(tmp_path, x, ms=[4, 200, 200]))
+
+
 def test_speed_paces_events_at_the_captured_gaps(tmp_path: Path) -> None:
     x = exchanges("03a_generate_stream_completed_keepalive")[0]
     path = _write(tmp_path, x, ms=[4, 200, 200])
