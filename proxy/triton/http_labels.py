@@ -302,6 +302,10 @@ def reply_labels(method: str, status: int, headers: Headers, body: bytes, *, tru
     return out
 
 
+#: Characters of an ``event: error``'s data kept as its error text when the data names no error itself.
+ERROR_EVENT_CAP = 1000
+
+
 def event_labels(method: str, event: SseEvent) -> dict[str, Any]:
     """Label fields of the ``s2c`` message of one event (``final`` left to :func:`event_final`).
 
@@ -309,10 +313,15 @@ def event_labels(method: str, event: SseEvent) -> dict[str, Any]:
     ``id``, ``model_name``, ``model_version``; an error event carries ``{"error"}`` alone, so its
     model is null and its ``request_id`` ``""``). OpenAI chunks: ``id``, ``model``,
     ``choices[].finish_reason``, ``error``. ``[DONE]`` (OpenAI only): ``outputs`` ``[]`` and nothing else.
+    An event of type ``error`` (``event: error``) is an error: its data's own error text, else its data.
     An ``unterminated`` one: labelled if its data parses, with
     :data:`~replay.capture.events.EVENT_UNTERMINATED` as its ``decode_error``.
     """
     out = _event_labels(method, event)
+    if event.event == "error" and not out.get("error"):
+        # An event of type `error` is one whatever its data holds (servers that speak SSE's types
+        # say so; Triton's own error events are data: {"error": ...}): never read as a response.
+        out["error"] = event.data[:ERROR_EVENT_CAP] or "an event of type error, without data"
     if event.unterminated:
         known = out.get("decode_error")
         out["decode_error"] = EVENT_UNTERMINATED if not known else f"{EVENT_UNTERMINATED}; {known}"

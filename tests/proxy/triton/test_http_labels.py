@@ -292,6 +292,32 @@ def test_event_final_rule() -> None:
     assert event_labels(stream, done)["decode_error"].startswith("event data is not JSON")
 
 
+def test_an_event_of_type_error_is_an_error_whatever_its_data() -> None:
+    """`event: error` (SSE's own way to say it; Triton's error events are `data: {"error"}`): the event is
+    an error, with its data's error text when it names one, else its data; and the tracker makes the
+    request an error, never completed with it (a scripted stream: no server here sends one)."""
+    import dataclasses
+
+    from replay.machine.tracker import track
+    from tests.data.make_golden import Builder
+
+    split = SseSplitter()
+    events = split.feed(b'event: error\ndata: {"message":"overloaded"}\n\nevent: error\ndata: {"error":"boom"}\n\n'
+                        b"event: error\ndata: not json\n\nevent: error\n\n")  # fmt: skip
+    stream, openai = "POST /v2/models/m/generate_stream", "POST /v1/completions"
+    assert [event_labels(m, e).get("error") for m in (stream, openai) for e in events[:3]] == [
+        '{"message":"overloaded"}', "boom", "not json"] * 2  # fmt: skip
+    (ping,) = SseSplitter().feed(b"event: error\ndata: \n\n")  # data-less blocks are no events: an empty one is
+    assert event_labels(stream, ping)["error"] == "an event of type error, without data"
+    assert event_labels(stream, SseSplitter().feed(b'event: token\ndata: {"id":"a"}\n\n')[0])["error"] is None
+    b = Builder().start(grpc=False, http=True)
+    x = exchanges("03a_generate_stream_completed_keepalive")[0]
+    err = b'event: error\ndata: {"message":"overloaded"}\n\n'
+    b.http_exchange("c1.1", dataclasses.replace(x, reply=x.reply + err, pieces=[*x.pieces, err]))
+    (r,) = track(b.records).requests
+    assert (r.outcome, r.error) == ("error", '{"message":"overloaded"}')
+
+
 def test_event_data_that_is_not_json() -> None:
     (e,) = SseSplitter().feed(b"data: {nope\n\n")
     assert event_labels("POST /v2/models/m/generate_stream", e)["decode_error"].startswith("event data is not JSON")
