@@ -175,6 +175,13 @@ def partial_body(decode_error: str | None) -> bool:
     return decode_error is not None and decode_error.startswith(PARTIAL_BODY)
 
 
+def never_received(decode_error: str | None) -> bool:
+    """The message record's bytes are nothing a client received as a whole: a body the connection's end
+    cut (:data:`PARTIAL_BODY`), or an event no blank line ended (:data:`EVENT_UNTERMINATED`: an SSE
+    reader drops it)."""
+    return decode_error is not None and decode_error.startswith((PARTIAL_BODY, EVENT_UNTERMINATED))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MessageSeen:
     """One complete message crossed the proxy in one direction: a gRPC message, or on HTTP a request body, a reply body or one server-sent event."""

@@ -366,6 +366,8 @@ def outcome_of(call: Any, r: Any, state: State) -> RequestOutcome:
     if state is _COMPLETED and call.details == HALF_CLOSE_ANSWERED:
         # Completed on the wire, but the client had closed before the reply: it may never have read it.
         notes = ("client_closed_first",)
+    if r.cut:
+        notes = (*notes, "event_cut")  # bytes of an event recorded that no client got as one
     outcome, recorded_as = state._value_, None
     violations, after_loss = tuple(r.machine.violations), ()
     if r.hole is not None:

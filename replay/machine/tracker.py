@@ -62,7 +62,7 @@ CaptureSource = PathLike | Iterable[PathLike] | Iterable[ev.Record] | Iterable[t
 
 class _Request:
     __slots__ = (
-        "call", "error", "final", "final_due", "group", "hole", "hole_from", "machine", "model", "occurrence",
+        "call", "cut", "error", "final", "final_due", "group", "hole", "hole_from", "machine", "model", "occurrence",
         "request_id", "responses", "seq", "sha", "t_done", "t_first", "t_sent", "text"
     )  # fmt: skip
 
@@ -86,6 +86,7 @@ class _Request:
         #: How records lost on its call touch it (see Tracker.lost): None, or one of LOST_* (outcomes.py).
         self.hole: str | None = None
         self.hole_from = 0  # its violations from this index on came after the loss: not the server's for sure
+        self.cut = False  # an HTTP event of it was cut before its end (recorded, never received: no response)
 
 
 class _Call:
@@ -357,13 +358,21 @@ class Tracker:
         an error JSON when generate's model sent no or two responses), so it enters the table as an
         error with the final flag; a plain one is a unary reply (its call's end decides, as gRPC's).
         An event (``final`` true or false, as the recorder set it from the body's end or
-        ``[DONE]``) is a stream response, by the table's stream rules.
+        ``[DONE]``) is a stream response, by the table's stream rules; bytes no client got as an
+        event (cut, or not ended by a blank line) are none.
         """
         target = call.requests[0] if call.requests else None
         if target is None:
             self._unattributed(call, seq, rec, "no_request")
             return
         error, fin = rec.error, rec.final
+        if fin is not None and ev.never_received(rec.decode_error):
+            # An event the connection's end cut, or no blank line ended: its bytes are recorded, but an
+            # SSE client never got it, so it is no response (noted: `event_cut`). Drawn where it was.
+            target.cut = True
+            if self._on_response is not None:
+                self._on_response(call.id, target.seq, seq, rec)
+            return
         if fin is None:
             if call.kind_open and not target.responses:
                 call.kind = "unary"  # an OpenAI call that did not ask for a stream
@@ -444,7 +453,7 @@ class Tracker:
         base = END_BY_CAUSE.get(cause, Input.END_ERROR)
         self._close_groups(call, base, seq)
         for r in call.requests:
-            if call.http and call.kind == "stream" and cause == "ok" and not r.responses:
+            if call.http and call.kind == "stream" and cause == "ok" and not r.responses and not r.cut:
                 # An event stream that ended cleanly with no event (a model that sent only its final
                 # flag): the body's clean end is the final signal, there was no response to carry it.
                 r.machine.feed(_FINAL, seq)

@@ -343,7 +343,7 @@ def _event(kind: str, rec: ev.MessageSeen, seq: int, call: str) -> tuple[dict[st
     event), the body's JSON and its error."""
     from replay.tools.serve.responses import has_bytes, http_answer
 
-    if ev.partial_body(rec.decode_error) or (rec.decode_error or "").startswith(ev.EVENT_UNTERMINATED):
+    if ev.never_received(rec.decode_error):
         # bytes the client never got whole: a body the connection's end cut, an event no blank line
         # ended (an SSE reader drops it); a cut body is no JSON to parse
         return None, None

@@ -414,7 +414,8 @@ def test_expect_100_refused_then_the_client_closes() -> None:
 
 def test_unterminated_last_event_is_a_record_of_its_own_never_final() -> None:
     """Bytes after the last blank line at the body's clean end: recorded (counted, labelled, marked);
-    an SSE client discards them, so neither it nor the event before it is final."""
+    an SSE client discards them, so neither it nor the event before it is final, and they are no
+    response of the request (noted `event_cut`); an event a reset cut mid-way neither."""
     from replay.capture.events import EVENT_UNTERMINATED
     from replay.machine.tracker import track
 
@@ -425,9 +426,20 @@ def test_unterminated_last_event_is_a_record_of_its_own_never_final() -> None:
         (28, False, ["OUT"], None), (len(body) - 28, False, ["OUT"], EVENT_UNTERMINATED),
     ]  # fmt: skip
     assert one(run, "call_end").cause == "ok"
+    [r] = track(list(enumerate(run.records()))).requests
+    assert (r.outcome, r.responses, r.notes) == ("unconfirmed", 1, ("event_cut",))
     only = drive([("c2s", _request(b'{"id":"r"}', GENERATE_STREAM)), ("s2c", _sse(b'data: {"id":"r"}'))])
     [r] = track(list(enumerate(only.records()))).requests
-    assert (r.outcome, r.responses) == ("unconfirmed", 1)  # never "completed" with no response
+    # Never "completed": the clean end of a body with no event is the final signal, bytes were not none.
+    assert (r.outcome, r.responses, r.notes) == ("unconfirmed", 0, ("event_cut",))
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    reset = drive([("c2s", _request(b'{"id":"r"}', GENERATE_STREAM)), ("s2c", head + b"30\r\n" + body[:48])])
+    reset.perform(reset.core.lost(UPSTREAM, None))
+    assert [(m.decode_error or "").startswith(BODY_CUT) for m in reset.records("message") if m.dir == "s2c"] == [
+        False, True,
+    ]  # fmt: skip
+    [r] = track(list(enumerate(reset.records()))).requests
+    assert (r.outcome, r.responses, r.notes) == ("disconnected", 1, ("event_cut",))
 
 
 def test_reply_cut_mid_body_is_recorded_as_cut() -> None:
