@@ -89,24 +89,26 @@ def run_check(opts: CheckOptions) -> vd.Report:
     build_inputs(config, probe_values)
     proxy = None
     url = opts.target
-    if opts.through_proxy:
-        import tempfile
-
-        from proxy.lab.background import ProxyThread
-
-        capture_dir = opts.capture_dir or Path(tempfile.mkdtemp(prefix="check-cancel-"))
-        proxy = ProxyThread(opts.target, capture_dir, payload="meta", drain_timeout=2).start()
-        url = f"127.0.0.1:{proxy.proxy.port}"
-    setup = Setup(
-        url=url, opts=opts, config=config,
-        long_inputs=lambda: build_inputs(config, long_values),
-        probe_inputs=lambda: build_inputs(config, probe_values),
-    )  # fmt: skip
-    if opts.metrics_url is not None:
-        # Checked once up front: a dead or non-HTTP endpoint is one note, not a failure per case.
-        setup.metrics_ok = metrics_or_none(setup) is not None
     cases: list[vd.CaseObservation] = []
+    # From the proxy's start on, whatever ends the run (an error, Ctrl-C anywhere) stops it: its
+    # capture ends with capture_end, and no proxy thread is left behind.
     try:
+        if opts.through_proxy:
+            import tempfile
+
+            from proxy.lab.background import ProxyThread
+
+            capture_dir = opts.capture_dir or Path(tempfile.mkdtemp(prefix="check-cancel-"))
+            proxy = ProxyThread(opts.target, capture_dir, payload="meta", drain_timeout=2).start()
+            url = f"127.0.0.1:{proxy.proxy.port}"
+        setup = Setup(
+            url=url, opts=opts, config=config,
+            long_inputs=lambda: build_inputs(config, long_values),
+            probe_inputs=lambda: build_inputs(config, probe_values),
+        )  # fmt: skip
+        if opts.metrics_url is not None:
+            # Checked once up front: a dead or non-HTTP endpoint is one note, not a failure per case.
+            setup.metrics_ok = metrics_or_none(setup) is not None
         setup.baseline_ms = baseline(setup)
         if "executing" in opts.cases:
             cases.append(executing_case(setup))
