@@ -14,16 +14,24 @@ from replay.capture import events as ev
 class CaptureIds:
     """Follows ``capture_start`` records (pure): which capture of the run this is, and its id prefix."""
 
-    __slots__ = ("captures", "prefix")
+    __slots__ = ("_set", "captures", "prefix")
 
     def __init__(self) -> None:
         self.captures = 0
         self.prefix = ""
+        self._set: str | None = None  # the capture set (``record --workers``) of the current capture
 
     def starts(self, record: ev.Record) -> bool:
-        """Whether ``record`` starts a new capture (its first file's ``capture_start``); updates the prefix."""
+        """Whether ``record`` starts a new capture (its first file's ``capture_start``); updates the prefix.
+
+        The workers of one capture set each start a chain of their own (their records interleaved by
+        time, their call ids apart): one capture, whenever each chain's start comes.
+        """
         if type(record) is not ev.CaptureStarted or record.file_index != 0:
             return False
+        if record.capture_set is not None and record.capture_set == self._set:
+            return False
+        self._set = record.capture_set
         self.captures += 1
         self.prefix = f"{self.captures}:" if self.captures > 1 else ""
         return True

@@ -138,7 +138,9 @@ class SeqWatch:
 
     def _add(self, gap: Gap) -> None:
         self.gaps.append(gap)
-        if self.on_loss is not None and gap.kind in LOSSES:
+        if self.on_loss is not None and gap.kind in LOSSES and self.last is not None:
+            # (Before the chain's first record nothing of it was open: what was lost came before it,
+            # and what is open then belongs to an earlier capture.)
             self.on_loss(gap)
 
     @property
@@ -476,6 +478,37 @@ class CaptureReader:
             raise CaptureError(name, None, "no capture records in this file (empty, or not a triton-tap capture)")
         if sides is not None and (why := sides.warning()) is not None:
             self.warnings.append(why)
+
+
+class RecordsReader:
+    """Records already in memory, ``(seq, record)`` pairs, read as a file's are: checked for holes
+    (file ``<records>``; a ``capture_start`` of file 0 after records starts the next capture's
+    check), exact repeats skipped, losses told (``on_loss``). The same surface as
+    :class:`CaptureReader` for the tools that take records as well as paths."""
+
+    def __init__(self, items: Iterable[tuple[int, ev.Record]]) -> None:
+        self._items = items
+        self.warnings: list[str] = []
+        self.gaps: list[Gap] = []
+        self.files: list[Path] = []
+        self.records = 0
+        self.captures = 0
+        self.on_loss: OnLoss | None = None
+
+    def __iter__(self) -> Iterator[tuple[int, ev.Record]]:
+        self.gaps, self.records, self.captures = [], 0, 0
+        watch = SeqWatch(self.on_loss)
+        for seq, record in self._items:
+            if isinstance(record, ev.CaptureStarted) and record.file_index == 0 and watch.started:
+                watch.end()
+                self.gaps.extend(watch.gaps)
+                watch = SeqWatch(self.on_loss)
+            if watch.record(seq, record, "<records>", None):
+                continue
+            self.records += 1
+            yield seq, record
+        watch.end()
+        self.gaps.extend(watch.gaps)
 
 
 def read_capture(paths: PathLike | Iterable[PathLike], *, skip_damaged: bool | None = None) -> CaptureReader:

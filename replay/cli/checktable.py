@@ -38,8 +38,9 @@ _STYLE = {
 
 
 def needs_attention(r: RequestOutcome) -> bool:
-    """What the table keeps when there are more requests than rows: a violation or not ``completed``."""
-    return bool(r.violations) or r.outcome != "completed"
+    """What the table keeps when there are more requests than rows: a violation (counted or after records
+    were lost) or not ``completed``."""
+    return bool(r.violations) or bool(r.violations_after_loss) or r.outcome != "completed"
 
 
 class TableSink:

@@ -373,9 +373,11 @@ def outcome_of(call: Any, r: Any, state: State) -> RequestOutcome:
     if r.hole is not None:
         # Records of its call were lost (Tracker.lost): what came after is not the server's for sure.
         violations, after_loss = violations[: r.hole_from], violations[r.hole_from :]
-        open_then = r.hole == LOST_OPEN and not (call.kind == "unary" and r.responses)
+        # A unary request has one reply and its call one end: both recorded, nothing of it was lost.
+        whole = call.kind == "unary" and r.responses and call.cause is not None
+        open_then = r.hole == LOST_OPEN and not whole
         if open_then or (r.hole == LOST_BEFORE and after_loss):
-            # Open when they were lost (a unary request's one reply recorded after all is whole), or
+            # Open when they were lost (a unary request whose reply and end were recorded is whole), or
             # sent after them and then broke a rule a lost request of its id would explain.
             outcome, recorded_as = UNKNOWN, outcome
     # Built as the non-frozen twin, then made the frozen outcome (replay/frozen.py): one per request,

@@ -39,7 +39,7 @@ from typing import Any
 from replay.capture import events as ev
 from replay.capture.ids import CaptureIds
 from replay.capture.methods import HTTP_INFERENCE, INFER, STREAM_INFER, http_kind, streaming
-from replay.capture.reader import Gap, PathLike, SeqWatch, read_capture
+from replay.capture.reader import Gap, PathLike, RecordsReader, read_capture
 from replay.machine.groups import Group
 from replay.machine.outcomes import (
     LOST_BEFORE,
@@ -229,9 +229,10 @@ class Tracker:
             if record.after == "end" and record.frame != "overflow":
                 self._late_after_end += 1
         elif isinstance(record, ev.CaptureStarted):
-            if record.file_index == 0 and self._ids.captures:
-                self._capture_over(seq)  # the previous capture ends here (the next one's ids restart)
+            before = self._ids.captures
             if self._ids.starts(record):
+                if before:
+                    self._capture_over(seq)  # the previous capture ends here (the next one's ids restart)
                 self._live.clear()
 
     def lost(self, _gap: Gap | None = None) -> None:
@@ -464,7 +465,9 @@ class Tracker:
             r.machine.feed(inp, seq)
             if r.t_done is None and t_ns is not None:
                 r.t_done = t_ns
-            if r.machine.state is State.CANCELLED:
+            if r.machine.state is State.CANCELLED and r.hole != LOST_OPEN:
+                # (Open where records were lost, it may have ended before the cancel: no evidence that
+                # work was cancelled, so none that a later request restarted it.)
                 where = f"call {call.id}, seq {r.seq}"
                 if r.request_id:
                     self._cancelled_keys[r.model, r.request_id] = where
@@ -555,7 +558,8 @@ def _records(items: Iterable[Any]) -> Iterator[tuple[int, ev.Record]]:
 
 
 def open_source(capture: CaptureSource) -> tuple[Iterable[tuple[int, ev.Record]], Any]:
-    """``(records, reader-or-None)`` for any :data:`CaptureSource` (paths are read lazily)."""
+    """``(records, reader-or-None)`` for any :data:`CaptureSource` (paths are read lazily; records in
+    memory through a :class:`~replay.capture.reader.RecordsReader`: holes found alike)."""
     if isinstance(capture, str | os.PathLike):
         reader = read_capture(capture)
         return reader, reader
@@ -567,7 +571,8 @@ def open_source(capture: CaptureSource) -> tuple[Iterable[tuple[int, ev.Record]]
     if isinstance(first, str | os.PathLike):
         reader = read_capture(rest)  # type: ignore[arg-type]
         return reader, reader
-    return _records(rest), None
+    records = RecordsReader(_records(rest))
+    return records, records
 
 
 def track(capture: CaptureSource) -> TrackResult:
@@ -579,20 +584,9 @@ def track(capture: CaptureSource) -> TrackResult:
     """
     records, reader = open_source(capture)
     tracker = Tracker()
-    if reader is not None:
-        reader.on_loss = tracker.lost
-        for seq, record in records:
-            tracker.feed(seq, record)
-        return tracker.finish(reader.gaps, reader.warnings)
-    gaps: list[Gap] = []
-    watch = SeqWatch(tracker.lost)
+    if reader is None:
+        return tracker.finish()
+    reader.on_loss = tracker.lost
     for seq, record in records:
-        if isinstance(record, ev.CaptureStarted) and record.file_index == 0 and watch.started:
-            watch.end()
-            gaps.extend(watch.gaps)
-            watch = SeqWatch(tracker.lost)
-        if watch.record(seq, record, "<records>", None):
-            continue
         tracker.feed(seq, record)
-    watch.end()
-    return tracker.finish([*gaps, *watch.gaps])
+    return tracker.finish(reader.gaps, reader.warnings)

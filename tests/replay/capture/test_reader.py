@@ -423,6 +423,23 @@ def test_the_chains_of_a_capture_set_are_one_capture_interleaved_by_time(tmp_pat
     assert (reader.captures, reader.records, reader.gaps) == (1, len(got), [])
 
 
+def test_a_workers_chain_starting_after_another_workers_call_is_the_same_capture(tmp_path: Path) -> None:
+    """As `record --workers 2` writes them (each chain's capture_start naming the set): worker 1's chain
+    starts 5 ms after worker 0's first call; its start is no new capture for the tools, so worker 0's
+    call is neither ended there nor renamed (it was `incomplete`, its later records ignored as orphans
+    of a call `2:c1.1`)."""
+    import dataclasses
+
+    chains = {0: _worker(0, "c1.1"), 1: _worker(5_000_000, "c2.1")}
+    for k, b in chains.items():
+        b.records[0] = dataclasses.replace(b.records[0], capture_set=STEM, worker=k, workers=2)
+        (tmp_path / f"{STEM}.w{k}.jsonl").write_bytes(b.render())
+    assert chains[1].records[0].t_ns > chains[0].records[1].t_ns  # worker 0's call started first
+    result = track(tmp_path)
+    assert (result.captures, result.warnings) == (1, ())
+    assert [(r.call, r.outcome) for r in result.requests] == [("c1.1", "completed")] * 2 + [("c2.1", "completed")] * 2
+
+
 def test_counts_say_how_many_captures_and_records_were_read_on_every_pass(tmp_path: Path) -> None:
     """Two unrelated capture files: two captures; `records` counts what was yielded, afresh on each pass."""
     one, other = tmp_path / "one.jsonl", tmp_path / "other.jsonl"

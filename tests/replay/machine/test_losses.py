@@ -342,3 +342,117 @@ def test_a_loss_walks_only_the_calls_open_then() -> None:
     assert list(tracker._open) == ["c1.2"]
     tracker.feed(len(b.records), Builder().start().records[0])  # a second capture starts
     assert tracker._open == {}
+
+
+def test_a_cancel_of_a_request_open_at_a_loss_is_no_evidence_of_a_restart() -> None:
+    """`r` was open when its final was lost, then its stream was cancelled: whether it was still in
+    flight at the cancel is not on record, so the same id sent on a later call is no counted
+    `restarted_after_cancel` (it is when the cancel is whole)."""
+
+    def capture() -> Builder:
+        b = Builder().start()
+        b.call("c1.1")
+        b.request("c1.1", "r")
+        b.response("c1.1", "r", "x")
+        b.response("c1.1", "r", None, final=True)  # 4: lost
+        b.cancel("c1.1", "client_cancel", rst_code=8)
+        b.end("c1.1", "CANCELLED", "client_cancel")
+        b.call("c2.1")
+        b.request("c2.1", "r")
+        b.response("c2.1", "r", None, final=True)
+        b.half_close("c2.1")
+        b.end("c2.1")
+        return b.finish()
+
+    result = track(_losing(capture(), 4))
+    assert _rows(result) == [("r", "unknown", "cancelled", [], []), ("r", "completed", None, [], [])]
+    assert result.ok
+    whole = capture()
+    whole.records.pop(4)  # the same without the final, numbered whole: the cancel is whole evidence
+    assert _rows(track(whole.records))[1] == ("r", "completed", None, ["restarted_after_cancel"], [])
+
+
+def test_a_unary_request_whose_end_was_lost_is_unknown_though_its_reply_came_before() -> None:
+    """The reply recorded before the loss, the call's end lost in it: not `incomplete` (the call did
+    end), unknown."""
+    b = Builder().start()
+    b.call("c1.1", INFER)
+    b.request("c1.1", "u", empty_final=None)
+    b.response("c1.1", "u", "a", final=None)
+    b.end("c1.1")  # 4: lost
+    b.call("c2.1", INFER)
+    b.request("c2.1", "v", empty_final=None)
+    b.response("c2.1", "v", "a", final=None)
+    b.end("c2.1")
+    result = track(_losing(b.finish(), 4))
+    assert [(r.request_id, r.outcome, r.recorded_as) for r in result.requests] == [
+        ("u", "unknown", "incomplete"), ("v", "completed", None),
+    ]  # fmt: skip
+
+
+def test_a_hole_before_a_captures_first_record_touches_no_earlier_capture(tmp_path: Path) -> None:
+    """Capture A killed with a request open (no capture_end), then capture B, read in the same run,
+    whose first file retention removed: B's hole lost B's records, none of A's: A's request is
+    `incomplete`, as when A is read alone."""
+    import dataclasses
+
+    from replay.capture.schema import encode
+
+    a = Builder().start()
+    a.call("c1.1")
+    a.request("c1.1", "r")
+    a.response("c1.1", "r", "x")
+    (tmp_path / "capture-20260528T000000-100.jsonl").write_bytes(
+        b"".join(encode(r, s) for s, r in enumerate(a.records))
+    )
+    b = Builder(t=a.t + 10**9).start()
+    b.records[0] = dataclasses.replace(b.records[0], file_index=1)
+    b.call("c9.1")
+    b.request("c9.1", "s")
+    b.response("c9.1", "s", None, final=True)
+    b.end("c9.1")
+    (tmp_path / "capture-20260528T000100-200-0001.jsonl").write_bytes(
+        b"".join(encode(r, s + 500) for s, r in enumerate(b.finish().records))
+    )
+    result = track(tmp_path)
+    assert [g.kind for g in result.gaps] == ["missing_capture_end", "missing_file"]
+    assert [(r.request_id, r.outcome, r.recorded_as) for r in result.requests] == [
+        ("r", "incomplete", None), ("s", "completed", None),
+    ]  # fmt: skip
+
+
+def test_check_table_keeps_a_request_whose_violations_came_after_a_loss(tmp_path: Path) -> None:
+    """More requests than --rows: the one with a violation after the loss (not counted) is still a
+    row, so the summary's "not counted: 1 violation(s)" points at something shown."""
+    import io
+
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "a")
+    b.response("c1.1", "a", None, final=True)
+    b.request("c1.1", "a")  # 4: lost
+    b.response("c1.1", "a", None, final=True)
+    for i in range(2, 5):
+        b.call(f"c{i}.1")
+        b.request(f"c{i}.1", "z")
+        b.response(f"c{i}.1", "z", None, final=True)
+        b.half_close(f"c{i}.1")
+        b.end(f"c{i}.1")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(_render_losing(b.finish(), 4))
+    out = io.StringIO()
+    assert check([str(path)], rows=2, out=out, err=io.StringIO()) == 0
+    assert "response_after_final (after records" in out.getvalue()
+
+
+def test_records_in_memory_are_judged_as_a_file_is_by_every_tool() -> None:
+    """`summarize` (what serve and diff read) given records, not paths: the same holes and the same
+    judgement as `track` and as the file (it saw no hole and counted the violation)."""
+    from replay.tools.captured import summarize
+
+    kept = _losing(_idless_second_request_lost(), 4, 5)
+    summary = summarize(kept).outcomes
+    assert [g.kind for g in summary.gaps] == ["seq_gap"]
+    assert _rows(summary) == _rows(track(kept)) == [("", "unknown", "completed", [], ["response_after_final"])]

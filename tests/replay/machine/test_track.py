@@ -862,3 +862,4 @@ def test_a_stream_whose_first_message_is_a_response_lists_it_and_tracks_what_fol
     result = track(b.records)
     assert [(u.request_id, u.reason) for u in result.unattributable] == [("lost", "unknown_id")]
     assert [(r.request_id, r.outcome, r.responses, r.text_responses) for r in result.requests] == [("r", "completed", 2, 1)]
+
