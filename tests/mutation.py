@@ -67,6 +67,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "replay/tools/match.py": ("tests/replay/tools/test_match.py",),
     "replay/capture/schema.py": ("tests/replay/capture",),
     "replay/capture/reader.py": ("tests/replay/capture",),
+    "replay/capture/holes.py": ("tests/replay/capture", "tests/replay/machine/test_losses.py"),
     "proxy/capture/gaps.py": ("tests/proxy/capture/test_gaps.py", "tests/proxy/capture/test_writer.py"),
     "proxy/capture/writer.py": _WRITER,
     "replay/tools/diff.py": ("tests/replay/tools/test_diff.py", *_DIFF_CLI),

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from replay.capture.events import HALF_CLOSE_ANSWERED
+from replay.capture.holes import Gap
 from replay.capture.methods import protocol, short_method
-from replay.capture.reader import Gap
 from replay.frozen import building
 from replay.machine.table import State, Violation
 

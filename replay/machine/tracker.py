@@ -37,9 +37,10 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from replay.capture import events as ev
+from replay.capture.holes import Gap
 from replay.capture.ids import CaptureIds
 from replay.capture.methods import HTTP_INFERENCE, INFER, STREAM_INFER, http_kind, streaming
-from replay.capture.reader import Gap, PathLike, RecordsReader, read_capture
+from replay.capture.reader import PathLike, RecordsReader, read_capture
 from replay.machine.groups import Group
 from replay.machine.outcomes import (
     LOST_BEFORE,
@@ -236,7 +237,7 @@ class Tracker:
                 self._live.clear()
 
     def lost(self, _gap: Gap | None = None) -> None:
-        """Records were lost here (a hole: :data:`~replay.capture.reader.LOSSES`), before the next record fed.
+        """Records were lost here (a hole: :data:`~replay.capture.holes.LOSSES`), before the next record fed.
 
         Any call open here may have lost requests, responses, finals or its end, and what is recorded
         after cannot show which: a request open here gets the outcome ``unknown`` (what its records

@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from replay.capture.holes import Gap
 from replay.capture.methods import is_inference, protocol, short_method
-from replay.capture.reader import Gap
 from replay.machine.outcomes import RequestOutcome
 from replay.tools.captured import CaptureSummary
 from replay.tools.match import STRATEGIES, Candidate, Matcher

@@ -38,7 +38,8 @@ import pyarrow.parquet as pq
 
 from replay.capture import events as ev
 from replay.capture import naming
-from replay.capture.reader import Gap, PathLike, read_capture
+from replay.capture.holes import Gap
+from replay.capture.reader import PathLike, read_capture
 from replay.errors import UserError
 from replay.tools.export.columns import Column, columns
 

@@ -30,9 +30,9 @@ import numpy.typing as npt
 import orjson
 
 from replay.capture import events as ev
+from replay.capture.holes import Gap
 from replay.capture.ids import CaptureIds
 from replay.capture.methods import short_method
-from replay.capture.reader import Gap
 from replay.capture.schema import encode
 from replay.machine.outcomes import RequestOutcome, status_ok
 from replay.machine.tracker import Tracker

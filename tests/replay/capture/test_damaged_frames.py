@@ -18,7 +18,8 @@ import zstandard
 
 from proxy.capture.writer import WriterOptions
 from replay.capture import events as ev
-from replay.capture.reader import Gap, read_capture
+from replay.capture.holes import Gap
+from replay.capture.reader import read_capture
 from replay.cli.main import main as replay_main
 from replay.errors import CaptureError, DamagedFrame
 from tests.support.paths import DATA

@@ -14,7 +14,8 @@ import pytest
 import zstandard
 
 from replay.capture import events as ev
-from replay.capture.reader import SeqWatch, read_capture
+from replay.capture.holes import SeqWatch
+from replay.capture.reader import read_capture
 from replay.capture.schema import encode
 from replay.errors import CaptureError, CaptureTooNew
 from replay.machine.tracker import track

@@ -11,7 +11,8 @@ import orjson
 import pytest
 import zstandard
 
-from replay.capture.reader import Gap, read_capture, skipping_damaged
+from replay.capture.holes import Gap
+from replay.capture.reader import read_capture, skipping_damaged
 from replay.errors import CaptureError, DamagedLine
 from tests.support.paths import DATA
 

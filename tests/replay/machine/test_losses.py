@@ -15,7 +15,8 @@ from typing import Any
 import orjson
 
 from replay.capture import events as ev
-from replay.capture.reader import Gap, read_capture
+from replay.capture.holes import Gap
+from replay.capture.reader import read_capture
 from replay.cli.check import check
 from replay.machine.tracker import Tracker, track
 from tests.data.make_golden import INFER, Builder

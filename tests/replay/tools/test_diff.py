@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from replay.capture.reader import Gap
+from replay.capture.holes import Gap
 from replay.tools.captured import CaptureSummary, summarize
 from replay.tools.diff import Change, DiffResult, Pair, diff
 from replay.tools.match import STRATEGIES
