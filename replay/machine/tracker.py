@@ -241,7 +241,7 @@ class Tracker:
 
         Any call open here may have lost requests, responses, finals or its end, and what is recorded
         after cannot show which: a request open here gets the outcome ``unknown`` (what its records
-        show is kept beside it), except a unary request whose one reply was recorded after all; the
+        show is kept beside it), except a unary request whose reply and call end were both recorded; the
         violations its call's requests get from here on are listed apart and not counted against the
         server (a final lost here would read as ``missing_final``, a lost request's responses as
         another's ``response_after_final``), and so are responses no request can be given; a request
