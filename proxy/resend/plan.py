@@ -120,6 +120,7 @@ def scripts(records: Iterable[tuple[int, ev.Record]]) -> list[CallScript]:
     """Every call of a capture (several captures: later ids prefixed ``2:``, ``3:``... as ``check`` does)."""
     out: dict[str, CallScript] = {}
     ids = CaptureIds()
+    ids.follow(records)  # a reader tells where each capture begins
     for _seq, rec in records:
         if ids.starts(rec) or isinstance(rec, ev.CaptureStarted):
             continue

@@ -32,7 +32,7 @@ import contextlib
 import heapq
 import itertools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
 from typing import IO
@@ -139,6 +139,10 @@ class CaptureReader:
         #: Told of each hole where records were lost as it is found (:class:`~replay.capture.holes.SeqWatch`'s ``on_loss``):
         #: set before iterating, e.g. to :meth:`~replay.machine.tracker.Tracker.lost`.
         self.on_loss: OnLoss | None = None
+        #: Told as reading moves on to each capture (set of files), before its first record: its first
+        #: ``capture_start`` begins a capture even when its first files are gone (file index > 0),
+        #: which its records cannot show (:meth:`~replay.capture.ids.CaptureIds.begin`).
+        self.on_capture: Callable[[], None] | None = None
 
     def __iter__(self) -> Iterator[tuple[int, ev.Record]]:
         self.warnings, self.gaps, self.records, self.captures = [], [], 0, 0
@@ -150,6 +154,8 @@ class CaptureReader:
         """The record sources in reading order: per file, or one merge per capture set of several chains."""
         for chains in self.sets:
             self.captures += 1
+            if self.on_capture is not None:
+                self.on_capture()
             if len(chains) == 1:
                 yield from self._chain(chains[0])
             else:

@@ -71,7 +71,7 @@ def _check(reader: CaptureReader, sink: SpillSink | TableSink, out: TextIO, err:
     from replay.machine.tracker import Tracker
 
     tracker = Tracker(sink=sink)
-    reader.on_loss = tracker.lost  # what was open where records were lost is not judged as if whole
+    tracker.watch(reader)  # what was open where records were lost is not judged as if whole
     marks: list[dict[str, Any]] = []
     feed = tracker.feed
     with gc_paused():

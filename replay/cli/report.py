@@ -59,7 +59,7 @@ def build_report(paths: Sequence[str], output: Path, *, err: TextIO | None = Non
 
     reader = read_capture(list(paths))
     builder = ReportBuilder()
-    reader.on_loss = builder.tracker.lost
+    builder.tracker.watch(reader)
     feed = builder.feed
     with gc_paused():
         for seq, record in with_progress(reader, err):

@@ -257,6 +257,14 @@ class Tracker:
                 if r.machine.state in OPEN:
                     r.hole = LOST_OPEN
 
+    def watch(self, reader: Any) -> None:
+        """Be told by ``reader`` (a capture or records reader, or None) of each hole (:meth:`lost`) and of
+        each capture it begins (where a capture whose first files are gone starts)."""
+        if reader is None:
+            return
+        reader.on_loss = self.lost
+        self._ids.follow(reader)
+
     def qualified(self, raw_id: str) -> str:
         """The call id as reported (a second capture in one run prefixes its ids, see :meth:`feed`)."""
         return self._ids.of(raw_id)
@@ -587,7 +595,7 @@ def track(capture: CaptureSource) -> TrackResult:
     tracker = Tracker()
     if reader is None:
         return tracker.finish()
-    reader.on_loss = tracker.lost
+    tracker.watch(reader)
     for seq, record in records:
         tracker.feed(seq, record)
     return tracker.finish(reader.gaps, reader.warnings)

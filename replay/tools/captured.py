@@ -148,8 +148,7 @@ def summarize(capture: CaptureSource, observe: Observer | None = None) -> Captur
         last[0], last[1] = seq, req_seq
 
     tracker = Tracker(on_response=attributed)
-    if reader is not None:
-        reader.on_loss = tracker.lost
+    tracker.watch(reader)
     requests = _Requests()
     modes: set[str] = set()
     for seq, rec in records:

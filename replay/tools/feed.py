@@ -141,9 +141,10 @@ def _call_records(capture: CaptureSource, call: str | None, accept: Callable[[st
     """``(seq, call id, record)`` of one call, in capture order from its ``call_start`` to its ``call_end``
     (read lazily): ``call``, or the first call whose method ``accept`` takes. Nothing when there is none
     (``choice`` says what there was)."""
-    records, _ = open_source(capture)
+    records, reader = open_source(capture)
     chosen: str | None = None
     ids = CaptureIds()
+    ids.follow(reader)
     for seq, rec in records:
         if ids.starts(rec) or isinstance(rec, ev.CaptureStarted):
             continue
@@ -303,9 +304,10 @@ async def feed_stream_aio(
 
 def stream_calls(capture: CaptureSource) -> list[str]:
     """The ids of the capture's ModelStreamInfer calls, in order (what ``call=`` accepts)."""
-    records, _ = open_source(capture)
+    records, reader = open_source(capture)
     out: list[str] = []
     ids = CaptureIds()
+    ids.follow(reader)
     for _, rec in records:
         if ids.starts(rec):
             continue

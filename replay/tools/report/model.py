@@ -31,7 +31,6 @@ import orjson
 
 from replay.capture import events as ev
 from replay.capture.holes import Gap
-from replay.capture.ids import CaptureIds
 from replay.capture.methods import short_method
 from replay.capture.schema import encode
 from replay.machine.outcomes import RequestOutcome, status_ok
@@ -201,7 +200,6 @@ class ReportBuilder:
         self._last_seq = self._last_req = -1
         self._cancels: list[_Cancel] = []
         self._dropped: list[tuple[int, int, int, str, int]] = []  # gap records: first, last t_ns, count, reason, ri
-        self._ids = CaptureIds()  # connection ids follow the tracker's rule for call ids
         self._attributed = False  # set by _response while the tracker takes the current record
 
     @property
@@ -254,7 +252,7 @@ class ReportBuilder:
         if isinstance(record, ev.CallStarted):
             cid = q(record.call)
             if cid not in self._calls:
-                info = _CallInfo(id=cid, conn=self._ids.of(record.conn), method=record.method,
+                info = _CallInfo(id=cid, conn=q(record.conn), method=record.method,
                                  t_start=record.t_ns, timeout_ms=record.timeout_ms, ri=ri)  # fmt: skip
                 self._calls[cid] = info
                 self._order.append(info)
@@ -275,8 +273,6 @@ class ReportBuilder:
                 call.end_ri = ri
         elif isinstance(record, ev.GapRecorded):
             self._dropped.append((record.first_t_ns, record.last_t_ns, record.dropped, record.reason, ri))
-        elif isinstance(record, ev.CaptureStarted):
-            self._ids.starts(record)
 
     def _response(self, call: str, request_seq: int, seq: int, rec: ev.MessageSeen) -> None:
         # Hot loop: once per response. A request's responses mostly come one after the other, so

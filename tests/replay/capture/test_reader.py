@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
+import io
+import json
 import os
 import socket
 import tempfile
@@ -13,12 +16,17 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from proxy.resend.plan import scripts
 from replay.capture import events as ev
 from replay.capture.holes import SeqWatch
 from replay.capture.reader import read_capture
 from replay.capture.schema import encode
+from replay.cli.main import main as check_main
+from replay.cli.report import build_report
 from replay.errors import CaptureError, CaptureTooNew
 from replay.machine.tracker import track
+from replay.tools.captured import summarize
+from replay.tools.feed import stream_calls
 from tests.data.make_golden import Builder
 from tests.support.paths import DATA
 
@@ -701,3 +709,52 @@ def test_each_loss_is_told_before_the_record_after_it_and_only_losses(tmp_path: 
     assert kinds == ["missing_file", "seq_gap"]
     first_of_last = next(i for i, (_, told) in enumerate(seen) if told)
     assert seen[first_of_last - 1][1] == [] and seen[first_of_last][1] == ["missing_file", "seq_gap"]
+
+
+def _capture_cut_then_another(directory: Path) -> None:
+    """Two captures in ``directory``: the first cut with a request open on call ``c1.2``; then another
+    whose first file is gone (rotated out) and whose call ``c1.2`` completes its request."""
+    a = Builder().start()
+    a.call("c1.2")
+    a.request("c1.2", "x")
+    (directory / f"{STEM}.jsonl").write_bytes(a.render())
+    b = Builder().start()
+    b.call("c1.2")
+    b.request("c1.2", "x")
+    b.response("c1.2", "x", None, final=True)
+    b.half_close("c1.2")
+    b.end("c1.2")
+    later = [dataclasses.replace(b.finish().records[0], file_index=1), *b.records[1:]]
+    (directory / "capture-20260102T000000-4243-0001.jsonl").write_bytes(
+        b"".join(encode(r, 10 + i) for i, r in enumerate(later))
+    )
+
+
+def test_a_capture_whose_first_files_are_gone_is_a_capture_of_its_own_in_every_tool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The records alone cannot tell a later capture's `capture_start` of file 1 from a rotation: the
+    reader, which knows which files go together, tells every tool where each capture begins (before,
+    the two captures' `c1.2` read as one call: a group of two requests, a `missing_final`, 1 capture)."""
+    _capture_cut_then_another(tmp_path)
+    reader = read_capture(tmp_path)
+    heard: list[str | int] = []
+    reader.on_capture = lambda: heard.append("capture")
+    heard.extend(seq for seq, _ in reader)
+    assert heard == ["capture", 0, 1, 2, "capture", *range(10, 17)]  # before each capture's first record
+    result = track(tmp_path)
+    assert [(r.call, r.outcome, r.violations) for r in result.requests] == [
+        ("c1.2", "incomplete", ()), ("2:c1.2", "completed", ()),
+    ]  # fmt: skip
+    assert (result.captures, result.warnings) == (2, ())
+    assert stream_calls(tmp_path) == ["c1.2", "2:c1.2"]
+    assert [(c.id, c.conn) for c in scripts(read_capture(tmp_path))] == [("c1.2", "c1"), ("2:c1.2", "2:c1")]
+    assert [r.call for r in summarize(tmp_path).outcomes.requests] == ["c1.2", "2:c1.2"]
+    model = build_report([str(tmp_path)], tmp_path / "r.html", err=io.StringIO())
+    assert model["calls"]["id"] == ["c1.2", "2:c1.2"] and model["calls"]["conn"] == ["c1", "2:c1"]
+    assert check_main(["check", "--json", str(tmp_path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(r["call"], r["outcome"]) for r in out["requests"]] == [("c1.2", "incomplete"), ("2:c1.2", "completed")]
+    assert out["summary"]["captures"] == 2
+    # In memory, without a reader, the run's first capture_start still begins capture 1 (before: 0).
+    assert track(list(read_capture(tmp_path))[:3]).captures == 1
