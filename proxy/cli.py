@@ -14,7 +14,7 @@ from typing import Any
 
 from proxy import __version__
 from replay import readyfile
-from replay.cli.base import Parser, hostport, positive_float, positive_int, run_command, run_guarded
+from replay.cli.base import Parser, hostport, positive_float, positive_int, run_command, run_guarded, sigterm_interrupts
 from replay.errors import UserError
 
 
@@ -342,7 +342,9 @@ def _run_check_cancel(args: argparse.Namespace) -> int:
     )  # fmt: skip
     # A run that cannot start ends as every command's errors do: an unreachable or misbehaving Triton
     # (UpstreamError) is exit 1, bad input (an unknown model, inputs it cannot build) exit 2.
-    report = run_check(opts)
+    # A harness's timeout (SIGTERM) stops the in-process proxy as Ctrl-C does: its capture keeps its end.
+    with sigterm_interrupts():
+        report = run_check(opts)
     text = verdict.to_markdown(report)
     # Printed first: a report file that still fails to write must not throw the result away.
     print(json.dumps(verdict.to_json(report), indent=2) if args.json else text, flush=True)

@@ -12,7 +12,9 @@ import argparse
 import contextlib
 import gc
 import math
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
@@ -22,6 +24,26 @@ from replay.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Damaged, Triton
 MAX_INT = 2**31
 #: Upper bound of the float flags (seconds, milliseconds, MB): larger ones overflow timers and sizes.
 MAX_FLOAT = 1e9
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Inside, SIGTERM ends the command as Ctrl-C does (KeyboardInterrupt, exit 130), so its ``finally``
+    blocks run: a harness's timeout or ``kill`` must leave what the command recorded as complete as a
+    Ctrl-C does (a capture with its end, its last records written), not cut off by the default action.
+    Outside the main thread (an embedding program) the program's own handling stays."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_sig: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 @contextlib.contextmanager
