@@ -139,9 +139,9 @@ class CaptureReader:
         #: Told of each hole where records were lost as it is found (:class:`~replay.capture.holes.SeqWatch`'s ``on_loss``):
         #: set before iterating, e.g. to :meth:`~replay.machine.tracker.Tracker.lost`.
         self.on_loss: OnLoss | None = None
-        #: Told as reading moves on to each capture (set of files), before its first record: its first
-        #: ``capture_start`` begins a capture even when its first files are gone (file index > 0),
-        #: which its records cannot show (:meth:`~replay.capture.ids.CaptureIds.begin`).
+        #: Told as reading moves on to each capture its files' names tell apart, before its first record:
+        #: its first ``capture_start`` begins a capture even when its first files are gone (file index
+        #: > 0), which its records cannot show (:meth:`~replay.capture.ids.CaptureIds.begin`).
         self.on_capture: Callable[[], None] | None = None
 
     def __iter__(self) -> Iterator[tuple[int, ev.Record]]:
@@ -154,7 +154,9 @@ class CaptureReader:
         """The record sources in reading order: per file, or one merge per capture set of several chains."""
         for chains in self.sets:
             self.captures += 1
-            if self.on_capture is not None:
+            if self.on_capture is not None and naming.parse(chains[0][0].name) is not None:
+                # Only files the writer named are known to be a capture of their own; others (renamed
+                # files, a FIFO) are left to their records, which join a later file to the one before.
                 self.on_capture()
             if len(chains) == 1:
                 yield from self._chain(chains[0])

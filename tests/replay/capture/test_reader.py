@@ -758,3 +758,15 @@ def test_a_capture_whose_first_files_are_gone_is_a_capture_of_its_own_in_every_t
     assert out["summary"]["captures"] == 2
     # In memory, without a reader, the run's first capture_start still begins capture 1 (before: 0).
     assert track(list(read_capture(tmp_path))[:3]).captures == 1
+
+
+def test_rotated_files_renamed_are_still_joined_by_their_records(tmp_path: Path) -> None:
+    """Files whose names are not the writer's (renamed copies of one capture's rotated files) are not
+    known to be captures of their own: a later one's `capture_start` of file 1 continues the one before,
+    and calls that span them are whole (the reader still says their chain starts at a rotated file)."""
+    renamed = []
+    for i, path in enumerate(_rotated(tmp_path, _sample(), [4, 8])):
+        renamed.append(path.rename(tmp_path / f"part-{'abc'[i]}.jsonl"))
+    result = track(renamed)
+    assert [(r.call, r.outcome) for r in result.requests] == [("c1.1", "completed")] * 3
+    assert (result.captures, result.warnings) == (1, ())
