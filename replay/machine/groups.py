@@ -40,6 +40,7 @@ class Member(Protocol):
     seq: int
     t_sent: int
     final: bool | None
+    final_due: bool  # it asked for a final flag (empty final responses enabled)
 
 
 M = TypeVar("M", bound=Member)
@@ -82,6 +83,15 @@ class Group(Generic[M]):
         elif error:
             self.errors += 1
         return final and self.open == 0
+
+    def finals_missing(self) -> int:
+        """How many of the group's requests that asked for a final flag certainly got none: those that
+        asked, less the finals seen and the errors without the flag (each may be Triton's refusal of a
+        request, which no final follows). Whose finals came the wire does not say: a final of a request
+        that did not ask for one may have come instead of one that did, so only this count is certain."""
+        asked = sum(1 for m in self.members if m.final_due)
+        errors = self.errors + sum(1 for m in self.members if m.machine.state is _ERROR_RECEIVED)
+        return max(0, asked - self.finals["completed"] - self.finals["error"] - errors)
 
     def close(self, end: Input | None, seq: int | None) -> None:
         """The group is over: at its last final (``end`` None) or at its call's end (``end``).

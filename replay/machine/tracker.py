@@ -410,6 +410,12 @@ class Tracker:
         target = group.members[-1]
         machine = target.machine
         error, fin = rec.error, rec.final is True
+        if error and not fin and not target.responses:
+            # Triton refuses a request it cannot run (an unknown model, a missing or malformed input)
+            # with one error that carries no final flag, empty finals enabled or not, and sends nothing
+            # more for it (seen live, 2.51): no final is due after such a first answer. A model's own
+            # error without the flag keeps its request open: Triton waits for the model's final.
+            target.final_due = False
         inp = _ERROR_FINAL if error and fin else _ERROR if error else _FINAL if fin else _RESPONSE
         if fin and machine.state in OPEN:
             group.open -= 1
@@ -507,7 +513,7 @@ class Tracker:
     def _close_groups(call: _Call, end: Input, seq: int | None) -> None:
         for group in call.groups.values():
             if group.shared and group.outcome is None:
-                due = end is Input.END_OK and any(m.final_due for m in group.members)
+                due = end is Input.END_OK and group.finals_missing() > 0
                 group.close(Input.END_OK_FINAL_DUE if due else end, seq)
                 if due and group.open and group.outcome is not None and not group.outcome.per_request:
                     # Finals were due and some never came; whose is unknown: one violation for the group.

@@ -169,3 +169,28 @@ def test_error_without_final_and_nothing_more(recording_proxy: ProxyThread, caps
     (r,) = doc["requests"]
     assert r["outcome"] == "error" and r["final"] is not True and r["responses"] == 2, r
     assert code == 0, doc
+
+
+def test_requests_triton_refuses_inside_a_stream_owe_no_final(
+    recording_proxy: ProxyThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Triton refuses a request it cannot run (an unknown model; a required input missing) with one error
+    response and no final flag, though the request enabled empty finals, and sends nothing more for it:
+    `check` says `error` (note `missing_final`), no violation, exit 0, as the client saw (it was exit 1:
+    a healthy server failing the check). A good request after them completes."""
+    s = StreamSession(recording_proxy.url)
+    s.send("nosuch", token_inputs("x", 1), "unknown", enable_empty_final_response=True)
+    s.send("scripted", [int_input("DELAY_MS", 5)], "no-prompt", enable_empty_final_response=True)
+    _send(s, "t,F", "good")
+    live = s.take_until(_is_final)
+    s.close()
+    assert sorted(e[0] for e in live if e[0] == "error") == ["error", "error"]
+    assert not any(e[0] == "result" and e[1] != "good" for e in live)
+    code, doc = _check(recording_proxy, capsys)
+    rows = [(r["request_id"], r["outcome"], r["notes"], r["violations"]) for r in doc["requests"]]
+    assert rows == [
+        ("unknown", "error", ["missing_final"], []),
+        ("no-prompt", "error", ["missing_final"], []),
+        ("good", "completed", [], []),
+    ]
+    assert code == 0

@@ -186,15 +186,73 @@ def test_call_end_after_cancel_does_not_apply_twice() -> None:
 
 
 def test_error_without_final_when_final_was_due_is_error_and_missing_final() -> None:
-    """An in-band error stays the outcome; the final that never came is still a violation."""
+    """A model's error without the final flag after its first responses: the error stays the outcome;
+    the final that empty finals promised and never came is still a violation."""
     b = Builder().start()
     b.call("c1.1")
     b.request("c1.1", "r", empty_final=True)
+    b.response("c1.1", "r", "t-0")
     b.response("c1.1", "r", None, error="boom")
     b.half_close("c1.1")
     b.end("c1.1")
     (r,) = track(b.records).requests
     assert (r.outcome, r.error, r.final, [v.name for v in r.violations]) == ("error", "boom", False, ["missing_final"])
+
+
+def test_a_request_triton_refused_owes_no_final_even_when_empty_finals_were_enabled() -> None:
+    """Triton answers a request it cannot run (an unknown model, a missing input) with one error
+    without the final flag and nothing more, whatever the request asked: `error` with the
+    `missing_final` note, no violation (it was one: a healthy server failed the check). The others on
+    the stream are judged as usual: one of them, due a final, still gets its violation."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "unknown", empty_final=True, model="nosuch")
+    b.response("c1.1", "unknown", None, error="Request for unknown model: 'nosuch' is not found", model="")
+    b.request("c1.1", "good", empty_final=True)
+    b.response("c1.1", "good", "g-0")
+    b.response("c1.1", "good", None, final=True)
+    b.request("c1.1", "cut", empty_final=True)
+    b.response("c1.1", "cut", "c-0")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    rows = [(r.request_id, r.outcome, r.notes, [v.name for v in r.violations]) for r in track(b.records).requests]
+    assert rows == [
+        ("unknown", "error", ("missing_final",), []),
+        ("good", "completed", (), []),
+        ("cut", "incomplete", (), ["missing_final"]),
+    ]
+
+
+def test_an_id_group_owes_only_the_finals_its_requests_asked_for() -> None:
+    """Two id-less requests in flight together, only the first asking for empty finals, one final seen:
+    whose it was the wire does not say, so no final is provably missing (it was a `missing_final`):
+    the group's counts say one completed and one unconfirmed. With both asking, one final is missing
+    for sure; and an error without the flag may be Triton's refusal, which owes none."""
+
+    def group(asks: tuple[bool, bool], error: bool = False) -> list[tuple[str, tuple[str, ...], dict[str, int]]]:
+        b = Builder().start()
+        b.call("c1.1")
+        b.request("c1.1", "", empty_final=asks[0])
+        b.request("c1.1", "", empty_final=asks[1])
+        if error:
+            b.response("c1.1", "", None, error="refused", model="")
+        b.response("c1.1", "", "t-0")
+        b.response("c1.1", "", None, final=True)
+        b.half_close("c1.1")
+        b.end("c1.1")
+        out = []
+        for r in track(b.records).requests:
+            assert r.group is not None
+            out.append((r.outcome, tuple(v.name for v in r.violations), r.group.ended))
+        return out
+
+    mixed = {"completed": 1, "unconfirmed": 1}
+    assert group((True, False)) == [("group", (), mixed), ("group", (), mixed)]
+    assert group((False, True)) == [("group", (), mixed), ("group", (), mixed)]
+    missing = {"completed": 1, "incomplete": 1}
+    assert group((True, True)) == [("group", ("missing_final",), missing), ("group", (), missing)]
+    refused = {"completed or error": 1, "unconfirmed or error": 1}
+    assert group((True, True), error=True) == [("group", (), refused), ("group", (), refused)]
 
 
 def test_restart_after_cancel_matches_payload_hash_for_requests_without_id() -> None:
