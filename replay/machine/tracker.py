@@ -131,6 +131,14 @@ _FINAL_RECEIVED, _COMPLETED, _ERRORED = State.FINAL_RECEIVED, State.COMPLETED, S
 #: ``on_response(call, request_seq, seq, record)``: a response was attributed to the request whose
 #: request record is ``request_seq`` on ``call`` (the report draws it on that request's lane).
 ResponseObserver = Callable[[str, int, int, ev.MessageSeen], None]
+#: ``on_adopt(call, raw_call, record)``: a message of a call whose ``call_start`` was not read made the
+#: tracker take the call up (``raw_call`` as written in the capture, ``record`` the message).
+AdoptObserver = Callable[[str, str, ev.MessageSeen], None]
+
+#: The method of a call whose ``call_start`` was not read (lost in a hole, or in a file not given: a
+#: retention cut, a damaged line): its messages are judged as a ModelStreamInfer stream's, the only
+#: call long enough to outlive a rotation in practice, but the method is not claimed.
+START_NOT_READ = "(call_start not read)"
 
 
 class Tracker:
@@ -141,8 +149,10 @@ class Tracker:
     O(requests), when ids are re-used (tritonclient's default ``""``) or calls end.
     """
 
-    def __init__(self, on_response: ResponseObserver | None = None, sink: RequestSink | None = None) -> None:
+    def __init__(self, on_response: ResponseObserver | None = None, sink: RequestSink | None = None,
+                 on_adopt: AdoptObserver | None = None) -> None:  # fmt: skip
         self._on_response = on_response
+        self._on_adopt = on_adopt
         self._sink = sink
         self._calls: dict[str, _Call] = {}
         self._order: list[_Call] = []
@@ -269,18 +279,42 @@ class Tracker:
         """The call id as reported (a second capture in one run prefixes its ids, see :meth:`feed`)."""
         return self._ids.of(raw_id)
 
-    def _call(self, raw_id: str, seq: int) -> _Call | None:
+    def _call(self, raw_id: str, seq: int, message: ev.MessageSeen | None = None) -> _Call | None:
         cid = self._ids.of(raw_id)
         call = self._calls.get(cid)
         if call is not None:
             self._live[raw_id] = call
+        elif message is not None:
+            call = self._adopt(raw_id, cid, seq, message)
         elif cid not in self._orphans:
             self._orphans.add(cid)
             self._warnings.append(f"seq {seq}: records of call {cid} without its call_start (lost in a gap?): ignored")
         return call
 
+    def _adopt(self, raw_id: str, cid: str, seq: int, rec: ev.MessageSeen) -> _Call:
+        """A message of a call whose ``call_start`` was not read: the call is taken up from here, so what
+        was read of it is judged, not dropped (a retention cut or a lost line must not make requests
+        vanish). It is judged as a stream (:data:`START_NOT_READ`) and as open where records were lost:
+        what came before (a request, a final) may explain what follows, so a request whose violations
+        that could explain is ``unknown``, a response no request read can be given is listed apart, and
+        a request seen whole keeps its outcome."""
+        call = _Call(cid, STREAM_INFER, rec.t_ns, len(self._order))
+        call.method = START_NOT_READ
+        call.hole = True
+        self._calls[cid] = call
+        self._order.append(call)
+        self._open[cid] = call
+        self._live[raw_id] = call
+        self._warnings.append(
+            f"seq {seq}: call {cid} without its call_start (lost, or in a file not given): its records from here "
+            "are judged as a stream's, as after records lost"
+        )
+        if self._on_adopt is not None:
+            self._on_adopt(cid, raw_id, rec)
+        return call
+
     def _message(self, seq: int, rec: ev.MessageSeen, known: _Call | None) -> None:
-        call = known if known is not None else self._call(rec.call, seq)  # (known: feed's lookup found it)
+        call = known if known is not None else self._call(rec.call, seq, rec)  # (known: feed's lookup found it)
         if call is None or not (call.unary or call.stream or call.http):
             return
         if call.ended:

@@ -34,7 +34,7 @@ from replay.capture.holes import Gap
 from replay.capture.methods import short_method
 from replay.capture.schema import encode
 from replay.machine.outcomes import RequestOutcome, status_ok
-from replay.machine.tracker import Tracker
+from replay.machine.tracker import START_NOT_READ, Tracker
 from replay.tools.report.overview import build_overview
 from replay.tools.report.stats import IntArray, ModelStats, group_percentiles
 from replay.tools.report.stats import percentile as percentile  # re-exported: tests and callers know it here
@@ -181,7 +181,7 @@ class ReportBuilder:
     """Collects what the report shows while a capture is read; :meth:`finish` returns the model."""
 
     def __init__(self, *, record_limit: int = RECORD_LIMIT) -> None:
-        self.tracker = Tracker(on_response=self._response)
+        self.tracker = Tracker(on_response=self._response, on_adopt=self._adopt)
         self._limit = record_limit
         self._pending: list[tuple[ev.Record, int]] = []  # the first records, for hover (small captures)
         self._ri = 0  # index of the record being fed, across every file given
@@ -273,6 +273,15 @@ class ReportBuilder:
                 call.end_ri = ri
         elif isinstance(record, ev.GapRecorded):
             self._dropped.append((record.first_t_ns, record.last_t_ns, record.dropped, record.reason, ri))
+
+    def _adopt(self, cid: str, raw_call: str, rec: ev.MessageSeen) -> None:
+        """A call the tracker took up without its ``call_start`` (see :data:`~replay.machine.tracker.START_NOT_READ`):
+        drawn from its first message read, on its connection (a call id is ``<conn>.<n>``)."""
+        if cid not in self._calls:
+            conn = self.tracker.qualified(raw_call.rpartition(".")[0] or raw_call)
+            info = _CallInfo(id=cid, conn=conn, method=START_NOT_READ, t_start=rec.t_ns, timeout_ms=None, ri=self._ri - 1)
+            self._calls[cid] = info
+            self._order.append(info)
 
     def _response(self, call: str, request_seq: int, seq: int, rec: ev.MessageSeen) -> None:
         # Hot loop: once per response. A request's responses mostly come one after the other, so

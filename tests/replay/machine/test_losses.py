@@ -9,6 +9,8 @@ what the records kept cannot show.
 
 from __future__ import annotations
 
+import dataclasses
+import io
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +18,11 @@ import orjson
 
 from replay.capture import events as ev
 from replay.capture.holes import Gap
-from replay.capture.reader import read_capture
+from replay.capture.reader import read_capture, skipping_damaged
+from replay.capture.schema import encode
 from replay.cli.check import check
-from replay.machine.tracker import Tracker, track
+from replay.cli.report import build_report
+from replay.machine.tracker import START_NOT_READ, Tracker, track
 from tests.data.make_golden import INFER, Builder
 
 
@@ -457,3 +461,59 @@ def test_records_in_memory_are_judged_as_a_file_is_by_every_tool() -> None:
     summary = summarize(kept).outcomes
     assert [g.kind for g in summary.gaps] == ["seq_gap"]
     assert _rows(summary) == _rows(track(kept)) == [("", "unknown", "completed", [], ["response_after_final"])]
+
+
+def _stream_across_a_cut(tmp_path: Path, *, first_file_gone: bool) -> Path:
+    """One stream with requests a, b, c; its capture rotated after b was sent. With ``first_file_gone``
+    the first file (the call's start, a, b) is not given (a retention cut); else the call's start line
+    is damaged (read with --skip-damaged)."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "a")
+    b.response("c1.1", "a", None, final=True)
+    b.request("c1.1", "b")
+    cut = len(b.records)
+    b.response("c1.1", "b", "b-0")
+    b.response("c1.1", "b", None, final=True)
+    b.request("c1.1", "c")
+    b.response("c1.1", "c", "c-0")
+    b.response("c1.1", "c", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    b.finish()
+    stem = "capture-20260101T000000-7"
+    first, later = b.records[:cut], b.records[cut:]
+    start = first[0]
+    assert isinstance(start, ev.CaptureStarted)
+    rotated = ev.CaptureEnded(t_ns=later[0].t_ns, reason="rotate", counts={}, next_file=f"{stem}-0001.jsonl")
+    second = [dataclasses.replace(start, t_ns=later[0].t_ns, file_index=1), *later]
+    lines = [encode(r, seq) for seq, r in enumerate([*first, rotated])]
+    rest = [encode(r, len(lines) + i) for i, r in enumerate(second)]
+    if first_file_gone:
+        (tmp_path / f"{stem}-0001.jsonl").write_bytes(b"".join(rest))
+        return tmp_path
+    lines[1] = lines[1][:20] + b"\n"  # the call_start cut short: a damaged line
+    path = tmp_path / f"{stem}.jsonl"
+    path.write_bytes(b"".join([*lines, *rest]))
+    return path
+
+
+def test_a_call_whose_start_was_not_read_is_judged_from_what_was_read(tmp_path: Path) -> None:
+    """A stream whose call_start is in a file retention removed, or on a damaged line: what was read of
+    it is judged (before, its records were ignored: 0 requests, exit 0, one warning). A request read
+    whole keeps its outcome; responses whose request was not read are listed apart, not counted; the
+    call's method is not claimed. The report draws it."""
+    for gone in (True, False):
+        where = tmp_path / ("gone" if gone else "damaged")
+        where.mkdir()
+        capture = _stream_across_a_cut(where, first_file_gone=gone)
+        with skipping_damaged():
+            result = track(capture)
+            model = build_report([str(capture)], where / "r.html", err=io.StringIO())
+        # A damaged line lost only the call's start: a and b were read, and are whole.
+        whole = [] if gone else [("a", "completed", None, [], []), ("b", "completed", None, [], [])]
+        assert _rows(result) == [*whole, ("c", "completed", None, [], [])], gone
+        assert [(u.request_id, u.after_loss) for u in result.unattributable] == ([("b", True)] * 2 if gone else [])
+        assert [(c.call, c.method, c.requests) for c in result.calls] == [("c1.1", START_NOT_READ, len(whole) + 1)]
+        assert result.summary()["violations"] == 0
+        assert sorted(rid for rid in model["lanes"]["rid"] if rid) == [r.request_id for r in result.requests]

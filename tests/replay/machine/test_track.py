@@ -356,15 +356,16 @@ def test_second_capture_in_one_run_keeps_call_ids_apart() -> None:
     assert [g.kind for g in result.gaps] == ["missing_capture_end"]
 
 
-def test_records_of_a_call_without_call_start_are_ignored_with_a_warning() -> None:
-    """Messages whose call_start was lost are not guessed at: one warning per call."""
+def test_a_call_without_its_call_start_is_judged_from_its_first_message_with_one_warning() -> None:
+    """Messages whose call_start was lost are judged, not dropped, as a stream's after records were lost:
+    one warning per call (its method is not claimed)."""
     b = Builder().start()
     b.call("c1.1")
     b.request("c1.1", "r")
     b.records = [r for r in b.records if not isinstance(r, ev.CallStarted)]
     b.response("c1.1", "r", None, final=True)
     result = track(b.records)
-    assert result.requests == ()
+    assert [(r.request_id, r.outcome, r.recorded_as) for r in result.requests] == [("r", "completed", None)]
     assert len([w for w in result.warnings if "without its call_start" in w]) == 1
 
 
@@ -642,14 +643,17 @@ def test_warnings_say_which_record_was_ignored_and_why() -> None:
         "seq 4: request on call c1.1 not decoded (compressed message: not decoded): not tracked",
         "seq 8: message on call c1.1 after its end: ignored",
         "seq 11: second request message on unary call c1.3: ignored",
-        "seq 14: records of call c9.1 without its call_start (lost in a gap?): ignored",
+        "seq 14: call c9.1 without its call_start (lost, or in a file not given): its records from here are "
+        "judged as a stream's, as after records lost",
         "seq 16: records of call c9.3 without its call_start (lost in a gap?): ignored",
         "seq 17: records of call c9.5 without its call_start (lost in a gap?): ignored",
     )
     assert [(r.call, r.request_id, r.outcome, r.responses) for r in result.requests] == [
         ("c1.1", "r", "completed", 1), ("c1.3", "u", "completed", 1),
     ]  # fmt: skip
-    assert result.unattributable == () and result.unlabelled_messages == 0 and result.records == len(b.records)
+    # The response on c9.1 answers a request not read: listed apart, not counted.
+    assert [(u.call, u.request_id, u.after_loss) for u in result.unattributable] == [("c9.1", "z", True)]
+    assert result.unlabelled_messages == 0 and result.records == len(b.records)
 
 
 def test_check_passes_on_what_the_reader_tolerated() -> None:
