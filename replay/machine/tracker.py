@@ -92,12 +92,13 @@ class _Request:
 
 class _Call:
     __slots__ = (
-        "by_id", "cause", "details", "duration_ms", "ended", "failed", "groups", "hole", "http", "id", "kind",
-        "kind_open", "method", "pos", "reported", "requests", "sent", "status", "stream", "t_start", "unary"
+        "by_id", "cause", "conn", "details", "duration_ms", "ended", "failed", "groups", "hole", "http", "id",
+        "kind", "kind_open", "method", "pos", "reported", "requests", "sent", "status", "stream", "t_start", "unary"
     )  # fmt: skip
 
-    def __init__(self, call_id: str, method: str, t_start: int, pos: int) -> None:
+    def __init__(self, call_id: str, method: str, t_start: int, pos: int, conn: str) -> None:
         self.id = call_id
+        self.conn = conn  # the client connection it came on (as reported)
         self.pos = pos  # the call's place in the capture (calls are reported in this order)
         self.method = method
         self.unary = method == INFER
@@ -161,7 +162,10 @@ class Tracker:
         self._warnings: list[str] = []
         self._orphans: set[str] = set()
         self._ids = CaptureIds()
-        self._cancelled_keys: dict[tuple[str | None, str], str] = {}
+        #: (connection, model, request id) -> where a request with them was cancelled: an id alone is
+        #: evidence of a restart only from the same client connection (ids such as "1" are reused by
+        #: unrelated clients); the same bytes (``--payload full``) are evidence from anywhere.
+        self._cancelled_keys: dict[tuple[str, str | None, str], str] = {}
         self._cancelled_hashes: dict[str, str] = {}
         self._unlabelled = 0
         self._late_after_end = 0
@@ -200,7 +204,7 @@ class Tracker:
             if cid in self._calls:
                 self._warnings.append(f"seq {seq}: call {cid} started twice; the second start is ignored")
                 return
-            call = _Call(cid, record.method, record.t_ns, len(self._order))
+            call = _Call(cid, record.method, record.t_ns, len(self._order), self._ids.of(record.conn))
             self._calls[cid] = call
             self._order.append(call)
             self._open[cid] = call
@@ -298,7 +302,8 @@ class Tracker:
         what came before (a request, a final) may explain what follows, so a request whose violations
         that could explain is ``unknown``, a response no request read can be given is listed apart, and
         a request seen whole keeps its outcome."""
-        call = _Call(cid, STREAM_INFER, rec.t_ns, len(self._order))
+        # (A call id is `<conn>.<n>`: the connection is what comes before its last dot.)
+        call = _Call(cid, STREAM_INFER, rec.t_ns, len(self._order), self._ids.of(raw_id.rpartition(".")[0]))
         call.method = START_NOT_READ
         call.hole = True
         self._calls[cid] = call
@@ -363,7 +368,7 @@ class Tracker:
                 self._retire(call)  # the replaced group's requests can no longer change
         where = None
         if rec.request_id:
-            where = self._cancelled_keys.get((rec.model, rec.request_id))
+            where = self._cancelled_keys.get((call.conn, rec.model, rec.request_id))
         if where is None and rec.payload_sha256 is not None:
             where = self._cancelled_hashes.get(rec.payload_sha256)
         if where is not None:
@@ -519,7 +524,7 @@ class Tracker:
                 # work was cancelled, so none that a later request restarted it.)
                 where = f"call {call.id}, seq {r.seq}"
                 if r.request_id:
-                    self._cancelled_keys[r.model, r.request_id] = where
+                    self._cancelled_keys[call.conn, r.model, r.request_id] = where
                 if r.sha is not None:
                     self._cancelled_hashes[r.sha] = where
 

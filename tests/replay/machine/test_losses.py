@@ -362,11 +362,11 @@ def test_a_cancel_of_a_request_open_at_a_loss_is_no_evidence_of_a_restart() -> N
         b.response("c1.1", "r", None, final=True)  # 4: lost
         b.cancel("c1.1", "client_cancel", rst_code=8)
         b.end("c1.1", "CANCELLED", "client_cancel")
-        b.call("c2.1")
-        b.request("c2.1", "r")
-        b.response("c2.1", "r", None, final=True)
-        b.half_close("c2.1")
-        b.end("c2.1")
+        b.call("c1.3")  # the same client connection
+        b.request("c1.3", "r")
+        b.response("c1.3", "r", None, final=True)
+        b.half_close("c1.3")
+        b.end("c1.3")
         return b.finish()
 
     result = track(_losing(capture(), 4))

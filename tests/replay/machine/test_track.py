@@ -276,6 +276,31 @@ def test_restart_after_cancel_matches_payload_hash_for_requests_without_id() -> 
     ]
 
 
+def test_an_id_is_evidence_of_a_restart_only_from_the_same_client_connection() -> None:
+    """Ids such as "1" are reused by unrelated clients (Triton does not require unique ones): a cancelled
+    "1" and another client's "1" on another connection is no restart (it was `restarted_after_cancel`,
+    exit 1, found live). From the same connection it is; the same bytes (`--payload full`) are evidence
+    from any connection."""
+
+    def later(conn: str, payload: str = "meta", prompt: str = "one") -> list[tuple[str, str, list[str]]]:
+        b = Builder(payload=payload).start()
+        b.call("c1.1")
+        b.request("c1.1", "1", prompt="one")
+        b.cancel("c1.1", "client_cancel", rst_code=8)
+        b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
+        b.call(f"{conn}.3")
+        b.request(f"{conn}.3", "1", prompt=prompt)
+        b.response(f"{conn}.3", "1", None, final=True)
+        b.half_close(f"{conn}.3")
+        b.end(f"{conn}.3")
+        return _outcomes(b)
+
+    assert later("c2") == [("1", "cancelled", []), ("1", "completed", [])]
+    assert later("c1") == [("1", "cancelled", []), ("1", "completed", ["restarted_after_cancel"])]
+    assert later("c2", "full") == [("1", "cancelled", []), ("1", "completed", ["restarted_after_cancel"])]
+    assert later("c2", "full", "two") == [("1", "cancelled", []), ("1", "completed", [])]
+
+
 def test_empty_ids_are_not_matched_for_restarts_without_payload() -> None:
     """Without a payload hash, two different requests without id are not taken for a restart."""
     b = Builder().start()
