@@ -363,8 +363,8 @@ def outcome_of(call: Any, r: Any, state: State) -> RequestOutcome:
         error = call.details or call.status
     # An error without the final flag and a clean end: no final seen (see docs/outcomes.md).
     notes = ("missing_final",) if state is _ERROR and r.final is False and call.cause == "ok" else ()
-    if state is _COMPLETED and call.details == HALF_CLOSE_ANSWERED:
-        # Completed on the wire, but the client had closed before the reply: it may never have read it.
+    if state is State.UNCONFIRMED and call.details == HALF_CLOSE_ANSWERED:
+        # Answered in full on the wire, but after the client's FIN: it may have closed, never reading it.
         notes = ("client_closed_first",)
     if r.cut:
         notes = (*notes, "event_cut")  # bytes of an event recorded that no client got as one

@@ -59,6 +59,10 @@ class Input(enum.StrEnum):
     HALF_CLOSE = "half_close"  # the client ended its side of the call
     END_OK = "end_ok"
     END_OK_FINAL_DUE = "end_ok_final_due"  # OK end of a stream request that enabled empty finals
+    #: OK end of an HTTP call whose client had sent its FIN before: a client that closed (a timeout, a
+    #: cancel: on HTTP closing cancels) and one that only half-closed send the same FIN, so what was
+    #: passed on after it may never have been read: nothing after it confirms the request.
+    END_OK_AFTER_CLIENT_FIN = "end_ok_after_client_fin"
     END_ERROR = "end_error"
     END_CLIENT_CANCEL = "end_client_cancel"
     END_DEADLINE = "end_deadline"
@@ -76,6 +80,7 @@ END_INPUTS = frozenset(
     {
         In.END_OK,
         In.END_OK_FINAL_DUE,
+        In.END_OK_AFTER_CLIENT_FIN,
         In.END_ERROR,
         In.END_CLIENT_CANCEL,
         In.END_DEADLINE,
@@ -139,6 +144,10 @@ def _table() -> dict[tuple[State, Input], State]:
         (S.REPLIED, In.END_OK): S.COMPLETED,
         (S.REPLIED, In.END_OK_FINAL_DUE): S.COMPLETED,
         (S.ERROR_RECEIVED, In.END_OK): S.ERROR,
+        # The reply or the last event came after the client's FIN: passed on, its reading unconfirmed.
+        (S.SENT, In.END_OK_AFTER_CLIENT_FIN): S.UNCONFIRMED,
+        (S.RECEIVING, In.END_OK_AFTER_CLIENT_FIN): S.UNCONFIRMED,
+        (S.REPLIED, In.END_OK_AFTER_CLIENT_FIN): S.UNCONFIRMED,
     }
     for state in (S.SENT, S.RECEIVING, S.REPLIED):
         for inp, target in _ENDS_OPEN.items():
@@ -149,7 +158,7 @@ def _table() -> dict[tuple[State, Input], State]:
     for inp in END_INPUTS:
         # The group's own missing finals are counted on the group (the wire cannot say whose).
         t[S.GROUP, inp] = S.GROUP
-        t[S.FINAL_RECEIVED, inp] = S.COMPLETED
+        t[S.FINAL_RECEIVED, inp] = S.UNCONFIRMED if inp is In.END_OK_AFTER_CLIENT_FIN else S.COMPLETED
         t[S.ERROR, inp] = S.ERROR
         if inp is not In.END_OK_FINAL_DUE:
             t[S.ERROR_RECEIVED, inp] = S.ERROR

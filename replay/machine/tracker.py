@@ -92,8 +92,9 @@ class _Request:
 
 class _Call:
     __slots__ = (
-        "by_id", "cause", "conn", "details", "duration_ms", "ended", "failed", "groups", "hole", "http", "id",
-        "kind", "kind_open", "method", "pos", "reported", "requests", "sent", "status", "stream", "t_start", "unary"
+        "by_id", "cause", "client_fin", "conn", "details", "duration_ms", "ended", "failed", "groups", "hole", "http",
+        "id", "kind", "kind_open", "method", "pos", "reported", "requests", "sent", "status", "stream", "t_start",
+        "unary",
     )  # fmt: skip
 
     def __init__(self, call_id: str, method: str, t_start: int, pos: int, conn: str) -> None:
@@ -122,6 +123,7 @@ class _Call:
         self.details: str | None = None
         self.duration_ms: float | None = None
         self.hole = False  # records were lost while it was open (see Tracker.lost)
+        self.client_fin = False  # an HTTP call whose client sent its FIN (a `half_close` record) before its end
 
 
 _DONE = frozenset({State.FINAL_RECEIVED, State.ERROR})
@@ -211,6 +213,7 @@ class Tracker:
         elif isinstance(record, ev.HalfClosed):
             known = self._call(record.call, seq)
             if known is not None:
+                known.client_fin = known.http and not known.ended
                 for r in known.requests:
                     r.machine.feed(Input.HALF_CLOSE, seq)
         elif isinstance(record, ev.CallCancelled):
@@ -506,6 +509,8 @@ class Tracker:
         self._open.pop(call.id, None)
         call.cause = cause
         base = END_BY_CAUSE.get(cause, Input.END_ERROR)
+        if base is Input.END_OK and call.client_fin:
+            base = Input.END_OK_AFTER_CLIENT_FIN
         self._close_groups(call, base, seq)
         for r in call.requests:
             if call.http and call.kind == "stream" and cause == "ok" and not r.responses and not r.cut:

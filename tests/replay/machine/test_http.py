@@ -7,10 +7,12 @@ own HTTP labeller). Only the cancel records are the Builder's: they are what the
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from replay.capture import events as ev
 from replay.machine.outcomes import TrackResult
 from replay.machine.tracker import track
 from tests.data.make_golden import STREAM, Builder
@@ -213,3 +215,37 @@ def test_an_openai_call_without_stream_is_unary() -> None:
                        initial_metadata=[], duration_ms=0.003, messages_c2s=1, messages_s2c=1, http_status=200)  # fmt: skip
     (r,) = track([start, req, reply, end]).requests
     assert (r.kind, r.outcome, r.final, r.responses) == ("unary", "completed", None, 1)
+
+
+def test_an_http_call_answered_after_its_clients_fin_is_unconfirmed_never_completed() -> None:
+    """A client's FIN (`half_close`) before the reply, then the reply in full and a clean end: a client
+    that timed out and closed (curl -m) sends the same FIN as one that only half-closed, and on HTTP
+    closing cancels, so the reply's reading is not on record: `unconfirmed` with the `client_closed_first`
+    note (it was `completed`), whether a unary reply, a whole event stream or one with no event. An
+    error reply stays an error. The same calls without the FIN complete."""
+    from replay.capture.events import HALF_CLOSE_ANSWERED
+
+    cases = [
+        (exchanges("01_unary_infer_tritonclient")[0], "unconfirmed"),
+        (exchanges("03a_generate_stream_completed_keepalive")[0], "unconfirmed"),
+        (exchanges("03d_generate_stream_silent")[0], "unconfirmed"),
+        (exchanges("03f_generate_stream_rejections")[0], "error"),
+    ]
+    for x, outcome in cases:
+        for fin in (True, False):
+            b = Builder().start(grpc=False, http=True)
+            b.http_call("c1.1", x)
+            b.http_request("c1.1", x)
+            if fin:
+                b.half_close("c1.1")
+            b.http_reply("c1.1", x)
+            b.http_end("c1.1", x)
+            if fin:
+                end = b.records[-1]
+                assert isinstance(end, ev.CallEnded)
+                if end.details is None:  # what the proxy writes for a FIN before the reply's end
+                    b.records[-1] = dataclasses.replace(end, details=HALF_CLOSE_ANSWERED)
+            (r,) = _records(b).requests
+            expected = (outcome, ("client_closed_first",) if outcome == "unconfirmed" else ()) if fin else (
+                "error" if outcome == "error" else "completed", ())
+            assert (r.outcome, r.notes, r.violations) == (*expected, ()), (x.method, fin)

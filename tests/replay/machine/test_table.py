@@ -110,14 +110,31 @@ def test_completion_is_the_final_flag_and_empty_final_completes_without_text() -
     assert not m.violations
 
 
-@pytest.mark.parametrize("end", sorted(END_INPUTS))
+@pytest.mark.parametrize("end", sorted(END_INPUTS - {Input.END_OK_AFTER_CLIENT_FIN}))
 def test_a_completed_request_is_not_changed_by_the_streams_later_end(end: Input) -> None:
-    """After its final, a request is completed whatever ends the stream (cancel, deadline, disconnect...)."""
+    """After its final, a request is completed whatever ends the stream (cancel, deadline, disconnect...).
+    (An HTTP body's final is its clean end, which comes with the call's: after the client's FIN it is
+    not confirmed read, below.)"""
     m = RequestMachine(State.RECEIVING)
     m.feed(Input.FINAL)
     m.feed(end)
     assert m.state is State.COMPLETED
     assert not m.violations
+
+
+@pytest.mark.parametrize("before", [[], [Input.RESPONSE], [Input.REPLY], [Input.RESPONSE, Input.FINAL], [Input.FINAL]])
+def test_what_an_http_call_passed_on_after_its_clients_fin_confirms_nothing(before: list[Input]) -> None:
+    """An HTTP call answered in full after its client's FIN (a client that timed out and closed sends the
+    same FIN as one that only half-closed): `unconfirmed`, never `completed`, and no violation."""
+    m = RequestMachine()
+    for inp in before:
+        m.feed(inp)
+    m.feed(Input.END_OK_AFTER_CLIENT_FIN)
+    assert (m.state, m.violations) == (State.UNCONFIRMED, [])
+    m = RequestMachine()
+    m.feed(Input.ERROR_FINAL)
+    m.feed(Input.END_OK_AFTER_CLIENT_FIN)
+    assert (m.state, m.violations) == (State.ERROR, [])
 
 
 @pytest.mark.parametrize("first", [Input.ERROR_FINAL, Input.ERROR])
