@@ -22,7 +22,7 @@ the result but do not change the verdict: it is about what both captures hold, w
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -147,8 +147,24 @@ class DiffResult:
         }
 
 
-def _values(r: RequestOutcome, causes: dict[str, str | None]) -> dict[str, Any]:
-    return {
+#: (call, its id group's first request seq) -> the responses and text responses the group's requests got,
+#: each request's own (while it was alone with its id) and the group's together.
+GroupTotals = dict[tuple[str, int], tuple[int, int]]
+
+
+def group_totals(requests: Iterable[RequestOutcome]) -> GroupTotals:
+    """Every id group's responses, its requests' own ones added (see :data:`GroupTotals`)."""
+    out: GroupTotals = {}
+    for r in requests:
+        g = r.group
+        if g is not None:
+            n, t = out.get((r.call, g.first_seq), (g.responses, g.text_responses))
+            out[r.call, g.first_seq] = (n + r.responses, t + r.text_responses)
+    return out
+
+
+def _values(r: RequestOutcome, causes: dict[str, str | None], totals: GroupTotals | None = None) -> dict[str, Any]:
+    values = {
         # What the records show: holes do not change the verdict, which compares what both captures hold.
         "outcome": r.as_recorded,
         "responses": r.responses,
@@ -161,15 +177,25 @@ def _values(r: RequestOutcome, causes: dict[str, str | None]) -> dict[str, Any]:
         # A request of an id group (ids sent again while in flight): how the group ended is its outcome too.
         "group": None if r.group is None else f"{r.group.describe()}, {r.group.responses} response(s) to the group",
     }
+    g = r.group
+    if g is not None and totals is not None:
+        # Which of a group's requests got responses while it was still alone with its id is the
+        # clients' timing (the second sent just before or just after the first's first response), not
+        # the server's behaviour: a group is compared by what all its requests got.
+        n, t = totals.get((r.call, g.first_seq), (g.responses, g.text_responses))
+        values["responses"] = values["text_responses"] = None
+        values["group"] = f"{g.describe()}, {n} response(s) ({t} text) to its requests"
+    return values
 
 
 def compare(
     a: RequestOutcome, b: RequestOutcome, causes_a: dict[str, str | None], causes_b: dict[str, str | None],
-    threshold_ms: float, tolerance_pct: float = 0.0,
+    threshold_ms: float, tolerance_pct: float = 0.0, totals_a: GroupTotals | None = None,
+    totals_b: GroupTotals | None = None,
 ) -> tuple[Change, ...]:  # fmt: skip
-    """What differs between two matched requests."""
+    """What differs between two matched requests (``totals_*``: each side's :func:`group_totals`)."""
     tol = Tolerance(ms=threshold_ms, pct=tolerance_pct)
-    va, vb = _values(a, causes_a), _values(b, causes_b)
+    va, vb = _values(a, causes_a, totals_a), _values(b, causes_b, totals_b)
     if va["cause"] == vb["cause"] and va["cause"] in CLIENT_SIDE and va["status"] == vb["status"]:
         # The same client-side ending: its text names who noticed first (the client's timer or
         # Triton's for a deadline), a race, not a behaviour. The cause and status say what happened.
@@ -192,6 +218,7 @@ def diff(
     matcher = Matcher(_renamed([*a.candidates, *a.http_candidates], model_map or {}), strategies, reuse=False)
     causes_a = {c.call: c.cause for c in a.outcomes.calls}
     causes_b = {c.call: c.cause for c in b.outcomes.calls}
+    totals_a, totals_b = group_totals(a.outcomes.requests), group_totals(b.outcomes.requests)
     follows: dict[str, str] = {}  # B call -> the A call its first matched request came from
     pairs: list[Pair] = []
     only_b: list[RequestOutcome] = []
@@ -207,7 +234,7 @@ def diff(
             continue
         follows.setdefault(cand.call, m.candidate.call)
         paired_a.add((ra.call, ra.seq))
-        changes = compare(ra, rb, causes_a, causes_b, threshold_ms, tolerance_pct)
+        changes = compare(ra, rb, causes_a, causes_b, threshold_ms, tolerance_pct, totals_a, totals_b)
         pairs.append(Pair(a=ra, b=rb, by=m.by, changes=changes))
     only_a = tuple(r for r in a.outcomes.requests if (r.call, r.seq) not in paired_a)
     back = {new: old for old, new in (model_map or {}).items()}

@@ -528,3 +528,31 @@ def test_unattributable_responses_are_compared_by_reason() -> None:
     assert not result.equivalent and not result.changed
     assert result.unattributable == (Change(field="unknown_id with error", a=0, b=1),)
     assert result.to_json()["summary"]["unattributable_changed"] == 1
+
+
+def test_an_id_group_is_compared_by_what_all_its_requests_got() -> None:
+    """Two id-less requests, 6 responses and 2 finals both times: one client sent the second request just
+    after the first's first response (1 response its own, 5 the group's), the other just before (6 the
+    group's). Which request got responses while still alone is the clients' timing: equivalent (it was
+    `responses 1 -> 0`, `group 5 -> 6`, found with `replay send`). One response fewer is a change."""
+
+    def idless(second_after_first_response: bool, responses: int = 6) -> Builder:
+        b = Builder().start()
+        b.call("c1.1")
+        b.request("c1.1", "", prompt="a")
+        if second_after_first_response:
+            b.response("c1.1", "", "t-0")
+        b.request("c1.1", "", prompt="b")
+        for i in range(responses - 2 - second_after_first_response):
+            b.response("c1.1", "", f"t-{i + 1}")
+        b.response("c1.1", "", None, final=True)
+        b.response("c1.1", "", None, final=True)
+        b.half_close("c1.1")
+        b.end("c1.1")
+        return b.finish()
+
+    same = _diff(idless(True), idless(False), strategies=("order",))
+    assert same.equivalent, [p.changes for p in same.pairs]
+    fewer = _diff(idless(True), idless(False, responses=5), strategies=("order",))
+    assert not fewer.equivalent
+    assert {c.field for p in fewer.pairs for c in p.changes} == {"group"}
