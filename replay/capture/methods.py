@@ -31,6 +31,10 @@ STREAM_INFER = PREFIX + "ModelStreamInfer"
 INFER = PREFIX + "ModelInfer"
 #: The two methods that carry inference requests (what the request machine tracks).
 INFERENCE = frozenset({STREAM_INFER, INFER})
+#: What a call whose ``call_start`` was not read (its line damaged, or in a file retention removed or
+#: not given) is shown as: its messages are read as a ModelStreamInfer stream's (the only call long
+#: enough to outlive a rotation in practice), but its method is not claimed.
+START_NOT_READ = "(call_start not read)"
 
 #: What an HTTP call is, from its request line alone.
 #: ``infer``: KServe v2 ``POST /v2/models/{m}[/versions/{v}]/infer`` (one JSON or binary reply);
@@ -80,13 +84,13 @@ def protocol(method: str) -> Protocol:
 
     The same answer as ``call_start.protocol``, for tools that hold only the method.
     """
-    return "grpc" if method.startswith("/") else "http"
+    return "grpc" if method.startswith("/") or method == START_NOT_READ else "http"
 
 
 def http_call(method: str) -> HttpCall | None:
     """``POST /v2/models/m/versions/2/infer`` read as an :class:`HttpCall`; None for a gRPC path or no request line."""
     verb, sep, target = method.partition(" ")
-    if not sep or not verb or not target or method.startswith("/"):
+    if not sep or not verb or not target or method.startswith("/") or method == START_NOT_READ:
         return None
     path = target.split("?", 1)[0].split("#", 1)[0]
     parts = path.split("/")
@@ -116,7 +120,7 @@ def http_kind(method: str) -> HttpKind | None:
 def is_inference(method: str) -> bool:
     """The call carries Triton inference requests (gRPC ModelInfer/ModelStreamInfer, HTTP infer, generate, OpenAI)."""
     if protocol(method) == "grpc":
-        return method in INFERENCE
+        return method in INFERENCE or method == START_NOT_READ
     return http_kind(method) in HTTP_INFERENCE
 
 
@@ -125,7 +129,7 @@ def streaming(method: str) -> bool | None:
     every other gRPC method and HTTP endpoint, None for the OpenAI endpoints (their request's ``"stream"``
     decides: the reply's ``text/event-stream`` content type says which it was)."""
     if protocol(method) == "grpc":
-        return method == STREAM_INFER
+        return method == STREAM_INFER or method == START_NOT_READ
     kind = http_kind(method)
     if kind in OPENAI:
         return None

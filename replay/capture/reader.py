@@ -152,12 +152,17 @@ class CaptureReader:
 
     def _parts(self) -> Iterator[Iterable[tuple[int, ev.Record]]]:
         """The record sources in reading order: per file, or one merge per capture set of several chains."""
+        last: str | None = None
         for chains in self.sets:
             self.captures += 1
-            if self.on_capture is not None and naming.parse(chains[0][0].name) is not None:
-                # Only files the writer named are known to be a capture of their own; others (renamed
-                # files, a FIFO) are left to their records, which join a later file to the one before.
+            name = naming.parse(chains[0][0].name)
+            key = None if name is None else name.capture_set or name.stem
+            if self.on_capture is not None and key is not None and key != last:
+                # Only files the writer named are known to be a capture of their own, and files of one
+                # name in two directories (an archive and the live one) may be one capture's: those
+                # are left to their records, which join a later file to the one before.
                 self.on_capture()
+            last = key
             if len(chains) == 1:
                 yield from self._chain(chains[0])
             else:

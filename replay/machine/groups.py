@@ -41,6 +41,18 @@ class Member(Protocol):
     t_sent: int
     final: bool | None
     final_due: bool  # it asked for a final flag (empty final responses enabled)
+    responses: int  # responses attributed to it (while it was alone with its id)
+
+
+def refused(m: Member) -> bool:
+    """Triton refused the request: its one answer is an error without the final flag.
+
+    Triton answers a request it cannot run (an unknown model, a missing or malformed input) so, empty
+    finals enabled or not, and sends nothing more for it (seen live, 2.51): such a request owes no
+    final. A model's own error without the flag comes after responses, or is followed by more: Triton
+    keeps the request open until the model's final.
+    """
+    return m.machine.state is _ERROR_RECEIVED and m.responses == 1
 
 
 M = TypeVar("M", bound=Member)
@@ -86,12 +98,12 @@ class Group(Generic[M]):
 
     def finals_missing(self) -> int:
         """How many of the group's requests that asked for a final flag certainly got none: those that
-        asked, less the finals seen and the errors without the flag (each may be Triton's refusal of a
-        request, which no final follows). Whose finals came the wire does not say: a final of a request
-        that did not ask for one may have come instead of one that did, so only this count is certain."""
-        asked = sum(1 for m in self.members if m.final_due)
-        errors = self.errors + sum(1 for m in self.members if m.machine.state is _ERROR_RECEIVED)
-        return max(0, asked - self.finals["completed"] - self.finals["error"] - errors)
+        asked and were not refused on their own, less the finals seen and the group's errors without the
+        flag (each may be Triton's refusal of one of them, which no final follows). Whose finals came the
+        wire does not say: a final of a request that did not ask for one may have come instead of one
+        that did, so only this count is certain."""
+        asked = sum(1 for m in self.members if m.final_due and not refused(m))
+        return max(0, asked - self.finals["completed"] - self.finals["error"] - self.errors)
 
     def close(self, end: Input | None, seq: int | None) -> None:
         """The group is over: at its last final (``end`` None) or at its call's end (``end``).

@@ -17,8 +17,9 @@ Attribution rules (why they are what they are):
   without id in flight the responses without id are unambiguously its own.
 * The call's end is applied at the first of ``cancel`` / ``call_end`` (the proxy writes both for a
   cancel-like end, the cancel first); the ``call_end`` then only adds status and details.
-* A request sent again (same model and non-empty id, or with ``--payload full`` the same message
-  hash) after an earlier one was ``cancelled`` gets ``restarted_after_cancel``.
+* A request sent again after an earlier one was ``cancelled`` gets ``restarted_after_cancel``: the
+  same model and non-empty id from the same client connection, or with ``--payload full`` the same
+  message hash from any (unrelated clients reuse ids such as ``"1"``).
 * An HTTP request body Triton answered before it ended is two ``c2s`` records (its start, before the
   reply's; then the rest, ``decode_error`` :data:`~replay.capture.events.BODY_REST`): one request.
 * An HTTP inference call carries one request: every reply or event on it is that request's, tied by
@@ -39,9 +40,9 @@ from typing import Any
 from replay.capture import events as ev
 from replay.capture.holes import Gap
 from replay.capture.ids import CaptureIds
-from replay.capture.methods import HTTP_INFERENCE, INFER, STREAM_INFER, http_kind, streaming
+from replay.capture.methods import HTTP_INFERENCE, INFER, START_NOT_READ, STREAM_INFER, http_kind, streaming
 from replay.capture.reader import PathLike, RecordsReader, read_capture
-from replay.machine.groups import Group
+from replay.machine.groups import Group, refused
 from replay.machine.outcomes import (
     LOST_BEFORE,
     LOST_OPEN,
@@ -103,7 +104,7 @@ class _Call:
         self.pos = pos  # the call's place in the capture (calls are reported in this order)
         self.method = method
         self.unary = method == INFER
-        self.stream = method == STREAM_INFER
+        self.stream = method == STREAM_INFER or method == START_NOT_READ
         # An HTTP inference call carries exactly one request, and every reply or event on it is that
         # request's (Triton's error events and OpenAI chunks carry no id, or another one): tied by call.
         self.http = http_kind(method) in HTTP_INFERENCE
@@ -134,14 +135,9 @@ _FINAL_RECEIVED, _COMPLETED, _ERRORED = State.FINAL_RECEIVED, State.COMPLETED, S
 #: ``on_response(call, request_seq, seq, record)``: a response was attributed to the request whose
 #: request record is ``request_seq`` on ``call`` (the report draws it on that request's lane).
 ResponseObserver = Callable[[str, int, int, ev.MessageSeen], None]
-#: ``on_adopt(call, raw_call, record)``: a message of a call whose ``call_start`` was not read made the
-#: tracker take the call up (``raw_call`` as written in the capture, ``record`` the message).
+#: ``on_adopt(call, conn, record)``: a message of a call whose ``call_start`` was not read made the
+#: tracker take the call up (:data:`~replay.capture.methods.START_NOT_READ`), on connection ``conn``.
 AdoptObserver = Callable[[str, str, ev.MessageSeen], None]
-
-#: The method of a call whose ``call_start`` was not read (lost in a hole, or in a file not given: a
-#: retention cut, a damaged line): its messages are judged as a ModelStreamInfer stream's, the only
-#: call long enough to outlive a rotation in practice, but the method is not claimed.
-START_NOT_READ = "(call_start not read)"
 
 
 class Tracker:
@@ -306,8 +302,8 @@ class Tracker:
         that could explain is ``unknown``, a response no request read can be given is listed apart, and
         a request seen whole keeps its outcome."""
         # (A call id is `<conn>.<n>`: the connection is what comes before its last dot.)
-        call = _Call(cid, STREAM_INFER, rec.t_ns, len(self._order), self._ids.of(raw_id.rpartition(".")[0]))
-        call.method = START_NOT_READ
+        conn = self._ids.of(raw_id.rpartition(".")[0] or raw_id)
+        call = _Call(cid, START_NOT_READ, rec.t_ns, len(self._order), conn)
         call.hole = True
         self._calls[cid] = call
         self._order.append(call)
@@ -318,7 +314,7 @@ class Tracker:
             "are judged as a stream's, as after records lost"
         )
         if self._on_adopt is not None:
-            self._on_adopt(cid, raw_id, rec)
+            self._on_adopt(cid, conn, rec)
         return call
 
     def _message(self, seq: int, rec: ev.MessageSeen, known: _Call | None) -> None:
@@ -452,12 +448,6 @@ class Tracker:
         target = group.members[-1]
         machine = target.machine
         error, fin = rec.error, rec.final is True
-        if error and not fin and not target.responses:
-            # Triton refuses a request it cannot run (an unknown model, a missing or malformed input)
-            # with one error that carries no final flag, empty finals enabled or not, and sends nothing
-            # more for it (seen live, 2.51): no final is due after such a first answer. A model's own
-            # error without the flag keeps its request open: Triton waits for the model's final.
-            target.final_due = False
         inp = _ERROR_FINAL if error and fin else _ERROR if error else _FINAL if fin else _RESPONSE
         if fin and machine.state in OPEN:
             group.open -= 1
@@ -519,7 +509,7 @@ class Tracker:
                 r.machine.feed(_FINAL, seq)
                 r.final = True
             inp = base
-            if inp is Input.END_OK and call.stream and r.final_due:
+            if inp is Input.END_OK and call.stream and r.final_due and not refused(r):
                 inp = Input.END_OK_FINAL_DUE
             r.machine.feed(inp, seq)
             if r.t_done is None and t_ns is not None:
@@ -546,7 +536,7 @@ class Tracker:
             if r.final is not True or call.groups.get(r.request_id) is r.group:  # type: ignore[arg-type]
                 return
             if state is _FINAL_RECEIVED:
-                state = _COMPLETED  # what any end of the call makes it (table.py)
+                state = _COMPLETED  # what any end of a gRPC call makes it (table.py; _retire sees no HTTP call)
             elif state is not _ERRORED or r.error is None:
                 return
             requests.popleft()

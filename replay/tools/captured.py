@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from replay.capture import events as ev
-from replay.capture.methods import HTTP_INFERENCE, INFER, STREAM_INFER, http_call, http_kind
+from replay.capture.methods import HTTP_INFERENCE, INFER, START_NOT_READ, STREAM_INFER, http_call, http_kind
 from replay.capture.payload import has_payload, payload_bytes
 from replay.machine.outcomes import RequestOutcome, TrackResult
 from replay.machine.tracker import CaptureSource, Tracker, open_source
@@ -63,7 +63,7 @@ def match_kind(method: str) -> str | None:
     Kinds keep protocols and endpoints apart: a generate_stream request never stands for a
     ModelStreamInfer one, nor for a generate one (the client saw different answers).
     """
-    if method == STREAM_INFER:
+    if method == STREAM_INFER or method == START_NOT_READ:
         return "stream"
     if method == INFER:
         return "unary"
@@ -147,9 +147,11 @@ def summarize(capture: CaptureSource, observe: Observer | None = None) -> Captur
     def attributed(_cid: str, req_seq: int, seq: int, _rec: ev.MessageSeen) -> None:
         last[0], last[1] = seq, req_seq
 
-    tracker = Tracker(on_response=attributed)
-    tracker.watch(reader)
     requests = _Requests()
+    # A call whose call_start was not read is taken up by the tracker at its first message: its
+    # requests are matched as well as judged (a stream's, as the tracker reads it).
+    tracker = Tracker(on_response=attributed, on_adopt=lambda cid, _conn, _rec: requests.started(cid, START_NOT_READ))
+    tracker.watch(reader)
     modes: set[str] = set()
     for seq, rec in records:
         last[0] = -1  # seqs are per worker chain: a stale attribution of an equal seq must not count

@@ -31,10 +31,10 @@ import orjson
 
 from replay.capture import events as ev
 from replay.capture.holes import Gap
-from replay.capture.methods import short_method
+from replay.capture.methods import START_NOT_READ, short_method
 from replay.capture.schema import encode
 from replay.machine.outcomes import RequestOutcome, status_ok
-from replay.machine.tracker import START_NOT_READ, Tracker
+from replay.machine.tracker import Tracker
 from replay.tools.report.overview import build_overview
 from replay.tools.report.stats import IntArray, ModelStats, group_percentiles
 from replay.tools.report.stats import percentile as percentile  # re-exported: tests and callers know it here
@@ -274,11 +274,10 @@ class ReportBuilder:
         elif isinstance(record, ev.GapRecorded):
             self._dropped.append((record.first_t_ns, record.last_t_ns, record.dropped, record.reason, ri))
 
-    def _adopt(self, cid: str, raw_call: str, rec: ev.MessageSeen) -> None:
-        """A call the tracker took up without its ``call_start`` (see :data:`~replay.machine.tracker.START_NOT_READ`):
-        drawn from its first message read, on its connection (a call id is ``<conn>.<n>``)."""
+    def _adopt(self, cid: str, conn: str, rec: ev.MessageSeen) -> None:
+        """A call the tracker took up without its ``call_start`` (see :data:`~replay.capture.methods.START_NOT_READ`):
+        drawn from its first message read."""
         if cid not in self._calls:
-            conn = self.tracker.qualified(raw_call.rpartition(".")[0] or raw_call)
             info = _CallInfo(id=cid, conn=conn, method=START_NOT_READ, t_start=rec.t_ns, timeout_ms=None, ri=self._ri - 1)
             self._calls[cid] = info
             self._order.append(info)

@@ -770,3 +770,18 @@ def test_rotated_files_renamed_are_still_joined_by_their_records(tmp_path: Path)
     result = track(renamed)
     assert [(r.call, r.outcome) for r in result.requests] == [("c1.1", "completed")] * 3
     assert (result.captures, result.warnings) == (1, ())
+
+
+def test_one_captures_files_in_two_directories_are_still_one_capture(tmp_path: Path) -> None:
+    """The writer-named files of one capture split between an archive and the live directory: the
+    reader does not tell a new capture at the second directory (one name, one capture), and the records
+    join them as before: one capture, every request whole."""
+    paths = _rotated(tmp_path, _sample(), [4, 8])
+    (tmp_path / "archive").mkdir()
+    (tmp_path / "live").mkdir()
+    first = paths[0].rename(tmp_path / "archive" / paths[0].name)
+    rest = [p.rename(tmp_path / "live" / p.name) for p in paths[1:]]
+    for given in ([first, *rest], [tmp_path / "archive", tmp_path / "live"]):
+        result = track(given)
+        assert [(r.call, r.outcome) for r in result.requests] == [("c1.1", "completed")] * 3
+        assert result.captures == 1

@@ -18,11 +18,14 @@ import orjson
 
 from replay.capture import events as ev
 from replay.capture.holes import Gap
+from replay.capture.methods import START_NOT_READ
 from replay.capture.reader import read_capture, skipping_damaged
 from replay.capture.schema import encode
 from replay.cli.check import check
 from replay.cli.report import build_report
-from replay.machine.tracker import START_NOT_READ, Tracker, track
+from replay.machine.tracker import Tracker, track
+from replay.tools.captured import summarize
+from replay.tools.diff import diff
 from tests.data.make_golden import INFER, Builder
 
 
@@ -517,3 +520,9 @@ def test_a_call_whose_start_was_not_read_is_judged_from_what_was_read(tmp_path: 
         assert [(c.call, c.method, c.requests) for c in result.calls] == [("c1.1", START_NOT_READ, len(whole) + 1)]
         assert result.summary()["violations"] == 0
         assert sorted(rid for rid in model["lanes"]["rid"] if rid) == [r.request_id for r in result.requests]
+        # Judged as a gRPC stream, shown so (not as HTTP), and matched as well as judged: the capture
+        # against itself is equivalent (its requests were only in A: every diff of it said different).
+        assert [r.to_json()["protocol"] for r in result.requests] == ["grpc"] * len(result.requests)
+        with skipping_damaged():
+            same = diff(summarize(capture), summarize(capture))
+        assert same.equivalent and len(same.pairs) == len(result.requests), gone

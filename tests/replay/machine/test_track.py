@@ -221,6 +221,17 @@ def test_a_request_triton_refused_owes_no_final_even_when_empty_finals_were_enab
         ("good", "completed", (), []),
         ("cut", "incomplete", (), ["missing_final"]),
     ]
+    # A request answered on after an error without the flag was not refused: its final is still due.
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "r", empty_final=True)
+    b.response("c1.1", "r", None, error="boom")
+    b.response("c1.1", "r", "t-1")
+    b.response("c1.1", "r", "t-2")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    (r,) = track(b.records).requests
+    assert (r.outcome, r.responses, [v.name for v in r.violations]) == ("error", 3, ["missing_final"])
 
 
 def test_an_id_group_owes_only_the_finals_its_requests_asked_for() -> None:
@@ -253,6 +264,19 @@ def test_an_id_group_owes_only_the_finals_its_requests_asked_for() -> None:
     assert group((True, True)) == [("group", ("missing_final",), missing), ("group", (), missing)]
     refused = {"completed or error": 1, "unconfirmed or error": 1}
     assert group((True, True), error=True) == [("group", (), refused), ("group", (), refused)]
+    # A request refused while alone with its id owes no final, and excuses no other's: the one that
+    # joined it, asked for a final and got nothing is missing one for sure.
+    for asks in (True, False, None):
+        b = Builder().start()
+        b.call("c1.1")
+        b.request("c1.1", "", empty_final=asks, model="nosuch")
+        b.response("c1.1", "", None, error="Request for unknown model", model="")
+        b.request("c1.1", "", empty_final=True)
+        b.half_close("c1.1")
+        b.end("c1.1")
+        rows = [(r.outcome, [v.name for v in r.violations], r.group and r.group.ended) for r in track(b.records).requests]
+        both = {"incomplete": 1, "error": 1}
+        assert rows == [("group", ["missing_final"], both), ("group", [], both)], asks
 
 
 def test_restart_after_cancel_matches_payload_hash_for_requests_without_id() -> None:
