@@ -376,7 +376,10 @@ def outcome_of(call: Any, r: Any, state: State) -> RequestOutcome:
         # A unary request has one reply and its call one end: both recorded, nothing of it was lost.
         whole = call.kind == "unary" and r.responses and call.cause is not None
         open_then = r.hole == LOST_OPEN and not whole
-        if open_then or (r.hole == LOST_BEFORE and after_loss):
+        # Sent after them into an id group: a lost request with its id may still have been answering,
+        # its responses and final counted for the group without breaking any rule.
+        grouped = group is not None and group.requests > 1
+        if open_then or (r.hole == LOST_BEFORE and (after_loss or grouped)):
             # Open when they were lost (a unary request whose reply and end were recorded is whole), or
             # sent after them and then broke a rule a lost request of its id would explain.
             outcome, recorded_as = UNKNOWN, outcome

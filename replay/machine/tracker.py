@@ -160,10 +160,11 @@ class Tracker:
         self._warnings: list[str] = []
         self._orphans: set[str] = set()
         self._ids = CaptureIds()
-        #: (connection, model, request id) -> where a request with them was cancelled: an id alone is
-        #: evidence of a restart only from the same client connection (ids such as "1" are reused by
-        #: unrelated clients); the same bytes (``--payload full``) are evidence from anywhere.
-        self._cancelled_keys: dict[tuple[str, str | None, str], str] = {}
+        #: (connection, model, request id) -> where a request with them was cancelled, and its message
+        #: hash (``--payload full``): an id alone is evidence of a restart only from the same client
+        #: connection (ids such as "1" are reused by unrelated clients), and not when the two messages'
+        #: bytes differ; the same bytes are evidence from anywhere.
+        self._cancelled_keys: dict[tuple[str, str | None, str], tuple[str, str | None]] = {}
         self._cancelled_hashes: dict[str, str] = {}
         self._unlabelled = 0
         self._late_after_end = 0
@@ -220,6 +221,10 @@ class Tracker:
             known = self._call(record.call, seq)
             if known is not None:
                 if not known.ended:
+                    if known.http and record.details == ev.HALF_CLOSE_ANSWERED:
+                        # The client's FIN came first, maybe before this call began (a request pipelined
+                        # behind one that was still being answered): the proxy says so at its end.
+                        known.client_fin = True
                     self._end(known, record.cause, seq, record.t_ns)
                 known.status, known.details, known.duration_ms = record.status, record.details, record.duration_ms
                 known.failed = not status_ok(record.status, record.http_status)
@@ -367,7 +372,10 @@ class Tracker:
                 self._retire(call)  # the replaced group's requests can no longer change
         where = None
         if rec.request_id:
-            where = self._cancelled_keys.get((call.conn, rec.model, rec.request_id))
+            cancelled = self._cancelled_keys.get((call.conn, rec.model, rec.request_id))
+            if cancelled is not None and (cancelled[1] is None or rec.payload_sha256 is None
+                                          or cancelled[1] == rec.payload_sha256):  # fmt: skip
+                where = cancelled[0]
         if where is None and rec.payload_sha256 is not None:
             where = self._cancelled_hashes.get(rec.payload_sha256)
         if where is not None:
@@ -519,7 +527,7 @@ class Tracker:
                 # work was cancelled, so none that a later request restarted it.)
                 where = f"call {call.id}, seq {r.seq}"
                 if r.request_id:
-                    self._cancelled_keys[call.conn, r.model, r.request_id] = where
+                    self._cancelled_keys[call.conn, r.model, r.request_id] = (where, r.sha)
                 if r.sha is not None:
                     self._cancelled_hashes[r.sha] = where
 

@@ -249,3 +249,18 @@ def test_an_http_call_answered_after_its_clients_fin_is_unconfirmed_never_comple
             expected = (outcome, ("client_closed_first",) if outcome == "unconfirmed" else ()) if fin else (
                 "error" if outcome == "error" else "completed", ())
             assert (r.outcome, r.notes, r.violations) == (*expected, ()), (x.method, fin)
+    # A request pipelined behind one still being answered when the client's FIN came: its call began
+    # after the FIN (no half_close of its own); the proxy's details at its end say so. Unconfirmed too.
+    x = exchanges("01_unary_infer_tritonclient")[0]
+    b = Builder().start(grpc=False, http=True)
+    for call in ("c1.1", "c1.2"):
+        b.http_call(call, x)
+        b.http_request(call, x)
+        if call == "c1.1":
+            b.half_close(call)
+        b.http_reply(call, x)
+        b.http_end(call, x)
+        end = b.records[-1]
+        assert isinstance(end, ev.CallEnded)
+        b.records[-1] = dataclasses.replace(end, details=HALF_CLOSE_ANSWERED)
+    assert [(r.call, r.outcome) for r in _records(b).requests] == [("c1.1", "unconfirmed"), ("c1.2", "unconfirmed")]

@@ -526,3 +526,28 @@ def test_a_call_whose_start_was_not_read_is_judged_from_what_was_read(tmp_path: 
         with skipping_damaged():
             same = diff(summarize(capture), summarize(capture))
         assert same.equivalent and len(same.pairs) == len(result.requests), gone
+
+
+def test_an_id_group_sent_after_a_loss_is_unknown_though_it_broke_no_rule() -> None:
+    """A long id-less request lost with the call's start (a retention cut), then two id-less requests of
+    which one asks for empty finals: the lost request's responses and its final are counted for their
+    group without breaking any rule (a final of a request that did not ask may come), so the group's
+    counts are not what its requests got: `unknown`, recorded as what the records show (before: the
+    group's `ended` said 2 completed, exit 0)."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", prompt="long")
+    b.response("c1.1", "", "l-0")
+    cut = len(b.records)
+    b.request("c1.1", "", prompt="a", empty_final=True)
+    b.request("c1.1", "", prompt="b", empty_final=None)
+    b.response("c1.1", "", "x-0")
+    b.response("c1.1", "", None, final=True)  # the long request's
+    b.response("c1.1", "", None, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    b.finish()
+    after = [(seq, r) for seq, r in enumerate(b.records) if seq >= cut or isinstance(r, ev.CaptureStarted)]
+    result = track(after)
+    assert [(r.outcome, r.recorded_as) for r in result.requests] == [("unknown", "completed")] * 2
+    assert result.ok
