@@ -90,7 +90,7 @@ def protocol(method: str) -> Protocol:
 def http_call(method: str) -> HttpCall | None:
     """``POST /v2/models/m/versions/2/infer`` read as an :class:`HttpCall`; None for a gRPC path or no request line."""
     verb, sep, target = method.partition(" ")
-    if not sep or not verb or not target or method.startswith("/") or method == START_NOT_READ:
+    if not sep or not verb or not target or protocol(method) == "grpc":
         return None
     path = target.split("?", 1)[0].split("#", 1)[0]
     parts = path.split("/")

@@ -210,6 +210,7 @@ class Tracker:
         elif isinstance(record, ev.HalfClosed):
             known = self._call(record.call, seq)
             if known is not None:
+                # (The proxy's call_end details say it too; HTTP captures written before they did say it only here.)
                 known.client_fin = known.http and not known.ended
                 for r in known.requests:
                     r.machine.feed(Input.HALF_CLOSE, seq)

@@ -163,7 +163,7 @@ def group_totals(requests: Iterable[RequestOutcome]) -> GroupTotals:
     return out
 
 
-def _values(r: RequestOutcome, causes: dict[str, str | None], totals: GroupTotals | None = None) -> dict[str, Any]:
+def _values(r: RequestOutcome, causes: dict[str, str | None], totals: GroupTotals) -> dict[str, Any]:
     values = {
         # What the records show: holes do not change the verdict, which compares what both captures hold.
         "outcome": r.as_recorded,
@@ -174,14 +174,14 @@ def _values(r: RequestOutcome, causes: dict[str, str | None], totals: GroupTotal
         "status": r.status,
         "cause": causes.get(r.call),
         "violations": [v.name for v in (*r.violations, *r.violations_after_loss)],
-        # A request of an id group (ids sent again while in flight): how the group ended is its outcome too.
-        "group": None if r.group is None else f"{r.group.describe()}, {r.group.responses} response(s) to the group",
+        "group": None,
     }
     g = r.group
-    if g is not None and totals is not None:
-        # Which of a group's requests got responses while it was still alone with its id is the
-        # clients' timing (the second sent just before or just after the first's first response), not
-        # the server's behaviour: a group is compared by what all its requests got.
+    if g is not None:
+        # A request of an id group (ids sent again while in flight): how the group ended is its outcome
+        # too. Which of its requests got responses while still alone with its id is the clients' timing
+        # (the second sent just before or just after the first's first response), not the server's
+        # behaviour: a group is compared by what all its requests got.
         n, t = totals.get((r.call, g.first_seq), (g.responses, g.text_responses))
         values["responses"] = values["text_responses"] = None
         values["group"] = f"{g.describe()}, {n} response(s) ({t} text) to its requests"
@@ -190,8 +190,7 @@ def _values(r: RequestOutcome, causes: dict[str, str | None], totals: GroupTotal
 
 def compare(
     a: RequestOutcome, b: RequestOutcome, causes_a: dict[str, str | None], causes_b: dict[str, str | None],
-    threshold_ms: float, tolerance_pct: float = 0.0, totals_a: GroupTotals | None = None,
-    totals_b: GroupTotals | None = None,
+    threshold_ms: float, tolerance_pct: float, totals_a: GroupTotals, totals_b: GroupTotals,
 ) -> tuple[Change, ...]:  # fmt: skip
     """What differs between two matched requests (``totals_*``: each side's :func:`group_totals`)."""
     tol = Tolerance(ms=threshold_ms, pct=tolerance_pct)
