@@ -11,6 +11,11 @@ came back. So requests sharing an id while in flight form a :class:`Group`:
 * A request sent while another with its id is still open joins that group, which becomes
   *shared*: from then on its responses are counted for the group, and its finals count down the
   group's open requests. When finals equal requests, every request of the group has ended.
+* Requests with one id to different models are different groups: Triton names the model in every
+  response but its refusal of a request (an unknown model, a missing input), so a response naming a
+  model is its group's. A response naming none, while groups of its id for several models are open,
+  could be any of theirs: those groups become one from then on (:meth:`Group.absorb`), known only
+  together, as requests to one model are.
 * When the group is over (its last final, or the call's end for the requests still open), the
   tally decides (:func:`ended`): if every request of the group ended the same way (all completed,
   all errors, all cancelled...), each request gets that outcome; otherwise, or when the wire cannot
@@ -38,6 +43,7 @@ class Member(Protocol):
 
     machine: RequestMachine
     seq: int
+    model: str | None
     t_sent: int
     final: bool | None
     final_due: bool  # it asked for a final flag (empty final responses enabled)
@@ -61,11 +67,12 @@ M = TypeVar("M", bound=Member)
 class Group(Generic[M]):
     """Requests of one call sharing an id while in flight; see the module docstring."""
 
-    __slots__ = ("error", "errors", "finals", "members", "open", "outcome", "request_id", "responses", "shared",
-                 "t_first", "text")  # fmt: skip
+    __slots__ = ("error", "error_seq", "errors", "finals", "members", "model", "open", "outcome", "request_id",
+                 "responses", "shared", "t_first", "text")  # fmt: skip
 
     def __init__(self, first: M, request_id: str) -> None:
         self.request_id = request_id
+        self.model = first.model  # the model its requests went to (the first one's, once groups were absorbed)
         self.members: list[M] = [first]
         self.open = 1  # requests of the group without their final (counted down by finals)
         self.shared = False  # two or more were in flight together: responses are the group's
@@ -75,6 +82,7 @@ class Group(Generic[M]):
         self.errors = 0  # error responses without the final flag
         self.outcome: GroupOutcome | None = None
         self.error: str | None = None  # the first error message of the shared group
+        self.error_seq = 0  # where it came (the record's seq)
         self.t_first: int | None = None  # when the shared group's first response came
 
     def join(self, member: M) -> None:
@@ -82,6 +90,23 @@ class Group(Generic[M]):
         self.members.append(member)
         self.open += 1
         self.shared = True
+
+    def absorb(self, other: Group[M]) -> None:
+        """``other``, open with this group's id for another model, is counted with this group from now on: a
+        response naming no model could have been either's. What each request got while alone stays its own,
+        as when a request joins a group; what either group counted as a group is added up."""
+        self.members = sorted([*self.members, *other.members], key=_seq)
+        self.open += other.open
+        self.shared = True
+        self.responses += other.responses
+        self.text += other.text
+        for kind, n in other.finals.items():
+            self.finals[kind] += n
+        self.errors += other.errors
+        if other.error is not None and (self.error is None or other.error_seq < self.error_seq):
+            self.error, self.error_seq = other.error, other.error_seq
+        if other.t_first is not None and (self.t_first is None or other.t_first < self.t_first):
+            self.t_first = other.t_first
 
     def count(self, *, text: bool, error: bool, final: bool, t_ns: int) -> bool:
         """A response of the shared group; True when it ended the group's last open request."""
@@ -140,6 +165,10 @@ class Group(Generic[M]):
             per_request=uniform,
             first_response_ms=None if self.t_first is None else round((self.t_first - t0) / 1e6, 3),
         )  # fmt: skip
+
+
+def _seq(m: Member) -> int:
+    return m.seq
 
 
 def ended(finals: dict[str, int], left: str | None, still_open: int, errors: int) -> dict[str, int]:

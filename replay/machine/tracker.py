@@ -8,9 +8,10 @@ Attribution rules (why they are what they are):
 
 * Identity is call + Triton request id + occurrence: Triton does not require ids to be unique, so
   an id re-used on a call after its previous request finished starts a new occurrence.
-* A stream response goes to the one request in flight with its id. Two in flight with the same id
-  make it ``ambiguous``; an id no request on the call used is ``unknown_id`` (``empty_id`` when it
-  is ``""``). Such responses are listed as *unattributable*, never merged into a guess. A
+* A stream response goes to the one request in flight with its id and model (Triton names the
+  model in its responses). Several in flight with the same id and model are an id group (see
+  replay/machine/groups.py); an id no request on the call used is ``unknown_id`` (``empty_id`` when
+  it is ``""``). Such responses are listed as *unattributable*, never merged into a guess. A
   response for a request whose final was already seen goes to that request (the
   ``response_after_final`` violation), as it cannot belong to anything else.
 * ``""`` is an id like any other: tritonclient sends it by default, and with one request
@@ -93,9 +94,9 @@ class _Request:
 
 class _Call:
     __slots__ = (
-        "by_id", "cause", "client_fin", "conn", "details", "duration_ms", "ended", "failed", "groups", "hole", "http",
-        "id", "kind", "kind_open", "method", "pos", "reported", "requests", "sent", "status", "stream", "t_start",
-        "unary",
+        "by_id", "by_model", "cause", "client_fin", "conn", "details", "duration_ms", "ended", "failed", "groups",
+        "hole", "http", "id", "kind", "kind_open", "method", "parked", "pos", "reported", "requests", "sent",
+        "status", "stream", "t_start", "unary",
     )  # fmt: skip
 
     def __init__(self, call_id: str, method: str, t_start: int, pos: int, conn: str) -> None:
@@ -116,7 +117,12 @@ class _Call:
         self.sent = 0  # requests sent on the call, retired ones included
         self.reported = False  # a sink has its requests (see Tracker's ``sink``)
         self.by_id: dict[str, int] = {}  # request id -> requests sent with it (the next one's occurrence)
-        self.groups: dict[str, Group[_Request]] = {}  # the latest id group per request id (stream calls)
+        # Stream calls' id groups: the latest per request id, whatever its model (and so the latest of its
+        # model); for an id sent to several models, each model's latest (most ids never need it).
+        self.groups: dict[str, Group[_Request]] = {}
+        self.by_model: dict[str, dict[str | None, Group[_Request]]] = {}
+        # Errors naming no model that several open groups of their id could have caused (Tracker._streamed).
+        self.parked: list[tuple[int, ev.MessageSeen, list[Group[_Request]]]] = []
         self.ended = False
         self.status: str | None = None
         self.failed = False  # the call's status is not a success (gRPC: not OK; HTTP: no head or >= 400)
@@ -125,6 +131,10 @@ class _Call:
         self.duration_ms: float | None = None
         self.hole = False  # records were lost while it was open (see Tracker.lost)
         self.client_fin = False  # an HTTP call whose client sent its FIN (a `half_close` record) before its end
+
+
+def _first_seq(g: Group[_Request]) -> int:
+    return g.members[0].seq
 
 
 _DONE = frozenset({State.FINAL_RECEIVED, State.ERROR})
@@ -186,6 +196,7 @@ class Tracker:
             if call is not None and record.dir == "s2c" and call.stream and not call.ended and record.request_id is not None:
                 group = call.groups.get(record.request_id)
                 if (group is not None and not group.shared and not record.error and record.final is not True
+                        and group.model == record.model
                         and (target := group.members[-1]).machine.state in KEPT_BY_RESPONSE):  # fmt: skip
                     target.responses += 1
                     if record.outputs:
@@ -230,14 +241,7 @@ class Tracker:
                 known.status, known.details, known.duration_ms = record.status, record.details, record.duration_ms
                 known.failed = not status_ok(record.status, record.http_status)
                 if self._sink is not None and known.sent and not known.reported:
-                    # Its requests cannot change any more: handed over now, so memory stays flat.
-                    self._sink.call_over(known.pos, known.status, [outcome_of(known, r, r.machine.state)
-                                                                   for r in known.requests])  # fmt: skip
-                    for r in known.requests:
-                        r.group = None  # (a cycle, see _retire)
-                    known.requests.clear()
-                    known.groups.clear()
-                    known.reported = True  # (a second call_end, in a damaged capture, changes nothing reported)
+                    self._hand_over(known)
         elif isinstance(record, ev.ProtocolViolated):
             self._protocol_errors.append(
                 ProtocolError(seq=seq, conn=self._ids.of(record.conn), side=record.side, error=record.error,
@@ -254,6 +258,17 @@ class Tracker:
                 if before:
                     self._capture_over(seq)  # the previous capture ends here (the next one's ids restart)
                 self._live.clear()
+
+    def _hand_over(self, call: _Call) -> None:
+        """The call ended: its requests cannot change any more, so they go to the sink now (memory stays flat)."""
+        self._sink.call_over(call.pos, call.status, [outcome_of(call, r, r.machine.state)  # type: ignore[union-attr]
+                                                     for r in call.requests])  # fmt: skip
+        for r in call.requests:
+            r.group = None  # (a cycle, see _retire)
+        call.requests.clear()
+        call.groups.clear()
+        call.by_model.clear()
+        call.reported = True  # (a second call_end, in a damaged capture, changes nothing reported)
 
     def lost(self, _gap: Gap | None = None) -> None:
         """Records were lost here (a hole: :data:`~replay.capture.holes.LOSSES`), before the next record fed.
@@ -363,12 +378,21 @@ class Tracker:
         call.requests.append(r)
         call.sent += 1
         if call.stream and rec.request_id is not None:  # (always labelled here: only HTTP tracks id-less ones)
-            group = call.groups.get(rec.request_id)
+            rid, model = rec.request_id, rec.model
+            group = latest = call.groups.get(rid)
+            models = call.by_model.get(rid)
+            if latest is not None and latest.model != model:
+                if models is None:
+                    models = call.by_model[rid] = {latest.model: latest}
+                group = models.get(model)
             if group is not None and group.open:
                 group.join(r)
+                r.group = group
             else:
-                call.groups[rec.request_id] = Group(r, rec.request_id)
-            r.group = call.groups[rec.request_id]
+                r.group = Group(r, rid)
+                if models is not None:
+                    models[model] = r.group
+            call.groups[rid] = r.group
             if self._sink is not None and group is not None and r.group is not group:
                 self._retire(call)  # the replaced group's requests can no longer change
         where = None
@@ -443,14 +467,29 @@ class Tracker:
         call.kind_open = False
         self._answered(call, target, seq, rec)
 
-    def _streamed(self, call: _Call, seq: int, rec: ev.MessageSeen) -> None:
-        """A labelled stream response (the plain response of a request alone with its id is `feed`'s own)."""
-        group = call.groups.get(rec.request_id)  # type: ignore[arg-type]  # the callers checked: not None
+    def _streamed(self, call: _Call, seq: int, rec: ev.MessageSeen, placed: Group[_Request] | None = None) -> None:
+        """A labelled stream response (the plain response of a request alone with its id is `feed`'s own);
+        ``placed``: the group :meth:`_settle` placed it in (the observer was told of it when it came)."""
+        group = placed
         if group is None:
-            self._unattributed(call, seq, rec, "empty_id" if rec.request_id == "" else "unknown_id")
-            return
+            rid: str = rec.request_id  # type: ignore[assignment]  # (the callers checked: not None)
+            group = call.groups.get(rid)
+            if group is None:
+                self._unattributed(call, seq, rec, "empty_id" if rid == "" else "unknown_id")
+                return
+            if group.model != rec.model:
+                could = self._could_be(call, rid, rec)
+                if len(could) > 1 and rec.error and rec.final is not True:
+                    # Shaped like Triton's refusal of a request, which names no model: whose it was shows
+                    # later (a refused request gets nothing more), at the latest by the call's end.
+                    call.parked.append((seq, rec, could))
+                    if self._on_response is not None:
+                        self._on_response(call.id, max(m.seq for g in could for m in g.members), seq, rec)
+                    return
+                group = could[0] if len(could) == 1 else self._merge(call, rid, could)
+        drawn = placed is not None
         if group.shared and group.open:
-            self._grouped(call, group, seq, rec)
+            self._grouped(call, group, seq, rec, drawn)
             return
         # A group of one, or a group already over: the response is its (last) request's own;
         # after the final it is the `response_after_final` violation of that request.
@@ -463,9 +502,66 @@ class Tracker:
         machine.feed(inp, seq)
         if fin:
             target.final = True
-        self._answered(call, target, seq, rec)
+        self._answered(call, target, seq, rec, drawn)
 
-    def _answered(self, call: _Call, target: _Request, seq: int, rec: ev.MessageSeen) -> None:
+    @staticmethod
+    def _could_be(call: _Call, request_id: str, rec: ev.MessageSeen) -> list[Group[_Request]]:
+        """The groups of ``request_id`` a stream response not of its id's latest group may be of (in the order
+        their first requests were sent): the latest group of its id and model, when it names one; else
+        (Triton's refusal of a request names none) the groups of its id still open, or the latest one when
+        none is. An error without the final flag, as a refusal is, is no answer to a request that was alone
+        with its id and answered before: a refusal is a request's one answer."""
+        models = call.by_model.get(request_id)
+        if models is None:  # (every request of the id went to one model)
+            return [call.groups[request_id]]
+        mine = models.get(rec.model)
+        if mine is not None and rec.model:
+            return [mine]
+        could: list[Group[_Request]] = []
+        for g in models.values():
+            if g.open and all(g is not c for c in could):
+                could.append(g)
+        if len(could) > 1 and rec.error and rec.final is not True:
+            could = [g for g in could if g.shared or not g.members[0].responses] or could
+        could.sort(key=_first_seq)
+        return could or [call.groups[request_id]]
+
+    @staticmethod
+    def _merge(call: _Call, request_id: str, groups: list[Group[_Request]]) -> Group[_Request]:
+        """``groups`` (of ``request_id``, open, in order) are one group from here on (:meth:`Group.absorb`)."""
+        into = groups[0]
+        for g in groups[1:]:
+            into.absorb(g)
+            for m in g.members:
+                m.group = into
+        models = call.by_model[request_id]  # (groups of several models: the id has this index)
+        for key, g in models.items():
+            if any(g is c for c in groups):
+                models[key] = into
+        if any(call.groups[request_id] is c for c in groups):
+            call.groups[request_id] = into
+        return into
+
+    def _settle(self, call: _Call) -> None:
+        """The call ends: each response parked by :meth:`_streamed` goes to the one group that can still
+        have been refused by it (open, and not a request alone with its id that got an answer); when
+        several can, to them as one group; when none can, as any response naming no model would."""
+        parked, call.parked = call.parked, []
+        for seq, rec, could in parked:
+            rid: str = rec.request_id  # type: ignore[assignment]
+            now: list[Group[_Request]] = []
+            for g in could:  # (a group may have become part of another since)
+                cur = g.members[0].group or g
+                if all(cur is not c for c in now):
+                    now.append(cur)
+            left = [g for g in now if g.open and (g.shared or not g.members[0].responses)]
+            if not left:
+                left = [g for g in now if g.open] or [now[-1]]
+            left.sort(key=_first_seq)
+            group = left[0] if len(left) == 1 else self._merge(call, rid, left)
+            self._streamed(call, seq, rec, group)
+
+    def _answered(self, call: _Call, target: _Request, seq: int, rec: ev.MessageSeen, drawn: bool = False) -> None:
         """What any response attributed to ``target`` adds to it (after its state machine took it).
 
         `feed`'s inline path does the same for a plain response in a state the table keeps (no
@@ -480,19 +576,19 @@ class Tracker:
             target.error = rec.error
         if target.t_done is None and target.machine.state in _DONE:
             target.t_done = rec.t_ns
-        if self._on_response is not None:
+        if self._on_response is not None and not drawn:
             self._on_response(call.id, target.seq, seq, rec)
 
-    def _grouped(self, call: _Call, group: Group[_Request], seq: int, rec: ev.MessageSeen) -> None:
+    def _grouped(self, call: _Call, group: Group[_Request], seq: int, rec: ev.MessageSeen, drawn: bool = False) -> None:
         """A response of a shared id group: counted for the group; the group closes at its last final."""
         if rec.error and group.error is None:
-            group.error = rec.error
+            group.error, group.error_seq = rec.error, seq
         if group.count(text=bool(rec.outputs), error=bool(rec.error), final=rec.final is True, t_ns=rec.t_ns):
             group.close(None, seq)
             for m in group.members:
                 if m.t_done is None:
                     m.t_done = rec.t_ns  # the group's last final: each ended by then
-        if self._on_response is not None:
+        if self._on_response is not None and not drawn:
             # Which request it answers is unknown; the latest one sent before it could have caused
             # it, so serve replays it no earlier than the wire did and the report draws it there.
             self._on_response(call.id, group.members[-1].seq, seq, rec)
@@ -510,6 +606,8 @@ class Tracker:
         base = END_BY_CAUSE.get(cause, Input.END_ERROR)
         if base is Input.END_OK and call.client_fin:
             base = Input.END_OK_AFTER_CLIENT_FIN
+        if call.parked:
+            self._settle(call)
         self._close_groups(call, base, seq)
         for r in call.requests:
             if call.http and call.kind == "stream" and cause == "ok" and not r.responses and not r.cut:
@@ -542,7 +640,7 @@ class Tracker:
         while requests:
             r = requests[0]
             state = r.machine.state
-            if r.final is not True or call.groups.get(r.request_id) is r.group:  # type: ignore[arg-type]
+            if r.final is not True or (self._latest(call, r) if call.by_model else call.groups.get(r.request_id)) is r.group:  # type: ignore[arg-type]
                 return
             if state is _FINAL_RECEIVED:
                 state = _COMPLETED  # what any end of a gRPC call makes it (table.py; _retire sees no HTTP call)
@@ -553,9 +651,16 @@ class Tracker:
             r.group = None  # request <-> group is a cycle: without it the request is freed right away
 
     @staticmethod
+    def _latest(call: _Call, r: _Request) -> Group[_Request] | None:
+        """The group a response of ``r``'s id and model would reach now."""
+        rid: str = r.request_id  # type: ignore[assignment]  # (a request of a group: labelled)
+        models = call.by_model.get(rid)
+        return call.groups.get(rid) if models is None else models.get(r.model)
+
+    @staticmethod
     def _close_groups(call: _Call, end: Input, seq: int | None) -> None:
-        for group in call.groups.values():
-            if group.shared and group.outcome is None:
+        for group in itertools.chain(call.groups.values(), *(m.values() for m in call.by_model.values())):
+            if group.shared and group.outcome is None:  # (a group absorbing others is in several places)
                 due = end is Input.END_OK and group.finals_missing() > 0
                 group.close(Input.END_OK_FINAL_DUE if due else end, seq)
                 if due and group.open and group.outcome is not None and not group.outcome.per_request:
@@ -570,6 +675,8 @@ class Tracker:
         self._open.clear()
         for call in self._order:
             if not call.ended and (call.unary or call.stream or call.http):
+                if call.parked:
+                    self._settle(call)
                 self._close_groups(call, Input.CAPTURE_ENDED, seq)
                 call.ended = True
                 for r in call.requests:

@@ -194,3 +194,32 @@ def test_requests_triton_refuses_inside_a_stream_owe_no_final(
         ("good", "completed", [], []),
     ]
     assert code == 0
+
+
+def test_idless_requests_to_three_models_on_one_stream_are_each_known(
+    recording_proxy: ProxyThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Id "" to `tokens`, to a model Triton does not have and to `fail_midstream`, on one stream: Triton names
+    the model in every response but its refusal, so each request is known on its own (it was one group of
+    three, each row showing another model's error): `tokens` completed with its texts and final, the unknown
+    model's request the refusal (`error`, owes no final), `fail_midstream` its error; exit 0."""
+    s = StreamSession(recording_proxy.url)
+    s.send("tokens", token_inputs("a", 6, 10), "", enable_empty_final_response=True)
+    s.send("nosuch", token_inputs("x", 1), "", enable_empty_final_response=True)
+    s.send("fail_midstream", token_inputs("b", 5, 5), "", enable_empty_final_response=False)
+    live: list[tuple[Any, ...]] = []
+    while sum(_is_final(e) for e in live) < 1 or sum(e[0] == "error" for e in live) < 2:
+        live.extend(s.take(1))
+    s.close()
+    texts = [t for e in live if e[0] == "result" for t in e[3]]
+    assert sorted(t for t in texts if t.startswith("a-")) == [f"a-{i}" for i in range(6)]
+    assert sorted(t for t in texts if t.startswith("b-")) == ["b-0", "b-1"]
+    code, doc = _check(recording_proxy, capsys)
+    rows = {r["model"]: (r["outcome"], r["responses"], r["text_responses"], r["notes"], r["group"])
+            for r in doc["requests"]}  # fmt: skip
+    assert rows == {
+        "tokens": ("completed", 7, 6, [], None),
+        "nosuch": ("error", 1, 0, ["missing_final"], None),
+        "fail_midstream": ("error", 3, 2, [], None),
+    }, doc["requests"]
+    assert code == 0 and doc["unattributable"] == []

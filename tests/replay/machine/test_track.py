@@ -271,7 +271,7 @@ def test_an_id_group_owes_only_the_finals_its_requests_asked_for() -> None:
         b.call("c1.1")
         b.request("c1.1", "", empty_final=asks, model="nosuch")
         b.response("c1.1", "", None, error="Request for unknown model", model="")
-        b.request("c1.1", "", empty_final=True)
+        b.request("c1.1", "", empty_final=True, model="nosuch")  # (the same model: one group)
         b.half_close("c1.1")
         b.end("c1.1")
         rows = [(r.outcome, [v.name for v in r.violations], r.group and r.group.ended) for r in track(b.records).requests]
