@@ -42,7 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The tracker's outcomes are what `replay check` prints: its in-process CLI tests read them too.
 # test_check_json_stream: when the tracker hands settled requests to its sink (`_retire`), which no output shows.
-_TRACK = ("tests/replay/machine/test_track.py", "tests/replay/machine/test_golden.py", "tests/replay/cli/test_check_cli.py",
+_TRACK = ("tests/replay/machine/test_track.py", "tests/replay/machine/test_track_models.py",
+          "tests/replay/machine/test_golden.py", "tests/replay/cli/test_check_cli.py",
           "tests/replay/cli/test_check_json_stream.py")
 # The writer's own tests: a real writer thread on a temporary directory (no sockets).
 _WRITER = ("tests/proxy/capture/test_writer.py", "tests/proxy/capture/test_upkeep_writer.py")

@@ -13,9 +13,10 @@ came back. So requests sharing an id while in flight form a :class:`Group`:
   group's open requests. When finals equal requests, every request of the group has ended.
 * Requests with one id to different models are different groups: Triton names the model in every
   response but its refusal of a request (an unknown model, a missing input), so a response naming a
-  model is its group's. A response naming none, while groups of its id for several models are open,
-  could be any of theirs: those groups become one from then on (:meth:`Group.absorb`), known only
-  together, as requests to one model are.
+  model is its group's. A refusal, while groups of its id for several models are open, is placed by
+  the tracker once their answers leave one it can be (a refusal is a request's one answer); other
+  responses naming none, and refusals no answer placed, make those groups one from then on
+  (:meth:`Group.absorb`), known only together, as requests to one model are.
 * When the group is over (its last final, or the call's end for the requests still open), the
   tally decides (:func:`ended`): if every request of the group ended the same way (all completed,
   all errors, all cancelled...), each request gets that outcome; otherwise, or when the wire cannot
@@ -111,7 +112,7 @@ class Group(Generic[M]):
     def count(self, *, text: bool, error: bool, final: bool, t_ns: int) -> bool:
         """A response of the shared group; True when it ended the group's last open request."""
         self.responses += 1
-        if self.t_first is None:
+        if self.t_first is None or t_ns < self.t_first:  # (an error placed after it came: see the tracker)
             self.t_first = t_ns
         self.text += text
         if final:

@@ -196,7 +196,7 @@ class Tracker:
             if call is not None and record.dir == "s2c" and call.stream and not call.ended and record.request_id is not None:
                 group = call.groups.get(record.request_id)
                 if (group is not None and not group.shared and not record.error and record.final is not True
-                        and group.model == record.model
+                        and group.model == record.model and not call.parked
                         and (target := group.members[-1]).machine.state in KEPT_BY_RESPONSE):  # fmt: skip
                     target.responses += 1
                     if record.outputs:
@@ -469,7 +469,7 @@ class Tracker:
 
     def _streamed(self, call: _Call, seq: int, rec: ev.MessageSeen, placed: Group[_Request] | None = None) -> None:
         """A labelled stream response (the plain response of a request alone with its id is `feed`'s own);
-        ``placed``: the group :meth:`_settle` placed it in (the observer was told of it when it came)."""
+        ``placed``: the group a parked error was placed in (the observer was told of it when it came)."""
         group = placed
         if group is None:
             rid: str = rec.request_id  # type: ignore[assignment]  # (the callers checked: not None)
@@ -487,6 +487,8 @@ class Tracker:
                         self._on_response(call.id, max(m.seq for g in could for m in g.members), seq, rec)
                     return
                 group = could[0] if len(could) == 1 else self._merge(call, rid, could)
+            if call.parked:
+                self._unpark(call, group, rec)
         drawn = placed is not None
         if group.shared and group.open:
             self._grouped(call, group, seq, rec, drawn)
@@ -526,9 +528,9 @@ class Tracker:
         could.sort(key=_first_seq)
         return could or [call.groups[request_id]]
 
-    @staticmethod
-    def _merge(call: _Call, request_id: str, groups: list[Group[_Request]]) -> Group[_Request]:
-        """``groups`` (of ``request_id``, open, in order) are one group from here on (:meth:`Group.absorb`)."""
+    def _merge(self, call: _Call, request_id: str, groups: list[Group[_Request]]) -> Group[_Request]:
+        """``groups`` (of ``request_id``, open, in order) are one group from here on (:meth:`Group.absorb`);
+        an error parked on them is then that group's."""
         into = groups[0]
         for g in groups[1:]:
             into.absorb(g)
@@ -540,26 +542,43 @@ class Tracker:
                 models[key] = into
         if any(call.groups[request_id] is c for c in groups):
             call.groups[request_id] = into
+        if call.parked:
+            parked, call.parked = call.parked, []
+            for seq, rec, could in parked:
+                if any(g is c for g in could for c in groups):
+                    could = [g for g in could if all(g is not c for c in groups)]
+                    could.insert(0, into)
+                    could.sort(key=_first_seq)
+                if len(could) == 1:
+                    self._streamed(call, seq, rec, could[0])
+                else:
+                    call.parked.append((seq, rec, could))
         return into
 
-    def _settle(self, call: _Call) -> None:
-        """The call ends: each response parked by :meth:`_streamed` goes to the one group that can still
-        have been refused by it (open, and not a request alone with its id that got an answer); when
-        several can, to them as one group; when none can, as any response naming no model would."""
+    def _unpark(self, call: _Call, group: Group[_Request], rec: ev.MessageSeen) -> None:
+        """``group`` is about to get ``rec``: what that says of the errors parked on it (:meth:`_streamed`).
+
+        A refusal is a request's one answer (Triton 2.51 names the model in every other error): a request
+        alone with its id that gets an answer, or a shared group whose every request gets its final, was
+        not refused. Once one candidate is left, the error is its own, placed before what comes next.
+        """
+        if group.shared and not (rec.final is True and group.open == 1):
+            return  # (which of its requests this answers is unknown: any other may have been refused)
         parked, call.parked = call.parked, []
-        for seq, rec, could in parked:
-            rid: str = rec.request_id  # type: ignore[assignment]
-            now: list[Group[_Request]] = []
-            for g in could:  # (a group may have become part of another since)
-                cur = g.members[0].group or g
-                if all(cur is not c for c in now):
-                    now.append(cur)
-            left = [g for g in now if g.open and (g.shared or not g.members[0].responses)]
-            if not left:
-                left = [g for g in now if g.open] or [now[-1]]
-            left.sort(key=_first_seq)
-            group = left[0] if len(left) == 1 else self._merge(call, rid, left)
-            self._streamed(call, seq, rec, group)
+        for seq, err, could in parked:
+            if any(g is group for g in could):
+                could = [g for g in could if g is not group]
+                if len(could) == 1:
+                    self._streamed(call, seq, err, could[0])
+                    continue
+            call.parked.append((seq, err, could))
+
+    def _settle(self, call: _Call) -> None:
+        """The call ends: each error still parked by :meth:`_streamed` goes to its one candidate left, or to
+        its candidates as one group (none got an answer or a final since: either could have been refused)."""
+        while call.parked:
+            seq, rec, could = call.parked.pop(0)
+            self._streamed(call, seq, rec, could[0] if len(could) == 1 else self._merge(call, rec.request_id, could))  # type: ignore[arg-type]
 
     def _answered(self, call: _Call, target: _Request, seq: int, rec: ev.MessageSeen, drawn: bool = False) -> None:
         """What any response attributed to ``target`` adds to it (after its state machine took it).
@@ -581,7 +600,7 @@ class Tracker:
 
     def _grouped(self, call: _Call, group: Group[_Request], seq: int, rec: ev.MessageSeen, drawn: bool = False) -> None:
         """A response of a shared id group: counted for the group; the group closes at its last final."""
-        if rec.error and group.error is None:
+        if rec.error and (group.error is None or seq < group.error_seq):  # (a placed error came earlier)
             group.error, group.error_seq = rec.error, seq
         if group.count(text=bool(rec.outputs), error=bool(rec.error), final=rec.final is True, t_ns=rec.t_ns):
             group.close(None, seq)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 from replay.cli.check import check
 from replay.machine.outcomes import RequestOutcome
@@ -251,3 +252,91 @@ def test_a_refusal_is_placed_by_the_answers_of_a_request_that_never_got_its_fina
     b.half_close("c1.1")
     b.end("c1.1")
     assert _rows(b) == [("tokens", "unconfirmed", 2, [], []), ("nosuch", "error", 1, ["missing_final"], [])]
+
+
+def _both(b: Builder) -> list[tuple[int, str | None, str, int, tuple[str, ...], tuple[str, ...], Any]]:
+    """Each request's row, the same whether the tracker keeps every outcome or hands them to a sink as they
+    settle (as `check` does): asserted here, the rows returned."""
+
+    def row(r: RequestOutcome) -> tuple[int, str | None, str, int, tuple[str, ...], tuple[str, ...], Any]:
+        g = r.group
+        return (r.seq, r.model, r.outcome, r.responses, r.notes, tuple(v.name for v in r.violations),
+                None if g is None else (g.requests, g.responses, g.errors_without_final, g.ended))  # fmt: skip
+
+    kept = [row(r) for r in track(b.records).requests]
+    sink = _Sink()
+    t = Tracker(sink=sink)
+    for seq, rec in enumerate(b.records):
+        t.feed(seq, rec)
+    t.finish()
+    assert sorted(row(r) for r in sink.outcomes) == sorted(kept)
+    return kept
+
+
+def test_a_parked_error_is_placed_before_what_the_request_left_gets_next() -> None:
+    """An error naming no model, then a final for each request (not Triton 2.51's way: its refusal is a
+    request's one answer). `tokens`'s final shows it was not refused, so the error is `silent`'s, placed
+    then, before `silent`'s own final: no `response_after_final` the wire did not show, exit 0."""
+    b = Builder().start()
+    _two_models(b)
+    b.response("c1.1", "", None, error="boom", model="")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.response("c1.1", "", None, final=True, model="silent")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    assert _both(b) == [(2, "tokens", "completed", 1, (), (), None), (3, "silent", "error", 2, (), (), None)]
+
+
+def test_a_request_handed_over_early_never_misses_an_error_placed_later() -> None:
+    """`check` hands a request over once a later request of its id and model took its place: the error
+    parked on it is placed before that, so what `check` prints is what the whole result says."""
+    b = Builder().start()
+    _two_models(b)
+    b.response("c1.1", "", None, error="boom", model="")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.response("c1.1", "", None, final=True, model="silent")
+    b.request("c1.1", "", model="tokens", empty_final=True)
+    b.request("c1.1", "", model="silent", empty_final=True)
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.response("c1.1", "", None, final=True, model="silent")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    rows = _both(b)
+    assert [(r[1], r[2], r[3]) for r in rows] == [
+        ("tokens", "completed", 1), ("silent", "error", 2), ("tokens", "completed", 1), ("silent", "completed", 1),
+    ]  # fmt: skip
+
+
+def test_an_error_parked_on_groups_made_one_is_that_groups_before_their_finals() -> None:
+    """An error naming no model, then a response naming none that is no error: the two requests are one
+    group from there, the parked error its error without the flag, counted before the finals."""
+    b = Builder().start()
+    _two_models(b)
+    b.response("c1.1", "", None, error="boom", model="")
+    b.response("c1.1", "", "?", model="")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.response("c1.1", "", None, final=True, model="silent")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    group = (2, 4, 1, {"completed": 1, "error": 1})
+    assert _both(b) == [(2, "tokens", "group", 0, (), (), group), (3, "silent", "group", 0, (), (), group)]
+    g = track(b.records).requests[0].group
+    assert g is not None and g.first_response_ms == 6.0  # (the error's time, not the later "?"'s: 11.0)
+
+
+def test_an_error_placed_late_in_a_group_is_its_first_by_when_it_came() -> None:
+    """Two `tokens` requests (a group) and one `silent`, id "": an error naming no model, then a `tokens` error
+    and text, the call cancelled. The parked error is placed at the end, on all three as one group: the
+    group's first response and first error are still the parked one's, which came first."""
+    b = Builder().start()
+    _two_models(b)
+    b.request("c1.1", "", model="tokens", empty_final=True)
+    b.response("c1.1", "", None, error="parked", model="")
+    b.response("c1.1", "", "a-0", error="later", model="tokens")
+    b.cancel("c1.1", "client_cancel")
+    b.end("c1.1", status="CANCELLED")
+    result = track(b.records)
+    g = result.requests[0].group
+    assert g is not None and all(r.group == g for r in result.requests)
+    assert (g.requests, g.responses, g.first_response_ms) == (3, 2, 7.0)  # (the parked error's time: 12.0 after)
+    assert {r.error for r in result.requests} == {"parked"}
