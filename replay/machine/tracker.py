@@ -66,7 +66,7 @@ CaptureSource = PathLike | Iterable[PathLike] | Iterable[ev.Record] | Iterable[t
 class _Request:
     __slots__ = (
         "call", "cut", "error", "final", "final_due", "group", "hole", "hole_from", "machine", "model", "occurrence",
-        "request_id", "responses", "seq", "sha", "t_done", "t_first", "t_sent", "text"
+        "request_id", "responses", "seq", "sha", "size", "t_done", "t_first", "t_sent", "text"
     )  # fmt: skip
 
     def __init__(self, call: _Call, rec: ev.MessageSeen, seq: int, occurrence: int) -> None:
@@ -85,6 +85,7 @@ class _Request:
         self.t_done: int | None = None
         self.error: str | None = None
         self.sha = rec.payload_sha256
+        self.size = rec.size
         self.group: Group[_Request] | None = None
         #: How records lost on its call touch it (see Tracker.lost): None, or one of LOST_* (outcomes.py).
         self.hole: str | None = None
@@ -170,11 +171,11 @@ class Tracker:
         self._warnings: list[str] = []
         self._orphans: set[str] = set()
         self._ids = CaptureIds()
-        #: (connection, model, request id) -> where a request with them was cancelled, and its message
-        #: hash (``--payload full``): an id alone is evidence of a restart only from the same client
+        #: (connection, model, request id) -> where a request with them was cancelled, its message's size
+        #: and hash (``--payload full``): an id alone is evidence of a restart only from the same client
         #: connection (ids such as "1" are reused by unrelated clients), and not when the two messages'
-        #: bytes differ; the same bytes are evidence from anywhere.
-        self._cancelled_keys: dict[tuple[str, str | None, str], tuple[str, str | None]] = {}
+        #: bytes differ (their sizes, or their hashes); the same bytes are evidence from anywhere.
+        self._cancelled_keys: dict[tuple[str, str | None, str], tuple[str, int, str | None]] = {}
         self._cancelled_hashes: dict[str, str] = {}
         self._unlabelled = 0
         self._late_after_end = 0
@@ -398,8 +399,8 @@ class Tracker:
         where = None
         if rec.request_id:
             cancelled = self._cancelled_keys.get((call.conn, rec.model, rec.request_id))
-            if cancelled is not None and (cancelled[1] is None or rec.payload_sha256 is None
-                                          or cancelled[1] == rec.payload_sha256):  # fmt: skip
+            if cancelled is not None and cancelled[1] == rec.size and (cancelled[2] is None or rec.payload_sha256 is None
+                                                                       or cancelled[2] == rec.payload_sha256):  # fmt: skip
                 where = cancelled[0]
         if where is None and rec.payload_sha256 is not None:
             where = self._cancelled_hashes.get(rec.payload_sha256)
@@ -645,7 +646,7 @@ class Tracker:
                 # work was cancelled, so none that a later request restarted it.)
                 where = f"call {call.id}, seq {r.seq}"
                 if r.request_id:
-                    self._cancelled_keys[call.conn, r.model, r.request_id] = (where, r.sha)
+                    self._cancelled_keys[call.conn, r.model, r.request_id] = (where, r.size, r.sha)
                 if r.sha is not None:
                     self._cancelled_hashes[r.sha] = where
 

@@ -303,8 +303,8 @@ def test_restart_after_cancel_matches_payload_hash_for_requests_without_id() -> 
 def test_an_id_is_evidence_of_a_restart_only_from_the_same_client_connection() -> None:
     """Ids such as "1" are reused by unrelated clients (Triton does not require unique ones): a cancelled
     "1" and another client's "1" on another connection is no restart (it was `restarted_after_cancel`,
-    exit 1, found live). From the same connection it is; the same bytes (`--payload full`) are evidence
-    from any connection."""
+    exit 1, found live). From the same connection it is, unless the messages differ (in size, or with
+    `--payload full` in bytes); the same bytes (`--payload full`) are evidence from any connection."""
 
     def later(conn: str, payload: str = "meta", prompt: str = "one") -> list[tuple[str, str, list[str]]]:
         b = Builder(payload=payload).start()
@@ -326,6 +326,11 @@ def test_an_id_is_evidence_of_a_restart_only_from_the_same_client_connection() -
     # Two clients of one process share one HTTP/2 connection (grpc's default): with the bytes recorded,
     # an id whose message differs is not the cancelled request again.
     assert later("c1", "full", "two") == [("1", "cancelled", []), ("1", "completed", [])]
+    # Without the bytes, their sizes still tell two messages apart: a longer prompt is another request (a
+    # client numbering each new stream's requests from "1" after a cancel was exit 1); one of the same
+    # length cannot be told from the cancelled one.
+    assert later("c1", "meta", "a longer one") == [("1", "cancelled", []), ("1", "completed", [])]
+    assert later("c1", "meta", "two") == [("1", "cancelled", []), ("1", "completed", ["restarted_after_cancel"])]
 
 
 def test_empty_ids_are_not_matched_for_restarts_without_payload() -> None:
