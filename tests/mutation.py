@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The tracker's outcomes are what `replay check` prints: its in-process CLI tests read them too.
 # test_check_json_stream: when the tracker hands settled requests to its sink (`_retire`), which no output shows.
 _TRACK = ("tests/replay/machine/test_track.py", "tests/replay/machine/test_track_models.py",
+          "tests/replay/machine/test_http.py", "tests/replay/machine/test_losses.py",
           "tests/replay/machine/test_golden.py", "tests/replay/cli/test_check_cli.py",
           "tests/replay/cli/test_check_json_stream.py")
 # The writer's own tests: a real writer thread on a temporary directory (no sockets).

@@ -575,11 +575,11 @@ class Tracker:
             call.parked.append((seq, err, could))
 
     def _settle(self, call: _Call) -> None:
-        """The call ends: each error still parked by :meth:`_streamed` goes to its one candidate left, or to
-        its candidates as one group (none got an answer or a final since: either could have been refused)."""
-        while call.parked:
+        """The call ends: each error still parked by :meth:`_streamed` goes to its candidates as one group
+        (none got an answer or a final since: any of them could have been refused)."""
+        while call.parked:  # (each has two candidates or more: one left is placed at once)
             seq, rec, could = call.parked.pop(0)
-            self._streamed(call, seq, rec, could[0] if len(could) == 1 else self._merge(call, rec.request_id, could))  # type: ignore[arg-type]
+            self._streamed(call, seq, rec, self._merge(call, rec.request_id, could))  # type: ignore[arg-type]
 
     def _answered(self, call: _Call, target: _Request, seq: int, rec: ev.MessageSeen, drawn: bool = False) -> None:
         """What any response attributed to ``target`` adds to it (after its state machine took it).

@@ -216,17 +216,21 @@ def test_a_refusal_is_drawn_on_the_request_it_is_placed_on_when_the_wire_already
 
 def test_groups_made_one_add_up_and_keep_the_first_error_by_when_it_came() -> None:
     """Two shared groups (two requests each, one model each) made one by a response naming no model: the
-    members in the order sent, the counts added, the first error the one that came first."""
+    members in the order sent, what each group counted added up, the first response and the first error
+    the ones that came first (the later-sent group's response, the earlier-sent group's error)."""
     b = Builder().start()
     b.call("c1.1")
     b.request("c1.1", "", model="tokens", empty_final=True)
     b.request("c1.1", "", model="silent", empty_final=True)
     b.request("c1.1", "", model="tokens", empty_final=True)
     b.request("c1.1", "", model="silent", empty_final=True)
-    b.response("c1.1", "", None, error="silent first", model="silent")
-    b.response("c1.1", "", "a-0", error="tokens second", model="tokens")
+    b.response("c1.1", "", "s-0", model="silent")  # 6: the first response
+    b.response("c1.1", "", None, error="tokens first", model="tokens")  # 7: the first error
+    b.response("c1.1", "", None, error="silent second", model="silent")
+    b.response("c1.1", "", None, final=True, model="silent")
+    b.response("c1.1", "", "a-0", model="tokens")
     b.response("c1.1", "", "?", model="")
-    for model in ("tokens", "silent", "tokens", "silent"):
+    for model in ("tokens", "tokens", "silent"):
         b.response("c1.1", "", None, final=True, model=model)
     b.half_close("c1.1")
     b.end("c1.1")
@@ -235,7 +239,36 @@ def test_groups_made_one_add_up_and_keep_the_first_error_by_when_it_came() -> No
     groups = [r.group for r in result.requests]
     g = groups[0]
     assert g is not None and all(x == g for x in groups)
-    assert (g.first_seq, g.requests, g.responses, g.text_responses, g.errors_without_final) == (2, 4, 7, 2, 2)
+    assert (g.first_seq, g.requests, g.responses, g.text_responses, g.errors_without_final) == (2, 4, 9, 3, 2)
+    assert g.ended == {"completed or error": 4}
+    assert g.first_response_ms == 8.0  # (s-0's time after the first request; a-0 came later)
+    assert {r.error for r in result.requests} == {"tokens first"}
+
+
+def test_groups_made_one_keep_the_first_of_each_whichever_group_it_was_in() -> None:
+    """As above with the roles turned: the earlier-sent group's response first, the later-sent group's
+    error first, and finals counted in both groups before they were made one."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", model="tokens", empty_final=True)
+    b.request("c1.1", "", model="silent", empty_final=True)
+    b.request("c1.1", "", model="tokens", empty_final=True)
+    b.request("c1.1", "", model="silent", empty_final=True)
+    b.response("c1.1", "", "a-0", model="tokens")  # 6: the first response
+    b.response("c1.1", "", None, error="silent first", model="silent")  # 7: the first error
+    b.response("c1.1", "", None, error="tokens second", model="tokens")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.response("c1.1", "", None, final=True, model="silent")
+    b.response("c1.1", "", "?", model="")
+    for model in ("tokens", "silent"):
+        b.response("c1.1", "", None, final=True, model=model)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    result = track(b.records)
+    g = result.requests[0].group
+    assert g is not None and all(r.group == g for r in result.requests)
+    assert (g.responses, g.text_responses, g.errors_without_final, g.ended) == (8, 2, 2, {"completed or error": 4})
+    assert g.first_response_ms == 8.0
     assert {r.error for r in result.requests} == {"silent first"}
 
 
@@ -340,3 +373,164 @@ def test_an_error_placed_late_in_a_group_is_its_first_by_when_it_came() -> None:
     assert g is not None and all(r.group == g for r in result.requests)
     assert (g.requests, g.responses, g.first_response_ms) == (3, 2, 7.0)  # (the parked error's time: 12.0 after)
     assert {r.error for r in result.requests} == {"parked"}
+
+
+def _observed(b: Builder) -> tuple[list[tuple[str, int, int, int]], Any]:
+    """What an observer (report, summarize) is told, (call, request seq, seq, id of the record), and the result."""
+    seen: list[tuple[str, int, int, int]] = []
+    t = Tracker(on_response=lambda call, req_seq, seq, rec: seen.append((call, req_seq, seq, id(rec))))
+    for seq, rec in enumerate(b.records):
+        t.feed(seq, rec)
+    return seen, t.finish()
+
+
+def test_an_error_parked_then_counted_in_groups_made_one_is_told_once() -> None:
+    """The parked error is told when it came, with its record and call; placed later in the group made
+    one, it is not told again."""
+    b = Builder().start()
+    _two_models(b)
+    b.response("c1.1", "", None, error="boom", model="")
+    b.response("c1.1", "", "?", model="")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.response("c1.1", "", None, final=True, model="silent")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    seen, result = _observed(b)
+    assert [(c, q, s) for c, q, s, _ in seen] == [("c1.1", 3, 4), ("c1.1", 3, 5), ("c1.1", 3, 6), ("c1.1", 3, 7)]
+    assert [i for *_, i in seen] == [id(b.records[s]) for s in (4, 5, 6, 7)]
+    assert result.requests[0].group is not None and result.requests[0].group.responses == 4
+
+
+def test_groups_made_one_leave_a_third_models_group_its_own() -> None:
+    """`tokens` and `silent` made one group by a response naming no model; `echo`'s request of the same id,
+    over before that, keeps its responses: a late one naming `echo` is its `response_after_final`."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", model="echo", empty_final=True)
+    b.response("c1.1", "", None, final=True, model="echo")
+    b.request("c1.1", "", model="tokens", empty_final=True)
+    b.request("c1.1", "", model="silent", empty_final=True)
+    b.response("c1.1", "", "?", model="")
+    b.response("c1.1", "", "late", model="echo")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.response("c1.1", "", None, final=True, model="silent")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    rows = [(r.model, r.outcome, r.responses, [v.name for v in r.violations]) for r in track(b.records).requests]
+    assert rows == [("echo", "completed", 2, ["response_after_final"]), ("tokens", "completed", 0, []),
+                    ("silent", "completed", 0, [])]  # fmt: skip
+
+
+def test_a_response_naming_no_model_goes_to_the_one_group_of_its_id_still_open() -> None:
+    """`tokens` is over, `silent` open: a text naming no model is `silent`'s own (no group made of the two);
+    one naming a model no request of the id went to, likewise."""
+    for model in ("", "ensemble"):
+        b = Builder().start()
+        _two_models(b)
+        b.response("c1.1", "", None, final=True, model="tokens")
+        b.response("c1.1", "", "?", model=model)
+        b.response("c1.1", "", None, final=True, model="silent")
+        b.half_close("c1.1")
+        b.end("c1.1")
+        assert _rows(b) == [("tokens", "completed", 1, [], []), ("silent", "completed", 2, [], [])], model
+
+
+def test_a_response_naming_a_model_no_request_went_to_while_two_are_open_makes_them_one_group() -> None:
+    b = Builder().start()
+    _two_models(b)
+    b.response("c1.1", "", "?", model="ensemble")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.response("c1.1", "", None, final=True, model="silent")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    result = track(b.records)
+    g = result.requests[0].group
+    assert g is not None and g == result.requests[1].group and (g.requests, g.responses) == (2, 3)
+
+
+def test_requests_of_two_models_handed_over_as_they_settle_lose_nothing() -> None:
+    """With a sink, a `tokens` request over before a later `silent` request replaced `silent`'s group stays
+    in the tracker until `tokens`'s group is replaced: a late `tokens` response still reaches it."""
+    b = Builder().start()
+    _two_models(b)
+    b.response("c1.1", "", None, final=True, model="silent")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.request("c1.1", "", model="silent", empty_final=True)  # replaces silent's group: hand-over time
+    b.response("c1.1", "", "late", model="tokens")
+    b.response("c1.1", "", None, final=True, model="silent")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    rows = _both(b)
+    assert [(r[1], r[2], r[3], r[5]) for r in rows] == [
+        ("tokens", "completed", 2, ("response_after_final",)), ("silent", "completed", 1, ()),
+        ("silent", "completed", 1, ()),
+    ]  # fmt: skip
+
+
+def test_two_parked_refusals_are_each_placed_or_kept() -> None:
+    """A refusal while `tokens` and `nosuch` are open, then `other` sent and a second refusal while all three
+    are: `tokens`'s text places the first on `nosuch` and leaves the second two candidates, which the call's
+    end makes one group; neither error is lost."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", model="tokens", empty_final=True)
+    b.request("c1.1", "", model="nosuch", empty_final=True)
+    b.response("c1.1", "", None, error="first", model="")
+    b.request("c1.1", "", model="other", empty_final=True)
+    b.response("c1.1", "", None, error="second", model="")
+    b.response("c1.1", "", "a-0", model="tokens")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.cancel("c1.1", "client_cancel")
+    b.end("c1.1", status="CANCELLED")
+    result = track(b.records)
+    rows = [(r.model, r.outcome, r.responses, r.error, r.group and r.group.errors_without_final) for r in result.requests]
+    assert rows == [("tokens", "completed", 2, None, None), ("nosuch", "group", 1, "first", 1),
+                    ("other", "group", 0, "second", 1)]  # fmt: skip
+
+
+def test_a_shared_group_rules_itself_out_only_when_its_last_final_comes() -> None:
+    """Two `tokens` requests (a group) and `silent`, id "", an error naming no model parked on both: one
+    final of the group says nothing (either `tokens` request may have been refused); `silent`'s text
+    rules `silent` out, so the error is the group's; when the group's last final rules it out
+    instead, the error is `silent`'s."""
+    def run(silent_answers: bool) -> list[tuple[str | None, str, int, Any]]:
+        b = Builder().start()
+        _two_models(b)
+        b.request("c1.1", "", model="tokens", empty_final=True)
+        b.response("c1.1", "", None, error="boom", model="")
+        b.response("c1.1", "", None, final=True, model="tokens")
+        if silent_answers:
+            b.response("c1.1", "", "s", model="silent")
+        b.response("c1.1", "", None, final=True, model="tokens")
+        b.cancel("c1.1", "client_cancel")
+        b.end("c1.1", status="CANCELLED")
+        return [(r.model, r.outcome, r.responses, r.group and (r.group.errors_without_final, r.group.ended))
+                for r in track(b.records).requests]  # fmt: skip
+
+    grouped = (1, {"completed": 1, "error": 1})
+    assert run(True) == [("tokens", "group", 0, grouped), ("silent", "cancelled", 1, None),
+                         ("tokens", "group", 0, grouped)]  # fmt: skip
+    assert run(False) == [("tokens", "completed", 0, (0, {"completed": 2})), ("silent", "error", 1, None),
+                          ("tokens", "completed", 0, (0, {"completed": 2}))]  # fmt: skip
+
+
+def test_a_request_of_another_id_on_a_call_with_two_models_is_handed_over_only_once_replaced() -> None:
+    """id "" goes to two models, id "x" to one: `x`'s request, over, stays until a later "x" replaces it, so
+    a late "x" response still reaches it with a sink as without."""
+    b = Builder().start()
+    _two_models(b)
+    b.request("c1.1", "x", model="tokens", empty_final=True)
+    for rid, model in (("", "tokens"), ("", "silent"), ("x", "tokens")):
+        b.response("c1.1", rid, None, final=True, model=model)
+    b.request("c1.1", "", model="tokens", empty_final=True)
+    b.request("c1.1", "", model="silent", empty_final=True)  # the hand-over of the first two
+    b.response("c1.1", "x", "late", model="tokens")
+    for model in ("tokens", "silent"):
+        b.response("c1.1", "", None, final=True, model=model)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    rows = _both(b)
+    assert [(r[1], r[3], r[5]) for r in rows] == [
+        ("tokens", 1, ()), ("silent", 1, ()), ("tokens", 2, ("response_after_final",)), ("tokens", 1, ()),
+        ("silent", 1, ()),
+    ]  # fmt: skip
