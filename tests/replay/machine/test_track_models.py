@@ -147,12 +147,8 @@ def test_the_report_and_summaries_are_told_of_a_parked_refusal_when_it_comes() -
     b.response("c1.1", "", None, final=True, model="tokens")
     b.half_close("c1.1")
     b.end("c1.1")
-    seen: list[tuple[int, int]] = []
-    t = Tracker(on_response=lambda _call, req_seq, seq, _rec: seen.append((seq, req_seq)))
-    for seq, rec in enumerate(b.records):
-        t.feed(seq, rec)
-    t.finish()
-    assert seen == [(4, 3), (5, 2)]  # the requests are seq 2 (tokens) and 3 (nosuch)
+    seen, _ = _observed(b)
+    assert [(s, q) for _, q, s, _ in seen] == [(4, 3), (5, 2)]  # the requests are seq 2 (tokens) and 3 (nosuch)
 
 
 class _Sink:
@@ -205,25 +201,25 @@ def test_a_refusal_is_drawn_on_the_request_it_is_placed_on_when_the_wire_already
     b.response("c1.1", "", None, final=True, model="tokens")
     b.half_close("c1.1")
     b.end("c1.1")
-    seen: list[tuple[int, int]] = []
-    t = Tracker(on_response=lambda _call, req_seq, seq, _rec: seen.append((seq, req_seq)))
-    for seq, rec in enumerate(b.records):
-        t.feed(seq, rec)
-    result = t.finish()
-    assert seen == [(4, 3), (5, 2), (6, 3)]
+    seen, result = _observed(b)
+    assert [(s, q) for _, q, s, _ in seen] == [(4, 3), (5, 2), (6, 3)]
     assert [(r.model, r.outcome) for r in result.requests] == [("nosuch", "error"), ("tokens", "completed")]
+
+
+def _two_groups() -> Builder:
+    """Two `tokens` requests and two `silent` ones, id "", sent in turn: two groups (seq 2 to 5)."""
+    b = Builder().start()
+    b.call("c1.1")
+    for model in ("tokens", "silent", "tokens", "silent"):
+        b.request("c1.1", "", model=model, empty_final=True)
+    return b
 
 
 def test_groups_made_one_add_up_and_keep_the_first_error_by_when_it_came() -> None:
     """Two shared groups (two requests each, one model each) made one by a response naming no model: the
     members in the order sent, what each group counted added up, the first response and the first error
     the ones that came first (the later-sent group's response, the earlier-sent group's error)."""
-    b = Builder().start()
-    b.call("c1.1")
-    b.request("c1.1", "", model="tokens", empty_final=True)
-    b.request("c1.1", "", model="silent", empty_final=True)
-    b.request("c1.1", "", model="tokens", empty_final=True)
-    b.request("c1.1", "", model="silent", empty_final=True)
+    b = _two_groups()
     b.response("c1.1", "", "s-0", model="silent")  # 6: the first response
     b.response("c1.1", "", None, error="tokens first", model="tokens")  # 7: the first error
     b.response("c1.1", "", None, error="silent second", model="silent")
@@ -248,12 +244,7 @@ def test_groups_made_one_add_up_and_keep_the_first_error_by_when_it_came() -> No
 def test_groups_made_one_keep_the_first_of_each_whichever_group_it_was_in() -> None:
     """As above with the roles turned: the earlier-sent group's response first, the later-sent group's
     error first, and finals counted in both groups before they were made one."""
-    b = Builder().start()
-    b.call("c1.1")
-    b.request("c1.1", "", model="tokens", empty_final=True)
-    b.request("c1.1", "", model="silent", empty_final=True)
-    b.request("c1.1", "", model="tokens", empty_final=True)
-    b.request("c1.1", "", model="silent", empty_final=True)
+    b = _two_groups()
     b.response("c1.1", "", "a-0", model="tokens")  # 6: the first response
     b.response("c1.1", "", None, error="silent first", model="silent")  # 7: the first error
     b.response("c1.1", "", None, error="tokens second", model="tokens")
@@ -353,6 +344,10 @@ def test_an_error_parked_on_groups_made_one_is_that_groups_before_their_finals()
     b.end("c1.1")
     group = (2, 4, 1, {"completed": 1, "error": 1})
     assert _both(b) == [(2, "tokens", "group", 0, (), (), group), (3, "silent", "group", 0, (), (), group)]
+    # Observers are told of the parked error when it came, with its record and call, and not again once placed.
+    seen, _ = _observed(b)
+    assert [(c, q, s) for c, q, s, _ in seen] == [("c1.1", 3, 4), ("c1.1", 3, 5), ("c1.1", 3, 6), ("c1.1", 3, 7)]
+    assert [i for *_, i in seen] == [id(b.records[s]) for s in (4, 5, 6, 7)]
     g = track(b.records).requests[0].group
     assert g is not None and g.first_response_ms == 6.0  # (the error's time, not the later "?"'s: 11.0)
 
@@ -382,23 +377,6 @@ def _observed(b: Builder) -> tuple[list[tuple[str, int, int, int]], Any]:
     for seq, rec in enumerate(b.records):
         t.feed(seq, rec)
     return seen, t.finish()
-
-
-def test_an_error_parked_then_counted_in_groups_made_one_is_told_once() -> None:
-    """The parked error is told when it came, with its record and call; placed later in the group made
-    one, it is not told again."""
-    b = Builder().start()
-    _two_models(b)
-    b.response("c1.1", "", None, error="boom", model="")
-    b.response("c1.1", "", "?", model="")
-    b.response("c1.1", "", None, final=True, model="tokens")
-    b.response("c1.1", "", None, final=True, model="silent")
-    b.half_close("c1.1")
-    b.end("c1.1")
-    seen, result = _observed(b)
-    assert [(c, q, s) for c, q, s, _ in seen] == [("c1.1", 3, 4), ("c1.1", 3, 5), ("c1.1", 3, 6), ("c1.1", 3, 7)]
-    assert [i for *_, i in seen] == [id(b.records[s]) for s in (4, 5, 6, 7)]
-    assert result.requests[0].group is not None and result.requests[0].group.responses == 4
 
 
 def test_groups_made_one_leave_a_third_models_group_its_own() -> None:
