@@ -178,6 +178,7 @@ class Tracker:
         self._cancelled_keys: dict[tuple[str, str | None, str], tuple[str, int, str | None]] = {}
         self._cancelled_hashes: dict[str, str] = {}
         self._unlabelled = 0
+        self._unlabelled_adopted = 0  # the same, on calls whose call_start was not read (their method unknown)
         self._late_after_end = 0
         self._records = 0
         self._live: dict[str, _Call] = {}  # raw call id (as written) -> its call, for the current capture
@@ -366,7 +367,7 @@ class Tracker:
                     f"seq {seq}: request on call {call.id} not decoded ({rec.decode_error}): not tracked"
                 )
             else:
-                self._unlabelled += 1
+                self._no_labels(call)
             return
         if (call.unary or call.http) and call.sent:
             self._warnings.append(f"seq {seq}: second request message on unary call {call.id}: ignored")
@@ -419,7 +420,7 @@ class Tracker:
             if rec.decode_error is not None:
                 self._unattributed(call, seq, rec, "undecoded")
             else:
-                self._unlabelled += 1
+                self._no_labels(call)
             return
         if not call.unary:
             self._streamed(call, seq, rec)
@@ -431,6 +432,14 @@ class Tracker:
         target.machine.feed(Input.REPLY, seq)
         target.final = rec.final
         self._answered(call, target, seq, rec)
+
+    def _no_labels(self, call: _Call) -> None:
+        """A message without Triton labels and no decode error: an inference call's (compressed, cut short),
+        or, on a call whose start was not read, maybe another method's (a health check's, a metadata call's)."""
+        if call.method == START_NOT_READ:
+            self._unlabelled_adopted += 1
+        else:
+            self._unlabelled += 1
 
     def _http_received(self, call: _Call, seq: int, rec: ev.MessageSeen) -> None:
         """A reply or event of an HTTP inference call: its one request's, whatever id it carries.
@@ -654,14 +663,16 @@ class Tracker:
         """Hand the call's oldest requests whose outcome is settled to the sink (see :class:`RequestSink`).
 
         Settled: final flag seen (or an error with it) and no longer reachable (a newer request took
-        over its id, so no later response can be its). A request still open keeps those after it.
+        over its id and model, so no later response can be its). A request still open keeps those after it.
         """
         requests = call.requests
         while requests:
             r = requests[0]
             state = r.machine.state
-            if r.final is not True or (self._latest(call, r) if call.by_model else call.groups.get(r.request_id)) is r.group:  # type: ignore[arg-type]
+            if r.final is not True:
                 return
+            if (self._latest(call, r) if call.by_model else call.groups.get(r.request_id)) is r.group:  # type: ignore[arg-type]
+                return  # (still reached by its id and model's responses)
             if state is _FINAL_RECEIVED:
                 state = _COMPLETED  # what any end of a gRPC call makes it (table.py; _retire sees no HTTP call)
             elif state is not _ERRORED or r.error is None:
@@ -725,6 +736,11 @@ class Tracker:
             warns.append(
                 f"{self._unlabelled} inference message(s) carry no Triton labels (compressed, cut short or undecodable: see decode_error): "
                 "they are not tracked per request"
+            )
+        if self._unlabelled_adopted:
+            warns.append(
+                f"{self._unlabelled_adopted} message(s) on calls whose call_start was not read carry no Triton labels "
+                "(another method's, or an inference message compressed, cut short or undecodable): not tracked"
             )
         return TrackResult(
             requests=tuple(requests), unattributable=tuple(self._unattributable), calls=tuple(calls),

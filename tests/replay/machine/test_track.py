@@ -982,3 +982,16 @@ def test_a_stream_whose_first_message_is_a_response_lists_it_and_tracks_what_fol
     assert [(u.request_id, u.reason) for u in result.unattributable] == [("lost", "unknown_id")]
     assert [(r.request_id, r.outcome, r.responses, r.text_responses) for r in result.requests] == [("r", "completed", 2, 1)]
 
+
+
+def test_messages_without_labels_on_a_call_whose_start_was_not_read_are_not_called_inference() -> None:
+    """A call taken up at its first message (its call_start lost) may be any method's, a health check's
+    or a metadata call's: its unlabelled messages are counted apart, and the warning says what they may be."""
+    b = Builder().start()
+    for i in range(2):
+        b.records.append(ev.MessageSeen(t_ns=b.tick(), call="c1.7", dir="c2s", index=i, size=0, compressed=False))
+    b.records.append(ev.MessageSeen(t_ns=b.tick(), call="c1.7", dir="s2c", index=0, size=4, compressed=False))
+    result = track(b.records)
+    assert result.unlabelled_messages == 0
+    assert not any("inference message(s)" in w for w in result.warnings)
+    assert result.warnings[-1].startswith("3 message(s) on calls whose call_start was not read carry no Triton labels")
