@@ -509,7 +509,9 @@ class Tracker:
         machine = target.machine
         error, fin = rec.error, rec.final is True
         inp = _ERROR_FINAL if error and fin else _ERROR if error else _FINAL if fin else _RESPONSE
-        if fin and machine.state in OPEN:
+        if machine.state in OPEN and (fin or (error and not rec.model and not target.responses)):
+            # Its final, or Triton's refusal of it (an error naming no model as its first answer), after
+            # which nothing comes: a request sent later with its id and model starts a group of its own.
             group.open -= 1
         machine.feed(inp, seq)
         if fin:

@@ -223,3 +223,22 @@ def test_idless_requests_to_three_models_on_one_stream_are_each_known(
         "fail_midstream": ("error", 3, 2, [], None),
     }, doc["requests"]
     assert code == 0 and doc["unattributable"] == []
+
+
+def test_a_refused_request_and_the_corrected_one_after_it_are_each_known(
+    recording_proxy: ProxyThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Id "" to `scripted` without its input (Triton refuses it: one error naming no model, nothing more),
+    then the same id and model with it, on one stream: the second is a request of its own, not the
+    refused one's group (both were `group`): `error` (owes no final) and `completed`, exit 0."""
+    s = StreamSession(recording_proxy.url)
+    s.send("scripted", [int_input("DELAY_MS", 5)], "", enable_empty_final_response=True)
+    first = s.take(1)
+    _send(s, "t,F")
+    live = first + s.take_until(_is_final)
+    s.close()
+    assert live[0][0] == "error" and [e[0] for e in live[1:]] == ["result"] * (len(live) - 1)
+    code, doc = _check(recording_proxy, capsys)
+    rows = [(r["outcome"], r["responses"], r["notes"], r["group"]) for r in doc["requests"]]
+    assert rows == [("error", 1, ["missing_final"], None), ("completed", len(live) - 1, [], None)], doc["requests"]
+    assert code == 0

@@ -512,3 +512,36 @@ def test_a_request_of_another_id_on_a_call_with_two_models_is_handed_over_only_o
         ("tokens", 1, ()), ("silent", 1, ()), ("tokens", 2, ("response_after_final",)), ("tokens", 1, ()),
         ("silent", 1, ()),
     ]  # fmt: skip
+
+
+def test_a_request_sent_after_its_id_and_models_refusal_is_a_group_of_its_own() -> None:
+    """A request refused (missing an input), then the client's corrected one with the same id and model,
+    while the first has no final: nothing follows a refusal, so the second does not join the first (it
+    did: both `group`, known only together); the first is `error`, the second `completed`."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", model="scripted", empty_final=True)
+    b.response("c1.1", "", None, error="expected 1 inputs but got 0", model="")
+    b.request("c1.1", "", model="scripted", empty_final=True)
+    b.response("c1.1", "", "t-0", model="scripted")
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    assert _both(b) == [(2, "scripted", "error", 1, ("missing_final",), (), None),
+                        (4, "scripted", "completed", 2, (), (), None)]  # fmt: skip
+
+
+def test_a_models_error_without_the_flag_keeps_its_request_open_to_what_follows() -> None:
+    """An error naming its model is the model's (more may follow, and its final): a request sent after it
+    with the same id and model joins the first, as before."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", model="scripted", empty_final=True)
+    b.response("c1.1", "", None, error="model error", model="scripted")
+    b.request("c1.1", "", model="scripted", empty_final=True)
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    rows = _both(b)
+    assert [r[2] for r in rows] == ["group", "group"] and rows[0][6] == (2, 2, 0, {"completed": 1, "error": 1})
