@@ -532,16 +532,22 @@ def test_a_request_sent_after_its_id_and_models_refusal_is_a_group_of_its_own() 
 
 
 def test_a_models_error_without_the_flag_keeps_its_request_open_to_what_follows() -> None:
-    """An error naming its model is the model's (more may follow, and its final): a request sent after it
-    with the same id and model joins the first, as before."""
-    b = Builder().start()
-    b.call("c1.1")
-    b.request("c1.1", "", model="scripted", empty_final=True)
-    b.response("c1.1", "", None, error="model error", model="scripted")
-    b.request("c1.1", "", model="scripted", empty_final=True)
-    b.response("c1.1", "", None, final=True, model="scripted")
-    b.response("c1.1", "", None, final=True, model="scripted")
-    b.half_close("c1.1")
-    b.end("c1.1")
-    rows = _both(b)
-    assert [r[2] for r in rows] == ["group", "group"] and rows[0][6] == (2, 2, 0, {"completed": 1, "error": 1})
+    """An error naming its model is the model's (more may follow, and its final), and so is one naming none
+    after an answer (a refusal is a request's first): a request sent after it with the same id and model
+    joins the first, as before."""
+    for model, before in (("scripted", False), ("", True)):
+        b = Builder().start()
+        b.call("c1.1")
+        b.request("c1.1", "", model="scripted", empty_final=True)
+        if before:
+            b.response("c1.1", "", "t-0", model="scripted")
+        b.response("c1.1", "", None, error="model error", model=model)
+        b.request("c1.1", "", model="scripted", empty_final=True)
+        b.response("c1.1", "", None, final=True, model="scripted")
+        b.response("c1.1", "", None, final=True, model="scripted")
+        b.half_close("c1.1")
+        b.end("c1.1")
+        rows = _both(b)
+        assert [r[2] for r in rows] == ["group", "group"], model
+        assert rows[0][6] == (2, 2, 0, {"completed": 1, "error": 1}), model
+        assert rows[0][3] == 1 + before  # (its own: what came while it was alone)
