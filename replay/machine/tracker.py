@@ -513,6 +513,8 @@ class Tracker:
             # Its final, or Triton's refusal of it (an error naming no model as its first answer), after
             # which nothing comes: a request sent later with its id and model starts a group of its own.
             group.open -= 1
+            if not fin:
+                target.t_done = rec.t_ns  # (refused: done then, not at the call's end)
         machine.feed(inp, seq)
         if fin:
             target.final = True

@@ -529,6 +529,8 @@ def test_a_request_sent_after_its_id_and_models_refusal_is_a_group_of_its_own() 
     b.end("c1.1")
     assert _both(b) == [(2, "scripted", "error", 1, ("missing_final",), (), None),
                         (4, "scripted", "completed", 2, (), (), None)]  # fmt: skip
+    # A refused request is done when refused (its duration is not the call's: diff compares durations).
+    assert [r.duration_ms for r in track(b.records).requests] == [5.0, 10.0]
 
 
 def test_a_models_error_without_the_flag_keeps_its_request_open_to_what_follows() -> None:
