@@ -49,6 +49,7 @@ class Member(Protocol):
     final: bool | None
     final_due: bool  # it asked for a final flag (empty final responses enabled)
     responses: int  # responses attributed to it (while it was alone with its id)
+    was_refused: bool  # its group's refusals pinned it (see Group.close): it owes no final
 
 
 def refused(m: Member) -> bool:
@@ -59,7 +60,7 @@ def refused(m: Member) -> bool:
     final. A model's own error without the flag comes after responses, or is followed by more: Triton
     keeps the request open until the model's final.
     """
-    return m.machine.state is _ERROR_RECEIVED and m.responses == 1
+    return m.machine.state is _ERROR_RECEIVED and (m.responses == 1 or m.was_refused)
 
 
 M = TypeVar("M", bound=Member)
@@ -68,8 +69,8 @@ M = TypeVar("M", bound=Member)
 class Group(Generic[M]):
     """Requests of one call sharing an id while in flight; see the module docstring."""
 
-    __slots__ = ("error", "error_seq", "errors", "finals", "members", "model", "open", "outcome", "request_id",
-                 "responses", "shared", "t_first", "text")  # fmt: skip
+    __slots__ = ("error", "error_seq", "errors", "finals", "members", "model", "open", "outcome", "refusals",
+                 "request_id", "responses", "shared", "t_first", "text")  # fmt: skip
 
     def __init__(self, first: M, request_id: str) -> None:
         self.request_id = request_id
@@ -81,6 +82,7 @@ class Group(Generic[M]):
         self.text = 0
         self.finals = {"completed": 0, "error": 0}
         self.errors = 0  # error responses without the final flag
+        self.refusals = 0  # of them, naming no model: Triton's refusals, each a request's one answer
         self.outcome: GroupOutcome | None = None
         self.error: str | None = None  # the first error message of the shared group
         self.error_seq = 0  # where it came (the record's seq)
@@ -104,13 +106,15 @@ class Group(Generic[M]):
         for kind, n in other.finals.items():
             self.finals[kind] += n
         self.errors += other.errors
+        self.refusals += other.refusals
         if other.error is not None and (self.error is None or other.error_seq < self.error_seq):
             self.error, self.error_seq = other.error, other.error_seq
         if other.t_first is not None and (self.t_first is None or other.t_first < self.t_first):
             self.t_first = other.t_first
 
-    def count(self, *, text: bool, error: bool, final: bool, t_ns: int) -> bool:
-        """A response of the shared group; True when it ended the group's last open request."""
+    def count(self, *, text: bool, error: bool, final: bool, t_ns: int, refusal: bool = False) -> bool:
+        """A response of the shared group (``refusal``: an error naming no model); True when it ended the
+        group's last open request."""
         self.responses += 1
         if self.t_first is None or t_ns < self.t_first:  # (an error placed after it came: see the tracker)
             self.t_first = t_ns
@@ -120,6 +124,7 @@ class Group(Generic[M]):
             self.open -= 1
         elif error:
             self.errors += 1
+            self.refusals += refusal
         return final and self.open == 0
 
     def finals_missing(self) -> int:
@@ -142,7 +147,12 @@ class Group(Generic[M]):
         # A request's own error before the group was shared (it was alone with its id then) ends it in
         # error too, and which of the group's finals was its own is as unknown as for a shared error.
         own = sum(1 for m in self.members if m.machine.state is _ERROR_RECEIVED)
-        how = ended(self.finals, left, self.open, self.errors + own)
+        # Each refusal (Triton's, naming no model) is one request's one answer: that request ended in error
+        # and gets no final, so it is one of those still open, and its error is placed.
+        pinned = min(self.refusals, self.open)
+        how = ended(self.finals, left, self.open - pinned, self.errors - pinned + own)
+        if pinned:
+            how[_ERROR] = how.get(_ERROR, 0) + pinned
         # One source: the members' outcomes, the counts shown and check's warning all come from `how`.
         uniform = len(how) <= 1 and how.keys() <= _OUTCOMES
         for m in self.members:
@@ -158,6 +168,11 @@ class Group(Generic[M]):
                 if not self.open:
                     m.machine.feed(Input.FINAL, seq)
                     m.final = True
+                elif self.open == pinned:
+                    # Every request without a final was refused: each ended in error, none owes a final,
+                    # and which of them got the finals that came is unknown.
+                    m.final = None
+                    m.was_refused = True
             # else: nobody got a final and no error: the call's end decides for every member.
         t0 = self.members[0].t_sent
         self.outcome = GroupOutcome(

@@ -66,7 +66,7 @@ CaptureSource = PathLike | Iterable[PathLike] | Iterable[ev.Record] | Iterable[t
 class _Request:
     __slots__ = (
         "call", "cut", "error", "final", "final_due", "group", "hole", "hole_from", "machine", "model", "occurrence",
-        "request_id", "responses", "seq", "sha", "size", "t_done", "t_first", "t_sent", "text"
+        "request_id", "responses", "seq", "sha", "size", "t_done", "t_first", "t_sent", "text", "was_refused"
     )  # fmt: skip
 
     def __init__(self, call: _Call, rec: ev.MessageSeen, seq: int, occurrence: int) -> None:
@@ -80,6 +80,7 @@ class _Request:
         self.final_due = rec.enable_empty_final is True
         self.responses = 0
         self.text = 0
+        self.was_refused = False  # its id group's refusals pinned it (groups.py): it owes no final
         self.final: bool | None = None if call.kind == "unary" else False
         self.t_first: int | None = None
         self.t_done: int | None = None
@@ -509,7 +510,7 @@ class Tracker:
         machine = target.machine
         error, fin = rec.error, rec.final is True
         inp = _ERROR_FINAL if error and fin else _ERROR if error else _FINAL if fin else _RESPONSE
-        if machine.state in OPEN and (fin or (error and not rec.model and not target.responses)):
+        if group.open and machine.state in OPEN and (fin or (error and not rec.model and not target.responses)):
             # Its final, or Triton's refusal of it (an error naming no model as its first answer), after
             # which nothing comes: a request sent later with its id and model starts a group of its own.
             group.open -= 1
@@ -580,19 +581,24 @@ class Tracker:
             return  # (which of its requests this answers is unknown: any other may have been refused)
         parked, call.parked = call.parked, []
         for seq, err, could in parked:
-            if any(g is group for g in could):
-                could = [g for g in could if g is not group]
-                if len(could) == 1:
-                    self._streamed(call, seq, err, could[0])
+            if any(g is group or not g.open for g in could):
+                # (a candidate an earlier error was placed on is over: refused, it gets nothing more)
+                could = [g for g in could if g is not group and g.open]
+                if len(could) <= 1:
+                    # (none left: a server that does not refuse as 2.51 does; the one answered now, then)
+                    self._streamed(call, seq, err, could[0] if could else group)
                     continue
             call.parked.append((seq, err, could))
 
     def _settle(self, call: _Call) -> None:
         """The call ends: each error still parked by :meth:`_streamed` goes to its candidates as one group
-        (none got an answer or a final since: any of them could have been refused)."""
-        while call.parked:  # (each has two candidates or more: one left is placed at once)
+        (none got an answer or a final since: any of them could have been refused), or to the one left
+        once those an earlier error was placed on are over."""
+        while call.parked:
             seq, rec, could = call.parked.pop(0)
-            self._streamed(call, seq, rec, self._merge(call, rec.request_id, could))  # type: ignore[arg-type]
+            could = [g for g in could if g.open] or could[-1:]  # (none open: as a response after their end)
+            group = could[0] if len(could) == 1 else self._merge(call, rec.request_id, could)  # type: ignore[arg-type]
+            self._streamed(call, seq, rec, group)
 
     def _answered(self, call: _Call, target: _Request, seq: int, rec: ev.MessageSeen, drawn: bool = False) -> None:
         """What any response attributed to ``target`` adds to it (after its state machine took it).
@@ -616,7 +622,8 @@ class Tracker:
         """A response of a shared id group: counted for the group; the group closes at its last final."""
         if rec.error and (group.error is None or seq < group.error_seq):  # (a placed error came earlier)
             group.error, group.error_seq = rec.error, seq
-        if group.count(text=bool(rec.outputs), error=bool(rec.error), final=rec.final is True, t_ns=rec.t_ns):
+        if group.count(text=bool(rec.outputs), error=bool(rec.error), final=rec.final is True, t_ns=rec.t_ns,
+                       refusal=not rec.model):  # fmt: skip
             group.close(None, seq)
             for m in group.members:
                 if m.t_done is None:

@@ -262,7 +262,8 @@ def test_an_id_group_owes_only_the_finals_its_requests_asked_for() -> None:
     assert group((False, True)) == [("group", (), mixed), ("group", (), mixed)]
     missing = {"completed": 1, "incomplete": 1}
     assert group((True, True)) == [("group", ("missing_final",), missing), ("group", (), missing)]
-    refused = {"completed or error": 1, "unconfirmed or error": 1}
+    # The error names no model: Triton's refusal, one request's one answer, so the one without a final.
+    refused = {"completed": 1, "error": 1}
     assert group((True, True), error=True) == [("group", (), refused), ("group", (), refused)]
     # A request refused while alone with its id owes no final, and excuses no other's: nothing follows a
     # refusal, so the next request of its id and model is a group of its own, which asked for a final and

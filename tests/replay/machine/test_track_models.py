@@ -445,10 +445,10 @@ def test_requests_of_two_models_handed_over_as_they_settle_lose_nothing() -> Non
     ]  # fmt: skip
 
 
-def test_two_parked_refusals_are_each_placed_or_kept() -> None:
+def test_two_parked_refusals_are_each_placed() -> None:
     """A refusal while `tokens` and `nosuch` are open, then `other` sent and a second refusal while all three
-    are: `tokens`'s text places the first on `nosuch` and leaves the second two candidates, which the call's
-    end makes one group; neither error is lost."""
+    are: `tokens`'s text places the first on `nosuch`, and `nosuch`, refused, gets nothing more, so the
+    second is `other`'s; neither error is lost."""
     b = Builder().start()
     b.call("c1.1")
     b.request("c1.1", "", model="tokens", empty_final=True)
@@ -462,8 +462,24 @@ def test_two_parked_refusals_are_each_placed_or_kept() -> None:
     b.end("c1.1", status="CANCELLED")
     result = track(b.records)
     rows = [(r.model, r.outcome, r.responses, r.error, r.group and r.group.errors_without_final) for r in result.requests]
-    assert rows == [("tokens", "completed", 2, None, None), ("nosuch", "group", 1, "first", 1),
-                    ("other", "group", 0, "second", 1)]  # fmt: skip
+    assert rows == [("tokens", "completed", 2, None, None), ("nosuch", "error", 1, "first", None),
+                    ("other", "error", 1, "second", None)]  # fmt: skip
+
+
+def test_refusals_as_many_as_the_requests_they_could_be_of_pin_each_as_error() -> None:
+    """Two requests with id "", both refused (an unknown model, a missing input) and nothing else: whose
+    refusal is whose the wire does not say, but each request got one, so each is `error`, owes no final
+    (no `missing_final` violation), and the group says `{"error": 2}` (it said `unconfirmed or error`)."""
+    b = Builder().start()
+    _two_models(b, second="nosuch")
+    b.response("c1.1", "", None, error="missing input", model="")
+    b.response("c1.1", "", None, error=REFUSAL, model="")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    rows = _both(b)
+    assert [(r[2], r[5]) for r in rows] == [("error", ()), ("error", ())]
+    assert rows[0][6] == (2, 2, 2, {"error": 2}) and rows[1][6] == rows[0][6]
+    assert all(r.final is None for r in track(b.records).requests)  # (whose final: none came)
 
 
 def test_a_shared_group_rules_itself_out_only_when_its_last_final_comes() -> None:
@@ -553,3 +569,37 @@ def test_a_models_error_without_the_flag_keeps_its_request_open_to_what_follows(
         assert [r[2] for r in rows] == ["group", "group"], model
         assert rows[0][6] == (2, 2, 0, {"completed": 1, "error": 1}), model
         assert rows[0][3] == 1 + before  # (its own: what came while it was alone)
+
+
+def test_a_final_after_a_refusal_does_not_reopen_its_id() -> None:
+    """A server that sends a final after its refusal of a request (2.51 does not): the final is that
+    request's, and a request sent after it with its id and model is still one of its own (the group's
+    count of open requests went below zero, and the next request joined the refused one)."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", model="tokens", empty_final=True)
+    b.response("c1.1", "", None, error="refused", model="")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.request("c1.1", "", model="tokens", empty_final=True)
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    rows = _both(b)
+    assert [(r[2], r[3], r[6]) for r in rows] == [("error", 2, None), ("completed", 1, None)]
+
+
+def test_a_parked_error_no_candidate_is_left_for_goes_to_the_request_answered_then() -> None:
+    """Two errors naming no model while `tokens` and `silent` are open, then `tokens` answers: the first is
+    `silent`'s, `silent` (refused) gets nothing more, and no candidate is left for the second (not 2.51's
+    way): it is `tokens`'s, placed before that answer; nothing is lost and nothing raises."""
+    b = Builder().start()
+    _two_models(b)
+    b.response("c1.1", "", None, error="first", model="")
+    b.response("c1.1", "", None, error="second", model="")
+    b.response("c1.1", "", "a-0", model="tokens")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    rows = _both(b)
+    assert [(r[1], r[2], r[3], r[5]) for r in rows] == [("tokens", "error", 3, ()), ("silent", "error", 1, ())]
+    assert [r.error for r in track(b.records).requests] == ["second", "first"]
