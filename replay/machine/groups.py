@@ -58,7 +58,8 @@ def refused(m: Member) -> bool:
     Triton answers a request it cannot run (an unknown model, a missing or malformed input) so, empty
     finals enabled or not, and sends nothing more for it (seen live, 2.51): such a request owes no
     final. A model's own error without the flag comes after responses, or is followed by more: Triton
-    keeps the request open until the model's final.
+    keeps the request open until the model's final. A member of a group whose every request without a
+    final was refused (:meth:`Group.close`) is one too, though its one answer was counted for the group.
     """
     return m.machine.state is _ERROR_RECEIVED and (m.responses == 1 or m.was_refused)
 

@@ -139,6 +139,17 @@ def _first_seq(g: Group[_Request]) -> int:
     return g.members[0].seq
 
 
+def _refusal(rec: ev.MessageSeen) -> bool:
+    """Shaped like Triton's refusal of a request (2.51): an error without the final flag naming no model (a
+    model's own errors name it). It is the refused request's one answer: nothing follows it."""
+    return bool(rec.error) and rec.final is not True and not rec.model
+
+
+def _refusable(g: Group[_Request]) -> bool:
+    """A refusal may still be of ``g``: it is open, and not a request alone with its id that got an answer."""
+    return g.open > 0 and (g.shared or not g.members[0].responses)
+
+
 _DONE = frozenset({State.FINAL_RECEIVED, State.ERROR})
 # Constants: `Input.X` is a lookup through the enum's metaclass, ~160 ns, once a response (issue 15).
 _RESPONSE, _FINAL, _ERROR, _ERROR_FINAL = Input.RESPONSE, Input.FINAL, Input.ERROR, Input.ERROR_FINAL
@@ -490,7 +501,7 @@ class Tracker:
                 return
             if group.model != rec.model:
                 could = self._could_be(call, rid, rec)
-                if len(could) > 1 and rec.error and rec.final is not True:
+                if len(could) > 1 and _refusal(rec):
                     # Shaped like Triton's refusal of a request, which names no model: whose it was shows
                     # later (a refused request gets nothing more), at the latest by the call's end.
                     call.parked.append((seq, rec, could))
@@ -510,7 +521,7 @@ class Tracker:
         machine = target.machine
         error, fin = rec.error, rec.final is True
         inp = _ERROR_FINAL if error and fin else _ERROR if error else _FINAL if fin else _RESPONSE
-        if group.open and machine.state in OPEN and (fin or (error and not rec.model and not target.responses)):
+        if group.open and machine.state in OPEN and (fin or (_refusal(rec) and not target.responses)):
             # Its final, or Triton's refusal of it (an error naming no model as its first answer), after
             # which nothing comes: a request sent later with its id and model starts a group of its own.
             group.open -= 1
@@ -526,8 +537,7 @@ class Tracker:
         """The groups of ``request_id`` a stream response not of its id's latest group may be of (in the order
         their first requests were sent): the latest group of its id and model, when it names one; else
         (Triton's refusal of a request names none) the groups of its id still open, or the latest one when
-        none is. An error without the final flag, as a refusal is, is no answer to a request that was alone
-        with its id and answered before: a refusal is a request's one answer."""
+        none is. A refusal (:func:`_refusal`) is only of those it may still be of (:func:`_refusable`)."""
         models = call.by_model.get(request_id)
         if models is None:  # (every request of the id went to one model)
             return [call.groups[request_id]]
@@ -538,8 +548,8 @@ class Tracker:
         for g in models.values():
             if g.open and all(g is not c for c in could):
                 could.append(g)
-        if len(could) > 1 and rec.error and rec.final is not True:
-            could = [g for g in could if g.shared or not g.members[0].responses] or could
+        if len(could) > 1 and _refusal(rec):
+            could = [g for g in could if _refusable(g)] or could
         could.sort(key=_first_seq)
         return could or [call.groups[request_id]]
 
@@ -581,9 +591,9 @@ class Tracker:
             return  # (which of its requests this answers is unknown: any other may have been refused)
         parked, call.parked = call.parked, []
         for seq, err, could in parked:
-            if any(g is group or not g.open for g in could):
+            if any(g is group or not _refusable(g) for g in could):
                 # (a candidate an earlier error was placed on is over: refused, it gets nothing more)
-                could = [g for g in could if g is not group and g.open]
+                could = [g for g in could if g is not group and _refusable(g)]
                 if len(could) <= 1:
                     # (none left: a server that does not refuse as 2.51 does; the one answered now, then)
                     self._streamed(call, seq, err, could[0] if could else group)
@@ -596,7 +606,7 @@ class Tracker:
         once those an earlier error was placed on are over."""
         while call.parked:
             seq, rec, could = call.parked.pop(0)
-            could = [g for g in could if g.open] or could[-1:]  # (none open: as a response after their end)
+            could = [g for g in could if _refusable(g)] or could[-1:]  # (none left: as a response after their end)
             group = could[0] if len(could) == 1 else self._merge(call, rec.request_id, could)  # type: ignore[arg-type]
             self._streamed(call, seq, rec, group)
 
@@ -623,7 +633,7 @@ class Tracker:
         if rec.error and (group.error is None or seq < group.error_seq):  # (a placed error came earlier)
             group.error, group.error_seq = rec.error, seq
         if group.count(text=bool(rec.outputs), error=bool(rec.error), final=rec.final is True, t_ns=rec.t_ns,
-                       refusal=not rec.model):  # fmt: skip
+                       refusal=_refusal(rec)):  # fmt: skip
             group.close(None, seq)
             for m in group.members:
                 if m.t_done is None:
