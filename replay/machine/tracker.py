@@ -97,8 +97,8 @@ class _Request:
 class _Call:
     __slots__ = (
         "by_id", "by_model", "cause", "client_fin", "conn", "details", "duration_ms", "ended", "failed", "groups",
-        "hole", "http", "id", "kind", "kind_open", "method", "parked", "pos", "reported", "requests", "sent",
-        "status", "stream", "t_start", "unary",
+        "hole", "http", "id", "joined", "kind", "kind_open", "method", "parked", "pos", "reported", "requests",
+        "sent", "status", "stream", "t_start", "unary",
     )  # fmt: skip
 
     def __init__(self, call_id: str, method: str, t_start: int, pos: int, conn: str) -> None:
@@ -125,6 +125,9 @@ class _Call:
         self.by_model: dict[str, dict[str | None, Group[_Request]]] = {}
         # Errors naming no model that several open groups of their id could have caused (Tracker._streamed).
         self.parked: list[tuple[int, ev.MessageSeen, list[Group[_Request]]]] = []
+        # Groups of one that a parked error may be of, joined since by a request of their id and model: what
+        # each got as a group, kept until the error is placed (Tracker._split).
+        self.joined: list[tuple[Group[_Request], list[tuple[int, ev.MessageSeen]]]] = []
         self.ended = False
         self.status: str | None = None
         self.failed = False  # the call's status is not a success (gRPC: not OK; HTTP: no head or >= 400)
@@ -148,6 +151,23 @@ def _refusal(rec: ev.MessageSeen) -> bool:
 def _refusable(g: Group[_Request]) -> bool:
     """A refusal may still be of ``g``: it is open, and not a request alone with its id that got an answer."""
     return g.open > 0 and (g.shared or not g.members[0].responses)
+
+
+def _step_seq(step: tuple[int, Any]) -> int:
+    return step[0]
+
+
+def _parked_on(call: _Call, g: Group[_Request]) -> int:
+    """How many of the call's parked errors may be of ``g``."""
+    return sum(1 for _, _, could in call.parked if any(g is c for c in could))
+
+
+def _unjoin(call: _Call, groups: list[Group[_Request]] | None = None) -> None:
+    """Forget what :meth:`Tracker._split` kept of ``groups`` (None: of the groups no parked error may be of)."""
+    if groups is None:
+        call.joined = [(g, log) for g, log in call.joined if _parked_on(call, g)]
+    else:
+        call.joined = [(g, log) for g, log in call.joined if all(g is not c for c in groups)]
 
 
 _DONE = frozenset({State.FINAL_RECEIVED, State.ERROR})
@@ -400,6 +420,10 @@ class Tracker:
                     models = call.by_model[rid] = {latest.model: latest}
                 group = models.get(model)
             if group is not None and group.open:
+                if call.parked and not group.shared and _refusable(group) and _parked_on(call, group) == 1:
+                    # Sent after an error that may be its id and model's refusal: if it was, this request
+                    # was never in flight with the refused one. What the group gets is kept until then.
+                    call.joined.append((group, []))
                 group.join(r)
                 r.group = group
             else:
@@ -493,6 +517,8 @@ class Tracker:
         """A labelled stream response (the plain response of a request alone with its id is `feed`'s own);
         ``placed``: the group a parked error was placed in (the observer was told of it when it came)."""
         group = placed
+        if placed is not None and call.joined and _refusal(rec) and self._split(call, seq, rec, placed):
+            return
         if group is None:
             rid: str = rec.request_id  # type: ignore[assignment]  # (the callers checked: not None)
             group = call.groups.get(rid)
@@ -505,6 +531,8 @@ class Tracker:
                     # Shaped like Triton's refusal of a request, which names no model: whose it was shows
                     # later (a refused request gets nothing more), at the latest by the call's end.
                     call.parked.append((seq, rec, could))
+                    if call.joined:
+                        _unjoin(call, could)  # (two errors it may be of: _split would not know whose)
                     if self._on_response is not None:
                         self._on_response(call.id, max(m.seq for g in could for m in g.members), seq, rec)
                     return
@@ -556,6 +584,8 @@ class Tracker:
     def _merge(self, call: _Call, request_id: str, groups: list[Group[_Request]]) -> Group[_Request]:
         """``groups`` (of ``request_id``, open, in order) are one group from here on (:meth:`Group.absorb`);
         an error parked on them is then that group's."""
+        if call.joined:
+            _unjoin(call, groups)  # (made one: what each got alone, or as a group, is counted together)
         into = groups[0]
         for g in groups[1:]:
             into.absorb(g)
@@ -578,6 +608,8 @@ class Tracker:
                     self._streamed(call, seq, rec, could[0])
                 else:
                     call.parked.append((seq, rec, could))
+            if call.joined:
+                _unjoin(call)
         return into
 
     def _unpark(self, call: _Call, group: Group[_Request], rec: ev.MessageSeen) -> None:
@@ -599,6 +631,43 @@ class Tracker:
                     self._streamed(call, seq, err, could[0] if could else group)
                     continue
             call.parked.append((seq, err, could))
+        if call.joined:
+            _unjoin(call)
+
+    def _split(self, call: _Call, seq: int, rec: ev.MessageSeen, group: Group[_Request]) -> bool:
+        """The refusal ``rec`` is placed on ``group``, which requests of its id and model joined after it came
+        (kept in ``call.joined``): it refused the one request sent before it, which got nothing else, so
+        the others were never in flight with a request that could still answer. They are taken as they would
+        have been had the wire told at once: the refused request alone, the others a group (or a request
+        alone) of their own, given again what the group got since. False: ``group`` was not so joined."""
+        at = next((i for i, (g, _) in enumerate(call.joined) if g is group), None)
+        if at is None:
+            return False
+        log = call.joined.pop(at)[1]
+        refused, later = group.members[0], group.members[1:]
+        rid: str = refused.request_id  # type: ignore[assignment]  # (a request of a group: labelled)
+        refused.group = Group(refused, rid)
+        self._streamed(call, seq, rec, refused.group)
+        current: Group[_Request] | None = None
+        steps: list[tuple[int, _Request | ev.MessageSeen]] = [(m.seq, m) for m in later]
+        steps.extend(log)
+        steps.sort(key=_step_seq)
+        for at, step in steps:
+            if isinstance(step, _Request):
+                if current is not None and current.open:
+                    current.join(step)
+                else:
+                    current = Group(step, rid)
+                step.group = current
+            else:
+                self._streamed(call, at, step, current)
+        models = call.by_model.get(rid)
+        for key, g in (models or {}).items():
+            if g is group:
+                models[key] = current  # type: ignore[index, assignment]
+        if call.groups.get(rid) is group:
+            call.groups[rid] = current  # type: ignore[assignment]
+        return True
 
     def _settle(self, call: _Call) -> None:
         """The call ends: each error still parked by :meth:`_streamed` goes to its candidates as one group
@@ -609,6 +678,7 @@ class Tracker:
             could = [g for g in could if _refusable(g)] or could[-1:]  # (none left: as a response after their end)
             group = could[0] if len(could) == 1 else self._merge(call, rec.request_id, could)  # type: ignore[arg-type]
             self._streamed(call, seq, rec, group)
+        call.joined.clear()
 
     def _answered(self, call: _Call, target: _Request, seq: int, rec: ev.MessageSeen, drawn: bool = False) -> None:
         """What any response attributed to ``target`` adds to it (after its state machine took it).
@@ -630,6 +700,9 @@ class Tracker:
 
     def _grouped(self, call: _Call, group: Group[_Request], seq: int, rec: ev.MessageSeen, drawn: bool = False) -> None:
         """A response of a shared id group: counted for the group; the group closes at its last final."""
+        for g, log in call.joined:
+            if g is group:
+                log.append((seq, rec))  # (kept for _split)
         if rec.error and (group.error is None or seq < group.error_seq):  # (a placed error came earlier)
             group.error, group.error_seq = rec.error, seq
         if group.count(text=bool(rec.outputs), error=bool(rec.error), final=rec.final is True, t_ns=rec.t_ns,

@@ -11,11 +11,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from proxy.lab.background import ProxyThread
 from replay.cli.main import main as replay_main
-from tests.support.triton_client import StreamSession, int_input, token_inputs
+from tests.support.triton_client import StreamSession, echo_inputs, int_input, token_inputs
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -242,3 +243,27 @@ def test_a_refused_request_and_the_corrected_one_after_it_are_each_known(
     rows = [(r["outcome"], r["responses"], r["notes"], r["group"]) for r in doc["requests"]]
     assert rows == [("error", 1, ["missing_final"], None), ("completed", len(live) - 1, [], None)], doc["requests"]
     assert code == 0
+
+
+def test_a_request_corrected_before_another_models_request_answers_is_known_on_its_own(
+    recording_proxy: ProxyThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Id "" to `echo` (answering after 800 ms) and to `scripted` without its input, on one stream; Triton
+    refuses the second at once, and the client sends the corrected request while `echo` has not answered, so
+    the refusal could still be `echo`'s. `echo`'s answer places it: the corrected request was sent after
+    it, so it is a request of its own (it was one group with the refused one, both `group`): `completed`,
+    `error` (owes no final) and `completed`, as the callbacks got, exit 0."""
+    s = StreamSession(recording_proxy.url)
+    s.send("echo", echo_inputs(np.arange(4, dtype=np.uint8), 800), "", enable_empty_final_response=True)
+    s.send("scripted", [int_input("DELAY_MS", 5)], "", enable_empty_final_response=True)
+    live = s.take(1)
+    _send(s, "t,t,F")
+    while sum(_is_final(e) for e in live) < 2:
+        live.extend(s.take(1))
+    s.close()
+    assert live[0][0] == "error" and sum(e[0] == "error" for e in live) == 1
+    code, doc = _check(recording_proxy, capsys)
+    rows = [(r["model"], r["outcome"], r["responses"], r["notes"], r["group"]) for r in doc["requests"]]
+    assert rows == [("echo", "completed", 1, [], None), ("scripted", "error", 1, ["missing_final"], None),
+                    ("scripted", "completed", 3, [], None)], doc["requests"]  # fmt: skip
+    assert code == 0 and doc["unattributable"] == []

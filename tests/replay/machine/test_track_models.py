@@ -603,3 +603,167 @@ def test_a_parked_error_no_candidate_is_left_for_goes_to_the_request_answered_th
     rows = _both(b)
     assert [(r[1], r[2], r[3], r[5]) for r in rows] == [("tokens", "error", 3, ()), ("silent", "error", 1, ())]
     assert [r.error for r in track(b.records).requests] == ["second", "first"]
+
+
+def _refused_then_corrected(b: Builder) -> None:
+    """`tokens` and `scripted` (missing an input) sent with id "", the refusal while neither has answered,
+    then the client's corrected `scripted` request, sent before `tokens` answers."""
+    b.call("c1.1")
+    b.request("c1.1", "", model="tokens", empty_final=True)
+    b.request("c1.1", "", model="scripted", empty_final=True)
+    b.response("c1.1", "", None, error="expected 1 inputs but got 0", model="")
+    b.request("c1.1", "", model="scripted", empty_final=True)
+
+
+def test_a_request_corrected_while_the_refusal_is_still_unplaced_is_its_own_once_it_is_placed() -> None:
+    """The corrected request is sent while the refusal could still be `tokens`'s. Once `tokens` answers, the
+    refusal is the first `scripted` request's, sent before it came: the corrected one, sent after it, never
+    was in flight with a request that could still answer (it was: both `group`, and a `diff` against a run
+    whose `tokens` answered before the correction said `group -> completed`, from the server's timing)."""
+    b = Builder().start()
+    _refused_then_corrected(b)
+    b.response("c1.1", "", "t-0", model="scripted")
+    b.response("c1.1", "", "a-0", model="tokens")
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    expected = [(2, "tokens", "completed", 2, (), (), None),
+                (3, "scripted", "error", 1, ("missing_final",), (), None),
+                (5, "scripted", "completed", 2, (), (), None)]  # fmt: skip
+    assert _both(b) == expected
+    # The same client, `tokens` answering before the correction is sent: the same rows.
+    c = Builder().start()
+    c.call("c1.1")
+    c.request("c1.1", "", model="tokens", empty_final=True)
+    c.request("c1.1", "", model="scripted", empty_final=True)
+    c.response("c1.1", "", None, error="expected 1 inputs but got 0", model="")
+    c.response("c1.1", "", "a-0", model="tokens")
+    c.request("c1.1", "", model="scripted", empty_final=True)
+    c.response("c1.1", "", "t-0", model="scripted")
+    c.response("c1.1", "", None, final=True, model="scripted")
+    c.response("c1.1", "", None, final=True, model="tokens")
+    c.half_close("c1.1")
+    c.end("c1.1")
+    assert [row[1:] for row in _both(c)] == [row[1:] for row in expected]
+    (corrected,) = [r for r in track(b.records).requests if r.seq == 5]
+    assert corrected.error is None and corrected.text_responses == 1 and corrected.first_response_ms is not None
+
+
+def test_two_corrected_requests_sent_while_the_refusal_is_unplaced_are_their_own_group() -> None:
+    """Two corrections in flight together after the refusal: they are an id group of their own (the refused
+    request is not of it) once `tokens`'s answer places the refusal."""
+    b = Builder().start()
+    _refused_then_corrected(b)
+    b.request("c1.1", "", model="scripted", empty_final=True)
+    b.response("c1.1", "", "t-0", model="scripted")
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    assert _both(b) == [(2, "tokens", "completed", 1, (), (), None),
+                        (3, "scripted", "error", 1, ("missing_final",), (), None),
+                        (5, "scripted", "completed", 0, (), (), (2, 3, 0, {"completed": 2})),
+                        (6, "scripted", "completed", 0, (), (), (2, 3, 0, {"completed": 2}))]  # fmt: skip
+
+
+def test_a_correction_sent_while_the_refusal_is_unplaced_joins_when_the_refusal_is_the_other_models() -> None:
+    """The refusal was `tokens`'s after all (its request got nothing, both `scripted` requests their finals):
+    the two `scripted` requests were in flight together, one group, as before."""
+    b = Builder().start()
+    _refused_then_corrected(b)
+    b.response("c1.1", "", "t-0", model="scripted")
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    assert _both(b) == [(2, "tokens", "error", 1, ("missing_final",), (), None),
+                        (3, "scripted", "completed", 0, (), (), (2, 3, 0, {"completed": 2})),
+                        (5, "scripted", "completed", 0, (), (), (2, 3, 0, {"completed": 2}))]  # fmt: skip
+
+
+def test_a_correction_is_placed_once_a_third_models_answer_leaves_two_candidates_and_the_next_one() -> None:
+    """Three models: `silent`'s answer leaves the refusal to `tokens` or `scripted` (still kept: whose it was
+    is not known yet), `tokens`'s answer then places it on the first `scripted` request."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", model="tokens", empty_final=True)
+    b.request("c1.1", "", model="silent", empty_final=True)
+    b.request("c1.1", "", model="scripted", empty_final=True)
+    b.response("c1.1", "", None, error="expected 1 inputs but got 0", model="")
+    b.request("c1.1", "", model="scripted", empty_final=True)
+    b.response("c1.1", "", "t-0", model="scripted")
+    b.response("c1.1", "", None, final=True, model="silent")
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.response("c1.1", "", "a-0", model="tokens")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    assert _both(b) == [(2, "tokens", "completed", 2, (), (), None),
+                        (3, "silent", "completed", 1, (), (), None),
+                        (4, "scripted", "error", 1, ("missing_final",), (), None),
+                        (6, "scripted", "completed", 2, (), (), None)]  # fmt: skip
+
+
+def test_a_correction_in_groups_made_one_before_the_refusal_is_placed_stays_known_only_together() -> None:
+    """A response naming no model that is no error makes the open groups of the id one before anything
+    placed the refusal: the correction stays in that group (what was counted together is not split)."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", model="scripted", empty_final=True)
+    b.request("c1.1", "", model="tokens", empty_final=True)
+    b.response("c1.1", "", None, error="expected 1 inputs but got 0", model="")
+    b.request("c1.1", "", model="scripted", empty_final=True)
+    b.response("c1.1", "", "t-0", model="")
+    b.response("c1.1", "", "a-0", model="tokens")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    rows = _both(b)
+    assert [row[2] for row in rows] == ["group"] * 3
+    assert [row[6] for row in rows] == [(3, 5, 1, {"completed": 2, "error": 1})] * 3
+
+
+def test_what_a_correction_got_is_given_again_in_order_with_its_own_violations() -> None:
+    """A response after the corrected request's final, while the refusal is unplaced: once placed, it is that
+    request's `response_after_final`, at the seq it came; a group of corrections keeps its id."""
+    b = Builder().start()
+    _refused_then_corrected(b)
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.response("c1.1", "", "t-1", model="scripted")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    (corrected,) = [r for r in track(b.records).requests if r.seq == 5]
+    assert [(v.name, v.seq) for v in corrected.violations] == [("response_after_final", 7)]
+    c = Builder().start()
+    _refused_then_corrected(c)
+    c.request("c1.1", "", model="scripted", empty_final=True)
+    c.response("c1.1", "", None, final=True, model="tokens")
+    c.half_close("c1.1")
+    c.end("c1.1")
+    assert {(r.seq, r.group.request_id) for r in track(c.records).requests if r.group is not None} == {(5, ""), (6, "")}
+
+
+def test_corrections_of_two_ids_each_wait_for_their_own_ids_refusal() -> None:
+    """The same on two ids at once (a refusal kept for each): each correction is its own once its id's
+    refusal is placed, whatever is kept for the other id."""
+    b = Builder().start()
+    b.call("c1.1")
+    for rid in ("", "x"):
+        b.request("c1.1", rid, model="tokens", empty_final=True)
+        b.request("c1.1", rid, model="scripted", empty_final=True)
+        b.response("c1.1", rid, None, error="expected 1 inputs but got 0", model="")
+    for rid in ("", "x"):
+        b.request("c1.1", rid, model="scripted", empty_final=True)
+        b.response("c1.1", rid, None, final=True, model="scripted")
+    for rid in ("", "x"):
+        b.response("c1.1", rid, None, final=True, model="tokens")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    assert [(row[1], row[2]) for row in _both(b)] == [
+        ("tokens", "completed"), ("scripted", "error"), ("tokens", "completed"), ("scripted", "error"),
+        ("scripted", "completed"), ("scripted", "completed"),
+    ]  # fmt: skip

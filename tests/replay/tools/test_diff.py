@@ -556,3 +556,31 @@ def test_an_id_group_is_compared_by_what_all_its_requests_got() -> None:
     fewer = _diff(idless(True), idless(False, responses=5), strategies=("order",))
     assert not fewer.equivalent
     assert {c.field for p in fewer.pairs for c in p.changes} == {"group"}
+
+
+def test_a_correction_sent_before_or_after_another_models_answer_is_no_change() -> None:
+    """Id "" to `tokens` and to `scripted` without its input (refused), then the corrected `scripted` request:
+    one run's `tokens` answered before the correction was sent, the other's after. The refusal is placed
+    either way before the rows are compared: equivalent (it was `outcome group -> completed`)."""
+
+    def corrected(tokens_first: bool) -> Builder:
+        b = Builder().start()
+        b.call("c1.1")
+        b.request("c1.1", "", model="tokens", empty_final=True)
+        b.request("c1.1", "", model="scripted", empty_final=True)
+        b.response("c1.1", "", None, error="expected 1 inputs but got 0", model="")
+        if tokens_first:
+            b.response("c1.1", "", "a-0", model="tokens")
+        b.request("c1.1", "", model="scripted", empty_final=True)
+        b.response("c1.1", "", "t-0", model="scripted")
+        b.response("c1.1", "", None, final=True, model="scripted")
+        if not tokens_first:
+            b.response("c1.1", "", "a-0", model="tokens")
+        b.response("c1.1", "", None, final=True, model="tokens")
+        b.half_close("c1.1")
+        b.end("c1.1")
+        return b.finish()
+
+    result = _diff(corrected(True), corrected(False), strategies=("order",))
+    assert result.equivalent, [p.changes for p in result.pairs]
+    assert [p.b.outcome for p in result.pairs] == ["completed", "error", "completed"]
