@@ -700,9 +700,10 @@ class Tracker:
 
     def _grouped(self, call: _Call, group: Group[_Request], seq: int, rec: ev.MessageSeen, drawn: bool = False) -> None:
         """A response of a shared id group: counted for the group; the group closes at its last final."""
-        for g, log in call.joined:
-            if g is group:
-                log.append((seq, rec))  # (kept for _split)
+        if call.joined:
+            for g, log in call.joined:
+                if g is group:
+                    log.append((seq, rec))  # (kept for _split)
         if rec.error and (group.error is None or seq < group.error_seq):  # (a placed error came earlier)
             group.error, group.error_seq = rec.error, seq
         if group.count(text=bool(rec.outputs), error=bool(rec.error), final=rec.final is True, t_ns=rec.t_ns,
