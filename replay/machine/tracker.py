@@ -544,8 +544,11 @@ class Tracker:
             self._grouped(call, group, seq, rec, drawn)
             return
         # A group of one, or a group already over: the response is its (last) request's own;
-        # after the final it is the `response_after_final` violation of that request.
+        # after the final it is the `response_after_final` violation of that request (of groups made
+        # one, of the last request of the model it names, when one went to it).
         target = group.members[-1]
+        if group.shared and target.model != rec.model and rec.model:
+            target = next((m for m in reversed(group.members) if m.model == rec.model), target)
         machine = target.machine
         error, fin = rec.error, rec.final is True
         inp = _ERROR_FINAL if error and fin else _ERROR if error else _FINAL if fin else _RESPONSE

@@ -767,3 +767,21 @@ def test_corrections_of_two_ids_each_wait_for_their_own_ids_refusal() -> None:
         ("tokens", "completed"), ("scripted", "error"), ("tokens", "completed"), ("scripted", "error"),
         ("scripted", "completed"), ("scripted", "completed"),
     ]  # fmt: skip
+
+
+def test_a_response_after_groups_made_one_are_over_is_a_violation_of_its_models_request() -> None:
+    """Groups made one, then over (a final for each request): a late response naming `tokens` is the
+    `response_after_final` of the last `tokens` request, not of the last request sent (a `silent` one)."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", model="tokens", empty_final=True)
+    b.request("c1.1", "", model="silent", empty_final=True)
+    b.response("c1.1", "", "?", model="")  # (naming no model: the two are one group from here)
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.response("c1.1", "", None, final=True, model="silent")
+    b.response("c1.1", "", "late", model="tokens")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    assert [(r.model, [(v.name, v.seq) for v in r.violations]) for r in track(b.records).requests] == [
+        ("tokens", [("response_after_final", 7)]), ("silent", []),
+    ]  # fmt: skip
