@@ -127,7 +127,7 @@ class _Call:
         self.parked: list[tuple[int, ev.MessageSeen, list[Group[_Request]]]] = []
         # Groups of one that a parked error may be of, joined since by a request of their id and model: what
         # each got as a group, kept until the error is placed (Tracker._split).
-        self.joined: list[tuple[Group[_Request], list[tuple[int, ev.MessageSeen]]]] = []
+        self.joined: list[_Kept] = []
         self.ended = False
         self.status: str | None = None
         self.failed = False  # the call's status is not a success (gRPC: not OK; HTTP: no head or >= 400)
@@ -136,6 +136,27 @@ class _Call:
         self.duration_ms: float | None = None
         self.hole = False  # records were lost while it was open (see Tracker.lost)
         self.client_fin = False  # an HTTP call whose client sent its FIN (a `half_close` record) before its end
+
+
+class _Kept:
+    """What a group joined after an error that may be its refusal got since (see Tracker._split): its
+    responses and the holes among them (None), by seq (a hole: between the seqs it fell between)."""
+
+    __slots__ = ("group", "hole", "steps")
+
+    def __init__(self, group: Group[_Request], hole: bool) -> None:
+        self.group = group
+        self.hole = hole  # records of its call were lost before it was joined
+        self.steps: list[tuple[float, ev.MessageSeen | None]] = []
+
+    def lost(self) -> None:
+        last = self.steps[-1][0] if self.steps else self.group.members[-1].seq
+        self.steps.append((last + 0.5, None))  # (every seq fed later is greater)
+
+
+#: What :class:`_Kept` keeps of one group at most: beyond, the group stays one (memory stays bounded
+#: while an error is parked for long on a busy stream).
+KEEP_STEPS = 10_000
 
 
 def _first_seq(g: Group[_Request]) -> int:
@@ -153,7 +174,7 @@ def _refusable(g: Group[_Request]) -> bool:
     return g.open > 0 and (g.shared or not g.members[0].responses)
 
 
-def _step_seq(step: tuple[int, Any]) -> int:
+def _step_seq(step: tuple[float, Any]) -> float:
     return step[0]
 
 
@@ -165,9 +186,9 @@ def _parked_on(call: _Call, g: Group[_Request]) -> int:
 def _unjoin(call: _Call, groups: list[Group[_Request]] | None = None) -> None:
     """Forget what :meth:`Tracker._split` kept of ``groups`` (None: of the groups no parked error may be of)."""
     if groups is None:
-        call.joined = [(g, log) for g, log in call.joined if _parked_on(call, g)]
+        call.joined = [k for k in call.joined if _parked_on(call, k.group)]
     else:
-        call.joined = [(g, log) for g, log in call.joined if all(g is not c for c in groups)]
+        call.joined = [k for k in call.joined if all(k.group is not c for c in groups)]
 
 
 _DONE = frozenset({State.FINAL_RECEIVED, State.ERROR})
@@ -319,6 +340,8 @@ class Tracker:
         """
         for call in self._open.values():
             call.hole = True
+            for k in call.joined:
+                k.lost()
             for r in call.requests:
                 if r.hole is None:
                     r.hole, r.hole_from = LOST_SETTLED, len(r.machine.violations)
@@ -423,7 +446,7 @@ class Tracker:
                 if call.parked and not group.shared and _refusable(group) and _parked_on(call, group) == 1:
                     # Sent after an error that may be its id and model's refusal: if it was, this request
                     # was never in flight with the refused one. What the group gets is kept until then.
-                    call.joined.append((group, []))
+                    call.joined.append(_Kept(group, call.hole))
                 group.join(r)
                 r.group = group
             else:
@@ -531,8 +554,6 @@ class Tracker:
                     # Shaped like Triton's refusal of a request, which names no model: whose it was shows
                     # later (a refused request gets nothing more), at the latest by the call's end.
                     call.parked.append((seq, rec, could))
-                    if call.joined:
-                        _unjoin(call, could)  # (two errors it may be of: _split would not know whose)
                     if self._on_response is not None:
                         self._on_response(call.id, max(m.seq for g in could for m in g.members), seq, rec)
                     return
@@ -624,16 +645,20 @@ class Tracker:
         """
         if group.shared and not (rec.final is True and group.open == 1):
             return  # (which of its requests this answers is unknown: any other may have been refused)
-        parked, call.parked = call.parked, []
-        for seq, err, could in parked:
-            if any(g is group or not _refusable(g) for g in could):
+        parked = call.parked  # (walked in place: placing one may re-point the others, see _split)
+        i = 0
+        while i < len(parked):
+            seq, err, could = parked[i]
+            if len(could) == 1 or any(g is group or not _refusable(g) for g in could):
                 # (a candidate an earlier error was placed on is over: refused, it gets nothing more)
                 could = [g for g in could if g is not group and _refusable(g)]
                 if len(could) <= 1:
                     # (none left: a server that does not refuse as 2.51 does; the one answered now, then)
+                    del parked[i]
                     self._streamed(call, seq, err, could[0] if could else group)
                     continue
-            call.parked.append((seq, err, could))
+                parked[i] = (seq, err, could)
+            i += 1
         if call.joined:
             _unjoin(call)
 
@@ -642,28 +667,57 @@ class Tracker:
         (kept in ``call.joined``): it refused the one request sent before it, which got nothing else, so
         the others were never in flight with a request that could still answer. They are taken as they would
         have been had the wire told at once: the refused request alone, the others a group (or a request
-        alone) of their own, given again what the group got since. False: ``group`` was not so joined."""
-        at = next((i for i, (g, _) in enumerate(call.joined) if g is group), None)
+        alone) of their own, given again what the group got since, and the holes among it. An error parked
+        since on ``group`` may be of the one of them in flight when it came. False: ``group`` was not so joined."""
+        at = next((i for i, k in enumerate(call.joined) if k.group is group), None)
         if at is None:
             return False
-        log = call.joined.pop(at)[1]
+        kept = call.joined.pop(at)
         refused, later = group.members[0], group.members[1:]
         rid: str = refused.request_id  # type: ignore[assignment]  # (a request of a group: labelled)
         refused.group = Group(refused, rid)
         self._streamed(call, seq, rec, refused.group)
-        current: Group[_Request] | None = None
-        steps: list[tuple[int, _Request | ev.MessageSeen]] = [(m.seq, m) for m in later]
-        steps.extend(log)
+        steps: list[tuple[float, _Request | ev.MessageSeen | int | None]] = [(m.seq, m) for m in later]
+        steps.extend(kept.steps)
+        # Errors parked since on ``group`` (it was joined before they came): each may be of the one of
+        # those requests in flight then, and is parked again as it would have been (by its index).
+        steps.extend((e[0], i) for i, e in enumerate(call.parked) if any(g is group for g in e[2]))
         steps.sort(key=_step_seq)
-        for at, step in steps:
+        current: Group[_Request] | None = None
+        sent: list[_Request] = []
+        made: list[_Kept] = []
+        hole = kept.hole
+        for when, step in steps:
             if isinstance(step, _Request):
+                # Its holes as when it was sent (a hole among the group's steps is taken again below).
+                step.hole, step.hole_from = (LOST_BEFORE, len(step.machine.violations)) if hole else (None, 0)
+                sent.append(step)
                 if current is not None and current.open:
+                    if call.parked and not current.shared and _refusable(current) and _parked_on(call, current) == 1:
+                        made.append(_Kept(current, hole))  # (as _sent does: split in turn, maybe)
+                        call.joined.append(made[-1])
                     current.join(step)
                 else:
                     current = Group(step, rid)
                 step.group = current
+            elif isinstance(step, int):
+                e_seq, err, could = call.parked[step]
+                could = [g for g in could if g is not group]
+                if current is not None and all(g is not current for g in could):
+                    could.append(current)
+                could.sort(key=_first_seq)
+                call.parked[step] = (e_seq, err, could)
+            elif step is None:  # records of the call were lost here: as Tracker.lost
+                hole = True
+                for k in made:
+                    k.steps.append((when, None))
+                for m in sent:
+                    if m.hole is None:
+                        m.hole, m.hole_from = LOST_SETTLED, len(m.machine.violations)
+                    if m.machine.state in OPEN:
+                        m.hole = LOST_OPEN
             else:
-                self._streamed(call, at, step, current)
+                self._streamed(call, int(when), step, current)
         models = call.by_model.get(rid)
         for key, g in (models or {}).items():
             if g is group:
@@ -704,9 +758,12 @@ class Tracker:
     def _grouped(self, call: _Call, group: Group[_Request], seq: int, rec: ev.MessageSeen, drawn: bool = False) -> None:
         """A response of a shared id group: counted for the group; the group closes at its last final."""
         if call.joined:
-            for g, log in call.joined:
-                if g is group:
-                    log.append((seq, rec))  # (kept for _split)
+            for k in call.joined:
+                if k.group is group:
+                    k.steps.append((seq, rec))  # (kept for _split)
+                    if len(k.steps) > KEEP_STEPS:
+                        _unjoin(call, [group])
+                    break
         if rec.error and (group.error is None or seq < group.error_seq):  # (a placed error came earlier)
             group.error, group.error_seq = rec.error, seq
         if group.count(text=bool(rec.outputs), error=bool(rec.error), final=rec.final is True, t_ns=rec.t_ns,

@@ -785,3 +785,130 @@ def test_a_response_after_groups_made_one_are_over_is_a_violation_of_its_models_
     assert [(r.model, [(v.name, v.seq) for v in r.violations]) for r in track(b.records).requests] == [
         ("tokens", [("response_after_final", 7)]), ("silent", []),
     ]  # fmt: skip
+
+
+def test_a_correction_refused_again_is_placed_alike_whenever_the_second_refusal_came() -> None:
+    """The correction is refused too; its refusal comes before or after `silent`'s final, which places the
+    first one: the rows are the same either way, each refusal its own request's (it was a group of two,
+    known only together, when the second refusal came first)."""
+
+    def rows(second_first: bool) -> list[Any]:
+        b = Builder().start()
+        b.call("c1.1")
+        b.request("c1.1", "", model="silent", empty_final=True)
+        b.request("c1.1", "", model="scripted", empty_final=True)
+        b.response("c1.1", "", None, error="refusal 1", model="")
+        b.request("c1.1", "", model="scripted", empty_final=True)
+        if second_first:
+            b.response("c1.1", "", None, error="refusal 2", model="")
+        b.response("c1.1", "", None, final=True, model="silent")
+        if not second_first:
+            b.response("c1.1", "", None, error="refusal 2", model="")
+        b.half_close("c1.1")
+        b.end("c1.1")
+        errors = [(r.seq, r.error) for r in track(b.records).requests]
+        return [row[1:] for row in _both(b)] + errors
+
+    assert rows(True) == rows(False) == [
+        ("silent", "completed", 1, (), (), None), ("scripted", "error", 1, ("missing_final",), (), None),
+        ("scripted", "error", 1, ("missing_final",), (), None), (2, None), (3, "refusal 1"), (5, "refusal 2"),
+    ]  # fmt: skip
+
+
+def test_a_hole_among_what_a_correction_got_is_taken_where_it_fell() -> None:
+    """Records lost after the correction's final and a response after it, before `tokens` answers: had the
+    wire told at once, the correction had ended before the hole, so it keeps its outcome and its violation
+    counts (it was `unknown`, the violation not counted, when `tokens` answered after the hole)."""
+
+    def row(tokens_first: bool) -> tuple[Any, ...]:
+        b = Builder().start()
+        b.call("c1.1")
+        b.request("c1.1", "", model="tokens", empty_final=True)
+        b.request("c1.1", "", model="scripted", empty_final=True)
+        b.response("c1.1", "", None, error="expected 1 inputs but got 0", model="")
+        if tokens_first:
+            b.response("c1.1", "", "a-0", model="tokens")
+        b.request("c1.1", "", model="scripted", empty_final=True)
+        b.response("c1.1", "", None, final=True, model="scripted")
+        b.response("c1.1", "", "late", model="scripted")
+        b.gap(1)
+        if not tokens_first:
+            b.response("c1.1", "", "a-0", model="tokens")
+        b.response("c1.1", "", None, final=True, model="tokens")
+        b.half_close("c1.1")
+        b.end("c1.1")
+        (r,) = [r for r in track(b.records).requests if r.model == "scripted" and r.error is None]
+        return (r.outcome, r.recorded_as, [v.name for v in r.violations], [v.name for v in r.violations_after_loss])
+
+    assert row(True) == row(False) == ("completed", None, ["response_after_final"], [])
+
+
+def test_a_correction_sent_after_a_hole_stays_unknown_when_it_breaks_a_rule() -> None:
+    """Records lost before the correction was sent (a lost request of its id may have answered it): its
+    violation after the loss is not counted and it is `unknown`, however the refusal was placed."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", model="tokens", empty_final=True)
+    b.request("c1.1", "", model="scripted", empty_final=True)
+    b.response("c1.1", "", None, error="expected 1 inputs but got 0", model="")
+    b.gap(1)
+    b.request("c1.1", "", model="scripted", empty_final=True)
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.response("c1.1", "", "late", model="scripted")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    (r,) = [r for r in track(b.records).requests if r.seq == 6]
+    assert (r.outcome, r.recorded_as, r.violations, [v.name for v in r.violations_after_loss]) == (
+        "unknown", "completed", (), ["response_after_final"],
+    )  # fmt: skip
+
+
+def test_what_is_kept_for_a_correction_is_bounded(monkeypatch: Any) -> None:
+    """While the refusal stays unplaced on a busy stream, what the correction's group gets is kept up to a
+    bound; beyond it the group stays one, known only together, as before any of this was kept."""
+    monkeypatch.setattr("replay.machine.tracker.KEEP_STEPS", 3)
+
+    def build(responses: int) -> Builder:
+        b = Builder().start()
+        _refused_then_corrected(b)
+        for i in range(responses):
+            b.response("c1.1", "", f"t-{i}", model="scripted")
+        b.response("c1.1", "", None, final=True, model="scripted")
+        b.response("c1.1", "", None, final=True, model="tokens")
+        b.half_close("c1.1")
+        b.end("c1.1")
+        return b
+
+    assert [row[2] for row in _both(build(2))] == ["completed", "error", "completed"]
+    assert [row[2] for row in _both(build(3))] == ["completed", "group", "group"]
+
+
+def test_a_second_correction_after_the_first_was_refused_is_its_own_whenever_silent_answered() -> None:
+    """The first correction is refused in turn, and the client corrects again, all before `silent`'s final
+    (or after it): each refusal is its own request's, the last correction `completed` either way (it was one
+    group with the first correction, known only together, when `silent` answered last)."""
+
+    def rows(silent_last: bool) -> list[Any]:
+        b = Builder().start()
+        b.call("c1.1")
+        b.request("c1.1", "", model="silent", empty_final=True)
+        b.request("c1.1", "", model="scripted", empty_final=True)
+        b.response("c1.1", "", None, error="refusal 1", model="")
+        if not silent_last:
+            b.response("c1.1", "", None, final=True, model="silent")
+        b.request("c1.1", "", model="scripted", empty_final=True)
+        b.response("c1.1", "", None, error="refusal 2", model="")
+        b.request("c1.1", "", model="scripted", empty_final=True)
+        b.response("c1.1", "", "t-0", model="scripted")
+        b.response("c1.1", "", None, final=True, model="scripted")
+        if silent_last:
+            b.response("c1.1", "", None, final=True, model="silent")
+        b.half_close("c1.1")
+        b.end("c1.1")
+        return [(row[1], row[2], row[3], row[6]) for row in _both(b)] + [r.error for r in track(b.records).requests]
+
+    assert rows(True) == rows(False) == [
+        ("silent", "completed", 1, None), ("scripted", "error", 1, None), ("scripted", "error", 1, None),
+        ("scripted", "completed", 2, None), None, "refusal 1", "refusal 2", None,
+    ]  # fmt: skip
