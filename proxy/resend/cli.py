@@ -161,6 +161,9 @@ def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skip
     if tally.http_status:
         lines.append("HTTP status seen by send: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.http_status.items()))
                      + f"; {tally.events} event(s) or whole body(ies) received")
+    if tally.short:
+        lines.append(f"{tally.short} client ending(s) sent --drain ({args.drain:g} s) after their offset: the server had "
+                     "sent fewer responses than the client had then")
     if tally.stray_frames:
         lines.append(f"ignored {tally.stray_frames} frame(s) that arrived after the server had ended their call")
     causes = sorted(got.keys() | (recorded.keys() if recorded else set()))

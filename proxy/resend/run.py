@@ -65,6 +65,7 @@ class Tally:
     http_status: Counter[str] = field(default_factory=Counter)  # HTTP calls: the status of each reply head seen
     events: int = 0  # HTTP calls: server-sent events (or whole bodies) received
     stray_frames: int = 0  # frames for calls the server had already ended, ignored (not those after our own reset)
+    short: int = 0  # --cancel-at responses: endings sent after --drain, the client's count of responses not reached
     t_begin: float = 0.0
 
     def ended(self, start: Start, stream: Stream) -> None:
@@ -137,10 +138,19 @@ async def _deadline(conn: Connection, stream: Stream, timeout_s: float, tally: T
         conn.cancel(stream)
 
 
-async def _until_responses(stream: Stream, n: int) -> None:
+async def _until_responses(stream: Stream, n: int, until: float, tally: Tally) -> None:
+    """``--cancel-at responses``: until the call has ``n`` responses or has ended, but not past ``until`` (loop
+    time): a server that sends fewer and then goes quiet (a model answering with fewer tokens, the stream
+    left open) would keep the sender waiting forever. Cut short, it is counted (the ending then goes out
+    late, and with fewer responses than the client had: what the new capture shows)."""
+    loop = asyncio.get_running_loop()
     while stream.responses < n and not stream.done.is_set():
         stream.progress.clear()
-        await stream.progress.wait()
+        try:
+            await asyncio.wait_for(stream.progress.wait(), max(0.0, until - loop.time()))
+        except TimeoutError:
+            tally.short += 1
+            return
 
 
 async def _http_call(start: Start, conn: HttpConnection, conns: _Conns, opts: SendOptions, tally: Tally) -> None:
@@ -160,7 +170,7 @@ async def _http_call(start: Start, conn: HttpConnection, conns: _Conns, opts: Se
             # The recorded client's FIN (a close or a half-close: the wire showed only the FIN), at its offset;
             # with --cancel-at responses, a FIN that was the disconnect also waits for the events it had.
             if opts.cancel_at == "responses" and c.ending is not None and c.ending.cause == "client_disconnect":
-                await _until_responses(stream, c.ending.responses)
+                await _until_responses(stream, c.ending.responses, begun + scaled(fin, opts.speed) + opts.drain_s, tally)
             await _sleep_until(begun + scaled(fin, opts.speed))
             if not stream.done.is_set():
                 conn.half_close()
@@ -168,7 +178,8 @@ async def _http_call(start: Start, conn: HttpConnection, conns: _Conns, opts: Se
             pass  # that FIN was the disconnect: what the server does about it is the call's end, not a reset
         elif c.ending is not None and not stream.done.is_set():
             if opts.cancel_at == "responses":
-                await _until_responses(stream, c.ending.responses)
+                await _until_responses(stream, c.ending.responses, begun + scaled(c.ending.at_ns, opts.speed) + opts.drain_s,
+                                       tally)  # fmt: skip
             await _sleep_until(begun + scaled(c.ending.at_ns, opts.speed))
             if not stream.done.is_set():
                 tally.endings[c.ending.cause] += 1
@@ -232,7 +243,8 @@ async def _call(start: Start, conns: _Conns, t0: float, opts: SendOptions, tally
             if opts.cancel_at == "responses":
                 # The client had this many responses; and it did not act sooner than it did (a unary
                 # call has none to count: it is cancelled at its offset, while the model works).
-                await _until_responses(stream, c.ending.responses)
+                await _until_responses(stream, c.ending.responses, begun + scaled(c.ending.at_ns, opts.speed) + opts.drain_s,
+                                       tally)  # fmt: skip
             await _sleep_until(begun + scaled(c.ending.at_ns, opts.speed))
             if not stream.done.is_set():
                 tally.endings[c.ending.cause] += 1

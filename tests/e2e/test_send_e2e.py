@@ -190,3 +190,28 @@ def test_changed_models_diff_names_exactly_the_changed_requests(
     assert models["fail_midstream"]["changed"] is False and models["steps_unary"]["changed"] is False
     shown = _cli("diff", str(recorded), str(new), "--tolerance", TOLERANCE, *CHANGED_MAP)
     assert shown.returncode == 1 and "per model" in shown.stdout
+
+
+def test_a_cancel_after_more_responses_than_the_new_server_sends_goes_out_after_the_drain(
+    triton: TritonServer, second: TritonServer, tmp_path: Path
+) -> None:
+    """The client cancelled its stream after 4 responses; `tokens_v2` sends 2 tokens and the final, then the
+    stream stays open. With `--cancel-at responses` the sender waited for a 4th response forever (`--drain`
+    did not bound it). It now waits until `--drain` past the cancel's offset, cancels, and says so; the
+    new capture has the cancel and the 3 responses the server sent."""
+    (tmp_path / "rec").mkdir()
+    with ProxyThread(triton.grpc_url, tmp_path / "rec", payload="full") as proxy:
+        s = StreamSession(proxy.url)
+        s.send("tokens", token_inputs("c", 6, delay_ms=100), "c", enable_empty_final_response=True)
+        s.take(4, WAIT_S)
+        s.close(cancel_requests=True)
+    proc = _cli("replay", "send", str(proxy.capture_path), "--target", second.grpc_url, "--out", str(tmp_path / "sent"),
+                "--cancel-at", "responses", "--model-map", "tokens=tokens_v2", "--drain", "2", timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "1 client ending(s) sent --drain (2 s) after their offset" in proc.stdout, proc.stdout
+    (path,) = (tmp_path / "sent").glob("*.jsonl")
+    result = track(path)
+    assert [(c.cause, c.status) for c in result.calls] == [("client_cancel", "CANCELLED")]
+    assert [(r.request_id, r.model, r.responses, r.text_responses, r.outcome) for r in result.requests] == [
+        ("c", "tokens_v2", 3, 2, "completed"),
+    ]  # fmt: skip
