@@ -60,3 +60,6 @@ def test_sigterm_mid_run_ends_the_capture_and_exits_as_interrupted(tmp_path: Pat
     records = [r for _, r in read_capture(out)]
     assert records[0].kind == "capture_start" and records[-1].kind == "capture_end"
     assert sum(r.kind == "call_start" for r in records) < 1000  # stopped mid-run
+    # Nothing cut off: every call started has its end (those in flight: as the sender's connections closed).
+    ends = {r.call: r.cause for r in records if r.kind == "call_end"}
+    assert {r.call for r in records if r.kind == "call_start"} == set(ends)
