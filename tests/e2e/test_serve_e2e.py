@@ -10,6 +10,7 @@ Two claims, each over real tritonclient traffic to the real tritonserver:
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from tritonclient.utils import InferenceServerException
 from proxy.lab.background import ProxyThread
 from proxy.lab.tritonserver import TritonServer
 from replay.cli.main import main as replay_main
+from replay.machine.tracker import track
 from replay.tools.serve import MockTriton, load
 from tests.support.loop_thread import BackgroundLoop
 from tests.support.triton_client import bytes_input, echo_inputs, token_inputs
@@ -186,3 +188,58 @@ def test_a_live_cancel_is_reproduced_by_serve_for_a_client_that_does_not_cancel(
     assert want["text"] == {"k1": "k-0"} and want["done"] == []
     assert want["stream_error"] == ("StatusCode.CANCELLED", "Locally cancelled by application!")
     assert served.state() == want
+
+
+async def _cancel_after(url: str, n: int) -> list[tuple[str | None, bool | None]]:
+    """tritonclient.grpc.aio: two stream requests to `tokens`, the call cancelled (its ``cancel()``) once the
+    client has ``n`` responses: (id, final flag) of each response it got."""
+    import tritonclient.grpc.aio as aioclient
+
+    client = aioclient.InferenceServerClient(url)
+
+    async def requests() -> Any:
+        # `r` answers every 20 ms, `""` after its first token every second: the first five are 4 and 1, whatever
+        # the machine's load (which of two equal streams got more before the cancel would be its timing).
+        for rid, delay_ms in (("r", 20), ("", 1000)):
+            yield {"model_name": "tokens", "inputs": token_inputs(rid or "n", 50, delay_ms=delay_ms), "request_id": rid,
+                   "enable_empty_final_response": True}  # fmt: skip
+        await asyncio.sleep(30)  # (the stream stays open until the client cancels)
+
+    got: list[tuple[str | None, bool | None]] = []
+    it = client.stream_infer(requests())
+    try:
+        async for result, error in it:
+            assert error is None, error
+            response = result.get_response()
+            got.append((response.id, response.parameters["triton_final_response"].bool_param))
+            if len(got) >= n:
+                it.cancel()
+                break
+    finally:
+        await client.close()
+    return got
+
+
+def test_a_client_that_cancels_as_the_captured_one_did_cancels_the_served_call_itself(
+    triton: TritonServer, tmp_path: Path, loop: BackgroundLoop, request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """An aio client cancels its stream after its 5th response, live against the real Triton and against
+    serve of that capture, each through the proxy: the rerun's capture has the client's cancel, as live,
+    and diff finds it equivalent. (Serve used to end such a call CANCELLED at the captured moment itself,
+    racing the client's own cancel; tests/replay/tools/serve/test_server.py makes that race one serve
+    always won.)"""
+    with ProxyThread(triton.grpc_url, tmp_path / "live", payload="full", drain_timeout=5) as proxy:
+        live = asyncio.run(_cancel_after(proxy.url, 5))
+    original = proxy.capture_path
+    assert sorted(live) == [("", False)] + [("r", False)] * 4
+    url = _served(loop, original, request, speed=1.0)
+    with ProxyThread(url, tmp_path / "rerun", payload="full", drain_timeout=5) as proxy:
+        assert sorted(asyncio.run(_cancel_after(proxy.url, 5))) == sorted(live)
+    capsys.readouterr()
+    code = replay_main(["diff", "--json", "--tolerance", "1500,100%", str(original), str(proxy.capture_path)])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0, [p["changes"] for p in doc["requests"]]
+    rerun = track(proxy.capture_path)
+    assert [(r.outcome, r.status) for r in rerun.requests] == [("cancelled", "CANCELLED")] * 2
+    assert [c.cause for c in rerun.calls] == ["client_cancel"]

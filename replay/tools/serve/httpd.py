@@ -259,6 +259,7 @@ class HttpServe:
         if end is None or end.http_status is None:
             # The client got no response head (it left first, or the upstream went away): neither does this one.
             await self._at(t0, end_t, mono0)
+            await asyncio.sleep(self.session.grace(end.cause if end is not None else None))
             raise _Closed("no captured response head")
         if any(a.data is None for a in answers):
             message = (f"triton-tap serve: the capture holds no bytes of the {call.short_method} answer (recorded "
@@ -286,7 +287,7 @@ class HttpServe:
             await conn.send(h11.Response(status_code=end.http_status, headers=out, reason=_reason(end.http_status)))
             if data:
                 await conn.send(h11.Data(data=data))
-            await self._finish(conn, t0, end_t, mono0, clean)
+            await self._finish(conn, t0, end_t, mono0, clean, end.cause)
             return
         # Triton sends the head with the first response (or with the end when the model sent none).
         await self._at(t0, answers[0].t_ns if answers else end_t, mono0)
@@ -295,15 +296,16 @@ class HttpServe:
             # What arrived of an event the cut ended goes out as captured: framing it would complete it.
             cut = not clean and real and i == len(answers) - 1
             await self._event(conn, answer, t0, mono0, cut)
-        await self._finish(conn, t0, end_t, mono0, clean)
+        await self._finish(conn, t0, end_t, mono0, clean, end.cause)
 
     async def _event(self, conn: _Conn, answer: Answer, t0: int, mono0: float, cut: bool = False) -> None:
         await self._at(t0, answer.t_ns, mono0)
         data = answer.data or b""
         await conn.send(h11.Data(data=data if cut else sse_block(data)))
 
-    async def _finish(self, conn: _Conn, t0: int, end_t: int, mono0: float, clean: bool) -> None:
+    async def _finish(self, conn: _Conn, t0: int, end_t: int, mono0: float, clean: bool, cause: str) -> None:
         await self._at(t0, end_t, mono0)
         if not clean:
+            await asyncio.sleep(self.session.grace(cause))
             raise _Closed("the captured body did not end cleanly")
         await conn.send(h11.EndOfMessage())

@@ -181,6 +181,7 @@ class MockTriton:
         end = call.end
         await self.session.pause(t0, end.t_ns if end is not None else t0)
         if end is not None and end.status != "OK":
+            await asyncio.sleep(self.session.grace(end.cause))
             await context.abort(status_code(end.status), status_details(end.status, end.details),
                                 tuple(grpc_metadata(end.trailers)))  # fmt: skip
         if end is not None and end.trailers:

@@ -21,6 +21,13 @@ from replay.tools.serve.responses import Undecodable, delay_s
 log = logging.getLogger("triton_tap.serve")
 
 
+#: The ends a captured call's client made (its cancel, its disconnect): serve makes one only this long after
+#: its captured moment, so that a client doing as the captured one did (cancelling after the responses it
+#: got) ends the call itself, as live; a client that only waits still sees the captured end.
+CLIENT_ENDS = frozenset({"client_cancel", "client_disconnect"})
+CLIENT_END_GRACE_S = 1.0
+
+
 class Session:
     """One ``serve`` run's shared state (one per :class:`~replay.tools.serve.server.MockTriton`)."""
 
@@ -51,6 +58,11 @@ class Session:
         message = f"triton-tap serve: the request message ({request.size} bytes) does not parse: {request.error}"
         log.warning("%s: %s", where, message)
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+    @staticmethod
+    def grace(cause: str | None) -> float:
+        """Seconds serve waits past a captured end's moment before making it (see :data:`CLIENT_ENDS`)."""
+        return CLIENT_END_GRACE_S if cause in CLIENT_ENDS else 0.0
 
     async def pause(self, start_ns: int, end_ns: int) -> None:
         """Wait the replayed time between two captured instants (none with ``--timing fast``)."""

@@ -42,6 +42,7 @@ class Stream:
         self.arrived: dict[int, float] = {}  # captured request seq (primary call) -> arrival (monotonic)
         self.half_closed = False
         self._before_end: list[int] = []  # the primary call's requests captured before its end
+        self._written = 0.0  # when the last response went out (monotonic): --timing fast ends from there
 
     def _schedule(self, call: CapturedCall, req_seq: int, req_t: int, incoming_id: str, now: float) -> None:
         speed = self.session.speed
@@ -75,9 +76,12 @@ class Stream:
     def _end_at(self) -> float:
         call = self.primary
         speed = self.session.speed
-        if speed is None or call is None or call.end is None or not self.arrived:
+        if call is None or call.end is None:
             return 0.0
-        return max(at + delay_s(call.request_t(seq), call.end.t_ns, speed) for seq, at in self.arrived.items())
+        grace = self.session.grace(call.end.cause)
+        if speed is None or not self.arrived:
+            return self._written + grace if grace else 0.0
+        return max(at + delay_s(call.request_t(seq), call.end.t_ns, speed) for seq, at in self.arrived.items()) + grace
 
     async def _take(self, item: Any) -> None:
         if item is None:
@@ -99,6 +103,7 @@ class Stream:
             await self._drain(incoming)
             while self.pending and self.pending[0].at <= time.monotonic():
                 await self.context.write(heapq.heappop(self.pending).message)
+                self._written = time.monotonic()
                 await self._drain(incoming)
             if self._end_ready(time.monotonic()):
                 await self._abort_as_captured()

@@ -210,6 +210,46 @@ def test_aio_client_sees_results_then_the_captured_cancel(serve: Serve) -> None:
     assert isinstance(failure, grpc.aio.AioRpcError) and failure.code() is grpc.StatusCode.CANCELLED
 
 
+def test_a_client_cancelling_as_the_captured_one_did_cancels_the_call_itself(serve: Serve, tmp_path: Path) -> None:
+    """stream_cancel's client cancelled after its 4th response. An aio client doing the same (its call's
+    ``cancel()`` once it has 4), through the recording proxy in front of serve: the proxy records the
+    client's cancel, as live (`client_cancel`). Serve sent the captured CANCELLED status right after the
+    4th response, before the client could act (the proxy recorded `error`, and diff said
+    `cancelled -> error`); it now leaves a client's end to the client for a grace second."""
+    from proxy.lab.background import ProxyThread
+    from replay.machine.tracker import track
+
+    url = serve("stream_cancel.jsonl", speed=None)
+
+    async def run(target: str) -> int:
+        client = aioclient.InferenceServerClient(target)
+
+        async def requests() -> Any:
+            for rid in ("done", "a", "b"):
+                yield {"model_name": "tokens", "inputs": token_inputs(rid, 100), "request_id": rid,
+                       "enable_empty_final_response": True}  # fmt: skip
+            await asyncio.sleep(WAIT_S)
+
+        got = 0
+        it = client.stream_infer(requests())
+        try:
+            async for _result, error in it:
+                assert error is None
+                got += 1
+                if got == 4:
+                    it.cancel()
+                    break
+        finally:
+            await client.close()
+        return got
+
+    with ProxyThread(url, tmp_path, payload="full", drain_timeout=5) as proxy:
+        assert asyncio.run(asyncio.wait_for(run(proxy.url), WAIT_S)) == 4
+    result = track(proxy.capture_path)
+    assert [(c.cause, c.status) for c in result.calls] == [("client_cancel", "CANCELLED")]
+    assert [r.outcome for r in result.requests] == ["completed", "cancelled", "cancelled"]
+
+
 def test_unary_meta_capture_zero_fills_outputs_and_reproduces_the_error_status(
     serve: Serve, caplog: pytest.LogCaptureFixture
 ) -> None:
