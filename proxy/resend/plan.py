@@ -70,6 +70,7 @@ class CallScript:
     half_close_ns: int | None = None
     ending: Ending | None = None  # None: the server ended it (or the capture stopped first)
     recorded_cause: str | None = None
+    t_end: int | None = None  # capture clock: its end (its cancel, or its call_end), None when not recorded
     redacted: list[str] = field(default_factory=list)  # header keys whose value the capture does not hold
     unsendable: str | None = None
     _responses: int = 0
@@ -200,6 +201,7 @@ def _feed(call: CallScript, rec: ev.Record) -> None:
         call.half_close_ns = at
     elif isinstance(rec, ev.CallCancelled | ev.CallEnded):
         call.recorded_cause = rec.cause
+        call.t_end = rec.t_ns
         if rec.cause in CLIENT_ENDINGS:
             call.ending = Ending(cause=rec.cause, at_ns=at, responses=call._responses)
 

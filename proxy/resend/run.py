@@ -77,6 +77,33 @@ class Tally:
         self.finished += 1
 
 
+class _Ended:
+    """The calls of one connection (and pass) that have ended in this run, by their rank in the capture's
+    order of ends: how far the first ones have all ended, and when (see :class:`~proxy.resend.schedule.Start`)."""
+
+    def __init__(self) -> None:
+        self.done: set[int] = set()
+        self.prefix = 0  # the first ``prefix`` (by captured end) have all ended
+        self.when = 0.0  # loop time the prefix last grew
+        self.grew = asyncio.Event()
+
+    def ended(self, rank: int) -> None:
+        self.done.add(rank)
+        if rank == self.prefix:
+            while self.prefix in self.done:
+                self.done.discard(self.prefix)
+                self.prefix += 1
+            self.when = asyncio.get_running_loop().time()
+            self.grew.set()
+
+    async def until(self, n: int) -> float:
+        """Once the first ``n`` have ended: the loop time the last of them did."""
+        while self.prefix < n:
+            self.grew.clear()
+            await self.grew.wait()
+        return self.when
+
+
 class _Conns:
     """The connections of the run: one per captured connection and pass, opened at its first call
     (HTTP/1.1 ones to the recorder's HTTP port, the others HTTP/2 to its gRPC port)."""
@@ -88,6 +115,7 @@ class _Conns:
         self._uses = uses
         self._open: dict[str, Connection | HttpConnection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self.ends: dict[str, _Ended] = {}  # per connection (and pass): its calls ended so far
         self.stray_frames = 0  # of the connections closed so far
 
     async def get(self, key: str) -> Connection | HttpConnection:
@@ -205,9 +233,22 @@ async def _http_call(start: Start, conn: HttpConnection, conns: _Conns, opts: Se
 
 
 async def _call(start: Start, conns: _Conns, t0: float, opts: SendOptions, tally: Tally) -> None:
-    """One call of one pass, from HEADERS to its end."""
+    """One call of one pass, from HEADERS to its end (then the calls of its connection that waited for it
+    may go: see :class:`~proxy.resend.schedule.Start`)."""
+    ended = conns.ends.setdefault(start.conn, _Ended())
+    try:
+        due = t0 + start.at_s
+        if start.after:
+            due = max(due, await ended.until(start.after) + start.pause_s)
+        tally.lag.add(await _sleep_until(due))
+        await _sent(start, conns, t0, opts, tally)
+    finally:
+        if start.rank is not None:
+            ended.ended(start.rank)
+
+
+async def _sent(start: Start, conns: _Conns, t0: float, opts: SendOptions, tally: Tally) -> None:
     c: CallScript = start.call
-    tally.lag.add(await _sleep_until(t0 + start.at_s))
     try:
         conn = await conns.get(start.conn)
     except OSError as e:

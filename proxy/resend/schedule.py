@@ -4,10 +4,16 @@ Offsets are the capture's, from its first call start, divided by ``--speed`` (``
 every call as soon as the previous one was opened, in capture order). ``--loop N`` sends the whole
 schedule N times, each pass after the previous one's span. A recorded ``grpc-timeout`` is the
 client's setting, not a pace: it is sent as recorded whatever the speed.
+
+A call that started after other calls of its connection had ended (a client calling one at a time)
+is also sent no sooner than those have ended in this run, plus the captured pause after the last of
+them (:attr:`Start.after`): at its offset alone, a call the new server answers more slowly would be
+overlapped by the next one, which its client never did, and the two would slow each other down.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +45,13 @@ class Start:
     at_s: float
     loop: int
     call: CallScript
+    #: Its place among the calls of its connection (and pass) in the order they ended in the capture (None:
+    #: its end was not recorded).
+    rank: int | None = None
+    #: How many of those (the first ones in that order) had ended when it started in the capture, and the
+    #: pause from the last of them to its start (scaled): it waits for them (none at ``--speed max``).
+    after: int = 0
+    pause_s: float = 0.0
 
     @property
     def conn(self) -> str:
@@ -72,11 +85,40 @@ def plan_starts(calls: Sequence[CallScript], speed: float, loops: int) -> list[S
     ordered = sorted(calls, key=lambda c: c.t_start)
     t0 = ordered[0].t_start
     span = scaled(span_ns(ordered), speed)
+    ranks, afters = _order(ordered, speed)
     return [
-        Start(at_s=i * span + scaled(c.t_start - t0, speed), loop=i, call=c)
+        Start(
+            at_s=i * span + scaled(c.t_start - t0, speed),
+            loop=i,
+            call=c,
+            rank=ranks[c.id],
+            after=afters[c.id][0],
+            pause_s=afters[c.id][1],
+        )
         for i in range(loops)
         for c in ordered
     ]
+
+
+def _order(calls: Sequence[CallScript], speed: float) -> tuple[dict[str, int | None], dict[str, tuple[int, float]]]:
+    """Each call's rank among its connection's calls by captured end, and what it waits for (see :class:`Start`)."""
+    by_conn: dict[str, list[CallScript]] = {}
+    for c in calls:
+        by_conn.setdefault(c.conn, []).append(c)
+    ranks: dict[str, int | None] = {c.id: None for c in calls}
+    afters: dict[str, tuple[int, float]] = {c.id: (0, 0.0) for c in calls}
+    for conn_calls in by_conn.values():
+        ends = sorted((c.t_end, c.id) for c in conn_calls if c.t_end is not None)
+        for rank, (_, cid) in enumerate(ends):
+            ranks[cid] = rank
+        if speed == MAX:
+            continue
+        times = [t for t, _ in ends]
+        for c in conn_calls:
+            n = bisect.bisect_right(times, c.t_start)  # (its own end is after its start: never among them)
+            if n:
+                afters[c.id] = (n, scaled(c.t_start - times[n - 1], speed))
+    return ranks, afters
 
 
 @dataclass

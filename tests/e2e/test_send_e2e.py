@@ -12,6 +12,7 @@ names exactly the requests whose answers changed.
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -27,6 +28,7 @@ import tritonclient.grpc as grpcclient
 from proxy.cancelcheck.evidence import LogTail
 from proxy.lab.background import ProxyThread
 from proxy.lab.tritonserver import TritonNotAvailable, TritonServer, model_repository
+from replay.capture.reader import read_capture
 from replay.machine.tracker import track
 from tests.support.triton_client import StreamSession, token_inputs, wait_for
 
@@ -215,3 +217,37 @@ def test_a_cancel_after_more_responses_than_the_new_server_sends_goes_out_after_
     assert [(r.request_id, r.model, r.responses, r.text_responses, r.outcome) for r in result.requests] == [
         ("c", "tokens_v2", 3, 2, "completed"),
     ]  # fmt: skip
+
+
+def test_calls_a_client_made_one_after_another_are_sent_one_after_another(
+    triton: TritonServer, tmp_path: Path
+) -> None:
+    """One sync client, 20 pairs of unary calls on its one connection: `echo` at once, then `echo` sleeping
+    300 ms, each after the previous reply. Sent at their offsets alone, a slow call could go out before the
+    fast one before it was answered (the sender wakes a little late), the one `echo` instance ran it first,
+    and diff called the fast call 300 ms slower on the same server: `different`. Each now waits for the
+    calls its connection had ended before it started: the same server is `equivalent`."""
+    (tmp_path / "rec").mkdir()
+    with ProxyThread(triton.grpc_url, tmp_path / "rec", payload="full") as proxy:
+        c = grpcclient.InferenceServerClient(proxy.url)
+        x = np.arange(4, dtype=np.uint8)
+        for i in range(20):
+            for rid, delay in ((f"fast{i}", None), (f"slow{i}", 300)):
+                inputs = [grpcclient.InferInput("INPUT", [4], "UINT8")]
+                inputs[0].set_data_from_numpy(x)
+                if delay is not None:
+                    d = grpcclient.InferInput("DELAY_MS", [1], "INT32")
+                    d.set_data_from_numpy(np.array([delay], dtype=np.int32))
+                    inputs.append(d)
+                c.infer("echo", inputs, request_id=rid)
+        c.close()
+    new = _send(proxy.capture_path, triton, tmp_path / "sent")
+    code, doc = _diff(proxy.capture_path, new, "--tolerance", "150,100%")
+    assert (code, doc["equivalent"]) == (0, True), _why(doc)
+    # In the new capture too, no call began before the one before it on its connection had ended.
+    spans: dict[str, list[int]] = {}
+    for _, rec in read_capture(new):
+        if rec.kind in ("call_start", "call_end"):
+            spans.setdefault(rec.call, []).append(rec.t_ns)  # type: ignore[attr-defined]
+    ordered = sorted(spans.values())
+    assert len(ordered) == 40 and all(b[0] >= a[1] for a, b in itertools.pairwise(ordered)), ordered

@@ -143,6 +143,25 @@ def test_schedule_keeps_offsets_scaled_by_speed_and_loops_after_the_span() -> No
     assert [s.call.id for s in plan_starts(calls, MAX, 1)] == ["c1.1", "c2.1"]
 
 
+def test_a_call_started_after_others_of_its_connection_ended_waits_for_them() -> None:
+    """One connection: a (0-10 ms), b (5-40 ms, overlapping a), c (50-60 ms, after both ended), d (55 ms, while c
+    was open); another connection's e (45 ms). c waits for the first 2 ends of its connection (a's, b's) plus
+    the captured 10 ms pause after b's; d waits for the same 2 (c was still open); e waits for nothing."""
+
+    def call(cid: str, conn: str, start_ms: int, end_ms: int | None) -> CallScript:
+        c = _call(cid, start_ms)
+        c.conn = conn
+        c.t_end = None if end_ms is None else T0 + end_ms * MS
+        return c
+
+    calls = [call("a", "c1", 0, 10), call("b", "c1", 5, 40), call("c", "c1", 50, 60), call("d", "c1", 55, None),
+             call("e", "c2", 45, 46)]  # fmt: skip
+    got = {s.call.id: (s.rank, s.after, round(s.pause_s, 6)) for s in plan_starts(calls, 2.0, 1)}
+    assert got == {"a": (0, 0, 0.0), "b": (1, 0, 0.0), "c": (2, 2, 0.005), "d": (None, 2, 0.0075), "e": (0, 0, 0.0)}
+    # --speed max: no waiting at all.
+    assert {s.call.id: s.after for s in plan_starts(calls, MAX, 1)} == dict.fromkeys("abcde", 0)
+
+
 def test_speed_parsing_and_lag() -> None:
     assert parse_speed("2") == 2.0 and parse_speed("MAX") == math.inf
     for bad in ("0", "-1", "nan", "inf", "fast"):
