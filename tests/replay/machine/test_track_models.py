@@ -912,3 +912,70 @@ def test_a_second_correction_after_the_first_was_refused_is_its_own_whenever_sil
         ("silent", "completed", 1, None), ("scripted", "error", 1, None), ("scripted", "error", 1, None),
         ("scripted", "completed", 2, None), None, "refusal 1", "refusal 2", None,
     ]  # fmt: skip
+
+
+def _holes_around_corrections(tokens_first: bool, open_at_hole: bool) -> list[Any]:
+    """Two corrections, the second sent after a hole; the first still open at the hole, or ended before it."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", model="tokens", empty_final=True)
+    b.request("c1.1", "", model="scripted", empty_final=True)
+    b.response("c1.1", "", None, error="expected 1 inputs but got 0", model="")
+    if tokens_first:
+        b.response("c1.1", "", "a-0", model="tokens")
+    b.request("c1.1", "", model="scripted", empty_final=True)
+    if not open_at_hole:
+        b.response("c1.1", "", None, final=True, model="scripted")
+    b.gap(1)
+    b.response("c1.1", "", "t-0", model="scripted")
+    if open_at_hole:
+        b.response("c1.1", "", None, final=True, model="scripted")
+    b.request("c1.1", "", model="scripted", empty_final=True)
+    b.response("c1.1", "", None, final=True, model="scripted")
+    b.response("c1.1", "", "late", model="scripted")
+    if not tokens_first:
+        b.response("c1.1", "", "a-0", model="tokens")
+    b.response("c1.1", "", None, final=True, model="tokens")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return [(r.seq, r.outcome, r.recorded_as, [v.name for v in r.violations], [v.name for v in r.violations_after_loss])
+            for r in track(b.records).requests if r.model == "scripted"]  # fmt: skip
+
+
+def test_holes_among_what_corrections_got_mark_each_as_where_it_stood() -> None:
+    """The hole comes after the first correction was sent: open then (its final after the hole), it is
+    `unknown`; ended before it, it keeps `completed` (its `t-0` after the hole is after its final, and
+    not counted). The refused request is `unknown` (a refused request is open to Triton's table until the
+    call ends), and the second correction, sent after the hole, breaks a rule after it: `unknown`. The
+    same whether `tokens` answered before the first correction or after all of it."""
+    refused = ("unknown", "error", [], [])
+    after_hole = ("unknown", "completed", [], ["response_after_final"])
+    for tokens_first in (True, False):
+        assert [r[1:] for r in _holes_around_corrections(tokens_first, open_at_hole=True)] == [
+            refused, ("unknown", "completed", [], []), after_hole,
+        ]  # fmt: skip
+        assert [r[1:] for r in _holes_around_corrections(tokens_first, open_at_hole=False)] == [
+            refused, ("completed", None, [], ["response_after_final"]), after_hole,
+        ]  # fmt: skip
+
+
+def test_a_split_on_one_id_leaves_an_error_kept_for_another_id_to_its_own_requests() -> None:
+    """Refusals kept for ids "" and "x" at once, each corrected; `tokens` of "" answers first (the "" split),
+    the "" correction never does: the split re-parks only what was kept for its own id, so "x"'s refusal
+    stays among "x"'s requests (the "" correction is no candidate of it) and is placed at the call's end."""
+    b = Builder().start()
+    b.call("c1.1")
+    for rid in ("", "x"):
+        b.request("c1.1", rid, model="tokens", empty_final=True)
+        b.request("c1.1", rid, model="scripted", empty_final=True)
+        b.response("c1.1", rid, None, error=f"refusal {rid}", model="")
+        b.request("c1.1", rid, model="scripted", empty_final=True)
+    for rid in ("", "x"):
+        b.response("c1.1", rid, None, final=True, model="tokens")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    assert [(row[1], row[2], row[6]) for row in _both(b)] == [
+        ("tokens", "completed", None), ("scripted", "error", None), ("scripted", "incomplete", None),
+        ("tokens", "completed", None), ("scripted", "error", None), ("scripted", "incomplete", None),
+    ]  # fmt: skip
+    assert [r.error for r in track(b.records).requests] == [None, "refusal ", None, None, "refusal x", None]
