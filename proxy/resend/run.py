@@ -83,25 +83,24 @@ class _Ended:
 
     def __init__(self) -> None:
         self.done: set[int] = set()
-        self.prefix = 0  # the first ``prefix`` (by captured end) have all ended
-        self.when = 0.0  # loop time the prefix last grew
+        self.reached: list[float] = []  # [k]: loop time the first k + 1 (by captured end) had all ended
         self.grew = asyncio.Event()
 
     def ended(self, rank: int) -> None:
         self.done.add(rank)
-        if rank == self.prefix:
-            while self.prefix in self.done:
-                self.done.discard(self.prefix)
-                self.prefix += 1
-            self.when = asyncio.get_running_loop().time()
+        if rank == len(self.reached):
+            now = asyncio.get_running_loop().time()
+            while len(self.reached) in self.done:
+                self.done.discard(len(self.reached))
+                self.reached.append(now)
             self.grew.set()
 
     async def until(self, n: int) -> float:
-        """Once the first ``n`` have ended: the loop time the last of them did."""
-        while self.prefix < n:
+        """Once the first ``n`` have ended: the loop time the last of them did (not a later one's)."""
+        while len(self.reached) < n:
             self.grew.clear()
             await self.grew.wait()
-        return self.when
+        return self.reached[n - 1]
 
 
 class _Conns:

@@ -115,7 +115,10 @@ def _order(calls: Sequence[CallScript], speed: float) -> tuple[dict[str, int | N
             continue
         times = [t for t, _ in ends]
         for c in conn_calls:
-            n = bisect.bisect_right(times, c.t_start)  # (its own end is after its start: never among them)
+            n = bisect.bisect_right(times, c.t_start)
+            own = ranks[c.id]
+            if own is not None:
+                n = min(n, own)  # (an end stamped at or before its own start, the wall clock stepping back)
             if n:
                 afters[c.id] = (n, scaled(c.t_start - times[n - 1], speed))
     return ranks, afters

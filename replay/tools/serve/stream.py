@@ -42,7 +42,7 @@ class Stream:
         self.arrived: dict[int, float] = {}  # captured request seq (primary call) -> arrival (monotonic)
         self.half_closed = False
         self._before_end: list[int] = []  # the primary call's requests captured before its end
-        self._written = 0.0  # when the last response went out (monotonic): --timing fast ends from there
+        self._written = 0.0  # when the last request came or response went out (monotonic): fast ends from there
 
     def _schedule(self, call: CapturedCall, req_seq: int, req_t: int, incoming_id: str, now: float) -> None:
         speed = self.session.speed
@@ -149,6 +149,7 @@ class Stream:
             self._before_end = [r.seq for r in call.requests() if r.seq < end_seq and r.labelled]
         if call is self.primary:
             self.arrived[m.candidate.seq] = now
+            self._written = max(self._written, now)
         self._schedule(call, m.candidate.seq, call.request_t(m.candidate.seq), request.id, now)
 
     async def _abort_as_captured(self) -> None:

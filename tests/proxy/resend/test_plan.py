@@ -158,6 +158,9 @@ def test_a_call_started_after_others_of_its_connection_ended_waits_for_them() ->
              call("e", "c2", 45, 46)]  # fmt: skip
     got = {s.call.id: (s.rank, s.after, round(s.pause_s, 6)) for s in plan_starts(calls, 2.0, 1)}
     assert got == {"a": (0, 0, 0.0), "b": (1, 0, 0.0), "c": (2, 2, 0.005), "d": (None, 2, 0.0075), "e": (0, 0, 0.0)}
+    # An end stamped at its own start (the wall clock stepped back): it never waits for itself.
+    clock = [call("f", "c3", 0, 0), call("g", "c3", 10, 20)]
+    assert [(s.rank, s.after) for s in plan_starts(clock, 1.0, 1)] == [(0, 0), (1, 1)]
     # --speed max: no waiting at all.
     assert {s.call.id: s.after for s in plan_starts(calls, MAX, 1)} == dict.fromkeys("abcde", 0)
 

@@ -197,3 +197,24 @@ def test_the_upstream_resetting_the_connection_names_every_call_not_seen_to_end(
     assert lines[0] == "send: 3 of 5 call(s) ended without an outcome send observed", err
     assert len(lines) == 2 and lines[1].startswith("send: not sent (GOAWAY"), err
     assert lines[1].endswith(": 3 call(s): c1.5, c1.7, c1.9"), err
+
+
+def test_a_call_waiting_for_earlier_ends_goes_from_the_last_of_those_not_from_a_later_one() -> None:
+    """`_Ended.until(n)` is the time the first n calls (by captured end) had all ended: a call of the connection
+    ending later (one the waiting call did not wait for) does not push it back (it did: the prefix's last
+    growth was taken, and the call went out that much later, its lag not counted)."""
+    from proxy.resend.run import _Ended
+
+    async def run() -> tuple[float, float, float]:
+        loop = asyncio.get_running_loop()
+        now = [1.0]
+        loop.time = lambda: now[0]  # type: ignore[method-assign]  # (no timer runs here)
+        ended = _Ended()
+        ended.ended(0)
+        now[0] = 5.0
+        ended.ended(2)  # (out of order: the first two are not all over yet)
+        now[0] = 7.0
+        ended.ended(1)
+        return await ended.until(1), await ended.until(2), await ended.until(3)
+
+    assert asyncio.run(run()) == (1.0, 7.0, 7.0)

@@ -477,3 +477,36 @@ def test_stop_waits_for_a_stream_handler_still_cleaning_up_after_its_captured_en
     assert code is grpc.StatusCode.CANCELLED
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert got == ["stream 1"] and running == 0
+
+
+def test_fast_serve_gives_a_client_ending_before_any_response_its_grace_too(serve: Serve, tmp_path: Path) -> None:
+    """--timing fast, a captured client that cancelled before any response: the captured CANCELLED comes a
+    grace second after the request arrived, as after the last response when there are some (it came at
+    once: the grace counted from no write at all)."""
+    from tests.data.make_golden import Builder
+
+    b = Builder(payload="full").start()
+    b.call("c1.1")
+    b.request("c1.1", "a", prompt="a", max_tokens=100)
+    b.cancel("c1.1", "client_cancel", rst_code=8, ms=50)
+    b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
+    path = tmp_path / "cancel_no_response.jsonl"
+    path.write_bytes(b.finish().render())
+    server = MockTriton(load(path), speed=None)
+    loop = BackgroundLoop()
+    port = loop.run(server.start("127.0.0.1:0"))
+    client = TextAssembler()
+    c = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    try:
+        c.start_stream(callback=client)
+        t0 = time.monotonic()
+        c.async_stream_infer("tokens", token_inputs("a", 100), request_id="a", enable_empty_final_response=True)
+        client.wait_for(lambda s: s.stream_error is not None, WAIT_S)
+        elapsed = time.monotonic() - t0
+    finally:
+        c.stop_stream()
+        c.close()
+        loop.run(server.stop(0))
+        loop.close()
+    assert client.state()["stream_error"][0] == "StatusCode.CANCELLED"
+    assert elapsed >= 0.95  # (never sooner: the grace; a loaded machine only makes it later)
