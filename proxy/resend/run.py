@@ -165,19 +165,21 @@ async def _deadline(conn: Connection, stream: Stream, timeout_s: float, tally: T
         conn.cancel(stream)
 
 
-async def _until_responses(stream: Stream, n: int, until: float, tally: Tally) -> None:
-    """``--cancel-at responses``: until the call has ``n`` responses or has ended, but not past ``until`` (loop
-    time): a server that sends fewer and then goes quiet (a model answering with fewer tokens, the stream
-    left open) would keep the sender waiting forever. Cut short, it is counted (the ending then goes out
-    late, and with fewer responses than the client had: what the new capture shows)."""
+async def _until_responses(stream: Stream, n: int, due: float, opts: SendOptions) -> bool:
+    """``--cancel-at responses``: until the call has ``n`` responses or has ended, but not past ``--drain`` after
+    the ending's own time ``due`` (loop time): a server that sends fewer and then goes quiet (a model answering
+    with fewer tokens, the stream left open) would keep the sender waiting forever. False: cut short (the
+    ending then goes out late, with fewer responses than the client had: the caller counts it if it does)."""
+    if opts.cancel_at != "responses":
+        return True
     loop = asyncio.get_running_loop()
     while stream.responses < n and not stream.done.is_set():
         stream.progress.clear()
         try:
-            await asyncio.wait_for(stream.progress.wait(), max(0.0, until - loop.time()))
+            await asyncio.wait_for(stream.progress.wait(), max(0.0, due + opts.drain_s - loop.time()))
         except TimeoutError:
-            tally.short += 1
-            return
+            return False
+    return True
 
 
 async def _http_call(start: Start, conn: HttpConnection, conns: _Conns, opts: SendOptions, tally: Tally) -> None:
@@ -196,20 +198,23 @@ async def _http_call(start: Start, conn: HttpConnection, conns: _Conns, opts: Se
         if fin is not None and not stream.done.is_set():
             # The recorded client's FIN (a close or a half-close: the wire showed only the FIN), at its offset;
             # with --cancel-at responses, a FIN that was the disconnect also waits for the events it had.
-            if opts.cancel_at == "responses" and c.ending is not None and c.ending.cause == "client_disconnect":
-                await _until_responses(stream, c.ending.responses, begun + scaled(fin, opts.speed) + opts.drain_s, tally)
-            await _sleep_until(begun + scaled(fin, opts.speed))
+            due = begun + scaled(fin, opts.speed)
+            full = True
+            if c.ending is not None and c.ending.cause == "client_disconnect":
+                full = await _until_responses(stream, c.ending.responses, due, opts)
+            await _sleep_until(due)
             if not stream.done.is_set():
+                tally.short += not full
                 conn.half_close()
         if fin is not None and c.ending is not None and c.ending.cause == "client_disconnect":
             pass  # that FIN was the disconnect: what the server does about it is the call's end, not a reset
         elif c.ending is not None and not stream.done.is_set():
-            if opts.cancel_at == "responses":
-                await _until_responses(stream, c.ending.responses, begun + scaled(c.ending.at_ns, opts.speed) + opts.drain_s,
-                                       tally)  # fmt: skip
-            await _sleep_until(begun + scaled(c.ending.at_ns, opts.speed))
+            due = begun + scaled(c.ending.at_ns, opts.speed)
+            full = await _until_responses(stream, c.ending.responses, due, opts)
+            await _sleep_until(due)
             if not stream.done.is_set():
                 tally.endings[c.ending.cause] += 1
+                tally.short += not full
                 reset = True
                 conn.disconnect()
         try:
@@ -280,14 +285,14 @@ async def _sent(start: Start, conns: _Conns, t0: float, opts: SendOptions, tally
             await _sleep_until(begun + scaled(c.half_close_ns, opts.speed))
             conn.half_close(stream)
         if c.ending is not None and c.ending.cause != "deadline" and not stream.done.is_set():
-            if opts.cancel_at == "responses":
-                # The client had this many responses; and it did not act sooner than it did (a unary
-                # call has none to count: it is cancelled at its offset, while the model works).
-                await _until_responses(stream, c.ending.responses, begun + scaled(c.ending.at_ns, opts.speed) + opts.drain_s,
-                                       tally)  # fmt: skip
-            await _sleep_until(begun + scaled(c.ending.at_ns, opts.speed))
+            # With --cancel-at responses: the client had this many responses, and it did not act sooner than it
+            # did (a unary call has none to count: it is cancelled at its offset, while the model works).
+            due = begun + scaled(c.ending.at_ns, opts.speed)
+            full = await _until_responses(stream, c.ending.responses, due, opts)
+            await _sleep_until(due)
             if not stream.done.is_set():
                 tally.endings[c.ending.cause] += 1
+                tally.short += not full
                 if c.ending.cause == "client_disconnect":
                     conn.disconnect()
                 else:

@@ -183,6 +183,20 @@ def _parked_on(call: _Call, g: Group[_Request]) -> int:
     return sum(1 for _, _, could in call.parked if any(g is c for c in could))
 
 
+def _keeps(call: _Call, g: Group[_Request]) -> bool:
+    """A request joining ``g`` now is kept apart (:class:`_Kept`): ``g`` is a request alone with its id that one
+    parked error, and only one, may be the refusal of (two: whose was which would not be known)."""
+    return bool(call.parked) and not g.shared and _refusable(g) and _parked_on(call, g) == 1
+
+
+def _lost_by(r: _Request) -> None:
+    """Records of ``r``'s call were lost now (see Tracker.lost): what that makes of ``r``."""
+    if r.hole is None:
+        r.hole, r.hole_from = LOST_SETTLED, len(r.machine.violations)
+    if r.machine.state in OPEN:
+        r.hole = LOST_OPEN
+
+
 def _unjoin(call: _Call, groups: list[Group[_Request]] | None = None) -> None:
     """Forget what :meth:`Tracker._split` kept of ``groups`` (None: of the groups no parked error may be of)."""
     if groups is None:
@@ -343,10 +357,7 @@ class Tracker:
             for k in call.joined:
                 k.lost()
             for r in call.requests:
-                if r.hole is None:
-                    r.hole, r.hole_from = LOST_SETTLED, len(r.machine.violations)
-                if r.machine.state in OPEN:
-                    r.hole = LOST_OPEN
+                _lost_by(r)
 
     def watch(self, reader: Any) -> None:
         """Be told by ``reader`` (a capture or records reader, or None) of each hole (:meth:`lost`) and of
@@ -443,7 +454,7 @@ class Tracker:
                     models = call.by_model[rid] = {latest.model: latest}
                 group = models.get(model)
             if group is not None and group.open:
-                if call.parked and not group.shared and _refusable(group) and _parked_on(call, group) == 1:
+                if _keeps(call, group):
                     # Sent after an error that may be its id and model's refusal: if it was, this request
                     # was never in flight with the refused one. What the group gets is kept until then.
                     call.joined.append(_Kept(group, call.hole))
@@ -693,7 +704,7 @@ class Tracker:
                 step.hole, step.hole_from = (LOST_BEFORE, len(step.machine.violations)) if hole else (None, 0)
                 sent.append(step)
                 if current is not None and current.open:
-                    if call.parked and not current.shared and _refusable(current) and _parked_on(call, current) == 1:
+                    if _keeps(call, current):
                         made.append(_Kept(current, hole))  # (as _sent does: split in turn, maybe)
                         call.joined.append(made[-1])
                     current.join(step)
@@ -712,10 +723,7 @@ class Tracker:
                 for k in made:
                     k.steps.append((when, None))
                 for m in sent:
-                    if m.hole is None:
-                        m.hole, m.hole_from = LOST_SETTLED, len(m.machine.violations)
-                    if m.machine.state in OPEN:
-                        m.hole = LOST_OPEN
+                    _lost_by(m)
             else:
                 self._streamed(call, int(when), step, current)
         models = call.by_model.get(rid)
