@@ -37,6 +37,9 @@ from replay.machine.table import Input, RequestMachine, State, end_of_open
 _OUTCOMES = frozenset(s.value for s in State)
 _ERROR = State.ERROR.value
 _ERROR_RECEIVED = State.ERROR_RECEIVED
+#: How many of a group's distinct error texts it keeps: the first in text order, since which of them
+#: came first is the server's timing, and what is kept must not depend on it.
+KEEP_ERROR_TEXTS = 16
 
 
 class Member(Protocol):
@@ -70,8 +73,8 @@ M = TypeVar("M", bound=Member)
 class Group(Generic[M]):
     """Requests of one call sharing an id while in flight; see the module docstring."""
 
-    __slots__ = ("error", "error_seq", "errors", "finals", "members", "model", "open", "outcome", "refusals",
-                 "request_id", "responses", "shared", "t_first", "text")  # fmt: skip
+    __slots__ = ("error", "error_seq", "error_texts", "errors", "finals", "members", "model", "open", "outcome",
+                 "refusals", "request_id", "responses", "shared", "t_first", "text")  # fmt: skip
 
     def __init__(self, first: M, request_id: str) -> None:
         self.request_id = request_id
@@ -87,6 +90,7 @@ class Group(Generic[M]):
         self.outcome: GroupOutcome | None = None
         self.error: str | None = None  # the first error message of the shared group
         self.error_seq = 0  # where it came (the record's seq)
+        self.error_texts: set[str] = set()  # its distinct error messages (at most KEEP_ERROR_TEXTS)
         self.t_first: int | None = None  # when the shared group's first response came
 
     def join(self, member: M) -> None:
@@ -110,8 +114,24 @@ class Group(Generic[M]):
         self.refusals += other.refusals
         if other.error is not None and (self.error is None or other.error_seq < self.error_seq):
             self.error, self.error_seq = other.error, other.error_seq
+        for text in other.error_texts:
+            self._keep(text)
         if other.t_first is not None and (self.t_first is None or other.t_first < self.t_first):
             self.t_first = other.t_first
+
+    def errored(self, text: str, seq: int) -> None:
+        """An error message of the shared group, in the record ``seq`` (an error placed later can have come
+        earlier than one seen already: the first by ``seq`` is the group's :attr:`error`)."""
+        if self.error is None or seq < self.error_seq:
+            self.error, self.error_seq = text, seq
+        self._keep(text)
+
+    def _keep(self, text: str) -> None:
+        texts = self.error_texts
+        if text not in texts:
+            texts.add(text)
+            if len(texts) > KEEP_ERROR_TEXTS:
+                texts.discard(max(texts))
 
     def count(self, *, text: bool, error: bool, final: bool, t_ns: int, refusal: bool = False) -> bool:
         """A response of the shared group (``refusal``: an error naming no model); True when it ended the
@@ -179,7 +199,7 @@ class Group(Generic[M]):
         self.outcome = GroupOutcome(
             first_seq=self.members[0].seq, request_id=self.request_id, requests=len(self.members),
             responses=self.responses, text_responses=self.text, ended=how, errors_without_final=self.errors,
-            per_request=uniform,
+            per_request=uniform, error_texts=tuple(sorted(self.error_texts)),
             first_response_ms=None if self.t_first is None else round((self.t_first - t0) / 1e6, 3),
         )  # fmt: skip
 

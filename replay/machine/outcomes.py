@@ -41,6 +41,9 @@ class GroupOutcome:
     per_request: bool  # one plain outcome in `ended`: each request's outcome is exact
     #: From the group's first request to the first of ``responses`` (None: none came).
     first_response_ms: float | None = None
+    #: The distinct error messages the shared group got, in text order (at most 16, the first in that
+    #: order): which came first, and so which one its rows show, is the server's timing.
+    error_texts: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The ``group`` object of a request entry in ``check --json``."""
@@ -54,6 +57,7 @@ class GroupOutcome:
             "errors_without_final": self.errors_without_final,
             "per_request": self.per_request,
             "first_response_ms": self.first_response_ms,
+            "error_texts": list(self.error_texts),
         }
 
     def describe(self) -> str:

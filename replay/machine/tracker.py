@@ -772,8 +772,8 @@ class Tracker:
                     if len(k.steps) > KEEP_STEPS:
                         _unjoin(call, [group])
                     break
-        if rec.error and (group.error is None or seq < group.error_seq):  # (a placed error came earlier)
-            group.error, group.error_seq = rec.error, seq
+        if rec.error:
+            group.errored(rec.error, seq)
         if group.count(text=bool(rec.outputs), error=bool(rec.error), final=rec.final is True, t_ns=rec.t_ns,
                        refusal=_refusal(rec)):  # fmt: skip
             group.close(None, seq)

@@ -28,6 +28,7 @@ from typing import Any
 
 from replay.capture.holes import Gap
 from replay.capture.methods import is_inference, protocol, short_method
+from replay.machine.groups import KEEP_ERROR_TEXTS
 from replay.machine.outcomes import RequestOutcome
 from replay.tools.captured import CaptureSummary
 from replay.tools.match import STRATEGIES, Candidate, Matcher
@@ -147,19 +148,39 @@ class DiffResult:
         }
 
 
-#: (call, its id group's first request seq) -> the responses and text responses the group's requests got,
-#: each request's own (while it was alone with its id) and the group's together.
-GroupTotals = dict[tuple[str, int], tuple[int, int]]
+@dataclass(slots=True)
+class GroupTotal:
+    """What an id group's requests got together: responses and text responses (each request's own, while it
+    was alone with its id, and the group's), and the distinct error texts (its requests' and the group's)."""
+
+    responses: int
+    text_responses: int
+    errors: set[str]
+
+    def error(self) -> str | list[str] | None:
+        """The error texts in text order (the first :data:`~replay.machine.groups.KEEP_ERROR_TEXTS`, as the group
+        keeps them): one text as it is, none as None."""
+        texts = sorted(self.errors)[:KEEP_ERROR_TEXTS]
+        return texts[0] if len(texts) == 1 else texts or None
+
+
+#: (call, its id group's first request seq) -> what the group's requests got (:class:`GroupTotal`).
+GroupTotals = dict[tuple[str, int], GroupTotal]
 
 
 def group_totals(requests: Iterable[RequestOutcome]) -> GroupTotals:
-    """Every id group's responses, its requests' own ones added (see :data:`GroupTotals`)."""
+    """Every id group's responses and error texts, its requests' own ones added (see :data:`GroupTotals`)."""
     out: GroupTotals = {}
     for r in requests:
         g = r.group
         if g is not None:
-            n, t = out.get((r.call, g.first_seq), (g.responses, g.text_responses))
-            out[r.call, g.first_seq] = (n + r.responses, t + r.text_responses)
+            total = out.get((r.call, g.first_seq))
+            if total is None:
+                total = out[r.call, g.first_seq] = GroupTotal(g.responses, g.text_responses, set(g.error_texts))
+            total.responses += r.responses
+            total.text_responses += r.text_responses
+            if r.error is not None:
+                total.errors.add(r.error)
     return out
 
 
@@ -181,10 +202,13 @@ def _values(r: RequestOutcome, causes: dict[str, str | None], totals: GroupTotal
         # A request of an id group (ids sent again while in flight): how the group ended is its outcome
         # too. Which of its requests got responses while still alone with its id is the clients' timing
         # (the second sent just before or just after the first's first response), not the server's
-        # behaviour: a group is compared by what all its requests got.
-        n, t = totals.get((r.call, g.first_seq), (g.responses, g.text_responses))
+        # behaviour: a group is compared by what all its requests got. So are its errors: a row shows
+        # the group's first, and which came first is the server's timing.
+        total = totals.get((r.call, g.first_seq)) or GroupTotal(g.responses, g.text_responses, set(g.error_texts))
         values["responses"] = values["text_responses"] = None
-        values["group"] = f"{g.describe()}, {n} response(s) ({t} text) to its requests"
+        values["error"] = total.error()
+        values["group"] = (f"{g.describe()}, {total.responses} response(s) ({total.text_responses} text) "
+                           f"to its requests")  # fmt: skip
     return values
 
 

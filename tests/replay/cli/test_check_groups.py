@@ -46,7 +46,7 @@ def test_json_group_counts_and_warning_agree_with_ended(capsys: pytest.CaptureFi
     assert groups[0] == groups[1] == {
         "first_seq": 2, "request_id": "", "requests": 2, "responses": 2, "text_responses": 0,
         "ended": {"unconfirmed or error": 2}, "errors_without_final": 2, "per_request": False,
-        "first_response_ms": 5.1,
+        "first_response_ms": 5.1, "error_texts": ["scripted: error 1"],
     }  # fmt: skip
     assert [r["outcome"] for r in doc["requests"]] == ["group", "group"]
     assert doc["summary"]["known_only_for_group"] == 2

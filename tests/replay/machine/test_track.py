@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from replay.capture import events as ev
+from replay.machine.groups import KEEP_ERROR_TEXTS
 from replay.machine.tracker import Tracker, track
 from tests.data.make_golden import INFER, Builder
 
@@ -543,33 +544,34 @@ def test_what_check_reports_for_an_id_group_by_how_its_requests_ended() -> None:
         assert all(not r.violations for r in result.requests)
         return [(r.outcome, r.final, r.error) for r in result.requests], result.requests[0].group
 
-    def group(rid: str, responses: int, text: int, ended: dict[str, int], errors: int, per: bool) -> GroupOutcome:
+    def group(rid: str, responses: int, text: int, ended: dict[str, int], errors: int, per: bool,
+              texts: tuple[str, ...] = ()) -> GroupOutcome:  # fmt: skip
         return GroupOutcome(first_seq=2, request_id=rid, requests=2, responses=responses, text_responses=text,
                             ended=ended, errors_without_final=errors, per_request=per,
-                            first_response_ms=6.0)  # fmt: skip
+                            first_response_ms=6.0, error_texts=texts)  # fmt: skip
 
     # One final, one error final: mixed, known only for the group.
     assert seen(_pair("g", [("a", False, None), (None, True, None), (None, True, "boom")])) == (
-        [("group", None, "boom")] * 2, group("g", 3, 1, {"completed": 1, "error": 1}, 0, False))
+        [("group", None, "boom")] * 2, group("g", 3, 1, {"completed": 1, "error": 1}, 0, False, ("boom",)))
     # Both finals: each request completed.
     assert seen(_pair("", [("a", False, None), (None, True, None), (None, True, None)])) == (
         [("completed", True, None)] * 2, group("", 3, 1, {"completed": 2}, 0, True))
     # An error without final, then two plain finals: exactly one of them failed, which is unknown.
     assert seen(_pair("", [(None, False, "bad"), (None, True, None), (None, True, None)])) == (
-        [("group", None, "bad")] * 2, group("", 3, 0, {"completed": 1, "error": 1}, 1, False))
+        [("group", None, "bad")] * 2, group("", 3, 0, {"completed": 1, "error": 1}, 1, False, ("bad",)))
     # An error, then the client cancels: one error and one cancel, mixed.
     assert seen(_pair("", [(None, False, "bad")], "CANCELLED", "client_cancel")) == (
-        [("group", None, "bad")] * 2, group("", 1, 0, {"cancelled": 1, "error": 1}, 1, False))
+        [("group", None, "bad")] * 2, group("", 1, 0, {"cancelled": 1, "error": 1}, 1, False, ("bad",)))
     # Two errors without final, then an OK end (Triton's decoupled_execute_error): one request's
     # two errors, or one each: the wire cannot say, so neither `unconfirmed` nor `error` for both.
     assert seen(_pair("", [(None, False, "e1"), (None, False, "e2")])) == (
-        [("group", None, "e1")] * 2, group("", 2, 0, {"unconfirmed or error": 2}, 2, False))
+        [("group", None, "e1")] * 2, group("", 2, 0, {"unconfirmed or error": 2}, 2, False, ("e1", "e2")))
     # Two errors, then two finals: each final's request may or may not have had one of them.
     assert seen(_pair("", [(None, False, "e1"), (None, False, "e2"), (None, True, None), (None, True, None)])) == (
-        [("group", None, "e1")] * 2, group("", 4, 0, {"completed or error": 2}, 2, False))
+        [("group", None, "e1")] * 2, group("", 4, 0, {"completed or error": 2}, 2, False, ("e1", "e2")))
     # An error, then the call fails: every request ended in error.
     assert seen(_pair("", [(None, False, "bad")], "INTERNAL", "error")) == (
-        [("error", False, "bad")] * 2, group("", 1, 0, {"error": 2}, 1, True))
+        [("error", False, "bad")] * 2, group("", 1, 0, {"error": 2}, 1, True, ("bad",)))
 
 
 def test_check_json_and_text_show_a_groups_request_as_documented() -> None:
@@ -583,7 +585,7 @@ def test_check_json_and_text_show_a_groups_request_as_documented() -> None:
         "duration_ms": 8.0, "status": "CANCELLED", "error": "bad", "violations": [],
         "group": {"first_seq": 2, "request_id": "", "requests": 2, "responses": 1, "text_responses": 0,
                   "ended": {"cancelled": 1, "error": 1}, "errors_without_final": 1, "per_request": False,
-                  "first_response_ms": 6.0},
+                  "first_response_ms": 6.0, "error_texts": ["bad"]},
         "notes": [], "recorded_as": None, "violations_after_loss": [],
     }  # fmt: skip
     assert result.requests[0].group.describe() == "group of 2 (ended: 1 cancelled, 1 error; 1 error(s) without final)"
@@ -934,6 +936,30 @@ def test_a_shared_group_reports_its_first_error_and_ends_at_its_last_final() -> 
         ("group", "first", 22.0), ("group", "first", 21.0), ("group", "first", 20.0),
     ]  # fmt: skip
     assert seen == [(4, 5), (4, 6), (4, 7)]
+    assert result.requests[0].group is not None and result.requests[0].group.error_texts == ("first", "second")
+
+
+def test_a_group_keeps_its_first_error_texts_in_text_order_whatever_order_they_came() -> None:
+    """A group's errors, the same texts in two orders: the first by arrival differs (the row's error), the
+    texts kept do not; past the bound the group keeps the first in text order, never the first that came."""
+
+    def group(texts: list[str]) -> Any:
+        b = Builder().start()
+        b.call("c1.1")
+        b.request("c1.1", "", empty_final=None)
+        b.request("c1.1", "", empty_final=None)
+        for t in texts:
+            b.response("c1.1", "", None, error=t)
+        b.response("c1.1", "", None, final=True)
+        b.response("c1.1", "", None, final=True)
+        b.end("c1.1")
+        return track(b.records).requests[0]
+
+    texts = [f"e{i:02d}" for i in range(KEEP_ERROR_TEXTS + 4)]
+    up, down = group(texts), group(texts[::-1])
+    assert (up.error, down.error) == ("e00", f"e{KEEP_ERROR_TEXTS + 3:02d}")
+    assert up.group.error_texts == down.group.error_texts == tuple(texts[:KEEP_ERROR_TEXTS])
+    assert group(["b", "a", "b"]).group.to_json()["error_texts"] == ["a", "b"]
 
 
 def test_occurrences_are_counted_per_id() -> None:

@@ -239,6 +239,7 @@ def test_groups_made_one_add_up_and_keep_the_first_error_by_when_it_came() -> No
     assert g.ended == {"completed or error": 4}
     assert g.first_response_ms == 8.0  # (s-0's time after the first request; a-0 came later)
     assert {r.error for r in result.requests} == {"tokens first"}
+    assert g.error_texts == ("silent second", "tokens first")  # (both groups': made one, they add up)
 
 
 def test_groups_made_one_keep_the_first_of_each_whichever_group_it_was_in() -> None:

@@ -584,3 +584,36 @@ def test_a_correction_sent_before_or_after_another_models_answer_is_no_change() 
     result = _diff(corrected(True), corrected(False), strategies=("order",))
     assert result.equivalent, [p.changes for p in result.pairs]
     assert [p.b.outcome for p in result.pairs] == ["completed", "error", "completed"]
+
+
+def _two_errors(first: str, second: str) -> Builder:
+    """Two id-less `tokens` requests in flight together (an id group), each ended by an error final: the
+    server's timing says which error comes first."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", prompt="a", empty_final=True)
+    b.request("c1.1", "", prompt="b", empty_final=True)
+    b.response("c1.1", "", "t-0")
+    b.response("c1.1", "", None, error=first, final=True)
+    b.response("c1.1", "", None, error=second, final=True)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish()
+
+
+def test_an_id_groups_errors_are_compared_whichever_came_first() -> None:
+    """Two errors of one id group, in either order: each row shows the group's first error, which is the
+    server's timing, so the group is compared by the texts it got (it was `error: boom -> bust`, one of the
+    timing differences a fuzz of two timings of one client found). Another text is a change, named."""
+    ab, ba = _two_errors("boom", "bust"), _two_errors("bust", "boom")
+    assert [r.error for r in summarize(ab.records).outcomes.requests] == ["boom", "boom"]
+    assert [r.error for r in summarize(ba.records).outcomes.requests] == ["bust", "bust"]
+    same = _diff(ab, ba, strategies=("order",))
+    assert same.equivalent, [p.changes for p in same.pairs]
+    other = _diff(ab, _two_errors("bust", "crash"), strategies=("order",))
+    assert not other.equivalent
+    assert {(c.field, tuple(c.a), tuple(c.b)) for p in other.pairs for c in p.changes} == {
+        ("error", ("boom", "bust"), ("bust", "crash")),
+    }
+    one = _diff(ab, _two_errors("boom", "boom"), strategies=("order",))
+    assert {(c.field, tuple(c.a), c.b) for p in one.pairs for c in p.changes} == {("error", ("boom", "bust"), "boom")}
