@@ -204,7 +204,7 @@ class AioClient:
         self.queue = asyncio.Queue()
         await self.queue.put({"model_name": model, "inputs": inputs, "request_id": rid})
         self.iterator = self.client.stream_infer(self._requests())
-        self.task = asyncio.ensure_future(self._consume())
+        self.task = asyncio.get_running_loop().create_task(self._consume(), name="cancelcheck-aio-stream")
 
     def send(self, model: str, inputs: list[Any], rid: str) -> None:
         self.rids.append(rid)

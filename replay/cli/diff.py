@@ -15,7 +15,7 @@ from replay.tools.match import STRATEGIES
 
 if TYPE_CHECKING:
     from replay.machine.outcomes import RequestOutcome
-    from replay.tools.diff import DiffResult
+    from replay.tools.diff import DiffResult, Pair
     from replay.tools.regression import ModelRegression, Tolerance
 
 
@@ -58,6 +58,26 @@ def _text(value: Any) -> str:
     if isinstance(value, list):
         return ", ".join(str(v) for v in value) or "none"
     return str(value)
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _cut(p: Pair) -> str:
+    """``tokens/a (c1.1 -> c1.1): responses 3 -> 2, ...: B ended 1.5 ms after A had its 3rd ...``."""
+    ids = _rid(p.a) if p.a.request_id == p.b.request_id else f"{_rid(p.a)} -> {_rid(p.b)}"
+    raced = bool(p.raced)
+    counts = ", ".join(f"{c.field} {c.a} -> {c.b}" for c in p.raced) if raced else (
+        f"responses {p.a.responses} -> {p.b.responses}")
+    more, fewer = ("A", "B") if p.a.responses > p.b.responses else ("B", "A")
+    late = p.cut_ms or 0.0
+    when = f"{late:.1f} ms after" if late > 0 else f"{-late:.1f} ms before"
+    nth = _ordinal(min(p.a.responses, p.b.responses) + 1)
+    verdict = ("not a change" if late <= 0 else "within the tolerance: not a change") if raced else (
+        "beyond the tolerance: a change")
+    return (f"{ids} ({p.a.call} -> {p.b.call}): {counts}, ended alike by the client: {fewer} ended {when} {more} "
+            f"had its {nth} (at {more}'s pace), {verdict}")
 
 
 def _ms(v: float | None) -> str:
@@ -112,6 +132,9 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
                               f"[red]{escape(_text(c.a))}[/]", f"[green]{escape(_text(c.b))}[/]")  # fmt: skip
                 first = False
         console.print(table)
+    for p in result.pairs:
+        if p.cut_ms is not None:
+            console.print(f"[yellow]raced[/]: {escape(_cut(p))}" if p.raced else f"[red]paced[/]: {escape(_cut(p))}")
     for label, rows, style in (("only in A", result.only_a, "red"), ("only in B", result.only_b, "green")):
         for r in rows:
             console.print(f"[{style}]{label}[/]: {escape(_rid(r))} (call {r.call}, seq {r.seq}, {r.outcome})")
@@ -140,6 +163,8 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
         holes = (f"; [bold yellow]A has {len(result.holes_a)} hole(s), B {len(result.holes_b)}[/]: "
                  "the comparison covers only the records captured")  # fmt: skip
     lost = f", {s['unattributable_changed']} unattributable count(s) changed" if s["unattributable_changed"] else ""
+    if s["raced"]:
+        lost += f", {s['raced']} count(s) raced their client's end (not changes)"
     console.print(
         f"{verdict}: {s['paired']} request(s) paired, {s['changed']} changed, {s['only_a']} only in A, "
         f"{s['only_b']} only in B, {s['calls_changed']} other call count(s) changed{lost}{moved} "

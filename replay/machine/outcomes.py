@@ -99,6 +99,9 @@ class RequestOutcome:
     #: Violations seen after records of its call were lost: the lost records may explain them (a
     #: lost final, a lost request's responses), so they are shown and not counted against the server.
     violations_after_loss: tuple[Violation, ...] = ()
+    #: From the request to the last of ``responses`` (None: none came): with ``first_response_ms`` and
+    #: the count, the pace they came at (``diff`` compares counts cut by a client's end by it).
+    last_response_ms: float | None = None
 
     @property
     def as_recorded(self) -> str:
@@ -121,6 +124,7 @@ class RequestOutcome:
             "text_responses": self.text_responses,
             "final": self.final,
             "first_response_ms": self.first_response_ms,
+            "last_response_ms": self.last_response_ms,
             "duration_ms": self.duration_ms,
             "status": self.status,
             "error": self.error,
@@ -395,7 +399,7 @@ def outcome_of(call: Any, r: Any, state: State) -> RequestOutcome:
         text_responses=r.text, final=r.final, first_response_ms=_ms(r.t_sent, r.t_first),
         duration_ms=_ms(r.t_sent, r.t_done), status=call.status, error=error,
         violations=violations, group=group, notes=notes, method=call.method, recorded_as=recorded_as,
-        violations_after_loss=after_loss,
+        violations_after_loss=after_loss, last_response_ms=_ms(r.t_sent, r.t_last),
     )  # fmt: skip
     out.__class__ = RequestOutcome
     return out  # type: ignore[no-any-return]

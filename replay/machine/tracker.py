@@ -66,7 +66,8 @@ CaptureSource = PathLike | Iterable[PathLike] | Iterable[ev.Record] | Iterable[t
 class _Request:
     __slots__ = (
         "call", "cut", "error", "final", "final_due", "group", "hole", "hole_from", "machine", "model", "occurrence",
-        "request_id", "responses", "seq", "sha", "size", "t_done", "t_first", "t_sent", "text", "was_refused"
+        "request_id", "responses", "seq", "sha", "size", "t_done", "t_first", "t_last", "t_sent", "text",
+        "was_refused",
     )  # fmt: skip
 
     def __init__(self, call: _Call, rec: ev.MessageSeen, seq: int, occurrence: int) -> None:
@@ -83,6 +84,7 @@ class _Request:
         self.was_refused = False  # its id group's refusals pinned it (groups.py): it owes no final
         self.final: bool | None = None if call.kind == "unary" else False
         self.t_first: int | None = None
+        self.t_last: int | None = None  # its last response's time (its own, as t_first)
         self.t_done: int | None = None
         self.error: str | None = None
         self.sha = rec.payload_sha256
@@ -272,6 +274,7 @@ class Tracker:
                         target.text += 1
                     if target.t_first is None:
                         target.t_first = record.t_ns
+                    target.t_last = record.t_ns
                     if self._on_response is not None:
                         self._on_response(call.id, target.seq, seq, record)
                     return
@@ -756,6 +759,7 @@ class Tracker:
             target.text += 1
         if target.t_first is None:
             target.t_first = rec.t_ns
+        target.t_last = rec.t_ns
         if rec.error and target.error is None:
             target.error = rec.error
         if target.t_done is None and target.machine.state in _DONE:

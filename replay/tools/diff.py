@@ -64,6 +64,12 @@ class Pair:
     b: RequestOutcome
     by: str  # the match strategy
     changes: tuple[Change, ...]
+    #: Counts of responses that differ only by when the client ended the request (:func:`cut_late`): shown,
+    #: not changes.
+    raced: tuple[Change, ...] = ()
+    #: Counts cut by the client's end alike on both sides, and other: how long after the other side had the
+    #: next response the side with fewer ended (:func:`cut_late`); within the tolerance they raced.
+    cut_ms: float | None = None
 
 
 def _ref(r: RequestOutcome) -> dict[str, Any]:
@@ -97,6 +103,11 @@ class DiffResult:
         return [p for p in self.pairs if p.changes]
 
     @property
+    def raced(self) -> list[Pair]:
+        """Pairs whose counts of responses differ only by when their client ended them (not changes)."""
+        return [p for p in self.pairs if p.raced]
+
+    @property
     def equivalent(self) -> bool:
         """Every request paired, none changed, the same other calls and unattributable responses, no percentile
         beyond tolerance either way.
@@ -123,7 +134,8 @@ class DiffResult:
             "threshold_ms": self.threshold_ms,
             "match": list(self.strategies),
             "requests": [
-                {"a": _ref(p.a), "b": _ref(p.b), "matched_by": p.by, "changes": [c.to_json() for c in p.changes]}
+                {"a": _ref(p.a), "b": _ref(p.b), "matched_by": p.by, "changes": [c.to_json() for c in p.changes],
+                 "raced": [c.to_json() for c in p.raced], "cut_ms": p.cut_ms}
                 for p in self.pairs
             ],
             "only_a": [_ref(r) for r in self.only_a],
@@ -136,6 +148,7 @@ class DiffResult:
             "summary": {
                 "paired": len(self.pairs),
                 "changed": len(self.changed),
+                "raced": len(self.raced),
                 "only_a": len(self.only_a),
                 "only_b": len(self.only_b),
                 "calls_changed": len(self.calls),
@@ -215,21 +228,62 @@ def _values(r: RequestOutcome, causes: dict[str, str | None], totals: GroupTotal
 def compare(
     a: RequestOutcome, b: RequestOutcome, causes_a: dict[str, str | None], causes_b: dict[str, str | None],
     threshold_ms: float, tolerance_pct: float, totals_a: GroupTotals, totals_b: GroupTotals,
-) -> tuple[Change, ...]:  # fmt: skip
-    """What differs between two matched requests (``totals_*``: each side's :func:`group_totals`)."""
+) -> tuple[tuple[Change, ...], tuple[Change, ...], float | None]:  # fmt: skip
+    """What differs between two matched requests (``totals_*``: each side's :func:`group_totals`): the
+    changes, the counts of responses that raced their client's end, and :func:`cut_late` of the two."""
     tol = Tolerance(ms=threshold_ms, pct=tolerance_pct)
     va, vb = _values(a, causes_a, totals_a), _values(b, causes_b, totals_b)
+    race: tuple[Change, ...] = ()
+    late: float | None = None
     if va["cause"] == vb["cause"] and va["cause"] in CLIENT_SIDE and va["status"] == vb["status"]:
         # The same client-side ending: its text names who noticed first (the client's timer or
         # Triton's for a deadline), a race, not a behaviour. The cause and status say what happened.
         vb["error"] = va["error"]
+        late = cut_late(a, b) if va["outcome"] == vb["outcome"] else None
+        # The tolerance's percentage is of A's time: A's next response's when A has more, else A's end.
+        if late is not None and (late <= 0 or not tol.exceeded(base := _base(a, b), base + late)):
+            race = tuple(Change(field=f, a=va[f], b=vb[f]) for f in ("responses", "text_responses") if va[f] != vb[f])
+            vb["responses"], vb["text_responses"] = va["responses"], va["text_responses"]
     out = [Change(field=f, a=va[f], b=vb[f]) for f in FIELDS if va[f] != vb[f]]
     for f in TIMINGS:
         ta, tb = getattr(a, f), getattr(b, f)
         # A timing that exists on one side only is already a change of responses or outcome.
         if ta is not None and tb is not None and tol.exceeded(ta, tb):
             out.append(Change(field=f, a=ta, b=tb))
-    return tuple(out)
+    return tuple(out), race, late
+
+
+def due(r: RequestOutcome, k: int) -> float | None:
+    """When ``r`` had its ``k``-th response (1 <= k <= its responses; ms from the request), at the pace it
+    got them: its first and last exact, those between evenly spread (the capture keeps no more per request)."""
+    first, last, n = r.first_response_ms, r.last_response_ms, r.responses
+    if first is None or last is None or not 1 <= k <= n:
+        return None
+    return first if n == 1 else first + (last - first) * (k - 1) / (n - 1)
+
+
+def cut_late(a: RequestOutcome, b: RequestOutcome) -> float | None:
+    """Two requests their client ended the same way (a cancel, a deadline, a disconnect at an offset), with
+    other counts of responses: how long (ms) after the side with more had the next response the side with
+    fewer ended without it (negative: before it was due). A count cut by the client's end is the server's
+    pace over the client's window, so within the timing tolerance the two raced (the server a little faster,
+    the end a little later), and beyond it the pace moved. None when that cannot be told: the same count,
+    an id group (compared by what all its requests got), or text responses that moved otherwise than the
+    count."""
+    if a.group is not None or b.group is not None or a.responses == b.responses:
+        return None
+    more, fewer = (a, b) if a.responses > b.responses else (b, a)
+    if (more.text_responses - fewer.text_responses) not in range(0, more.responses - fewer.responses + 1):
+        return None
+    at, end = due(more, fewer.responses + 1), fewer.duration_ms
+    return None if at is None or end is None else round(end - at, 3)
+
+
+def _base(a: RequestOutcome, b: RequestOutcome) -> float:
+    """A's time :func:`cut_late` compares: its next response's when A has more, else its end."""
+    if a.responses > b.responses:
+        return due(a, b.responses + 1) or 0.0
+    return a.duration_ms or 0.0
 
 
 def diff(
@@ -257,8 +311,8 @@ def diff(
             continue
         follows.setdefault(cand.call, m.candidate.call)
         paired_a.add((ra.call, ra.seq))
-        changes = compare(ra, rb, causes_a, causes_b, threshold_ms, tolerance_pct, totals_a, totals_b)
-        pairs.append(Pair(a=ra, b=rb, by=m.by, changes=changes))
+        changes, race, late = compare(ra, rb, causes_a, causes_b, threshold_ms, tolerance_pct, totals_a, totals_b)
+        pairs.append(Pair(a=ra, b=rb, by=m.by, changes=changes, raced=race, cut_ms=late))
     only_a = tuple(r for r in a.outcomes.requests if (r.call, r.seq) not in paired_a)
     back = {new: old for old, new in (model_map or {}).items()}
     models = per_model(((p.a, p.b, {c.field for c in p.changes}) for p in pairs), only_a, only_b, Tolerance(ms=threshold_ms, pct=tolerance_pct), back)

@@ -251,3 +251,33 @@ def test_calls_a_client_made_one_after_another_are_sent_one_after_another(
             spans.setdefault(rec.call, []).append(rec.t_ns)  # type: ignore[attr-defined]
     ordered = sorted(spans.values())
     assert len(ordered) == 40 and all(b[0] >= a[1] for a, b in itertools.pairwise(ordered)), ordered
+
+
+def test_counts_cut_by_a_cancel_or_deadline_at_its_offset_race_and_are_no_change(
+    triton: TritonServer, tmp_path: Path
+) -> None:
+    """A stream cancelled after its 3rd token and a 3 s deadline, tokens 20 ms apart, sent three times to the
+    same server with the endings at their offsets: how many tokens came before each end moves from run to
+    run (the 3rd token a little late, a few more or fewer in 3 s), and diff called 5 of 6 such re-sends
+    `different` (measured). Now each count is judged by the pace: equivalent, the counts listed as raced."""
+    (tmp_path / "rec").mkdir()
+    final = {"enable_empty_final_response": True}
+    with ProxyThread(triton.grpc_url, tmp_path / "rec", payload="full") as proxy:
+        s = StreamSession(proxy.url)
+        s.send("tokens", token_inputs("c", 100000, delay_ms=20), "cancel3", **final)
+        s.take(3, WAIT_S)
+        s.close(cancel_requests=True)
+        s = StreamSession(proxy.url, stream_timeout=DEADLINE_S)
+        s.send("tokens", token_inputs("d", 100000, delay_ms=20), "deadline", **final)
+        s.take_until(lambda e: e[0] == "error", WAIT_S)
+        s.close()
+    want = {"cancel3": ("cancelled", "client_cancel"), "deadline": ("deadline", "deadline")}
+    assert _outcomes(proxy.capture_path) == want
+    raced = []
+    for i in range(3):
+        new = _send(proxy.capture_path, triton, tmp_path / f"sent{i}")
+        assert _outcomes(new) == want
+        code, doc = _diff(proxy.capture_path, new, "--tolerance", "500")
+        assert (code, doc["equivalent"], doc["summary"]["changed"]) == (0, True, 0), _why(doc)
+        raced += [(p["a"]["request_id"], p["raced"], p["cut_ms"]) for p in doc["requests"] if p["raced"]]
+    print("raced:", raced)

@@ -41,7 +41,7 @@ def test_json_document(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 1 and doc["equivalent"] is False
     assert [r["request_id"] for r in doc["only_a"]] == ["due", "not-due"]
     assert [r["request_id"] for r in doc["only_b"]] == ["r1"]
-    assert doc["summary"] == {"paired": 0, "changed": 0, "only_a": 2, "only_b": 1, "calls_changed": 0, "unattributable_changed": 0,
+    assert doc["summary"] == {"paired": 0, "changed": 0, "raced": 0, "only_a": 2, "only_b": 1, "calls_changed": 0, "unattributable_changed": 0,
                               "holes_a": 0, "holes_b": 0, "models_slower": 0, "models_faster": 0}
 
 
@@ -170,3 +170,25 @@ def test_an_unattributable_response_in_one_capture_is_a_table_and_exit_1(
     assert code == 1
     assert "unattributable responses" in out and "unknown_id with error │ 0 │ 1" in out
     assert "0 other call count(s) changed, 1 unattributable count(s) changed" in out
+
+
+def test_counts_cut_by_the_clients_end_say_whether_they_raced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A count of responses that raced the client's cancel is named on a line of its own, with the times that
+    make it a race, and the verdict counts it apart; a pace beyond the tolerance is a change, its line says why."""
+    from tests.replay.tools.test_diff import _cut
+
+    paths = {}
+    for name, b in (("a", _cut(3, pace_ms=1.4, end_ms=8.4)), ("b", _cut(2, pace_ms=1.4, end_ms=8.7, first_ms=6.0)),
+                    ("slow", _cut(2, pace_ms=140.0, end_ms=208.4))):  # fmt: skip
+        paths[name] = tmp_path / f"{name}.jsonl"
+        paths[name].write_bytes(b.render())
+    assert main(["diff", str(paths["a"]), str(paths["b"])]) == 0
+    out = capsys.readouterr().out
+    assert ("raced: tokens/long (c1.1 -> c1.1): responses 3 -> 2, text_responses 3 -> 2, ended alike by the client: "
+            "B ended 0.9 ms after A had its 3rd (at A's pace), within the tolerance: not a change") in " ".join(out.split())
+    assert "equivalent: 1 request(s) paired, 0 changed" in out and "1 count(s) raced their client's end" in out
+    assert main(["diff", str(paths["a"]), str(paths["slow"])]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("paced: tokens/long (c1.1 -> c1.1): responses 3 -> 2, ended alike by the client: B ended 200.6 ms after A "
+            "had its 3rd (at A's pace), beyond the tolerance: a change") in out
+    assert main(["diff", "--tolerance", "250", str(paths["a"]), str(paths["slow"])]) == 0

@@ -582,6 +582,7 @@ def test_check_json_and_text_show_a_groups_request_as_documented() -> None:
     assert result.to_json()["requests"][0] == {
         "call": "c1.1", "protocol": "grpc", "method": "ModelStreamInfer", "kind": "stream", "model": "tokens",
         "request_id": "", "occurrence": 0, "seq": 2, "outcome": "group", "responses": 0, "text_responses": 0, "final": None, "first_response_ms": None,
+        "last_response_ms": None,
         "duration_ms": 8.0, "status": "CANCELLED", "error": "bad", "violations": [],
         "group": {"first_seq": 2, "request_id": "", "requests": 2, "responses": 1, "text_responses": 0,
                   "ended": {"cancelled": 1, "error": 1}, "errors_without_final": 1, "per_request": False,

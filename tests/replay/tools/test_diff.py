@@ -99,7 +99,7 @@ def test_json_document_lists_changes_per_request() -> None:
     """The --json document carries each pair's changes and a summary."""
     doc = _diff(_stream(), _stream(final=False)).to_json()
     assert doc["equivalent"] is False
-    assert doc["summary"] == {"paired": 1, "changed": 1, "only_a": 0, "only_b": 0, "calls_changed": 0, "unattributable_changed": 0,
+    assert doc["summary"] == {"paired": 1, "changed": 1, "raced": 0, "only_a": 0, "only_b": 0, "calls_changed": 0, "unattributable_changed": 0,
                               "holes_a": 0, "holes_b": 0, "models_slower": 0, "models_faster": 0}
     assert {"field": "final", "a": True, "b": False} in doc["requests"][0]["changes"]
 
@@ -236,13 +236,13 @@ def test_json_document_in_full(tmp_path: Path) -> None:
     timings += [timing(f"duration_ms p{p}", 1005.0, 1085.0) for p in (50, 95, 99)]
     model = {"model": "tokens", "requests_a": 1, "requests_b": 1, "only_a": 0, "only_b": 0, "outcome_changes": {},
              "responses_changed": 0, "final_changed": 0, "error_changed": 0, "timings": timings, "changed": False}  # fmt: skip
-    summary = {"paired": 1, "changed": 0, "only_a": 0, "only_b": 0, "calls_changed": 1, "unattributable_changed": 0, "holes_a": 1, "holes_b": 2,
+    summary = {"paired": 1, "changed": 0, "raced": 0, "only_a": 0, "only_b": 0, "calls_changed": 1, "unattributable_changed": 0, "holes_a": 1, "holes_b": 2,
                "models_slower": 0, "models_faster": 0}
     assert doc == {
         "equivalent": False,
         "threshold_ms": 50.0,
         "match": ["id", "order"],
-        "requests": [{"a": ref, "b": ref, "matched_by": "id", "changes": []}],
+        "requests": [{"a": ref, "b": ref, "matched_by": "id", "changes": [], "raced": [], "cut_ms": None}],
         "only_a": [],
         "only_b": [],
         "calls": [{"field": "ServerLive OK", "a": 1, "b": 0}],
@@ -617,3 +617,65 @@ def test_an_id_groups_errors_are_compared_whichever_came_first() -> None:
     }
     one = _diff(ab, _two_errors("boom", "boom"), strategies=("order",))
     assert {(c.field, tuple(c.a), c.b) for p in one.pairs for c in p.changes} == {("error", ("boom", "bust"), "boom")}
+
+
+def _cut(n: int, *, pace_ms: float, end_ms: float, first_ms: float = 5.0, cause: str = "client_cancel",
+         texts: int | None = None) -> Builder:  # fmt: skip
+    """A stream's request got ``n`` responses, the first ``first_ms`` after it, one every ``pace_ms`` (the
+    first ``texts`` with text), and its client ended it ``end_ms`` after the request (a cancel, or the
+    deadline: CANCELLED or DEADLINE_EXCEEDED)."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "long", ms=0)
+    for i in range(n):
+        b.response("c1.1", "long", f"t-{i}" if texts is None or i < texts else None, ms=first_ms if i == 0 else pace_ms)
+    b.cancel("c1.1", cause, rst_code=8, ms=end_ms - (b.t - b.calls["c1.1"].t0) / 1e6)
+    b.end("c1.1", "CANCELLED" if cause == "client_cancel" else "DEADLINE_EXCEEDED", cause, ms=0)
+    return b.finish()
+
+
+def test_a_count_of_responses_cut_by_the_clients_end_at_the_same_pace_is_a_race() -> None:
+    """Re-sent to the same server, a stream its client cancels 1 ms after its 3rd response (as measured live:
+    tritonclient's stop_stream) gets 2 when the 3rd comes a little late, or 4 when the server is a little
+    faster; a deadline of 3 s at 1 ms a token gets 2,040 or 1,859. The count is the server's pace over the
+    client's window: listed as raced, not changed (every such run was `different`, found live)."""
+    a = _cut(3, pace_ms=1.4, end_ms=8.4)  # responses at 5.0, 6.4, 7.8; cancel at 8.4
+    late = _diff(a, _cut(2, pace_ms=1.4, end_ms=8.7, first_ms=6.0))  # 6.0, 7.4; cancelled before the 3rd
+    assert late.equivalent and not late.changed
+    (p,) = late.raced
+    assert {c.field: (c.a, c.b) for c in p.raced} == {"responses": (3, 2), "text_responses": (3, 2)}
+    assert p.cut_ms == 0.9  # B ended 0.9 ms after A had its 3rd
+    assert late.to_json()["summary"]["raced"] == 1 and late.to_json()["requests"][0]["cut_ms"] == 0.9
+    faster = _diff(a, _cut(5, pace_ms=0.8, end_ms=8.4, first_ms=4.0))  # 4.0 ... 7.2: two more before the cancel
+    assert faster.equivalent and faster.raced[0].cut_ms == 2.0  # (A ended 2 ms after B had its 4th, at 6.4)
+    deadline = _diff(_cut(524, pace_ms=5.72, end_ms=3000, cause="deadline"),
+                     _cut(518, pace_ms=5.78, end_ms=3004, cause="deadline"))  # fmt: skip
+    assert deadline.equivalent and deadline.raced[0].cut_ms == 36.04
+
+
+def test_a_count_cut_by_the_clients_end_is_a_change_when_the_pace_moved_beyond_the_tolerance() -> None:
+    """The same deadline, a server ten times slower: B's 205th response did not come by its end at 3 s,
+    where A had it at ~300 ms: a change (responses and text), as before. A tolerance of 3 s takes it."""
+    a, slow = _cut(2040, pace_ms=1.45, end_ms=3000, cause="deadline"), _cut(204, pace_ms=14.5, end_ms=3000, cause="deadline")
+    result = _diff(a, slow)
+    assert not result.equivalent and not result.raced
+    assert _changes(result) == {"responses": (2040, 204), "text_responses": (2040, 204)}
+    assert _diff(a, slow, threshold_ms=3000.0).equivalent
+    # Just past the tolerance: A's 3rd came at 7.8 ms, B ended without it at 107.9 (100.1 ms later).
+    assert not _diff(_cut(3, pace_ms=1.4, end_ms=200), _cut(2, pace_ms=1.4, end_ms=107.9)).equivalent
+    assert _diff(_cut(3, pace_ms=1.4, end_ms=200), _cut(2, pace_ms=1.4, end_ms=107.7)).equivalent
+
+
+def test_only_counts_ended_alike_by_the_client_can_race() -> None:
+    """Another ending (the client's cancel against its deadline), another outcome, or text responses that
+    moved otherwise than the count: changes, as before."""
+    a = _cut(3, pace_ms=1.4, end_ms=8.4)
+    other_end = _diff(a, _cut(2, pace_ms=1.4, end_ms=8.7, first_ms=6.0, cause="deadline"))
+    assert not other_end.equivalent and not other_end.raced
+    assert {"responses", "cause", "status"} <= set(_changes(other_end))
+    fewer_texts = _diff(a, _cut(2, pace_ms=1.4, end_ms=8.7, first_ms=6.0, texts=0))  # text 3 -> 0: more than the count
+    assert not fewer_texts.equivalent and not fewer_texts.raced
+    more_texts = _diff(_cut(3, pace_ms=1.4, end_ms=8.4, texts=1), _cut(2, pace_ms=1.4, end_ms=8.7, first_ms=6.0))
+    assert not more_texts.equivalent  # (text 1 -> 2 while the count fell)
+    unpaced = _diff(_cut(1, pace_ms=1.0, end_ms=8.0), _cut(0, pace_ms=1.0, end_ms=4.0))  # B ended before A's 1st came
+    assert unpaced.equivalent and unpaced.raced[0].cut_ms == -1.0
