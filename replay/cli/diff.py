@@ -72,7 +72,7 @@ def _cut(p: Pair) -> str:
         f"responses {p.a.responses} -> {p.b.responses}")
     more, fewer = ("A", "B") if p.a.responses > p.b.responses else ("B", "A")
     late = p.cut_ms or 0.0
-    when = f"{late:.1f} ms after" if late > 0 else f"{-late:.1f} ms before"
+    when = f"{late:.1f} ms after" if late >= 0 else f"{-late:.1f} ms before"
     nth = _ordinal(min(p.a.responses, p.b.responses) + 1)
     verdict = ("not a change" if late <= 0 else "within the tolerance: not a change") if raced else (
         "beyond the tolerance: a change")

@@ -90,7 +90,7 @@ class Group(Generic[M]):
         self.outcome: GroupOutcome | None = None
         self.error: str | None = None  # the first error message of the shared group
         self.error_seq = 0  # where it came (the record's seq)
-        self.error_texts: set[str] = set()  # its distinct error messages (at most KEEP_ERROR_TEXTS)
+        self.error_texts: set[str] | None = None  # its distinct error messages (at most KEEP_ERROR_TEXTS)
         self.t_first: int | None = None  # when the shared group's first response came
 
     def join(self, member: M) -> None:
@@ -114,7 +114,7 @@ class Group(Generic[M]):
         self.refusals += other.refusals
         if other.error is not None and (self.error is None or other.error_seq < self.error_seq):
             self.error, self.error_seq = other.error, other.error_seq
-        for text in other.error_texts:
+        for text in other.error_texts or ():
             self._keep(text)
         if other.t_first is not None and (self.t_first is None or other.t_first < self.t_first):
             self.t_first = other.t_first
@@ -128,6 +128,8 @@ class Group(Generic[M]):
 
     def _keep(self, text: str) -> None:
         texts = self.error_texts
+        if texts is None:
+            texts = self.error_texts = set()  # (most groups get no error: made at the first)
         if text not in texts:
             texts.add(text)
             if len(texts) > KEEP_ERROR_TEXTS:
@@ -199,7 +201,7 @@ class Group(Generic[M]):
         self.outcome = GroupOutcome(
             first_seq=self.members[0].seq, request_id=self.request_id, requests=len(self.members),
             responses=self.responses, text_responses=self.text, ended=how, errors_without_final=self.errors,
-            per_request=uniform, error_texts=tuple(sorted(self.error_texts)),
+            per_request=uniform, error_texts=tuple(sorted(self.error_texts)) if self.error_texts else (),
             first_response_ms=None if self.t_first is None else round((self.t_first - t0) / 1e6, 3),
         )  # fmt: skip
 

@@ -30,6 +30,7 @@ from replay.capture.holes import Gap
 from replay.capture.methods import is_inference, protocol, short_method
 from replay.machine.groups import KEEP_ERROR_TEXTS
 from replay.machine.outcomes import RequestOutcome
+from replay.machine.table import State
 from replay.tools.captured import CaptureSummary
 from replay.tools.match import STRATEGIES, Candidate, Matcher
 from replay.tools.regression import FASTER, SLOWER, ModelRegression, Tolerance, per_model
@@ -41,6 +42,8 @@ FIELDS: tuple[str, ...] = ("outcome", "responses", "text_responses", "final", "e
 TIMINGS: tuple[str, ...] = ("first_response_ms", "duration_ms")
 #: Endings the client caused: the same one on both sides is the same fact, whatever text came with it.
 CLIENT_SIDE = frozenset({"client_cancel", "deadline", "client_disconnect"})
+#: Outcomes of a request such an ending cut (it had no final yet): only its count of responses raced the end.
+CUT_BY_CLIENT = frozenset({State.CANCELLED.value, State.DEADLINE.value, State.DISCONNECTED.value})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -239,7 +242,9 @@ def compare(
         # The same client-side ending: its text names who noticed first (the client's timer or
         # Triton's for a deadline), a race, not a behaviour. The cause and status say what happened.
         vb["error"] = va["error"]
-        late = cut_late(a, b) if va["outcome"] == vb["outcome"] else None
+        # A request that had its final (or an error) before the client ended the call was not cut: its count
+        # is the server's answer, compared as it is.
+        late = cut_late(a, b) if va["outcome"] == vb["outcome"] and va["outcome"] in CUT_BY_CLIENT else None
         # The tolerance's percentage is of A's time: A's next response's when A has more, else A's end.
         if late is not None and (late <= 0 or not tol.exceeded(base := _base(a, b), base + late)):
             race = tuple(Change(field=f, a=va[f], b=vb[f]) for f in ("responses", "text_responses") if va[f] != vb[f])

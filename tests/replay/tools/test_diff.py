@@ -679,3 +679,90 @@ def test_only_counts_ended_alike_by_the_client_can_race() -> None:
     assert not more_texts.equivalent  # (text 1 -> 2 while the count fell)
     unpaced = _diff(_cut(1, pace_ms=1.0, end_ms=8.0), _cut(0, pace_ms=1.0, end_ms=4.0))  # B ended before A's 1st came
     assert unpaced.equivalent and unpaced.raced[0].cut_ms == -1.0
+
+
+def test_a_request_that_had_its_final_before_the_client_ended_the_call_was_not_cut() -> None:
+    """Three tokens and the final, then (500 ms later) the client cancels its stream, or its deadline comes:
+    the request completed before that end, so two tokens in B is the server's answer, a change, as with an
+    OK end (it was `raced`, equivalent: the end compared was the final's)."""
+
+    def stream(tokens: int, end: str) -> Builder:
+        b = Builder().start()
+        b.call("c1.1")
+        b.request("c1.1", "r1", ms=0)
+        for i in range(tokens):
+            b.response("c1.1", "r1", f"t-{i}", ms=20.0, final=i == tokens - 1)
+        if end == "ok":
+            b.half_close("c1.1", ms=500)
+            b.end("c1.1")
+        else:
+            b.cancel("c1.1", end, rst_code=8, ms=500)
+            b.end("c1.1", "CANCELLED" if end == "client_cancel" else "DEADLINE_EXCEEDED", end, ms=0)
+        return b.finish()
+
+    for end in ("ok", "client_cancel", "deadline"):
+        result = _diff(stream(3, end), stream(2, end))
+        assert not result.equivalent and not result.raced and result.pairs[0].cut_ms is None, end
+        assert _changes(result) == {"responses": (3, 2), "text_responses": (3, 2)}, end
+
+
+def test_how_the_tolerance_judges_a_cut_count() -> None:
+    """An end long before the missing response was due raced it, however long (the durations say the rest);
+    a percentage is of A's time: A's next response when A has more, A's end when it has fewer; text
+    responses may fall with the count, one each at most."""
+    early = _diff(_cut(1, pace_ms=1.0, end_ms=700, first_ms=600), _cut(0, pace_ms=1.0, end_ms=100))
+    assert [c.field for c in early.pairs[0].changes] == ["duration_ms"]  # (700 -> 100 ms: beyond the tolerance)
+    assert early.raced and early.pairs[0].cut_ms == -500.0
+    # A has more (5, 105, 205 ms): B ended 25 ms after A's 3rd, beyond 10 % of its 205.
+    a_more = _diff(_cut(3, pace_ms=100, end_ms=300), _cut(2, pace_ms=100, end_ms=230), threshold_ms=0.0,
+                   tolerance_pct=10.0)  # fmt: skip
+    assert not a_more.raced and a_more.pairs[0].cut_ms == 25.0
+    # A has fewer: A ended 22 ms after B's 3rd (205 ms), within 10 % of A's end (227 ms), not of 205.
+    a_fewer = _diff(_cut(2, pace_ms=100, end_ms=227), _cut(3, pace_ms=100, end_ms=300), threshold_ms=0.0,
+                    tolerance_pct=10.0)  # fmt: skip
+    assert a_fewer.pairs[0].cut_ms == 22.0 and a_fewer.raced
+    assert [c.field for c in a_fewer.pairs[0].changes] == ["duration_ms"]  # (227 -> 300 ms: beyond 10 %)
+    texts = _diff(_cut(3, pace_ms=1.4, end_ms=8.4), _cut(2, pace_ms=1.4, end_ms=8.7, first_ms=6.0, texts=1))
+    assert not texts.equivalent and not texts.raced  # (3 -> 2 responses, 3 -> 1 text: one more text than count)
+
+
+def test_an_id_groups_own_and_shared_errors_are_compared_together() -> None:
+    """The first request's error came while it was alone with its id (its own), or once the second had
+    joined (the group's): the client's timing either way, the same texts compared. Ended by the client's
+    cancel, the group's requests are compared as a group, never by the pace of their own shares."""
+
+    def joined(error_first: bool) -> Builder:
+        b = Builder().start()
+        b.call("c1.1")
+        b.request("c1.1", "", prompt="a", empty_final=True)
+        if error_first:
+            b.response("c1.1", "", None, error="first")
+        b.request("c1.1", "", prompt="b", empty_final=True)
+        if not error_first:
+            b.response("c1.1", "", None, error="first")
+        b.response("c1.1", "", "t-0")
+        b.response("c1.1", "", None, error="second", final=True)
+        b.response("c1.1", "", None, final=True)
+        b.half_close("c1.1")
+        b.end("c1.1")
+        return b.finish()
+
+    def cancelled(answered_alone: bool) -> Builder:
+        b = Builder().start()
+        b.call("c1.1")
+        b.request("c1.1", "", prompt="a", empty_final=True)
+        if answered_alone:
+            b.response("c1.1", "", "t-0")
+        b.request("c1.1", "", prompt="b", empty_final=True)
+        b.response("c1.1", "", "t-1")
+        b.cancel("c1.1", "client_cancel", rst_code=8)
+        b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
+        return b.finish()
+
+    same = _diff(joined(True), joined(False), strategies=("order",))
+    assert not [c for p in same.pairs for c in p.changes if c.field == "error"]
+    # (what the rows show differs: the first request's own error, or the group's first)
+    assert [p.a.error for p in same.pairs] == ["first", "second"] and [p.b.error for p in same.pairs] == ["first"] * 2
+    cut = _diff(cancelled(True), cancelled(False), strategies=("order",))
+    assert [p.a.outcome for p in cut.pairs] == ["cancelled"] * 2 and [p.a.responses for p in cut.pairs] == [1, 0]
+    assert all(p.cut_ms is None and not p.raced for p in cut.pairs)
