@@ -220,7 +220,7 @@ def _values(r: RequestOutcome, causes: dict[str, str | None], totals: GroupTotal
         # (the second sent just before or just after the first's first response), not the server's
         # behaviour: a group is compared by what all its requests got. So are its errors: a row shows
         # the group's first, and which came first is the server's timing.
-        total = totals.get((r.call, g.first_seq)) or GroupTotal(g.responses, g.text_responses, set(g.error_texts))
+        total = totals[r.call, g.first_seq]
         values["responses"] = values["text_responses"] = None
         values["error"] = total.error()
         values["group"] = (f"{g.describe()}, {total.responses} response(s) ({total.text_responses} text) "

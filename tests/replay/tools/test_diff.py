@@ -557,6 +557,25 @@ def test_an_id_group_is_compared_by_what_all_its_requests_got() -> None:
     assert not fewer.equivalent
     assert {c.field for p in fewer.pairs for c in p.changes} == {"group"}
 
+    def empty(extra: bool, text: bool) -> Builder:
+        """As above, the second request sent first; one response more (empty), or one with text or not."""
+        b = Builder().start()
+        b.call("c1.1")
+        b.request("c1.1", "", prompt="a")
+        b.response("c1.1", "", "t-0")
+        b.request("c1.1", "", prompt="b")
+        b.response("c1.1", "", "t-1" if text else None)
+        if extra:
+            b.response("c1.1", "", None)
+        b.response("c1.1", "", None, final=True)
+        b.response("c1.1", "", None, final=True)
+        b.half_close("c1.1")
+        b.end("c1.1")
+        return b.finish()
+
+    for other in (empty(True, True), empty(False, False)):  # one empty response more; one text fewer
+        assert not _diff(empty(False, True), other, strategies=("order",)).equivalent
+
 
 def test_a_correction_sent_before_or_after_another_models_answer_is_no_change() -> None:
     """Id "" to `tokens` and to `scripted` without its input (refused), then the corrected `scripted` request:
@@ -722,6 +741,14 @@ def test_how_the_tolerance_judges_a_cut_count() -> None:
                     tolerance_pct=10.0)  # fmt: skip
     assert a_fewer.pairs[0].cut_ms == 22.0 and a_fewer.raced
     assert [c.field for c in a_fewer.pairs[0].changes] == ["duration_ms"]  # (227 -> 300 ms: beyond 10 %)
+    # A has more: B ended 15 ms after A's 3rd, within 10 % of its 205 ms (the durations, 300 -> 220, are a change).
+    close = _diff(_cut(3, pace_ms=100, end_ms=300), _cut(2, pace_ms=100, end_ms=220), threshold_ms=0.0,
+                  tolerance_pct=10.0)  # fmt: skip
+    assert close.pairs[0].cut_ms == 15.0 and close.raced
+    # No tolerance at all: 0.9 ms after A had its 3rd is a change.
+    assert not _diff(_cut(3, pace_ms=1.4, end_ms=8.4), _cut(2, pace_ms=1.4, end_ms=8.7, first_ms=6.0), threshold_ms=0.0).raced
+    # Responses without text may make the difference: 3 (2 text) -> 2 (2 text) raced.
+    assert _diff(_cut(3, pace_ms=1.4, end_ms=8.4, texts=2), _cut(2, pace_ms=1.4, end_ms=8.7, first_ms=6.0)).raced
     texts = _diff(_cut(3, pace_ms=1.4, end_ms=8.4), _cut(2, pace_ms=1.4, end_ms=8.7, first_ms=6.0, texts=1))
     assert not texts.equivalent and not texts.raced  # (3 -> 2 responses, 3 -> 1 text: one more text than count)
 
