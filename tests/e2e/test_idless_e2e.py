@@ -182,8 +182,9 @@ def test_requests_triton_refuses_inside_a_stream_owe_no_final(
     s = StreamSession(recording_proxy.url)
     s.send("nosuch", token_inputs("x", 1), "unknown", enable_empty_final_response=True)
     s.send("scripted", [int_input("DELAY_MS", 5)], "no-prompt", enable_empty_final_response=True)
+    live = s.take(2)  # (both refusals before a model streams: see the three-models test below)
     _send(s, "t,F", "good")
-    live = s.take_until(_is_final)
+    live += s.take_until(_is_final)
     s.close()
     assert sorted(e[0] for e in live if e[0] == "error") == ["error", "error"]
     assert not any(e[0] == "result" and e[1] != "good" for e in live)
@@ -200,16 +201,24 @@ def test_requests_triton_refuses_inside_a_stream_owe_no_final(
 def test_idless_requests_to_three_models_on_one_stream_are_each_known(
     recording_proxy: ProxyThread, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Id "" to `tokens`, to a model Triton does not have and to `fail_midstream`, on one stream: Triton names
-    the model in every response but its refusal, so each request is known on its own (it was one group of
-    three, each row showing another model's error): `tokens` completed with its texts and final, the unknown
-    model's request the refusal (`error`, owes no final), `fail_midstream` its error; exit 0."""
+    """Id "" to `silent` (its one answer, the final, 300 ms away), to a model Triton does not have, then to
+    `tokens` and `fail_midstream`, on one stream: Triton names the model in every response but its refusal,
+    so each request is known on its own (it was one group, each row showing another model's error): the
+    refusal, which could be `silent`'s until its final came, the unknown model's (`error`, owes no final),
+    `silent` and `tokens` completed, `fail_midstream` its error; exit 0.
+
+    The refusal goes out before the others start streaming, and `silent` answers long after it: Triton
+    2.51 aborts (`ASSERTION FAILED: !byte_buffer->Valid()`, SIGABRT) when it writes a refusal on a stream
+    while a model's response is being written there (seen in CI, the refusal 0.4 ms after `tokens`'
+    first response), and every test after it lost the server."""
     s = StreamSession(recording_proxy.url)
-    s.send("tokens", token_inputs("a", 6, 10), "", enable_empty_final_response=True)
+    s.send("silent", token_inputs("s", None, 300), "", enable_empty_final_response=True)
     s.send("nosuch", token_inputs("x", 1), "", enable_empty_final_response=True)
+    live = s.take(1)
+    assert live[0][0] == "error", live
+    s.send("tokens", token_inputs("a", 6, 10), "", enable_empty_final_response=True)
     s.send("fail_midstream", token_inputs("b", 5, 5), "", enable_empty_final_response=False)
-    live: list[tuple[Any, ...]] = []
-    while sum(_is_final(e) for e in live) < 1 or sum(e[0] == "error" for e in live) < 2:
+    while sum(_is_final(e) for e in live) < 2 or sum(e[0] == "error" for e in live) < 2:
         live.extend(s.take(1))
     s.close()
     texts = [t for e in live if e[0] == "result" for t in e[3]]
@@ -219,8 +228,9 @@ def test_idless_requests_to_three_models_on_one_stream_are_each_known(
     rows = {r["model"]: (r["outcome"], r["responses"], r["text_responses"], r["notes"], r["group"])
             for r in doc["requests"]}  # fmt: skip
     assert rows == {
-        "tokens": ("completed", 7, 6, [], None),
+        "silent": ("completed", 1, 0, [], None),
         "nosuch": ("error", 1, 0, ["missing_final"], None),
+        "tokens": ("completed", 7, 6, [], None),
         "fail_midstream": ("error", 3, 2, [], None),
     }, doc["requests"]
     assert code == 0 and doc["unattributable"] == []
