@@ -400,7 +400,7 @@ def outcome_of(call: Any, r: Any, state: State) -> RequestOutcome:
         duration_ms=_ms(r.t_sent, r.t_done), status=call.status, error=error,
         violations=violations, group=group, notes=notes, method=call.method, recorded_as=recorded_as,
         violations_after_loss=after_loss,
-        last_response_ms=None if r.t_last is None else round((r.t_last - r.t_sent) / 1e6, 3),
+        last_response_ms=_ms(r.t_sent, r.t_last),
     )  # fmt: skip
     out.__class__ = RequestOutcome
     return out  # type: ignore[no-any-return]

@@ -233,7 +233,8 @@ def compare(
     threshold_ms: float, tolerance_pct: float, totals_a: GroupTotals, totals_b: GroupTotals,
 ) -> tuple[tuple[Change, ...], tuple[Change, ...], float | None]:  # fmt: skip
     """What differs between two matched requests (``totals_*``: each side's :func:`group_totals`): the
-    changes, the counts of responses that raced their client's end, and :func:`cut_late` of the two."""
+    changes, the counts of responses that raced their client's end, and how late the side with fewer ended
+    (:func:`cut_late`)."""
     tol = Tolerance(ms=threshold_ms, pct=tolerance_pct)
     va, vb = _values(a, causes_a, totals_a), _values(b, causes_b, totals_b)
     race: tuple[Change, ...] = ()
@@ -244,11 +245,13 @@ def compare(
         vb["error"] = va["error"]
         # A request that had its final (or an error) before the client ended the call was not cut: its count
         # is the server's answer, compared as it is.
-        late = cut_late(a, b) if va["outcome"] == vb["outcome"] and va["outcome"] in CUT_BY_CLIENT else None
-        # The tolerance's percentage is of A's time: A's next response's when A has more, else A's end.
-        if late is not None and (late <= 0 or not tol.exceeded(base := _base(a, b), base + late)):
-            race = tuple(Change(field=f, a=va[f], b=vb[f]) for f in ("responses", "text_responses") if va[f] != vb[f])
-            vb["responses"], vb["text_responses"] = va["responses"], va["text_responses"]
+        cut = cut_late(a, b) if va["outcome"] == vb["outcome"] and va["outcome"] in CUT_BY_CLIENT else None
+        if cut is not None:
+            late, base = cut
+            if late <= 0 or not tol.exceeded(base, base + late):
+                race = tuple(Change(field=f, a=va[f], b=vb[f]) for f in ("responses", "text_responses")
+                             if va[f] != vb[f])  # fmt: skip
+                vb["responses"], vb["text_responses"] = va["responses"], va["text_responses"]
     out = [Change(field=f, a=va[f], b=vb[f]) for f in FIELDS if va[f] != vb[f]]
     for f in TIMINGS:
         ta, tb = getattr(a, f), getattr(b, f)
@@ -267,28 +270,24 @@ def due(r: RequestOutcome, k: int) -> float | None:
     return first if n == 1 else first + (last - first) * (k - 1) / (n - 1)
 
 
-def cut_late(a: RequestOutcome, b: RequestOutcome) -> float | None:
+def cut_late(a: RequestOutcome, b: RequestOutcome) -> tuple[float, float] | None:
     """Two requests their client ended the same way (a cancel, a deadline, a disconnect at an offset), with
     other counts of responses: how long (ms) after the side with more had the next response the side with
-    fewer ended without it (negative: before it was due). A count cut by the client's end is the server's
-    pace over the client's window, so within the timing tolerance the two raced (the server a little faster,
-    the end a little later), and beyond it the pace moved. None when that cannot be told: the same count,
-    an id group (compared by what all its requests got), or text responses that moved otherwise than the
-    count."""
+    fewer ended without it (negative: before it was due), and A's time of the two (the tolerance's percentage
+    is of it: A's next response's when A has more, else A's end). A count cut by the client's end is the
+    server's pace over the client's window, so within the timing tolerance the two raced (the server a
+    little faster, the end a little later), and beyond it the pace moved. None when that cannot be told: the
+    same count, an id group (compared by what all its requests got), or text responses that moved otherwise
+    than the count."""
     if a.group is not None or b.group is not None or a.responses == b.responses:
         return None
     more, fewer = (a, b) if a.responses > b.responses else (b, a)
     if (more.text_responses - fewer.text_responses) not in range(0, more.responses - fewer.responses + 1):
         return None
     at, end = due(more, fewer.responses + 1), fewer.duration_ms
-    return None if at is None or end is None else round(end - at, 3)
-
-
-def _base(a: RequestOutcome, b: RequestOutcome) -> float:
-    """A's time :func:`cut_late` compares: its next response's when A has more, else its end."""
-    if a.responses > b.responses:
-        return due(a, b.responses + 1) or 0.0
-    return a.duration_ms or 0.0
+    if at is None or end is None:
+        return None
+    return round(end - at, 3), at if more is a else end
 
 
 def diff(

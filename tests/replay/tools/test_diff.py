@@ -745,6 +745,10 @@ def test_how_the_tolerance_judges_a_cut_count() -> None:
     close = _diff(_cut(3, pace_ms=100, end_ms=300), _cut(2, pace_ms=100, end_ms=220), threshold_ms=0.0,
                   tolerance_pct=10.0)  # fmt: skip
     assert close.pairs[0].cut_ms == 15.0 and close.raced
+    # ... and 22 ms after it is beyond 10 % of A's 205 ms, though within 10 % of B's end (227 ms).
+    past = _diff(_cut(3, pace_ms=100, end_ms=300), _cut(2, pace_ms=100, end_ms=227), threshold_ms=0.0,
+                 tolerance_pct=10.0)  # fmt: skip
+    assert past.pairs[0].cut_ms == 22.0 and not past.raced
     # No tolerance at all: 0.9 ms after A had its 3rd is a change.
     assert not _diff(_cut(3, pace_ms=1.4, end_ms=8.4), _cut(2, pace_ms=1.4, end_ms=8.7, first_ms=6.0), threshold_ms=0.0).raced
     # Responses without text may make the difference: 3 (2 text) -> 2 (2 text) raced.
