@@ -52,6 +52,7 @@ class Member(Protocol):
     final: bool | None
     final_due: bool  # it asked for a final flag (empty final responses enabled)
     responses: int  # responses attributed to it (while it was alone with its id)
+    errors: int  # of them, errors without the final flag
     was_refused: bool  # its group's refusals pinned it (see Group.close): it owes no final
 
 
@@ -200,7 +201,10 @@ class Group(Generic[M]):
         t0 = self.members[0].t_sent
         self.outcome = GroupOutcome(
             first_seq=self.members[0].seq, request_id=self.request_id, requests=len(self.members),
-            responses=self.responses, text_responses=self.text, ended=how, errors_without_final=self.errors,
+            responses=self.responses, text_responses=self.text, ended=how,
+            # Its requests' own too: whether an error came just before or just after a second request
+            # with the id was sent is the clients' timing, and either way one of the group's got it.
+            errors_without_final=self.errors + sum(m.errors for m in self.members),
             per_request=uniform, error_texts=tuple(sorted(self.error_texts)) if self.error_texts else (),
             first_response_ms=None if self.t_first is None else round((self.t_first - t0) / 1e6, 3),
         )  # fmt: skip

@@ -37,7 +37,9 @@ class GroupOutcome:
     #: How the group's requests ended (groups.ended): outcome -> requests; ``"<outcome> or error"``
     #: counts requests any of which an error without the final flag may have ended.
     ended: dict[str, int]
-    errors_without_final: int  # error responses that did not carry the final flag
+    #: Error responses without the final flag its requests got: the group's, and each request's own
+    #: from while it was alone with its id.
+    errors_without_final: int
     per_request: bool  # one plain outcome in `ended`: each request's outcome is exact
     #: From the group's first request to the first of ``responses`` (None: none came).
     first_response_ms: float | None = None

@@ -65,7 +65,7 @@ CaptureSource = PathLike | Iterable[PathLike] | Iterable[ev.Record] | Iterable[t
 
 class _Request:
     __slots__ = (
-        "call", "cut", "error", "final", "final_due", "group", "hole", "hole_from", "machine", "model", "occurrence",
+        "call", "cut", "error", "errors", "final", "final_due", "group", "hole", "hole_from", "machine", "model", "occurrence",
         "request_id", "responses", "seq", "sha", "size", "t_done", "t_first", "t_last", "t_sent", "text",
         "was_refused",
     )  # fmt: skip
@@ -87,6 +87,7 @@ class _Request:
         self.t_last: int | None = None  # its last response's time (its own, as t_first)
         self.t_done: int | None = None
         self.error: str | None = None
+        self.errors = 0  # its own error responses without the final flag (while alone with its id)
         self.sha = rec.payload_sha256
         self.size = rec.size
         self.group: Group[_Request] | None = None
@@ -760,8 +761,11 @@ class Tracker:
         if target.t_first is None:
             target.t_first = rec.t_ns
         target.t_last = rec.t_ns
-        if rec.error and target.error is None:
-            target.error = rec.error
+        if rec.error:
+            if target.error is None:
+                target.error = rec.error
+            if rec.final is not True:
+                target.errors += 1
         if target.t_done is None and target.machine.state in _DONE:
             target.t_done = rec.t_ns
         if self._on_response is not None and not drawn:

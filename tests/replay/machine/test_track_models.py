@@ -568,7 +568,8 @@ def test_a_models_error_without_the_flag_keeps_its_request_open_to_what_follows(
         b.end("c1.1")
         rows = _both(b)
         assert [r[2] for r in rows] == ["group", "group"], model
-        assert rows[0][6] == (2, 2, 0, {"completed": 1, "error": 1}), model
+        # (the group's errors without the flag: the first request's own too, from while it was alone)
+        assert rows[0][6] == (2, 2, 1, {"completed": 1, "error": 1}), model
         assert rows[0][3] == 1 + before  # (its own: what came while it was alone)
 
 
