@@ -17,7 +17,8 @@ Each worker writes its own chain of capture files, named after the set and the w
 Connection ids are ``w<k>c<n>``, so call ids are unique across the set. SIGTERM/SIGINT to the
 supervisor is passed to every worker, each drains its calls as a single proxy does, and the
 supervisor exits when all have, with the worst exit status (a worker the signal ended before its own
-handler was in place, before it opened anything, stopped as asked). A worker that fails stops the others.
+handler was in place, before it opened anything, stopped as asked). SIGHUP to the supervisor is passed
+to every worker too: each reopens its capture file. A worker that fails stops the others.
 Metrics: each worker serves its own ``/metrics``, on ``--metrics`` port + k (port 0: a free port
 each, in each worker's ``recording`` log line); add them up in Prometheus (``sum by``).
 """
@@ -87,7 +88,16 @@ def supervise(cfg: ProxyConfig, log_level: str) -> int:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
 
+    def reopen(signum: int, frame: FrameType | None) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGHUP)
+
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    # SIGHUP (logrotate's reopen) is ignored while the workers start, and they inherit that across exec:
+    # one before a worker's own handler is in place is then lost (its capture was just opened), where
+    # SIGHUP's default would end the supervisor and orphan the workers, or end a worker.
+    old[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         for wcfg in worker_configs(cfg, port, set_stem):
             p = subprocess.Popen([sys.executable, "-m", "proxy.ops.workers"], stdin=subprocess.PIPE)
@@ -95,6 +105,7 @@ def supervise(cfg: ProxyConfig, log_level: str) -> int:
             p.stdin.write(pickle.dumps((wcfg, log_level)))
             p.stdin.close()
             procs.append(p)
+        signal.signal(signal.SIGHUP, reopen)
         log.info("workers_started", listen=f"{host}:{port}", workers=cfg.workers, capture_set=set_stem,
                  pids=[p.pid for p in procs])  # fmt: skip
         codes: list[int] = []

@@ -1,5 +1,5 @@
 """`record --workers 2` against a real Triton: one port, two processes, one capture set read as one
-capture, and SIGTERM draining every worker's calls."""
+capture, SIGHUP reopening every worker's file, and SIGTERM draining every worker's calls."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def _call_conns(capture_dir: Path) -> set[str]:
 
 
 def test_two_workers_one_capture_set(triton: TritonServer, tmp_path: Path) -> None:
-    """Connections spread over both workers; SIGTERM lets an in-flight call finish; the set reads as one capture."""
+    """Connections spread over both workers; SIGHUP reopens both files; SIGTERM lets an in-flight call finish; the
+    set reads as one capture."""
     port = free_port()
     captures = tmp_path / "captures"
     log = (tmp_path / "proxy.log").open("wb")
@@ -58,6 +59,10 @@ def test_two_workers_one_capture_set(triton: TritonServer, tmp_path: Path) -> No
             if {c[:2] for c in conns} == {"w0", "w1"}:
                 break
         wait_for(lambda: {c[:2] for c in _call_conns(captures)} == {"w0", "w1"}, what="calls on both workers")
+        # logrotate's SIGHUP to the supervisor: every worker reopens its file, and the set goes on.
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: len(list(captures.glob("capture-*.w*.jsonl"))) == 4, what="both workers' next files")
+        assert proc.poll() is None
         # A call in flight when SIGTERM arrives: its worker drains it, then exits.
         done: queue.Queue[tuple[object, object]] = queue.Queue()
         slow = grpcclient.InferenceServerClient(url)
@@ -78,10 +83,10 @@ def test_two_workers_one_capture_set(triton: TritonServer, tmp_path: Path) -> No
     recs = [r for _, r in reader]
     assert reader.captures == 1 and reader.gaps == [] and reader.warnings == []
     starts = [r for r in recs if isinstance(r, ev.CaptureStarted)]
-    assert sorted((r.worker, r.workers) for r in starts) == [(0, 2), (1, 2)]
+    assert sorted((r.worker, r.workers) for r in starts) == [(0, 2), (0, 2), (1, 2), (1, 2)]  # (reopened once)
     assert len({r.capture_set for r in starts}) == 1
     ends = [r for r in recs if isinstance(r, ev.CaptureEnded)]
-    assert [e.reason for e in ends] == ["shutdown", "shutdown"]
+    assert sorted(e.reason for e in ends) == ["reopen", "reopen", "shutdown", "shutdown"]
     call_ends = {r.call: r for r in recs if isinstance(r, ev.CallEnded)}
     call_starts = [r for r in recs if isinstance(r, ev.CallStarted)]
     assert {r.call for r in call_starts} == set(call_ends)  # call ids unique across the set

@@ -55,3 +55,60 @@ def test_a_stop_before_the_workers_handle_signals_exits_0(tmp_path: Path, monkey
                 p.kill()
                 p.wait()
     assert len(spawned) == 2
+
+
+class _HangUpThenStopWhenStarted:
+    """``log`` for the supervisor: at ``workers_started`` SIGHUP this process (logrotate's reopen, sent while
+    the workers are still starting), then SIGTERM it once both workers were seen alive after the SIGHUP."""
+
+    def __init__(self, spawned: list[subprocess.Popen[bytes]]) -> None:
+        self.spawned = spawned
+        self.alive_after_hup: list[bool] = []
+
+    def info(self, event: str, **fields: Any) -> None:
+        if event == "workers_started":
+            os.kill(os.getpid(), signal.SIGHUP)
+            # The stand-ins have no handler of their own: SIGHUP's default would end each at once.
+            for p in self.spawned:
+                try:
+                    p.wait(timeout=0.5)
+                except subprocess.TimeoutExpired:
+                    pass
+            self.alive_after_hup = [p.poll() is None for p in self.spawned]
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        raise AssertionError(f"unexpected warning {event}: {fields}")
+
+
+def test_a_sighup_while_the_workers_start_ends_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGHUP to the supervisor is passed to its workers (each reopens its capture); one that comes while they
+    start, before their own handlers are in place, is ignored (inherited across exec): no worker and not the
+    supervisor dies of it, and a SIGTERM after it still stops the set with exit 0. (That the workers reopen
+    their files: tests/e2e/test_workers_e2e.py.)"""
+    spawned: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def popen(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        p = real_popen([sys.executable, "-c", _STARTING], **kwargs)
+        spawned.append(p)
+        return p
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    log = _HangUpThenStopWhenStarted(spawned)
+    monkeypatch.setattr(workers, "log", log)
+    cfg = ProxyConfig(listen="127.0.0.1:0", upstream="127.0.0.1:1", capture_dir=tmp_path, workers=2)
+    def test_runner(signum: int, frame: object) -> None:  # (a supervisor that left SIGHUP alone: not this process's end)
+        pass
+
+    before = signal.signal(signal.SIGHUP, test_runner)
+    try:
+        assert workers.supervise(cfg, "info") == 0
+        assert signal.getsignal(signal.SIGHUP) is test_runner  # the supervisor's handlers are undone
+    finally:
+        signal.signal(signal.SIGHUP, before)
+        for p in spawned:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert log.alive_after_hup == [True, True]
