@@ -98,8 +98,9 @@ def test_a_sighup_while_the_workers_start_ends_nothing(tmp_path: Path, monkeypat
     log = _HangUpThenStopWhenStarted(spawned)
     monkeypatch.setattr(workers, "log", log)
     cfg = ProxyConfig(listen="127.0.0.1:0", upstream="127.0.0.1:1", capture_dir=tmp_path, workers=2)
-    def test_runner(signum: int, frame: object) -> None:  # (a supervisor that left SIGHUP alone: not this process's end)
-        pass
+
+    def test_runner(signum: int, frame: object) -> None:
+        pass  # (a supervisor that left SIGHUP alone: not the end of this process)
 
     before = signal.signal(signal.SIGHUP, test_runner)
     try:
