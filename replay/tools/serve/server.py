@@ -179,6 +179,8 @@ class MockTriton:
 
     async def _answer(self, call: CapturedCall, t0: int, context: Any, build: Any, empty: Any) -> Any:
         end = call.end
+        if end is None:
+            await self.session.unrecorded_end(context, call.id, call.short_method)
         await self.session.pause(t0, end.t_ns if end is not None else t0)
         if end is not None and end.status != "OK":
             await asyncio.sleep(self.session.grace(end.cause))
@@ -189,9 +191,9 @@ class MockTriton:
         first = call.first_response()
         if first is None:
             # A 0-byte answer is a message record of size 0; here the capture has none at all, yet the
-            # status the client got was OK (or never recorded): answer that status with the empty message.
-            log.warning("captured call %s (%s) has no response message: answering %s with an empty message",
-                        call.id, call.short_method, "OK" if end is not None else "its unrecorded end")  # fmt: skip
+            # status the client got was OK: answer that status with the empty message.
+            log.warning("captured call %s (%s) has no response message: answering OK with an empty message",
+                        call.id, call.short_method)  # fmt: skip
             return empty()
         return build(first)
 

@@ -53,6 +53,15 @@ class Session:
         log.warning("%s: %s", where, message)
         await context.abort(grpc.StatusCode.NOT_FOUND, message)
 
+    async def unrecorded_end(self, context: Any, call_id: str, where: str) -> None:
+        """End the call with UNAVAILABLE: the capture holds no end of captured call ``call_id`` (it ended with
+        the call open: the proxy was killed, or the end is in a file not given), so what its client got
+        then is unknown, and an OK end would be a success the wire never showed."""
+        message = (f"triton-tap serve: the capture holds no end of call {call_id} (it ends with the call open, "
+                   "or the end is in a file not given): what its client got then is unknown")  # fmt: skip
+        log.warning("%s: %s", where, message)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+
     async def undecodable(self, context: Any, request: Undecodable, where: str) -> None:
         """Log one line and end the call with INVALID_ARGUMENT: the client sent bytes that do not parse."""
         message = f"triton-tap serve: the request message ({request.size} bytes) does not parse: {request.error}"

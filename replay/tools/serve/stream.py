@@ -127,6 +127,8 @@ class Stream:
     async def _finish(self) -> None:
         """The client half-closed and every response is sent: end as the captured call did."""
         call = self.primary
+        if call is not None and call.end is None:
+            await self.session.unrecorded_end(self.context, call.id, f"ModelStreamInfer {self.name}")
         if call is not None and call.end is not None and call.end.status != "OK":
             # The client will send nothing more: the captured end comes at its time.
             await asyncio.sleep(max(0.0, self._end_at() - time.monotonic()))

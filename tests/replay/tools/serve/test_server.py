@@ -510,3 +510,38 @@ def test_fast_serve_gives_a_client_ending_before_any_response_its_grace_too(serv
         loop.close()
     assert client.state()["stream_error"][0] == "StatusCode.CANCELLED"
     assert elapsed >= 0.95  # (never sooner: the grace; a loaded machine only makes it later)
+
+
+def test_a_call_whose_end_the_capture_lacks_never_ends_ok(
+    serve: Serve, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The proxy was killed with a stream and a unary call open (no `call_end`, no `capture_end`): the stream
+    gets its captured responses, and at the client's half-close UNAVAILABLE saying the end is not in the
+    capture; the unary call UNAVAILABLE too, not the OK (with an empty answer) the wire never showed."""
+    from tests.data.make_golden import INFER, Builder
+
+    b = Builder(payload="full").start()
+    b.call("c1.1")
+    b.request("c1.1", "r0", prompt="p0")
+    b.response("c1.1", "r0", "r0-0")
+    b.response("c1.1", "r0", "r0-1")
+    b.call("c1.3", method=INFER)
+    b.request("c1.3", "e1", model="echo", empty_final=None)
+    (tmp_path / "killed.jsonl").write_bytes(b.render())
+    url = serve(str(tmp_path / "killed.jsonl"), speed=None)
+    client = TextAssembler()
+    c = grpcclient.InferenceServerClient(url)
+    try:
+        with caplog.at_level(logging.WARNING, logger="triton_tap.serve"):
+            c.start_stream(callback=client)
+            c.async_stream_infer("tokens", token_inputs("r0", 2), request_id="r0", enable_empty_final_response=True)
+            client.wait_for(lambda a: a.text.get("r0") == "r0-0r0-1", WAIT_S)
+            c.stop_stream()  # half-closes: the captured call has no end to give
+            client.wait_for(_ended, WAIT_S)
+            with pytest.raises(InferenceServerException) as unary:
+                c.infer("echo", echo_inputs(np.zeros(2, dtype=np.uint8)), request_id="e1")
+    finally:
+        c.close()
+    assert "StatusCode.UNAVAILABLE" in str(client.stream_error) and "holds no end of call c1.1" in str(client.stream_error)
+    assert unary.value.status() == "StatusCode.UNAVAILABLE" and "holds no end of call c1.3" in unary.value.message()
+    assert sum("holds no end of call" in r.getMessage() for r in caplog.records) == 2
