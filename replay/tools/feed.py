@@ -12,7 +12,8 @@ Two styles, mirroring ``tritonclient.grpc`` (2.73) exactly where the capture all
   any other status as ``InferenceServerException(msg=details, status="StatusCode.<NAME>")``
   (a client-side deadline's message is gRPC's ``"Deadline Exceeded"``; live, gRPC itself
   sometimes says ``"Stream removed (Deadline Exceeded)"``, a race in its core, also seen without
-  the proxy). An OK end calls nothing.
+  the proxy). An OK end calls nothing. A call whose end the capture does not hold raises
+  :class:`EndNotCaptured` after its responses (both styles).
 * :func:`feed_stream_aio` is an async iterator of ``(result, error)`` pairs like the one
   ``tritonclient.grpc.aio.InferenceServerClient.stream_infer`` returns. That iterator does not
   turn the final status into a pair: an OK end stops the iteration, a non-OK end raises
@@ -63,6 +64,11 @@ _LOCAL_CANCEL = "Locally cancelled by application!"
 
 class DataNotCaptured(UserError):
     """Tensor contents were asked for, but the capture did not record them."""
+
+
+class EndNotCaptured(UserError):
+    """The capture ends before the fed call did (the proxy was killed, or its end is in a file not given):
+    raised after the responses it holds, where an OK end would end quietly."""
 
 
 class DatalessInferResult(InferResult):  # type: ignore[misc]
@@ -176,9 +182,10 @@ def _stream(capture: CaptureSource, call: str | None) -> Iterator[int | _Respons
     choice = _Choice([])
     started = False
     cancel: ev.CallCancelled | None = None
+    fed = ""
     for seq, cid, rec in _call_records(capture, call, lambda method: method == STREAM_INFER, choice):
         if isinstance(rec, ev.CallStarted):
-            started = True
+            started, fed = True, cid
             yield rec.t_ns
         elif isinstance(rec, ev.MessageSeen):
             if rec.dir == "s2c":
@@ -197,7 +204,11 @@ def _stream(capture: CaptureSource, call: str | None) -> Iterator[int | _Respons
     if cancel is not None:
         # The capture ends between the cancel and its call_end: the cancel says how it ended.
         yield _End(cancel.t_ns, STATUS_FOR_CAUSE[cancel.cause], cancel.cause, None, None, None)
-    # A call still open when the capture ended gets no end: what the client saw next is unknown.
+        return
+    # Still open when the capture ended: what the client saw next is unknown, and ending quietly would be
+    # an OK end the wire never showed.
+    raise EndNotCaptured(f"call {fed}: the capture ends before the call did (its end is not recorded), so how "
+                         "it ended is unknown; its captured responses were delivered")  # fmt: skip
 
 
 def _check_speed(speed: float | None) -> None:

@@ -17,7 +17,7 @@ from replay import feed_stream, feed_stream_aio, read_capture
 from replay.capture import events as ev
 from replay.errors import UserError
 from replay.tools import feed as feed_mod
-from replay.tools.feed import DataNotCaptured, stream_calls, terminal_error
+from replay.tools.feed import DataNotCaptured, EndNotCaptured, stream_calls, terminal_error
 from tests.support.paths import DATA
 from tests.support.user_client import TextAssembler
 
@@ -266,3 +266,37 @@ def test_terminal_cancel_error_matches_tritonclients_helper() -> None:
     assert mine is not None
     assert (str(mine), mine.status(), mine.message()) == (str(theirs), theirs.status(), theirs.message())
     assert terminal_error("OK", None) is None
+
+
+def test_a_call_whose_end_the_capture_lacks_raises_after_its_responses() -> None:
+    """The capture ends with the stream open (the proxy was killed, or its end is in another file): both styles
+    deliver the captured responses, then raise EndNotCaptured, where an OK end would end quietly; a captured
+    cancel with its call_end lost still ends as the cancel."""
+    from tests.data.make_golden import Builder
+
+    b = Builder(payload="full").start()
+    b.call("c1.1")
+    b.request("c1.1", "r1", prompt="p")
+    b.response("c1.1", "r1", "hi-0")
+    b.response("c1.1", "r1", "hi-1")
+    records = list(b.records)
+    client = TextAssembler()
+    with pytest.raises(EndNotCaptured, match=r"^call c1\.1: the capture ends before the call did"):
+        feed_stream(records, client)
+    assert client.state()["text"] == {"r1": "hi-0hi-1"} and client.state()["stream_error"] is None
+
+    async def run() -> tuple[list[Any], BaseException | None]:
+        pairs: list[Any] = []
+        try:
+            async for pair in feed_stream_aio(records):
+                pairs.append(pair)
+        except EndNotCaptured as e:
+            return pairs, e
+        return pairs, None
+
+    pairs, raised = asyncio.run(run())
+    assert len(pairs) == 2 and isinstance(raised, EndNotCaptured)
+    b.cancel("c1.1", "client_cancel", rst_code=8)
+    cancelled = TextAssembler()
+    feed_stream(list(b.records), cancelled)  # (no call_end: the cancel says how it ended)
+    assert cancelled.state()["stream_error"] is not None
