@@ -214,8 +214,7 @@ def request_labels(method: str, headers: Headers, body: bytes, *, truncated: boo
         else:
             out["request_id"] = ""
         return out
-    rid = doc.get("id")
-    out["request_id"] = rid if type(rid) is str else ""
+    out["request_id"] = _id_of(doc)
     if call.kind in OPENAI:
         out["model"] = _text(doc.get("model"))
         return out
@@ -231,13 +230,21 @@ def request_labels(method: str, headers: Headers, body: bytes, *, truncated: boo
     return out
 
 
+def _id_of(doc: dict[str, Any]) -> str | None:
+    """A JSON body's ``id``: ``""`` when it has none (as Triton's default), None when it is not a string
+    (``{"id": 5}``: Triton refuses it, and the record must not say the request had no id)."""
+    if "id" not in doc:
+        return ""
+    rid = doc["id"]
+    return rid if type(rid) is str else None
+
+
 def _triton_reply(doc: dict[str, Any], kind: str) -> dict[str, Any]:
     """Labels of a Triton infer or generate reply, or of one generate_stream event, from its JSON."""
-    rid = doc.get("id")
     out: dict[str, Any] = {
         "model": _text(doc.get("model_name")),
         "model_version": _text(doc.get("model_version")),
-        "request_id": rid if type(rid) is str else "",
+        "request_id": _id_of(doc),
         "error": _error_text(doc),
     }
     if kind == "infer":
@@ -252,7 +259,6 @@ def _triton_reply(doc: dict[str, Any], kind: str) -> dict[str, Any]:
 
 def _openai_reply(doc: dict[str, Any]) -> dict[str, Any]:
     """Labels of an OpenAI completion, chat completion or one of their stream chunks."""
-    rid = doc.get("id")
     choices = doc.get("choices")
     finish = None
     if type(choices) is list:
@@ -262,7 +268,7 @@ def _openai_reply(doc: dict[str, Any]) -> dict[str, Any]:
                 break
     return {
         "model": _text(doc.get("model")),
-        "request_id": rid if type(rid) is str else "",
+        "request_id": _id_of(doc),
         "outputs": ["choices"] if type(choices) is list and choices else [],
         "error": _error_text(doc),
         "finish_reason": finish,

@@ -217,8 +217,8 @@ class MessageSeen:
     ] = None
     request_id: Annotated[
         str | None,
-        "Triton request `id` (`\"\"` when unset; HTTP: the JSON `id`, `\"\"` when absent, OpenAI chunks: the "
-        "server's `id`); null for non-inference messages",
+        "Triton request `id` (`\"\"` when unset; HTTP: the JSON `id`, `\"\"` when absent, null when it is not a "
+        "string or the body was not read, OpenAI chunks: the server's `id`); null for non-inference messages",
     ] = None
     final: Annotated[
         bool | None,

@@ -143,6 +143,21 @@ def test_an_unreadable_request_body_has_no_request_id() -> None:
     assert request_labels("POST /v2/models/m/infer", [], b"")["request_id"] == ""
 
 
+def test_an_id_that_is_not_a_string_is_unknown_not_absent() -> None:
+    """``{"id": 5}`` (Triton refuses it: "Unable to parse 'id'"): the wire had an id, just not a string, so
+    the record's is null (unknown), never the ``""`` of a body without one; an id-less body's is ``""``."""
+    for rid in (b"5", b"null", b'["a"]'):
+        req = request_labels("POST /v2/models/echo/infer", [], b'{"id":' + rid + b',"inputs":[]}')
+        assert "request_id" in req and req["request_id"] is None, rid
+        rep = reply_labels("POST /v2/models/echo/infer", 200, [], b'{"id":' + rid + b',"model_name":"echo"}')
+        assert rep["request_id"] is None, rid
+        chunk = reply_labels("POST /v1/completions", 200, [], b'{"id":' + rid + b',"choices":[]}')
+        assert chunk["request_id"] is None, rid
+    assert request_labels("POST /v2/models/echo/infer", [], b'{"inputs":[]}')["request_id"] == ""
+    assert reply_labels("POST /v2/models/echo/infer", 200, [], b'{"model_name":"echo"}')["request_id"] == ""
+    assert reply_labels("POST /v1/completions", 200, [], b'{"choices":[]}')["request_id"] == ""
+
+
 def test_refusals_carry_their_error() -> None:
     """Route-level errors are JSON sent as text/plain: labelled all the same; no id in them, so `""`."""
     got = [(_rep(x)["error"], _rep(x).get("request_id")) for x in exchanges("02_infer_refusals")]
