@@ -21,6 +21,7 @@ answered in order). What every request gets:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Collection, Sequence
@@ -98,6 +99,7 @@ class _Conn:
         self.reader = reader
         self.writer = writer
         self.h11 = h11.Connection(h11.SERVER)
+        self.client_closed = False  # its side of the connection ended (a read gave b"")
 
     async def send(self, *events: h11.Event) -> None:
         for event in events:
@@ -115,6 +117,8 @@ class _Conn:
             if event is not h11.NEED_DATA:
                 return event
             data = await self.reader.read(_READ)
+            if not data:
+                self.client_closed = True
             self.h11.receive_data(data)  # b"": the client closed its side
 
     async def run(self) -> None:
@@ -139,9 +143,14 @@ class _Conn:
                     return
                 self.h11.start_next_cycle()
         except h11.RemoteProtocolError as e:
+            if self.client_closed:
+                # h11's word for a client that left in the middle of its request: nothing to answer.
+                log.info("HTTP: the client closed its connection in the middle of a request (%s)", e)
+                return
             log.warning("HTTP: the client sent bytes that are not HTTP/1.1: %s", e)
             if self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                await self._error(e.error_status_hint, f"triton-tap serve: bad HTTP request: {e}")
+                with contextlib.suppress(_Closed):  # (it left meanwhile: no one to tell)
+                    await self._error(e.error_status_hint, f"triton-tap serve: bad HTTP request: {e}")
         except _Closed:
             pass
         finally:

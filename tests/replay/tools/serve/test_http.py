@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import shutil
 import socket
 import subprocess
@@ -318,3 +319,26 @@ def test_tritonclient_http_aio_gets_the_gzip_reply_as_captured_or_rebuilt(serve:
     of_the_bytes = {k: r.headers.get(k) for k in ("content-encoding", "inference-header-content-length")}
     assert of_the_bytes == ({"content-encoding": "gzip", "inference-header-content-length": "151"} if payload == "full"
                             else {"content-encoding": None, "inference-header-content-length": None})  # fmt: skip
+
+
+def test_a_client_leaving_mid_request_is_one_info_line_not_a_traceback(
+    serve: _Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that sends a request head promising 20 bytes of body, sends 5 and closes: h11 calls that a
+    protocol error, but the client only left: one info line, no "not HTTP/1.1" warning, no traceback of an
+    answer written to a closed connection (asyncio's "Unhandled exception in client_connected_cb"), and
+    serve answers the next client."""
+    health = exchanges("05a_health_metadata")[0]
+    url = serve(_capture(health, ms=1))
+    host, port = url.split(":")
+    with caplog.at_level(logging.INFO):
+        with socket.create_connection((host, int(port)), timeout=WAIT_S) as s:
+            s.sendall(b"POST /v2/models/echo/infer HTTP/1.1\r\nhost: x\r\ncontent-length: 20\r\n\r\n{\"id\"")
+        deadline = time.monotonic() + WAIT_S
+        while not any("in the middle of a request" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
+            time.sleep(0.01)
+        verb, target = health.method.split(" ", 1)
+        reply = httpx.request(verb, f"http://{url}{target}", timeout=WAIT_S)
+    assert reply.status_code == health.status
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
