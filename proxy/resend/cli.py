@@ -54,21 +54,24 @@ def add_send_command(sub: Any) -> None:
     p.set_defaults(func=_run)
 
 
-def _load(args: argparse.Namespace) -> tuple[list[CallScript], int, dict[str, int]]:
+def _load(args: argparse.Namespace) -> tuple[list[CallScript], int, dict[str, int], int]:
     from proxy.resend.plan import parse_headers, parse_only, parse_pairs, prepare, scripts
     from replay.capture.reader import read_capture
 
     filters = parse_only(args.only)
     model_map = parse_pairs(args.model_map, "--model-map")
     headers = parse_headers(args.header)
-    calls = scripts(read_capture(args.capture))
+    unstarted: set[str] = set()
+    calls = scripts(read_capture(args.capture), unstarted)
     if not calls:
-        raise UserError("the capture holds no calls to send")
+        raise UserError("the capture holds no calls to send" + (
+            f": its {len(unstarted)} call(s) began before it (their call_start is not in it: give the files "
+            "before it too)" if unstarted else ""))  # fmt: skip
     chosen, skipped = prepare(calls, filters=filters, model_map=model_map, headers=headers,
                               skip_unsendable=args.skip_unsendable)  # fmt: skip
     if not chosen:
         raise UserError("no call to send" + (" (--only selects none)" if filters and not skipped else ""))
-    return chosen, len(calls), skipped
+    return chosen, len(calls) + len(unstarted), skipped, len(unstarted)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -80,7 +83,12 @@ def _run(args: argparse.Namespace) -> int:
     speed = parse_speed(args.speed)
     if args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out {str(args.out)!r} is not a directory")
-    chosen, total, skipped = _load(args)
+    held = _captures_in(args.out)
+    if held:
+        # diff reads every capture of a directory: a second run's beside the first would be one mixed set.
+        raise UserError(f"--out {str(args.out)!r} already holds {held} capture file(s): give a new or empty "
+                        "directory (diff reads every capture file of a directory)")  # fmt: skip
+    chosen, total, skipped, unstarted = _load(args)
     if args.target is None and any(not c.http for c in chosen):
         raise UserError("the capture has gRPC calls to send: give --target (Triton's gRPC HOST:PORT)")
     if args.http_target is None and any(c.http for c in chosen):
@@ -92,8 +100,17 @@ def _run(args: argparse.Namespace) -> int:
     began = time.monotonic()
     with _Progress(tally, sys.stderr) as tick:
         path = run_send(starts, opts, tally, tick)
-    _summary(sys.stdout, path, chosen, total, skipped, tally, time.monotonic() - began, args)
+    _summary(sys.stdout, path, chosen, total, skipped, unstarted, tally, time.monotonic() - began, args)
     return _unobserved(sys.stderr, tally, args.loop)
+
+
+def _captures_in(directory: Path) -> int:
+    from replay.capture.naming import looks_like_capture
+
+    try:
+        return sum(1 for p in directory.iterdir() if looks_like_capture(p.name))
+    except FileNotFoundError:
+        return 0
 
 
 class _Progress:
@@ -130,7 +147,7 @@ class _Progress:
             self._progress.stop()
 
 
-def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skipped: dict[str, int],
+def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skipped: dict[str, int], unstarted: int,
              tally: Tally, wall_s: float, args: argparse.Namespace) -> None:  # fmt: skip
     from collections import Counter
 
@@ -148,6 +165,9 @@ def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skip
         + f" in {wall_s:.1f} s ({tally.started / max(wall_s, 1e-6):.1f} calls/s)",
         f"pacing lag: mean {tally.lag.mean * 1000:.1f} ms, worst {tally.lag.worst * 1000:.1f} ms",
     ]
+    if unstarted:
+        lines.append(f"not sent: {unstarted} call(s) that began before the capture (their call_start is not in "
+                     "it: the request headers are unknown; give the files before it too)")  # fmt: skip
     if skipped:
         lines.append("skipped (unsendable): " + "; ".join(f"{n} with {why}" for why, n in skipped.items()))
     unsent = sorted({k for c in chosen for k in c.redacted})

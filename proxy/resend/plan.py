@@ -117,8 +117,12 @@ def _why_unsendable(rec: ev.MessageSeen) -> str | None:
     return None
 
 
-def scripts(records: Iterable[tuple[int, ev.Record]]) -> list[CallScript]:
-    """Every call of a capture (several captures: later ids prefixed ``2:``, ``3:``... as ``check`` does)."""
+def scripts(records: Iterable[tuple[int, ev.Record]], unstarted: set[str] | None = None) -> list[CallScript]:
+    """Every call of a capture (several captures: later ids prefixed ``2:``, ``3:``... as ``check`` does).
+
+    ``unstarted``: given, gets the ids of the calls whose records are in the capture without their
+    ``call_start`` (begun before its first file, or that line lost): how to send them is unknown.
+    """
     out: dict[str, CallScript] = {}
     ids = CaptureIds()
     ids.follow(records)  # a reader tells where each capture begins
@@ -131,8 +135,14 @@ def scripts(records: Iterable[tuple[int, ev.Record]]) -> list[CallScript]:
                 out[cid] = _start(cid, ids.of(rec.conn), rec)
             continue
         raw = getattr(rec, "call", None)
-        call = out.get(ids.of(raw)) if isinstance(raw, str) else None
-        if call is None or call.recorded_cause is not None:
+        if not isinstance(raw, str):
+            continue
+        call = out.get(ids.of(raw))
+        if call is None:
+            if unstarted is not None:
+                unstarted.add(ids.of(raw))
+            continue
+        if call.recorded_cause is not None:
             continue
         _feed(call, rec)
     for call in out.values():

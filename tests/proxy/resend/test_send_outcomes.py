@@ -10,6 +10,7 @@ tested against one in tests/e2e/test_send_deadline_e2e.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import time
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from proxy.resend.plan import CallScript, Message
 from proxy.resend.run import SendOptions, Tally, drive
 from proxy.resend.schedule import Start
 from proxy.wire import frames as wire
+from replay.capture import events as ev
 from tests.proxy.resend.scripted_peer import PeerConn, ScriptedPeer, stray_data, stray_trailers
 from tests.support.loop_thread import BackgroundLoop
 from tests.support.triton_client import echo_inputs
@@ -218,3 +220,36 @@ def test_a_call_waiting_for_earlier_ends_goes_from_the_last_of_those_not_from_a_
         return await ended.until(1), await ended.until(2), await ended.until(3)
 
     assert asyncio.run(run()) == (1.0, 7.0, 7.0)
+
+
+def test_calls_begun_before_the_capture_are_counted_as_captured_and_not_sent(
+    loop: BackgroundLoop, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rotated file holding a call whose call_start is in the file before it: `sent 1 call(s) of 2 captured`
+    and a line saying why the other was not, never `1 of 1` as if the file held one call."""
+    from tests.data.make_golden import INFER, Builder
+
+    b = Builder(payload="full").start()
+    for cid in ("c1.1", "c1.3"):
+        b.call(cid, method=INFER)
+        b.request(cid, cid, model="echo", empty_final=None)
+        b.response(cid, cid, "hi", final=None, model="echo")
+        b.half_close(cid, ms=0)
+        b.end(cid)
+    # (the recorded call_start of c1.3 as a client's: the builder's carries no :scheme or :authority)
+    b.records = [dataclasses.replace(r, metadata=[[":scheme", "http"], [":authority", "t"], *r.metadata])
+                 if isinstance(r, ev.CallStarted) else r
+                 for r in b.records if not (isinstance(r, ev.CallStarted) and r.call == "c1.1")]  # fmt: skip
+    (tmp_path / "later.jsonl").write_bytes(b.finish().render())
+    peer = ScriptedPeer(lambda c, sid: c.answer(sid))
+    port = loop.run(peer.start())
+    try:
+        capsys.readouterr()
+        code = main(["replay", "send", str(tmp_path / "later.jsonl"), "--target", f"127.0.0.1:{port}",
+                     "--out", str(tmp_path / "sent"), "--speed", "max"])  # fmt: skip
+    finally:
+        loop.run(peer.stop())
+    out, err = capsys.readouterr()
+    assert code == 0, (out, err)
+    assert "sent 1 call(s) of 2 captured" in out, out
+    assert "not sent: 1 call(s) that began before the capture (their call_start is not in it" in out, out
