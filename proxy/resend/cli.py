@@ -156,7 +156,7 @@ def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skip
     from replay.machine.tracker import track
 
     new = track(path)
-    recorded = Counter(c.recorded_cause or "open" for c in chosen) if args.loop == 1 else None
+    recorded = Counter(c.recorded_cause or "open" for c in chosen)
     got = Counter(c.cause or "open" for c in new.calls)
     lines = [
         f"sent {tally.started} call(s) of {total} captured"
@@ -186,9 +186,11 @@ def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skip
                      "sent fewer responses than the client had then")
     if tally.stray_frames:
         lines.append(f"ignored {tally.stray_frames} frame(s) that arrived after the server had ended their call")
-    causes = sorted(got.keys() | (recorded.keys() if recorded else set()))
-    lines.append("causes (recorded -> new): " + ", ".join(
-        f"{k} {recorded[k] if recorded is not None else '-'} -> {got[k]}" for k in causes))  # fmt: skip
+    causes = sorted(got.keys() | recorded.keys())
+    # With --loop N each captured call was sent N times: the recorded count is per pass.
+    per = "" if args.loop == 1 else f" x{args.loop}"
+    lines.append(f"causes (recorded{per} -> new): " + ", ".join(
+        f"{k} {recorded[k]}{per} -> {got[k]}" for k in causes))  # fmt: skip
     lines.append(f"new capture: {path}")
     lines.append(f"compare: triton-tap diff {' '.join(args.capture)} {path}")
     out.write("\n".join(lines) + "\n")

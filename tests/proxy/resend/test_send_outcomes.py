@@ -227,6 +227,25 @@ def test_calls_begun_before_the_capture_are_counted_as_captured_and_not_sent(
 ) -> None:
     """A rotated file holding a call whose call_start is in the file before it: `sent 1 call(s) of 2 captured`
     and a line saying why the other was not, never `1 of 1` as if the file held one call."""
+    (tmp_path / "later.jsonl").write_bytes(_unary_capture(without_start="c1.1"))
+    code, out, err = _send_to_peer(loop, tmp_path, capsys, tmp_path / "later.jsonl")
+    assert code == 0, (out, err)
+    assert "sent 1 call(s) of 2 captured" in out, out
+    assert "not sent: 1 call(s) that began before the capture (their call_start is not in it" in out, out
+
+
+def test_with_loop_the_recorded_causes_are_per_pass(
+    loop: BackgroundLoop, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--loop 3` sends each captured call three times: the summary says the recorded count is per pass."""
+    (tmp_path / "two.jsonl").write_bytes(_unary_capture())
+    code, out, err = _send_to_peer(loop, tmp_path, capsys, tmp_path / "two.jsonl", "--loop", "3")
+    assert code == 0, (out, err)
+    assert "causes (recorded x3 -> new): ok 2 x3 -> 6" in out, out
+
+
+def _unary_capture(without_start: str | None = None) -> bytes:
+    """Two unary calls c1.1 and c1.3 (payload full), the call_start of ``without_start`` left out."""
     from tests.data.make_golden import INFER, Builder
 
     b = Builder(payload="full").start()
@@ -236,20 +255,23 @@ def test_calls_begun_before_the_capture_are_counted_as_captured_and_not_sent(
         b.response(cid, cid, "hi", final=None, model="echo")
         b.half_close(cid, ms=0)
         b.end(cid)
-    # (the recorded call_start of c1.3 as a client's: the builder's carries no :scheme or :authority)
+    # (each call_start as a client's: the builder's carries no :scheme or :authority)
     b.records = [dataclasses.replace(r, metadata=[[":scheme", "http"], [":authority", "t"], *r.metadata])
                  if isinstance(r, ev.CallStarted) else r
-                 for r in b.records if not (isinstance(r, ev.CallStarted) and r.call == "c1.1")]  # fmt: skip
-    (tmp_path / "later.jsonl").write_bytes(b.finish().render())
+                 for r in b.records if not (isinstance(r, ev.CallStarted) and r.call == without_start)]  # fmt: skip
+    return b.finish().render()
+
+
+def _send_to_peer(loop: BackgroundLoop, tmp_path: Path, capsys: pytest.CaptureFixture[str], capture: Path,
+                  *extra: str) -> tuple[int, str, str]:  # fmt: skip
+    """``replay send`` (CLI, --speed max) to a peer answering every call OK: exit code, stdout, stderr."""
     peer = ScriptedPeer(lambda c, sid: c.answer(sid))
     port = loop.run(peer.start())
+    capsys.readouterr()
     try:
-        capsys.readouterr()
-        code = main(["replay", "send", str(tmp_path / "later.jsonl"), "--target", f"127.0.0.1:{port}",
-                     "--out", str(tmp_path / "sent"), "--speed", "max"])  # fmt: skip
+        code = main(["replay", "send", str(capture), "--target", f"127.0.0.1:{port}", "--out", str(tmp_path / "sent"),
+                     "--speed", "max", *extra])  # fmt: skip
     finally:
         loop.run(peer.stop())
     out, err = capsys.readouterr()
-    assert code == 0, (out, err)
-    assert "sent 1 call(s) of 2 captured" in out, out
-    assert "not sent: 1 call(s) that began before the capture (their call_start is not in it" in out, out
+    return code, out, err
