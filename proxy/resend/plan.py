@@ -34,6 +34,7 @@ CUT = "a request payload cut by --payload-cap"
 REDACTED_INPUT = "an input removed by --redact-input"
 COMPRESSED_MAP = "a compressed request cannot be re-addressed by --model-map"
 CUT_SHORT = "a request body its client never finished (cut short)"
+HTTP_10 = "an HTTP/1.0 request (send speaks HTTP/1.1, which changes how a server may frame its reply)"
 CUT_SHORT_CHUNKED = "a chunked request body its client left before any reply, maybe unfinished (no cut-short mark)"
 
 
@@ -187,7 +188,9 @@ def _start(cid: str, conn: str, rec: ev.CallStarted) -> CallScript:
             continue
         headers.append((name, value))
     return CallScript(id=cid, conn=conn, method=rec.method, t_start=rec.t_ns, headers=headers,
-                      timeout_ms=rec.timeout_ms, redacted=redacted)  # fmt: skip
+                      timeout_ms=rec.timeout_ms, redacted=redacted,
+                      # h11's client writes every request as HTTP/1.1: sent so, it would not be the recorded one.
+                      unsendable=HTTP_10 if http and rec.http_version not in (None, "1.1") else None)  # fmt: skip
 
 
 def _feed(call: CallScript, rec: ev.Record) -> None:

@@ -13,6 +13,7 @@ from proxy.resend.plan import (
     CUT,
     CUT_SHORT,
     CUT_SHORT_CHUNKED,
+    HTTP_10,
     NO_BYTES,
     REDACTED_INPUT,
     CallScript,
@@ -270,3 +271,15 @@ def test_a_chunked_body_without_the_mark_whose_client_left_before_any_reply_is_u
                        trailers=None, initial_metadata=None, duration_ms=2.0, messages_c2s=1, messages_s2c=0)  # fmt: skip
     (call,) = scripts(list(enumerate([start, msg, cancel, end])))
     assert call.unsendable == CUT_SHORT_CHUNKED
+
+
+@pytest.mark.parametrize(("version", "why"), [("1.0", HTTP_10), ("1.1", None), (None, None)])
+def test_an_http_10_request_is_unsendable_not_sent_as_11(version: str | None, why: str | None) -> None:
+    """h11's client writes HTTP/1.1 whatever was recorded: a 1.0 request sent so is not the recorded one (and
+    without a Host header, which 1.0 may omit, not sendable at all), so it is refused, and says why."""
+    start = ev.CallStarted(t_ns=T0, call="c1.1", conn="c1", method="POST /v2/models/m/infer", peer="127.0.0.1:5",
+                           metadata=[["content-length", "40"]], timeout_ms=None, http_version=version)  # fmt: skip
+    msg = ev.MessageSeen(t_ns=T0 + MS, call="c1.1", dir="c2s", index=0, size=40, model="m",
+                         payload=base64.b64encode(_BODY[:40]).decode(), payload_truncated=False)  # fmt: skip
+    (call,) = scripts(list(enumerate([start, msg])))
+    assert call.unsendable == why
