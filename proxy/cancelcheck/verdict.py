@@ -157,14 +157,24 @@ def _log_rule(obs: CaseObservation, lg: LogObservation, t: _Tally) -> None:
     ref = "it reached the backend" if lg.reached_backend else "Triton's cancellation notification"
     if lg.reached_backend:
         t.info(f"log: the cancelled queued request {obs.request_id!r} was still handed to the backend")
-    _release_rule(obs, lg, ref, t)
-    _late_responses_rule(obs, lg, ref, t)
+    # As many responses dropped as it still had to produce ('skipping response generation' lines carry no
+    # request id): it may have run to its end within the allowance, which neither a release in time nor
+    # the silence after it tells from a stop.
+    finished = obs.remaining is not None and lg.skipped_total >= obs.remaining
+    if finished:
+        t.info(f"log: {lg.skipped_total} response(s) produced and dropped after {ref}, as many as request "
+               f"{obs.request_id!r} still had to produce ({obs.remaining}): it may have run to its end")  # fmt: skip
+    _release_rule(obs, lg, ref, t, finished)
+    _late_responses_rule(obs, lg, ref, t, finished)
 
 
-def _release_rule(obs: CaseObservation, lg: LogObservation, ref: str, t: _Tally) -> None:
+def _release_rule(obs: CaseObservation, lg: LogObservation, ref: str, t: _Tally, finished: bool) -> None:
     """The backend released the request within the allowance (stopped) or later (continued)."""
     if lg.released_after_ms is not None:
-        if lg.released_after_ms <= obs.allowance_ms:
+        if lg.released_after_ms <= obs.allowance_ms and finished:
+            t.info(f"log: request {obs.request_id!r} released by the backend {lg.released_after_ms:.0f} ms after "
+                   f"{ref}, maybe at its end")  # fmt: skip
+        elif lg.released_after_ms <= obs.allowance_ms:
             t.stop(f"log: request {obs.request_id!r} released by the backend {lg.released_after_ms:.0f} ms after {ref}")
         else:
             t.went_on(f"log: request {obs.request_id!r} released only {lg.released_after_ms:.0f} ms after {ref}")
@@ -172,9 +182,9 @@ def _release_rule(obs: CaseObservation, lg: LogObservation, ref: str, t: _Tally)
         t.info(f"log: no RELEASED line for {obs.request_id!r} within {lg.window_ms:.0f} ms of the notification")
 
 
-def _late_responses_rule(obs: CaseObservation, lg: LogObservation, ref: str, t: _Tally) -> None:
+def _late_responses_rule(obs: CaseObservation, lg: LogObservation, ref: str, t: _Tally, finished: bool) -> None:
     """Responses still produced past the allowance: continued. Silence counts only where the request,
-    at the rate it streamed before the cancel, would have produced several."""
+    at the rate it streamed before the cancel, would have produced several past the allowance."""
     allowance = obs.allowance_ms
     if lg.skipped_after_allowance:
         t.went_on(f"log: {lg.skipped_after_allowance} response(s) still produced later than {allowance:.0f} ms "
@@ -185,8 +195,11 @@ def _late_responses_rule(obs: CaseObservation, lg: LogObservation, ref: str, t: 
     quiet = lg.window_ms - allowance
     expected = obs.rate_per_s * quiet / 1000.0 if obs.rate_per_s else 0.0
     if obs.remaining is not None:
-        expected = min(expected, float(obs.remaining))
-    if obs.case == "executing" and expected >= 3:
+        # What it still had to produce once the allowance was over: at its rate, the rest of its work may
+        # have fitted within the allowance, and then the silence after it shows nothing.
+        due = obs.remaining - (obs.rate_per_s or 0.0) * allowance / 1000.0
+        expected = min(expected, max(0.0, due))
+    if obs.case == "executing" and expected >= 3 and not finished:
         t.stop(f"log: no response produced from {allowance:.0f} to {lg.window_ms:.0f} ms after the notification, "
                f"where the request, streaming {obs.rate_per_s:.0f}/s before the cancel, would have produced about "
                f"{expected:.0f} (Triton logs each as 'skipping response generation')")  # fmt: skip

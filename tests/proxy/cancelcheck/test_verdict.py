@@ -62,6 +62,28 @@ def test_log_rules() -> None:
     assert vd.decide(obs(case="queued", log=_log(reached_backend=False))).work_stopped is True
 
 
+def test_silence_after_work_that_fits_in_the_allowance_shows_nothing() -> None:
+    """A model that ignores the cancel, 34 responses left at 166/s: they all fit in the 300 ms allowance, so
+    silence after it is no stop (it was reported as one, and the model as fine); with more left it is."""
+    quick = obs(rate_per_s=166.0, remaining=34, log=_log(skipped_total=12))
+    assert vd.decide(quick).work_stopped is None
+    assert vd.decide(dataclasses.replace(quick, remaining=200)).work_stopped is True  # 150 still due after 300 ms
+    assert vd.decide(dataclasses.replace(quick, remaining=52)).work_stopped is None  # 2.2 due: too few to be heard
+
+
+def test_as_many_dropped_as_were_left_may_be_its_end() -> None:
+    """Triton dropped as many responses as the request still had to produce (its lines name no request): it may
+    have run to its end within the allowance, so neither its release in time nor silence is a stop."""
+    ran = obs(rate_per_s=100.0, remaining=30, log=_log(skipped_total=70, released_after_ms=250.0, window_ms=9000.0))
+    v = vd.decide(ran)
+    assert v.work_stopped is None, v.evidence
+    assert any("as many as request 'r' still had to produce (30): it may have run to its end" in e for e in v.evidence)
+    assert any(e.startswith("[info] log: request 'r' released by the backend 250 ms after") for e in v.evidence)
+    assert vd.decide(dataclasses.replace(ran, remaining=900)).work_stopped is True  # fewer dropped than left: released in time
+    late = dataclasses.replace(ran, log=_log(skipped_total=70, released_after_ms=2500.0))
+    assert vd.decide(late).work_stopped is False  # a late release still says it went on
+
+
 def test_conflicting_evidence_says_continued() -> None:
     """A fast probe does not outweigh responses still produced later: never claim more than shown."""
     v = vd.decide(obs(probe=probe(10.0), log=_log(skipped_after_allowance=3, skipped_total=3, last_skipped_ms=900.0)))
