@@ -35,7 +35,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import orjson
 
@@ -46,6 +46,9 @@ from replay.capture.payload import SideRefs
 from replay.capture.schema import Sticky, decode
 from replay.capture.zst import FrameLines, GzipLines, OnHole, ZstdLines
 from replay.errors import CaptureError, CaptureTooNew, DamagedFrame, DamagedLine, UnknownKind
+
+#: A ``message``'s fields a sparse line leaves out when they repeat its call's previous `s2c` line.
+_STICKY = ev.MessageSeen.sticky
 
 PathLike = str | os.PathLike[str]
 
@@ -135,6 +138,7 @@ class CaptureReader:
         self.warnings: list[str] = []
         self.gaps: list[Gap] = []
         self.records = 0  # records yielded, added up as each file is done (or left early)
+        self.labels_lost = 0  # of the file being read: response lines whose sticky fields a hole took
         self.captures = 0
         #: Told of each hole where records were lost as it is found (:class:`~replay.capture.holes.SeqWatch`'s ``on_loss``):
         #: set before iterating, e.g. to :meth:`~replay.machine.tracker.Tracker.lost`.
@@ -178,6 +182,27 @@ class CaptureReader:
         watch.end()
         self.gaps.extend(watch.gaps)
 
+    def _sticky_after_hole(self, raw: dict[str, Any], hole: _AfterHole) -> None:
+        """An `s2c` line after a hole in its file (before it is decoded). Its call's state from before the hole
+        holds if this is the call's next `s2c` message (its index follows the last one read: none of the
+        call's was lost); else a line leaving out a sticky field with no line since the hole stating it had
+        its value in a lost line: counted, read as unknown, and its call unsure until a line states them all."""
+        call = raw.get("call")
+        if not isinstance(call, str):
+            return  # (decode says what is wrong with it)
+        sticky, unsure = hole.sticky, hole.unsure
+        if call in hole.check:
+            hole.check.discard(call)
+            index = raw.get("index")
+            if type(index) is not int or index != hole.last_index.get(call, -2) + 1:
+                unsure.add(call)
+        if all(name in raw for name in _STICKY):
+            unsure.discard(call)
+        elif call in unsure or call not in sticky:
+            unsure.add(call)
+            sticky.pop(call, None)  # (what a line of it gave since the hole is as unknown)
+            self.labels_lost += 1
+
     def _file(self, path: Path, *, last: bool, watch: SeqWatch) -> Iterator[tuple[int, ev.Record]]:
         name = str(path)
         lineno = 0
@@ -185,6 +210,10 @@ class CaptureReader:
         skipped = 0  # of those, not yielded (exact repeats, unknown kinds): `records` is the rest
         unknown: set[str] = set()
         sticky: Sticky = {}  # the writer's sparse-encoding state is per file
+        # After a hole in the file, a call's `s2c` line may leave out fields (model, outputs...) that only a
+        # lost line stated: the calls whose such fields are unknown until a line states them again.
+        hole: _AfterHole | None = None  # set at the file's first hole
+        last_index: dict[str, int] = {}  # call -> the index of its last `s2c` message read
         sides: SideRefs | None = None  # its side file (--payload full bytes), once a line points there
 
         def on_hole(offset: int, length: int, why: str) -> None:
@@ -229,6 +258,17 @@ class CaptureReader:
                             except orjson.JSONDecodeError as e:
                                 raise DamagedLine(name, lineno, f"not valid JSON: {e}") from None
                         try:
+                            after = raw.get("seq") if type(raw) is dict else None
+                            expected = watch.expected
+                            if type(after) is int and expected is not None and after > expected:
+                                # A hole before this line: what the writer left out of the lines after it may
+                                # have been stated by a lost one. A call's state from before it holds only
+                                # while the call's `s2c` indexes follow on (none of its lines was lost).
+                                if hole is None:
+                                    hole = _AfterHole(sticky, last_index)
+                                hole.check = set(last_index)
+                            if hole is not None and after is not None and raw.get("dir") == "s2c":
+                                self._sticky_after_hole(raw, hole)
                             done = decode_(raw, path=name, line=lineno, sticky=sticky)
                         except UnknownKind as e:
                             # Same schema version, newer writer: new kinds are additions, so the rest
@@ -260,9 +300,14 @@ class CaptureReader:
                         watch.expected = seq + 1
                         ring[seq & mask] = watch.last = done
                         watch.line = lineno
-                    elif record(seq, rec, name, lineno):
-                        skipped += 1
-                        continue
+                        if rec.dir == "s2c":
+                            last_index[rec.call] = rec.index
+                    else:
+                        if type(rec) is message and rec.dir == "s2c":
+                            last_index[rec.call] = rec.index
+                        if record(seq, rec, name, lineno):
+                            skipped += 1
+                            continue
                     if "payload_at" in raw and type(rec) is ev.MessageSeen and rec.payload_at is not None:
                         if sides is None:
                             sides = SideRefs(path, last)
@@ -285,8 +330,27 @@ class CaptureReader:
             self.records += found - skipped  # counted once, not per record (also when stopped early)
         if not found:
             raise CaptureError(name, None, "no capture records in this file (empty, or not a triton-tap capture)")
+        if self.labels_lost:
+            self.warnings.append(
+                f"{name}: {self.labels_lost} response message(s) after a hole leave out fields a lost line stated "
+                "(model, model_version, outputs, output_tensors): read as unknown (null), not as the line before the "
+                "hole said, so their requests' text_responses may be short"
+            )
+            self.labels_lost = 0
         if sides is not None and (why := sides.warning()) is not None:
             self.warnings.append(why)
+
+
+class _AfterHole:
+    """The sparse-encoding state of a file after a hole in it (:meth:`CaptureReader._sticky_after_hole`)."""
+
+    __slots__ = ("check", "last_index", "sticky", "unsure")
+
+    def __init__(self, sticky: Sticky, last_index: dict[str, int]) -> None:
+        self.sticky = sticky
+        self.last_index = last_index
+        self.check: set[str] = set()  # calls read before the hole whose state its next line checks
+        self.unsure: set[str] = set()  # calls whose sticky fields are unknown until a line states them
 
 
 class RecordsReader:

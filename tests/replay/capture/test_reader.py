@@ -785,3 +785,47 @@ def test_one_captures_files_in_two_directories_are_still_one_capture(tmp_path: P
         result = track(given)
         assert [(r.call, r.outcome) for r in result.requests] == [("c1.1", "completed")] * 3
         assert result.captures == 1
+
+
+def test_sparse_fields_a_lost_line_stated_are_unknown_after_it_not_the_older_lines(tmp_path: Path) -> None:
+    """A stream's second response changed its sticky fields (outputs [] -> ["TEXT"]) and its line is lost (a
+    deleted line, or damage): the lines after the hole that leave those fields out read them as unknown (null)
+    and a warning says so, never as the line before the hole said (an empty response: request b's two text
+    responses read as empty, its model as the other request's). A line stating them all is whole again."""
+    from tests.data.make_golden import Builder
+
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "x", prompt="p", empty_final=True)
+    b.response("c1.1", "x", None)  # an empty response: outputs []
+    b.response("c1.1", "x", "x-0")  # outputs ["TEXT"]: the line the hole takes
+    b.request("c1.1", "b", prompt="q", empty_final=True)
+    b.response("c1.1", "b", "b-0")  # the same outputs: left out
+    b.response("c1.1", "b", "b-1")
+    b.response("c1.1", "b", None, final=True)  # outputs [] stated again, the model still left out
+    b.response("c1.1", "x", "x-1")  # outputs stated again; the model still left out: unknown
+    b.half_close("c1.1")
+    b.end("c1.1")
+    whole = b.finish().render()
+    lines = whole.splitlines(keepends=True)
+    lost = 4  # seq 4, line 4: x's text response (capture_start, call_start, x's request, its empty response)
+    assert b'"seq":4,' in lines[lost] and b'"outputs":["TEXT"]' in lines[lost]
+    (tmp_path / "whole.jsonl").write_bytes(whole)
+    (tmp_path / "holed.jsonl").write_bytes(b"".join(lines[:lost] + lines[lost + 1 :]))
+    kept = {seq: rec for seq, rec in read_capture(tmp_path / "whole.jsonl")}
+    reader = read_capture(tmp_path / "holed.jsonl")
+    got = {seq: rec for seq, rec in reader}
+    after = [seq for seq in got if seq > lost and isinstance(got[seq], ev.MessageSeen) and got[seq].dir == "s2c"]
+    assert after, got
+    for seq in after:
+        rec, truth = got[seq], kept[seq]
+        assert isinstance(rec, ev.MessageSeen) and isinstance(truth, ev.MessageSeen)
+        # What the line itself says is kept; what it left out is unknown, never the older line's.
+        for name in ev.MessageSeen.sticky:
+            value = getattr(rec, name)
+            assert value is None or value == getattr(truth, name), (seq, name, value, getattr(truth, name))
+    assert [g.kind for g in reader.gaps] == ["seq_gap"]
+    (warning,) = [w for w in reader.warnings if "after a hole" in w]
+    assert f"{len(after)} response message(s) after a hole leave out fields a lost line stated" in warning
+    whole_reader = read_capture(tmp_path / "whole.jsonl")
+    assert len(list(whole_reader)) == len(kept) and [w for w in whole_reader.warnings if "after a hole" in w] == []
