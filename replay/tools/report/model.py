@@ -170,11 +170,16 @@ def _violations(r: RequestOutcome) -> list[str] | None:
     return names or None
 
 
+def shared(r: RequestOutcome) -> bool:
+    """``r`` is a request of an id group that got responses together: which were its own the wire does not say."""
+    return r.group is not None and r.group.responses > 0
+
+
 def _group(r: RequestOutcome) -> str | None:
     """A lane's group cell: the responses of its id group, which the wire cannot place on one request
     (``responses`` counts only its own: ``group 5 (3)``, as ``check``'s table shows them); else null."""
     g = r.group
-    return f"group {g.responses} ({g.text_responses})" if g is not None and g.responses else None
+    return f"group {g.responses} ({g.text_responses})" if g is not None and shared(r) else None
 
 
 class ReportBuilder:
@@ -397,7 +402,9 @@ class ReportBuilder:
         model_of = np.full(n_lanes, -1, dtype=np.int64)
         models: dict[str, int] = {}
         for ln, r in drawn:
-            is_req[ln] = True
+            # A lane of an id group that got responses together has them drawn on its latest request, whose
+            # they are the wire does not say: neighbours there are no one request's gaps.
+            is_req[ln] = not shared(r)
             model_of[ln] = models.setdefault(r.model or "(none)", len(models))
             stats.add(r)
         same = lane[1:] == lane[:-1]
@@ -406,8 +413,9 @@ class ReportBuilder:
         g_lane, g_val = g_lane[keep], (t[1:] - t[:-1])[same][keep]
         p50, p99 = group_percentiles(g_lane, g_val, n_lanes, (50, 99))
         col50, col99 = lanes.columns["inter_p50_ms"], lanes.columns["inter_p99_ms"]
-        for ln, _ in drawn:
-            col50[ln], col99[ln] = p50[ln], p99[ln]
+        for ln, r in drawn:
+            if not shared(r):
+                col50[ln], col99[ln] = p50[ln], p99[ln]
         m50, m99 = group_percentiles(model_of[g_lane], g_val, len(models), (50, 99))
         for name, m in models.items():
             stats.set_inter(name, m50[m], m99[m])

@@ -126,6 +126,8 @@ def build_overview(*, span_us: int, lanes: dict[str, list[Any]], lane_method: Se
     lane_group, groups = _group_ids(keys)
     G = max(1, len(groups))
     is_req = np.fromiter((r is not None for r in lanes["rid"]), dtype=bool, count=n)
+    # Lanes of id groups that got responses together (model.shared): no one request's count or gaps.
+    own = is_req & np.fromiter((g is None for g in lanes["group"]), dtype=bool, count=n)
     start = np.array([s if s is not None else 0 for s in lanes["start"]], dtype=np.int64)
     end = np.array([e if e is not None else span_us for e in lanes["end"]], dtype=np.int64)
     start_bin = bin_of(start)
@@ -147,7 +149,7 @@ def build_overview(*, span_us: int, lanes: dict[str, list[Any]], lane_method: Se
     t_bin = bin_of(t_t)
     # Inter-response gaps: ticks are grouped by lane in time order, so a gap is a difference of
     # neighbours on the same lane, counted in the bin of the later response.
-    same = t_lane[1:] == t_lane[:-1]
+    same = (t_lane[1:] == t_lane[:-1]) & own[t_lane[1:]] if len(t_lane) else np.zeros(0, dtype=bool)
     gap_vals = (t_t[1:] - t_t[:-1]).astype(np.float64)
 
     c_keys = [(m or "(none)", meth, cause) for _, m, meth, cause in cancels]
@@ -170,7 +172,7 @@ def build_overview(*, span_us: int, lanes: dict[str, list[Any]], lane_method: Se
             "per_octave": PER_OCTAVE,
             "ttfr_us": _sketch(lane_group, start_bin, ttfr, has_ttfr),
             "duration_us": _sketch(lane_group, start_bin, duration, has_duration),
-            "responses": _sketch(lane_group, start_bin, nresp, is_req),
+            "responses": _sketch(lane_group, start_bin, nresp, own),
             "gap_us": _sketch(t_group[1:], t_bin[1:], gap_vals, same),
         },
     }  # fmt: skip

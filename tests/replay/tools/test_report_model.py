@@ -49,6 +49,22 @@ def test_an_id_groups_responses_are_counted_for_its_model_and_shown_on_its_lanes
     assert mixed["lanes"]["group"] == [None, "group 4 (2)", "group 4 (2)"]
 
 
+def test_an_id_groups_lanes_have_no_gaps_and_no_per_request_count_in_the_overview() -> None:
+    """Responses of an id group that came together are drawn on its latest request, whose they are the wire does
+    not say: neighbours there are no one request's gaps (a lane's p50/p99, the model's, the overview's gap
+    chart), and no member's own count (0) goes into the responses-per-request histogram; a request alone with
+    its id keeps both (idless_mixed_ids: the lane without a group)."""
+    m = model_of("idless_mixed_ids.jsonl")
+    lanes = m["lanes"]
+    assert lanes["group"] == [None, "group 4 (2)", "group 4 (2)"]
+    assert [p is None for p in lanes["inter_p50_ms"]] == [False, True, True]
+    assert [p is None for p in lanes["inter_p99_ms"]] == [False, True, True]
+    alone = model_of("idless_mixed_ends.jsonl")  # every lane a group's: nothing per request to show
+    assert set(alone["lanes"]["inter_p50_ms"]) == {None} and alone["models"][0]["inter_p50_ms"] is None
+    sketch = alone["overview"]["sketch"]
+    assert sum(sketch["gap_us"]) == 0 and sum(sketch["responses"]) == 0, sketch
+
+
 def test_cancel_marks_its_in_flight_set_and_cause() -> None:
     """The cancel names its cause and the lanes of the requests in flight (a executing, b queued)."""
     m = model_of("stream_cancel.jsonl")
