@@ -182,14 +182,15 @@ class CaptureReader:
         watch.end()
         self.gaps.extend(watch.gaps)
 
-    def _sticky_after_hole(self, raw: dict[str, Any], hole: _AfterHole) -> None:
+    def _sticky_after_hole(self, raw: dict[str, Any], hole: _AfterHole) -> bool:
         """An `s2c` line after a hole in its file (before it is decoded). Its call's state from before the hole
         holds if this is the call's next `s2c` message (its index follows the last one read: none of the
         call's was lost); else a line leaving out a sticky field with no line since the hole stating it had
-        its value in a lost line: counted, read as unknown, and its call unsure until a line states them all."""
+        its value in a lost line: counted (True), read as unknown, and its call unsure until a line states
+        them all."""
         call = raw.get("call")
         if not isinstance(call, str):
-            return  # (decode says what is wrong with it)
+            return False  # (decode says what is wrong with it)
         sticky, unsure = hole.sticky, hole.unsure
         if call in hole.check:
             hole.check.discard(call)
@@ -202,6 +203,8 @@ class CaptureReader:
             unsure.add(call)
             sticky.pop(call, None)  # (what a line of it gave since the hole is as unknown)
             self.labels_lost += 1
+            return True
+        return False
 
     def _file(self, path: Path, *, last: bool, watch: SeqWatch) -> Iterator[tuple[int, ev.Record]]:
         name = str(path)
@@ -213,7 +216,6 @@ class CaptureReader:
         # After a hole in the file, a call's `s2c` line may leave out fields (model, outputs...) that only a
         # lost line stated: the calls whose such fields are unknown until a line states them again.
         hole: _AfterHole | None = None  # set at the file's first hole
-        last_index: dict[str, int] = {}  # call -> the index of its last `s2c` message read
         sides: SideRefs | None = None  # its side file (--payload full bytes), once a line points there
 
         def on_hole(offset: int, length: int, why: str) -> None:
@@ -258,17 +260,8 @@ class CaptureReader:
                             except orjson.JSONDecodeError as e:
                                 raise DamagedLine(name, lineno, f"not valid JSON: {e}") from None
                         try:
-                            after = raw.get("seq") if type(raw) is dict else None
-                            expected = watch.expected
-                            if type(after) is int and expected is not None and after > expected:
-                                # A hole before this line: what the writer left out of the lines after it may
-                                # have been stated by a lost one. A call's state from before it holds only
-                                # while the call's `s2c` indexes follow on (none of its lines was lost).
-                                if hole is None:
-                                    hole = _AfterHole(sticky, last_index)
-                                hole.check = set(last_index)
-                            if hole is not None and after is not None and raw.get("dir") == "s2c":
-                                self._sticky_after_hole(raw, hole)
+                            counted = hole is not None and type(raw) is dict and raw.get("dir") == "s2c" and (
+                                self._sticky_after_hole(raw, hole))  # fmt: skip
                             done = decode_(raw, path=name, line=lineno, sticky=sticky)
                         except UnknownKind as e:
                             # Same schema version, newer writer: new kinds are additions, so the rest
@@ -300,11 +293,25 @@ class CaptureReader:
                         watch.expected = seq + 1
                         ring[seq & mask] = watch.last = done
                         watch.line = lineno
-                        if rec.dir == "s2c":
-                            last_index[rec.call] = rec.index
                     else:
-                        if type(rec) is message and rec.dir == "s2c":
-                            last_index[rec.call] = rec.index
+                        expected = watch.expected
+                        if expected is not None and seq > expected:
+                            # A hole before this line: what the writer left out of the lines after it may have
+                            # been stated by a lost one. A call's state from before it holds only while its
+                            # `s2c` indexes follow on (none of its lines was lost).
+                            if hole is None:
+                                hole = _AfterHole(sticky)
+                            before = hole.seen(watch.ring, watch.MASK, expected)
+                            if (type(rec) is message and rec.dir == "s2c" and not counted
+                                    and not all(n in raw for n in _STICKY)):  # fmt: skip
+                                # (decoded with the state from before the hole: again, without it, if that is not its own)
+                                if rec.index != before.get(rec.call, -2) + 1:
+                                    sticky.pop(rec.call, None)
+                                    hole.unsure.add(rec.call)
+                                    self.labels_lost += 1
+                                    seq, rec = done = decode_(raw, path=name, line=lineno, sticky=sticky)
+                            if type(rec) is message and rec.dir == "s2c":
+                                hole.check.discard(rec.call)
                         if record(seq, rec, name, lineno):
                             skipped += 1
                             continue
@@ -346,11 +353,26 @@ class _AfterHole:
 
     __slots__ = ("check", "last_index", "sticky", "unsure")
 
-    def __init__(self, sticky: Sticky, last_index: dict[str, int]) -> None:
+    def __init__(self, sticky: Sticky) -> None:
         self.sticky = sticky
-        self.last_index = last_index
-        self.check: set[str] = set()  # calls read before the hole whose state its next line checks
+        self.check: set[str] = set()  # calls with a state from before the hole, checked at their next `s2c` line
+        self.last_index: dict[str, int] = {}  # of those, the index of the last `s2c` message read
         self.unsure: set[str] = set()  # calls whose sticky fields are unknown until a line states them
+
+    def seen(self, ring: list[tuple[int, ev.Record] | None], mask: int, expected: int) -> dict[str, int]:
+        """A hole ends before seq ``expected``: each call with a state, its last `s2c` index read before the hole
+        (from the reader's recent records; one older than those is unknown, and its call's state with it)."""
+        last: dict[str, int] = {}
+        for seq in range(expected - 1, max(-1, expected - 1 - len(ring)), -1):
+            kept = ring[seq & mask]
+            if kept is None or kept[0] != seq:
+                continue
+            rec = kept[1]
+            if type(rec) is ev.MessageSeen and rec.dir == "s2c" and rec.call not in last:
+                last[rec.call] = rec.index
+        self.check = set(self.sticky)
+        self.last_index = last
+        return last
 
 
 class RecordsReader:
