@@ -119,8 +119,10 @@ class EvidenceCollector:
         self.emit = emit
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = asyncio.Event()
-        # call -> (cancel t_ns, window end t_ns): for the `overlapping` field
+        # call -> (cancel t_ns, window end t_ns) of every window open, and of those ended that an open one
+        # overlaps: the `overlapping` field (a later window's log lines include an earlier one's work)
         self._windows: dict[str, tuple[int, int]] = {}
+        self._open: set[str] = set()
         # call -> size of Triton's log just before the cancel went upstream
         self._offsets: dict[str, int] = {}
 
@@ -149,6 +151,7 @@ class EvidenceCollector:
             return
         end = rec.t_ns + int(self.spec.window_s * 1e9)
         self._windows[rec.call] = (rec.t_ns, end)
+        self._open.add(rec.call)
         task = asyncio.get_running_loop().create_task(self._watch(rec, offset), name=f"triton-tap-evidence-{rec.call}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -168,7 +171,7 @@ class EvidenceCollector:
             raise
         except Exception as e:  # evidence must never fail the relay or leave a task error
             log.warning("evidence_failed", call=rec.call, error=f"{type(e).__name__}: {e}")
-            self._windows.pop(rec.call, None)
+            self._ended(rec.call)
             for source in self._sources():
                 self.emit(ev.EvidenceRecorded(
                     t_ns=time.time_ns(), call=rec.call, cancel_t_ns=rec.t_ns, source=source, window_ms=0.0,
@@ -191,8 +194,12 @@ class EvidenceCollector:
         except TimeoutError:
             pass
         window_ms = (time.monotonic() - t0) * 1000.0
-        _, end = self._windows.pop(rec.call, (0, 0))
-        overlapping = sorted(c for c, (t, _e) in self._windows.items() if rec.t_ns <= t <= end) or None
+        start, end = self._windows.get(rec.call, (rec.t_ns, rec.t_ns))
+        end = min(end, start + int(window_ms * 1e6))  # (cut short at shutdown)
+        # Every other cancel whose window meets this one, before or after it: Triton's skipped-response lines
+        # carry no request id, so what this window read may be their work.
+        overlapping = sorted(c for c, (t, e) in self._windows.items() if c != rec.call and t <= end and e >= start) or None
+        self._ended(rec.call)
         common: dict[str, Any] = {
             "call": rec.call, "cancel_t_ns": rec.t_ns, "window_ms": window_ms, "in_flight": list(rec.in_flight),
             "overlapping": overlapping,
@@ -219,6 +226,13 @@ class EvidenceCollector:
             self.emit(ev.EvidenceRecorded(
                 t_ns=time.time_ns(), source="log", lines=lines, skipped_responses=skipped, **common,
             ))  # fmt: skip
+
+    def _ended(self, call: str) -> None:
+        """``call``'s window is over: kept while an open window began before it ended, for its `overlapping`."""
+        self._open.discard(call)
+        first = min((self._windows[c][0] for c in self._open if c in self._windows), default=None)
+        for c in [c for c, (_t, e) in self._windows.items() if c not in self._open and (first is None or e < first)]:
+            del self._windows[c]
 
     async def close(self) -> None:
         """End every window now (records written with their shortened window), wait for them."""

@@ -380,7 +380,7 @@ class EvidenceRecorded:
     ] = None
     overlapping: Annotated[
         list[str] | None,
-        "other calls cancelled during this window: unattributed lines and counters may belong to them",
+        "other calls whose windows overlap this one (cancelled before or during it): unattributed lines and counters may belong to them",
     ] = None
     error: Annotated[str | None, "why the source could not be read, else null"] = None
 

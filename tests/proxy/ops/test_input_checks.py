@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -87,6 +89,35 @@ def test_evidence_from_a_non_http_metrics_port_is_a_record_with_the_error(not_ht
     (rec,) = records
     assert rec.source == "metrics" and rec.error and "unreadable" in rec.error and rec.call == "c1.1"
     assert loop_errors == []
+
+
+def test_overlapping_windows_name_each_other_whichever_began_first(tmp_path: Path) -> None:
+    """Cancel A, then B while A's window is open: Triton's skipped-response lines carry no request id, so B's
+    window (read from B's offset to its end) holds A's work too. Each record names the other, B's too (it named
+    none: A's window had ended first, and B's lines, A's model ignoring its cancel, read as B's); a cancel C
+    after both windows ended names neither."""
+    log = tmp_path / "tritonserver.log"
+    log.write_text("start\n")
+    records: list[Any] = []
+    window = 0.3
+
+    async def go() -> None:
+        collector = EvidenceCollector(EvidenceSpec(log_path=log, window_s=window), records.append)
+        t0 = time.time_ns()
+        for call, after in (("c1.1", 0.0), ("c1.2", window / 2)):  # (B's cancel half a window after A's)
+            collector.mark(call)
+            collector.notify(dataclasses.replace(_cancel(call), t_ns=t0 + int(after * 1e9)))
+        deadline = time.monotonic() + 30
+        while len(records) < 2:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        collector.mark("c1.3")
+        collector.notify(dataclasses.replace(_cancel("c1.3"), t_ns=time.time_ns()))
+        await collector.close()
+
+    asyncio.run(go())
+    got = {r.call: r.overlapping for r in records}
+    assert got == {"c1.1": ["c1.2"], "c1.2": ["c1.1"], "c1.3": None}, got
 
 
 def test_evidence_failure_does_not_reach_the_relay() -> None:
