@@ -287,9 +287,13 @@ class Http1Core:
         learned = time.monotonic_ns()
         out = self._begin()
         if side == CLIENT and self.client in CLIENT_LIVE and self.up in UPSTREAM_LIVE:
+            call = self.call
+            if call is not None and self.shared.before_cancel is not None:
+                # Triton may take the FIN for the call's cancel (it cuts an event stream): where its log
+                # ends before it goes on, as for a cancel the proxy forwards.
+                self.shared.before_cancel(call.id)
             out.commands.append(WriteEof(UPSTREAM))
             self._client_eof_us = (time.monotonic_ns() - learned) / 1e3
-            call = self.call
             if call is not None:
                 # On the wire when it happened, tied to the open call: what follows (Triton's answer,
                 # or its close) is recorded after it, and what came before it before: the request

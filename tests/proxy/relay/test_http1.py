@@ -19,7 +19,7 @@ from proxy.relay.contract import CLIENT, UPSTREAM, Close
 from proxy.relay.http1 import MAX_HEAD
 from proxy.relay.options import RelayOptions
 from replay.capture.events import BODY_CUT
-from tests.proxy.relay.http1_wire import drive, drive_file, reads, transcript
+from tests.proxy.relay.http1_wire import Shared, drive, drive_file, reads, transcript
 
 
 def kinds(run: Any) -> list[str]:
@@ -312,6 +312,28 @@ def test_client_fin_is_passed_on_and_recorded_on_the_open_call() -> None:
     idle = drive([])
     idle.perform(idle.core.eof(CLIENT))
     assert not idle.records("half_close")
+
+
+def test_a_fin_that_cuts_a_stream_marks_where_the_evidence_log_starts() -> None:
+    """``record --evidence log=``: Triton takes a client's FIN mid generate_stream for the cancel, so the FIN
+    passed on is the moment its log is read from (``before_cancel``, called before the core hands the shell
+    the FIN to write), as for a reset; the cancel that follows then has an offset (its evidence said the log
+    was unreadable)."""
+    from proxy.relay.contract import WriteEof
+
+    marks: list[str] = []
+    shared = Shared(before_cancel=marks.append)
+    request = (b"POST /v2/models/tokens/generate_stream HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n"
+               b'{"id":"f"}')  # fmt: skip
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    run = drive([("c2s", request), ("s2c", head + b"12\r\ndata: {\"id\":\"f\"}\n\n\r\n")], shared=shared)
+    assert marks == []
+    run.perform(run.core.eof(CLIENT))
+    (call,) = [r.call for r in run.records("call_start")]
+    assert marks == [call] and WriteEof(UPSTREAM) in run.commands
+    run.perform(run.core.lost(UPSTREAM, None))  # Triton cuts the stream and closes
+    (cancel,) = run.records("cancel")
+    assert cancel.cause == "client_disconnect" and cancel.forwarded_upstream and marks == [call]
 
 
 def test_what_came_before_the_clients_fin_is_recorded_before_its_half_close() -> None:
