@@ -67,6 +67,13 @@ class _Calls:
     matched: set[str] = field(default_factory=set)
     #: call_start lines held back until the call shows a matching message (model/request-id filters).
     held: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    #: Calls ended lately -> whether the filter had selected them: the records that come after a call's end
+    #: (``evidence`` after its window, ``late`` frames) follow it as its others did (the newest ENDED_KEPT).
+    ended: dict[str, bool] = field(default_factory=dict)
+
+
+#: How many ended calls a subscriber remembers for the records that come after their end.
+ENDED_KEPT = 4096
 
 
 class Subscriber:
@@ -110,6 +117,14 @@ class Subscriber:
         flt, calls = self.filter, self._calls
         kind = record.kind
         call = record.call
+        if kind in ("evidence", "late") and call in calls.ended:
+            # After the call's end, which forgot it: selected as the call was, an evidence record by
+            # its in-flight ids, a late frame by its own id, as before the end.
+            hit = calls.ended[call]
+            if hit and flt.request_ids:
+                ids = record.in_flight if kind == "evidence" else (record.request_id,)
+                hit = not flt.request_ids.isdisjoint(ids)
+            return [(seq, kind, line)] if hit else []
         if kind == "call_start":
             calls.method[call] = record.method
             if not self._method_ok(call):
@@ -146,6 +161,9 @@ class Subscriber:
             calls.matched.discard(call)
             calls.held.pop(call, None)
             calls.method.pop(call, None)
+            calls.ended[call] = hit
+            if len(calls.ended) > ENDED_KEPT:
+                del calls.ended[next(iter(calls.ended))]
         return [(seq, kind, line)] if hit else []
 
     def _method_ok(self, call: str) -> bool:

@@ -1,0 +1,69 @@
+"""A Tail subscriber's filter (proxy.admin.hub.Subscriber.offer) over records as the writer offers them, no proxy:
+what follows a call's end (its ``evidence`` records, ``late`` frames) follows the call as its others did."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from proxy.admin.hub import ENDED_KEPT, Subscriber, TailFilter
+from replay.capture import events as ev
+
+STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    lp = asyncio.new_event_loop()
+    yield lp
+    lp.close()
+
+
+def _call(call: str, model: str, rid: str) -> list[Any]:
+    """A stream call cancelled with one request in flight, then its evidence after the end, and a late frame."""
+    return [
+        ev.CallStarted(t_ns=1, call=call, conn="c1", method=STREAM, peer="p", metadata=[], timeout_ms=None),
+        ev.MessageSeen(t_ns=2, call=call, dir="c2s", index=0, size=9, model=model, request_id=rid),
+        ev.CallCancelled(t_ns=3, call=call, cause="client_cancel", in_flight=[rid], responded=[], rst_code=8,
+                         elapsed_ms=2.0, forwarded_upstream=True),
+        ev.CallEnded(t_ns=4, call=call, status="CANCELLED", details=None, cause="client_cancel", trailers=None,
+                     initial_metadata=None, duration_ms=3.0, messages_c2s=1, messages_s2c=0),
+        ev.LateFrameSeen(t_ns=5, call=call, frame="message", size=9, since_cancel_ms=2.0, request_id=rid),
+        ev.EvidenceRecorded(t_ns=6, call=call, cancel_t_ns=3, source="log", window_ms=1500.0, in_flight=[rid],
+                            lines=[], skipped_responses=0),
+    ]  # fmt: skip
+
+
+def _kinds(loop: asyncio.AbstractEventLoop, flt: TailFilter, records: list[Any]) -> list[tuple[str, str]]:
+    sub = Subscriber(flt, loop, 1000, 1 << 20, {})
+    for seq, rec in enumerate(records):
+        sub.offer(seq, rec, b"x\n")
+    return [(records[item[0]].call, item[1]) for item in sub.items if isinstance(item, tuple)]
+
+
+@pytest.mark.parametrize(
+    "flt",
+    [TailFilter(models=frozenset({"a"})), TailFilter(request_ids=frozenset({"ra"})),
+     TailFilter(methods=frozenset({"ModelStreamInfer"}))],
+    ids=["model", "request-id", "method"],
+)  # fmt: skip
+def test_records_after_a_calls_end_follow_the_call(loop: asyncio.AbstractEventLoop, flt: TailFilter) -> None:
+    """The evidence comes seconds after the call's end (--evidence-window), which forgot the call: every filter
+    dropped it (and a late frame after the end put the call back in the selected set for good)."""
+    every = ["call_start", "message", "cancel", "call_end", "late", "evidence"]
+    got = _kinds(loop, flt, _call("c1.1", "a", "ra") + _call("c1.2", "b", "rb"))
+    want = [("c1.1", k) for k in every]
+    if flt.methods:
+        want += [("c1.2", k) for k in every]
+    assert got == want
+
+
+def test_the_ended_calls_remembered_are_bounded(loop: asyncio.AbstractEventLoop) -> None:
+    sub = Subscriber(TailFilter(models=frozenset({"a"})), loop, 10, 1 << 20, {})
+    records = [r for i in range(ENDED_KEPT + 5) for r in _call(f"c1.{i}", "a", f"r{i}")[:4]]
+    for seq, rec in enumerate(records):
+        sub.offer(seq, rec, b"x\n")
+    assert len(sub._calls.ended) == ENDED_KEPT and not sub._calls.matched
