@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from replay.cli.base import seq_number
+
 
 def _connection_flags(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--admin", required=required, default=None, metavar="HOST:PORT",
@@ -30,7 +32,7 @@ def add_admin_commands(sub: Any) -> None:
                    help="only calls of this gRPC method, full path or short name (repeatable)")  # fmt: skip
     t.add_argument("--request-id", action="append", default=[], metavar="R", help="only this Triton request id (repeatable)")
     t.add_argument("--kind", action="append", default=[], metavar="K", help="only records of this kind (repeatable)")
-    t.add_argument("--from-seq", type=int, default=None, metavar="SEQ",
+    t.add_argument("--from-seq", type=seq_number, default=None, metavar="SEQ",
                    help="--admin: start at this seq if the proxy still holds it (default: now)")  # fmt: skip
     t.add_argument("--json", action="store_true", help="print the capture's JSON lines")
     t.set_defaults(func=_run_tail)

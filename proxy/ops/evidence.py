@@ -11,6 +11,7 @@ forwarding path: the relay only hands over the cancel record (and a log offset t
 from __future__ import annotations
 
 import asyncio
+import http.client
 import os
 import time
 import urllib.request
@@ -78,9 +79,14 @@ def probe_metrics(url: str, timeout: float = 3.0) -> str | None:
 
 
 def sample_metrics(url: str, timeout: float = 5.0) -> dict[str, float]:
-    """Every ``nv_inference_*`` series of the Prometheus endpoint."""
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return parse_metrics(resp.read().decode("utf-8", "replace"))
+    """Every ``nv_inference_*`` series of the Prometheus endpoint (ValueError: it did not answer HTTP)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return parse_metrics(resp.read().decode("utf-8", "replace"))
+    except http.client.HTTPException as e:
+        # http.client's message quotes what came instead (a gRPC port's HTTP/2 bytes, NULs and all): a
+        # report's note or a record's error would carry them.
+        raise ValueError(f"not an HTTP answer ({type(e).__name__})") from None
 
 
 def metric_deltas(before: dict[str, float], after: dict[str, float], model: str | None = None) -> dict[str, float]:

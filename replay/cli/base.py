@@ -119,6 +119,13 @@ def positive_int(text: str) -> int:
     return int(text)
 
 
+def seq_number(text: str) -> int:
+    """argparse type of a capture's record number: an integer in 0..MAX_INT."""
+    if not text.isascii() or not text.isdigit() or not int(text) <= MAX_INT:
+        raise argparse.ArgumentTypeError(f"must be a record number 0..{MAX_INT}: {text!r}")
+    return int(text)
+
+
 def hostport(flag: str, *, listen: bool) -> Callable[[str], str]:
     """An argparse type checking ``HOST:PORT`` (port 0 only where a free port can be listened on)."""
     from replay.hostport import parse_hostport

@@ -67,3 +67,15 @@ def test_the_ended_calls_remembered_are_bounded(loop: asyncio.AbstractEventLoop)
     for seq, rec in enumerate(records):
         sub.offer(seq, rec, b"x\n")
     assert len(sub._calls.ended) == ENDED_KEPT and not sub._calls.matched
+
+
+@pytest.mark.parametrize("seq", ["-5", "x", "1.5"])
+def test_tail_from_seq_is_a_record_number(seq: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`tail --from-seq` takes a record number (it took -5, and answered that seq -5 was no longer held)."""
+    from proxy.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["tail", "--admin", "127.0.0.1:1", "--from-seq", seq])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--from-seq: must be a record number 0.." in err, err

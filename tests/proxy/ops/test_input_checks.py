@@ -146,6 +146,8 @@ def test_check_cancel_non_http_metrics_is_a_note(not_http: str) -> None:
     setup = _setup(metrics_url=not_http)
     assert metrics_or_none(setup) is None
     assert len(setup.notes) == 1 and "unreadable" in setup.notes[0]
+    # (what the port sent is not quoted: a gRPC port's bytes made the report's text binary)
+    assert setup.notes[0].endswith("ValueError: not an HTTP answer (BadStatusLine)") and setup.notes[0].isprintable()
 
 
 def test_check_cancel_log_that_vanished_is_a_note(tmp_path: Path) -> None:
