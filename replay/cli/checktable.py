@@ -101,21 +101,24 @@ def _ms(value: float | None) -> str:
     return "" if value is None else f"{value:.1f}"
 
 
-def _counts(r: RequestOutcome) -> tuple[str, str]:
-    """The row's ``responses (text)`` and ``first ms`` cells.
+def _counts(r: RequestOutcome) -> tuple[str, str, str]:
+    """The row's ``responses (text)``, ``first ms`` and ``ms`` cells.
 
     A request of a shared id group has the responses known to be its own (often none) and the
     group's, which the wire cannot place: those are shown as the group's, from its GroupOutcome,
-    never as the request's.
+    never as the request's. So is its duration: which of the group's finals was its own the wire
+    does not say, so it runs to the group's last (``group 97.6``).
     """
-    own, first = f"{r.responses} ({r.text_responses})", _ms(r.first_response_ms)
+    own, first, ms = f"{r.responses} ({r.text_responses})", _ms(r.first_response_ms), _ms(r.duration_ms)
     g = r.group
     if g is None or not g.responses:
-        return own, first
+        return own, first, ms
     shared = f"group {g.responses} ({g.text_responses})"
     if r.first_response_ms is None and g.first_response_ms is not None:
         first = f"group {_ms(g.first_response_ms)}"
-    return (f"{own} + {shared}" if r.responses else shared), first
+    if r.duration_ms is not None:
+        ms = f"group {ms}"
+    return (f"{own} + {shared}" if r.responses else shared), first, ms
 
 
 def _outcome(r: RequestOutcome) -> str:
@@ -165,10 +168,10 @@ def render_human(
         rid = "(none)" if r.request_id is None else repr(r.request_id) if r.request_id == "" else r.request_id
         if r.occurrence:
             rid += f" #{r.occurrence + 1}"
-        responses, first = _counts(r)
+        responses, first, ms = _counts(r)
         table.add_row(
             escape(r.call), *((escape(short_method(r.method)), escape(r.status or "")) if http else ()), escape(rid), escape(r.model or ""), _outcome(r), responses,
-            "" if r.final is None else str(r.final).lower(), first, _ms(r.duration_ms), _violations(r),
+            "" if r.final is None else str(r.final).lower(), first, ms, _violations(r),
         )  # fmt: skip
     console.print(table)
     if hidden:

@@ -84,7 +84,7 @@ class RequestOutcome:
     text_responses: int  # those with outputs
     final: bool | None  # streams: final=true seen; unary: the raw flag of the response (or null)
     first_response_ms: float | None
-    duration_ms: float | None  # request to final response, or to the call's end; null if never ended
+    duration_ms: float | None  # request to final response (a shared id group's: its last), or to the call's end; null if never ended
     #: The call's status as recorded: a gRPC status name, or on HTTP the response's code (``"200"``) or,
     #: when no response head reached the client, the gRPC-style name; null when the capture ended first.
     status: str | None
