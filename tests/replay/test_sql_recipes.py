@@ -64,7 +64,8 @@ def test_recipes_on_the_stream_cancel_golden(tmp_path: Path, compressed: bool) -
         shutil.copy(DATA / "stream_cancel.jsonl", tmp_path / name)
     by_model, cancels, unfinished, gaps = _run(f"{tmp_path}/*.jsonl*")
     ((model, requests, per_request, p50, p99),) = by_model
-    assert (model, requests) == ("tokens", 2) and per_request == 2.0 and 0 < p50 <= p99  # `b` got no response
+    # `b` got no response: a request still (it was left out), counted as 0 responses, with no first response
+    assert (model, requests) == ("tokens", 3) and per_request == 4 / 3 and 0 < p50 <= p99
     assert cancels == [("client_cancel", 1)]
     assert [(call, rid) for _, call, rid in unfinished] == [("c1.1", "a"), ("c1.1", "b")]
     assert gaps[0][2] == 2 and gaps[0][0] > 0
@@ -121,7 +122,7 @@ def test_parquet_gives_the_jsonl_answers_on_the_stream_cancel_golden(tmp_path: P
     jsonl, parquet = _run(f"{src}/*.jsonl*"), _parquet(tmp_path / "out")
     assert parquet == jsonl
     by_model, cancels, unfinished, _ = parquet
-    assert by_model[0][:2] == ("tokens", 4) and cancels == [("client_cancel", 1)]  # 2 requests in each
+    assert by_model[0][:2] == ("tokens", 5) and cancels == [("client_cancel", 1)]  # 3 requests and 2
     assert {capture for capture, _, _ in unfinished} == {"capture-20260528T000000-1"}
 
 
