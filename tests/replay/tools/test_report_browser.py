@@ -129,6 +129,28 @@ def test_golden_capture_renders_expected_lanes_and_screenshot(tmp_path: Path) ->
 
 
 @needs_chromium
+def test_a_cancel_of_id_less_requests_lists_them_as_quoted_empty_ids(tmp_path: Path) -> None:
+    """Two id-less requests in flight at a client's cancel: the cancels table names them `"", ""` (as `check`
+    shows an id-less request), where it showed a lone `, `."""
+    from tests.data.make_golden import Builder
+
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "", prompt="a", empty_final=True)
+    b.response("c1.1", "", "t-0")
+    b.request("c1.1", "", prompt="b", empty_final=True)
+    b.cancel("c1.1", "client_cancel", rst_code=8)
+    b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
+    capture = tmp_path / "idless_cancel.jsonl"
+    capture.write_bytes(b.finish().render())
+    page = tmp_path / "report.html"
+    assert triton_tap_main(["report", str(capture), "-o", str(page)]) == 0
+    dom, text, stderr = rendered(page, tmp_path)
+    assert_clean(dom, stderr)
+    assert "<td>client_cancel</td><td>8</td><td>\"\", \"\"</td>" in text, text[text.find("cancels"):][:3000]
+
+
+@needs_chromium
 def test_captures_with_holes_render_and_list_them(tmp_path: Path) -> None:
     """Dropped records, missing seq numbers, a killed proxy, a cut last line: drawn and listed, no errors;
     a request open where records were lost is unknown, a violation after the loss named so; an id
