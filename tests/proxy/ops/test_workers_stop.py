@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,9 @@ class _SignalWhenStarted:
         raise AssertionError(f"unexpected warning {event}: {fields}")
 
 
-def test_a_stop_before_the_workers_handle_signals_exits_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SIGTERM to the supervisor reaches workers still starting: each dies of the signal (no handler of its
-    own yet, nothing opened, nothing lost): the stop went as asked, exit 0, not the 1 of a failed worker."""
+@pytest.fixture
+def stand_ins(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Workers spawned by the supervisor are stand-ins (see the module docstring); each is stopped at teardown."""
     spawned: list[subprocess.Popen[bytes]] = []
     real_popen = subprocess.Popen
 
@@ -45,16 +46,24 @@ def test_a_stop_before_the_workers_handle_signals_exits_0(tmp_path: Path, monkey
         return p
 
     monkeypatch.setattr(subprocess, "Popen", popen)
-    monkeypatch.setattr(workers, "log", _SignalWhenStarted())
-    cfg = ProxyConfig(listen="127.0.0.1:0", upstream="127.0.0.1:1", capture_dir=tmp_path, workers=2)
     try:
-        assert workers.supervise(cfg, "info") == 0
+        yield spawned
     finally:
         for p in spawned:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    assert len(spawned) == 2
+
+
+def test_a_stop_before_the_workers_handle_signals_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stand_ins: list[subprocess.Popen[bytes]]
+) -> None:
+    """SIGTERM to the supervisor reaches workers still starting: each dies of the signal (no handler of its
+    own yet, nothing opened, nothing lost): the stop went as asked, exit 0, not the 1 of a failed worker."""
+    monkeypatch.setattr(workers, "log", _SignalWhenStarted())
+    cfg = ProxyConfig(listen="127.0.0.1:0", upstream="127.0.0.1:1", capture_dir=tmp_path, workers=2)
+    assert workers.supervise(cfg, "info") == 0
+    assert len(stand_ins) == 2
 
 
 class _HangUpThenStopWhenStarted:
@@ -81,21 +90,14 @@ class _HangUpThenStopWhenStarted:
         raise AssertionError(f"unexpected warning {event}: {fields}")
 
 
-def test_a_sighup_while_the_workers_start_ends_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_sighup_while_the_workers_start_ends_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stand_ins: list[subprocess.Popen[bytes]]
+) -> None:
     """SIGHUP to the supervisor is passed to its workers (each reopens its capture); one that comes while they
     start, before their own handlers are in place, is ignored (inherited across exec): no worker and not the
     supervisor dies of it, and a SIGTERM after it still stops the set with exit 0. (That the workers reopen
     their files: tests/e2e/test_workers_e2e.py.)"""
-    spawned: list[subprocess.Popen[bytes]] = []
-    real_popen = subprocess.Popen
-
-    def popen(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-        p = real_popen([sys.executable, "-c", _STARTING], **kwargs)
-        spawned.append(p)
-        return p
-
-    monkeypatch.setattr(subprocess, "Popen", popen)
-    log = _HangUpThenStopWhenStarted(spawned)
+    log = _HangUpThenStopWhenStarted(stand_ins)
     monkeypatch.setattr(workers, "log", log)
     cfg = ProxyConfig(listen="127.0.0.1:0", upstream="127.0.0.1:1", capture_dir=tmp_path, workers=2)
 
@@ -108,8 +110,4 @@ def test_a_sighup_while_the_workers_start_ends_nothing(tmp_path: Path, monkeypat
         assert signal.getsignal(signal.SIGHUP) is test_runner  # the supervisor's handlers are undone
     finally:
         signal.signal(signal.SIGHUP, before)
-        for p in spawned:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
     assert log.alive_after_hup == [True, True]
