@@ -12,6 +12,7 @@ import tempfile
 import threading
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zstandard
@@ -829,3 +830,40 @@ def test_sparse_fields_a_lost_line_stated_are_unknown_after_it_not_the_older_lin
     assert f"{len(after)} response message(s) after a hole leave out fields a lost line stated" in warning
     whole_reader = read_capture(tmp_path / "whole.jsonl")
     assert len(list(whole_reader)) == len(kept) and [w for w in whole_reader.warnings if "after a hole" in w] == []
+
+
+def _holed(whole: bytes, lost: int, tmp_path: Path) -> tuple[dict[int, Any], dict[int, Any], Any]:
+    """A capture whole and without the line of seq ``lost``: (whole records, records read, reader)."""
+    lines = whole.splitlines(keepends=True)
+    assert f'"seq":{lost},'.encode() in lines[lost]
+    (tmp_path / "holed.jsonl").write_bytes(b"".join(lines[:lost] + lines[lost + 1 :]))
+    (tmp_path / "whole.jsonl").write_bytes(whole)
+    kept = dict(read_capture(tmp_path / "whole.jsonl"))
+    reader = read_capture(tmp_path / "holed.jsonl")
+    return kept, dict(reader), reader
+
+
+def test_a_response_line_right_after_the_hole_is_checked_too(tmp_path: Path) -> None:
+    """The line right after the hole is a response of the call whose line was lost (its index skips one):
+    what it leaves out is unknown (and the model the next leaves out); the same line after a lost line of
+    another call (its index follows on) keeps its call's state, every field as written, and no warning."""
+    from tests.data.make_golden import Builder
+
+    b = Builder().start()
+    b.call("c1.1")
+    b.call("c1.3")
+    b.request("c1.1", "x", prompt="p", empty_final=True)
+    b.request("c1.3", "y", prompt="q", empty_final=True)
+    b.response("c1.1", "x", None)  # seq 5: outputs []
+    b.response("c1.3", "y", "y-0")  # seq 6: the other call's
+    b.response("c1.1", "x", "x-0")  # seq 7: outputs ["TEXT"]
+    b.response("c1.1", "x", "x-1")  # seq 8: the same outputs, left out
+    b.response("c1.1", "x", None, final=True)  # seq 9: outputs [] and model_version stated, the model left out
+    whole = b.finish().render()
+    kept, got, reader = _holed(whole, 7, tmp_path)
+    assert (got[8].outputs, got[8].model, kept[8].outputs, kept[8].model) == (None, None, ["TEXT"], "tokens")
+    assert (got[9].outputs, got[9].model) == ([], None)
+    assert [w for w in reader.warnings if ": 2 response message(s) after a hole" in w], reader.warnings
+    kept, got, reader = _holed(whole, 6, tmp_path)  # the other call's line lost: c1.1's indexes follow on
+    assert {seq: repr(r) for seq, r in got.items()} == {seq: repr(r) for seq, r in kept.items() if seq != 6}
+    assert [w for w in reader.warnings if "after a hole" in w] == []
