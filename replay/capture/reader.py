@@ -29,6 +29,7 @@ Warnings and holes are collected on the reader object (:attr:`CaptureReader.warn
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import heapq
 import itertools
 import os
@@ -138,7 +139,6 @@ class CaptureReader:
         self.warnings: list[str] = []
         self.gaps: list[Gap] = []
         self.records = 0  # records yielded, added up as each file is done (or left early)
-        self.labels_lost = 0  # of the file being read: response lines whose sticky fields a hole took
         self.captures = 0
         #: Told of each hole where records were lost as it is found (:class:`~replay.capture.holes.SeqWatch`'s ``on_loss``):
         #: set before iterating, e.g. to :meth:`~replay.machine.tracker.Tracker.lost`.
@@ -183,11 +183,10 @@ class CaptureReader:
         self.gaps.extend(watch.gaps)
 
     def _sticky_after_hole(self, raw: dict[str, Any], hole: _AfterHole) -> bool:
-        """An `s2c` line after a hole in its file (before it is decoded). Its call's state from before the hole
+        """An `s2c` line after a hole in its file, before it is decoded. Its call's state from before the hole
         holds if this is the call's next `s2c` message (its index follows the last one read: none of the
-        call's was lost); else a line leaving out a sticky field with no line since the hole stating it had
-        its value in a lost line: counted (True), read as unknown, and its call unsure until a line states
-        them all."""
+        call's lines was lost); else each sticky field is unknown until a line states it. A line leaving
+        out an unknown one reads it as null, and is counted (True)."""
         call = raw.get("call")
         if not isinstance(call, str):
             return False  # (decode says what is wrong with it)
@@ -196,15 +195,20 @@ class CaptureReader:
             hole.check.discard(call)
             index = raw.get("index")
             if type(index) is not int or index != hole.last_index.get(call, -2) + 1:
-                unsure.add(call)
-        if all(name in raw for name in _STICKY):
-            unsure.discard(call)
-        elif call in unsure or call not in sticky:
-            unsure.add(call)
-            sticky.pop(call, None)  # (what a line of it gave since the hole is as unknown)
-            self.labels_lost += 1
-            return True
-        return False
+                unsure[call] = set(_STICKY)
+        elif call not in sticky and call not in unsure:
+            unsure[call] = set(_STICKY)  # (its first line since the hole: the writer stated them all, unless lost)
+        unknown = unsure.get(call)
+        if unknown is None:
+            return False
+        unknown.difference_update([name for name in _STICKY if name in raw])
+        if not unknown:
+            del unsure[call]
+            return False
+        state = sticky.get(call)
+        sticky[call] = tuple(None if name in unknown or state is None else state[k] for k, name in enumerate(_STICKY))
+        hole.lost += 1
+        return True
 
     def _file(self, path: Path, *, last: bool, watch: SeqWatch) -> Iterator[tuple[int, ev.Record]]:
         name = str(path)
@@ -302,16 +306,17 @@ class CaptureReader:
                             if hole is None:
                                 hole = _AfterHole(sticky)
                             before = hole.seen(watch.ring, watch.MASK, expected)
-                            if (type(rec) is message and rec.dir == "s2c" and not counted
-                                    and not all(n in raw for n in _STICKY)):  # fmt: skip
-                                # (decoded with the state from before the hole: again, without it, if that is not its own)
-                                if rec.index != before.get(rec.call, -2) + 1:
-                                    sticky.pop(rec.call, None)
-                                    hole.unsure.add(rec.call)
-                                    self.labels_lost += 1
-                                    seq, rec = done = decode_(raw, path=name, line=lineno, sticky=sticky)
                             if type(rec) is message and rec.dir == "s2c":
                                 hole.check.discard(rec.call)
+                                left_out = [n for n in _STICKY if n not in raw]
+                                if left_out and not counted and rec.index != before.get(rec.call, -2) + 1:
+                                    # Decoded with its call's state from before the hole, which a lost line of
+                                    # the call may have changed: what it left out is unknown.
+                                    blank: dict[str, Any] = dict.fromkeys(left_out)
+                                    seq, rec = done = (seq, dataclasses.replace(rec, **blank))
+                                    sticky[rec.call] = tuple(getattr(rec, n) for n in _STICKY)
+                                    hole.unsure[rec.call] = set(left_out)
+                                    hole.lost += 1
                         if record(seq, rec, name, lineno):
                             skipped += 1
                             continue
@@ -337,13 +342,12 @@ class CaptureReader:
             self.records += found - skipped  # counted once, not per record (also when stopped early)
         if not found:
             raise CaptureError(name, None, "no capture records in this file (empty, or not a triton-tap capture)")
-        if self.labels_lost:
+        if hole is not None and hole.lost:
             self.warnings.append(
-                f"{name}: {self.labels_lost} response message(s) after a hole leave out fields a lost line stated "
+                f"{name}: {hole.lost} response message(s) after a hole leave out fields a lost line stated "
                 "(model, model_version, outputs, output_tensors): read as unknown (null), not as the line before the "
                 "hole said, so their requests' text_responses may be short"
             )
-            self.labels_lost = 0
         if sides is not None and (why := sides.warning()) is not None:
             self.warnings.append(why)
 
@@ -351,13 +355,15 @@ class CaptureReader:
 class _AfterHole:
     """The sparse-encoding state of a file after a hole in it (:meth:`CaptureReader._sticky_after_hole`)."""
 
-    __slots__ = ("check", "last_index", "sticky", "unsure")
+    __slots__ = ("check", "last_index", "lost", "sticky", "unsure")
 
     def __init__(self, sticky: Sticky) -> None:
         self.sticky = sticky
         self.check: set[str] = set()  # calls with a state from before the hole, checked at their next `s2c` line
         self.last_index: dict[str, int] = {}  # of those, the index of the last `s2c` message read
-        self.unsure: set[str] = set()  # calls whose sticky fields are unknown until a line states them
+        self.unsure: dict[str, set[str]] = {}  # call -> its sticky fields unknown until a line states them
+        #: Response lines read with fields unknown (per file: the chains of a capture set are read interleaved).
+        self.lost = 0
 
     def seen(self, ring: list[tuple[int, ev.Record] | None], mask: int, expected: int) -> dict[str, int]:
         """A hole ends before seq ``expected``: each call with a state, its last `s2c` index read before the hole

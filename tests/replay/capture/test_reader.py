@@ -867,3 +867,37 @@ def test_a_response_line_right_after_the_hole_is_checked_too(tmp_path: Path) -> 
     kept, got, reader = _holed(whole, 6, tmp_path)  # the other call's line lost: c1.1's indexes follow on
     assert {seq: repr(r) for seq, r in got.items()} == {seq: repr(r) for seq, r in kept.items() if seq != 6}
     assert [w for w in reader.warnings if "after a hole" in w] == []
+
+
+def test_each_workers_file_counts_its_own_lines_read_unknown_after_a_hole(tmp_path: Path) -> None:
+    """The chains of a capture set are read interleaved by time: a hole in worker 0's file is that file's
+    warning, whichever file ends first (one count for the reader would have named the other file)."""
+    from tests.data.make_golden import Builder
+
+    chains = {}
+    for k, (offset, call) in enumerate(((0, "c1.1"), (500_000, "c2.1"))):
+        b = Builder(t=Builder().t + offset).start()
+        b.records[0] = dataclasses.replace(b.records[0], capture_set=STEM, worker=k, workers=2)
+        b.call(call)
+        b.request(call, "x", prompt="p", empty_final=True)
+        b.response(call, "x", None)
+        b.response(call, "x", "x-0")  # worker 0's: the line lost
+        b.response(call, "x", "x-1")
+        b.response(call, "x", None, final=True)
+        if k == 0:  # worker 0's file ends last: its count must not be read when worker 1's ends
+            b.request(call, "y", prompt="q", empty_final=True)
+            for _ in range(6):
+                b.response(call, "y", "y-0", final=False)
+        chains[k] = b.finish().render().splitlines(keepends=True)
+    lost = 4
+    assert b'"outputs":["TEXT"]' in chains[0][lost]
+    (tmp_path / f"{STEM}.w0.jsonl").write_bytes(b"".join(chains[0][:lost] + chains[0][lost + 1 :]))
+    (tmp_path / f"{STEM}.w1.jsonl").write_bytes(b"".join(chains[1]))
+    reader = read_capture(tmp_path)
+    got = list(reader)
+    warned = [w for w in reader.warnings if "after a hole" in w]
+    # y's outputs were stated after the hole (["TEXT"], then left out as repeats): known; only the model is not
+    ys = [r for _, r in got if isinstance(r, ev.MessageSeen) and r.dir == "s2c" and r.request_id == "y"]
+    assert [(r.outputs, r.model) for r in ys] == [(["TEXT"], None)] * 6
+    # 8: x's two after the hole, and y's six (they leave out the model, which no line since the hole stated)
+    assert len(warned) == 1 and warned[0].startswith(str(tmp_path / f"{STEM}.w0.jsonl") + ": 8 response"), warned
