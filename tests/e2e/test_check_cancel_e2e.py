@@ -187,3 +187,98 @@ def test_record_evidence_after_a_cancel(triton: TritonServer, tmp_path: Path, mo
     # to take ~375 ms to notice, the ignoring one ~20 ms a response, before a loaded machine blurs them.
     assert (lg["skipped_responses"] > 75) is went_on, lg["skipped_responses"]
     assert by_source["metrics"]["error"] is None and isinstance(by_source["metrics"]["counters"], dict)
+
+
+def test_short_remainder_is_not_called_stopped(triton: TritonServer) -> None:
+    """tokens_ignore_cancel at --length 60: the ~34 responses left after the cancel take ~200 ms at
+    ~166/s, all inside the 300 ms allowance, and the model produces every one of them. Silence after
+    the allowance then proves nothing: the verdict must not be `work_stopped: true` (it was, exit 0).
+    On this machine it reads "cannot tell" (Triton dropped as many responses as the request had
+    left); on a slower one, where the remainder outlasts the allowance, the log shows it went on."""
+    code, doc = _check(
+        "--target", triton.grpc_url, "--model", "tokens_ignore_cancel", "--length", "60", "--cases", "executing",
+        "--window", "4", "--log", str(triton.log_path),
+    )  # fmt: skip
+    (case,) = doc["cases"]
+    assert case["work_stopped"] is not True and code != 0, case
+    if case["work_stopped"] is None:
+        assert code == 2 and any("may have run to its end" in e for e in case["evidence"]), case
+    else:
+        assert code == 1 and any(e.startswith("[continued] log") for e in case["evidence"]), case
+
+
+def test_record_evidence_names_overlapping_cancels_both_ways(triton: TritonServer, tmp_path: Path) -> None:
+    """Two cancels 0.5 s apart, the first on tokens_ignore_cancel (it goes on producing, and Triton's
+    'skipping response generation' lines carry no request id), the second on tokens. Each window
+    meets the other: each evidence log record names the other call in `overlapping`, so the later
+    one's skipped lines are not taken for its own without a word."""
+    from proxy.lab.background import ProxyThread
+    from proxy.ops.evidence import EvidenceSpec
+    from tests.support.capture import of_kind, records
+    from tests.support.triton_client import StreamSession, token_inputs, wait_for
+
+    spec = EvidenceSpec(metrics_url=None, log_path=triton.log_path, window_s=3.0)
+    with ProxyThread(triton.grpc_url, tmp_path, payload="meta", drain_timeout=2, evidence=spec) as proxy:
+        url = f"127.0.0.1:{proxy.proxy.port}"
+        a, b = StreamSession(url), StreamSession(url)
+        try:
+            # ~2 s of work after its cancel: inside B's 3 s window, and over before the next test reads the log.
+            a.send("tokens_ignore_cancel", token_inputs("e", 400, 5), "ov-a")
+            a.take(3)
+            a.client.stop_stream(cancel_requests=True)
+            b.send("tokens", token_inputs("e", 400, 5), "ov-b")
+            b.take(3)
+            b.client.stop_stream(cancel_requests=True)
+
+            def logs() -> list[dict[str, Any]]:
+                return [r for r in of_kind(records(proxy.proxy.capture_path), "evidence") if r["source"] == "log"]
+
+            wait_for(lambda: len(logs()) == 2, 30, "both log evidence records")
+            done = "tokens_ignore_cancel: request ov-a done"
+            wait_for(lambda: done in triton.log_path.read_text(errors="replace"), 30, "ov-a to run to its end")
+        finally:
+            a.client.close()
+            b.client.close()
+    recs = records(proxy.proxy.capture_path)
+    call_of = {r["in_flight"][0]: r["call"] for r in of_kind(recs, "cancel")}
+    by_rid = {r["in_flight"][0]: r for r in of_kind(recs, "evidence") if r["source"] == "log"}
+    assert by_rid["ov-a"]["overlapping"] == [call_of["ov-b"]], by_rid["ov-a"]
+    assert by_rid["ov-b"]["overlapping"] == [call_of["ov-a"]], by_rid["ov-b"]
+
+
+def test_record_evidence_after_an_http_client_close(triton: TritonServer, tmp_path: Path) -> None:
+    """An HTTP generate_stream client that closes its connection (a FIN, as httpx and curl do) mid
+    stream: the proxy passes the FIN on, Triton takes it for the cancel, and the evidence log record
+    reads Triton's log from the FIN on (it said 'tritonserver.log unreadable': no offset was taken).
+    A reset marked the offset; a FIN did not."""
+    import httpx
+
+    from proxy.lab.background import ProxyThread
+    from proxy.ops.evidence import EvidenceSpec
+    from tests.support.capture import of_kind, records
+    from tests.support.triton_client import wait_for
+
+    spec = EvidenceSpec(metrics_url=None, log_path=triton.log_path, window_s=1.0)
+    http_upstream = triton.http_url.removeprefix("http://")
+    with ProxyThread(triton.grpc_url, tmp_path, payload="meta", drain_timeout=2, evidence=spec,
+                     http_listen="127.0.0.1:0", http_upstream=http_upstream) as proxy:  # fmt: skip
+        got = 0
+        with httpx.Client(timeout=30) as client:
+            url = f"http://127.0.0.1:{proxy.proxy.http_port}/v2/models/tokens/generate_stream"
+            with client.stream("POST", url, json={"id": "fin-ev", "PROMPT": "h", "MAX_TOKENS": 500, "DELAY_MS": 20}) as r:
+                for line in r.iter_lines():
+                    got += line.startswith("data: ")
+                    if got == 3:
+                        break
+
+        def logs() -> list[dict[str, Any]]:
+            return [r for r in of_kind(records(proxy.proxy.capture_path), "evidence") if r["source"] == "log"]
+
+        wait_for(lambda: len(logs()) == 1, 30, "the log evidence record")
+    (lg,) = logs()
+    (cancel,) = of_kind(records(proxy.proxy.capture_path), "cancel")
+    assert (lg["call"], lg["in_flight"], lg["error"]) == (cancel["call"], ["fin-ev"], None), lg
+    assert cancel["cause"] == "client_disconnect"
+    # Read from the FIN on: Triton's HTTP front end logs no cancel notification, and the lines of its
+    # own it tags with the id came before (the request was released once execute() handed it to a thread).
+    assert isinstance(lg["lines"], list) and lg["skipped_responses"] == 0, lg
