@@ -29,7 +29,6 @@ Warnings and holes are collected on the reader object (:attr:`CaptureReader.warn
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import heapq
 import itertools
 import os
@@ -182,34 +181,6 @@ class CaptureReader:
         watch.end()
         self.gaps.extend(watch.gaps)
 
-    def _sticky_after_hole(self, raw: dict[str, Any], hole: _AfterHole) -> bool:
-        """An `s2c` line after a hole in its file, before it is decoded. Its call's state from before the hole
-        holds if this is the call's next `s2c` message (its index follows the last one read: none of the
-        call's lines was lost); else each sticky field is unknown until a line states it. A line leaving
-        out an unknown one reads it as null, and is counted (True)."""
-        call = raw.get("call")
-        if not isinstance(call, str):
-            return False  # (decode says what is wrong with it)
-        sticky, unsure = hole.sticky, hole.unsure
-        if call in hole.check:
-            hole.check.discard(call)
-            index = raw.get("index")
-            if type(index) is not int or index != hole.last_index.get(call, -2) + 1:
-                unsure[call] = set(_STICKY)
-        elif call not in sticky and call not in unsure:
-            unsure[call] = set(_STICKY)  # (its first line since the hole: the writer stated them all, unless lost)
-        unknown = unsure.get(call)
-        if unknown is None:
-            return False
-        unknown.difference_update([name for name in _STICKY if name in raw])
-        if not unknown:
-            del unsure[call]
-            return False
-        state = sticky.get(call)
-        sticky[call] = tuple(None if name in unknown or state is None else state[k] for k, name in enumerate(_STICKY))
-        hole.lost += 1
-        return True
-
     def _file(self, path: Path, *, last: bool, watch: SeqWatch) -> Iterator[tuple[int, ev.Record]]:
         name = str(path)
         lineno = 0
@@ -265,7 +236,7 @@ class CaptureReader:
                                 raise DamagedLine(name, lineno, f"not valid JSON: {e}") from None
                         try:
                             counted = hole is not None and type(raw) is dict and raw.get("dir") == "s2c" and (
-                                self._sticky_after_hole(raw, hole))  # fmt: skip
+                                hole.leaves_out_unknown(raw))  # fmt: skip
                             done = decode_(raw, path=name, line=lineno, sticky=sticky)
                         except UnknownKind as e:
                             # Same schema version, newer writer: new kinds are additions, so the rest
@@ -305,18 +276,14 @@ class CaptureReader:
                             # `s2c` indexes follow on (none of its lines was lost).
                             if hole is None:
                                 hole = _AfterHole(sticky)
-                            before = hole.seen(watch.ring, watch.MASK, expected)
+                            hole.seen(watch.ring, watch.MASK, expected)
                             if type(rec) is message and rec.dir == "s2c":
-                                hole.check.discard(rec.call)
-                                left_out = [n for n in _STICKY if n not in raw]
-                                if left_out and not counted and rec.index != before.get(rec.call, -2) + 1:
-                                    # Decoded with its call's state from before the hole, which a lost line of
-                                    # the call may have changed: what it left out is unknown.
-                                    blank: dict[str, Any] = dict.fromkeys(left_out)
-                                    seq, rec = done = (seq, dataclasses.replace(rec, **blank))
-                                    sticky[rec.call] = tuple(getattr(rec, n) for n in _STICKY)
-                                    hole.unsure[rec.call] = set(left_out)
-                                    hole.lost += 1
+                                if counted:  # (already read with its unknown fields null, at an earlier hole)
+                                    hole.check.discard(rec.call)
+                                elif hole.leaves_out_unknown(raw):
+                                    # The hole was found only once this line was decoded, with its call's state
+                                    # from before the hole: decoded again, what it left out read as unknown.
+                                    seq, rec = done = decode_(raw, path=name, line=lineno, sticky=sticky)
                         if record(seq, rec, name, lineno):
                             skipped += 1
                             continue
@@ -353,7 +320,7 @@ class CaptureReader:
 
 
 class _AfterHole:
-    """The sparse-encoding state of a file after a hole in it (:meth:`CaptureReader._sticky_after_hole`)."""
+    """The sparse-encoding state of a file after a hole in it: which calls' sticky fields are unknown."""
 
     __slots__ = ("check", "last_index", "lost", "sticky", "unsure")
 
@@ -365,7 +332,7 @@ class _AfterHole:
         #: Response lines read with fields unknown (per file: the chains of a capture set are read interleaved).
         self.lost = 0
 
-    def seen(self, ring: list[tuple[int, ev.Record] | None], mask: int, expected: int) -> dict[str, int]:
+    def seen(self, ring: list[tuple[int, ev.Record] | None], mask: int, expected: int) -> None:
         """A hole ends before seq ``expected``: each call with a state, its last `s2c` index read before the hole
         (from the reader's recent records; one older than those is unknown, and its call's state with it)."""
         last: dict[str, int] = {}
@@ -378,7 +345,34 @@ class _AfterHole:
                 last[rec.call] = rec.index
         self.check = set(self.sticky)
         self.last_index = last
-        return last
+
+    def leaves_out_unknown(self, raw: dict[str, Any]) -> bool:
+        """An `s2c` line after a hole in its file, before it is decoded. Its call's state from before the hole
+        holds if this is the call's next `s2c` message (its index follows the last one read: none of the
+        call's lines was lost); else each sticky field is unknown until a line states it. A line leaving
+        out an unknown one reads it as null, and is counted (True)."""
+        call = raw.get("call")
+        if not isinstance(call, str):
+            return False  # (decode says what is wrong with it)
+        sticky, unsure = self.sticky, self.unsure
+        if call in self.check:
+            self.check.discard(call)
+            index = raw.get("index")
+            if type(index) is not int or index != self.last_index.get(call, -2) + 1:
+                unsure[call] = set(_STICKY)
+        elif call not in sticky and call not in unsure:
+            unsure[call] = set(_STICKY)  # (its first line since the hole: the writer stated them all, unless lost)
+        unknown = unsure.get(call)
+        if unknown is None:
+            return False
+        unknown.difference_update([name for name in _STICKY if name in raw])
+        if not unknown:
+            del unsure[call]
+            return False
+        state = sticky.get(call)
+        sticky[call] = tuple(None if name in unknown or state is None else state[k] for k, name in enumerate(_STICKY))
+        self.lost += 1
+        return True
 
 
 class RecordsReader:
