@@ -59,9 +59,19 @@ def render_status(st: pb.StatusResponse, out: TextIO) -> None:
         for oc in st.open_calls:
             # gRPC: the method's last part, as before; HTTP ("POST /v2/..."): its short name (HTTP generate_stream).
             method = oc.method.rsplit("/", 1)[-1] if oc.method.startswith("/") else short_method(oc.method)
-            table.add_row(oc.call, method, oc.model, f"{oc.age_ms:.0f}",
+            table.add_row(oc.call, method, _models(oc), f"{oc.age_ms:.0f}",
                           ", ".join(oc.in_flight), ", ".join(oc.responded))  # fmt: skip
         console.print(table)
+
+
+def _models(oc: pb.OpenCall) -> str:
+    """The models of the requests in flight (a stream's may differ), "?" where not known; with none in
+    flight, the latest request's, marked idle."""
+    if not oc.in_flight:
+        return f"{oc.model} (idle)" if oc.model else ""
+    if len(oc.in_flight_models) != len(oc.in_flight):  # (a proxy from before the field: its latest request's)
+        return oc.model
+    return ", ".join(dict.fromkeys(m or "?" for m in oc.in_flight_models))
 
 
 def run_status(args: Any, out: TextIO) -> int:

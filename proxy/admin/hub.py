@@ -19,7 +19,7 @@ import asyncio
 import collections
 import itertools
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -299,16 +299,22 @@ class TapHub:
         with self._lock:
             return self.next_seq - len(self._recent_records), self.next_seq
 
-    def recent_model(self, calls: Iterable[str]) -> dict[str, str]:
-        """Model of each call's latest request still in memory (Status; scans the recent records)."""
-        wanted = set(calls)
-        found: dict[str, str] = {}
+    def recent_models(self, wanted: dict[str, set[str]]) -> dict[str, tuple[str, dict[str, str]]]:
+        """Per call of ``wanted`` (call -> request ids in flight on it): the model of its latest request still
+        in memory, and the model of each wanted id's latest request (Status; scans the recent records)."""
+        found: dict[str, tuple[str, dict[str, str]]] = {}
+        left = {call: set(ids) for call, ids in wanted.items()}
         with self._lock:
             records = list(self._recent_records)
         for r in reversed(records):
-            if not wanted:
+            if not left:
                 break
-            if r.kind == "message" and r.dir == "c2s" and r.call in wanted and r.model is not None:
-                found[r.call] = r.model
-                wanted.discard(r.call)
+            if r.kind == "message" and r.dir == "c2s" and r.model is not None and (ids := left.get(r.call)) is not None:
+                _latest, by_id = found.setdefault(r.call, (r.model, {}))
+                rid = r.request_id if r.request_id is not None else ""
+                if rid in ids:
+                    by_id[rid] = r.model
+                    ids.discard(rid)
+                if not ids:
+                    del left[r.call]
         return found

@@ -71,7 +71,8 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         served = self.served
         writer, metrics = served.writer, served.metrics
         calls = self._open_calls()
-        models = self.hub.recent_model(c.id for c in calls)
+        snapshots = {c.id: c.inflight.snapshot() for c in calls}
+        models = self.hub.recent_models({call: set(in_flight) for call, (in_flight, _r) in snapshots.items()})
         kinds, causes, dropped = writer.counts()
         counters = pb.Counters(records=kinds, calls_by_cause=causes, dropped=dropped)
         if metrics is not None:
@@ -82,10 +83,12 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         first, nxt = self.hub.recent_range()
         open_calls = []
         for c in sorted(calls, key=lambda c: c.t0):
-            in_flight, responded = c.inflight.snapshot()
+            in_flight, responded = snapshots[c.id]
+            latest, by_id = models.get(c.id, ("", {}))
             # `executing` is responded's deprecated first name, still filled for v1 clients (admin.proto).
-            open_calls.append(pb.OpenCall(call=c.id, method=c.method, model=models.get(c.id, ""), age_ms=c.elapsed_ms(),
-                                          in_flight=in_flight, responded=responded, executing=responded))  # fmt: skip
+            open_calls.append(pb.OpenCall(call=c.id, method=c.method, model=latest, age_ms=c.elapsed_ms(),
+                                          in_flight=in_flight, responded=responded, executing=responded,
+                                          in_flight_models=[by_id.get(rid, "") for rid in in_flight]))  # fmt: skip
         return pb.StatusResponse(
             version=__version__, uptime_s=time.monotonic() - self.t0, listen=served.listen, upstream=served.upstream,
             tls_listen=served.tls_listen, tls_upstream=served.tls_upstream, open_calls=open_calls,

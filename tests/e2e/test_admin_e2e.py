@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -120,6 +121,45 @@ def test_status_lists_open_http_and_grpc_calls(triton: TritonServer, tmp_path: P
                               "POST /v2/models/tokens/generate_stream"}  # fmt: skip
     http = by_method["POST /v2/models/tokens/generate_stream"]
     assert (http["model"], http["in_flight"], http["responded"]) == ("tokens", ["http-1"], ["http-1"])
-    assert by_method["/inference.GRPCInferenceService/ModelStreamInfer"]["in_flight"] == ["grpc-1"]
+    assert http["in_flight_models"] == ["tokens"]
+    grpc_call = by_method["/inference.GRPCInferenceService/ModelStreamInfer"]
+    assert (grpc_call["in_flight"], grpc_call["in_flight_models"]) == (["grpc-1"], ["tokens"])
     assert f"{proxy.url} -> {triton.grpc_url}, http {http_listen} -> {http_upstream} (tls" in text
     assert "HTTP generate_stream" in text and "ModelStreamInfer" in text
+
+
+def test_status_names_the_models_in_flight_not_the_latest(triton: TritonServer, tmp_path: Path) -> None:
+    """One stream, a long `tokens` request, then an `echo` request that is answered at once: the stream's
+    latest request is echo's, finished; what is in flight is tokens'. `status` names tokens (it named
+    echo, a model with nothing in flight); the proto keeps the latest in `model`."""
+    bg = BackgroundLoop()
+    try:
+        with ProxyThread(triton.grpc_url, tmp_path / "cap", payload="meta", drain_timeout=5,
+                         admin="127.0.0.1:0") as proxy:  # fmt: skip
+            addr = proxy.proxy.admin.address
+            stream = StreamSession(proxy.url)
+            try:
+                stream.send("tokens", token_inputs("m", 40, delay_ms=300), "long-1")
+                stream.take_until(lambda e: e[1] == "long-1")
+                stream.send("echo", echo_inputs(np.arange(3, dtype=np.uint8)), "echo-1")
+                stream.take_until(lambda e: e[1] == "echo-1" and e[2] is True)
+
+                got: list[Any] = []
+
+                def settled() -> bool:
+                    got.append(admin_call(bg, addr, "Status", pb.StatusRequest()))
+                    # (models come from the records the writer has published, on its own tick)
+                    return [(list(oc.in_flight), oc.model) for oc in got[-1].open_calls] == [(["long-1"], "echo")]
+
+                wait_for(settled, what="echo-1 to leave the in-flight list, its record published")
+                st = got[-1]
+                text = subprocess.run([str(TRITON_TAP), "status", "--admin", addr], capture_output=True, check=True,
+                                      text=True, timeout=60).stdout  # fmt: skip
+            finally:
+                stream.close(cancel_requests=True)
+    finally:
+        bg.close()
+    (oc,) = st.open_calls
+    assert (oc.model, list(oc.in_flight), list(oc.in_flight_models)) == ("echo", ["long-1"], ["tokens"])
+    (row,) = [line for line in text.splitlines() if "ModelStreamInfer" in line]
+    assert "tokens" in row and "echo" not in row, text

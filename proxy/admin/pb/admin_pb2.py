@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ftriton_tap/admin/v1/admin.proto\x12\x13triton_tap.admin.v1\"\x0f\n\rStatusRequest\"\x84\x01\n\x08OpenCall\x12\x0c\n\x04\x63\x61ll\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0e\n\x06\x61ge_ms\x18\x04 \x01(\x01\x12\x11\n\tin_flight\x18\x05 \x03(\t\x12\x15\n\texecuting\x18\x06 \x03(\tB\x02\x18\x01\x12\x11\n\tresponded\x18\x07 \x03(\t\"\xf3\x03\n\x08\x43ounters\x12;\n\x07records\x18\x01 \x03(\x0b\x32*.triton_tap.admin.v1.Counters.RecordsEntry\x12G\n\x0e\x63\x61lls_by_cause\x18\x02 \x03(\x0b\x32/.triton_tap.admin.v1.Counters.CallsByCauseEntry\x12\x0f\n\x07\x64ropped\x18\x03 \x01(\x03\x12=\n\x08messages\x18\x04 \x03(\x0b\x32+.triton_tap.admin.v1.Counters.MessagesEntry\x12\x46\n\rmessage_bytes\x18\x05 \x03(\x0b\x32/.triton_tap.admin.v1.Counters.MessageBytesEntry\x1a.\n\x0cRecordsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x33\n\x11\x43\x61llsByCauseEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a/\n\rMessagesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x33\n\x11MessageBytesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"O\n\tTailStats\x12\x13\n\x0bsubscribers\x18\x01 \x01(\x05\x12\x14\n\x0crecords_sent\x18\x02 \x01(\x03\x12\x17\n\x0frecords_dropped\x18\x03 \x01(\x03\"\x96\x03\n\x0eStatusResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08uptime_s\x18\x02 \x01(\x01\x12\x0e\n\x06listen\x18\x03 \x01(\t\x12\x10\n\x08upstream\x18\x04 \x01(\t\x12\x12\n\ntls_listen\x18\x05 \x01(\x08\x12\x14\n\x0ctls_upstream\x18\x06 \x01(\x08\x12\x31\n\nopen_calls\x18\x07 \x03(\x0b\x32\x1d.triton_tap.admin.v1.OpenCall\x12/\n\x08\x63ounters\x18\x08 \x01(\x0b\x32\x1d.triton_tap.admin.v1.Counters\x12\x15\n\rcapture_files\x18\t \x03(\t\x12\x14\n\x0cwriter_queue\x18\n \x01(\x03\x12,\n\x04tail\x18\x0b \x01(\x0b\x32\x1e.triton_tap.admin.v1.TailStats\x12\x18\n\x10recent_first_seq\x18\x0c \x01(\x03\x12\x10\n\x08next_seq\x18\r \x01(\x03\x12\x13\n\x0bhttp_listen\x18\x0e \x01(\t\x12\x15\n\rhttp_upstream\x18\x0f \x01(\t\"\x0f\n\rRotateRequest\"7\n\x0eRotateResponse\x12\x13\n\x0b\x63losed_file\x18\x01 \x01(\t\x12\x10\n\x08new_file\x18\x02 \x01(\t\"\x88\x01\n\x0bMarkRequest\x12\x0c\n\x04note\x18\x01 \x01(\t\x12<\n\x06labels\x18\x02 \x03(\x0b\x32,.triton_tap.admin.v1.MarkRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1c\n\x0cMarkResponse\x12\x0c\n\x04t_ns\x18\x01 \x01(\x03\"Q\n\nTailFilter\x12\x0e\n\x06models\x18\x01 \x03(\t\x12\x0f\n\x07methods\x18\x02 \x03(\t\x12\x13\n\x0brequest_ids\x18\x03 \x03(\t\x12\r\n\x05kinds\x18\x04 \x03(\t\"u\n\x0bTailRequest\x12/\n\x06\x66ilter\x18\x01 \x01(\x0b\x32\x1f.triton_tap.admin.v1.TailFilter\x12\x15\n\x08\x66rom_seq\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x11\n\tmax_queue\x18\x03 \x01(\x05\x42\x0b\n\t_from_seq\"5\n\nTailRecord\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04json\x18\x03 \x01(\x0c\"A\n\x0bTailDropped\x12\r\n\x05\x63ount\x18\x01 \x01(\x03\x12\x11\n\tfirst_seq\x18\x02 \x01(\x03\x12\x10\n\x08last_seq\x18\x03 \x01(\x03\"7\n\x0bTailStarted\x12\x11\n\tfirst_seq\x18\x01 \x01(\x03\x12\x15\n\rfrom_seq_lost\x18\x02 \x01(\x08\"\xb4\x01\n\x0cTailResponse\x12\x33\n\x07started\x18\x01 \x01(\x0b\x32 .triton_tap.admin.v1.TailStartedH\x00\x12\x31\n\x06record\x18\x02 \x01(\x0b\x32\x1f.triton_tap.admin.v1.TailRecordH\x00\x12\x33\n\x07\x64ropped\x18\x03 \x01(\x0b\x32 .triton_tap.admin.v1.TailDroppedH\x00\x42\x07\n\x05\x65vent2\xd0\x02\n\x0c\x41\x64minService\x12Q\n\x06Status\x12\".triton_tap.admin.v1.StatusRequest\x1a#.triton_tap.admin.v1.StatusResponse\x12Q\n\x06Rotate\x12\".triton_tap.admin.v1.RotateRequest\x1a#.triton_tap.admin.v1.RotateResponse\x12K\n\x04Mark\x12 .triton_tap.admin.v1.MarkRequest\x1a!.triton_tap.admin.v1.MarkResponse\x12M\n\x04Tail\x12 .triton_tap.admin.v1.TailRequest\x1a!.triton_tap.admin.v1.TailResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ftriton_tap/admin/v1/admin.proto\x12\x13triton_tap.admin.v1\"\x0f\n\rStatusRequest\"\x9e\x01\n\x08OpenCall\x12\x0c\n\x04\x63\x61ll\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0e\n\x06\x61ge_ms\x18\x04 \x01(\x01\x12\x11\n\tin_flight\x18\x05 \x03(\t\x12\x15\n\texecuting\x18\x06 \x03(\tB\x02\x18\x01\x12\x11\n\tresponded\x18\x07 \x03(\t\x12\x18\n\x10in_flight_models\x18\x08 \x03(\t\"\xf3\x03\n\x08\x43ounters\x12;\n\x07records\x18\x01 \x03(\x0b\x32*.triton_tap.admin.v1.Counters.RecordsEntry\x12G\n\x0e\x63\x61lls_by_cause\x18\x02 \x03(\x0b\x32/.triton_tap.admin.v1.Counters.CallsByCauseEntry\x12\x0f\n\x07\x64ropped\x18\x03 \x01(\x03\x12=\n\x08messages\x18\x04 \x03(\x0b\x32+.triton_tap.admin.v1.Counters.MessagesEntry\x12\x46\n\rmessage_bytes\x18\x05 \x03(\x0b\x32/.triton_tap.admin.v1.Counters.MessageBytesEntry\x1a.\n\x0cRecordsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x33\n\x11\x43\x61llsByCauseEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a/\n\rMessagesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x33\n\x11MessageBytesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"O\n\tTailStats\x12\x13\n\x0bsubscribers\x18\x01 \x01(\x05\x12\x14\n\x0crecords_sent\x18\x02 \x01(\x03\x12\x17\n\x0frecords_dropped\x18\x03 \x01(\x03\"\x96\x03\n\x0eStatusResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08uptime_s\x18\x02 \x01(\x01\x12\x0e\n\x06listen\x18\x03 \x01(\t\x12\x10\n\x08upstream\x18\x04 \x01(\t\x12\x12\n\ntls_listen\x18\x05 \x01(\x08\x12\x14\n\x0ctls_upstream\x18\x06 \x01(\x08\x12\x31\n\nopen_calls\x18\x07 \x03(\x0b\x32\x1d.triton_tap.admin.v1.OpenCall\x12/\n\x08\x63ounters\x18\x08 \x01(\x0b\x32\x1d.triton_tap.admin.v1.Counters\x12\x15\n\rcapture_files\x18\t \x03(\t\x12\x14\n\x0cwriter_queue\x18\n \x01(\x03\x12,\n\x04tail\x18\x0b \x01(\x0b\x32\x1e.triton_tap.admin.v1.TailStats\x12\x18\n\x10recent_first_seq\x18\x0c \x01(\x03\x12\x10\n\x08next_seq\x18\r \x01(\x03\x12\x13\n\x0bhttp_listen\x18\x0e \x01(\t\x12\x15\n\rhttp_upstream\x18\x0f \x01(\t\"\x0f\n\rRotateRequest\"7\n\x0eRotateResponse\x12\x13\n\x0b\x63losed_file\x18\x01 \x01(\t\x12\x10\n\x08new_file\x18\x02 \x01(\t\"\x88\x01\n\x0bMarkRequest\x12\x0c\n\x04note\x18\x01 \x01(\t\x12<\n\x06labels\x18\x02 \x03(\x0b\x32,.triton_tap.admin.v1.MarkRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1c\n\x0cMarkResponse\x12\x0c\n\x04t_ns\x18\x01 \x01(\x03\"Q\n\nTailFilter\x12\x0e\n\x06models\x18\x01 \x03(\t\x12\x0f\n\x07methods\x18\x02 \x03(\t\x12\x13\n\x0brequest_ids\x18\x03 \x03(\t\x12\r\n\x05kinds\x18\x04 \x03(\t\"u\n\x0bTailRequest\x12/\n\x06\x66ilter\x18\x01 \x01(\x0b\x32\x1f.triton_tap.admin.v1.TailFilter\x12\x15\n\x08\x66rom_seq\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x11\n\tmax_queue\x18\x03 \x01(\x05\x42\x0b\n\t_from_seq\"5\n\nTailRecord\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04json\x18\x03 \x01(\x0c\"A\n\x0bTailDropped\x12\r\n\x05\x63ount\x18\x01 \x01(\x03\x12\x11\n\tfirst_seq\x18\x02 \x01(\x03\x12\x10\n\x08last_seq\x18\x03 \x01(\x03\"7\n\x0bTailStarted\x12\x11\n\tfirst_seq\x18\x01 \x01(\x03\x12\x15\n\rfrom_seq_lost\x18\x02 \x01(\x08\"\xb4\x01\n\x0cTailResponse\x12\x33\n\x07started\x18\x01 \x01(\x0b\x32 .triton_tap.admin.v1.TailStartedH\x00\x12\x31\n\x06record\x18\x02 \x01(\x0b\x32\x1f.triton_tap.admin.v1.TailRecordH\x00\x12\x33\n\x07\x64ropped\x18\x03 \x01(\x0b\x32 .triton_tap.admin.v1.TailDroppedH\x00\x42\x07\n\x05\x65vent2\xd0\x02\n\x0c\x41\x64minService\x12Q\n\x06Status\x12\".triton_tap.admin.v1.StatusRequest\x1a#.triton_tap.admin.v1.StatusResponse\x12Q\n\x06Rotate\x12\".triton_tap.admin.v1.RotateRequest\x1a#.triton_tap.admin.v1.RotateResponse\x12K\n\x04Mark\x12 .triton_tap.admin.v1.MarkRequest\x1a!.triton_tap.admin.v1.MarkResponse\x12M\n\x04Tail\x12 .triton_tap.admin.v1.TailRequest\x1a!.triton_tap.admin.v1.TailResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,43 +46,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATUSREQUEST']._serialized_start=56
   _globals['_STATUSREQUEST']._serialized_end=71
   _globals['_OPENCALL']._serialized_start=74
-  _globals['_OPENCALL']._serialized_end=206
-  _globals['_COUNTERS']._serialized_start=209
-  _globals['_COUNTERS']._serialized_end=708
-  _globals['_COUNTERS_RECORDSENTRY']._serialized_start=507
-  _globals['_COUNTERS_RECORDSENTRY']._serialized_end=553
-  _globals['_COUNTERS_CALLSBYCAUSEENTRY']._serialized_start=555
-  _globals['_COUNTERS_CALLSBYCAUSEENTRY']._serialized_end=606
-  _globals['_COUNTERS_MESSAGESENTRY']._serialized_start=608
-  _globals['_COUNTERS_MESSAGESENTRY']._serialized_end=655
-  _globals['_COUNTERS_MESSAGEBYTESENTRY']._serialized_start=657
-  _globals['_COUNTERS_MESSAGEBYTESENTRY']._serialized_end=708
-  _globals['_TAILSTATS']._serialized_start=710
-  _globals['_TAILSTATS']._serialized_end=789
-  _globals['_STATUSRESPONSE']._serialized_start=792
-  _globals['_STATUSRESPONSE']._serialized_end=1198
-  _globals['_ROTATEREQUEST']._serialized_start=1200
-  _globals['_ROTATEREQUEST']._serialized_end=1215
-  _globals['_ROTATERESPONSE']._serialized_start=1217
-  _globals['_ROTATERESPONSE']._serialized_end=1272
-  _globals['_MARKREQUEST']._serialized_start=1275
-  _globals['_MARKREQUEST']._serialized_end=1411
-  _globals['_MARKREQUEST_LABELSENTRY']._serialized_start=1366
-  _globals['_MARKREQUEST_LABELSENTRY']._serialized_end=1411
-  _globals['_MARKRESPONSE']._serialized_start=1413
-  _globals['_MARKRESPONSE']._serialized_end=1441
-  _globals['_TAILFILTER']._serialized_start=1443
-  _globals['_TAILFILTER']._serialized_end=1524
-  _globals['_TAILREQUEST']._serialized_start=1526
-  _globals['_TAILREQUEST']._serialized_end=1643
-  _globals['_TAILRECORD']._serialized_start=1645
-  _globals['_TAILRECORD']._serialized_end=1698
-  _globals['_TAILDROPPED']._serialized_start=1700
-  _globals['_TAILDROPPED']._serialized_end=1765
-  _globals['_TAILSTARTED']._serialized_start=1767
-  _globals['_TAILSTARTED']._serialized_end=1822
-  _globals['_TAILRESPONSE']._serialized_start=1825
-  _globals['_TAILRESPONSE']._serialized_end=2005
-  _globals['_ADMINSERVICE']._serialized_start=2008
-  _globals['_ADMINSERVICE']._serialized_end=2344
+  _globals['_OPENCALL']._serialized_end=232
+  _globals['_COUNTERS']._serialized_start=235
+  _globals['_COUNTERS']._serialized_end=734
+  _globals['_COUNTERS_RECORDSENTRY']._serialized_start=533
+  _globals['_COUNTERS_RECORDSENTRY']._serialized_end=579
+  _globals['_COUNTERS_CALLSBYCAUSEENTRY']._serialized_start=581
+  _globals['_COUNTERS_CALLSBYCAUSEENTRY']._serialized_end=632
+  _globals['_COUNTERS_MESSAGESENTRY']._serialized_start=634
+  _globals['_COUNTERS_MESSAGESENTRY']._serialized_end=681
+  _globals['_COUNTERS_MESSAGEBYTESENTRY']._serialized_start=683
+  _globals['_COUNTERS_MESSAGEBYTESENTRY']._serialized_end=734
+  _globals['_TAILSTATS']._serialized_start=736
+  _globals['_TAILSTATS']._serialized_end=815
+  _globals['_STATUSRESPONSE']._serialized_start=818
+  _globals['_STATUSRESPONSE']._serialized_end=1224
+  _globals['_ROTATEREQUEST']._serialized_start=1226
+  _globals['_ROTATEREQUEST']._serialized_end=1241
+  _globals['_ROTATERESPONSE']._serialized_start=1243
+  _globals['_ROTATERESPONSE']._serialized_end=1298
+  _globals['_MARKREQUEST']._serialized_start=1301
+  _globals['_MARKREQUEST']._serialized_end=1437
+  _globals['_MARKREQUEST_LABELSENTRY']._serialized_start=1392
+  _globals['_MARKREQUEST_LABELSENTRY']._serialized_end=1437
+  _globals['_MARKRESPONSE']._serialized_start=1439
+  _globals['_MARKRESPONSE']._serialized_end=1467
+  _globals['_TAILFILTER']._serialized_start=1469
+  _globals['_TAILFILTER']._serialized_end=1550
+  _globals['_TAILREQUEST']._serialized_start=1552
+  _globals['_TAILREQUEST']._serialized_end=1669
+  _globals['_TAILRECORD']._serialized_start=1671
+  _globals['_TAILRECORD']._serialized_end=1724
+  _globals['_TAILDROPPED']._serialized_start=1726
+  _globals['_TAILDROPPED']._serialized_end=1791
+  _globals['_TAILSTARTED']._serialized_start=1793
+  _globals['_TAILSTARTED']._serialized_end=1848
+  _globals['_TAILRESPONSE']._serialized_start=1851
+  _globals['_TAILRESPONSE']._serialized_end=2031
+  _globals['_ADMINSERVICE']._serialized_start=2034
+  _globals['_ADMINSERVICE']._serialized_end=2370
 # @@protoc_insertion_point(module_scope)

@@ -11,7 +11,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class OpenCall(_message.Message):
-    __slots__ = ("call", "method", "model", "age_ms", "in_flight", "executing", "responded")
+    __slots__ = ("call", "method", "model", "age_ms", "in_flight", "executing", "responded", "in_flight_models")
     CALL_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class OpenCall(_message.Message):
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     EXECUTING_FIELD_NUMBER: _ClassVar[int]
     RESPONDED_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_MODELS_FIELD_NUMBER: _ClassVar[int]
     call: str
     method: str
     model: str
@@ -26,7 +27,8 @@ class OpenCall(_message.Message):
     in_flight: _containers.RepeatedScalarFieldContainer[str]
     executing: _containers.RepeatedScalarFieldContainer[str]
     responded: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, call: _Optional[str] = ..., method: _Optional[str] = ..., model: _Optional[str] = ..., age_ms: _Optional[float] = ..., in_flight: _Optional[_Iterable[str]] = ..., executing: _Optional[_Iterable[str]] = ..., responded: _Optional[_Iterable[str]] = ...) -> None: ...
+    in_flight_models: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, call: _Optional[str] = ..., method: _Optional[str] = ..., model: _Optional[str] = ..., age_ms: _Optional[float] = ..., in_flight: _Optional[_Iterable[str]] = ..., executing: _Optional[_Iterable[str]] = ..., responded: _Optional[_Iterable[str]] = ..., in_flight_models: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Counters(_message.Message):
     __slots__ = ("records", "calls_by_cause", "dropped", "messages", "message_bytes")

@@ -34,7 +34,8 @@ def _headings(text: str) -> list[str]:
 def _id_lists() -> list[str]:
     """OpenCall's request-id lists, as the proto declares them (deprecated names aside)."""
     return [f.name for f in pb.OpenCall.DESCRIPTOR.fields
-            if f.type == f.TYPE_STRING and f.is_repeated and not f.GetOptions().deprecated]  # fmt: skip
+            if f.type == f.TYPE_STRING and f.is_repeated and not f.GetOptions().deprecated
+            and f.name != "in_flight_models"]  # fmt: skip
 
 
 def test_the_open_calls_tables_id_columns_are_the_capture_fields() -> None:
@@ -66,3 +67,35 @@ def test_the_service_fills_responded_and_its_deprecated_first_name() -> None:
     field: Any = pb.OpenCall.DESCRIPTOR.fields_by_name["executing"]
     assert field.GetOptions().deprecated and field.number == 6
     assert pb.OpenCall.DESCRIPTOR.fields_by_name["responded"].number == 7
+
+
+@pytest.mark.parametrize(
+    ("in_flight", "models", "shown"),
+    [
+        (["a", "b", "c"], ["tokens", "echo", "tokens"], "tokens, echo"),
+        (["a", ""], ["tokens", ""], "tokens, ?"),  # an id-less request whose message left memory
+        ([], [], "echo (idle)"),
+        (["a"], [], "echo"),  # a proxy from before in_flight_models: its latest request's model, as it said
+    ],
+)
+def test_the_model_column_names_the_requests_in_flight(in_flight: list[str], models: list[str], shown: str) -> None:
+    """A stream's requests may name different models: the column names those in flight, not the latest."""
+    oc = pb.OpenCall(call="c1.1", method="/inference.GRPCInferenceService/ModelStreamInfer", model="echo",
+                     in_flight=in_flight, in_flight_models=models)  # fmt: skip
+    assert client._models(oc) == shown
+
+
+def test_recent_models_per_request_in_flight() -> None:
+    """The hub's recent records: each call's latest model, and the model of each in-flight id's latest request
+    (an id sent twice: its later request's; id-less: ``""``)."""
+    from proxy.admin.hub import TapHub
+
+    def msg(call: str, rid: str | None, model: str, d: str = "c2s") -> ev.MessageSeen:
+        return ev.MessageSeen(t_ns=0, call=call, dir=d, index=0, size=1, model=model, request_id=rid)
+
+    hub = TapHub()
+    recs = [msg("c1.1", "a", "tokens"), msg("c1.1", None, "silent"), msg("c1.1", "a", "steps_serial"),
+            msg("c1.1", "b", "echo"), msg("c1.1", "b", "x", d="s2c"), msg("c2.1", "z", "echo")]  # fmt: skip
+    hub.publish(0, recs, [b"{}\n"] * len(recs))
+    got = hub.recent_models({"c1.1": {"a", ""}, "c9.1": {"q"}})
+    assert got == {"c1.1": ("echo", {"a": "steps_serial", "": "silent"})}
