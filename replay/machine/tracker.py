@@ -819,7 +819,9 @@ class Tracker:
             if inp is Input.END_OK and call.stream and r.final_due and not refused(r):
                 inp = Input.END_OK_FINAL_DUE
             r.machine.feed(inp, seq)
-            if r.t_done is None and t_ns is not None:
+            if t_ns is not None and (r.t_done is None or (call.http and call.kind == "stream" and cause == "ok")):
+                # An event stream's final signal is its clean end, not its last event: Triton ends it after the
+                # model's final flag, which may come long after the last event (as a response of its own).
                 r.t_done = t_ns
             if r.machine.state is State.CANCELLED and r.hole != LOST_OPEN:
                 # (Open where records were lost, it may have ended before the cancel: no evidence that

@@ -264,3 +264,24 @@ def test_an_http_call_answered_after_its_clients_fin_is_unconfirmed_never_comple
         assert isinstance(end, ev.CallEnded)
         b.records[-1] = dataclasses.replace(end, details=HALF_CLOSE_ANSWERED)
     assert [(r.call, r.outcome) for r in _records(b).requests] == [("c1.1", "unconfirmed"), ("c1.2", "unconfirmed")]
+
+
+@pytest.mark.parametrize("name", ["generate_stream_completed", "error_under_200"])
+def test_an_event_streams_request_ends_at_the_clean_end_not_its_last_event(name: str) -> None:
+    """Triton ends an event stream after the model's final flag, which may come as a response of its own
+    (no event) long after the last event: the client learns the request is complete only at the body's
+    clean end. Its duration runs to that end (it stopped at the last event: a server holding streams
+    open 1.5 s longer read the same)."""
+    from replay.capture.reader import read_capture
+
+    recs = list(read_capture(HTTP / f"{name}.jsonl"))
+    (end_at,) = [i for i, (_s, r) in enumerate(recs) if r.kind == "call_end"]
+    seq, end = recs[end_at]
+    assert isinstance(end, ev.CallEnded)
+    last_event = max(r.t_ns for _s, r in recs if isinstance(r, ev.MessageSeen) and r.dir == "s2c")
+    recs[end_at] = (seq, dataclasses.replace(end, t_ns=last_event + 1_500_000_000))
+    (before,) = track(HTTP / f"{name}.jsonl").requests
+    (r,) = track(recs).requests
+    assert r.outcome == before.outcome and r.final is True
+    assert r.duration_ms is not None and before.duration_ms is not None
+    assert r.duration_ms == pytest.approx(before.duration_ms + 1500, abs=1.0)
