@@ -320,3 +320,18 @@ def test_http10_keep_alive_goes_on(both_ports: ProxyThread) -> None:
     kept = calls(recs, "POST /v2/models/echo/infer")
     assert [(end_of(recs, c)["cause"], end_of(recs, c)["http_status"]) for c in kept] == [("ok", 200), ("ok", 200)]
     assert kept[0].split(".")[0] == kept[1].split(".")[0]  # one connection
+
+
+def test_generate_stream_completes_at_its_clean_end(both_ports: ProxyThread) -> None:
+    """The `scripted` model's "t,F": one text event, then, 800 ms later, the final flag alone, which
+    Triton's generate_stream turns into no event, only the body's end. The client learns of completion
+    then; check's duration runs to it, not to the event."""
+    url = f"http://{http_url(both_ports)}/v2/models/scripted/generate_stream"
+    t0 = time.monotonic()
+    with httpx.Client(timeout=30) as client:
+        r = client.post(url, json={"id": "t-then-final", "PROMPT": "t,F", "MAX_TOKENS": 1, "DELAY_MS": 800})
+    client_ms = (time.monotonic() - t0) * 1000
+    assert r.status_code == 200 and r.text.count("data: ") == 1 and client_ms > 700
+    (req,) = track(both_ports.stop()).requests
+    assert (req.outcome, req.responses, req.final) == ("completed", 1, True)
+    assert req.duration_ms is not None and 700 < req.duration_ms <= client_ms, (req.duration_ms, client_ms)
