@@ -6,7 +6,8 @@ already used, so the same script sent twice meets the captured requests in order
 
 Strategies, tried in the order given (default ``id,payload,order``):
 
-* ``id``: same kind (stream/unary), model and non-empty Triton request id.
+* ``id``: same kind (stream/unary), model and non-empty Triton request id; among requests sharing an id,
+  one with the same inputs (where both sides have them: ``--payload full``) comes first.
 * ``payload``: same kind, model and *input* hash (:func:`payload_key`): model version, every input's
   name, datatype, shape and contents, and the parameters other than ids. The request id (and the
   ``sequence_id`` parameter) is left out on purpose: the fallback exists for clients whose ids change
@@ -220,7 +221,13 @@ class Matcher:
                 value = key.input_hash
             else:
                 value = None
-            best = self._pick(strategy, (key.kind, key.model, value), prefer_call)
+            best = None
+            if strategy == "id" and key.input_hash is not None:
+                # Several requests may share an id (clients reuse them): where the inputs are known on both
+                # sides, the one with the same inputs is the one this stands for, whatever the order.
+                best = self._pick("id+payload", (key.kind, key.model, f"{value}\0{key.input_hash}"), prefer_call)
+            if best is None:
+                best = self._pick(strategy, (key.kind, key.model, value), prefer_call)
             if best is None:
                 continue
             reused = best in self.used
@@ -252,12 +259,19 @@ class Matcher:
         return whole.items[0] if reuse else None
 
     def _lanes_of(self, strategy: str) -> dict[tuple[str, str | None, str | None], int | _Lane]:
-        """Per (kind, model, id or input hash or None for ``order``): its candidates (built on first use)."""
+        """Per (kind, model, id or input hash or None for ``order``; ``id+payload``: both): its candidates (built on
+        first use)."""
         lanes = self._lanes.get(strategy)
         if lanes is None:
             lanes = {}
             for i, c in enumerate(self.candidates):
-                value = c.key.request_id if strategy == "id" else c.key.input_hash if strategy == "payload" else None
+                value: str | None
+                if strategy == "id+payload":
+                    if not c.key.request_id or c.key.input_hash is None:
+                        continue
+                    value = f"{c.key.request_id}\0{c.key.input_hash}"
+                else:
+                    value = c.key.request_id if strategy == "id" else c.key.input_hash if strategy == "payload" else None
                 group = (c.key.kind, c.key.model, value)
                 had = lanes.get(group)
                 if had is None:

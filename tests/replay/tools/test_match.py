@@ -41,6 +41,16 @@ def test_order_takes_the_next_unused_request_of_the_model_and_never_repeats() ->
     assert [m.match(_key("")).candidate for _ in range(3)] == [*_cands(_key("a"), _key("b")), None]
 
 
+def test_among_requests_sharing_an_id_the_same_inputs_come_first() -> None:
+    """Two requests sent with one id (clients reuse ids), A asking for 3 tokens, B for 4: with the inputs
+    known (--payload full), B's client meets B's answers even when it comes first; without, capture order."""
+    m = Matcher(_cands(_key("dup", h="A"), _key("dup", h="B")))
+    got = [m.match(_key("dup", h=h)) for h in ("B", "A")]
+    assert [(g.candidate and g.candidate.key.input_hash, g.by) for g in got] == [("B", "id"), ("A", "id")]
+    blind = Matcher(_cands(_key("dup", h="A"), _key("dup", h="B")))
+    assert blind.match(_key("dup")).candidate == blind.candidates[0]
+
+
 def test_id_match_may_replay_a_used_request_unless_reuse_is_off() -> None:
     """The same script twice against serve matches again; diff (reuse off) pairs each request once."""
     cands = _cands(_key("a"))
@@ -211,21 +221,27 @@ def test_input_hash_tells_shapes_apart_with_the_same_bytes() -> None:
 def _reference(m: Matcher, key: Key, prefer_call: str | None) -> int | None:
     """The matching rule spelled out over every candidate (what Matcher's lanes must agree with)."""
     pool = [i for i, c in enumerate(m.candidates) if (c.key.kind, c.key.model) == (key.kind, key.model)]
+    def best(hits: list[int]) -> int | None:
+        if not m.reuse:
+            hits = [i for i in hits if i not in m.used]
+        return min(hits, key=lambda i: (m.candidates[i].call != prefer_call, i in m.used, i)) if hits else None
+
     for strategy in m.strategies:
         if strategy == "id":
             if not key.request_id:
                 continue
             hits = [i for i in pool if m.candidates[i].key.request_id == key.request_id]
+            same = [i for i in hits if key.input_hash is not None and m.candidates[i].key.input_hash == key.input_hash]
+            if (got := best(same)) is not None:  # among those sharing the id, the same inputs first
+                return got
         elif strategy == "payload":
             if key.input_hash is None:
                 continue
             hits = [i for i in pool if m.candidates[i].key.input_hash == key.input_hash]
         else:
             hits = [i for i in pool if i not in m.used]
-        if not m.reuse:
-            hits = [i for i in hits if i not in m.used]
-        if hits:
-            return min(hits, key=lambda i: (m.candidates[i].call != prefer_call, i in m.used, i))
+        if (got := best(hits)) is not None:
+            return got
     return None
 
 
