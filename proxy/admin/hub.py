@@ -20,9 +20,12 @@ import collections
 import itertools
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+import structlog
+
+from replay.capture import events as ev
 from replay.capture.methods import short_method
 
 #: Records kept for Tails that start from a recent seq.
@@ -31,8 +34,10 @@ RECENT = 4096
 MAX_QUEUE = 10_000
 MAX_QUEUE_BYTES = 16 * 1024 * 1024
 
-#: Records about the capture as a whole: model/method/request-id filters let them through.
-_CAPTURE_LEVEL = frozenset({"capture_start", "capture_end", "gap", "mark", "protocol_error"})
+log = structlog.get_logger("triton_tap.admin")
+
+#: Records about the capture as a whole (the kinds with no `call`): model/method/request-id filters let them through.
+_CAPTURE_LEVEL = frozenset(cls.kind for cls in ev.RECORD_TYPES if "call" not in {f.name for f in fields(cls)})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -92,6 +97,8 @@ class Subscriber:
         self._event = asyncio.Event()
         self.waiting = False
         self.closed = False
+        #: Why the stream was ended by the hub (its filter failed on a record), else None.
+        self.error: str | None = None
         self._calls = _Calls(method=dict(open_methods))
 
     # -- writer thread --------------------------------------------------------------------------
@@ -246,10 +253,19 @@ class TapHub:
             if not subs:
                 return
             for sub in subs:
+                if sub.closed:
+                    continue
                 seq = first_seq
-                for rec, line in zip(records, lines, strict=True):
-                    sub.offer(seq, rec, line[:-1])
-                    seq += 1
+                try:
+                    for rec, line in zip(records, lines, strict=True):
+                        sub.offer(seq, rec, line[:-1])
+                        seq += 1
+                except Exception as e:  # a watcher must never stop the capture: its stream ends, saying why
+                    sub.error = f"the watcher's filter failed on record seq {seq}: {type(e).__name__}: {e}"
+                    sub.closed = True
+                    sub.wake(force=True)
+                    log.error("tail_filter_failed", seq=seq, error=f"{type(e).__name__}: {e}")
+                    continue
                 sub.wake()
 
     # -- event loop ---------------------------------------------------------------------------------

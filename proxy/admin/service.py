@@ -133,6 +133,8 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
             while True:
                 items = await sub.next_items()
                 if not items:  # the hub closed (the proxy stops) and everything was delivered
+                    if sub.error is not None:
+                        await context.abort(grpc.StatusCode.INTERNAL, sub.error)
                     return
                 for item in items:
                     if isinstance(item, Dropped):

@@ -163,3 +163,38 @@ def test_status_names_the_models_in_flight_not_the_latest(triton: TritonServer, 
     assert (oc.model, list(oc.in_flight), list(oc.in_flight_models)) == ("echo", ["long-1"], ["tokens"])
     (row,) = [line for line in text.splitlines() if "ModelStreamInfer" in line]
     assert "tokens" in row and "echo" not in row, text
+
+
+def test_a_filtered_watcher_and_a_moved_capture_file(triton: TritonServer, tmp_path: Path) -> None:
+    """`tail --admin --model echo` watching while the operator renames the live capture file: the proxy
+    writes `files_removed` (reason moved) and goes on in a new file. That record has no call; the filter read
+    one, raised in the writer's thread and stopped the capture for good (no gap, nothing said until a
+    traceback at shutdown). Now the watcher gets it, and the calls after it are recorded and watched."""
+    bg = BackgroundLoop()
+    try:
+        with ProxyThread(triton.grpc_url, tmp_path / "cap", payload="meta", drain_timeout=5,
+                         admin="127.0.0.1:0") as proxy:  # fmt: skip
+            addr = proxy.proxy.admin.address
+            watcher = TailClient(bg, addr, TailFilter(models=frozenset({"echo"})))
+            wait_for(lambda: admin_call(bg, addr, "Status", pb.StatusRequest()).tail.subscribers == 1,
+                     what="the watcher to subscribe")  # fmt: skip
+            with grpcclient.InferenceServerClient(proxy.url) as client:
+                client.infer("echo", echo_inputs(np.arange(4, dtype=np.uint8)), request_id="before-move")
+                live = proxy.capture_path
+                wait_for(live.exists, what="the live capture file")
+                live.rename(tmp_path / "cap" / "renamed-by-operator.jsonl")
+
+                def kinds() -> list[str]:
+                    return [orjson.loads(line)["kind"] for _, line in watcher.records()]
+
+                wait_for(lambda: "files_removed" in kinds(), what="the watcher to get files_removed")
+                client.infer("echo", echo_inputs(np.arange(4, dtype=np.uint8)), request_id="after-move")
+                wait_for(lambda: kinds().count("call_end") == 2, what="the watcher to get the second call")
+        assert watcher.done.wait(30) and watcher.error is None
+    finally:
+        bg.close()
+    recs = [r for _, r in read_capture(sorted((tmp_path / "cap").glob("capture-*")))]
+    assert [r.request_id for r in recs if r.kind == "message" and r.dir == "c2s"] == ["after-move"]
+    assert recs[-1].kind == "capture_end"
+    (removed,) = [r for r in recs if r.kind == "files_removed"]
+    assert removed.reason == "moved"

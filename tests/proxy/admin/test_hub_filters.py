@@ -79,3 +79,39 @@ def test_tail_from_seq_is_a_record_number(seq: str, capsys: pytest.CaptureFixtur
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--from-seq: must be a record number 0.." in err, err
+
+
+@pytest.mark.parametrize(
+    "flt",
+    [TailFilter(models=frozenset({"a"})), TailFilter(request_ids=frozenset({"ra"})),
+     TailFilter(methods=frozenset({"ModelStreamInfer"})), TailFilter(kinds=frozenset({"files_removed"}))],
+    ids=["model", "request-id", "method", "kind"],
+)  # fmt: skip
+def test_records_of_no_call_pass_every_call_filter(loop: asyncio.AbstractEventLoop, flt: TailFilter) -> None:
+    """A `files_removed` record (retention, or the live file renamed) has no call: a call filter passes it as it
+    passes a gap or a mark. Reading its call raised in the writer's thread, which stopped the capture for good."""
+    removed = ev.FilesRemoved(t_ns=7, reason="retention", files=["capture-1.jsonl"], size=10, detail="budget 1 MB")
+    sub = Subscriber(flt, loop, 1000, 1 << 20, {})
+    sub.offer(0, removed, b"x\n")
+    assert [item[1] for item in sub.items if isinstance(item, tuple)] == ["files_removed"]
+
+
+def test_a_filter_that_fails_ends_its_watcher_not_the_capture(loop: asyncio.AbstractEventLoop) -> None:
+    """Whatever a filter trips on, the writer's publish goes on: the failing watcher is closed with the reason
+    (its Tail ends with it), the other watchers and the recent records get the batch."""
+    from proxy.admin.hub import TapHub
+
+    class Odd:
+        kind = "message"  # a record of a kind with a call, without one
+
+    hub = TapHub()
+    bad = Subscriber(TailFilter(models=frozenset({"a"})), loop, 1000, 1 << 20, {})
+    good = Subscriber(TailFilter(), loop, 1000, 1 << 20, {})
+    hub.subscribers = [bad, good]
+    hub.publish(0, [Odd(), Odd()], [b"a\n", b"b\n"])
+    loop.run_until_complete(asyncio.sleep(0))  # (wake's call_soon_threadsafe)
+    assert bad.closed and bad.error is not None and "record seq 0" in bad.error and "AttributeError" in bad.error
+    assert [item[2] for item in good.items if isinstance(item, tuple)] == [b"a", b"b"]
+    assert hub.recent_range() == (0, 2)
+    hub.publish(2, [Odd()], [b"c\n"])  # the closed watcher is offered nothing more
+    assert len(good.items) == 3
