@@ -178,7 +178,9 @@ async def start_admin(address: str, served: Served, tls_cert: Path | None, tls_k
     host, port, tls = admin_address(address, tls_cert, tls_key)
     hub = TapHub()
     handlers = Handlers()
-    server = grpc.aio.server()
+    # Not SO_REUSEPORT (grpc's default): a second proxy given the same --admin would share the port, and each
+    # command would reach one of them at random. Here the second one cannot start.
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(served, hub, handlers), server)  # type: ignore[no-untyped-call]
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
@@ -187,8 +189,9 @@ async def start_admin(address: str, served: Served, tls_cert: Path | None, tls_k
             bound = server.add_secure_port(where, _credentials(tls_cert, tls_key))
         else:
             bound = server.add_insecure_port(where)
-    except RuntimeError as e:
-        raise UserError(f"cannot serve --admin on {address}: {e}") from None
+    except RuntimeError as e:  # grpc's "Failed to bind to address ...; set GRPC_VERBOSITY=debug ..."
+        why = "address in use or not available" if "Failed to bind" in str(e) else str(e)
+        raise UserError(f"cannot serve --admin on {address}: {why}") from None
     if not bound:
         raise UserError(f"cannot serve --admin on {address}: address in use or not available")
     await server.start()

@@ -20,7 +20,9 @@ supervisor exits when all have, with the worst exit status (a worker the signal 
 handler was in place, before it opened anything, stopped as asked). SIGHUP to the supervisor is passed
 to every worker too: each reopens its capture file. A worker that fails stops the others.
 Metrics: each worker serves its own ``/metrics``, on ``--metrics`` port + k (port 0: a free port
-each, in each worker's ``recording`` log line); add them up in Prometheus (``sum by``).
+each, in each worker's ``recording`` log line); add them up in Prometheus (``sum by``). The admin
+service likewise, on ``--admin`` port + k: each worker's status, tail, mark and rotate are its own (one
+shared port would hand each command to one worker at random).
 """
 
 from __future__ import annotations
@@ -68,7 +70,12 @@ def worker_configs(cfg: ProxyConfig, port: int, set_stem: str) -> list[ProxyConf
         if metrics is not None:
             mhost, mport = parse_hostport(metrics, "--metrics", allow_port_zero=True)
             metrics = f"{mhost}:{mport + k if mport else 0}"
-        out.append(dataclasses.replace(cfg, listen=f"{host}:{port}", worker=k, capture_set=set_stem, metrics=metrics))
+        admin = cfg.admin
+        if admin is not None:
+            ahost, aport = parse_hostport(admin, "--admin", allow_port_zero=True)
+            admin = f"[{ahost}]:{aport + k if aport else 0}" if ":" in ahost else f"{ahost}:{aport + k if aport else 0}"
+        out.append(dataclasses.replace(cfg, listen=f"{host}:{port}", worker=k, capture_set=set_stem, metrics=metrics,
+                                       admin=admin))  # fmt: skip
     return out
 
 

@@ -8,6 +8,7 @@ models with exact response counts. tests/e2e/test_admin_e2e.py runs the same che
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gzip
 import io
 import threading
@@ -378,3 +379,25 @@ def test_a_mark_while_the_proxy_stops_is_in_the_capture_or_refused(bg: Backgroun
     assert len(acked) >= 40 and not set(acked) - set(marks)
     assert captured[-1].kind == "capture_end"
     assert refused <= {grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE}
+
+
+def test_an_admin_port_in_use_is_refused(start_proxy: Callable[..., RecordingProxy], fake_upstream: Any,
+                                         tmp_path: Path) -> None:  # fmt: skip
+    """A second proxy given the first one's --admin port does not start: grpc's default SO_REUSEPORT let both
+    bind it, and each status, tail, mark or rotate reached one of them at random."""
+    first = start_proxy(f"127.0.0.1:{fake_upstream.port}", admin="127.0.0.1:0")
+    assert first.admin is not None
+    with pytest.raises(UserError, match=rf"^cannot serve --admin on {first.admin.address}: address in use or not"):
+        start_proxy(f"127.0.0.1:{fake_upstream.port}", admin=first.admin.address, capture_dir=tmp_path / "second")
+
+
+def test_each_worker_has_its_own_admin_port() -> None:
+    """`record --workers N --admin HOST:P`: worker k serves its admin service on P + k (0: a free port each),
+    as its metrics; one shared port handed each command to one worker at random."""
+    from proxy.ops.workers import worker_configs
+
+    cfg = ProxyConfig(listen="127.0.0.1:0", upstream="127.0.0.1:1", admin="127.0.0.1:8090", workers=3)
+    assert [c.admin for c in worker_configs(cfg, 8011, "capture-x")] == [f"127.0.0.1:{p}" for p in (8090, 8091, 8092)]
+    free = dataclasses.replace(cfg, admin="[::1]:0")
+    assert [c.admin for c in worker_configs(free, 8011, "capture-x")] == ["[::1]:0"] * 3
+    assert [c.admin for c in worker_configs(dataclasses.replace(cfg, admin=None), 8011, "s")] == [None] * 3
