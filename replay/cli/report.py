@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from replay.capture import naming
 from replay.cli.base import add_capture_argument, gc_paused
 from replay.errors import UserError
 
@@ -23,8 +24,9 @@ def _default_title(paths: Sequence[str]) -> str:
 
 def _check_output(paths: Sequence[str], output: Path) -> None:
     """Refuse to write the page over a capture (a typo in -o must not destroy evidence)."""
-    if output.name.endswith((".jsonl", ".jsonl.gz")):
-        raise UserError(f"-o {str(output)!r} looks like a capture file (*.jsonl, *.jsonl.gz): choose an .html name")
+    if naming.looks_like_capture(output.name) or output.name.endswith(naming.SIDE_SUFFIX):
+        raise UserError(f"-o {str(output)!r} looks like a capture file (*.jsonl, *.jsonl.gz, *.jsonl.zst, or a "
+                        "--payload full side file *.payload): choose an .html name")  # fmt: skip
     try:
         target = output.resolve()
     except OSError:

@@ -26,12 +26,17 @@ def test_report_refuses_to_overwrite_an_input_capture(tmp_path: Path) -> None:
     assert cap.read_bytes() == before
 
 
-@pytest.mark.parametrize("name", ["other.jsonl", "other.jsonl.gz"])
+@pytest.mark.parametrize(
+    "name", ["other.jsonl", "other.jsonl.gz", "capture-20261206T101010-7-0002.jsonl.zst",
+             "capture-20261206T101010-7-0002.payload"],
+)  # fmt: skip
 def test_report_refuses_a_capture_like_output_name(tmp_path: Path, name: str) -> None:
-    """-o ending in .jsonl or .jsonl.gz is refused even when it is not an input; nothing is written."""
-    with pytest.raises(UserError, match=r"\.jsonl"):
+    """-o naming a capture file, of any compression (zstd is the default one), or a side file, is refused even
+    when it is not an input; a file there is left as it was (it was overwritten with the page, exit 0)."""
+    (tmp_path / name).write_bytes(b"recorded")
+    with pytest.raises(UserError, match=r"looks like a capture file"):
         build_report([str(DATA / "unary.jsonl")], tmp_path / name, err=io.StringIO())
-    assert not (tmp_path / name).exists()
+    assert (tmp_path / name).read_bytes() == b"recorded"
 
 
 def test_report_writes_through_a_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
