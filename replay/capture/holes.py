@@ -57,7 +57,7 @@ class SeqWatch:
     """
 
     __slots__ = (
-        "_damaged", "_file_index", "_seen_start", "expected", "file", "gaps", "last", "line", "on_loss", "ring"
+        "_damaged", "_file_index", "_seen_start", "expected", "file", "gaps", "last", "line", "on_loss", "ring", "start"
     )  # fmt: skip
 
     #: How many recent records are kept to tell an exact repeat of a line from a conflicting one
@@ -77,6 +77,8 @@ class SeqWatch:
         self.file = ""
         self.line: int | None = None
         self._seen_start = False
+        #: The chain's first ``capture_start`` read (a worker's says which of how many workers wrote it).
+        self.start: ev.CaptureStarted | None = None
         self._file_index = 0  # of the newest capture_start: each rotated file's is one more than its last's
         # (the expected seq when they were met, how many): damaged lines since the last record, which
         # may have held the seq numbers missing before the next one (not a second hole for them).
@@ -120,6 +122,7 @@ class SeqWatch:
             self._file_index = record.file_index
         elif isinstance(record, ev.CaptureStarted):
             self._seen_start = True
+            self.start = record
             self._file_index = record.file_index
             if record.file_index > 0:
                 self._add(

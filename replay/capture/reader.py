@@ -166,20 +166,41 @@ class CaptureReader:
                 # are left to their records, which join a later file to the one before.
                 self.on_capture()
             last = key
+            watches: list[SeqWatch] = []
             if len(chains) == 1:
-                yield from self._chain(chains[0])
+                yield from self._chain(chains[0], watches)
             else:
                 # One capture written by several workers: their records interleaved by time.
-                merged = (itertools.chain.from_iterable(self._chain(c)) for c in chains)
+                merged = (itertools.chain.from_iterable(self._chain(c, watches)) for c in chains)
                 yield heapq.merge(*merged, key=lambda r: r[1].t_ns)
+            self._workers_given(watches)
 
-    def _chain(self, group: list[Path]) -> Iterator[Iterator[tuple[int, ev.Record]]]:
+    def _chain(self, group: list[Path], watches: list[SeqWatch]) -> Iterator[Iterator[tuple[int, ev.Record]]]:
         """One reader per file of the chain; the chain's holes are added once its last file was read."""
         watch = SeqWatch(self.on_loss)
+        watches.append(watch)
         for i, path in enumerate(group):
             yield self._file(path, last=i == len(group) - 1, watch=watch)
         watch.end()
         self.gaps.extend(watch.gaps)
+
+    def _workers_given(self, watches: list[SeqWatch]) -> None:
+        """A capture set was read: a worker none of whose files was given is a hole. Its calls are not in this
+        reading at all (the connections the kernel gave that worker), where the files read show no loss."""
+        starts = [w.start for w in watches if w.start is not None and w.start.workers is not None]
+        if not starts:
+            return
+        workers = max(s.workers or 0 for s in starts)
+        read = {s.worker for s in starts}
+        missing = [k for k in range(workers) if k not in read]
+        if missing:
+            which = f"worker {missing[0]}'s files were" if len(missing) == 1 else (
+                f"workers {', '.join(map(str, missing))}' files were")  # fmt: skip
+            self.gaps.append(
+                Gap(kind="missing_file", file=str(watches[0].file), line=None, first_seq=None, last_seq=None,
+                    count=None, detail=f"capture set {starts[0].capture_set} was written by {workers} workers: {which} "
+                    "not given, so the calls it relayed are not in this reading")
+            )  # fmt: skip
 
     def _file(self, path: Path, *, last: bool, watch: SeqWatch) -> Iterator[tuple[int, ev.Record]]:
         name = str(path)

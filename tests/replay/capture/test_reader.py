@@ -450,6 +450,30 @@ def test_a_workers_chain_starting_after_another_workers_call_is_the_same_capture
     assert [(r.call, r.outcome) for r in result.requests] == [("c1.1", "completed")] * 2 + [("c2.1", "completed")] * 2
 
 
+@pytest.mark.parametrize(("given", "missing"), [((0, 1, 2), None), ((0,), "workers 1, 2' files were"),
+                                               ((0, 2), "worker 1's files were"), ((2,), "workers 0, 1' files were")])
+def test_a_worker_none_of_whose_files_was_given_is_a_hole(tmp_path: Path, given: tuple[int, ...],
+                                                          missing: str | None) -> None:  # fmt: skip
+    """Each worker's chain says which of how many workers wrote it: a set read without one worker's files
+    misses every call the kernel gave that worker. It read as complete, 0 holes, whatever was left out."""
+    import dataclasses
+
+    written = 0
+    for k in given:
+        b = _worker(k * 1_000_000, f"c{k + 1}.1")
+        b.records[0] = dataclasses.replace(b.records[0], capture_set=STEM, worker=k, workers=3)
+        (tmp_path / f"{STEM}.w{k}.jsonl").write_bytes(b.render())
+        written += len(b.records)
+    reader = read_capture(tmp_path)
+    assert len(list(reader)) == written
+    if missing is None:
+        assert reader.gaps == []
+    else:
+        (gap,) = reader.gaps
+        assert (gap.kind, gap.detail) == ("missing_file", f"capture set {STEM} was written by 3 workers: {missing} not "
+                                          "given, so the calls it relayed are not in this reading")  # fmt: skip
+
+
 def test_counts_say_how_many_captures_and_records_were_read_on_every_pass(tmp_path: Path) -> None:
     """Two unrelated capture files: two captures; `records` counts what was yielded, afresh on each pass."""
     one, other = tmp_path / "one.jsonl", tmp_path / "other.jsonl"
