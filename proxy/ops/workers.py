@@ -109,7 +109,7 @@ def supervise(cfg: ProxyConfig, log_level: str) -> int:
         for wcfg in worker_configs(cfg, port, set_stem):
             p = subprocess.Popen([sys.executable, "-m", "proxy.ops.workers"], stdin=subprocess.PIPE)
             assert p.stdin is not None
-            p.stdin.write(pickle.dumps((wcfg, log_level)))
+            p.stdin.write(pickle.dumps((wcfg, log_level, os.getpid())))
             p.stdin.close()
             procs.append(p)
         signal.signal(signal.SIGHUP, reopen)
@@ -124,6 +124,10 @@ def supervise(cfg: ProxyConfig, log_level: str) -> int:
                 # place before the worker opens a capture or listens, so nothing was recorded or lost.
                 code = 0
             codes.append(code)
+            if not code and not stopping:
+                # Stopped on its own (a SIGTERM sent to it, not to the supervisor): it drained and closed its
+                # chain; the others go on serving the port, the set's later calls theirs.
+                log.warning("worker_stopped", pid=pid, workers_left=len(procs) - len(codes))
             if code and not stopping:
                 # A worker that failed (start-up, a crash) takes the set down: a capture set with a
                 # silent hole in its traffic would claim more than the wire showed.
@@ -138,12 +142,33 @@ def supervise(cfg: ProxyConfig, log_level: str) -> int:
         reserved.close()
 
 
+def _die_with(supervisor: int) -> bool:
+    """Linux: a SIGTERM to this worker when the supervisor dies, however (a SIGKILL runs no handler to stop
+    the workers): orphans would go on relaying and recording on the port, beside a restarted set. The worker
+    drains on it as on the supervisor's own SIGTERM. False when the supervisor is gone already."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):  # (not Linux: no such call; the supervisor's signals still stop them)
+        pass
+    return os.getppid() == supervisor  # (checked after: a supervisor that died before the call sent nothing)
+
+
+#: prctl(2) option: the signal the calling process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
 def _worker_main() -> int:
     from proxy.ops import eventloop, logs
     from proxy.ops.server import run
 
-    cfg, log_level = pickle.loads(sys.stdin.buffer.read())
+    cfg, log_level, supervisor = pickle.loads(sys.stdin.buffer.read())
     logs.configure(log_level)
+    if not _die_with(supervisor):
+        print(f"triton-tap worker {cfg.worker}: the supervisor {supervisor} is gone; not starting", file=sys.stderr)
+        return 1
     # SIGINT from a terminal reaches the whole process group: the supervisor forwards SIGTERM, and
     # the worker's own handler (proxy.ops.server.run) drains on either.
     try:

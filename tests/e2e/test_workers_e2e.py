@@ -3,6 +3,7 @@ capture, SIGHUP reopening every worker's file, and SIGTERM draining every worker
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import subprocess
@@ -92,3 +93,48 @@ def test_two_workers_one_capture_set(triton: TritonServer, tmp_path: Path) -> No
     assert {r.call for r in call_starts} == set(call_ends)  # call ids unique across the set
     assert all(e.cause == "ok" for e in call_ends.values()), [e.cause for e in call_ends.values()]
     assert [r.request_id for r in recs if isinstance(r, ev.MessageSeen) and r.dir == "s2c"].count("slow") == 1
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (its new parent may be slow to reap it, or never do)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_workers_stop_when_the_supervisor_is_killed(triton: TritonServer, tmp_path: Path) -> None:
+    """SIGKILL to the supervisor runs no handler: its workers went on relaying and recording on the port, with
+    parent 1, beside the set a restart starts (which took the port too, SO_REUSEPORT). Each worker now gets a
+    SIGTERM when its supervisor dies, drains and closes its chain as on the supervisor's own SIGTERM."""
+    import json
+
+    port = free_port()
+    captures = tmp_path / "captures"
+    log = (tmp_path / "proxy.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "--workers", "2", "--listen", f"127.0.0.1:{port}",
+         "--upstream", triton.grpc_url, "--capture-dir", str(captures), "--compress", "none"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    pids: list[int] = []
+    try:
+        wait_for(lambda: (tmp_path / "proxy.log").read_bytes().count(b'"event":"recording"') == 2, what="both workers serving")
+        (started,) = [json.loads(line) for line in (tmp_path / "proxy.log").read_bytes().splitlines()
+                      if b'"event":"workers_started"' in line]  # fmt: skip
+        pids = started["pids"]
+        assert len(pids) == 2 and all(_running(p) for p in pids)
+        proc.kill()
+        proc.wait(30)
+        wait_for(lambda: not any(_running(p) for p in pids), 60, "the workers to stop after their supervisor")
+    finally:
+        for p in pids:
+            if _running(p):
+                os.kill(p, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+    ends = [r for _, r in read_capture(captures) if isinstance(r, ev.CaptureEnded)]
+    assert sorted(e.reason for e in ends) == ["shutdown", "shutdown"]
