@@ -24,6 +24,7 @@ class Call:
         "inflight",
         "method",
         "mkind",
+        "req_headers",
         "resp_headers",
         "s2c_asm",
         "sid",
@@ -47,6 +48,8 @@ class Call:
         self.c2s_asm = Assembler(keep, hashing, split)
         self.s2c_asm = Assembler(keep, hashing, split)
         self.index = [0, 0]
+        #: The request's and the response's header blocks (their grpc-encoding is read when a message is compressed).
+        self.req_headers: list[tuple[bytes, bytes]] | None = None
         self.resp_headers: list[tuple[bytes, bytes]] | None = None
         self.ended = False
 

@@ -607,6 +607,7 @@ class H2Core:
             got = self._read_request(headers)
         _, method, timeout_ms, meta = got
         call = Call(f"{self.conn_id}.{sid}", sid, method, timeout_ms, self.opts)
+        call.req_headers = headers
         self.calls[sid] = call
         self.shared.open_calls += 1
         self.emit(

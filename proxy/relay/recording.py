@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
@@ -21,7 +22,7 @@ from proxy.relay.options import RelayOptions
 from proxy.relay.records import make_message
 from proxy.triton import labels, pieces
 from proxy.triton.redact import redact_request
-from proxy.wire.headers import grpc_status
+from proxy.wire.headers import grpc_status, header
 from proxy.wire.messages import Assembler
 from replay.capture import events as ev
 
@@ -94,7 +95,7 @@ class MessageRecorder:
                 except Exception as e:
                     fields = {"decode_error": f"not a valid {'request' if direction == C2S else 'response'}: {e}"}
             elif mkind and flag:
-                fields = {"decode_error": "compressed message: not decoded"}
+                fields = _compressed_labels(call, direction, mkind, body, truncated)
             if payload != "meta":  # (the default mode records the labels as they are)
                 if payload == "none":
                     if fields:
@@ -146,6 +147,32 @@ class MessageRecorder:
             digest = hashlib.sha256(body).hexdigest()
             fields["inputs"] = red[1]
         return body, None, digest, truncated, False
+
+def _compressed_labels(call: Call, direction: int, mkind: int, body: bytes, truncated: bool) -> dict[str, Any]:
+    """The labels of a compressed message (tritonclient's ``compression_algorithm``: gzip or deflate), read from
+    its first ``LABEL_KEEP`` bytes decompressed; the record keeps the bytes as they crossed the wire. Its
+    in-flight bookkeeping as for any message. Another encoding is named and not decoded."""
+    headers = call.req_headers if direction == C2S else call.resp_headers
+    encoding = header(headers, b"grpc-encoding") if headers is not None else None
+    name = encoding.decode("latin-1") if encoding is not None else "none"
+    if name not in ("gzip", "deflate"):
+        return {"decode_error": f"compressed message (grpc-encoding {name}): not decoded"}
+    try:
+        # gzip: its header; deflate: zlib's (RFC 1950), as grpc writes it. Bounded: a small message may inflate
+        # to any size, and labels read a head.
+        inflate = zlib.decompressobj(31 if name == "gzip" else 15)
+        plain = inflate.decompress(body, LABEL_KEEP)
+        cut = truncated or bool(inflate.unconsumed_tail) or not inflate.eof
+        fields = _labels(mkind, direction, plain, cut)
+    except Exception as e:  # (zlib.error, or a message that does not decode)
+        return {"decode_error": f"not a valid {'request' if direction == C2S else 'response'} ({name}): {e}"}
+    if "decode_error" not in fields:
+        if direction == C2S:
+            call.inflight.sent(fields["request_id"])
+        else:
+            call.inflight.answered(fields["request_id"], fields["final"])
+    return fields
+
 
 def _labels(mkind: int, direction: int, body: bytes, truncated: bool) -> dict[str, Any]:
     """The Triton labels of one message (raises when it does not decode)."""

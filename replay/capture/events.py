@@ -201,7 +201,8 @@ class MessageSeen:
     ]
     compressed: Annotated[
         bool,
-        "the gRPC compressed flag (compressed messages are not decoded); HTTP: a `Content-Encoding` other than "
+        "the gRPC compressed flag (`grpc-encoding` gzip and deflate messages are decompressed for their labels, "
+        "their payload kept as sent; another encoding is not decoded); HTTP: a `Content-Encoding` other than "
         "identity (gzip and deflate bodies are decompressed for their labels)",
     ] = False
     model: Annotated[

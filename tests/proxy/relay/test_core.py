@@ -672,3 +672,44 @@ def test_late_records_after_end_stop_at_the_per_call_limit(monkeypatch: pytest.M
     sid = _stream_call(rig, "x")
     rig.up(_deadline_ending(sid) * 10)
     assert [r.frame for r in _of(rig, "late")] == ["trailers", "rst", "trailers", "overflow"]
+
+
+def _compressed(message: bytes, encoding: str) -> bytes:
+    """A gRPC message of ``grpc(...)`` sent compressed (flag 1), as grpc compresses it for that encoding."""
+    import gzip
+    import zlib
+
+    body = message[5:]
+    packed = gzip.compress(body) if encoding == "gzip" else zlib.compress(body)
+    return b"\1" + len(packed).to_bytes(4, "big") + packed
+
+
+@pytest.mark.parametrize(
+    ("encoding", "mangle", "want"),
+    [
+        ("gzip", False, ("z1", None)),
+        ("deflate", False, ("z1", None)),
+        ("snappy", False, (None, "compressed message (grpc-encoding snappy): not decoded")),
+        ("gzip", True, (None, "not a valid request (gzip): Error -3 while decompressing data: incorrect header check")),
+    ],
+)
+def test_a_compressed_request_is_labelled_from_its_bytes_decompressed(encoding: str, mangle: bool,
+                                                                      want: tuple[str | None, str | None]) -> None:  # fmt: skip
+    """tritonclient's compression_algorithm: the request message is compressed (grpc-encoding gzip or deflate).
+    Its labels, and the in-flight set of a cancel, come from it decompressed; the record keeps its size and
+    flag as on the wire. An encoding grpc does not define, or bytes that do not inflate, are said so."""
+    rig = CoreRig()
+    rig.pump()
+    sid = rig.open_call(request_headers(STREAM, (b"grpc-encoding", encoding.encode())))
+    packed = _compressed(infer_request("z1", size=4096), "gzip" if encoding == "snappy" else encoding)
+    if mangle:
+        packed = packed[:5] + b"\0\0" + packed[7:]
+    rig.client.send_data(sid, packed)
+    rig.pump()
+    (req,) = [m for m in _of(rig, "message") if m.dir == "c2s"]
+    assert (req.request_id, req.decode_error) == want
+    assert req.compressed and req.size == len(packed) - 5
+    rig.client.reset_stream(sid, 8)
+    rig.pump()
+    (cancel,) = _of(rig, "cancel")
+    assert cancel.in_flight == ([want[0]] if want[0] else [])
