@@ -159,9 +159,11 @@ class _Lanes:
     def open_at(self, call: str, ids: list[str], at: int | None) -> list[int]:
         """The lanes of request ``ids`` on ``call`` still open at ``at`` (sorted, once each)."""
         # An id re-used on the call: only its occurrence still open at the cancel counts.
+        # A lane's end is its start plus the duration, which is kept to the microsecond (rounded): it can read up to
+        # 1 us before the true end, and the cancel that ended the request is at that end.
         ends = self.columns["end"]
         return sorted({ln for rid in ids for ln in self._of.get((call, rid), [])
-                       if at is None or ends[ln] is None or ends[ln] >= at})  # fmt: skip
+                       if at is None or ends[ln] is None or ends[ln] >= at - 1})  # fmt: skip
 
 
 def _violations(r: RequestOutcome) -> list[str] | None:
@@ -423,7 +425,7 @@ class ReportBuilder:
     def _request_lane(self, call: _CallInfo, r: RequestOutcome, lanes: _Lanes) -> int:
         """The lane of one tracked request (its ticks and gaps are filled in once every lane is laid out)."""
         t_sent = self._sent.get((call.id, r.seq), call.t_start)
-        end_ns = t_sent + int(r.duration_ms * 1e6) if r.duration_ms is not None else None
+        end_ns = t_sent + round(r.duration_ms * 1e6) if r.duration_ms is not None else None  # (int() of 10.001 * 1e6: 10000999)
         lane = lanes.add(
             call, rid=r.request_id, model=r.model, outcome=r.outcome, start=lanes.us(t_sent), end=lanes.us(end_ns),
             responses=r.responses, text=r.text_responses, ttfr_ms=r.first_response_ms,

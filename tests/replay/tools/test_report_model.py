@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from replay.capture.reader import read_capture
 from replay.tools.report.model import ERROR, FINAL, TEXT, UNATTRIBUTED, ReportBuilder, percentile
 from replay.tools.report.page import render_html
@@ -74,6 +76,32 @@ def test_cancel_marks_its_in_flight_set_and_cause() -> None:
     assert [m["lanes"]["rid"][i] for i in cancel["lanes"]] == ["a", "b"]
     assert [m["lanes"]["rid"][i] for i in cancel["responded_lanes"]] == ["a"]
     assert cancel["t"] == 27_000  # µs after the first record
+
+
+@pytest.mark.parametrize(("sent_ns", "cancel_after_ns"), [(0, 10_001_000), (900, 10_000_400), (123, 7_654_321)])
+def test_a_cancel_marks_the_lanes_it_ended_whatever_their_sub_microsecond_times(sent_ns: int,
+                                                                             cancel_after_ns: int) -> None:  # fmt: skip
+    """A lane ends at its start plus its duration, which is kept to the microsecond: the end read up to 1 us
+    before the cancel that ended the request (10.001 ms * 1e6 is 10000999.99...), and the cancel's lanes and
+    responded lanes left it out (no mark on 1 cancel in 8, an empty responded column)."""
+    from replay.capture import events as ev
+    from tests.data.make_golden import Builder
+
+    b = Builder().start()
+    b.call("c1.1")
+    b.t += sent_ns
+    b.request("c1.1", "a", ms=0)
+    b.response("c1.1", "a", None, final=False)
+    t_sent = next(r.t_ns for r in b.records if isinstance(r, ev.MessageSeen) and r.dir == "c2s")
+    b.t = t_sent + cancel_after_ns
+    b.cancel("c1.1", "client_cancel", rst_code=8, ms=0)
+    b.end("c1.1", ms=0, status="CANCELLED", cause="client_cancel")
+    rb = ReportBuilder()
+    for seq, rec in enumerate(b.finish().records):
+        rb.feed(seq, rec)
+    m = rb.finish(files=[], gaps=[], warnings=[])
+    (cancel,) = m["cancels"]
+    assert cancel["lanes"] == cancel["responded_lanes"] == [0], (cancel, m["lanes"]["end"])
 
 
 def test_ticks_are_attributed_and_flagged_text_empty_final() -> None:
