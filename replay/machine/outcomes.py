@@ -378,6 +378,8 @@ def outcome_of(call: Any, r: Any, state: State) -> RequestOutcome:
         notes = ("client_closed_first",)
     if r.cut:
         notes = (*notes, "event_cut")  # bytes of an event recorded that no client got as one
+    if r.resent:
+        notes = (*notes, "same_as_cancelled")  # the bytes of a request cancelled on another connection
     outcome, recorded_as = state._value_, None
     violations, after_loss = tuple(r.machine.violations), ()
     if r.hole is not None:

@@ -19,8 +19,9 @@ Attribution rules (why they are what they are):
 * The call's end is applied at the first of ``cancel`` / ``call_end`` (the proxy writes both for a
   cancel-like end, the cancel first); the ``call_end`` then only adds status and details.
 * A request sent again after an earlier one was ``cancelled`` gets ``restarted_after_cancel``: the
-  same model and non-empty id from the same client connection, or with ``--payload full`` the same
-  message hash from any (unrelated clients reuse ids such as ``"1"``).
+  same model and non-empty id, or with ``--payload full`` the same message hash, from the same client
+  connection, in the same capture (unrelated clients reuse ids such as ``"1"``). The same hash from
+  another connection is the note ``same_as_cancelled``: a retry and another client look alike there.
 * An HTTP request body Triton answered before it ended is two ``c2s`` records (its start, before the
   reply's; then the rest, ``decode_error`` :data:`~replay.capture.events.BODY_REST`): one request.
 * An HTTP inference call carries one request: every reply or event on it is that request's, tied by
@@ -66,7 +67,7 @@ CaptureSource = PathLike | Iterable[PathLike] | Iterable[ev.Record] | Iterable[t
 class _Request:
     __slots__ = (
         "call", "cut", "error", "errors", "final", "final_due", "group", "hole", "hole_from", "machine", "model", "occurrence",
-        "request_id", "responses", "seq", "sha", "size", "t_done", "t_first", "t_last", "t_sent", "text",
+        "request_id", "resent", "responses", "seq", "sha", "size", "t_done", "t_first", "t_last", "t_sent", "text",
         "was_refused",
     )  # fmt: skip
 
@@ -95,6 +96,9 @@ class _Request:
         self.hole: str | None = None
         self.hole_from = 0  # its violations from this index on came after the loss: not the server's for sure
         self.cut = False  # an HTTP event of it was cut before its end (recorded, never received: no response)
+        #: Its bytes are those of a request cancelled on another connection (a retry, or another client
+        #: sending the same: the wire cannot tell): a note, not a violation.
+        self.resent = False
 
 
 class _Call:
@@ -244,9 +248,11 @@ class Tracker:
         #: (connection, model, request id) -> where a request with them was cancelled, its message's size
         #: and hash (``--payload full``): an id alone is evidence of a restart only from the same client
         #: connection (ids such as "1" are reused by unrelated clients), and not when the two messages'
-        #: bytes differ (their sizes, or their hashes); the same bytes are evidence from anywhere.
+        #: bytes differ (their sizes, or their hashes). The same bytes (hash -> connection, where) are evidence
+        #: from the same connection; from another, a note (load generators send one request many times).
+        #: Both are forgotten at a new capture: another proxy run, other clients.
         self._cancelled_keys: dict[tuple[str, str | None, str], tuple[str, int, str | None]] = {}
-        self._cancelled_hashes: dict[str, str] = {}
+        self._cancelled_hashes: dict[str, tuple[str, str]] = {}
         self._unlabelled = 0
         self._unlabelled_adopted = 0  # the same, on calls whose call_start was not read (their method unknown)
         self._late_after_end = 0
@@ -330,6 +336,8 @@ class Tracker:
             if self._ids.starts(record):
                 if before:
                     self._capture_over(seq)  # the previous capture ends here (the next one's ids restart)
+                    self._cancelled_keys.clear()
+                    self._cancelled_hashes.clear()
                 self._live.clear()
 
     def _hand_over(self, call: _Call) -> None:
@@ -478,7 +486,12 @@ class Tracker:
                                                                        or cancelled[2] == rec.payload_sha256):  # fmt: skip
                 where = cancelled[0]
         if where is None and rec.payload_sha256 is not None:
-            where = self._cancelled_hashes.get(rec.payload_sha256)
+            same = self._cancelled_hashes.get(rec.payload_sha256)
+            if same is not None:
+                if same[0] == call.conn:
+                    where = same[1]
+                else:
+                    r.resent = True
         if where is not None:
             why = f"request {rec.request_id!r} of model {rec.model!r} was cancelled before ({where})"
             r.machine.add_violation("restarted_after_cancel", seq, why)
@@ -830,7 +843,7 @@ class Tracker:
                 if r.request_id:
                     self._cancelled_keys[call.conn, r.model, r.request_id] = (where, r.size, r.sha)
                 if r.sha is not None:
-                    self._cancelled_hashes[r.sha] = where
+                    self._cancelled_hashes[r.sha] = (call.conn, where)
 
     def _retire(self, call: _Call) -> None:
         """Hand the call's oldest requests whose outcome is settled to the sink (see :class:`RequestSink`).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from replay.capture import events as ev
@@ -12,6 +13,42 @@ from tests.data.make_golden import INFER, Builder
 
 def _outcomes(b: Builder) -> list[tuple[str | None, str, list[str]]]:
     return [(r.request_id, r.outcome, [v.name for v in r.violations]) for r in track(b.records).requests]
+
+
+def test_the_same_bytes_on_another_connection_are_a_note_and_another_capture_is_no_evidence(tmp_path: Path) -> None:
+    """--payload full: a request with the bytes of one cancelled on another connection gets the note
+    `same_as_cancelled` (no violation). Two captures read together (the proxy restarted into the same
+    directory, the same client run once per proxy run) are two sessions: a cancel in the first is no
+    evidence against a request of the second, by id or by bytes (it was `restarted_after_cancel`, exit 1)."""
+
+    def run() -> Builder:
+        b = Builder(payload="full").start()
+        b.call("c1.1")
+        b.request("c1.1", "long", prompt="one")
+        b.cancel("c1.1", "client_cancel", rst_code=8)
+        b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
+        b.call("c2.1")
+        b.request("c2.1", "long", prompt="one")
+        b.response("c2.1", "long", None, final=True)
+        b.half_close("c2.1")
+        b.end("c2.1")
+        return b.finish()
+
+    first = run()
+    (_, again) = track(first.records).requests
+    assert (again.outcome, again.violations, again.notes) == ("completed", (), ("same_as_cancelled",))
+    later = Builder(payload="full").start()  # the next proxy run: the same client sends its request again
+    later.call("c1.1")
+    later.request("c1.1", "long", prompt="one")
+    later.response("c1.1", "long", None, final=True)
+    later.half_close("c1.1")
+    later.end("c1.1")
+    (tmp_path / "capture-20261206T100000-1.jsonl").write_bytes(first.render())
+    (tmp_path / "capture-20261206T100500-2.jsonl").write_bytes(later.finish().render())
+    result = track(tmp_path)
+    assert result.captures == 2
+    assert [(r.outcome, [v.name for v in r.violations], r.notes) for r in result.requests] == [
+        ("cancelled", [], ()), ("completed", [], ("same_as_cancelled",)), ("completed", [], ())]  # fmt: skip
 
 
 def test_requests_without_id_one_at_a_time_are_attributed() -> None:
@@ -306,7 +343,7 @@ def test_an_id_is_evidence_of_a_restart_only_from_the_same_client_connection() -
     """Ids such as "1" are reused by unrelated clients (Triton does not require unique ones): a cancelled
     "1" and another client's "1" on another connection is no restart (it was `restarted_after_cancel`,
     exit 1, found live). From the same connection it is, unless the messages differ (in size, or with
-    `--payload full` in bytes); the same bytes (`--payload full`) are evidence from any connection."""
+    `--payload full` in bytes); the same bytes from another connection are the note `same_as_cancelled`."""
 
     def later(conn: str, payload: str = "meta", prompt: str = "one") -> list[tuple[str, str, list[str]]]:
         b = Builder(payload=payload).start()
@@ -323,7 +360,10 @@ def test_an_id_is_evidence_of_a_restart_only_from_the_same_client_connection() -
 
     assert later("c2") == [("1", "cancelled", []), ("1", "completed", [])]
     assert later("c1") == [("1", "cancelled", []), ("1", "completed", ["restarted_after_cancel"])]
-    assert later("c2", "full") == [("1", "cancelled", []), ("1", "completed", ["restarted_after_cancel"])]
+    # The same bytes from another connection: a retry, or another client sending the same request (load
+    # generators send one request many times): a note, not a violation (it was exit 1 for unrelated clients).
+    assert later("c2", "full") == [("1", "cancelled", []), ("1", "completed", [])]
+    assert later("c1", "full") == [("1", "cancelled", []), ("1", "completed", ["restarted_after_cancel"])]
     assert later("c2", "full", "two") == [("1", "cancelled", []), ("1", "completed", [])]
     # Two clients of one process share one HTTP/2 connection (grpc's default): with the bytes recorded,
     # an id whose message differs is not the cancelled request again.
