@@ -44,7 +44,7 @@ from replay.capture import naming
 from replay.capture.holes import Gap, OnLoss, SeqWatch
 from replay.capture.payload import SideRefs
 from replay.capture.schema import Sticky, decode
-from replay.capture.zst import FrameLines, GzipLines, OnHole, ZstdLines
+from replay.capture.zst import CutShort, FrameLines, GzipLines, OnHole, ZstdLines
 from replay.errors import CaptureError, CaptureTooNew, DamagedFrame, DamagedLine, UnknownKind
 
 #: A ``message``'s fields a sparse line leaves out when they repeat its call's previous `s2c` line.
@@ -322,8 +322,12 @@ class CaptureReader:
             if not found:
                 raise CaptureError(name, None, f"not a readable {_compression(name)} capture: {e}") from None
             if not last:
-                raise CaptureError(name, lineno + 1 if lineno else None, f"broken compressed file: {e}") from None
-            self.warnings.append(f"{name}: compressed file cut short after line {lineno}: {e}")
+                if not self.skip_damaged or not isinstance(e, CutShort):
+                    raise CaptureError(name, lineno + 1 if lineno else None, f"broken compressed file: {e}") from None
+                # A later file follows: what the cut frame held is a hole (the next file's first seq counts it).
+                watch.damaged_frame(name, e.start, e.end - e.start, f"cut short (the file ends inside it): {e}")
+            else:
+                self.warnings.append(f"{name}: compressed file cut short after line {lineno}: {e}")
         except OSError as e:
             raise CaptureError(name, None, f"cannot read: {e.strerror or e}") from None
         finally:

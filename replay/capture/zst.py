@@ -44,6 +44,15 @@ GZIP_MAGIC = b"\x1f\x8b\x08"
 OnHole = Callable[[int, int, str], None]
 
 
+
+class CutShort(EOFError):
+    """The file's last frame is cut short: its bytes from ``start`` to ``end`` (the file's end) do not decode."""
+
+    def __init__(self, message: str, start: int, end: int) -> None:
+        super().__init__(message)
+        self.start = start
+        self.end = end
+
 class FrameLines:
     """Iterate the lines (with their newlines) of a multi-frame compressed file; a context manager like a file.
 
@@ -121,7 +130,7 @@ class FrameLines:
                     data = b""
         if offset != frame_start:
             # The unterminated line (if any) is the cut frame's: not given, as a gzip reader would not.
-            raise EOFError(f"the last {self.frame} (at byte offset {frame_start}) is cut short")
+            raise CutShort(f"the last {self.frame} (at byte offset {frame_start}) is cut short", frame_start, offset)
         if partial:
             yield partial
 
