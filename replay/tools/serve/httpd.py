@@ -116,7 +116,10 @@ class _Conn:
             event = self.h11.next_event()
             if event is not h11.NEED_DATA:
                 return event
-            data = await self.reader.read(_READ)
+            try:
+                data = await self.reader.read(_READ)
+            except (ConnectionError, OSError) as e:  # a reset (an idle keep-alive one too): the client left
+                raise _Closed(str(e)) from None
             if not data:
                 self.client_closed = True
             self.h11.receive_data(data)  # b"": the client closed its side
@@ -129,6 +132,10 @@ class _Conn:
                     return
                 if not isinstance(event, h11.Request):
                     return
+                if self.h11.they_are_waiting_for_100_continue:
+                    # `Expect: 100-continue` (curl sends it with bodies over 1 KiB): Triton says go on at once; a
+                    # client that waits for it would otherwise wait its own timeout (curl: 1 s) before the body.
+                    await self.send(h11.InformationalResponse(status_code=100, headers=[]))
                 body = bytearray()
                 while True:
                     part = await self.next_event()
@@ -204,6 +211,11 @@ class HttpServe:
         self._conns.add(task)
         try:
             await _Conn(self, reader, writer).run()
+        except asyncio.CancelledError:
+            # stop() ends it (serve stops, mid-answer or waiting out a grace). asyncio's callback for this task
+            # asks task.exception(), which raises for a cancelled task and logged a traceback; the task ends
+            # here, and stop() waits for it.
+            pass
         finally:
             self._conns.discard(task)
 

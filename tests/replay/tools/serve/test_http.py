@@ -13,6 +13,7 @@ import json
 import logging
 import shutil
 import socket
+import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -342,3 +343,66 @@ def test_a_client_leaving_mid_request_is_one_info_line_not_a_traceback(
         reply = httpx.request(verb, f"http://{url}{target}", timeout=WAIT_S)
     assert reply.status_code == health.status
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_client_resetting_an_idle_keep_alive_connection_is_no_traceback(
+    serve: _Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that resets its idle keep-alive connection after an answer (SO_LINGER 0, as clients and load
+    balancers do): the read fails with ECONNRESET; asyncio logged "Unhandled exception in client_connected_cb"
+    with a traceback. Nothing is logged now (the client only left), and serve answers the next client."""
+    health = exchanges("05a_health_metadata")[0]
+    url = serve(_capture(health, ms=1))
+    host, port = url.split(":")
+    verb, target = health.method.split(" ", 1)
+    with caplog.at_level(logging.INFO):
+        s = socket.create_connection((host, int(port)), timeout=WAIT_S)
+        s.sendall(f"{verb} {target} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += s.recv(65536)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+        reply = httpx.request(verb, f"http://{url}{target}", timeout=WAIT_S)
+        time.sleep(0)  # (the reset is read by serve's loop; the next answer above came after it)
+    assert reply.status_code == health.status and got.startswith(b"HTTP/1.1 200")
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_expect_100_continue_is_answered_before_the_body(serve: _Serve) -> None:
+    """curl sends `Expect: 100-continue` with bodies over 1 KiB and waits up to 1 s for it; Triton answers it at
+    once. A client waiting for it (as this one does) got nothing from serve, and curl waited its second."""
+    x = exchanges("01_unary_infer_tritonclient")[0]  # a JSON reply
+    url = serve(_capture(x))
+    host, port = url.split(":")
+    with socket.create_connection((host, int(port)), timeout=WAIT_S) as s:
+        s.sendall(f"POST {x.method.split(' ', 1)[1]} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                  f"content-length: {len(x.body)}\r\nexpect: 100-continue\r\n\r\n".encode())  # fmt: skip
+        interim = b""
+        while b"\r\n\r\n" not in interim:
+            interim += s.recv(65536)
+        assert interim.startswith(b"HTTP/1.1 100 "), interim
+        s.sendall(x.body)
+        reply = interim.split(b"\r\n\r\n", 1)[1]
+        while not reply.endswith(b"]}"):  # (the JSON reply's end)
+            reply += s.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(x.reply[-30:]), reply
+
+
+def test_stopping_while_an_answer_waits_is_no_traceback(serve: _Serve, caplog: pytest.LogCaptureFixture) -> None:
+    """serve stopped (Ctrl-C) while it replays a stream whose client went away (it waits out the captured
+    events, then a grace): the connection's task is cancelled, and asyncio's callback for it logged
+    "Exception in callback ... CancelledError" with a traceback. Stopping ends it quietly."""
+    (x,) = exchanges("04a_disconnect_after_2_events_tokens")
+    url = serve(_capture(x, ms=[14, 3000], cancel=True))
+    got: list[str] = []
+    with caplog.at_level(logging.INFO):
+        with httpx.stream("POST", f"http://{url}/v2/models/tokens/generate_stream", content=x.body,
+                          timeout=WAIT_S) as r:  # fmt: skip
+            lines = r.iter_lines()
+            while not got:
+                got.extend(line for line in [next(lines)] if line)
+            http = serve.stops[-1]
+            assert isinstance(http, HttpServe)
+            serve.loop.run(http.stop())
+    assert got and [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
