@@ -24,6 +24,7 @@ calls*):
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections.abc import Iterable
 from typing import Any
@@ -131,9 +132,22 @@ def _json_part(headers: Headers, body: bytes, truncated: bool) -> tuple[Any, boo
     if not plain:
         return None, compressed, None
     try:
-        return orjson.loads(plain), compressed, None
+        doc = orjson.loads(plain)
     except orjson.JSONDecodeError as e:
         return None, compressed, f"body is not JSON: {e}"
+    if plain.count(b'"id"') > 1:
+        # A key given twice (`{"id": "d1", "id": "d2"}`): Triton's parser takes the first, orjson the last, and
+        # the record must name the id Triton used (its replies carry "d1").
+        doc = json.loads(plain, object_pairs_hook=_first_wins)
+    return doc, compressed, None
+
+
+def _first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose repeated keys keep their first value (as rapidjson's FindMember, Triton's)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        out.setdefault(k, v)
+    return out
 
 
 def _param(v: Any) -> Any:

@@ -335,3 +335,15 @@ def test_generate_stream_completes_at_its_clean_end(both_ports: ProxyThread) -> 
     (req,) = track(both_ports.stop()).requests
     assert (req.outcome, req.responses, req.final) == ("completed", 1, True)
     assert req.duration_ms is not None and 700 < req.duration_ms <= client_ms, (req.duration_ms, client_ms)
+
+
+def test_a_body_giving_its_id_twice_is_labelled_with_the_id_triton_used(both_ports: ProxyThread) -> None:
+    """`{"id": "d1", "id": "d2", ...}`: Triton's JSON parser takes the first, and answers with "d1"; the
+    capture said "d2" (orjson keeps the last), an id Triton never used, beside responses saying "d1"."""
+    body = b'{"id":"d1","id":"d2","PROMPT":"h","MAX_TOKENS":2,"DELAY_MS":1}'
+    r = httpx.post(f"http://{http_url(both_ports)}/v2/models/tokens/generate_stream", content=body, timeout=30)
+    assert r.status_code == 200 and '"id":"d1"' in r.text
+    recs = records(both_ports.stop())
+    (call,) = calls(recs, "POST /v2/models/tokens/generate_stream")
+    ids = [(m["dir"], m["request_id"]) for m in of_kind(recs, "message", call)]
+    assert ids[0] == ("c2s", "d1") and {rid for _, rid in ids} == {"d1"}, ids
