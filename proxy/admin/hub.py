@@ -99,12 +99,16 @@ class Subscriber:
         self.closed = False
         #: Why the stream was ended by the hub (its filter failed on a record), else None.
         self.error: str | None = None
+        #: Records before this seq are not offered (``--from-seq`` beyond the newest record: from there on).
+        self.min_seq = 0
         self._calls = _Calls(method=dict(open_methods))
 
     # -- writer thread --------------------------------------------------------------------------
 
     def offer(self, seq: int, record: Any, line: bytes) -> bool:
         """Queue one record if the filter wants it; False when it was dropped (queue full)."""
+        if seq < self.min_seq:
+            return True
         kind = record.kind
         flt = self.filter
         if flt.by_call and kind not in _CAPTURE_LEVEL:
@@ -281,7 +285,8 @@ class TapHub:
             first, lost = self.next_seq, False
             if from_seq is not None:
                 lost = from_seq < oldest
-                first = min(max(from_seq, oldest), self.next_seq)
+                first = max(from_seq, oldest)
+                sub.min_seq = first  # (beyond the newest record: those before it, when written, are not shown)
                 skip = first - oldest
                 seq = first
                 for rec, line in itertools.islice(zip(self._recent_records, self._recent_lines, strict=True), skip, None):

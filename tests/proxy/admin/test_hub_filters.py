@@ -115,3 +115,22 @@ def test_a_filter_that_fails_ends_its_watcher_not_the_capture(loop: asyncio.Abst
     assert hub.recent_range() == (0, 2)
     hub.publish(2, [Odd()], [b"c\n"])  # the closed watcher is offered nothing more
     assert len(good.items) == 3
+
+
+def test_from_seq_beyond_the_newest_record_starts_there(loop: asyncio.AbstractEventLoop) -> None:
+    """`tail --from-seq 10` while the newest record is seq 5: records 6..9, when written, are not shown; 10 on
+    are (it printed from 6 on, records before the seq asked for)."""
+    from proxy.admin.hub import TapHub
+
+    hub = TapHub()
+    recs = [r for i in range(3) for r in _call(f"c1.{i}", "a", f"r{i}")[:2]]  # seqs 0..5
+    hub.publish(0, recs, [b"x\n"] * len(recs))
+
+    async def subscribe() -> tuple[Subscriber, int, bool]:
+        return hub.subscribe(TailFilter(), from_seq=10)
+
+    sub, first, lost = loop.run_until_complete(subscribe())
+    assert (first, lost, list(sub.items)) == (10, False, [])
+    more = [r for i in range(3, 7) for r in _call(f"c1.{i}", "a", f"r{i}")[:2]]  # seqs 6..13
+    hub.publish(6, more, [b"y\n"] * len(more))
+    assert [item[0] for item in sub.items if isinstance(item, tuple)] == [10, 11, 12, 13]
