@@ -38,16 +38,19 @@ def encode(encoder: Encoder, records: list[Any], seq: int, side_at: int) -> tupl
     return lines, bodies if found else None
 
 
-def cut(lines: list[bytes], bodies: list[Pending | None] | None, size: int, rotate: int) -> int:
-    """How many lines go into a plain file of ``size`` bytes (its side file's included) before it
-    reaches ``rotate`` bytes (at least one).
+def cut(lines: list[bytes], bodies: list[Pending | None] | None, size: int, rotate: int, *,
+        line_bytes: bool = True) -> int:  # fmt: skip
+    """How many lines go into a file of ``size`` bytes (its side file's included) before it reaches ``rotate``
+    bytes (at least one). A cut must be followed by the rotation, because the rest is encoded again for the
+    next file (its sparse encoding starts fresh there).
 
-    Only where line lengths are file bytes (plain files): a cut must be followed by the rotation,
-    because the rest is encoded again for the next file (its sparse encoding starts fresh there).
-    A compressed file rotates after the batch that took it past the size (one batch over, at most).
+    ``line_bytes``: line lengths are file bytes (plain files). A compressed file's are not known before its
+    frame is made: only its side file's bytes (stored raw) count, and the file rotates after the batch that
+    took its lines past the size (one batch of compressed lines over, at most).
     """
     for i, line in enumerate(lines):
-        size += len(line)
+        if line_bytes:
+            size += len(line)
         if bodies is not None and (body := bodies[i]) is not None:
             size += pending_len(body)  # rotation counts the side file too
         if size >= rotate:

@@ -255,8 +255,14 @@ class CaptureWriter:
     def _cut(self, lines: list[bytes], bodies: list[sidefile.Pending | None] | None) -> int:
         """How many lines go into the live file before it reaches the rotation size (:func:`batch.cut`)."""
         rotate = self._opt.rotate_bytes
-        if rotate is None or not self._sink.exact_sizes:
+        if rotate is None:
             return len(lines)
+        if not self._sink.exact_sizes:
+            # Compressed: the side file's bytes are exact (raw), and one batch of them can be many times the
+            # rotation size (--payload full); the compressed lines' are known only once framed.
+            if bodies is None:
+                return len(lines)
+            return batch.cut(lines, bodies, self._offset + self._side.offset, rotate, line_bytes=False)
         return batch.cut(lines, bodies, self._offset + self._side.offset, rotate)
 
     def _write_batch(self, records: list[Any], queue_gap: Gap | None = None, may_rotate: bool = True) -> None:

@@ -143,6 +143,19 @@ def test_rotation_of_a_compressed_capture_counts_the_side_file(tmp_path: Path) -
     assert _read_back(tmp_path) == {f"c1.{i}": _body(i, 3_000) for i in range(6)}
 
 
+def test_a_compressed_captures_batch_is_cut_where_its_side_bytes_reach_the_size(tmp_path: Path) -> None:
+    """zstd and --payload full: one batch of 10 messages of 3,000 bytes is 30,000 side-file bytes. The batch
+    went whole into one file (845 KB files at --rotate-mb 0.1, and the budget over by 60%, found live); it
+    is cut where the side file's raw bytes reach the size, as a plain capture's lines are."""
+    opts = WriterOptions(directory=tmp_path, rotate_bytes=7_000, compress="zstd")
+    w = asyncio.run(_write(opts, [[_msg(i, 3_000) for i in range(10)]]))
+    assert len(w.paths) >= 4
+    for path in w.paths:
+        side = path.with_name(naming.side_name(path.name))
+        assert side.stat().st_size <= 7_000 + 3_000  # the message that reaches the size goes in, no more
+    assert _read_back(tmp_path) == {f"c1.{i}": _body(i, 3_000) for i in range(10)}
+
+
 def test_retention_deletes_and_counts_a_capture_file_with_its_side_file(tmp_path: Path) -> None:
     opts = WriterOptions(directory=tmp_path, rotate_bytes=2_000, max_total_bytes=6_000)
     w = asyncio.run(_write(opts, [[_msg(i, 700)] for i in range(16)]))
