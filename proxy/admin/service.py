@@ -92,7 +92,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         return pb.StatusResponse(
             version=__version__, uptime_s=time.monotonic() - self.t0, listen=served.listen, upstream=served.upstream,
             tls_listen=served.tls_listen, tls_upstream=served.tls_upstream, open_calls=open_calls,
-            counters=counters, capture_files=[str(x) for x in list(writer.paths)], writer_queue=writer.backlog,
+            counters=counters, capture_files=[str(x) for x in list(writer.paths) if x.exists()], writer_queue=writer.backlog,
             tail=pb.TailStats(subscribers=subs, records_sent=sent, records_dropped=lost),
             recent_first_seq=first, next_seq=nxt, http_listen=served.http_listen, http_upstream=served.http_upstream,
         )  # fmt: skip

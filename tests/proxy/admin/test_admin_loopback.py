@@ -401,3 +401,15 @@ def test_each_worker_has_its_own_admin_port() -> None:
     free = dataclasses.replace(cfg, admin="[::1]:0")
     assert [c.admin for c in worker_configs(free, 8011, "capture-x")] == ["[::1]:0"] * 3
     assert [c.admin for c in worker_configs(dataclasses.replace(cfg, admin=None), 8011, "s")] == [None] * 3
+
+
+def test_status_lists_the_capture_files_still_there(bg: BackgroundLoop, admin_proxy: RecordingProxy) -> None:
+    """Status's capture files are those of this run still in the directory: retention deletes the oldest (a
+    long run listed 151 files of which 8 existed)."""
+    addr = _admin(admin_proxy)
+    admin_call(bg, addr, "Rotate", pb.RotateRequest())
+    admin_call(bg, addr, "Rotate", pb.RotateRequest())
+    files = list(admin_call(bg, addr, "Status", pb.StatusRequest()).capture_files)
+    assert len(files) == 3
+    Path(files[0]).unlink()  # as retention does
+    assert list(admin_call(bg, addr, "Status", pb.StatusRequest()).capture_files) == files[1:]
