@@ -57,7 +57,8 @@ class SeqWatch:
     """
 
     __slots__ = (
-        "_damaged", "_file_index", "_seen_start", "expected", "file", "gaps", "last", "line", "on_loss", "ring", "start"
+        "_damaged", "_file_index", "_seen_start", "expected", "file", "gaps", "last", "late_start", "line", "on_loss",
+        "open_end", "ring", "start",
     )  # fmt: skip
 
     #: How many recent records are kept to tell an exact repeat of a line from a conflicting one
@@ -79,6 +80,11 @@ class SeqWatch:
         self._seen_start = False
         #: The chain's first ``capture_start`` read (a worker's says which of how many workers wrote it).
         self.start: ev.CaptureStarted | None = None
+        #: The ``missing_file`` holes of a chain that starts after its file 0, and of one whose last
+        #: ``capture_end`` names a next file (with that name): the reader drops them when the files it
+        #: read hold what they miss (a live file renamed by hand is read, under its new name).
+        self.late_start: Gap | None = None
+        self.open_end: tuple[Gap, str] | None = None
         self._file_index = 0  # of the newest capture_start: each rotated file's is one more than its last's
         # (the expected seq when they were met, how many): damaged lines since the last record, which
         # may have held the seq numbers missing before the next one (not a second hole for them).
@@ -125,11 +131,11 @@ class SeqWatch:
             self.start = record
             self._file_index = record.file_index
             if record.file_index > 0:
-                self._add(
-                    Gap(kind="missing_file", file=file, line=line, first_seq=None, last_seq=seq - 1 if seq else None,
-                        count=None, detail=f"the capture starts at rotated file {record.file_index}: "
-                        "its earlier files were not given")
-                )  # fmt: skip
+                self.late_start = Gap(kind="missing_file", file=file, line=line, first_seq=None,
+                                      last_seq=seq - 1 if seq else None, count=None,
+                                      detail=f"the capture starts at rotated file {record.file_index}: "
+                                      "its earlier files were not given")  # fmt: skip
+                self._add(self.late_start)
             elif self.expected is None:
                 self.expected = 0
         expected = self.expected
@@ -214,7 +220,7 @@ class SeqWatch:
                     count=None, detail="no capture_end: the proxy stopped without closing the capture (killed?)")
             )  # fmt: skip
         elif last.next_file is not None:  # rotate, reopen
-            self.gaps.append(
-                Gap(kind="missing_file", file=self.file, line=self.line, first_seq=None, last_seq=None,
-                    count=None, detail=f"the capture continues in {last.next_file}, which was not given")
-            )  # fmt: skip
+            gap = Gap(kind="missing_file", file=self.file, line=self.line, first_seq=None, last_seq=None,
+                      count=None, detail=f"the capture continues in {last.next_file}, which was not given")
+            self.open_end = (gap, last.next_file)
+            self.gaps.append(gap)

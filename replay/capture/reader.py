@@ -156,6 +156,7 @@ class CaptureReader:
     def _parts(self) -> Iterator[Iterable[tuple[int, ev.Record]]]:
         """The record sources in reading order: per file, or one merge per capture set of several chains."""
         last: str | None = None
+        links: list[tuple[str, SeqWatch]] = []  # each chain's first file name, and its watch
         for chains in self.sets:
             self.captures += 1
             name = naming.parse(chains[0][0].name)
@@ -174,6 +175,8 @@ class CaptureReader:
                 merged = (itertools.chain.from_iterable(self._chain(c, watches)) for c in chains)
                 yield heapq.merge(*merged, key=lambda r: r[1].t_ns)
             self._workers_given(watches)
+            links.extend(zip((c[0].name for c in chains), watches, strict=True))
+        self._linked(links)
 
     def _chain(self, group: list[Path], watches: list[SeqWatch]) -> Iterator[Iterator[tuple[int, ev.Record]]]:
         """One reader per file of the chain; the chain's holes are added once its last file was read."""
@@ -183,6 +186,17 @@ class CaptureReader:
             yield self._file(path, last=i == len(group) - 1, watch=watch)
         watch.end()
         self.gaps.extend(watch.gaps)
+
+    def _linked(self, links: list[tuple[str, SeqWatch]]) -> None:
+        """Every file was read: a chain's missing start, or its next file, that another chain read holds is
+        no hole (a live file renamed by hand is read as a capture of its own, under its new name, and the
+        file after it names the old one: both files were there, nothing was missing)."""
+        read = {p.name for p in self.files}
+        continued = {w.open_end[1] for _, w in links if w.open_end is not None and w.open_end[1] in read}
+        drop = [w.open_end[0] for _, w in links if w.open_end is not None and w.open_end[1] in read]
+        drop += [w.late_start for first, w in links if w.late_start is not None and first in continued]
+        if drop:
+            self.gaps = [g for g in self.gaps if not any(g is d for d in drop)]
 
     def _workers_given(self, watches: list[SeqWatch]) -> None:
         """A capture set was read: a worker none of whose files was given is a hole. Its calls are not in this

@@ -75,6 +75,22 @@ def _rotated(directory: Path, b: Builder, cuts: list[int], gz: frozenset[int] = 
     return paths
 
 
+def test_a_live_file_renamed_by_hand_and_read_is_no_missing_file(tmp_path: Path) -> None:
+    """The operator renamed the live file; the proxy went on in the next file (its capture_end names it, the
+    next one starts at file 1). Both read: nothing is missing, though the renamed file is a capture of its own
+    by name (check said "earlier files were not given" and "continues in ..., which was not given"). Either
+    file alone still has its hole."""
+    paths = _rotated(tmp_path, _sample(), [5])
+    renamed = paths[0].rename(tmp_path / "renamed-by-operator.jsonl")
+    reader = read_capture(tmp_path)
+    list(reader)
+    assert reader.gaps == []
+    for alone in (renamed, paths[1]):
+        only = read_capture(alone)
+        list(only)
+        assert [g.kind for g in only.gaps] == ["missing_file"], only.gaps
+
+
 def test_rotated_and_gzipped_files_are_read_in_seq_order_from_a_directory(tmp_path: Path) -> None:
     """A directory of rotated files (some .jsonl.gz) reads as one gap-free capture in seq order."""
     _rotated(tmp_path, _sample(), [4, 8], gz=frozenset({1}))
