@@ -33,7 +33,7 @@ from replay.capture import events as ev
 SIDE_MIN_BYTES: Final = 1024
 
 #: ``--payload none`` keeps that a response carried an in-band error, not its text.
-NONE_ERROR_TEXT: Final = "(error text not recorded: --payload none)"
+NONE_ERROR_TEXT: Final = ev.NONE_ERROR_TEXT
 
 _time_ns: Final = time.time_ns
 

@@ -148,6 +148,8 @@ class TensorSpec:
     ] = None
 
 
+#: ``--payload none`` keeps that a response carried an in-band error, not its text: its ``error`` is this.
+NONE_ERROR_TEXT = "(error text not recorded: --payload none)"
 #: HTTP: the ``decode_error`` of a body record whose bytes are not the whole body begins with this
 #: (so a tool can tell such a record from a whole body: ``replay send`` must not re-send it as one).
 PARTIAL_BODY = "partial body"

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from replay.capture import events as ev
 from replay.capture.holes import Gap
 from replay.capture.methods import is_inference, protocol, short_method
 from replay.machine.groups import KEEP_ERROR_TEXTS
@@ -252,6 +253,9 @@ def compare(
                 race = tuple(Change(field=f, a=va[f], b=vb[f]) for f in ("responses", "text_responses")
                              if va[f] != vb[f])  # fmt: skip
                 vb["responses"], vb["text_responses"] = va["responses"], va["text_responses"]
+    if va["error"] is not None and vb["error"] is not None and ev.NONE_ERROR_TEXT in (va["error"], vb["error"]):
+        # One side recorded with --payload none kept that there was an error, not its text: no change there.
+        vb["error"] = va["error"]
     out = [Change(field=f, a=va[f], b=vb[f]) for f in FIELDS if va[f] != vb[f]]
     for f in TIMINGS:
         ta, tb = getattr(a, f), getattr(b, f)

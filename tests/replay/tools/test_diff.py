@@ -799,3 +799,25 @@ def test_an_id_groups_own_and_shared_errors_are_compared_together() -> None:
     cut = _diff(cancelled(True), cancelled(False), strategies=("order",))
     assert [p.a.outcome for p in cut.pairs] == ["cancelled"] * 2 and [p.a.responses for p in cut.pairs] == [1, 0]
     assert all(p.cut_ms is None and not p.raced for p in cut.pairs)
+
+
+def test_an_error_text_one_side_did_not_record_is_no_change() -> None:
+    """The same traffic recorded with --payload meta and with none: none keeps that a response carried an
+    error, not its text. diff called each such request changed (error 'backend failure' -> '(error text not
+    recorded...)'); what one side did not record is no change. Another error text still is."""
+
+    def failing(text: str) -> Builder:
+        b = Builder().start()
+        b.call("c1.1")
+        b.request("c1.1", "r1")
+        b.response("c1.1", "r1", error=text, final=True)
+        b.half_close("c1.1")
+        b.end("c1.1")
+        return b.finish()
+
+    from replay.capture import events as ev
+
+    assert _diff(failing("backend failure"), failing(ev.NONE_ERROR_TEXT)).equivalent
+    assert _diff(failing(ev.NONE_ERROR_TEXT), failing("backend failure")).equivalent
+    assert _changes(_diff(failing("backend failure"), failing("other failure"))) == {
+        "error": ("backend failure", "other failure")}  # fmt: skip
