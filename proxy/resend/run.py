@@ -156,6 +156,22 @@ async def _sleep_until(t: float) -> float:
     return loop.time() - t
 
 
+def _backstop_s(timeout_ms: float) -> float:
+    """When the sender resets a call whose recorded ``grpc-timeout`` is ``timeout_ms`` itself: a little after it.
+
+    The header goes out with the call and a gRPC server (Triton) ends the call at it, which the recorder calls
+    ``deadline``. The sender's own timer starts when it queues the call, and the recorder's clock when it reads
+    the call's HEADERS: with many calls at once (``--speed max``) that read came 50-70 ms later, and a reset
+    at the timeout by the sender's clock was a ``client_cancel`` by the recorder's. So the sender resets only
+    a call still open past the timeout by a margin, as a client's timer would have by then."""
+    return timeout_ms / 1000 + max(DEADLINE_BACKSTOP_S, DEADLINE_BACKSTOP_FRACTION * timeout_ms / 1000)
+
+
+#: :func:`_backstop_s`'s margin: at least this, or this fraction of the timeout.
+DEADLINE_BACKSTOP_S = 0.25
+DEADLINE_BACKSTOP_FRACTION = 0.1
+
+
 async def _deadline(conn: Connection, stream: Stream, timeout_s: float, tally: Tally) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stream.done.wait(), timeout_s)
@@ -274,7 +290,7 @@ async def _sent(start: Start, conns: _Conns, t0: float, opts: SendOptions, tally
     begun = asyncio.get_running_loop().time()
     timer = None
     if c.timeout_ms is not None:
-        timer = asyncio.create_task(_deadline(conn, stream, c.timeout_ms / 1000, tally), name=f"send-deadline-{c.id}")
+        timer = asyncio.create_task(_deadline(conn, stream, _backstop_s(c.timeout_ms), tally), name=f"send-deadline-{c.id}")
     try:
         for m in c.messages:
             tally.lag.add(await _sleep_until(begun + scaled(m.at_ns, opts.speed)))
