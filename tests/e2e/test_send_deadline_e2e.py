@@ -58,6 +58,17 @@ def _session(url: str) -> None:
     client.close()
 
 
+def _send(recorded: Path, triton: TritonServer, out: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`replay send` of ``recorded`` at the server, as a user runs it: the process and its new capture."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from proxy.cli import main; sys.exit(main(sys.argv[1:]))", "replay", "send",
+         str(recorded), "--target", triton.grpc_url, "--out", str(out), *args],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    (new,) = out.glob("*.jsonl")
+    return proc, new
+
+
 def _causes(capture: Path) -> Counter[str]:
     return Counter(c.cause or "open" for c in track(capture).calls)
 
@@ -72,12 +83,7 @@ def test_a_deadline_then_unary_calls_on_one_connection_are_all_sent_and_counted(
     assert _causes(recorded) == {"client_cancel": 1, "deadline": 1, "ok": UNARY}
     assert {c.conn for c in scripts(read_capture([recorded]))} == {"c1"}  # one connection for every call
 
-    proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from proxy.cli import main; sys.exit(main(sys.argv[1:]))", "replay", "send",
-         str(recorded), "--target", triton.grpc_url, "--out", str(tmp_path / "sent"), "--cancel-at", "responses"],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    (new,) = (tmp_path / "sent").glob("*.jsonl")
+    proc, new = _send(recorded, triton, tmp_path / "sent", "--cancel-at", "responses")
     assert _causes(new) == _causes(recorded), proc.stdout + proc.stderr  # every call reached the server
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not [ln for ln in proc.stderr.splitlines() if ln.startswith("send:")], proc.stderr
@@ -126,11 +132,6 @@ def test_deadlines_sent_all_at_once_stay_deadlines(triton: TritonServer, tmp_pat
         client.close()
     recorded = proxy.capture_path
     assert _causes(recorded) == {"deadline": 2, "ok": SHORT}
-    proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from proxy.cli import main; sys.exit(main(sys.argv[1:]))", "replay", "send",
-         str(recorded), "--target", triton.grpc_url, "--out", str(tmp_path / "sent"), "--speed", "max"],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    (new,) = (tmp_path / "sent").glob("*.jsonl")
+    proc, new = _send(recorded, triton, tmp_path / "sent", "--speed", "max")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _causes(new) == {"deadline": 2, "ok": SHORT}, proc.stdout
