@@ -1,6 +1,7 @@
 """``tail CAPTURE_DIR --follow``: a capture's lines while it is written, across rotation and compression.
 
-The newest capture of the directory is read from its first file on, with aiofiles. Every file is
+The newest capture of the directory is read from its first file on, with aiofiles (a capture set of
+``record --workers``: each worker's chain, concurrently). Every file is
 read as it grows: a plain file line by line (a line without its newline yet waits for the rest), a
 ``.jsonl.zst`` or ``.jsonl.gz`` file frame by frame (the writer appends one complete zstd frame or
 gzip member per written batch; a frame still being written waits for the rest). A ``capture_end``
@@ -26,14 +27,23 @@ CHUNK = 1 << 16
 
 
 def newest_capture(directory: Path) -> Path:
-    """The first file still present of the newest capture in ``directory`` (names sort in time order)."""
+    """The first file still present of the newest capture in ``directory`` (names sort in time order); of a
+    capture set (``record --workers``), of its first chain present."""
+    return newest_chains(directory)[0]
+
+
+def newest_chains(directory: Path) -> list[Path]:
+    """The newest capture in ``directory``: the first file still present of each of its chains (one, or one
+    per worker of a capture set), in worker order."""
     if not directory.is_dir():
         raise UserError(f"{str(directory)!r} is not a directory")
-    files = [(n.stem, n.index, p) for p in directory.iterdir() if (n := naming.parse(p.name)) is not None]
+    files = [(n.capture_set or n.stem, n.stem, n.index, p)
+             for p in directory.iterdir() if (n := naming.parse(p.name)) is not None]  # fmt: skip
     if not files:
         raise UserError(f"no capture files in {str(directory)!r}")
-    newest = max(stem for stem, _, _ in files)
-    return min((index, p) for stem, index, p in files if stem == newest)[1]
+    newest = max(capture for capture, _, _, _ in files)
+    stems = sorted({stem for capture, stem, _, _ in files if capture == newest})
+    return [min((index, p) for _, s, index, p in files if s == stem)[1] for stem in stems]
 
 
 class _Frames:

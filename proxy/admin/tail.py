@@ -15,14 +15,16 @@ from __future__ import annotations
 import asyncio
 import datetime
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
 
 from proxy.admin.connect import admin_call
-from proxy.admin.follow import follow_lines, newest_capture
+from proxy.admin.follow import follow_lines, newest_chains
 from proxy.admin.hub import Dropped, Subscriber, TailFilter
+from replay.capture import naming
 from replay.capture.schema import Sticky, decode, encode
 from replay.errors import UnknownKind, UserError
 
@@ -157,16 +159,56 @@ async def tail_admin(chan: Any, flt: TailFilter, printer: Printer, from_seq: int
 
 
 async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None:
-    """``tail CAPTURE_DIR --follow``: the newest capture, filtered as the admin service filters."""
+    """``tail CAPTURE_DIR --follow``: the newest capture, filtered as the admin service filters; a capture set
+    (``record --workers``) as every worker's chain, their lines as they come."""
+    chains = newest_chains(directory)
+    if len(chains) == 1:
+        await _tail_lines(follow_lines(chains[0]), flt, printer)
+        return
+    lines: asyncio.Queue[tuple[Path, bytes] | BaseException | None] = asyncio.Queue()
+
+    async def chain(first: Path) -> None:
+        try:
+            async for item in follow_lines(first):
+                await lines.put(item)
+        except Exception as e:  # (a CaptureError: raised where the lines are read, as for one chain)
+            await lines.put(e)
+        finally:
+            await lines.put(None)  # (this chain is over)
+
+    async def merged() -> AsyncIterator[tuple[Path, bytes]]:
+        left = len(chains)
+        while left:
+            item = await lines.get()
+            if item is None:
+                left -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+
+    tasks = [asyncio.create_task(chain(first), name=f"tail-follow-chain-{i}") for i, first in enumerate(chains)]
+    try:
+        await _tail_lines(merged(), flt, printer)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _tail_lines(source: AsyncIterator[tuple[Path, bytes]], flt: TailFilter, printer: Printer) -> None:
     sub = Subscriber(flt, asyncio.get_running_loop(), max_queue=2**62, max_bytes=2**62, open_methods={})
-    sticky: Sticky = {}
-    current: Path | None = None
-    async for path, line in follow_lines(newest_capture(directory)):
-        if path != current:  # sparse lines lean on earlier lines of their own file only
-            current, sticky = path, {}
+    # Sparse lines lean on earlier lines of their own file only: per chain, the state of its current file.
+    states: dict[str, tuple[Path, Sticky]] = {}
+    async for path, line in source:
+        name = naming.parse(path.name)
+        key = name.stem if name is not None else str(path)
+        state = states.get(key)
+        if state is None or state[0] != path:
+            state = states[key] = (path, {})
         raw = orjson.loads(line)
         try:
-            seq, record = decode(raw, path=str(path), sticky=sticky)
+            seq, record = decode(raw, path=str(path), sticky=state[1])
         except UnknownKind as e:
             if not flt.kinds or e.kind in flt.kinds:
                 printer.record(e.seq, line)

@@ -1,0 +1,59 @@
+"""`tail CAPTURE_DIR --follow` on a capture set of `record --workers`: every worker's chain, not one of them."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import io
+from pathlib import Path
+
+import orjson
+
+from proxy.admin.follow import newest_chains
+from proxy.admin.hub import TailFilter
+from proxy.admin.tail import Printer, tail_files
+from replay.capture.reader import read_capture
+from replay.capture.schema import decode
+from tests.data.make_golden import Builder
+
+SET = "capture-20261206T100000-4242"
+
+
+def _chain(worker: int, offset_ns: int) -> Builder:
+    b = Builder(t=Builder().t + offset_ns).start()
+    call = f"w{worker}-c1.1"
+    b.call(call)
+    b.request(call, f"r{worker}")
+    b.response(call, f"r{worker}", "tok", final=True)
+    b.half_close(call)
+    b.end(call)
+    b.finish()
+    b.records[0] = dataclasses.replace(b.records[0], capture_set=SET, worker=worker, workers=2)
+    return b
+
+
+def test_every_workers_chain_is_followed(tmp_path: Path) -> None:
+    """Two workers' chains (and an older single capture beside them): the follow prints every record of both
+    chains, each once, and ends when both ended. It followed the chain it found first only, half the calls."""
+    (tmp_path / "capture-20261206T090000-7.jsonl").write_bytes(_chain(0, 0).render())  # older: not followed
+    for k in (0, 1):
+        (tmp_path / f"{SET}.w{k}.jsonl").write_bytes(_chain(k, k * 1_000_000).render())
+    assert [p.name for p in newest_chains(tmp_path)] == [f"{SET}.w0.jsonl", f"{SET}.w1.jsonl"]
+    out = io.StringIO()
+    asyncio.run(asyncio.wait_for(tail_files(tmp_path, TailFilter(), Printer(out, out, True)), 30))
+    printed = [decode(orjson.loads(line)) for line in out.getvalue().splitlines()]
+    want = [pair for k in (0, 1) for pair in read_capture(tmp_path / f"{SET}.w{k}.jsonl")]
+    assert sorted(printed, key=repr) == sorted(want, key=repr)
+    assert {r.call for _, r in printed if r.kind == "call_start"} == {"w0-c1.1", "w1-c1.1"}
+
+
+def test_a_filter_follows_calls_across_the_chains(tmp_path: Path) -> None:
+    """--request-id r1 on the set: worker 1's call, all of it, and the capture-level records of both chains."""
+    for k in (0, 1):
+        (tmp_path / f"{SET}.w{k}.jsonl").write_bytes(_chain(k, k * 1_000_000).render())
+    out = io.StringIO()
+    flt = TailFilter(request_ids=frozenset({"r1"}))
+    asyncio.run(asyncio.wait_for(tail_files(tmp_path, flt, Printer(out, out, True)), 30))
+    printed = [decode(orjson.loads(line))[1] for line in out.getvalue().splitlines()]
+    assert {r.call for r in printed if hasattr(r, "call")} == {"w1-c1.1"}
+    assert sorted(r.kind for r in printed if not hasattr(r, "call")) == ["capture_end"] * 2 + ["capture_start"] * 2
