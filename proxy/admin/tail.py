@@ -24,7 +24,6 @@ import orjson
 from proxy.admin.connect import admin_call
 from proxy.admin.follow import follow_lines, newest_chains
 from proxy.admin.hub import Dropped, Subscriber, TailFilter
-from replay.capture import naming
 from replay.capture.schema import Sticky, decode, encode
 from replay.errors import UnknownKind, UserError
 
@@ -163,20 +162,20 @@ async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None
     (``record --workers``) as every worker's chain, their lines as they come."""
     chains = newest_chains(directory)
     if len(chains) == 1:
-        await _tail_lines(follow_lines(chains[0]), flt, printer)
+        await _tail_lines(((0, path, line) async for path, line in follow_lines(chains[0])), flt, printer)
         return
-    lines: asyncio.Queue[tuple[Path, bytes] | BaseException | None] = asyncio.Queue()
+    lines: asyncio.Queue[tuple[int, Path, bytes] | BaseException | None] = asyncio.Queue()
 
-    async def chain(first: Path) -> None:
+    async def chain(k: int, first: Path) -> None:
         try:
-            async for item in follow_lines(first):
-                await lines.put(item)
+            async for path, line in follow_lines(first):
+                await lines.put((k, path, line))
         except Exception as e:  # (a CaptureError: raised where the lines are read, as for one chain)
             await lines.put(e)
         finally:
             await lines.put(None)  # (this chain is over)
 
-    async def merged() -> AsyncIterator[tuple[Path, bytes]]:
+    async def merged() -> AsyncIterator[tuple[int, Path, bytes]]:
         left = len(chains)
         while left:
             item = await lines.get()
@@ -187,7 +186,7 @@ async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None
             else:
                 yield item
 
-    tasks = [asyncio.create_task(chain(first), name=f"tail-follow-chain-{i}") for i, first in enumerate(chains)]
+    tasks = [asyncio.create_task(chain(k, first), name=f"tail-follow-chain-{k}") for k, first in enumerate(chains)]
     try:
         await _tail_lines(merged(), flt, printer)
     finally:
@@ -196,16 +195,15 @@ async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _tail_lines(source: AsyncIterator[tuple[Path, bytes]], flt: TailFilter, printer: Printer) -> None:
+async def _tail_lines(source: AsyncIterator[tuple[int, Path, bytes]], flt: TailFilter, printer: Printer) -> None:
+    """The lines of the chains (``(chain, file, line)``), filtered and printed."""
     sub = Subscriber(flt, asyncio.get_running_loop(), max_queue=2**62, max_bytes=2**62, open_methods={})
-    # Sparse lines lean on earlier lines of their own file only: per chain, the state of its current file.
-    states: dict[str, tuple[Path, Sticky]] = {}
-    async for path, line in source:
-        name = naming.parse(path.name)
-        key = name.stem if name is not None else str(path)
-        state = states.get(key)
+    # Sparse lines lean on earlier lines of their own file only: per chain, its current file and that file's state.
+    states: dict[int, tuple[Path, Sticky]] = {}
+    async for k, path, line in source:
+        state = states.get(k)
         if state is None or state[0] != path:
-            state = states[key] = (path, {})
+            state = states[k] = (path, {})
         raw = orjson.loads(line)
         try:
             seq, record = decode(raw, path=str(path), sticky=state[1])

@@ -42,7 +42,7 @@ import structlog
 from proxy.ops.server import ProxyConfig
 from replay.capture import naming
 from replay.errors import TritonTapError, exit_code_for
-from replay.hostport import cannot_listen, parse_hostport
+from replay.hostport import cannot_listen, format_hostport, parse_hostport
 
 log = structlog.get_logger("triton_tap.workers")
 
@@ -62,21 +62,21 @@ def _reserve(host: str, port: int) -> socket.socket:
 
 
 def worker_configs(cfg: ProxyConfig, port: int, set_stem: str) -> list[ProxyConfig]:
-    """Each worker's configuration: the same port, its index, the set, its own metrics port."""
+    """Each worker's configuration: the same port, its index, the set, its own metrics and admin ports."""
     host = parse_hostport(cfg.listen, "--listen", allow_port_zero=True)[0]
     out = []
     for k in range(cfg.workers):
-        metrics = cfg.metrics
-        if metrics is not None:
-            mhost, mport = parse_hostport(metrics, "--metrics", allow_port_zero=True)
-            metrics = f"{mhost}:{mport + k if mport else 0}"
-        admin = cfg.admin
-        if admin is not None:
-            ahost, aport = parse_hostport(admin, "--admin", allow_port_zero=True)
-            admin = f"[{ahost}]:{aport + k if aport else 0}" if ":" in ahost else f"{ahost}:{aport + k if aport else 0}"
-        out.append(dataclasses.replace(cfg, listen=f"{host}:{port}", worker=k, capture_set=set_stem, metrics=metrics,
-                                       admin=admin))  # fmt: skip
+        out.append(dataclasses.replace(cfg, listen=f"{host}:{port}", worker=k, capture_set=set_stem,
+                                       metrics=_plus(cfg.metrics, "--metrics", k), admin=_plus(cfg.admin, "--admin", k)))  # fmt: skip
     return out
+
+
+def _plus(address: str | None, flag: str, k: int) -> str | None:
+    """Worker ``k``'s own ``address`` of a per-worker service: its port + k (port 0: a free port each)."""
+    if address is None:
+        return None
+    host, port = parse_hostport(address, flag, allow_port_zero=True)
+    return format_hostport(host, port + k if port else 0)
 
 
 def supervise(cfg: ProxyConfig, log_level: str) -> int:

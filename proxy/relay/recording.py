@@ -77,9 +77,11 @@ class MessageRecorder:
                 parts, body = kept, _head(kept)
             else:
                 parts, body = None, kept
-            if mkind and not flag:
+            if mkind:
                 try:
-                    if parts is None:
+                    if flag:  # compressed (tritonclient's compression_algorithm): labels read it inflated
+                        fields = label(*_inflated(call, direction, body, truncated))
+                    elif parts is None:
                         fields = label(body, truncated)
                     else:
                         head = _head_labels(mkind, direction, body, parts)
@@ -92,10 +94,9 @@ class MessageRecorder:
                         call.inflight.sent(fields["request_id"])
                     else:
                         call.inflight.answered(fields["request_id"], fields["final"])
-                except Exception as e:
-                    fields = {"decode_error": f"not a valid {'request' if direction == C2S else 'response'}: {e}"}
-            elif mkind and flag:
-                fields = _compressed_labels(call, direction, mkind, body, truncated)
+                except Exception as e:  # (one handler: mypyc's `except NotDecoded` rejects other exceptions)
+                    why = str(e) if type(e) is NotDecoded else f"not a valid {'request' if direction == C2S else 'response'}: {e}"
+                    fields = {"decode_error": why}
             if payload != "meta":  # (the default mode records the labels as they are)
                 if payload == "none":
                     if fields:
@@ -148,30 +149,22 @@ class MessageRecorder:
             fields["inputs"] = red[1]
         return body, None, digest, truncated, False
 
-def _compressed_labels(call: Call, direction: int, mkind: int, body: bytes, truncated: bool) -> dict[str, Any]:
-    """The labels of a compressed message (tritonclient's ``compression_algorithm``: gzip or deflate), read from
-    its first ``LABEL_KEEP`` bytes decompressed; the record keeps the bytes as they crossed the wire. Its
-    in-flight bookkeeping as for any message. Another encoding is named and not decoded."""
+class NotDecoded(Exception):
+    """A message the labels cannot read, and why (its ``decode_error``)."""
+
+
+def _inflated(call: Call, direction: int, body: bytes, truncated: bool) -> tuple[bytes, bool]:
+    """A compressed message's first ``LABEL_KEEP`` bytes inflated, and whether they are a head only (the record
+    keeps the bytes as they crossed the wire). gzip and deflate (zlib's format, as grpc writes it) are read;
+    another ``grpc-encoding`` is :class:`NotDecoded`. Bounded: a small message may inflate to any size."""
     headers = call.req_headers if direction == C2S else call.resp_headers
     encoding = header(headers, b"grpc-encoding") if headers is not None else None
     name = encoding.decode("latin-1") if encoding is not None else "none"
     if name not in ("gzip", "deflate"):
-        return {"decode_error": f"compressed message (grpc-encoding {name}): not decoded"}
-    try:
-        # gzip: its header; deflate: zlib's (RFC 1950), as grpc writes it. Bounded: a small message may inflate
-        # to any size, and labels read a head.
-        inflate = zlib.decompressobj(31 if name == "gzip" else 15)
-        plain = inflate.decompress(body, LABEL_KEEP)
-        cut = truncated or bool(inflate.unconsumed_tail) or not inflate.eof
-        fields = _labels(mkind, direction, plain, cut)
-    except Exception as e:  # (zlib.error, or a message that does not decode)
-        return {"decode_error": f"not a valid {'request' if direction == C2S else 'response'} ({name}): {e}"}
-    if "decode_error" not in fields:
-        if direction == C2S:
-            call.inflight.sent(fields["request_id"])
-        else:
-            call.inflight.answered(fields["request_id"], fields["final"])
-    return fields
+        raise NotDecoded(f"compressed message (grpc-encoding {name}): not decoded")
+    inflate = zlib.decompressobj(31 if name == "gzip" else 15)
+    plain = inflate.decompress(body, LABEL_KEEP)  # (zlib.error: bytes that do not inflate, said as any bad message)
+    return plain, truncated or bool(inflate.unconsumed_tail) or not inflate.eof
 
 
 def _labels(mkind: int, direction: int, body: bytes, truncated: bool) -> dict[str, Any]:

@@ -690,7 +690,7 @@ def _compressed(message: bytes, encoding: str) -> bytes:
         ("gzip", False, ("z1", None)),
         ("deflate", False, ("z1", None)),
         ("snappy", False, (None, "compressed message (grpc-encoding snappy): not decoded")),
-        ("gzip", True, (None, "not a valid request (gzip): Error -3 while decompressing data: incorrect header check")),
+        ("gzip", True, (None, "not a valid request: Error -3 while decompressing data: incorrect header check")),
     ],
 )
 def test_a_compressed_request_is_labelled_from_its_bytes_decompressed(encoding: str, mangle: bool,
