@@ -5,7 +5,10 @@ The newest capture of the directory is read from its first file on, with aiofile
 read as it grows: a plain file line by line (a line without its newline yet waits for the rest), a
 ``.jsonl.zst`` or ``.jsonl.gz`` file frame by frame (the writer appends one complete zstd frame or
 gzip member per written batch; a frame still being written waits for the rest). A ``capture_end``
-of reason ``rotate`` or ``reopen`` leads to the file it names; any other end stops the follow.
+of reason ``rotate`` or ``reopen`` leads to the file it names; any other end stops the follow. A file
+that its writer no longer holds (:mod:`replay.capture.liveness`) and that ends without a
+``capture_end`` was left by a proxy that died: the follow stops there, an UpstreamError, rather than
+wait for lines that will not come.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from typing import Any
 
 import orjson
 
-from replay.capture import naming
-from replay.errors import CaptureError, UserError
+from replay.capture import liveness, naming
+from replay.errors import CaptureError, UpstreamError, UserError
 
 #: How often a followed file that did not grow is looked at again (a file has no "grew" event to await).
 POLL_S = 0.1
@@ -81,12 +84,23 @@ async def _lines_growing(path: Path, done: Callable[[bytes], bool]) -> AsyncIter
 
     decode = _decoder(path)
     buf = b""
+    started = False  # (an empty file may be one its writer has not locked yet)
+    released = False
     async with aiofiles.open(path, "rb") as f:
         while True:
             chunk = await f.read(CHUNK)
             if not chunk:
+                if released:
+                    raise UpstreamError(f"{path.name}: its proxy stopped without closing the capture (killed?): "
+                                        "nothing more will be written to it")  # fmt: skip
+                if started and not liveness.being_written(path):
+                    # No writer holds it: one that closed it wrote its end first, so one more read
+                    # finds that end, or nothing more will come.
+                    released = True
+                    continue
                 await asyncio.sleep(POLL_S)
                 continue
+            started = True
             try:
                 buf += decode(chunk)
             except Exception as e:  # zstandard.ZstdError, zlib.error: damage, not a frame still growing

@@ -44,7 +44,7 @@ from proxy.capture.rotation import Rotation, segments
 from proxy.capture.sidefile import SideFile
 from proxy.capture.sink import make_sink
 from replay.capture import events as ev
-from replay.capture import naming
+from replay.capture import liveness, naming
 from replay.capture.schema import Encoder
 
 log = structlog.get_logger("triton_tap.writer")
@@ -245,6 +245,7 @@ class CaptureWriter:
     def _open_file(self) -> None:
         path = self._opt.directory / self._file_name()
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        liveness.hold(self._fd)  # readers tell it live until it is closed, or this process dies
         self._offset = 0
         self._side.follow(path)
         self._file_seq = self._seq

@@ -495,7 +495,7 @@ class FilesRemoved:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CaptureEnded:
-    """The capture was closed in order (a missing `capture_end` means the proxy died)."""
+    """The capture was closed in order (a missing `capture_end`: the proxy died, or is still writing it)."""
 
     kind: ClassVar[str] = "capture_end"
     t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]

@@ -49,6 +49,11 @@ LOSSES = frozenset({"seq_gap", "gap_record", "missing_file", "damaged_line", "da
 OnLoss = Callable[[Gap], None]
 
 
+#: ``missing_capture_end``'s detail, by whether a writer still holds the file (its proxy is running).
+LIVE_END = "no capture_end yet: the capture is still being written (its proxy holds the file), read up to here"
+DEAD_END = "no capture_end: the proxy stopped without closing the capture (killed?)"
+
+
 class SeqWatch:
     """Checks one capture's record sequence for holes (pure; fed record by record).
 
@@ -206,8 +211,9 @@ class SeqWatch:
                 detail=f"{length} byte(s) skipped from byte offset {offset}: {reason}")
         )  # fmt: skip
 
-    def end(self) -> None:
-        """The capture's last record was read: was the capture closed?
+    def end(self, live: bool = False) -> None:
+        """The capture's last record was read: was the capture closed? (``live``: its last file is still
+        held by its writer, :mod:`replay.capture.liveness`.)
 
         (What is missing here comes after every record read: not a loss where anything read was open.)
         """
@@ -215,9 +221,10 @@ class SeqWatch:
             return
         last = self.last[1]
         if not isinstance(last, ev.CaptureEnded):
+            detail = (LIVE_END if live else DEAD_END)
             self.gaps.append(
                 Gap(kind="missing_capture_end", file=self.file, line=self.line, first_seq=None, last_seq=None,
-                    count=None, detail="no capture_end: the proxy stopped without closing the capture (killed?)")
+                    count=None, detail=detail)
             )  # fmt: skip
         elif last.next_file is not None:  # rotate, reopen
             gap = Gap(kind="missing_file", file=self.file, line=self.line, first_seq=None, last_seq=None,

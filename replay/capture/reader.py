@@ -40,7 +40,7 @@ from typing import IO, Any
 import orjson
 
 from replay.capture import events as ev
-from replay.capture import naming
+from replay.capture import liveness, naming
 from replay.capture.holes import Gap, OnLoss, SeqWatch
 from replay.capture.payload import SideRefs
 from replay.capture.schema import Sticky, decode
@@ -182,9 +182,11 @@ class CaptureReader:
         """One reader per file of the chain; the chain's holes are added once its last file was read."""
         watch = SeqWatch(self.on_loss)
         watches.append(watch)
+        # Asked before the last file is read: a writer that closes it meanwhile wrote its end into it.
+        live = liveness.being_written(group[-1])
         for i, path in enumerate(group):
             yield self._file(path, last=i == len(group) - 1, watch=watch)
-        watch.end()
+        watch.end(live)
         self.gaps.extend(watch.gaps)
 
     def _linked(self, links: list[tuple[str, SeqWatch]]) -> None:

@@ -30,6 +30,7 @@ from tritonclient.utils import InferenceServerException
 from proxy.lab.background import ProxyThread
 from proxy.lab.tritonserver import TritonServer, free_port
 from replay import feed_stream
+from replay.capture.holes import DEAD_END, LIVE_END
 from replay.cli.main import main as replay_main
 from tests.support.capture import read_bytes
 from tests.support.triton_client import bytes_input, int_input, token_inputs
@@ -427,7 +428,11 @@ def _wait_for_text(path_glob: Path, needle: bytes, timeout: float) -> None:
 def test_proxy_killed_leaves_the_request_incomplete(
     triton: TritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """SIGKILL of the proxy mid-stream: client gets UNAVAILABLE; check: incomplete, no violation, capture_end missing."""
+    """SIGKILL of the proxy mid-stream: client gets UNAVAILABLE; check: incomplete, no violation, capture_end missing.
+
+    Before the kill, check on the live capture says it is still being written (not "killed?"); after it,
+    that the proxy stopped without closing it, and `tail DIR --follow` stops with exit 1 saying so (it
+    waited for ever on the dead proxy's file)."""
     port = free_port()
     captures = tmp_path / "captures"
     proc = subprocess.Popen(
@@ -442,16 +447,31 @@ def test_proxy_killed_leaves_the_request_incomplete(
         s.send("tokens", token_inputs("k", 1000, delay_ms=200), "killed")
         live.wait_for(lambda c: c.responses.get("killed", 0) >= 2, WAIT_S)
         _wait_for_text(captures, b'"index":1,', WAIT_S)
-        proc.kill()
-        proc.wait(timeout=WAIT_S)
-        live.wait_for(lambda c: c.stream_error is not None, WAIT_S)
-        s.close()
+        code, doc = _check(captures, capsys)
+        assert (code, [(g["kind"], g["detail"]) for g in doc["gaps"]]) == (0, [("missing_capture_end", LIVE_END)])
+        follow = subprocess.Popen(
+            [str(Path(sys.executable).parent / "triton-tap"), "tail", str(captures), "--follow"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            proc.kill()
+            proc.wait(timeout=WAIT_S)
+            live.wait_for(lambda c: c.stream_error is not None, WAIT_S)
+            s.close()
+            _, err = follow.communicate(timeout=WAIT_S)
+        finally:
+            follow.kill()
+            follow.wait(timeout=WAIT_S)
+        assert follow.returncode == 1
+        assert "its proxy stopped without closing the capture (killed?)" in err
+        assert len(err.strip().splitlines()) == 1, err
     finally:
         proc.kill()
         proc.wait(timeout=WAIT_S)
     assert live.state()["stream_error"][0] == "StatusCode.UNAVAILABLE"
     code, doc = _check(captures, capsys)
     assert code == 0
+    assert [(g["kind"], g["detail"]) for g in doc["gaps"]] == [("missing_capture_end", DEAD_END)]
     r = _by_id(doc)["killed"]
     assert (r["outcome"], r["violations"], r["status"]) == ("incomplete", [], None)
     assert "missing_capture_end" in [g["kind"] for g in doc["gaps"]]

@@ -1,0 +1,60 @@
+"""Whether a capture file is still being written: its writer holds it locked while it writes it.
+
+A file without a closing ``capture_end`` is either still growing or left by a proxy that died. The
+writer takes an exclusive ``flock`` on each capture file as it opens it, before its first line, and
+keeps it until the file is closed (after its ``capture_end``). The kernel drops the lock when the
+process dies, however it dies (SIGKILL, OOM), and it holds across processes and containers that share
+the file system: so a reader tells a live file from a dead writer's by trying the lock, with no pid in
+a name and no heartbeat to wait for.
+
+A file system that does not support ``flock`` leaves every file unlocked: the reader then says what it
+said before there was a lock (no ``capture_end``: the proxy stopped, or may still be writing).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+from pathlib import Path
+
+
+def hold(fd: int) -> bool:
+    """Lock the capture file open at ``fd`` for as long as it stays open (the writer, once per file).
+
+    False where the file system refuses locks: the file is written all the same, only not told live.
+    A reader's :func:`being_written` holds a shared lock for the moment of its test: tried again for up to
+    about :data:`HOLD_TRIES` ms rather than waited on (a process that kept a lock on the file must not
+    stall the writer).
+    """
+    for _ in range(HOLD_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            time.sleep(0.001)
+        except OSError:
+            return False
+        else:
+            return True
+    return False
+
+
+#: How many times :func:`hold` tries the lock, 1 ms apart.
+HOLD_TRIES = 50
+
+
+def being_written(path: Path | str) -> bool:
+    """Whether a writer holds ``path`` (a live capture file); False for a file nobody holds, one that is
+    gone, or one whose lock cannot be tried."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as e:
+        return e.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+    finally:
+        os.close(fd)  # (also releases the shared lock taken when nobody held it)
+    return False
