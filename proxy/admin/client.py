@@ -43,11 +43,14 @@ def render_status(st: pb.StatusResponse, out: TextIO) -> None:
     console.print(f"triton-tap {st.version}, up {st.uptime_s:.0f}s: {', '.join(pairs)} ({tls})")
     c = st.counters
     rec = dict(c.records)
-    console.print(f"calls {rec.get('call_start', 0)} (open {len(st.open_calls)}), messages {rec.get('message', 0)}, "
-                  f"gaps {rec.get('gap', 0)}, dropped {c.dropped}, writer queue {st.writer_queue}"
-                  + (f", bytes c2s {c.message_bytes['c2s']} s2c {c.message_bytes['s2c']}" if c.message_bytes else ""))
+    # The counts are of records written, not of traffic relayed: while the disk is low the proxy relays and
+    # drops the records (`dropped`, and gap records in the capture), so the line says which it counts.
+    console.print(f"recorded: calls {rec.get('call_start', 0)}, messages {rec.get('message', 0)}, "
+                  f"gaps {rec.get('gap', 0)}; records dropped {c.dropped}, writer queue {st.writer_queue}; "
+                  f"open calls {len(st.open_calls)}"
+                  + (f"; relayed bytes c2s {c.message_bytes['c2s']} s2c {c.message_bytes['s2c']}" if c.message_bytes else ""))
     if c.calls_by_cause:
-        console.print("ended: " + ", ".join(f"{k} {v}" for k, v in sorted(c.calls_by_cause.items())))
+        console.print("recorded ends: " + ", ".join(f"{k} {v}" for k, v in sorted(c.calls_by_cause.items())))
     console.print(f"tail: {st.tail.subscribers} watcher(s), {st.tail.records_sent} record(s) sent, "
                   f"{st.tail.records_dropped} dropped; seq {st.recent_first_seq}..{st.next_seq - 1} in memory")
     for f in st.capture_files:

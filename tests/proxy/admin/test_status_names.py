@@ -99,3 +99,18 @@ def test_recent_models_per_request_in_flight() -> None:
     hub.publish(0, recs, [b"{}\n"] * len(recs))
     got = hub.recent_models({"c1.1": {"a", ""}, "c9.1": {"q"}})
     assert got == {"c1.1": ("echo", {"a": "steps_serial", "": "silent"})}
+
+
+def test_the_counters_say_they_count_records_written() -> None:
+    """The counts come from the writer: during a low-disk pause calls are relayed and their records dropped, so
+    "calls 3" read as calls through the proxy when 5 went through. The line says what it counts, and the
+    open calls (relayed, not records) apart."""
+    st = _status()
+    st.counters.records.update({"call_start": 3, "message": 10, "gap": 1})
+    st.counters.calls_by_cause.update({"ok": 2})
+    st.counters.dropped = 7
+    out = io.StringIO()
+    client.render_status(st, out)
+    lines = out.getvalue().splitlines()
+    assert lines[1] == "recorded: calls 3, messages 10, gaps 1; records dropped 7, writer queue 0; open calls 1"
+    assert lines[2] == "recorded ends: ok 2"
