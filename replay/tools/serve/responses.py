@@ -174,8 +174,9 @@ def http_answer(kind: str, rec: ev.MessageSeen) -> tuple[bytes | None, bool]:
         # Compressed too: an HTTP body is served with its captured headers, Content-Encoding included.
         return payload_bytes(rec), True
     if kind == "other":
-        # Health answers are empty bodies; a metadata or repository answer's bytes are gone (None: refused).
-        return (b"", False) if rec.size == 0 else (None, False)
+        # Health answers are empty bodies: the captured bytes, all none of them (no data rebuilt, nothing to warn
+        # of); a metadata or repository answer's bytes are gone (None: refused).
+        return (b"", True) if rec.size == 0 else (None, False)
     if rec.error is not None:
         return json.dumps({"error": rec.error}).encode(), False
     if kind.startswith("openai"):

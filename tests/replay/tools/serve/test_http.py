@@ -406,3 +406,17 @@ def test_stopping_while_an_answer_waits_is_no_traceback(serve: _Serve, caplog: p
             assert isinstance(http, HttpServe)
             serve.loop.run(http.stop())
     assert got and [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_meta_captures_health_answers_are_served_without_a_zero_filled_warning(
+    serve: _Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A health answer is an empty body: a meta capture holds all of it, so there is no data to rebuild and no
+    "output data is zero-filled" warning to give (it came once per health method, crying wolf)."""
+    xs = exchanges("05a_health_metadata")
+    meta = serve(_capture(*xs[:4], payload="meta"))
+    with caplog.at_level(logging.INFO):
+        for path in ("/v2/health/ready", "/v2/health/live"):
+            r = httpx.get(f"http://{meta}{path}", timeout=WAIT_S)
+            assert (r.status_code, r.content) == (200, b"")
+    assert not [r.getMessage() for r in caplog.records if "zero-filled" in r.getMessage()]
