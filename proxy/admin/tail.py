@@ -176,15 +176,19 @@ async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None
             await lines.put(None)  # (this chain is over)
 
     async def merged() -> AsyncIterator[tuple[int, Path, bytes]]:
-        left = len(chains)
+        # A chain that fails (damage, or a worker that died without closing it) is said once the others have
+        # ended: a worker that fails stops the set, and the others' last lines are still to print.
+        left, failed = len(chains), None
         while left:
             item = await lines.get()
             if item is None:
                 left -= 1
             elif isinstance(item, BaseException):
-                raise item
+                failed = failed or item
             else:
                 yield item
+        if failed is not None:
+            raise failed
 
     tasks = [asyncio.create_task(chain(k, first), name=f"tail-follow-chain-{k}") for k, first in enumerate(chains)]
     try:

@@ -8,12 +8,14 @@ a capture its running proxy was writing, and `tail DIR --follow` waited for ever
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import os
 import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from proxy.admin.hub import TailFilter
@@ -149,3 +151,44 @@ def test_follow_waits_on_a_held_file_until_its_end(tmp_path: Path) -> None:
 def _rendered(b: Builder, n: int) -> bytes:
     """The bytes of ``b``'s first ``n`` records as rendered."""
     return b"".join(line + b"\n" for line in b.render().split(b"\n")[:n])
+
+
+def test_follow_of_a_set_prints_the_other_workers_ends_before_saying_one_died(tmp_path: Path) -> None:
+    """`record --workers 2`, worker 1 killed (its chain left open, nobody holds it) while worker 0 still drains
+    (held) and then closes its chain as the set stops: every line of both, worker 0's capture_end included,
+    then the error naming worker 1's file. (It raised at worker 1's end and lost worker 0's last lines.)"""
+    sets = "capture-20261206T100000-4242"
+    builders = []
+    for k in (0, 1):
+        b = Builder(t=Builder().t + k * 1_000_000).start()
+        b.call(f"w{k}c1.1")
+        b.request(f"w{k}c1.1", f"r{k}")
+        b.records[0] = dataclasses.replace(b.records[0], capture_set=sets, worker=k, workers=2)
+        (tmp_path / f"{sets}.w{k}.jsonl").write_bytes(b.render())
+        builders.append(b)
+    fd = _held(tmp_path / f"{sets}.w0.jsonl")
+    out = io.StringIO()
+
+    async def run() -> None:
+        task = asyncio.create_task(tail_files(tmp_path, TailFilter(), Printer(out, out, True)), name="test-follow")
+        try:
+            lines = sum(len(b.records) for b in builders)
+            await _until(lambda: len(out.getvalue().splitlines()) == lines, "both chains' lines")
+            # Worker 1's death is found within a few polls: time for it to be (it ended the follow here before).
+            deadline = time.monotonic() + 1.0
+            while not task.done() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            b = builders[0]
+            before = _rendered(b, len(b.records))
+            b.finish()
+            os.write(fd, b.render()[len(before) :])
+            os.close(fd)
+            await asyncio.wait_for(task, 30)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    with pytest.raises(UpstreamError, match=rf"{sets}\.w1\.jsonl: its proxy stopped"):
+        asyncio.run(run())
+    kinds = [orjson.loads(line)["kind"] for line in out.getvalue().splitlines()]
+    assert kinds.count("capture_start") == 2 and kinds.count("capture_end") == 1
