@@ -304,20 +304,17 @@ def diff(
     causes_a = {c.call: c.cause for c in a.outcomes.calls}
     causes_b = {c.call: c.cause for c in b.outcomes.calls}
     totals_a, totals_b = group_totals(a.outcomes.requests), group_totals(b.outcomes.requests)
-    follows: dict[str, str] = {}  # B call -> the A call its first matched request came from
     pairs: list[Pair] = []
     only_b: list[RequestOutcome] = []
     paired_a: set[tuple[str, int]] = set()
-    for cand in (*b.candidates, *b.http_candidates):
-        rb = b.outcome(cand.call, cand.seq)
-        if rb is None:  # pragma: no cover - every candidate is a tracked request
-            continue
-        m = matcher.match(cand.key, prefer_call=follows.get(cand.call))
+    requests = [(cand, rb) for cand in (*b.candidates, *b.http_candidates)
+                if (rb := b.outcome(cand.call, cand.seq)) is not None]  # fmt: skip
+    matches = matcher.match_all([(cand.key, cand.call) for cand, _ in requests])
+    for (_, rb), m in zip(requests, matches, strict=True):
         ra = a.outcome(m.candidate.call, m.candidate.seq) if m.candidate is not None else None
         if m.candidate is None or ra is None or m.by is None:
             only_b.append(rb)
             continue
-        follows.setdefault(cand.call, m.candidate.call)
         paired_a.add((ra.call, ra.seq))
         changes, race, late = compare(ra, rb, causes_a, causes_b, threshold_ms, tolerance_pct, totals_a, totals_b)
         pairs.append(Pair(a=ra, b=rb, by=m.by, changes=changes, raced=race, cut_ms=late))

@@ -4,7 +4,9 @@ Pure: a :class:`Matcher` is built from the :class:`Candidate` requests of a capt
 request at a time, for the candidate that matches a :class:`Key`. It keeps which candidates were
 already used, so the same script sent twice meets the captured requests in order.
 
-Strategies, tried in the order given (default ``id,payload,order``):
+Strategies, tried in the order given (default ``id,payload,order``): per request for ``serve`` (requests
+come one at a time), per strategy over every request for ``diff`` (:meth:`Matcher.match_all`, where all
+of B's requests are known):
 
 * ``id``: same kind (stream/unary), model and non-empty Triton request id; among requests sharing an id,
   one with the same inputs (where both sides have them: ``--payload full``) comes first.
@@ -208,32 +210,56 @@ class Matcher:
             self._by_model.setdefault((c.key.kind, c.key.model), []).append(i)
         self._lanes: dict[str, dict[tuple[str, str | None, str | None], int | _Lane]] = {}
 
-    def match(self, key: Key, prefer_call: str | None = None) -> Match:
-        """The candidate ``key`` stands for (and mark it used), or ``Match(None, None)``."""
-        for strategy in self.strategies:
-            if strategy == "id":
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """The lanes :meth:`match` tries, in order: each strategy's, ``id`` preceded by ``id+payload`` (several
+        requests may share an id, as clients reuse them: where the inputs are known on both sides, the one
+        with the same inputs is the one a request stands for, whatever the order)."""
+        return tuple(step for s in self.strategies for step in (("id+payload", "id") if s == "id" else (s,)))
+
+    def match(self, key: Key, prefer_call: str | None = None, *, step: str | None = None) -> Match:
+        """The candidate ``key`` stands for (and mark it used), or ``Match(None, None)``; ``step``: try that one
+        of :attr:`steps` only (a caller that knows every request first tries each step for all of them:
+        :func:`match_all`)."""
+        for lane in self.steps if step is None else (step,):
+            if lane == "id+payload":
+                if not key.request_id or key.input_hash is None:
+                    continue
+                value: str | None = f"{key.request_id}\0{key.input_hash}"
+            elif lane == "id":
                 if not key.request_id:
                     continue
-                value: str | None = key.request_id
-            elif strategy == "payload":
+                value = key.request_id
+            elif lane == "payload":
                 if key.input_hash is None:
                     continue
                 value = key.input_hash
             else:
                 value = None
-            best = None
-            if strategy == "id" and key.input_hash is not None:
-                # Several requests may share an id (clients reuse them): where the inputs are known on both
-                # sides, the one with the same inputs is the one this stands for, whatever the order.
-                best = self._pick("id+payload", (key.kind, key.model, f"{value}\0{key.input_hash}"), prefer_call)
-            if best is None:
-                best = self._pick(strategy, (key.kind, key.model, value), prefer_call)
+            best = self._pick(lane, (key.kind, key.model, value), prefer_call)
             if best is None:
                 continue
             reused = best in self.used
             self.used.add(best)
-            return Match(candidate=self.candidates[best], by=strategy, reused=reused)
+            return Match(candidate=self.candidates[best], by="id" if lane == "id+payload" else lane, reused=reused)
         return Match(candidate=None, by=None)
+
+    def match_all(self, requests: Sequence[tuple[Key, str]]) -> list[Match]:
+        """Every one of ``requests`` (``(key, call)``, in order) matched, each step for all of them before the
+        next: a request matches by ``order`` only once no later one matches that candidate by id or inputs.
+        (One at a time, an earlier request's order fallback took the candidate a later one's id named.) A
+        request of a call keeps preferring the captured call its first match came from."""
+        found: list[Match] = [Match(candidate=None, by=None)] * len(requests)
+        follows: dict[str, str] = {}  # call -> the captured call of its first match (in request order)
+        for step in self.steps:
+            for i, (key, call) in enumerate(requests):
+                if found[i].candidate is not None:
+                    continue
+                m = self.match(key, prefer_call=follows.get(call), step=step)
+                if m.candidate is not None:
+                    found[i] = m
+                    follows.setdefault(call, m.candidate.call)
+        return found
 
     def _pick(self, strategy: str, group: tuple[str, str | None, str | None], prefer_call: str | None) -> int | None:
         """The best of ``group``'s candidates: on ``prefer_call`` first, then unused before used (``order``,

@@ -821,3 +821,36 @@ def test_an_error_text_one_side_did_not_record_is_no_change() -> None:
     assert _diff(failing(ev.NONE_ERROR_TEXT), failing("backend failure")).equivalent
     assert _changes(_diff(failing("backend failure"), failing("other failure"))) == {
         "error": ("backend failure", "other failure")}  # fmt: skip
+
+
+@pytest.mark.parametrize("payload", ["meta", "full"])
+def test_a_new_request_first_in_b_does_not_take_by_order_what_a_later_ones_id_names(payload: str) -> None:
+    """B is A's stream with one new request sent first: A's r1, r2, r3 pair with B's by id, and B's r0 is the
+    one only in B. (One request at a time, r0's order fallback took r1, r1's took r2...: three made-up changes
+    and r3 "only in B"; found against the real tritonserver.)"""
+
+    def stream(*requests: tuple[str, int]) -> Builder:
+        b = Builder(payload=payload).start()
+        b.call("c1.1")
+        for rid, n in requests:
+            b.request("c1.1", rid, prompt=f"{rid}-{n}")
+            for k in range(n):
+                b.response("c1.1", rid, f"t{k}")
+            b.response("c1.1", rid, None, final=True)
+        b.half_close("c1.1")
+        b.end("c1.1")
+        return b.finish()
+
+    result = _diff(stream(("r1", 1), ("r2", 2), ("r3", 3)), stream(("r0", 4), ("r1", 1), ("r2", 2), ("r3", 3)))
+    assert [(p.a.request_id, p.b.request_id, p.by, p.changes) for p in result.pairs] == [
+        ("r1", "r1", "id", ()), ("r2", "r2", "id", ()), ("r3", "r3", "id", ()),
+    ]  # fmt: skip
+    assert [r.request_id for r in result.only_b] == ["r0"] and result.only_a == ()
+
+
+def test_an_order_match_waits_for_every_id_match() -> None:
+    """B's first request (new id) falls back to order only among the candidates no id of B names: A's "old"
+    (whose id B does not send), not A's "z", which B's later "z" names."""
+    result = _diff(_requests("z", "old"), _requests("new", "z"))
+    assert [(p.a.request_id, p.b.request_id, p.by) for p in result.pairs] == [("old", "new", "order"), ("z", "z", "id")]
+    assert result.only_b == () and result.only_a == ()
