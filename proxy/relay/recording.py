@@ -25,6 +25,7 @@ from proxy.triton.redact import redact_request
 from proxy.wire.headers import grpc_status, header
 from proxy.wire.messages import Assembler
 from replay.capture import events as ev
+from replay.capture.methods import MODEL_NAMED
 
 #: ``--payload-store side``: messages with fewer stored bytes stay base64 in their line. Below ~1 KiB the
 #: side file saves nothing (measured: +0.2-0.9 us per 76-byte message in the writer thread, against
@@ -97,6 +98,8 @@ class MessageRecorder:
                 except Exception as e:  # (one handler: mypyc's `except NotDecoded` rejects other exceptions)
                     why = str(e) if type(e) is NotDecoded else f"not a valid {'request' if direction == C2S else 'response'}: {e}"
                     fields = {"decode_error": why}
+            elif direction == C2S and not flag and not truncated and call.method in MODEL_NAMED:
+                fields = _model_named(call.method, body)
             if payload != "meta":  # (the default mode records the labels as they are)
                 if payload == "none":
                     if fields:
@@ -165,6 +168,14 @@ def _inflated(call: Call, direction: int, body: bytes, truncated: bool) -> tuple
     inflate = zlib.decompressobj(31 if name == "gzip" else 15)
     plain = inflate.decompress(body, LABEL_KEEP)  # (zlib.error: bytes that do not inflate, said as any bad message)
     return plain, truncated or bool(inflate.unconsumed_tail) or not inflate.eof
+
+
+def _model_named(method: str, body: bytes) -> dict[str, Any]:
+    """A readiness, metadata or config request's labels: the model it names (it is no inference request)."""
+    try:
+        return labels.model_request_labels(method, body)
+    except Exception as e:
+        return {"decode_error": f"not a valid request: {e}"}
 
 
 def _labels(mkind: int, direction: int, body: bytes, truncated: bool) -> dict[str, Any]:

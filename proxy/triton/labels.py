@@ -16,7 +16,7 @@ from typing import Any, Final
 from tritonclient.grpc import service_pb2 as pb
 
 from replay.capture.events import TensorSpec
-from replay.capture.methods import INFER, STREAM_INFER
+from replay.capture.methods import INFER, MODEL_NAMED, PREFIX, SERVICE, STREAM_INFER
 
 # Method "kinds" the hot path switches on (ints, not strings, to keep the per-message branch cheap).
 OTHER: Final = 0
@@ -112,6 +112,18 @@ def decode_request_labels(body: bytes, truncated: bool) -> dict[str, Any]:
             out["sequence_end"] = p["sequence_end"]
     if lost:
         out["decode_error"] = "message larger than the label buffer: some request fields are unknown"
+    return out
+
+
+def model_request_labels(method: str, body: bytes) -> dict[str, Any]:
+    """The model (and version) a readiness, metadata, config or repository request names
+    (:data:`replay.capture.methods.MODEL_NAMED`), as the fields of its ``message`` record."""
+    name_field, version_field = MODEL_NAMED[method]
+    rpc = pb.DESCRIPTOR.services_by_name[SERVICE.rsplit(".", 1)[-1]].methods_by_name[method[len(PREFIX) :]]
+    r = getattr(pb, rpc.input_type.name).FromString(body)
+    out: dict[str, Any] = {"model": getattr(r, name_field) or None}  # (ModelStatistics of "": every model)
+    if version_field is not None:
+        out["model_version"] = getattr(r, version_field)
     return out
 
 

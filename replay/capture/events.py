@@ -209,13 +209,15 @@ class MessageSeen:
     ] = False
     model: Annotated[
         str | None,
-        "Triton `model_name` (inference messages), else null; HTTP requests: from the path "
+        "Triton `model_name` (inference messages); the model a `ModelReady`, `ModelMetadata`, `ModelConfig`, "
+        "`ModelStatistics`, `RepositoryModelLoad` or `RepositoryModelUnload` request names; else null; HTTP requests: from the path "
         "(`/v2/models/{m}/...`), OpenAI requests: the body's `model`; HTTP replies and events: their JSON's "
         "`model_name` (OpenAI: `model`), null when absent (error events)",
     ] = None
     model_version: Annotated[
         str | None,
-        "Triton `model_version` as sent (empty final responses carry `\"\"`); HTTP requests: from the path "
+        "Triton `model_version` as sent (empty final responses carry `\"\"`; a model-naming request above: its "
+        "`version`); HTTP requests: from the path "
         "(`/versions/{v}`, `\"\"` without one); HTTP replies and events: their JSON's, null when absent",
     ] = None
     request_id: Annotated[

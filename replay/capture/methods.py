@@ -31,6 +31,21 @@ STREAM_INFER = PREFIX + "ModelStreamInfer"
 INFER = PREFIX + "ModelInfer"
 #: The two methods that carry inference requests (what the request machine tracks).
 INFERENCE = frozenset({STREAM_INFER, INFER})
+#: The RPCs whose request names one model: the request's fields of its name and of its version (None: it
+#: names none). The proxy records the model (and version) of these requests as it does an inference
+#: request's, so that ``serve`` and ``diff`` tell one model's readiness, metadata or config from another's
+#: in a capture without the request bytes.
+MODEL_NAMED: dict[str, tuple[str, str | None]] = {
+    PREFIX + "ModelReady": ("name", "version"),
+    PREFIX + "ModelMetadata": ("name", "version"),
+    PREFIX + "ModelConfig": ("name", "version"),
+    PREFIX + "ModelStatistics": ("name", "version"),
+    PREFIX + "RepositoryModelLoad": ("model_name", None),
+    PREFIX + "RepositoryModelUnload": ("model_name", None),
+}
+#: The RPCs (short names) whose answer is one bool field, and its name: proto3 writes a false bool as
+#: nothing, so the answer's size says it (a compressed answer's does not).
+READINESS: dict[str, str] = {"ServerLive": "live", "ServerReady": "ready", "ModelReady": "ready"}
 #: What a call whose ``call_start`` was not read (its line damaged, or in a file retention removed or
 #: not given) is shown as: its messages are read as a ModelStreamInfer stream's (the only call long
 #: enough to outlive a rotation in practice), but its method is not claimed.

@@ -202,6 +202,11 @@ class CallOutcome:
     details: str | None
     duration_ms: float | None
     requests: int
+    #: A readiness, metadata, config or repository call's: the model its request named (recorded since the
+    #: proxy labels them; None: another call, or a capture from before).
+    model: str | None = None
+    #: A ServerLive, ServerReady or ModelReady call's answer (None: another call, no answer, or compressed).
+    ready: bool | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

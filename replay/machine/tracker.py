@@ -42,7 +42,16 @@ from typing import Any
 from replay.capture import events as ev
 from replay.capture.holes import Gap
 from replay.capture.ids import CaptureIds
-from replay.capture.methods import HTTP_INFERENCE, INFER, START_NOT_READ, STREAM_INFER, http_kind, streaming
+from replay.capture.methods import (
+    HTTP_INFERENCE,
+    INFER,
+    PREFIX,
+    READINESS,
+    START_NOT_READ,
+    STREAM_INFER,
+    http_kind,
+    streaming,
+)
 from replay.capture.reader import PathLike, RecordsReader, read_capture
 from replay.machine.groups import Group, refused
 from replay.machine.outcomes import (
@@ -104,8 +113,8 @@ class _Request:
 class _Call:
     __slots__ = (
         "by_id", "by_model", "cause", "client_fin", "conn", "details", "duration_ms", "ended", "failed", "groups",
-        "hole", "http", "id", "joined", "kind", "kind_open", "method", "parked", "pos", "reported", "requests",
-        "sent", "status", "stream", "t_start", "unary",
+        "hole", "http", "id", "joined", "kind", "kind_open", "method", "model", "parked", "pos", "ready", "reported",
+        "requests", "sent", "status", "stream", "t_start", "unary",
     )  # fmt: skip
 
     def __init__(self, call_id: str, method: str, t_start: int, pos: int, conn: str) -> None:
@@ -142,6 +151,9 @@ class _Call:
         self.details: str | None = None
         self.duration_ms: float | None = None
         self.hole = False  # records were lost while it was open (see Tracker.lost)
+        # A non-inference call: the model its request names (MODEL_NAMED), and a readiness RPC's answer.
+        self.model: str | None = None
+        self.ready: bool | None = None
         self.client_fin = False  # an HTTP call whose client sent its FIN (a `half_close` record) before its end
 
 
@@ -420,7 +432,13 @@ class Tracker:
 
     def _message(self, seq: int, rec: ev.MessageSeen, known: _Call | None) -> None:
         call = known if known is not None else self._call(rec.call, seq, rec)  # (known: feed's lookup found it)
-        if call is None or not (call.unary or call.stream or call.http):
+        if call is None:
+            return
+        if not (call.unary or call.stream or call.http):
+            if rec.dir == "c2s":
+                call.model = call.model or rec.model
+            elif not rec.compressed and rec.decode_error is None and call.method[len(PREFIX) :] in READINESS:
+                call.ready = rec.size > 0  # (proto3 writes a false flag as nothing)
             return
         if call.ended:
             self._warnings.append(f"seq {seq}: message on call {call.id} after its end: ignored")
@@ -915,7 +933,8 @@ class Tracker:
                 requests.extend(outcomes)
             calls.append(
                 CallOutcome(call=call.id, method=call.method, status=call.status, cause=call.cause,
-                            details=call.details, duration_ms=call.duration_ms, requests=call.sent)
+                            details=call.details, duration_ms=call.duration_ms, requests=call.sent, model=call.model,
+                            ready=call.ready)
             )  # fmt: skip
         warns = [*warnings, *self._warnings]
         if self._unlabelled:

@@ -28,9 +28,9 @@ from typing import Any
 
 from replay.capture import events as ev
 from replay.capture.holes import Gap
-from replay.capture.methods import is_inference, protocol, short_method
+from replay.capture.methods import READINESS, is_inference, protocol, short_method
 from replay.machine.groups import KEEP_ERROR_TEXTS
-from replay.machine.outcomes import RequestOutcome
+from replay.machine.outcomes import CallOutcome, RequestOutcome
 from replay.machine.table import State
 from replay.tools.captured import CaptureSummary
 from replay.tools.match import STRATEGIES, Candidate, Matcher
@@ -335,13 +335,23 @@ def _renamed(candidates: Sequence[Candidate], model_map: Mapping[str, str]) -> l
             for c in candidates]  # fmt: skip
 
 
+def _other_key(call: CallOutcome) -> str:
+    """``ModelReady tokens OK not ready``: the method (HTTP: with its path, which names the model), the model a
+    gRPC request named, the status, and a readiness answer's flag (a model that stopped being ready is still
+    an OK call: only the answer says it)."""
+    if protocol(call.method) == "http":
+        return f"{short_method(call.method)} {call.status or 'open'}"
+    name = call.method.rsplit("/", 1)[-1]
+    key = f"{name} {call.model} " if call.model is not None else f"{name} "
+    key += call.status or "open"
+    if call.ready is not None:
+        flag = READINESS.get(name, "ready")
+        key += f" {flag}" if call.ready else f" not {flag}"
+    return key
+
+
 def _other_counts(c: CaptureSummary) -> Counter[str]:
-    return Counter(
-        f"{short_method(call.method) if protocol(call.method) == 'http' else call.method.rsplit('/', 1)[-1]} "
-        f"{call.status or 'open'}"
-        for call in c.outcomes.calls
-        if not is_inference(call.method)
-    )
+    return Counter(_other_key(call) for call in c.outcomes.calls if not is_inference(call.method))
 
 
 def _count_changes(ca: Counter[str], cb: Counter[str]) -> tuple[Change, ...]:
@@ -349,7 +359,8 @@ def _count_changes(ca: Counter[str], cb: Counter[str]) -> tuple[Change, ...]:
 
 
 def other_calls(a: CaptureSummary, b: CaptureSummary) -> tuple[Change, ...]:
-    """Non-inference calls (readiness, metadata...) compared as counts per method and status."""
+    """Non-inference calls (readiness, metadata...) compared as counts per method, the model a request named,
+    status and a readiness answer (:func:`_other_key`)."""
     return _count_changes(_other_counts(a), _other_counts(b))
 
 

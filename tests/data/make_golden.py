@@ -28,6 +28,7 @@ from proxy.triton.inflight import InFlight
 from replay.capture import events as ev
 from replay.capture import methods
 from replay.capture.events import STATUS_NAMES
+from replay.capture.methods import MODEL_NAMED
 from replay.capture.schema import SCHEMA_VERSION, Encoder
 from tests.proxy.triton.http_wire import Exchange, exchanges
 
@@ -119,6 +120,24 @@ class Builder:
                            **fields, **self._payload(body))
         )  # fmt: skip
         st.c2s += 1
+
+    def ask(self, call: str, request: Any, answer: Any, ms: float = 1.0) -> None:
+        """A non-inference call's request and its answer (protobuf messages of the call's method), labelled as
+        the proxy labels them (the model a readiness, metadata or config request names)."""
+        st = self.calls[call]
+        for direction, message in (("c2s", request), ("s2c", answer)):
+            self.tick(ms)
+            body = message.SerializeToString()
+            fields = labels.model_request_labels(st.method, body) if direction == "c2s" and st.method in MODEL_NAMED else {}
+            index = st.c2s if direction == "c2s" else st.s2c
+            self.records.append(
+                ev.MessageSeen(t_ns=self.t, call=call, dir=direction, index=index, size=len(body), compressed=False,
+                               **fields, **self._payload(body))
+            )  # fmt: skip
+            if direction == "c2s":
+                st.c2s += 1
+            else:
+                st.s2c += 1
 
     def response(
         self, call: str, rid: str, text: str | None = None, *, final: bool | None = False, error: str | None = None,

@@ -243,3 +243,29 @@ def test_a_client_that_cancels_as_the_captured_one_did_cancels_the_served_call_i
     rerun = track(proxy.capture_path)
     assert [(r.outcome, r.status) for r in rerun.requests] == [("cancelled", "CANCELLED")] * 2
     assert [c.cause for c in rerun.calls] == ["client_cancel"]
+
+
+def test_a_meta_capture_says_which_model_each_readiness_call_asked_and_serve_answers_by_it(
+    triton: TritonServer, tmp_path: Path, loop: BackgroundLoop, request: pytest.FixtureRequest
+) -> None:
+    """ready('nope') -> False, ready('tokens') -> True through the proxy (meta): each request's record names its
+    model, and serve answers each model's question with its own answer, asked in the other order; a model the
+    capture never asked about is NOT_FOUND. (serve answered ready('tokens') with nope's `false`, and echo's
+    with tokens' `true`.)"""
+    with ProxyThread(triton.grpc_url, tmp_path / "live", payload="meta", drain_timeout=5) as proxy:
+        c = grpcclient.InferenceServerClient(proxy.url)
+        try:
+            live = (c.is_model_ready("nope"), c.is_model_ready("tokens"))
+        finally:
+            c.close()
+    assert live == (False, True)
+    doc = track(proxy.capture_path)
+    assert sorted((c.model, c.ready) for c in doc.calls) == [("nope", False), ("tokens", True)]
+    c = grpcclient.InferenceServerClient(_served(loop, proxy.capture_path, request, speed=None))
+    try:
+        assert (c.is_model_ready("tokens"), c.is_model_ready("nope")) == (True, False)
+        with pytest.raises(InferenceServerException) as err:
+            c.is_model_ready("echo")
+        assert err.value.status() == "StatusCode.NOT_FOUND"
+    finally:
+        c.close()

@@ -138,8 +138,8 @@ class AnswerStore:
 class CapturedCall:
     """One captured RPC, indexed: its requests, its responses (answers in the store) and its end."""
 
-    __slots__ = ("_last_req", "_req", "_req_seq", "_resp", "_store", "asked", "end", "http", "id", "kind", "method",
-                 "t_start", "timeout_ms")  # fmt: skip
+    __slots__ = ("_last_req", "_req", "_req_seq", "_resp", "_store", "asked", "asked_model", "end", "http", "id", "kind",
+                 "method", "t_start", "timeout_ms")  # fmt: skip
 
     def __init__(self, *, id: str, method: str, t_start: int, timeout_ms: float | None, store: AnswerStore) -> None:
         self.id = id
@@ -152,6 +152,9 @@ class CapturedCall:
         self.end: CallEnd | None = None
         #: (offset, length) in the store of the first request's captured bytes (non-inference calls), else None
         self.asked: tuple[int, int] | None = None
+        #: The model and version its first request named (a readiness, metadata, config or repository call's
+        #: labels: what a capture without the bytes says it asked), else None
+        self.asked_model: tuple[str, str | None] | None = None
         self._store = store
         self._req_seq = array("q")  # request seqs, ascending (a call's records are in capture order)
         self._req = array("q")
@@ -173,6 +176,8 @@ class CapturedCall:
         if first and (self.kind.other is not None or self.http is not None) and has_bytes(rec):
             data = payload_bytes(rec)
             self.asked = (self._store.put(data), len(data))
+        if first and rec.model is not None and self.kind.other is not None:
+            self.asked_model = (rec.model, rec.model_version)
 
     def add_response(self, seq: int, rec: ev.MessageSeen, request_seq: int | None) -> None:
         """A response message of the call (s2c), in capture order; ``request_seq``: the request it answers."""

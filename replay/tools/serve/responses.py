@@ -19,13 +19,11 @@ from typing import Any
 from tritonclient.grpc import service_pb2 as pb
 
 from replay.capture import events as ev
-from replay.capture.methods import SERVICE
+from replay.capture.methods import READINESS, SERVICE
 from replay.capture.payload import has_payload
 from replay.capture.payload import payload_bytes as stored_bytes
 from replay.tools.match import Key, input_hash
 
-# The RPCs whose answer is one bool field, and its name: the only answers a meta capture can rebuild.
-READINESS = {"ServerLive": "live", "ServerReady": "ready", "ModelReady": "ready"}
 _ITEMSIZE = {"BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2, "UINT32": 4,
              "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8}  # fmt: skip
 

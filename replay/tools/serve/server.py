@@ -26,7 +26,7 @@ from replay.hostport import cannot_listen, format_hostport, parse_hostport
 from replay.tools.grpcstatus import grpc_metadata, status_code, status_details
 from replay.tools.match import STRATEGIES
 from replay.tools.serve.index import Answer, CapturedCall, LoadedCapture
-from replay.tools.serve.pick import missing_answer, pick_other
+from replay.tools.serve.pick import missing_answer, pick_other, unsure
 from replay.tools.serve.responses import Undecodable, lenient, request_key
 from replay.tools.serve.session import Session
 from replay.tools.serve.stream import Stream
@@ -93,6 +93,7 @@ class MockTriton:
         self.open_streams = 0  # ModelStreamInfer calls being served (their reader tasks included)
         #: Captured non-inference calls answered already (shared with the HTTP half)
         self.other_used: set[str] = set()
+        self._doubted: set[str] = set()  # calls whose unsure answer was warned of (once each)
         self._streams = itertools.count(1)
         self._server: Any = None
         self.handlers = Handlers()
@@ -209,6 +210,10 @@ class MockTriton:
             await context.abort(grpc.StatusCode.NOT_FOUND, call)
             return None
         self.other_used.add(call.id)
+        doubt = unsure(name, call, request)
+        if doubt is not None and call.id not in self._doubted:
+            self._doubted.add(call.id)
+            log.warning("%s: %s", name, doubt)
         refusal = missing_answer(name, call)
         if refusal is not None:
             log.warning("%s: %s", name, refusal)

@@ -14,6 +14,7 @@ from typing import Any
 
 import h2.events
 import pytest
+from tritonclient.grpc import service_pb2 as pb
 
 from proxy.relay import core
 from proxy.relay.call import LABEL_KEEP
@@ -27,6 +28,7 @@ from tests.support.h2conv import (
     RESPONSE_HEADERS,
     STREAM,
     CoreRig,
+    grpc,
     infer_request,
     infer_response,
     request_headers,
@@ -713,3 +715,28 @@ def test_a_compressed_request_is_labelled_from_its_bytes_decompressed(encoding: 
     rig.pump()
     (cancel,) = _of(rig, "cancel")
     assert cancel.in_flight == ([want[0]] if want[0] else [])
+
+
+@pytest.mark.parametrize(
+    ("method", "body", "want"),
+    [
+        (b"ModelReady", pb.ModelReadyRequest(name="tokens", version="2").SerializeToString(), ("tokens", "2", None)),
+        (b"ModelMetadata", pb.ModelMetadataRequest(name="echo").SerializeToString(), ("echo", "", None)),
+        (b"RepositoryModelLoad", pb.RepositoryModelLoadRequest(model_name="tokens").SerializeToString(),
+         ("tokens", None, None)),
+        (b"ModelStatistics", b"", (None, "", None)),  # (every model's statistics)
+        (b"ModelReady", b"\x0a\xff", (None, None, "not a valid request: Error parsing message")),
+        (b"ServerReady", b"", (None, None, None)),  # names no model
+    ],
+)
+def test_a_request_naming_a_model_is_labelled_with_it(method: bytes, body: bytes,
+                                                      want: tuple[str | None, str | None, str | None]) -> None:  # fmt: skip
+    """A readiness, metadata or config request's record says which model it asked about (in a meta capture
+    nothing else does: serve answered one model's ModelReady with another's, diff counted them as one)."""
+    rig = CoreRig()
+    rig.pump()
+    sid = rig.open_call(request_headers(b"/inference.GRPCInferenceService/" + method))
+    rig.client.send_data(sid, grpc(body), end_stream=True)
+    rig.pump()
+    (req,) = [m for m in _of(rig, "message") if m.dir == "c2s"]
+    assert (req.model, req.model_version, req.decode_error and req.decode_error[:42]) == want

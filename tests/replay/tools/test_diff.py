@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tritonclient.grpc import service_pb2 as pb
 
 from replay.capture.holes import Gap
 from replay.tools.captured import CaptureSummary, summarize
@@ -854,3 +855,34 @@ def test_an_order_match_waits_for_every_id_match() -> None:
     result = _diff(_requests("z", "old"), _requests("new", "z"))
     assert [(p.a.request_id, p.b.request_id, p.by) for p in result.pairs] == [("old", "new", "order"), ("z", "z", "id")]
     assert result.only_b == () and result.only_a == ()
+
+
+def _asked(ready: bool, model: str = "tokens") -> Builder:
+    """A stream, then one ModelReady call for ``model`` answered ``ready``, labelled as the proxy labels it."""
+    b = _stream()
+    b.records.pop()  # reopen: drop capture_end
+    b.call("c2.1", method="/inference.GRPCInferenceService/ModelReady")
+    b.ask("c2.1", pb.ModelReadyRequest(name=model), pb.ModelReadyResponse(ready=ready))
+    b.end("c2.1")
+    return b.finish()
+
+
+def test_a_model_that_stopped_being_ready_is_a_change() -> None:
+    """ModelReady answered true in A and false in B: both calls are OK, only the answer says it (diff said
+    "equivalent"; found against the real tritonserver, the model unloaded between the runs)."""
+    assert _diff(_asked(True), _asked(True)).equivalent
+    result = _diff(_asked(True), _asked(False))
+    assert not result.equivalent
+    assert {c.field: (c.a, c.b) for c in result.calls} == {
+        "ModelReady tokens OK ready": (1, 0),
+        "ModelReady tokens OK not ready": (0, 1),
+    }
+
+
+def test_ready_calls_for_different_models_are_not_one_count() -> None:
+    """One model asked in A, another in B, both ready: the model a request named is part of what is compared."""
+    result = _diff(_asked(True, "tokens"), _asked(True, "echo"))
+    assert {c.field: (c.a, c.b) for c in result.calls} == {
+        "ModelReady tokens OK ready": (1, 0),
+        "ModelReady echo OK ready": (0, 1),
+    }

@@ -7,6 +7,7 @@ against live traffic in tests/e2e): a client talking to ``serve`` ends in the sa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -545,3 +546,69 @@ def test_a_call_whose_end_the_capture_lacks_never_ends_ok(
     assert "StatusCode.UNAVAILABLE" in str(client.stream_error) and "holds no end of call c1.1" in str(client.stream_error)
     assert unary.value.status() == "StatusCode.UNAVAILABLE" and "holds no end of call c1.3" in unary.value.message()
     assert sum("holds no end of call" in r.getMessage() for r in caplog.records) == 2
+
+
+def _readiness_capture(path: Path, *, labelled: bool = True) -> Path:
+    """A meta capture of ready('nope') -> false, ready('tokens') -> true, metadata('nope') -> NOT_FOUND, in that
+    order (``labelled=False``: the requests as an older proxy recorded them, without the model they name)."""
+    from tritonclient.grpc import service_pb2 as pb
+
+    from tests.data.make_golden import Builder
+
+    b = Builder().start()
+    for call, model, ready in (("c1.1", "nope", False), ("c2.1", "tokens", True)):
+        b.call(call, method="/inference.GRPCInferenceService/ModelReady")
+        b.ask(call, pb.ModelReadyRequest(name=model), pb.ModelReadyResponse(ready=ready))
+        b.end(call)
+    b.call("c3.1", method="/inference.GRPCInferenceService/ModelMetadata")
+    b.tick()
+    b.ask("c3.1", pb.ModelMetadataRequest(name="nope"), pb.ModelMetadataResponse())
+    b.records.pop()  # Triton answered no message: the error status only
+    b.end("c3.1", "NOT_FOUND", "error", details="Request for unknown model: 'nope' is not found")
+    b.finish()
+    if not labelled:
+        b.records = [dataclasses.replace(r, model=None, model_version=None) if getattr(r, "dir", None) == "c2s" else r
+                     for r in b.records]  # fmt: skip
+    path.write_bytes(b.render())
+    return path
+
+
+def test_a_meta_captures_readiness_and_metadata_answers_are_the_asked_models(serve: Serve, tmp_path: Path) -> None:
+    """Each model-named request of a meta capture carries its model: serve answers ready('tokens') with tokens'
+    answer, whatever order the client asks in, and a model nobody asked about is NOT_FOUND. (It answered
+    ready('tokens') with nope's `false` and metadata('echo') with nope's NOT_FOUND, silently; found against
+    the real tritonserver.)"""
+    url = serve(str(_readiness_capture(tmp_path / "ready.jsonl")), speed=None)
+    c = grpcclient.InferenceServerClient(url)
+    try:
+        assert c.is_model_ready("tokens") is True
+        assert c.is_model_ready("nope") is False
+        with pytest.raises(InferenceServerException) as err:
+            c.is_model_ready("echo")
+        assert err.value.status() == "StatusCode.NOT_FOUND" and "no captured ModelReady call had" in err.value.message()
+        with pytest.raises(InferenceServerException) as err:
+            c.get_model_metadata("echo")
+        assert err.value.status() == "StatusCode.NOT_FOUND" and "no captured ModelMetadata call had" in err.value.message()
+        with pytest.raises(InferenceServerException) as err:
+            c.get_model_metadata("nope")
+        assert err.value.message() == "Request for unknown model: 'nope' is not found"
+    finally:
+        c.close()
+
+
+def test_an_older_meta_capture_that_cannot_say_the_model_is_answered_with_a_warning(
+    serve: Serve, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without the model labels the capture cannot say which call asked what: serve answers in capture order
+    as before, and says so once per call it answered that way."""
+    url = serve(str(_readiness_capture(tmp_path / "old.jsonl", labelled=False)), speed=None)
+    c = grpcclient.InferenceServerClient(url)
+    try:
+        with caplog.at_level(logging.WARNING, logger="triton_tap.serve"):
+            assert c.is_model_ready("tokens") is False  # nope's answer: the capture cannot tell
+            assert c.is_model_ready("tokens") is True
+            assert c.is_model_ready("tokens") is True
+    finally:
+        c.close()
+    doubts = [r.getMessage() for r in caplog.records if "does not say which model" in r.getMessage()]
+    assert len(doubts) == 2 and "call c1.1" in doubts[0] and "'tokens'" in doubts[0]
