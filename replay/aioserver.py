@@ -36,12 +36,19 @@ class Handlers:
 
     async def stop(self, server: Any, grace: float | None) -> None:
         """``server.stop(grace)``, then the handlers still running get as long again to end; those left are
-        cancelled, and awaited."""
-        await server.stop(grace)
-        if not self._running:
-            return
-        _done, left = await asyncio.wait(set(self._running), timeout=grace or 0.0)
-        for task in left:
-            task.cancel()
-        if left:
-            await asyncio.wait(left)
+        cancelled, and awaited, and so is the server's stop.
+
+        The server's stop is not awaited first: grpc's, once its grace is over, cancels each handler once and
+        waits for it, and a handler whose cleanup awaits (in a ``finally``) after that one cancel would keep
+        it waiting for ever: the second cancel, here, must not wait for the server's stop to return."""
+        stopping = asyncio.create_task(server.stop(grace), name="aioserver-stop")
+        try:
+            await asyncio.wait({stopping}, timeout=grace or 0.0)
+            if self._running:
+                _done, left = await asyncio.wait(set(self._running), timeout=grace or 0.0)
+                for task in left:
+                    task.cancel()
+                if left:
+                    await asyncio.wait(left)
+        finally:
+            await stopping

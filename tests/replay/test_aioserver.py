@@ -113,3 +113,43 @@ def test_an_ended_handler_is_no_longer_running_and_stop_is_the_servers() -> None
         return code, running
 
     assert asyncio.run(asyncio.wait_for(main(), WAIT_S)) == (grpc.StatusCode.OK, 0)
+
+
+def test_a_handler_cleaning_up_after_the_servers_one_cancel_does_not_hang_the_stop() -> None:
+    """grpc's stop cancels each handler once and waits for it: a handler whose ``finally`` then awaits again
+    needs a second cancel, which must not wait for the server's stop to return (stop hung, now and then, in
+    the test above under load: grpc's cancel came while the handler was still in ``abort``)."""
+    handlers = Handlers()
+    started = asyncio.Event()
+    seen: list[str] = []
+
+    async def handler() -> None:
+        handlers.enter()
+        try:
+            started.set()
+            await asyncio.Event().wait()
+        finally:
+            try:
+                await asyncio.Event().wait()  # cleanup that awaits, after the first cancel
+            except asyncio.CancelledError:
+                seen.append("cancelled twice")
+                raise
+
+    class Server:
+        """grpc.aio's stop as it behaves here: cancel each handler once, then wait for it to end."""
+
+        def __init__(self, task: asyncio.Task[None]) -> None:
+            self.task = task
+
+        async def stop(self, grace: float | None) -> None:
+            self.task.cancel()
+            await asyncio.wait({self.task})
+
+    async def main() -> bool:
+        task = asyncio.create_task(handler(), name="test-handler")
+        await started.wait()
+        await handlers.stop(Server(task), 0.0)
+        return task.done()
+
+    assert asyncio.run(asyncio.wait_for(main(), WAIT_S)) is True
+    assert seen == ["cancelled twice"] and handlers.running == 0
