@@ -8,6 +8,11 @@ process id and the addresses actually bound (port 0 resolved), e.g.
 ``{"pid": 4242, "listen": "127.0.0.1:8011", "admin": null, "metrics": null}``. It is removed when
 the server stops accepting connections (at shutdown); a process that is killed leaves it behind, so
 a leftover found at start-up is removed first, before anything is bound.
+
+Only a leftover: the server holds its ready file locked while it runs (:mod:`replay.capture.liveness`;
+the kernel drops the lock when the process dies, however it dies), so a second server given the same
+path is refused rather than taking the file of one still running; and a file that is no ready file (a
+capture given by mistake) is never removed. A capture file's name is refused outright.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from replay.capture import liveness, naming
 from replay.errors import UserError
 
 
@@ -38,22 +44,55 @@ def prepare(path: Path) -> None:
         raise UserError(f"--ready-file {str(path)!r}: directory {str(directory)!r} is not writable")
     if path.is_dir():
         raise UserError(f"--ready-file {str(path)!r} is a directory")
+    if naming.looks_like_capture(path.name) or path.name.endswith(naming.SIDE_SUFFIX):
+        raise UserError(f"--ready-file {str(path)!r} has a capture file's name: give another path")
+    if not path.exists():
+        return
+    if liveness.being_written(path):
+        raise UserError(f"--ready-file {str(path)!r} is the ready file of a server still running{_whose(path)}: "
+                        "give another path")  # fmt: skip
+    if _whose(path) == "":
+        raise UserError(f"--ready-file {str(path)!r} exists and is not a ready file: not replacing it")
     try:
-        path.unlink(missing_ok=True)
+        path.unlink()
     except OSError as e:
         raise UserError(f"--ready-file {str(path)!r}: cannot remove the leftover file: {e.strerror or e}") from None
+
+
+def _whose(path: Path) -> str:
+    """`` (pid N)`` when ``path`` holds a ready file's line, else ``""``."""
+    try:
+        doc = json.loads(path.read_bytes()[:4096])
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(doc, dict) or "pid" not in doc or "listen" not in doc:
+        return ""
+    return f" (pid {doc['pid']})"
+
+
+#: path -> the descriptor holding its lock while this process serves (closed by :func:`remove`).
+_HELD: dict[Path, int] = {}
 
 
 def write(path: Path, listen: str, **addresses: Any) -> None:
     """Say the server is ready: ``{"pid", "listen", **addresses}`` as one JSON line, atomically."""
     line = json.dumps({"pid": os.getpid(), "listen": listen, **addresses}) + "\n"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = -1
     try:
         tmp.write_text(line)
+        fd = os.open(tmp, os.O_RDONLY)
+        liveness.hold(fd)  # before it is seen under its name: held from the first moment it says ready
         os.replace(tmp, path)
     except OSError as e:
+        if fd >= 0:
+            os.close(fd)
         tmp.unlink(missing_ok=True)
         raise UserError(f"cannot write --ready-file {str(path)!r}: {e.strerror or e}") from None
+    old = _HELD.pop(path, None)
+    if old is not None:
+        os.close(old)
+    _HELD[path] = fd
 
 
 def remove(path: Path) -> None:
@@ -62,3 +101,6 @@ def remove(path: Path) -> None:
         path.unlink(missing_ok=True)
     except OSError:
         pass  # shutdown goes on; the pid in a leftover file tells a reader it is stale
+    fd = _HELD.pop(path, None)
+    if fd is not None:
+        os.close(fd)

@@ -187,3 +187,42 @@ def test_pid_in_the_ready_file_is_the_process_that_listens(tmp_path: Path, liste
         assert info["pid"] == proc.pid
     finally:
         _stop(proc)
+
+
+def test_a_running_servers_ready_file_is_not_taken_by_a_second_one_that_fails(tmp_path: Path, listening: int) -> None:
+    """A second `record` given the running one's ready file (and its busy port) is refused in one line, and the
+    running one's file stays: scripts poll it, and the proxy still accepts connections."""
+    ready = tmp_path / "ready.json"
+    first = subprocess.Popen([str(TRITON_TAP), "record", "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{listening}",
+                              "--capture-dir", str(tmp_path / "cap"), "--ready-file", str(ready)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        info = _until_ready(first, ready)
+        second = subprocess.run([str(TRITON_TAP), "record", "--listen", info["listen"], "--upstream",
+                                 f"127.0.0.1:{listening}", "--capture-dir", str(tmp_path / "cap2"), "--ready-file",
+                                 str(ready)], capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.strip() == (f"triton-tap: error: --ready-file {str(ready)!r} is the ready file of a server "
+                                         f"still running (pid {first.pid}): give another path")  # fmt: skip
+        assert json.loads(ready.read_text()) == info and _accepts(info["listen"])
+    finally:
+        _stop(first)
+    assert not ready.exists()
+
+
+@pytest.mark.parametrize("command", ["record", "serve"])
+def test_a_ready_file_path_that_is_a_capture_or_no_ready_file_is_never_removed(tmp_path: Path, command: str) -> None:
+    """`serve CAP --ready-file CAP` deleted the capture, then failed on it; `record` did the same to a capture
+    given by mistake, on a busy port. A capture's name is refused, and any file that is no ready file kept."""
+    capture = tmp_path / "capture-20261206T100000-1.jsonl"
+    capture.write_bytes((DATA / "unary.jsonl").read_bytes())
+    other = tmp_path / "notes.txt"
+    other.write_text("mine\n")
+    head = ([str(TRITON_TAP), "serve", str(capture), "--listen", "127.0.0.1:0"] if command == "serve" else
+            [str(TRITON_TAP), "record", "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{free_port()}",
+             "--capture-dir", str(tmp_path / "cap")])  # fmt: skip
+    for path, says in ((capture, "has a capture file's name"), (other, "exists and is not a ready file")):
+        proc = subprocess.run([*head, "--ready-file", str(path)], capture_output=True, text=True, timeout=60,
+                              check=False)  # fmt: skip
+        assert proc.returncode == 2 and says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert capture.read_bytes() == (DATA / "unary.jsonl").read_bytes() and other.read_text() == "mine\n"
