@@ -25,6 +25,7 @@ from proxy.admin.pb import admin_pb2_grpc as pb_grpc
 from replay.aioserver import Handlers
 from replay.capture import events as ev
 from replay.errors import UserError
+from replay.hostport import format_hostport
 
 if TYPE_CHECKING:
     from proxy.capture.writer import CaptureWriter
@@ -156,7 +157,7 @@ class AdminServer:
         self.handlers = handlers
         self.port = port
         self.hub = hub
-        self.address = f"{host}:{port}"
+        self.address = format_hostport(host, port)
 
     async def stop(self, grace: float = 2.0) -> None:
         """Let Tail streams deliver what is queued (the capture_end included), then stop; handlers still
@@ -182,7 +183,7 @@ async def start_admin(address: str, served: Served, tls_cert: Path | None, tls_k
     # command would reach one of them at random. Here the second one cannot start.
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(served, hub, handlers), server)  # type: ignore[no-untyped-call]
-    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    where = format_hostport(host, port)
     try:
         if tls:
             assert tls_cert is not None and tls_key is not None
@@ -199,5 +200,5 @@ async def start_admin(address: str, served: Served, tls_cert: Path | None, tls_k
     served.writer.tap = hub.publish
     if served.metrics is not None:
         served.metrics.attach_tap(hub.stats)
-    log.info("admin_serving", address=f"{host}:{bound}", tls=tls)
+    log.info("admin_serving", address=format_hostport(host, bound), tls=tls)
     return AdminServer(server, bound, hub, host, handlers)

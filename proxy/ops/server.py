@@ -37,7 +37,7 @@ from replay.capture import events as ev
 from replay.capture import naming
 from replay.compiled import active as compiled_modules
 from replay.errors import UpstreamError, UserError
-from replay.hostport import cannot_listen, is_loopback, parse_hostport
+from replay.hostport import cannot_listen, format_hostport, is_loopback, parse_hostport
 
 log = structlog.get_logger("triton_tap.proxy")
 
@@ -152,11 +152,11 @@ def check_upstream(
                 with tls.wrap_socket(sock, server_hostname=server_name or host):
                     pass
     except ssl.SSLError as e:
-        raise UpstreamError(f"upstream {host}:{port}: TLS handshake failed: {e.reason or e}") from None
+        raise UpstreamError(f"upstream {format_hostport(host, port)}: TLS handshake failed: {e.reason or e}") from None
     except ssl.CertificateError as e:
-        raise UpstreamError(f"upstream {host}:{port}: TLS certificate rejected: {e}") from None
+        raise UpstreamError(f"upstream {format_hostport(host, port)}: TLS certificate rejected: {e}") from None
     except OSError as e:
-        raise UpstreamError(f"upstream {host}:{port} is unreachable: {e.strerror or e}") from None
+        raise UpstreamError(f"upstream {format_hostport(host, port)} is unreachable: {e.strerror or e}") from None
 
 
 def capture_options(cfg: ProxyConfig, salt: str, tls_listen: bool, tls_upstream: bool, client_certs: bool) -> dict[str, Any]:
@@ -288,16 +288,16 @@ class RecordingProxy:
         http_box: list[Relay] = []
         await self._listen(server_tls, relay_box, http_box)
         grpc, http = self.grpc_addrs, self.http_addrs
-        listen = f"{self.listen_addr[0]}:{self.port}"
-        http_listen = f"{http[0][0]}:{self.http_port}" if http is not None else None
+        listen = format_hostport(self.listen_addr[0], self.port)
+        http_listen = format_hostport(http[0][0], self.http_port) if http is not None else None
         start = ev.CaptureStarted(
             t_ns=time.time_ns(), proxy_version=__version__,
             listen=listen if grpc is not None else "",
-            upstream=f"{grpc[1][0]}:{grpc[1][1]}" if grpc is not None else "",
+            upstream=format_hostport(*grpc[1]) if grpc is not None else "",
             options=capture_options(cfg, salt, server_tls is not None, up_tls is not None, tls.client_certs_required),
             capture_set=cfg.capture_set, worker=cfg.worker,
             workers=cfg.workers if cfg.worker is not None else None,
-            http_listen=http_listen, http_upstream=f"{http[1][0]}:{http[1][1]}" if http is not None else None,
+            http_listen=http_listen, http_upstream=format_hostport(*http[1]) if http is not None else None,
         )  # fmt: skip
         writer = self._open_capture(start)
         try:
@@ -372,7 +372,7 @@ class RecordingProxy:
             except OSError as e:
                 for bound in self._servers:
                     bound.close()
-                raise cannot_listen(f"{host}:{port}", e) from None
+                raise cannot_listen(format_hostport(host, port), e) from None
             self._servers.append(srv)
             bound_port = srv.sockets[0].getsockname()[1]
             if box is http_box:
@@ -451,7 +451,7 @@ class RecordingProxy:
         if self.config.ready_file is None:
             return
         assert self.writer is not None
-        metrics = f"{self.metrics_addr[0]}:{self.metrics_server.port}" if self.metrics_server and self.metrics_addr else None
+        metrics = format_hostport(self.metrics_addr[0], self.metrics_server.port) if self.metrics_server and self.metrics_addr else None
         extra = {"http_listen": http_listen} if http_listen is not None else {}
         readyfile.write(self.config.ready_file, listen if self.grpc_addrs is not None else "", **extra,
                         admin=self.admin.address if self.admin else None, metrics=metrics,
@@ -462,7 +462,7 @@ class RecordingProxy:
         cfg = self.config
         extra = {}
         if self.metrics_server is not None and self.metrics_addr is not None:
-            extra["metrics"] = f"{self.metrics_addr[0]}:{self.metrics_server.port}"
+            extra["metrics"] = format_hostport(self.metrics_addr[0], self.metrics_server.port)
         if not tls and not all(is_loopback(s.getsockname()[0]) for srv in self._servers for s in srv.sockets):
             # Clients' metadata (tokens included) and tensors would cross the network in clear.
             log.warning("listening_without_tls", listen=start.listen, hint="use --tls-cert/--tls-key or a loopback address")

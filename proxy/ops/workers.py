@@ -57,7 +57,7 @@ def _reserve(host: str, port: int) -> socket.socket:
         sock.bind(addr)
     except OSError as e:
         sock.close()
-        raise cannot_listen(f"{host}:{port}", e) from None
+        raise cannot_listen(format_hostport(host, port), e) from None
     return sock
 
 
@@ -66,7 +66,7 @@ def worker_configs(cfg: ProxyConfig, port: int, set_stem: str) -> list[ProxyConf
     host = parse_hostport(cfg.listen, "--listen", allow_port_zero=True)[0]
     out = []
     for k in range(cfg.workers):
-        out.append(dataclasses.replace(cfg, listen=f"{host}:{port}", worker=k, capture_set=set_stem,
+        out.append(dataclasses.replace(cfg, listen=format_hostport(host, port), worker=k, capture_set=set_stem,
                                        metrics=_plus(cfg.metrics, "--metrics", k), admin=_plus(cfg.admin, "--admin", k)))  # fmt: skip
     return out
 
@@ -113,7 +113,7 @@ def supervise(cfg: ProxyConfig, log_level: str) -> int:
             p.stdin.close()
             procs.append(p)
         signal.signal(signal.SIGHUP, reopen)
-        log.info("workers_started", listen=f"{host}:{port}", workers=cfg.workers, capture_set=set_stem,
+        log.info("workers_started", listen=format_hostport(host, port), workers=cfg.workers, capture_set=set_stem,
                  pids=[p.pid for p in procs])  # fmt: skip
         codes: list[int] = []
         for _ in procs:

@@ -226,3 +226,28 @@ def test_a_ready_file_path_that_is_a_capture_or_no_ready_file_is_never_removed(t
                               check=False)  # fmt: skip
         assert proc.returncode == 2 and says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert capture.read_bytes() == (DATA / "unary.jsonl").read_bytes() and other.read_text() == "mine\n"
+
+
+def test_ipv6_addresses_are_written_with_brackets_everywhere_a_client_reads_them(tmp_path: Path, listening: int) -> None:
+    """`--listen [::1]:0 --admin [::1]:0 --metrics [::1]:0`: the ready file and capture_start say `[::1]:PORT`,
+    which grpc and tritonclient take; `::1:PORT`, as they said, is "Misformatted domain name" to them."""
+    import grpc
+
+    from replay.hostport import parse_hostport
+
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen([str(TRITON_TAP), "record", "--listen", "[::1]:0", "--upstream", f"127.0.0.1:{listening}",
+                             "--admin", "[::1]:0", "--metrics", "[::1]:0", "--capture-dir", str(tmp_path / "cap"),
+                             "--compress", "none", "--ready-file", str(ready)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        wait_while_running(proc, ready.exists, "the ready file appeared", 60, poll_s=0.005)
+        info = json.loads(ready.read_text())
+        for key in ("listen", "admin", "metrics"):
+            assert info[key].startswith("[::1]:") and parse_hostport(info[key], key)[0] == "::1", info
+        with grpc.insecure_channel(info["admin"]) as channel:  # the address as a client takes it
+            grpc.channel_ready_future(channel).result(timeout=60)
+    finally:
+        _stop(proc)
+    (start,) = [r for r in records(next((tmp_path / "cap").iterdir())) if r["kind"] == "capture_start"]
+    assert start["listen"] == info["listen"]
