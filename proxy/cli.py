@@ -14,6 +14,7 @@ from typing import Any
 
 from proxy import __version__
 from replay import readyfile
+from replay.capture import naming
 from replay.cli.base import Parser, hostport, positive_float, positive_int, run_command, run_guarded, sigterm_interrupts
 from replay.errors import UserError
 
@@ -343,6 +344,9 @@ def _run_check_cancel(args: argparse.Namespace) -> int:
     # A run that cannot start ends as every command's errors do: an unreachable or misbehaving Triton
     # (UpstreamError) is exit 1, bad input (an unknown model, inputs it cannot build) exit 2.
     # A harness's timeout (SIGTERM) stops the in-process proxy as Ctrl-C does: its capture keeps its end.
+    if args.report is not None and naming.holds_capture(args.report.name):
+        # Refused before the run: a typo must not turn a capture into Markdown minutes later.
+        raise UserError(f"--report {str(args.report)!r} has a capture file's name: choose a .md name")
     with sigterm_interrupts():
         report = run_check(opts)
     text = verdict.to_markdown(report)

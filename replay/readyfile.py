@@ -44,7 +44,7 @@ def prepare(path: Path) -> None:
         raise UserError(f"--ready-file {str(path)!r}: directory {str(directory)!r} is not writable")
     if path.is_dir():
         raise UserError(f"--ready-file {str(path)!r} is a directory")
-    if naming.looks_like_capture(path.name) or path.name.endswith(naming.SIDE_SUFFIX):
+    if naming.holds_capture(path.name):
         raise UserError(f"--ready-file {str(path)!r} has a capture file's name: give another path")
     if not path.exists():
         return

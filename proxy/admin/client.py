@@ -100,6 +100,11 @@ def run_mark(args: Any, out: TextIO) -> int:
         if not sep or not key:
             raise UserError(f"--label must be KEY=VALUE, got {item!r}")
         labels[key] = value
+    for text in (args.note, *args.label):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UserError(f"the note and labels must be UTF-8 text: {text!r} is not") from None
     resp = _call(args, "Mark", pb.MarkRequest(note=args.note, labels=labels))
     out.write(f"marked at t_ns {resp.t_ns}\n")
     return 0

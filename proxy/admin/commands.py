@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from replay.capture import events as ev
 from replay.cli.base import seq_number
 
 
@@ -31,7 +32,9 @@ def add_admin_commands(sub: Any) -> None:
     t.add_argument("--method", action="append", default=[], metavar="M",
                    help="only calls of this gRPC method, full path or short name (repeatable)")  # fmt: skip
     t.add_argument("--request-id", action="append", default=[], metavar="R", help="only this Triton request id (repeatable)")
-    t.add_argument("--kind", action="append", default=[], metavar="K", help="only records of this kind (repeatable)")
+    # The kinds this version knows: a typo is a bad flag, not a tail that waits for ever and prints nothing.
+    t.add_argument("--kind", action="append", default=[], metavar="K", choices=sorted(c.kind for c in ev.RECORD_TYPES),
+                   help="only records of this kind (repeatable): %(choices)s")  # fmt: skip
     t.add_argument("--from-seq", type=seq_number, default=None, metavar="SEQ",
                    help="--admin: start at this seq if the proxy still holds it (default: now)")  # fmt: skip
     t.add_argument("--json", action="store_true", help="print the capture's JSON lines")

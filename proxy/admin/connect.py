@@ -23,11 +23,24 @@ def channel(address: str, ca: Path | None, server_name: str | None) -> Any:
     if ca is None:
         return grpc.aio.insecure_channel(target)
     try:
-        creds = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
+        pem = ca.read_bytes()
     except OSError as e:
         raise UserError(f"cannot read --ca {str(ca)!r}: {e.strerror or e}") from None
+    _check_ca(ca, pem)
+    creds = grpc.ssl_channel_credentials(root_certificates=pem)
     opts = [("grpc.ssl_target_name_override", server_name)] if server_name else []
     return grpc.aio.secure_channel(target, creds, options=opts)
+
+
+def _check_ca(ca: Path, pem: bytes) -> None:
+    """A ``--ca`` that holds no certificate is a bad flag, said now: grpc would only fail the handshake, as
+    an unreachable proxy, after logging C-core errors."""
+    import ssl
+
+    try:
+        ssl.create_default_context(cadata=pem.decode("ascii"))
+    except (ssl.SSLError, ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"--ca {str(ca)!r} holds no PEM certificate: {e}") from None
 
 
 async def admin_call(args: Any, fn: Callable[[Any], Any]) -> int:

@@ -110,6 +110,12 @@ def looks_like_capture(name: str) -> bool:
     return name.endswith((SUFFIX, SUFFIX + GZIP_SUFFIX, SUFFIX + ZSTD_SUFFIX))
 
 
+def holds_capture(name: str) -> bool:
+    """Whether a file of that name is read as part of a capture (:func:`looks_like_capture`, or a side file):
+    a name no other output of the tools may take (a typo must not destroy evidence)."""
+    return looks_like_capture(name) or name.endswith(SIDE_SUFFIX)
+
+
 def capture_name(name: str) -> str:
     """The name of the capture a file of that name belongs to (``export`` partitions by it).
 

@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import NoReturn
 
 from replay.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Damaged, TritonTapError, UserError, exit_code_for
@@ -98,6 +99,15 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (an output that would overwrite an input); False when either does not
+    resolve (a symlink loop: reading it then fails in one line of its own)."""
+    try:
+        return a.resolve() == b.resolve()
+    except (OSError, RuntimeError):  # (RuntimeError: Path.resolve's "Symlink loop")
+        return False
 
 
 def positive_float(text: str) -> float:

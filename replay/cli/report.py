@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from replay.capture import naming
-from replay.cli.base import add_capture_argument, gc_paused
+from replay.cli.base import add_capture_argument, gc_paused, same_file
 from replay.errors import UserError
 
 
@@ -24,15 +24,11 @@ def _default_title(paths: Sequence[str]) -> str:
 
 def _check_output(paths: Sequence[str], output: Path) -> None:
     """Refuse to write the page over a capture (a typo in -o must not destroy evidence)."""
-    if naming.looks_like_capture(output.name) or output.name.endswith(naming.SIDE_SUFFIX):
+    if naming.holds_capture(output.name):
         raise UserError(f"-o {str(output)!r} looks like a capture file (*.jsonl, *.jsonl.gz, *.jsonl.zst, or a "
                         "--payload full side file *.payload): choose an .html name")  # fmt: skip
-    try:
-        target = output.resolve()
-    except OSError:
-        return
     for p in paths:
-        if target == Path(p).resolve():
+        if same_file(output, Path(p)):
             raise UserError(f"-o {str(output)!r} is one of the input captures: choose another output file")
 
 

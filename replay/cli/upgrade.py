@@ -14,14 +14,15 @@ import argparse
 import gzip
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TextIO
 
 from replay.capture import naming
 from replay.capture.reader import read_capture
 from replay.capture.schema import Encoder
-from replay.cli.base import add_capture_argument
+from replay.cli.base import add_capture_argument, same_file
 from replay.errors import EXIT_OK, UserError
 
 _SUFFIX = {"zstd": naming.SUFFIX + naming.ZSTD_SUFFIX, "gzip": naming.SUFFIX + naming.GZIP_SUFFIX, "none": naming.SUFFIX}
@@ -55,21 +56,32 @@ def _open(f: BinaryIO, compress: str) -> Any:
     return f
 
 
-def upgrade(paths: list[str], out_dir: Path, compress: str = "zstd") -> list[Path]:
-    """Rewrite each capture file of ``paths`` into ``out_dir`` at the current schema; the new paths."""
+def upgrade(paths: list[str], out_dir: Path, compress: str = "zstd", err: TextIO | None = None) -> list[Path]:
+    """Rewrite each capture file of ``paths`` into ``out_dir`` at the current schema; the new paths. What the
+    reader warns of (a cut last line or frame, whose records the new file no longer shows missing) goes to
+    ``err``."""
+    err = err or sys.stderr
     files = _inputs(paths)
     if not files:
         raise UserError("no capture files to upgrade")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"-o {str(out_dir)!r} is not a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"-o {str(out_dir)!r}: {e.strerror or e}") from None
     targets = [out_dir / _output_name(src, compress) for src in files]
     sides = [(_side(src), _side(t)) for src, t in zip(files, targets, strict=True)]
     clash = [str(t) for t in targets if t.exists()] + [str(t) for s, t in sides if s.exists() and t.exists()] + [str(t) for t, s in zip(targets, files, strict=True)
-                                                       if t.resolve() == s.resolve()]  # fmt: skip
+                                                       if same_file(t, s)]  # fmt: skip
     if clash:
         raise UserError(f"will not overwrite {clash[0]}: choose an empty output directory")
     written = []
     for src, target in zip(files, targets, strict=True):
-        records = list(read_capture(src))  # one file at a time: its records exactly (CaptureError if damaged)
+        reader = read_capture(src)
+        records = list(reader)  # one file at a time: its records exactly (CaptureError if damaged)
+        for w in reader.warnings:
+            print(f"triton-tap: warning: {w}", file=err)
         fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".upgrade-")
         try:
             with os.fdopen(fd, "wb") as raw, _open(raw, compress) as out:
