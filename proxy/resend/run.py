@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from proxy.resend.h1client import HttpConnection
 from proxy.resend.h2client import BY_SEND, LOST, NOT_SENT, UNOBSERVED, Connection, Stream
 from proxy.resend.plan import CallScript
 from proxy.resend.schedule import Lag, Start, scaled
+from replay.cli.base import STOP_SIGNALS
 from replay.errors import UpstreamError, UserError
 from replay.hostport import format_hostport, parse_hostport
 
@@ -390,7 +390,7 @@ def run_send(starts: Sequence[Start], opts: SendOptions, tally: Tally, tick: Cal
 
 
 async def _sigterm_interrupts(main: Coroutine[Any, Any, Path]) -> Path:
-    """``main``, cancelled by SIGTERM as asyncio.run cancels it on Ctrl-C (the recorder's stop in its ``finally``
+    """``main``, cancelled by SIGTERM or SIGHUP (``STOP_SIGNALS``) as asyncio.run cancels it on Ctrl-C (the recorder's stop in its ``finally``
     ends the calls in flight and writes ``capture_end``), then KeyboardInterrupt: a harness's timeout or
     ``kill`` leaves a capture as complete as Ctrl-C does, not one cut off without its end."""
     loop = asyncio.get_running_loop()
@@ -404,7 +404,8 @@ async def _sigterm_interrupts(main: Coroutine[Any, Any, Path]) -> Path:
         task.cancel()
 
     try:
-        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, on_sigterm)
     except (RuntimeError, ValueError):  # not the main thread (an embedding program's): its own signals then
         return await main
     try:
@@ -414,4 +415,5 @@ async def _sigterm_interrupts(main: Coroutine[Any, Any, Path]) -> Path:
             raise KeyboardInterrupt from None
         raise
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)

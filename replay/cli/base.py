@@ -27,12 +27,18 @@ MAX_INT = 2**31
 MAX_FLOAT = 1e9
 
 
+#: What stops a command that records (``replay send``, ``check-cancel``) as Ctrl-C does: a harness's timeout or
+#: ``kill`` (SIGTERM), and the terminal it ran in closing (SIGHUP).
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """Inside, SIGTERM ends the command as Ctrl-C does (KeyboardInterrupt, exit 130), so its ``finally``
-    blocks run: a harness's timeout or ``kill`` must leave what the command recorded as complete as a
-    Ctrl-C does (a capture with its end, its last records written), not cut off by the default action.
-    Outside the main thread (an embedding program) the program's own handling stays."""
+    """Inside, SIGTERM (and SIGHUP: :data:`STOP_SIGNALS`) ends the command as Ctrl-C does (KeyboardInterrupt,
+    exit 130), so its ``finally`` blocks run: a harness's timeout, ``kill`` or a closed terminal must leave what
+    the command recorded as complete as a Ctrl-C does (a capture with its end, its last records written), not
+    cut off by the default action. Outside the main thread (an embedding program) the program's own handling
+    stays."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -40,11 +46,12 @@ def sigterm_interrupts() -> Iterator[None]:
     def interrupt(_sig: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
-    old = signal.signal(signal.SIGTERM, interrupt)
+    old = [(sig, signal.signal(sig, interrupt)) for sig in STOP_SIGNALS]
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for sig, handler in old:
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""`replay send` stopped by SIGTERM (a harness's timeout, `kill`) stops as Ctrl-C does: the calls in flight end as
+"""`replay send` stopped by SIGTERM (a harness's timeout, `kill`) or SIGHUP (its terminal closed) stops as Ctrl-C does: the calls in flight end as
 the recorder's stop ends them, the capture gets its `capture_end`, exit 130, nothing on stderr.
 
 A real `triton-tap replay send` process; its target is the mock Triton (`serve`'s MockTriton, in this process),
@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from proxy.lab.background import ProxyThread
 from replay.capture.reader import read_capture
@@ -34,7 +36,9 @@ def _recorded(target: str, directory: Path) -> Path:
     return path
 
 
-def test_sigterm_mid_run_ends_the_capture_and_exits_as_interrupted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_mid_run_ends_the_capture_and_exits_as_interrupted(tmp_path: Path, sig: signal.Signals) -> None:
+    """(SIGHUP's default action left the capture without its end, exit 129.)"""
     loop = BackgroundLoop()
     server = MockTriton(load(DATA / "stream_cancel.jsonl"), speed=1.0)
     port = loop.run(server.start("127.0.0.1:0"))
@@ -47,7 +51,7 @@ def test_sigterm_mid_run_ends_the_capture_and_exits_as_interrupted(tmp_path: Pat
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         # Under way: the recorder has written a batch of records beyond its capture_start.
         wait_while_running(proc, lambda: any(f.stat().st_size > 2000 for f in out.glob("capture-*")), "send got going")
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         if proc is not None and proc.poll() is None:
