@@ -66,7 +66,7 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
                    help="also (or only) relay Triton's HTTP port: accept HTTP/1.1 clients here (with --http-upstream)")
     p.add_argument("--http-upstream", type=hostport("--http-upstream", listen=False), default=None, metavar="HOST:PORT",
                    help="HOST:PORT of Triton's HTTP endpoint (with --http-listen)")
-    p.add_argument("--capture-dir", type=Path, default=Path("captures"), help="directory for *.jsonl capture files (default %(default)s)")
+    p.add_argument("--capture-dir", type=_directory, default=Path("captures"), help="directory for *.jsonl capture files (default %(default)s)")
     p.add_argument("--payload", choices=("none", "meta", "full"), default="meta",
                    help="none: message sizes and the labels request tracking needs (model, request ids, final/sequence "
                    "flags, output names, whether a response was an error) but no tensor specs or error texts; "
@@ -152,6 +152,13 @@ def _compress(compress: str | None, gzip_rotated: bool) -> str:
     return compress
 
 
+def _directory(text: str) -> Path:
+    """A directory flag's value: ``''`` would be the working directory, which nobody means by leaving it empty."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a directory (use . for the working directory)")
+    return Path(text)
+
+
 def run_record(args: argparse.Namespace) -> int:
     """``triton-tap record``."""
     import os
@@ -163,6 +170,13 @@ def run_record(args: argparse.Namespace) -> int:
 
     logs.configure(args.log_level)
     listen, upstream = _grpc_pair(args)
+    if args.payload != "full":
+        # Flags that change only what --payload full stores: given with another mode, they would do nothing.
+        moot = [flag for flag, given in (("--payload-cap", args.payload_cap is not None),
+                                         ("--payload-store inline", args.payload_store == "inline"),
+                                         ("--redact-input", bool(args.redact_input))) if given]  # fmt: skip
+        if moot:
+            raise UserError(f"{moot[0]} works with --payload full only (--payload {args.payload} stores no message bytes)")
     cfg = ProxyConfig(
         listen=listen,
         upstream=upstream,
@@ -311,10 +325,14 @@ def _check_cancel_preflight(args: argparse.Namespace) -> None:
         raise UserError("--capture-dir needs --through-proxy (only the in-process proxy writes a capture)")
     if args.log is not None and not (args.log.is_file() and os.access(args.log, os.R_OK)):
         raise UserError(f"--log {str(args.log)!r} is not a readable regular file")
+    if args.metrics is not None and not args.metrics.startswith(("http://", "https://")):
+        raise UserError(f"--metrics must be an http(s) URL, got {args.metrics!r}")
     if args.report is not None:
         report: Path = args.report
         if report.is_dir():
             raise UserError(f"--report {str(report)!r} is a directory")
+        if naming.holds_capture(report.name):  # a typo must not turn a capture into Markdown after the run
+            raise UserError(f"--report {str(report)!r} has a capture file's name: choose a .md name")
         where = report if report.exists() else (report.parent if str(report.parent) else Path("."))
         if not os.access(where, os.W_OK) or (where is not report and not where.is_dir()):
             raise UserError(f"--report {str(report)!r} is not writable")
@@ -344,9 +362,6 @@ def _run_check_cancel(args: argparse.Namespace) -> int:
     # A run that cannot start ends as every command's errors do: an unreachable or misbehaving Triton
     # (UpstreamError) is exit 1, bad input (an unknown model, inputs it cannot build) exit 2.
     # A harness's timeout (SIGTERM) stops the in-process proxy as Ctrl-C does: its capture keeps its end.
-    if args.report is not None and naming.holds_capture(args.report.name):
-        # Refused before the run: a typo must not turn a capture into Markdown minutes later.
-        raise UserError(f"--report {str(args.report)!r} has a capture file's name: choose a .md name")
     with sigterm_interrupts():
         report = run_check(opts)
     text = verdict.to_markdown(report)

@@ -99,3 +99,26 @@ def test_tail_refuses_an_unknown_kind(tmp_path: Path, where: list[str]) -> None:
     args = [str(tmp_path) if a == "CAPTURE_DIR" else a for a in where]
     proc = _run("tail", *args, "--kind", "mesage", cwd=tmp_path)
     assert proc.returncode == 2 and "invalid choice: 'mesage'" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--payload-cap", "100"], "--payload-cap works with --payload full only"),
+        (["--payload-store", "inline"], "--payload-store inline works with --payload full only"),
+        (["--payload", "none", "--redact-input", "PROMPT"], "--redact-input works with --payload full only (--payload none"),
+        (["--capture-dir", ""], "argument --capture-dir: must name a directory"),
+    ],
+)
+def test_record_refuses_flags_that_would_do_nothing(tmp_path: Path, flags: list[str], says: str) -> None:
+    """Accepted in silence before: a cap, a store or a redaction of message bytes that --payload meta never
+    stores, and an empty --capture-dir that wrote the captures into the working directory."""
+    proc = _run("record", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1", *flags, cwd=tmp_path)
+    assert proc.returncode == 2 and says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_cancel_refuses_a_metrics_flag_that_is_no_url(tmp_path: Path) -> None:
+    """`--metrics notaurl` ran the whole protocol (seconds of a model's time), then exit 2."""
+    proc = _run("check-cancel", "--target", "127.0.0.1:1", "--model", "tokens", "--metrics", "notaurl", cwd=tmp_path)
+    _one_line(proc, "--metrics must be an http(s) URL")
