@@ -122,3 +122,14 @@ def test_check_cancel_refuses_a_metrics_flag_that_is_no_url(tmp_path: Path) -> N
     """`--metrics notaurl` ran the whole protocol (seconds of a model's time), then exit 2."""
     proc = _run("check-cancel", "--target", "127.0.0.1:1", "--model", "tokens", "--metrics", "notaurl", cwd=tmp_path)
     _one_line(proc, "--metrics must be an http(s) URL")
+
+
+@pytest.mark.parametrize("command", ["diff", "send"])
+def test_a_model_mapped_twice_to_different_names_is_refused(tmp_path: Path, command: str) -> None:
+    """`--model-map a=b --model-map a=c`: the last one won in silence."""
+    capture = tmp_path / "c.jsonl"
+    capture.write_bytes(CAPTURE)
+    maps = ["--model-map", "echo=b", "--model-map", "echo=c"]
+    args = (["diff", str(capture), str(capture), *maps] if command == "diff" else
+            ["replay", "send", str(capture), "--target", "127.0.0.1:1", "--out", str(tmp_path / "out"), *maps])  # fmt: skip
+    _one_line(_run(*args, cwd=tmp_path), "--model-map 'echo' given twice: 'b' and 'c'")

@@ -264,7 +264,9 @@ def parse_pairs(texts: Sequence[str], flag: str, sep: str = "=") -> dict[str, st
         key, found, value = text.partition(sep)
         if not found or not key.strip():
             raise UserError(f"{flag} {text!r}: expected KEY{sep}VALUE")
-        out[key.strip()] = value
+        had = out.setdefault(key.strip(), value)
+        if had != value:  # which one was meant cannot be told: the last one given silently won
+            raise UserError(f"{flag} {key.strip()!r} given twice: {had!r} and {value!r}")
     return out
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from replay.cli.base import add_skip_damaged
 from replay.cli.matching import MATCH_HELP, payload_hint, strategies_type
-from replay.errors import EXIT_FINDINGS, EXIT_OK
+from replay.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from replay.tools.diff import DEFAULT_THRESHOLD_MS
 from replay.tools.match import STRATEGIES
 
@@ -231,6 +231,10 @@ def add_diff_command(sub: Any) -> None:
 
 def _run(args: Any) -> int:
     tol = args.tolerance
+    model_map: dict[str, str] = {}
+    for old, new in args.model_map:
+        if model_map.setdefault(old, new) != new:  # which one was meant cannot be told (the last one won)
+            raise UserError(f"--model-map {old!r} given twice: {model_map[old]!r} and {new!r}")
     return run_diff([args.a], [args.b], as_json=args.json, strategies=args.match,
                     threshold_ms=tol.ms if tol is not None else args.timing_threshold,
-                    tolerance_pct=tol.pct if tol is not None else 0.0, model_map=dict(args.model_map))  # fmt: skip
+                    tolerance_pct=tol.pct if tol is not None else 0.0, model_map=model_map)  # fmt: skip
