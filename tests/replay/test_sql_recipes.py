@@ -244,3 +244,23 @@ def test_requests_without_a_final_are_stream_requests_only(tmp_path: Path) -> No
     assert unfinished == [("stream_cancel", "c1.1", "a"), ("stream_cancel", "c1.1", "b")]
     export_parquet([src], tmp_path / "out")
     assert _parquet(tmp_path / "out")[2] == unfinished
+
+
+def test_readiness_calls_are_not_counted_as_a_models_requests(tmp_path: Path) -> None:
+    """A ModelReady request names its model (so serve and diff can tell models apart) but is no inference
+    request: the first recipe counts the stream's 3 requests of `tokens`, not a 4th with 0 responses."""
+    from tritonclient.grpc import service_pb2 as pb
+
+    from tests.data.make_golden import Builder
+
+    b = Builder().start()
+    b.call("c1.1", method="/inference.GRPCInferenceService/ModelReady")
+    b.ask("c1.1", pb.ModelReadyRequest(name="tokens"), pb.ModelReadyResponse(ready=True))
+    b.end("c1.1")
+    base = (DATA / "stream_cancel.jsonl").read_bytes()
+    (tmp_path / "capture-20260528T000000-1.jsonl").write_bytes(base)
+    (tmp_path / "capture-20260528T000000-2.jsonl").write_bytes(b.finish().render())
+    assert [r.model for r in b.records if getattr(r, "dir", None) == "c2s"] == ["tokens"]
+    by_model, _, _, _ = _run(f"{tmp_path}/*.jsonl*")
+    ((model, requests, per_request, _, _),) = by_model
+    assert (model, requests, per_request) == ("tokens", 3, 4 / 3)
