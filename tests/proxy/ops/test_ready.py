@@ -42,6 +42,13 @@ def _until_ready(proc: subprocess.Popen[str], ready: Path, timeout: float = 60) 
     return info
 
 
+def _recording(tmp_path: Path, listening: int, ready: Path, *flags: str) -> subprocess.Popen[str]:
+    """`record` on a free loopback port (``flags`` may name another) in front of ``listening``, with ``ready``."""
+    return subprocess.Popen([str(TRITON_TAP), "record", "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{listening}",
+                             "--capture-dir", str(tmp_path / "cap"), "--ready-file", str(ready), *flags],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
 def _stop(proc: subprocess.Popen[str]) -> str:
     """SIGTERM; stderr. The exit status is the caller's to check (after a failed check it would only add noise)."""
     proc.send_signal(signal.SIGTERM)
@@ -178,9 +185,7 @@ def test_a_leftover_ready_file_is_removed_before_anything_else(tmp_path: Path) -
 def test_pid_in_the_ready_file_is_the_process_that_listens(tmp_path: Path, listening: int) -> None:
     """`os.kill(pid, 0)` on the file's pid reaches the running proxy (a script can tell a leftover from a live file)."""
     ready = tmp_path / "ready.json"
-    proc = subprocess.Popen([str(TRITON_TAP), "record", "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{listening}",
-                             "--capture-dir", str(tmp_path / "cap"), "--ready-file", str(ready)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = _recording(tmp_path, listening, ready)
     try:
         info = _until_ready(proc, ready)
         os.kill(info["pid"], 0)
@@ -193,9 +198,7 @@ def test_a_running_servers_ready_file_is_not_taken_by_a_second_one_that_fails(tm
     """A second `record` given the running one's ready file (and its busy port) is refused in one line, and the
     running one's file stays: scripts poll it, and the proxy still accepts connections."""
     ready = tmp_path / "ready.json"
-    first = subprocess.Popen([str(TRITON_TAP), "record", "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{listening}",
-                              "--capture-dir", str(tmp_path / "cap"), "--ready-file", str(ready)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    first = _recording(tmp_path, listening, ready)
     try:
         info = _until_ready(first, ready)
         second = subprocess.run([str(TRITON_TAP), "record", "--listen", info["listen"], "--upstream",
@@ -236,10 +239,8 @@ def test_ipv6_addresses_are_written_with_brackets_everywhere_a_client_reads_them
     from replay.hostport import parse_hostport
 
     ready = tmp_path / "ready.json"
-    proc = subprocess.Popen([str(TRITON_TAP), "record", "--listen", "[::1]:0", "--upstream", f"127.0.0.1:{listening}",
-                             "--admin", "[::1]:0", "--metrics", "[::1]:0", "--capture-dir", str(tmp_path / "cap"),
-                             "--compress", "none", "--ready-file", str(ready)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = _recording(tmp_path, listening, ready, "--listen", "[::1]:0", "--admin", "[::1]:0", "--metrics", "[::1]:0",
+                      "--compress", "none")
     try:
         wait_while_running(proc, ready.exists, "the ready file appeared", 60, poll_s=0.005)
         info = json.loads(ready.read_text())
