@@ -40,12 +40,26 @@ def newest_chains(directory: Path) -> list[Path]:
     per worker of a capture set), in worker order."""
     if not directory.is_dir():
         raise UserError(f"{str(directory)!r} is not a directory")
-    files = [(n.capture_set or n.stem, n.stem, n.index, p)
-             for p in directory.iterdir() if (n := naming.parse(p.name)) is not None]  # fmt: skip
+    files = _files(directory)
     if not files:
         raise UserError(f"no capture files in {str(directory)!r}")
-    newest = max(capture for capture, _, _, _ in files)
-    stems = sorted({stem for capture, stem, _, _ in files if capture == newest})
+    return chains_of(files, max(capture for capture, _, _, _ in files))
+
+
+def set_chains(directory: Path, capture: str) -> list[Path]:
+    """The first file still present of each chain of ``capture`` (a capture set's stem) in ``directory``: a
+    worker opens its first file a moment after the set starts, so a follow looks again for the others."""
+    return chains_of(_files(directory), capture)
+
+
+def _files(directory: Path) -> list[tuple[str, str, int, Path]]:
+    """(capture, chain stem, index, path) of each writer-named file of ``directory``."""
+    return [(n.capture_set or n.stem, n.stem, n.index, p)
+            for p in directory.iterdir() if (n := naming.parse(p.name)) is not None]  # fmt: skip
+
+
+def chains_of(files: list[tuple[str, str, int, Path]], capture: str) -> list[Path]:
+    stems = sorted({stem for c, stem, _, _ in files if c == capture})
     return [min((index, p) for _, s, index, p in files if s == stem)[1] for stem in stems]
 
 

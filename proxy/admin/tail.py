@@ -22,8 +22,9 @@ from typing import Any, TextIO
 import orjson
 
 from proxy.admin.connect import admin_call
-from proxy.admin.follow import follow_lines, newest_chains
+from proxy.admin.follow import POLL_S, follow_lines, newest_chains, set_chains
 from proxy.admin.hub import Dropped, Subscriber, TailFilter
+from replay.capture import naming
 from replay.capture.schema import Sticky, decode, encode
 from replay.errors import UnknownKind, UserError
 
@@ -159,12 +160,18 @@ async def tail_admin(chan: Any, flt: TailFilter, printer: Printer, from_seq: int
 
 async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None:
     """``tail CAPTURE_DIR --follow``: the newest capture, filtered as the admin service filters; a capture set
-    (``record --workers``) as every worker's chain, their lines as they come."""
+    (``record --workers``) as every worker's chain, their lines as they come, a worker's chain that appears
+    after the follow started included."""
     chains = newest_chains(directory)
-    if len(chains) == 1:
+    name = naming.parse(chains[0].name)
+    the_set = name.capture_set if name is not None else ""
+    if not the_set:
         await _tail_lines(((0, path, line) async for path, line in follow_lines(chains[0])), flt, printer)
         return
     lines: asyncio.Queue[tuple[int, Path, bytes] | BaseException | None] = asyncio.Queue()
+    tasks: list[asyncio.Task[None]] = []
+    followed: set[str] = set()  # the chains' stems (a chain's first file present changes as retention works)
+    open_chains = 0
 
     async def chain(k: int, first: Path) -> None:
         try:
@@ -175,14 +182,30 @@ async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None
         finally:
             await lines.put(None)  # (this chain is over)
 
+    def follow(found: list[Path]) -> None:
+        nonlocal open_chains
+        for first in found:
+            stem = _stem(first)
+            if stem not in followed:
+                followed.add(stem)
+                open_chains += 1
+                k = len(tasks)
+                tasks.append(asyncio.create_task(chain(k, first), name=f"tail-follow-chain-{k}"))
+
+    async def look_again() -> None:
+        while True:
+            await asyncio.sleep(POLL_S)
+            follow(set_chains(directory, the_set))
+
     async def merged() -> AsyncIterator[tuple[int, Path, bytes]]:
         # A chain that fails (damage, or a worker that died without closing it) is said once the others have
         # ended: a worker that fails stops the set, and the others' last lines are still to print.
-        left, failed = len(chains), None
-        while left:
+        nonlocal open_chains
+        failed = None
+        while open_chains:
             item = await lines.get()
             if item is None:
-                left -= 1
+                open_chains -= 1
             elif isinstance(item, BaseException):
                 failed = failed or item
             else:
@@ -190,13 +213,19 @@ async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None
         if failed is not None:
             raise failed
 
-    tasks = [asyncio.create_task(chain(k, first), name=f"tail-follow-chain-{k}") for k, first in enumerate(chains)]
+    follow(chains)
+    finder = asyncio.create_task(look_again(), name="tail-follow-find-chains")
     try:
         await _tail_lines(merged(), flt, printer)
     finally:
-        for task in tasks:
+        for task in (finder, *tasks):
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(finder, *tasks, return_exceptions=True)
+
+
+def _stem(path: Path) -> str:
+    named = naming.parse(path.name)
+    return named.stem if named is not None else path.name
 
 
 async def _tail_lines(source: AsyncIterator[tuple[int, Path, bytes]], flt: TailFilter, printer: Printer) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
+import os
+import time
 from pathlib import Path
 
 import orjson
@@ -12,6 +14,7 @@ import orjson
 from proxy.admin.follow import newest_chains
 from proxy.admin.hub import TailFilter
 from proxy.admin.tail import Printer, tail_files
+from replay.capture import liveness
 from replay.capture.reader import read_capture
 from replay.capture.schema import decode
 from tests.data.make_golden import Builder
@@ -57,3 +60,44 @@ def test_a_filter_follows_calls_across_the_chains(tmp_path: Path) -> None:
     printed = [decode(orjson.loads(line))[1] for line in out.getvalue().splitlines()]
     assert {r.call for r in printed if hasattr(r, "call")} == {"w1-c1.1"}
     assert sorted(r.kind for r in printed if not hasattr(r, "call")) == ["capture_end"] * 2 + ["capture_start"] * 2
+
+
+def test_a_workers_chain_that_appears_after_the_follow_started_is_followed_too(tmp_path: Path) -> None:
+    """A follow started as `record --workers 2` starts: worker 0's file is there, worker 1's comes a moment
+    later. Both chains are printed in full (it followed the chains present at its start only: half the calls,
+    and nothing said so)."""
+    first = _chain(0, 0)
+    (tmp_path / f"{SET}.w0.jsonl").write_bytes(_open(first))
+    held = os.open(tmp_path / f"{SET}.w0.jsonl", os.O_RDONLY)  # worker 0 is running: it holds its file
+    assert liveness.hold(held)
+    out = io.StringIO()
+
+    async def run() -> None:
+        task = asyncio.create_task(tail_files(tmp_path, TailFilter(), Printer(out, out, True)), name="test-follow")
+        try:
+            deadline = time.monotonic() + 30
+            while len(out.getvalue().splitlines()) < 2:  # worker 0's first lines: the follow is under way
+                assert time.monotonic() < deadline and not task.done()
+                await asyncio.sleep(0.01)
+            (tmp_path / f"{SET}.w1.jsonl").write_bytes(_chain(1, 1_000_000).render())
+            while '"call":"w1-c1.1"' not in out.getvalue():
+                assert time.monotonic() < deadline and not task.done()
+                await asyncio.sleep(0.01)
+            with open(tmp_path / f"{SET}.w0.jsonl", "ab") as f:  # worker 0 ends its chain: the follow ends
+                f.write(first.render()[len(_open(first)) :])
+            os.close(held)
+            await asyncio.wait_for(task, 30)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(run())
+    printed = [decode(orjson.loads(line)) for line in out.getvalue().splitlines()]
+    want = [pair for k in (0, 1) for pair in read_capture(tmp_path / f"{SET}.w{k}.jsonl")]
+    assert sorted(printed, key=repr) == sorted(want, key=repr)
+
+
+def _open(b: Builder) -> bytes:
+    """``b``'s lines before its capture_end (a chain still being written)."""
+    lines = b.render().split(b"\n")
+    return b"\n".join(lines[:2]) + b"\n"
