@@ -22,13 +22,13 @@ the result but do not change the verdict: it is about what both captures hold, w
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from replay.capture import events as ev
 from replay.capture.holes import Gap
-from replay.capture.methods import READINESS, is_inference, protocol, short_method
+from replay.capture.methods import MODEL_NAMED, READINESS, is_inference, protocol, short_method
 from replay.machine.groups import KEEP_ERROR_TEXTS
 from replay.machine.outcomes import CallOutcome, RequestOutcome
 from replay.machine.table import State
@@ -335,14 +335,14 @@ def _renamed(candidates: Sequence[Candidate], model_map: Mapping[str, str]) -> l
             for c in candidates]  # fmt: skip
 
 
-def _other_key(call: CallOutcome) -> str:
+def _other_key(call: CallOutcome, unnamed: Collection[str]) -> str:
     """``ModelReady tokens OK not ready``: the method (HTTP: with its path, which names the model), the model a
-    gRPC request named, the status, and a readiness answer's flag (a model that stopped being ready is still
-    an OK call: only the answer says it)."""
+    gRPC request named (not for the methods ``unnamed``), the status, and a readiness answer's flag (a model
+    that stopped being ready is still an OK call: only the answer says it)."""
     if protocol(call.method) == "http":
         return f"{short_method(call.method)} {call.status or 'open'}"
     name = call.method.rsplit("/", 1)[-1]
-    key = f"{name} {call.model} " if call.model is not None else f"{name} "
+    key = f"{name} {call.model} " if call.model is not None and call.method not in unnamed else f"{name} "
     key += call.status or "open"
     if call.ready is not None:
         flag = READINESS.get(name, "ready")
@@ -350,8 +350,23 @@ def _other_key(call: CallOutcome) -> str:
     return key
 
 
-def _other_counts(c: CaptureSummary) -> Counter[str]:
-    return Counter(_other_key(call) for call in c.outcomes.calls if not is_inference(call.method))
+def _other_counts(c: CaptureSummary, unnamed: Collection[str]) -> Counter[str]:
+    return Counter(_other_key(call, unnamed) for call in c.outcomes.calls if not is_inference(call.method))
+
+
+def _unnamed(*captures: CaptureSummary) -> set[str]:
+    """The gRPC methods a capture holds calls of but no model of: recorded by a proxy from before it recorded
+    the model these requests name. Compared by model on one side only, the same traffic would read as
+    different; those methods are compared without it on both."""
+    methods: dict[str, bool] = {}
+    out: set[str] = set()
+    for c in captures:
+        methods.clear()
+        for call in c.outcomes.calls:
+            if call.method in MODEL_NAMED:
+                methods[call.method] = methods.get(call.method, False) or call.model is not None
+        out.update(m for m, named in methods.items() if not named)
+    return out
 
 
 def _count_changes(ca: Counter[str], cb: Counter[str]) -> tuple[Change, ...]:
@@ -361,7 +376,8 @@ def _count_changes(ca: Counter[str], cb: Counter[str]) -> tuple[Change, ...]:
 def other_calls(a: CaptureSummary, b: CaptureSummary) -> tuple[Change, ...]:
     """Non-inference calls (readiness, metadata...) compared as counts per method, the model a request named,
     status and a readiness answer (:func:`_other_key`)."""
-    return _count_changes(_other_counts(a), _other_counts(b))
+    unnamed = _unnamed(a, b)
+    return _count_changes(_other_counts(a, unnamed), _other_counts(b, unnamed))
 
 
 def _unattributable_counts(c: CaptureSummary) -> Counter[str]:

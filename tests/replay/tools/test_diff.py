@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -886,3 +887,15 @@ def test_ready_calls_for_different_models_are_not_one_count() -> None:
         "ModelReady tokens OK ready": (1, 0),
         "ModelReady echo OK ready": (0, 1),
     }
+
+
+def test_a_capture_from_before_readiness_requests_named_their_model_is_compared_without_it() -> None:
+    """A baseline recorded before the proxy recorded the model a ModelReady names, against the same traffic
+    recorded after: equivalent, not `ModelReady OK ready 1 -> 0` and `ModelReady tokens OK ready 0 -> 1`. The
+    readiness answer, read off the size in both, still counts."""
+    old = _asked(True)
+    old.records = [dataclasses.replace(r, model=None, model_version=None) if r.kind == "message" and r.call == "c2.1" else r
+                   for r in old.records]  # fmt: skip
+    assert _diff(old, _asked(True)).equivalent and _diff(_asked(True), old).equivalent
+    result = _diff(old, _asked(False))
+    assert {c.field: (c.a, c.b) for c in result.calls} == {"ModelReady OK ready": (1, 0), "ModelReady OK not ready": (0, 1)}

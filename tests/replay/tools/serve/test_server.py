@@ -567,7 +567,7 @@ def _readiness_capture(path: Path, *, labelled: bool = True) -> Path:
     b.end("c3.1", "NOT_FOUND", "error", details="Request for unknown model: 'nope' is not found")
     b.finish()
     if not labelled:
-        b.records = [dataclasses.replace(r, model=None, model_version=None) if getattr(r, "dir", None) == "c2s" else r
+        b.records = [dataclasses.replace(r, model=None, model_version=None) if r.kind == "message" and r.dir == "c2s" else r
                      for r in b.records]  # fmt: skip
     path.write_bytes(b.render())
     return path
