@@ -162,7 +162,7 @@ async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None
     """``tail CAPTURE_DIR --follow``: the newest capture, filtered as the admin service filters; a capture set
     (``record --workers``) as every worker's chain, their lines as they come, a worker's chain that appears
     after the follow started included."""
-    chains = newest_chains(directory)
+    chains = await _first_chains(directory, printer)
     name = naming.parse(chains[0].name)
     the_set = name.capture_set if name is not None else ""
     if not the_set:
@@ -221,6 +221,23 @@ async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None
         for task in (finder, *tasks):
             task.cancel()
         await asyncio.gather(finder, *tasks, return_exceptions=True)
+
+
+async def _first_chains(directory: Path, printer: Printer) -> list[Path]:
+    """:func:`newest_chains`, once there is a capture: a follow started with ``record`` (a script starting both,
+    a unit) waits for the proxy to create the directory and open its first file, as ``tail -F`` waits for a
+    file, and says so once. A path that is a file is bad input at once."""
+    said = False
+    while True:
+        if directory.exists() and not directory.is_dir():
+            raise UserError(f"{str(directory)!r} is not a directory")
+        if directory.is_dir() and any(naming.parse(p.name) is not None for p in directory.iterdir()):
+            return newest_chains(directory)
+        if not said:
+            printer.err.write(f"triton-tap: waiting for a capture in {str(directory)!r} (Ctrl-C to stop)\n")
+            printer.err.flush()
+            said = True
+        await asyncio.sleep(POLL_S)
 
 
 def _stem(path: Path) -> str:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from proxy.admin.follow import newest_chains
 from proxy.admin.hub import TailFilter
@@ -17,6 +18,7 @@ from proxy.admin.tail import Printer, tail_files
 from replay.capture import liveness
 from replay.capture.reader import read_capture
 from replay.capture.schema import decode
+from replay.errors import UserError
 from tests.data.make_golden import Builder
 
 SET = "capture-20261206T100000-4242"
@@ -101,3 +103,32 @@ def _open(b: Builder) -> bytes:
     """``b``'s lines before its capture_end (a chain still being written)."""
     lines = b.render().split(b"\n")
     return b"\n".join(lines[:2]) + b"\n"
+
+
+def test_a_follow_started_before_the_proxy_made_its_directory_waits_for_the_first_capture(tmp_path: Path) -> None:
+    """`tail DIR --follow` started with `record` (a script starting both): DIR does not exist yet, then holds no
+    capture, then the proxy's first file. It said "not a directory" / "no capture files", exit 2; it now waits,
+    says so once on stderr, and follows the capture once there. A path that is a file is refused at once."""
+    directory = tmp_path / "captures"
+    out, err = io.StringIO(), io.StringIO()
+
+    async def run() -> None:
+        task = asyncio.create_task(tail_files(directory, TailFilter(), Printer(out, err, True)), name="test-follow")
+        try:
+            deadline = time.monotonic() + 30
+            while "waiting for a capture" not in err.getvalue():
+                assert time.monotonic() < deadline and not task.done()
+                await asyncio.sleep(0.01)
+            directory.mkdir()
+            (directory / "capture-20261206T090000-7.jsonl").write_bytes(_chain(0, 0).render())
+            await asyncio.wait_for(task, 30)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(run())
+    assert err.getvalue().count("waiting for a capture") == 1
+    assert len(out.getvalue().splitlines()) == len(_chain(0, 0).records)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UserError, match="is not a directory"):
+        asyncio.run(tail_files(tmp_path / "afile", TailFilter(), Printer(out, err, True)))
