@@ -97,7 +97,7 @@ def _record_view(rec: ev.Record, seq: int) -> dict[str, Any]:
 
 
 _LANE_COLUMNS = ("call", "rid", "model", "outcome", "start", "end", "responses", "text", "ttfr_ms", "inter_p50_ms",
-                 "inter_p99_ms", "duration_ms", "violations", "error", "ri", "group")  # fmt: skip
+                 "inter_p99_ms", "duration_ms", "violations", "error", "ri", "group", "group_first_ms")  # fmt: skip
 
 
 class _Lanes:
@@ -175,6 +175,12 @@ def _violations(r: RequestOutcome) -> list[str] | None:
 def shared(r: RequestOutcome) -> bool:
     """``r`` is a request of an id group that got responses together: which were its own the wire does not say."""
     return r.group is not None and r.group.responses > 0
+
+
+def _group_first(r: RequestOutcome) -> float | None:
+    """A lane's first response when it is its id group's, not its own (``check``'s ``group 2.2``), else null."""
+    g = r.group
+    return g.first_response_ms if g is not None and shared(r) and r.first_response_ms is None else None
 
 
 def _group(r: RequestOutcome) -> str | None:
@@ -430,7 +436,7 @@ class ReportBuilder:
             call, rid=r.request_id, model=r.model, outcome=r.outcome, start=lanes.us(t_sent), end=lanes.us(end_ns),
             responses=r.responses, text=r.text_responses, ttfr_ms=r.first_response_ms,
             duration_ms=r.duration_ms, violations=_violations(r), error=r.error,
-            ri=None, group=_group(r),
+            ri=None, group=_group(r), group_first_ms=_group_first(r),
         )  # fmt: skip
         lanes.name(lane, call.id, r.request_id)
         return lane

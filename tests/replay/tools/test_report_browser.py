@@ -11,6 +11,7 @@ from __future__ import annotations
 import html.parser
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -340,3 +341,19 @@ def test_hover_shows_the_record_and_click_selects_a_cancel(tmp_path: Path) -> No
         assert dt.eval("window.__errors.length") == 0
     finally:
         dt.close()
+
+
+@needs_chromium
+def test_an_id_groups_rows_show_the_groups_first_response_and_end_as_check_does(tmp_path: Path) -> None:
+    """idless_mixed_ends: 10 id-less requests that got their responses together. Each row's first response and
+    duration are the group's, marked `group ...` as in check's table (the first-response cell was blank, the
+    duration shown as the request's own)."""
+    page = tmp_path / "report.html"
+    assert triton_tap_main(["report", str(DATA / "idless_mixed_ends.jsonl"), "-o", str(page)]) == 0
+    dom, text, stderr = rendered(page, tmp_path)
+    assert_clean(dom, stderr)
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", text[text.find('id="reqs"'):])
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in rows if "<td" in row]
+    assert len(cells) == 10
+    # columns: conn, call, id, model, outcome, responses, first, inter p50, inter p99, duration, violations
+    assert all(c[6].startswith("group ") and c[9].startswith("group ") for c in cells), cells[:2]

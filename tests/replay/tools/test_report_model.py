@@ -234,3 +234,25 @@ def test_dropped_records_are_a_span_across_the_timeline() -> None:
     assert span["count"] == 3 and span["reason"].startswith("queue_full")
     assert span["t1"] - span["t0"] == 1000  # first_t_ns .. last_t_ns, in µs
     assert [g["kind"] for g in m["gaps"]] == ["gap_record", "seq_gap"]
+
+
+@pytest.mark.parametrize("name", ["idless_mixed_ends.jsonl", "idless_mixed_ids.jsonl", "idless_interleaved_texts.jsonl"])
+def test_an_id_groups_lanes_carry_its_first_response_where_the_request_has_none_of_its_own(name: str) -> None:
+    """check's table shows `group 2.2` as such a request's first response; the report's row was blank. Each
+    lane's first response is its own, or its group's where check shows the group's (and null elsewhere)."""
+    from replay.cli.checktable import _counts
+    from replay.machine.tracker import track
+
+    m = model_of(name)
+    rows = {(r.call, r.request_id, r.seq): _counts(r)[1] for r in track(str(DATA / name)).requests}
+    lanes = m["lanes"]
+    shown = [(None, None) if own is None and grp is None else ("group", grp) if own is None else ("own", own)
+             for own, grp in zip(lanes["ttfr_ms"], lanes["group_first_ms"], strict=True)]  # fmt: skip
+
+    def cell(text: str) -> tuple[str | None, float | None]:
+        if not text:
+            return None, None
+        return ("group", float(text[6:])) if text.startswith("group ") else ("own", float(text))
+
+    assert sorted(shown, key=repr) == sorted((cell(c) for c in rows.values()), key=repr)
+    assert any(kind == "group" for kind, _ in shown)
