@@ -15,6 +15,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+#: How long a cancelled handler is given before it is cancelled again (:meth:`Handlers.stop`).
+CANCEL_AGAIN_S = 0.1
+
 
 class Handlers:
     """The tasks running a grpc.aio server's handlers: :meth:`enter` in each handler, :meth:`stop` to stop."""
@@ -36,19 +39,21 @@ class Handlers:
 
     async def stop(self, server: Any, grace: float | None) -> None:
         """``server.stop(grace)``, then the handlers still running get as long again to end; those left are
-        cancelled, and awaited, and so is the server's stop.
+        cancelled until they end (every :data:`CANCEL_AGAIN_S`), and awaited, and so is the server's stop.
 
         The server's stop is not awaited first: grpc's, once its grace is over, cancels each handler once and
-        waits for it, and a handler whose cleanup awaits (in a ``finally``) after that one cancel would keep
-        it waiting for ever: the second cancel, here, must not wait for the server's stop to return."""
+        waits for it. A cancel can be spent before a handler's cleanup awaits: on grpc's own ``abort`` still
+        running, or on one await of the cleanup (a ``finally`` that awaits). One cancel each, grpc's or this
+        one, left such a handler, and the stop, waiting for ever (a test timed out now and then under load),
+        so the cancel is repeated until the handler has ended."""
         stopping = asyncio.create_task(server.stop(grace), name="aioserver-stop")
         try:
             await asyncio.wait({stopping}, timeout=grace or 0.0)
             if self._running:
                 _done, left = await asyncio.wait(set(self._running), timeout=grace or 0.0)
-                for task in left:
-                    task.cancel()
-                if left:
-                    await asyncio.wait(left)
+                while left:
+                    for task in left:
+                        task.cancel()
+                    _done, left = await asyncio.wait(left, timeout=CANCEL_AGAIN_S)
         finally:
             await stopping
