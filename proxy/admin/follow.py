@@ -8,12 +8,15 @@ gzip member per written batch; a frame still being written waits for the rest). 
 of reason ``rotate`` or ``reopen`` leads to the file it names; any other end stops the follow. A file
 that its writer no longer holds (:mod:`replay.capture.liveness`) and that ends without a
 ``capture_end`` was left by a proxy that died: the follow stops there, an UpstreamError, rather than
-wait for lines that will not come.
+wait for lines that will not come. One that was deleted while it was written has no end either: its
+writer went on in the chain's next file (which starts with a gap record saying what was lost), and so
+does the follow.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import zlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -92,8 +95,13 @@ def _decoder(path: Path) -> Callable[[bytes], bytes]:
     return lambda data: data
 
 
+class _Deleted(Exception):
+    """The followed file was deleted while its writer held it, and its writer has let it go."""
+
+
 async def _lines_growing(path: Path, done: Callable[[bytes], bool]) -> AsyncIterator[bytes]:
-    """Complete lines of a file being appended to, until ``done(line)`` says the file is finished."""
+    """Complete lines of a file being appended to, until ``done(line)`` says the file is finished; a file
+    let go without that end: :class:`_Deleted` if no name refers to it any more, else an UpstreamError."""
     import aiofiles
 
     decode = _decoder(path)
@@ -105,6 +113,8 @@ async def _lines_growing(path: Path, done: Callable[[bytes], bool]) -> AsyncIter
             chunk = await f.read(CHUNK)
             if not chunk:
                 if released:
+                    if os.fstat(f.fileno()).st_nlink == 0:
+                        raise _Deleted(path.name)
                     raise UpstreamError(f"{path.name}: its proxy stopped without closing the capture (killed?): "
                                         "nothing more will be written to it")  # fmt: skip
                 if started and not liveness.being_written(path):
@@ -160,6 +170,9 @@ async def follow_lines(first: Path) -> AsyncIterator[tuple[Path, bytes]]:
             # of it was read yet: the error comes from the open).
             path = await _found_again(directory, path.name)
             continue
+        except _Deleted:
+            path = await _next_of_chain(path)
+            continue
         path = None
         if is_end(last):
             end = orjson.loads(last)
@@ -178,3 +191,21 @@ async def _found_again(directory: Path, name: str) -> Path:
         await asyncio.sleep(POLL_S)
         waited += POLL_S
     return path
+
+
+async def _next_of_chain(deleted: Path) -> Path:
+    """The file its writer went on in after ``deleted`` was removed while being written: the chain's next
+    one. None within :data:`VANISHED_S`: the writer died too, an UpstreamError."""
+    named = naming.parse(deleted.name)
+    waited = 0.0
+    while True:
+        if named is not None:
+            later = [(n.index, p) for p in deleted.parent.iterdir()
+                     if (n := naming.parse(p.name)) is not None and n.stem == named.stem and n.index > named.index]  # fmt: skip
+            if later:
+                return min(later)[1]
+        if waited >= VANISHED_S:
+            raise UpstreamError(f"{deleted.name} was deleted while being written, and its proxy opened no next "
+                                "file (killed?): nothing more will be written to it")  # fmt: skip
+        await asyncio.sleep(POLL_S)
+        waited += POLL_S

@@ -1,21 +1,28 @@
 """``tail --follow``'s reader of capture files (proxy/admin/follow.py), on files written by the test.
 
 The race it must survive: the directory is listed (``capture-X.jsonl`` is the newest capture), then
-the writer rotates and compresses that file to ``capture-X.jsonl.gz`` before the follow opens it.
+the writer rotates and compresses that file to ``capture-X.jsonl.gz`` before the follow opens it. And
+the live file deleted by hand: the proxy's writer goes on in the chain's next file, and so does the follow.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gzip
+import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pytest
 
 from proxy.admin import follow
+from proxy.capture.writer import CaptureWriter, WriterOptions
 from replay.capture import events as ev
+from replay.capture import liveness
 from replay.capture.schema import encode
-from replay.errors import CaptureError
+from replay.errors import CaptureError, UpstreamError
 
 
 def _lines(reason: str) -> bytes:
@@ -39,3 +46,93 @@ def test_a_file_gone_for_good_is_a_capture_error(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(follow, "VANISHED_S", 0.2)
     with pytest.raises(CaptureError, match="vanished while it was followed"):
         asyncio.run(_all(tmp_path / "capture-20261203T000000-1.jsonl"))
+
+
+async def _until(cond: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("compress", ["none", "zstd"])
+def test_a_live_file_deleted_by_hand_is_followed_into_the_file_its_writer_went_on_in(
+    tmp_path: Path, compress: str
+) -> None:
+    """rm of the live file: the proxy's writer lets it go without a capture_end and goes on in the chain's next
+    file, whose gap record says what went with it. The follow goes there too and ends at the capture's end
+    (it said "its proxy stopped without closing the capture (killed?)" of a proxy that was running)."""
+    stem = "capture-20261207T000000-77"
+    start = ev.CaptureStarted(t_ns=1, proxy_version="t", listen="l:1", upstream="u:2", options={})
+
+    def msg(i: int) -> ev.MessageSeen:
+        return ev.MessageSeen(t_ns=10 + i, call=f"c1.{i}", dir="c2s", index=0, size=3, compressed=False)
+
+    async def run() -> list[tuple[str, dict[str, object]]]:
+        w = CaptureWriter(WriterOptions(directory=tmp_path, stem=stem, compress=compress, min_free_bytes=0,
+                                        check_interval_s=0.05), start)  # fmt: skip
+        w.open()
+        first = w.path
+        got: list[tuple[str, dict[str, object]]] = []
+
+        async def tail() -> None:
+            async for path, line in follow.follow_lines(first):
+                got.append((path.name, orjson.loads(line)))
+
+        task = asyncio.create_task(tail(), name="test-follow-deleted")
+        try:
+            try:
+                w.emit(msg(0))
+                await _until(lambda: any(r["kind"] == "message" for _, r in got), "the first message followed")
+                first.unlink()
+                await _until(lambda: w.path != first, "the writer's next file")
+                w.emit(msg(1))
+            finally:
+                await w.close()  # (its capture_end ends the follow)
+            await asyncio.wait_for(task, 30)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        return got
+
+    got = asyncio.run(run())
+    second = f"{stem}-0001.jsonl" + ("" if compress == "none" else ".zst")
+    assert [(name == second, r["kind"]) for name, r in got] == [
+        (False, "capture_start"), (False, "message"),
+        (True, "capture_start"), (True, "gap"), (True, "message"), (True, "capture_end"),
+    ]  # fmt: skip
+    assert str(got[3][1]["reason"]).startswith("file_unlinked")
+
+
+def test_a_deleted_file_whose_writer_died_too_is_an_upstream_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleted and let go, and no next file comes: the proxy died (or was killed) with it; the follow stops
+    with the error rather than wait for ever."""
+    monkeypatch.setattr(follow, "VANISHED_S", 0.3)
+    path = tmp_path / "capture-20261207T000000-78.jsonl"
+    start = ev.CaptureStarted(t_ns=1, proxy_version="t", listen="a:1", upstream="b:2", options={})
+    path.write_bytes(encode(start, 0))
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    assert liveness.hold(fd)
+
+    async def run() -> list[bytes]:
+        got: list[bytes] = []
+
+        async def tail() -> None:
+            async for _, line in follow.follow_lines(path):
+                got.append(line)
+
+        task = asyncio.create_task(tail(), name="test-follow-deleted-dead")
+        try:
+            await _until(lambda: len(got) == 1, "the capture_start followed")
+            path.unlink()
+            os.close(fd)
+            await asyncio.wait_for(task, 30)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        return got
+
+    with pytest.raises(UpstreamError, match="was deleted while being written, and its proxy opened no next file"):
+        asyncio.run(run())
