@@ -125,11 +125,20 @@ def test_check_cancel_refuses_a_metrics_flag_that_is_no_url(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("command", ["diff", "send"])
-def test_a_model_mapped_twice_to_different_names_is_refused(tmp_path: Path, command: str) -> None:
-    """`--model-map a=b --model-map a=c`: the last one won in silence."""
+@pytest.mark.parametrize(
+    ("maps", "says"),
+    [
+        # the last one won in silence
+        (["--model-map", "echo=b", "--model-map", "echo=c"], "--model-map 'echo' given twice: 'b' and 'c'"),
+        # send re-addressed the requests to a model named "" (diff refused it: one rule for both now)
+        (["--model-map", "echo="], "--model-map 'echo=': expected OLD=NEW"),
+        (["--model-map", " =b"], "--model-map ' =b': expected OLD=NEW"),
+    ],
+)
+def test_a_model_map_that_says_no_one_thing_is_refused(tmp_path: Path, command: str, maps: list[str], says: str) -> None:
+    """diff and send read `--model-map` by one rule (replay/cli/base.parse_pairs)."""
     capture = tmp_path / "c.jsonl"
     capture.write_bytes(CAPTURE)
-    maps = ["--model-map", "echo=b", "--model-map", "echo=c"]
     args = (["diff", str(capture), str(capture), *maps] if command == "diff" else
             ["replay", "send", str(capture), "--target", "127.0.0.1:1", "--out", str(tmp_path / "out"), *maps])  # fmt: skip
-    _one_line(_run(*args, cwd=tmp_path), "--model-map 'echo' given twice: 'b' and 'c'")
+    _one_line(_run(*args, cwd=tmp_path), says)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from replay.cli.base import add_capture_argument, hostport, positive_float, positive_int
+from replay.cli.base import add_capture_argument, hostport, parse_pairs, positive_float, positive_int
 from replay.errors import EXIT_FINDINGS, EXIT_OK, UserError
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def add_send_command(sub: Any) -> None:
 
 
 def _load(args: argparse.Namespace) -> tuple[list[CallScript], int, dict[str, int], int]:
-    from proxy.resend.plan import parse_headers, parse_only, parse_pairs, prepare, scripts
+    from proxy.resend.plan import parse_headers, parse_only, prepare, scripts
     from replay.capture.reader import read_capture
 
     filters = parse_only(args.only)

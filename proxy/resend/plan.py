@@ -19,6 +19,7 @@ from replay.capture import events as ev
 from replay.capture.ids import CaptureIds
 from replay.capture.methods import INFERENCE, http_call, protocol, short_method
 from replay.capture.payload import has_payload, payload_bytes
+from replay.cli.base import parse_pairs
 from replay.errors import UserError
 
 #: Connection-specific headers HTTP/2 forbids or a new connection sets itself (RFC 9113 8.2.2).
@@ -257,22 +258,9 @@ def selected(call: CallScript, filters: Sequence[Mapping[str, set[str]]]) -> boo
     return any(one(f) for f in filters)
 
 
-def parse_pairs(texts: Sequence[str], flag: str, sep: str = "=") -> dict[str, str]:
-    """``KEY=VALUE`` flags (``--model-map old=new``, ``--header k=v``) -> dict; raises UserError."""
-    out: dict[str, str] = {}
-    for text in texts:
-        key, found, value = text.partition(sep)
-        if not found or not key.strip():
-            raise UserError(f"{flag} {text!r}: expected KEY{sep}VALUE")
-        had = out.setdefault(key.strip(), value)
-        if had != value:  # which one was meant cannot be told: the last one given silently won
-            raise UserError(f"{flag} {key.strip()!r} given twice: {had!r} and {value!r}")
-    return out
-
-
 def parse_headers(texts: Sequence[str]) -> dict[str, str]:
     """``--header KEY=VALUE``: lower-case keys (HTTP/2), no pseudo or hop-by-hop headers."""
-    out = {k.lower(): v for k, v in parse_pairs(texts, "--header").items()}
+    out = {k.lower(): v for k, v in parse_pairs(texts, "--header", empty_value=True).items()}
     for k in out:
         if k.startswith(":") or k in HOP_BY_HOP:
             raise UserError(f"--header {k!r}: pseudo and hop-by-hop headers are not sent")

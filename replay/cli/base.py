@@ -15,7 +15,7 @@ import math
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -141,6 +141,22 @@ def seq_number(text: str) -> int:
     if not text.isascii() or not text.isdigit() or not int(text) <= MAX_INT:
         raise argparse.ArgumentTypeError(f"must be a record number 0..{MAX_INT}: {text!r}")
     return int(text)
+
+
+def parse_pairs(texts: Sequence[str], flag: str, *, empty_value: bool = False) -> dict[str, str]:
+    """``KEY=VALUE`` flags given once or more (``--model-map OLD=NEW``, ``--header K=V``) -> dict; raises
+    UserError. A key given twice with two values is refused: which one was meant cannot be told (the last
+    one given won in silence). ``empty_value``: ``KEY=`` is a value (a header's), else bad input (a model's)."""
+    out: dict[str, str] = {}
+    for text in texts:
+        key, found, value = text.partition("=")
+        key = key.strip()
+        if not found or not key or not (value or empty_value):
+            raise UserError(f"{flag} {text!r}: expected {'KEY=VALUE' if empty_value else 'OLD=NEW'}")
+        had = out.setdefault(key, value)
+        if had != value:
+            raise UserError(f"{flag} {key!r} given twice: {had!r} and {value!r}")
+    return out
 
 
 def hostport(flag: str, *, listen: bool) -> Callable[[str], str]:

@@ -7,9 +7,9 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from replay.cli.base import add_skip_damaged
+from replay.cli.base import add_skip_damaged, parse_pairs
 from replay.cli.matching import MATCH_HELP, payload_hint, strategies_type
-from replay.errors import EXIT_FINDINGS, EXIT_OK, UserError
+from replay.errors import EXIT_FINDINGS, EXIT_OK
 from replay.tools.diff import DEFAULT_THRESHOLD_MS
 from replay.tools.match import STRATEGIES
 
@@ -26,13 +26,6 @@ def _tolerance(text: str) -> Tolerance:
         return parse_tolerance(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected MS, PCT% or MS,PCT% (numbers >= 0): {text!r}") from None
-
-
-def _model_map(text: str) -> tuple[str, str]:
-    old, sep, new = text.partition("=")
-    if not sep or not old or not new:
-        raise argparse.ArgumentTypeError(f"expected OLD=NEW: {text!r}")
-    return old, new
 
 
 def _threshold(text: str) -> float:
@@ -224,17 +217,14 @@ def add_diff_command(sub: Any) -> None:
     p.add_argument("--tolerance", type=_tolerance, default=None, metavar="MS|PCT%|MS,PCT%",
                    help="timing tolerance of requests and per-model percentiles: a time is a change when it moved by "
                    "more than MS and more than PCT %% of A's, slower or faster (default 100)")
-    p.add_argument("--model-map", type=_model_map, action="append", default=[], metavar="OLD=NEW",
+    p.add_argument("--model-map", action="append", default=[], metavar="OLD=NEW",
                    help="pair A's requests for model OLD with B's for NEW (as sent with `replay send --model-map`)")
     p.set_defaults(func=_run)
 
 
 def _run(args: Any) -> int:
     tol = args.tolerance
-    model_map: dict[str, str] = {}
-    for old, new in args.model_map:
-        if model_map.setdefault(old, new) != new:  # which one was meant cannot be told (the last one won)
-            raise UserError(f"--model-map {old!r} given twice: {model_map[old]!r} and {new!r}")
+    model_map = parse_pairs(args.model_map, "--model-map")
     return run_diff([args.a], [args.b], as_json=args.json, strategies=args.match,
                     threshold_ms=tol.ms if tol is not None else args.timing_threshold,
                     tolerance_pct=tol.pct if tol is not None else 0.0, model_map=model_map)  # fmt: skip
