@@ -48,10 +48,11 @@ def prepare(path: Path) -> None:
         raise UserError(f"--ready-file {str(path)!r} has a capture file's name: give another path")
     if not path.exists():
         return
+    whose = _whose(path)
     if liveness.being_written(path):
-        raise UserError(f"--ready-file {str(path)!r} is the ready file of a server still running{_whose(path)}: "
+        raise UserError(f"--ready-file {str(path)!r} is the ready file of a server still running{whose}: "
                         "give another path")  # fmt: skip
-    if _whose(path) == "":
+    if whose == "":
         raise UserError(f"--ready-file {str(path)!r} exists and is not a ready file: not replacing it")
     try:
         path.unlink()

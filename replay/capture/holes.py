@@ -221,10 +221,9 @@ class SeqWatch:
             return
         last = self.last[1]
         if not isinstance(last, ev.CaptureEnded):
-            detail = (LIVE_END if live else DEAD_END)
             self.gaps.append(
                 Gap(kind="missing_capture_end", file=self.file, line=self.line, first_seq=None, last_seq=None,
-                    count=None, detail=detail)
+                    count=None, detail=LIVE_END if live else DEAD_END)
             )  # fmt: skip
         elif last.next_file is not None:  # rotate, reopen
             gap = Gap(kind="missing_file", file=self.file, line=self.line, first_seq=None, last_seq=None,
