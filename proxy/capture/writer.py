@@ -83,6 +83,10 @@ class CaptureWriter:
         # The live file's records (first seq, first/last event time): what an unlink loses.
         self._file_seq = 0
         self._file_t = (0, 0)
+        #: The live file's capture_start while it could not be written yet (disk full): it goes first, with
+        #: the next write that works. A file without one reads as a later file of a capture whose earlier
+        #: files were not given.
+        self._unstarted: ev.CaptureStarted | None = None
         #: Rotations in the queue (loop thread): a batch holding one is cut there (_write_queued).
         self._rotations: list[Rotation] = []
         self._next_check = 0.0
@@ -250,6 +254,7 @@ class CaptureWriter:
         self._side.follow(path)
         self._file_seq = self._seq
         self._file_t = (0, 0)
+        self._unstarted = None
         self._encoder = Encoder()  # sparse-encoding state is per file: each file reads on its own
         self.paths.append(path)
 
@@ -278,6 +283,8 @@ class CaptureWriter:
             self._counts.dropped += len(records)
             self._gap.add(records, "write_error: no capture file could be created")
             return
+        if self._unstarted is not None:
+            records = [self._unstarted, *records]
         if may_rotate and self._disk.still_paused():
             # Paused and not time to measure again: drop without encoding (a long pause costs no CPU).
             self._hold_back(records)
@@ -324,11 +331,19 @@ class CaptureWriter:
             log.warning("capture_write_resumed", dropped=self._gap.dropped, reason=self._gap.reason)
             self._failing = False
             self._gap = Gap()
+        self._unstarted = None
         self._counts.add(pending)
+        rotated = True
         if may_rotate and self._opt.rotate_bytes is not None and self._offset + self._side.offset >= self._opt.rotate_bytes:
-            self._rotate()
+            rotated = self._rotate()
         if rest:
-            self._write_batch(rest)
+            if rotated:
+                self._write_batch(rest)
+            else:
+                # Still the same file: the rest again after what was written, whole (a cut of it would be
+                # followed by the same failing rotation, one line deeper each time).
+                self._encoder.reset()  # it was encoded once as if written
+                self._write_batch(rest, may_rotate=False)
 
     def _store(self, records: list[Any], data: bytes, parts: list[bytes] | None) -> bool:
         """Append a batch: its side-file bytes, then its lines. On failure both files go back to the
@@ -343,14 +358,26 @@ class CaptureWriter:
         except OSError as e:
             self._rollback()
             self._encoder.reset()  # what this batch said never reached the file
-            self._gap.add(records, f"write_error: {e}")
-            self._counts.dropped += len(records)
+            lost = self._not_written(records)
+            self._gap.add(lost, f"write_error: {e}")
+            self._counts.dropped += len(lost)
             if not self._failing:
                 self._failing = True
                 log.warning("capture_write_failed", error=str(e), path=str(self.path),
                             note="dropping records until writing works again; a gap record will say how many")
             return False
         return True
+
+    def _not_written(self, records: list[Any]) -> list[Any]:
+        """Of a batch that did not reach the file, the records lost. Not the file's own framing: its
+        capture_start is kept to go first when writing works again, and a rotation's capture_end is written
+        again by the rotation, tried again (:meth:`_rotate`)."""
+        if records and type(records[0]) is ev.CaptureStarted:
+            self._unstarted = records[0]
+            records = records[1:]
+        if records and type(records[-1]) is ev.CaptureEnded and records[-1].next_file is not None:
+            records = records[:-1]
+        return records
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
@@ -369,10 +396,17 @@ class CaptureWriter:
     def _end_record(self, reason: str, extra: dict[str, int], next_file: str | None) -> ev.CaptureEnded:
         return ev.CaptureEnded(t_ns=time.time_ns(), reason=reason, counts=self._counts.summary(extra), next_file=next_file)
 
-    def _rotate(self, end_reason: str = "rotate", compress: bool = True) -> None:
-        """Close the live file with ``capture_end`` and go on in the next one."""
+    def _rotate(self, end_reason: str = "rotate", compress: bool = True) -> bool:
+        """Close the live file with ``capture_end`` and go on in the next one. False: that end could not be
+        written (disk full), and the file stays live: closed without it, it would read as left by a proxy
+        that died, and the next one as a capture whose earlier files were not given. A rotation by size is
+        tried again after the next write that works."""
         self._file_index += 1
+        written = self.written
         self._write_batch([self._end_record(end_reason, {}, self._file_name())], may_rotate=False)
+        if self.written == written:
+            self._file_index -= 1
+            return False
         old = self.path
         os.close(self._fd)
         self._fd = -1
@@ -380,6 +414,7 @@ class CaptureWriter:
         if compress and self._opt.gzip_rotated and self._opt.compress == "none":
             self._compress(old)
         self._next_file([])
+        return True
 
     def _compress(self, old: Path) -> None:
         gz = retention.compress(old)
@@ -433,9 +468,12 @@ class CaptureWriter:
                 self._file_index += 1
                 self._next_file([])
             else:
+                live = self.path.name
+                if not self._rotate("rotate" if rotation.reopen is None else "reopen"):
+                    raise OSError(f"{self.path.name}: its capture_end could not be written (see the log): it "
+                                  "stays the live file")  # fmt: skip
                 if rotation.reopen is not None:
-                    self._count_reopen(rotation.reopen)
-                self._rotate("rotate" if rotation.reopen is None else "reopen")
+                    self._count_reopen(rotation.reopen, live)
             closed = self.paths[index]  # its final name (.gz with --gzip-rotated)
             if self._fd < 0:
                 raise OSError(f"{closed.name} is closed but no new capture file could be created (see the log)")
@@ -457,9 +495,9 @@ class CaptureWriter:
         if self.ops.paused:
             self._disk.paused_for(0, self._gap.dropped)
 
-    def _count_reopen(self, reason: str) -> None:
+    def _count_reopen(self, reason: str, file: str) -> None:
         self.ops.reopens[reason] = self.ops.reopens.get(reason, 0) + 1
-        log.info("capture_reopen", reason=reason, file=self.path.name)
+        log.info("capture_reopen", reason=reason, file=file)
 
     def _check_live(self) -> None:
         try:
@@ -470,16 +508,18 @@ class CaptureWriter:
         if state == "ok":
             return
         old, size, first_seq = self.path, self._offset, self._file_seq
-        self._count_reopen(state)
         if state == "moved":
             # Still reachable under its new name: close it properly; the new file says where it went.
-            log.warning("capture_file_moved", file=old.name, note="the capture goes on in a new file")
             side = self._side.fd >= 0
             seqs = (first_seq, self._seq)  # up to the capture_end written into it
-            self._rotate("reopen", compress=False)
+            if not self._rotate("reopen", compress=False):
+                return  # (its end could not be written: the next check tries again)
+            self._count_reopen(state, old.name)
+            log.warning("capture_file_moved", file=old.name, note="the capture goes on in a new file")
             self._write_batch([retention.moved_note(old.name, size, seqs, side, time.time_ns())], may_rotate=False)
             return
         # Deleted: nothing written there can be read back. Everything the file held is a gap.
+        self._count_reopen(state, old.name)
         gap = retention.unlinked_gap(old.name, (first_seq, self._seq - 1), self._file_t)
         os.close(self._fd)
         self._fd = -1
@@ -493,6 +533,7 @@ class CaptureWriter:
 
     def _hold_back(self, records: list[Any]) -> None:
         """Records not written for low free space: counted into the pending gap."""
+        records = self._not_written(records)
         self._counts.dropped += len(records)
         self.ops.low_disk_dropped += len(records)
         self._gap.add(records, self._disk.reason())

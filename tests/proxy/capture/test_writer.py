@@ -9,10 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import structlog
 
 from proxy.capture.writer import CaptureWriter, WriterOptions
 from replay.capture import events as ev
+from replay.capture.reader import read_capture
 from tests.support.capture import dense, records
 from tests.support.writer import write_batches
 
@@ -406,3 +408,67 @@ def test_steady_traffic_is_written_in_batches_of_a_tick_not_one_per_write(tmp_pa
     recs = _lines(asyncio.run(run()).paths)
     # Every record but capture_start (written at open) went through those writes, many per write.
     assert sum(writes) == len(recs) - 1 > 100 * len(writes)
+
+
+@pytest.mark.parametrize(
+    ("fails", "first", "lost"),
+    [
+        # the rotation's capture_end: the file stays live, the rotation comes after the next write that works
+        (b'"capture_end"', 1, 0),
+        # the next file's capture_start: it goes first, with the next write that works
+        (b'"file_index":1', 1, 0),
+        # the disk full from the rotation's end on, for two batches of traffic too: those are lost (a gap)
+        (b'"capture_end"', 3, 2),
+        # from the next file's start on, for two batches of traffic too
+        (b'"file_index":1', 3, 2),
+    ],
+)
+def test_a_full_disk_at_a_rotation_leaves_the_files_chained(tmp_path: Path, fails: bytes, first: int, lost: int) -> None:
+    """ENOSPC (--min-free-mb 0) on the writes of a rotation: every file still starts with its capture_start and
+    ends with its capture_end, and only traffic is lost. (The old file lost its capture_end and the new one its
+    capture_start, both counted as dropped records: check then read the new file as a later file of a capture
+    whose file 2 was not given, and the old one as left by a proxy that died.)"""
+    attempts: list[bytes] = []
+    failing = {"left": 0, "armed": 1}
+
+    def before_write(data: bytes) -> None:
+        attempts.append(data)
+        if fails in data and failing["armed"]:  # (the first time only: the write it fails is tried again)
+            failing["left"], failing["armed"] = first, 0
+        if failing["left"]:
+            failing["left"] -= 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path, before_write=before_write, rotate_bytes=300,
+                                        min_free_bytes=0, check_interval_s=3600), _start())  # fmt: skip
+        w.open()
+        try:
+            for i in range(12):
+                dropped = w.stats()[1]
+                w.emit(_half(i))
+                # One batch a record: wait until the writer tried to write it, or counted it lost untried (a
+                # batch is cut where the file reached its size, and a failed write loses the rest with it).
+                call = f'"c1.{i}"'.encode()
+                await _until(lambda: any(call in a for a in attempts) or w.stats()[1] > dropped,  # noqa: B023 (awaited here)
+                             f"record {i} handled")  # fmt: skip
+        finally:
+            await w.close()
+        return w
+
+    w = asyncio.run(run())
+    assert len(w.paths) >= 3
+    reader = read_capture(w.paths)
+    recs = list(reader)
+    # No hole but the records lost: no missing capture_end, no file "not given".
+    assert [(g.kind, g.count) for g in reader.gaps] == ([("gap_record", lost)] if lost else [])
+    assert reader.warnings == []
+    assert [seq for seq, _ in recs] == list(range(len(recs)))
+    by_file = [records(p) for p in w.paths]
+    assert all(f[0]["kind"] == "capture_start" and f[-1]["kind"] == "capture_end" for f in by_file)
+    assert [f[0]["file_index"] for f in by_file] == list(range(len(w.paths)))
+    assert [f[-1]["reason"] for f in by_file] == ["rotate"] * (len(w.paths) - 1) + ["shutdown"]
+    gaps = [r for _, r in recs if isinstance(r, ev.GapRecorded)]
+    assert sum(g.dropped for g in gaps) == lost and by_file[-1][-1]["counts"]["dropped"] == lost
+    calls = [r.call for _, r in recs if isinstance(r, ev.HalfClosed)]
+    assert len(calls) == 12 - lost and calls == sorted(calls, key=lambda c: int(c.split(".")[1]))
