@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import unquote
 
 from replay.capture.events import Protocol
 
@@ -111,13 +110,15 @@ def http_call(method: str) -> HttpCall | None:
     parts = path.split("/")
     model = version = None
     kind: HttpKind = "other"
-    # parts[0] is "" (the path's leading slash): /v2/models/{m}[/versions/{v}][/action]
+    # parts[0] is "" (the path's leading slash): /v2/models/{m}[/versions/{v}][/action]. The model and
+    # version as written: Triton does not percent-decode them (`/v2/models/pct%41/infer` is model "pct%41",
+    # and `sp%20ace` is refused as unknown model 'sp%20ace'), so a decoded name would be a model it never served.
     if len(parts) >= 4 and parts[0] == "" and parts[1] == "v2" and parts[2] == "models" and parts[3]:
-        model = unquote(parts[3])
+        model = parts[3]
         rest = parts[4:]
         version = ""
         if len(rest) >= 2 and rest[0] == "versions":
-            version = unquote(rest[1])
+            version = rest[1]
             rest = rest[2:]
         if verb == "POST" and len(rest) == 1 and rest[0] in _ACTIONS:
             kind = _ACTIONS[rest[0]]

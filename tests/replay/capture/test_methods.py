@@ -14,8 +14,12 @@ from replay.capture import methods as m
         ("POST /v2/models/echo/versions/2/infer", "infer", "echo", "2", "HTTP infer", True, False),
         ("POST /v2/models/tokens/generate", "generate", "tokens", "", "HTTP generate", True, False),
         ("POST /v2/models/tokens/generate_stream", "generate_stream", "tokens", "", "HTTP generate_stream", True, True),
-        ("POST /v2/models/a%2Fb/versions/1/generate_stream?x=1", "generate_stream", "a/b", "1",
+        # as written: Triton does not percent-decode a model name (tritonserver 2.51 answers
+        # `/v2/models/pct%41/infer` as model "pct%41", and refuses `sp%20ace` as unknown model 'sp%20ace')
+        ("POST /v2/models/a%2Fb/versions/1/generate_stream?x=1", "generate_stream", "a%2Fb", "1",
          "HTTP generate_stream", True, True),
+        ("POST /v2/models/pct%41/versions/%31/infer", "infer", "pct%41", "%31", "HTTP infer", True, False),
+        ("POST /v2/models/sp%20ace/infer", "infer", "sp%20ace", "", "HTTP infer", True, False),
         ("POST /v1/completions", "openai_completions", None, None, "OpenAI completions", True, None),
         ("POST /v1/chat/completions", "openai_chat", None, None, "OpenAI chat/completions", True, None),
         ("GET /v2/health/ready", "other", None, None, "GET /v2/health/ready", False, False),
