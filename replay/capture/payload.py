@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,29 @@ def payload_bytes(rec: ev.MessageSeen) -> bytes | None:
         raise CaptureError(str(at.side), None, f"side file is short: {length} bytes at offset {offset} were "
                            f"expected, {len(data)} are there (changed since it was read?)")  # fmt: skip
     return data
+
+
+def message_bytes(rec: ev.MessageSeen) -> bytes | None:
+    """A gRPC message's bytes as its receiver read them: the stored bytes (``--payload full``), inflated when it
+    was sent compressed; None when the capture holds no whole copy of it: none stored (``meta``), cut at
+    ``--payload-cap``, or compressed bytes that do not inflate.
+
+    The record does not name the encoding: it is in the call's headers, a response's only in ``call_end``,
+    after the messages. gzip and deflate (zlib's format, as grpc writes it), the encodings grpc knows, tell
+    themselves apart by their first bytes. (An HTTP body is another matter: served with its captured
+    headers, ``Content-Encoding`` included, it is used as stored.)
+    """
+    if not has_payload(rec) or rec.payload_truncated:
+        return None
+    data = payload_bytes(rec)
+    if data is None or not rec.compressed:
+        return data
+    inflate = zlib.decompressobj(32 + zlib.MAX_WBITS)  # a gzip or a zlib header, whichever it has
+    try:
+        plain = inflate.decompress(data)
+    except zlib.error:
+        return None
+    return plain if inflate.eof and not inflate.unused_data else None
 
 
 class SideRefs:

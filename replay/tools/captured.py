@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from replay.capture import events as ev
-from replay.capture.methods import HTTP_INFERENCE, INFER, START_NOT_READ, STREAM_INFER, http_call, http_kind
-from replay.capture.payload import has_payload, payload_bytes
+from replay.capture.methods import HTTP_INFERENCE, INFER, START_NOT_READ, STREAM_INFER, http_call, http_kind, protocol
+from replay.capture.payload import has_payload, message_bytes, payload_bytes
 from replay.machine.outcomes import RequestOutcome, TrackResult
 from replay.machine.tracker import CaptureSource, Tracker, open_source
 from replay.tools.match import Candidate, Key, payload_key
@@ -78,8 +78,13 @@ def request_key(rec: ev.MessageSeen, kind: str, method: str) -> Key:
     tracks it), with the path's model when the body names none.
     """
     digest: str | None = None
-    if has_payload(rec) and not rec.payload_truncated and not rec.compressed:
-        data = payload_bytes(rec)  # a side file that cannot give them is a CaptureError, not "no match"
+    if protocol(method) == "grpc":
+        # As the server read it (a compressed one inflated), as serve's client's request is compared. A side
+        # file that cannot give the bytes is a CaptureError, not "no match".
+        data = message_bytes(rec)
+        digest = payload_key(method, data) if data is not None else None
+    elif has_payload(rec) and not rec.payload_truncated and not rec.compressed:
+        data = payload_bytes(rec)
         digest = payload_key(method, data or b"")
     model = rec.model
     if model is None and kind.startswith("http "):

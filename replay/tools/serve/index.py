@@ -29,6 +29,7 @@ from typing import IO, NamedTuple
 from replay.capture import events as ev
 from replay.capture.events import STATUS_FOR_CAUSE
 from replay.capture.methods import http_call, short_method
+from replay.capture.payload import message_bytes
 from replay.machine.tracker import CaptureSource
 from replay.tools.captured import CaptureSummary, summarize
 from replay.tools.serve.responses import (
@@ -173,9 +174,11 @@ class CapturedCall:
         first = not self._req_seq
         self._req_seq.append(seq)
         self._req.extend((rec.t_ns, rec.request_id is not None, -1, -1))
-        if first and (self.kind.other is not None or self.http is not None) and has_bytes(rec):
-            data = payload_bytes(rec)
-            self.asked = (self._store.put(data), len(data))
+        if first and (self.kind.other is not None or self.http is not None):
+            # (gRPC: as the server read it, inflated; an HTTP body only as sent uncompressed, as a client's is compared)
+            data = message_bytes(rec) if self.http is None else payload_bytes(rec) if has_bytes(rec) else None
+            if data is not None:
+                self.asked = (self._store.put(data), len(data))
         if first and rec.model is not None and self.kind.other is not None:
             self.asked_model = (rec.model, rec.model_version)
 
@@ -210,8 +213,10 @@ class CapturedCall:
         kind = self.kind
         if self.http is not None:
             return http_answer(self.http.kind, rec)
-        if not kind.inference or has_bytes(rec):
+        if not kind.inference:
             return answer_bytes(kind, rec)
+        if (data := message_bytes(rec)) is not None:
+            return data, True
         rebuilt = self._store.rebuilt
         key = (kind.name, rec.model, rec.model_version, rec.request_id, rec.final, rec.error, id(rec.outputs),
                id(rec.output_tensors))  # fmt: skip

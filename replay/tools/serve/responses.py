@@ -20,7 +20,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from replay.capture import events as ev
 from replay.capture.methods import READINESS, SERVICE
-from replay.capture.payload import has_payload
+from replay.capture.payload import has_payload, message_bytes
 from replay.capture.payload import payload_bytes as stored_bytes
 from replay.tools.match import Key, input_hash
 
@@ -86,7 +86,9 @@ def zeros(spec: ev.TensorSpec) -> bytes:
 
 
 def has_bytes(rec: ev.MessageSeen) -> bool:
-    """The record holds the message's complete, uncompressed bytes (``--payload full``)."""
+    """The record holds the message's complete bytes as sent, uncompressed (``--payload full``): an HTTP
+    body that needs no Content-Encoding. (A gRPC message: :func:`~replay.capture.payload.message_bytes`,
+    which inflates a compressed one.)"""
     return has_payload(rec) and not rec.payload_truncated and not rec.compressed
 
 
@@ -117,23 +119,23 @@ def infer_response(rec: ev.MessageSeen) -> tuple[Any, bool]:
 
 def stream_response(rec: ev.MessageSeen) -> tuple[Any, bool]:
     """The ``ModelStreamInferResponse`` to send for a captured one, and whether its data is real."""
-    if has_bytes(rec):
-        return pb.ModelStreamInferResponse.FromString(payload_bytes(rec)), True
+    if (data := message_bytes(rec)) is not None:
+        return pb.ModelStreamInferResponse.FromString(data), True
     inner, _ = infer_response(rec)
     return pb.ModelStreamInferResponse(error_message=rec.error or "", infer_response=inner), False
 
 
 def unary_response(rec: ev.MessageSeen) -> tuple[Any, bool]:
     """The ``ModelInferResponse`` to send for a captured unary response, and whether its data is real."""
-    if has_bytes(rec):
-        return pb.ModelInferResponse.FromString(payload_bytes(rec)), True
+    if (data := message_bytes(rec)) is not None:
+        return pb.ModelInferResponse.FromString(data), True
     return infer_response(rec)
 
 
 def other_response(name: str, response_type: Any, rec: ev.MessageSeen) -> Any:
     """The answer of a non-inference RPC ``name`` from its captured response."""
-    if has_bytes(rec):
-        return response_type.FromString(payload_bytes(rec))
+    if (data := message_bytes(rec)) is not None:
+        return response_type.FromString(data)
     # Only readiness gets here without bytes: proto3 writes a false bool as nothing, so a
     # non-empty answer was `true`.
     return response_type(**{READINESS[name]: rec.size > 0})
@@ -203,8 +205,8 @@ def answer_bytes(kind: Kind, rec: ev.MessageSeen) -> tuple[bytes | None, bool]:
     metadata/config answer: see :func:`replay.tools.serve.pick.missing_answer`)."""
     if kind.name is None:
         return None, False
-    if has_bytes(rec):
-        return payload_bytes(rec), True
+    if (data := message_bytes(rec)) is not None:
+        return data, True
     if kind.name == "ModelStreamInfer":
         return stream_response(rec)[0].SerializeToString(), False
     if kind.name == "ModelInfer":

@@ -43,8 +43,9 @@ class Session:
         """Warn once per RPC kind that answers carry zero-filled data."""
         if not real and what not in self._warned:
             self._warned.add(what)
-            log.warning("%s answers are rebuilt from a meta capture: output data is zero-filled "
-                        "(record with --payload full for the real bytes)", what)  # fmt: skip
+            log.warning("%s answers whose bytes the capture does not hold (a meta capture, or bytes cut at "
+                        "--payload-cap) are rebuilt from the labels: output data is zero-filled (record with "
+                        "--payload full for the real bytes)", what)  # fmt: skip
 
     async def not_found(self, context: Any, key: Key, where: str) -> None:
         """Log and end the call with NOT_FOUND explaining the closest candidate."""

@@ -149,3 +149,46 @@ def test_lenient_deserializer_hands_on_what_does_not_parse() -> None:
     assert parse(pb.ModelInferRequest(id="a").SerializeToString()).id == "a"
     bad = parse(b"\xff\xff\xff")
     assert isinstance(bad, Undecodable) and bad.size == 3 and bad.error
+
+
+def _compressed(message: object, how: str, dir: ev.Direction = "s2c") -> ev.MessageSeen:
+    """A `--payload full` record of a message the wire carried compressed (the grpc-encoding's bytes, as stored)."""
+    import gzip
+    import zlib
+
+    data = message.SerializeToString()
+    packed = {"gzip": gzip.compress, "deflate": zlib.compress, "garbage": lambda d: b"\x00not a compressed message"}[how]
+    wire = packed(data)
+    return ev.MessageSeen(t_ns=1, call="c1", dir=dir, index=0, size=len(wire), compressed=True,
+                          payload=base64.b64encode(wire).decode(), model="m", output_tensors=[
+                              ev.TensorSpec(name="OUT", datatype="INT32", shape=[2])], outputs=["OUT"])  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["gzip", "deflate"])
+def test_a_compressed_full_capture_answers_with_its_real_data(how: str) -> None:
+    """Triton compresses its responses (--grpc-infer-response-compression-level): the capture keeps the bytes as
+    sent. serve answers with them inflated, the real data (it sent zeros, saying the capture was `meta`)."""
+    real = pb.ModelInferResponse(model_name="m", id="r1", outputs=[pb.ModelInferResponse.InferOutputTensor(
+        name="OUT", datatype="INT32", shape=[2])], raw_output_contents=[b"\x07\x00\x00\x00\x09\x00\x00\x00"])  # fmt: skip
+    assert unary_response(_compressed(real, how)) == (real, True)
+    streamed = pb.ModelStreamInferResponse(infer_response=real)
+    assert stream_response(_compressed(streamed, how)) == (streamed, True)
+
+
+def test_compressed_bytes_that_do_not_inflate_are_rebuilt_and_said_so() -> None:
+    """Bytes that are no gzip or deflate stream (another grpc-encoding): rebuilt from the labels, marked not real."""
+    answer, real = unary_response(_compressed(pb.ModelInferResponse(model_name="m"), "garbage"))
+    assert not real and answer.raw_output_contents == [bytes(8)]
+
+
+@pytest.mark.parametrize("how", ["gzip", "deflate"])
+def test_a_compressed_request_matches_by_payload_as_its_server_read_it(how: str) -> None:
+    """`--match payload`: a request its client compressed has the key of the same request sent plain (it had none,
+    and serve's NOT_FOUND named some other request as the closest)."""
+    from replay.tools.captured import request_key
+
+    request = pb.ModelInferRequest(model_name="m", id="a", inputs=[pb.ModelInferRequest.InferInputTensor(
+        name="IN", datatype="INT32", shape=[1])], raw_input_contents=[b"\x01\x00\x00\x00"])  # fmt: skip
+    plain = request_key(_full(request, "c2s"), "unary", "/inference.GRPCInferenceService/ModelInfer")
+    packed = request_key(_compressed(request, how, "c2s"), "unary", "/inference.GRPCInferenceService/ModelInfer")
+    assert plain.input_hash is not None and packed.input_hash == plain.input_hash
