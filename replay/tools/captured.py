@@ -86,12 +86,15 @@ def request_key(rec: ev.MessageSeen, kind: str, method: str) -> Key:
     elif has_payload(rec) and not rec.payload_truncated and not rec.compressed:
         data = payload_bytes(rec)
         digest = payload_key(method, data or b"")
-    model = rec.model
-    if model is None and kind.startswith("http "):
+    model, version = rec.model, rec.model_version
+    if kind.startswith("http "):
+        # The path's version (gRPC: the request's own field): the body names none
         call = http_call(method)
-        model = call.model if call is not None else None
+        if model is None:
+            model = call.model if call is not None else None
+        version = call.version if call is not None else None
     model = sys.intern(model) if model is not None else None  # one string per model, not per request
-    return Key(kind=kind, model=model, request_id=rec.request_id, input_hash=digest)
+    return Key(kind=kind, model=model, request_id=rec.request_id, input_hash=digest, version=version or "")
 
 
 class _Requests:

@@ -8,13 +8,17 @@ Strategies, tried in the order given (default ``id,payload,order``): per request
 come one at a time), per strategy over every request for ``diff`` (:meth:`Matcher.match_all`, where all
 of B's requests are known):
 
-* ``id``: same kind (stream/unary), model and non-empty Triton request id; among requests sharing an id,
-  one with the same inputs (where both sides have them: ``--payload full``) comes first.
-* ``payload``: same kind, model and *input* hash (:func:`payload_key`): model version, every input's
+* ``id``: same kind (stream/unary), model, model version asked for and non-empty Triton request id; among
+  requests sharing an id, one with the same inputs (where both sides have them: ``--payload full``) comes
+  first.
+* ``payload``: same kind, model, version and *input* hash (:func:`payload_key`): model version, every input's
   name, datatype, shape and contents, and the parameters other than ids. The request id (and the
   ``sequence_id`` parameter) is left out on purpose: the fallback exists for clients whose ids change
   from run to run. Needs a ``--payload full`` capture.
-* ``order``: the next unused request of the same kind and model, in capture order.
+* ``order``: the next unused request of the same kind, model and version, in capture order.
+
+The version is the one the request asked for (``""``: the server's choice), as it asked: a request for
+version 2 stands for a captured request for version 2, never for one that asked for 1 (or for any).
 
 Within a strategy, candidates of the call already paired with the incoming one's call come first
 (so a stream keeps following one captured stream), then unused ones before reused ones (``id``
@@ -141,11 +145,13 @@ class Key:
     model: str | None
     request_id: str | None
     input_hash: str | None  # null when the payload was not captured (or cut)
+    version: str = ""  # the model version asked for ("": the server's choice)
 
     def describe(self) -> str:
-        """``request id 'x' of model 'tokens'`` for messages."""
+        """``request id 'x' of model 'tokens'`` (``version '2'``) for messages."""
         rid = "without id" if not self.request_id else f"id {self.request_id!r}"
-        return f"{self.kind} request {rid} of model {self.model!r}"
+        version = f" version {self.version!r}" if self.version else ""
+        return f"{self.kind} request {rid} of model {self.model!r}{version}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -205,10 +211,10 @@ class Matcher:
         self.strategies = tuple(strategies)
         self.reuse = reuse  # id/payload may match an already used candidate again (a script replayed twice)
         self.used: set[int] = set()  # indexes into candidates
-        self._by_model: dict[tuple[str, str | None], list[int]] = {}
+        self._by_model: dict[tuple[str, str | None, str], list[int]] = {}
         for i, c in enumerate(self.candidates):
-            self._by_model.setdefault((c.key.kind, c.key.model), []).append(i)
-        self._lanes: dict[str, dict[tuple[str, str | None, str | None], int | _Lane]] = {}
+            self._by_model.setdefault((c.key.kind, c.key.model, c.key.version), []).append(i)
+        self._lanes: dict[str, dict[tuple[str, str | None, str, str | None], int | _Lane]] = {}
 
     @property
     def steps(self) -> tuple[str, ...]:
@@ -236,7 +242,7 @@ class Matcher:
                 value = key.input_hash
             else:
                 value = None
-            best = self._pick(lane, (key.kind, key.model, value), prefer_call)
+            best = self._pick(lane, (key.kind, key.model, key.version, value), prefer_call)
             if best is None:
                 continue
             reused = best in self.used
@@ -261,7 +267,7 @@ class Matcher:
                     follows.setdefault(call, m.candidate.call)
         return found
 
-    def _pick(self, strategy: str, group: tuple[str, str | None, str | None], prefer_call: str | None) -> int | None:
+    def _pick(self, strategy: str, group: tuple[str, str | None, str, str | None], prefer_call: str | None) -> int | None:
         """The best of ``group``'s candidates: on ``prefer_call`` first, then unused before used (``order``,
         or ``reuse=False``: unused only), then capture order. Amortised O(1): lanes keep a cursor."""
         lanes = self._lanes_of(strategy)
@@ -284,9 +290,9 @@ class Matcher:
             return i
         return whole.items[0] if reuse else None
 
-    def _lanes_of(self, strategy: str) -> dict[tuple[str, str | None, str | None], int | _Lane]:
-        """Per (kind, model, id or input hash or None for ``order``; ``id+payload``: both): its candidates (built on
-        first use)."""
+    def _lanes_of(self, strategy: str) -> dict[tuple[str, str | None, str, str | None], int | _Lane]:
+        """Per (kind, model, version, id or input hash or None for ``order``; ``id+payload``: both): its
+        candidates (built on first use)."""
         lanes = self._lanes.get(strategy)
         if lanes is None:
             lanes = {}
@@ -298,7 +304,7 @@ class Matcher:
                     value = f"{c.key.request_id}\0{c.key.input_hash}"
                 else:
                     value = c.key.request_id if strategy == "id" else c.key.input_hash if strategy == "payload" else None
-                group = (c.key.kind, c.key.model, value)
+                group = (c.key.kind, c.key.model, c.key.version, value)
                 had = lanes.get(group)
                 if had is None:
                     lanes[group] = i  # most groups of id and payload hold one candidate: no lane for them
@@ -319,10 +325,11 @@ class Matcher:
         if not same_kind:
             return f"{head}; the capture has no {key.kind} requests"
 
-        def score(i: int) -> tuple[int, int, int, int]:
+        def score(i: int) -> tuple[int, int, int, int, int]:
             c = self.candidates[i].key
             return (
                 c.model == key.model,
+                c.version == key.version,
                 bool(key.request_id) and c.request_id == key.request_id,
                 key.input_hash is not None and c.input_hash == key.input_hash,
                 i not in self.used,
@@ -339,6 +346,10 @@ def _differences(key: Key, c: Candidate, used: bool, strategies: Sequence[str], 
     if c.key.model != key.model:
         out.append(f"model differs ({c.key.model!r} captured)")
         return out
+    if c.key.version != key.version:
+        out.append(f"model version differs ({c.key.version!r} captured)" if c.key.version else
+                   "model version differs (the captured request asked for none)")  # fmt: skip
+        return out
     if "id" in strategies:
         if not key.request_id:
             out.append("id: the request has no id")
@@ -352,8 +363,9 @@ def _differences(key: Key, c: Candidate, used: bool, strategies: Sequence[str], 
         elif c.key.input_hash != key.input_hash:
             out.append("payload: inputs differ")
     if "order" in strategies:
-        pool = m._by_model.get((key.kind, key.model), [])
-        out.append(f"order: all {len(pool)} captured {key.kind} request(s) of model {key.model!r} already used")
+        pool = m._by_model.get((key.kind, key.model, key.version), [])
+        version = f" version {key.version!r}" if key.version else ""
+        out.append(f"order: all {len(pool)} captured {key.kind} request(s) of model {key.model!r}{version} already used")
     elif used:
         out.append("already used")
     return out

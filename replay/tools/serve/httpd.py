@@ -252,7 +252,7 @@ class HttpServe:
         model = head.get("model") if call.kind in OPENAI and head is not None else call.model
         key = Key(kind=f"http {call.kind}", model=model if isinstance(model, str) else None,
                   request_id=rid if isinstance(rid, str) else "",
-                  input_hash=None if encoded else payload_key(method, body))  # fmt: skip
+                  input_hash=None if encoded else payload_key(method, body), version=call.version or "")  # fmt: skip
         m = self.session.matcher.match(key)
         if m.candidate is None:
             message = "triton-tap serve: " + self.session.matcher.explain(key)

@@ -51,7 +51,8 @@ def delay_s(from_ns: int, to_ns: int, speed: float) -> float:
 
 def request_key(kind: str, request: Any) -> Key:
     """The match key of an incoming inference request (``kind``: ``stream`` or ``unary``)."""
-    return Key(kind=kind, model=request.model_name, request_id=request.id, input_hash=input_hash(request))
+    return Key(kind=kind, model=request.model_name, request_id=request.id, input_hash=input_hash(request),
+               version=request.model_version)
 
 
 @dataclass(frozen=True, slots=True)

@@ -277,3 +277,17 @@ def test_a_followed_stream_sent_again_replays_its_requests_from_its_first() -> N
     assert [(g.candidate and (g.candidate.call, g.candidate.seq), g.reused) for g in got] == [
         (("c1.3", 10), False), (("c1.3", 11), False), (("c1.3", 10), True),
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("strategy", ["id", "order"])
+def test_a_request_for_a_model_version_stands_for_a_captured_request_for_that_version(strategy: str) -> None:
+    """`versioned` asked for version 1 then 2 with one id (a meta capture: no inputs known): asked in the order 2, 1,
+    each gets its own version's captured request (by id or by order alike; before, the first captured one, v1,
+    answered the request for v2), and one for no version in particular matches neither."""
+    v1, v2 = (Key(kind="unary", model="versioned", request_id="same", input_hash=None, version=v) for v in "12")
+    m = Matcher(_cands(v1, v2), [strategy])
+    asked = [Key(kind="unary", model="versioned", request_id="same" if strategy == "id" else "", input_hash=None,
+                 version=v) for v in ("2", "1", "")]  # fmt: skip
+    got = [m.match(k).candidate for k in asked]
+    assert [c.key.version if c else None for c in got] == ["2", "1", None]
+    assert m.explain(asked[2]).endswith("model version differs ('1' captured)")
