@@ -165,6 +165,10 @@ def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skip
         + f" in {wall_s:.1f} s ({tally.started / max(wall_s, 1e-6):.1f} calls/s)",
         f"pacing lag: mean {tally.lag.mean * 1000:.1f} ms, worst {tally.lag.worst * 1000:.1f} ms",
     ]
+    if tally.held.count:
+        # Not lag: those calls were due then, since the calls before them ended that much later than recorded.
+        lines.append(f"waited for earlier calls to end: {tally.held.count} call(s), mean {tally.held.mean * 1000:.1f} ms, "
+                     f"worst {tally.held.worst * 1000:.1f} ms past their offset")  # fmt: skip
     if unstarted:
         lines.append(f"not sent: {unstarted} call(s) that began before the capture (their call_start is not in "
                      "it: the request headers are unknown; give the files before it too)")  # fmt: skip

@@ -59,6 +59,9 @@ class Tally:
     started: int = 0  # calls whose HEADERS went out
     finished: int = 0
     lag: Lag = field(default_factory=Lag)
+    # Calls that went out later than their offset because calls that had ended before they began in the capture
+    # ended later in this run: by how much (the run's drift from the recorded timeline, not the sender's lag).
+    held: Lag = field(default_factory=Lag)
     endings: Counter[str] = field(default_factory=Counter)  # what the *sender* did to end calls
     outcomes: Counter[str] = field(default_factory=Counter)  # how each call ended, as send observed it
     unobserved: list[Unobserved] = field(default_factory=list)
@@ -78,8 +81,8 @@ class Tally:
 
 
 class _Ended:
-    """The calls of one connection (and pass) that have ended in this run, by their rank in the capture's
-    order of ends: how far the first ones have all ended, and when (see :class:`~proxy.resend.schedule.Start`)."""
+    """The calls of one pass that have ended in this run, by their rank in the capture's order of ends (on every
+    connection): how far the first ones have all ended, and when (see :class:`~proxy.resend.schedule.Start`)."""
 
     def __init__(self) -> None:
         self.done: set[int] = set()
@@ -114,7 +117,7 @@ class _Conns:
         self._uses = uses
         self._open: dict[str, Connection | HttpConnection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self.ends: dict[str, _Ended] = {}  # per connection (and pass): its calls ended so far
+        self.ends: dict[int, _Ended] = {}  # per pass: its calls ended so far
         self.stray_frames = 0  # of the connections closed so far
 
     async def get(self, key: str) -> Connection | HttpConnection:
@@ -253,13 +256,16 @@ async def _http_call(start: Start, conn: HttpConnection, conns: _Conns, opts: Se
 
 
 async def _call(start: Start, conns: _Conns, t0: float, opts: SendOptions, tally: Tally) -> None:
-    """One call of one pass, from HEADERS to its end (then the calls of its connection that waited for it
-    may go: see :class:`~proxy.resend.schedule.Start`)."""
-    ended = conns.ends.setdefault(start.conn, _Ended())
+    """One call of one pass, from HEADERS to its end (then the calls of its pass that waited for it may go: see
+    :class:`~proxy.resend.schedule.Start`)."""
+    ended = conns.ends.setdefault(start.loop, _Ended())
     try:
         due = t0 + start.at_s
         if start.after:
-            due = max(due, await ended.until(start.after) + start.pause_s)
+            after = await ended.until(start.after) + start.pause_s
+            if after > due:
+                tally.held.add(after - due)
+                due = after
         tally.lag.add(await _sleep_until(due))
         await _sent(start, conns, t0, opts, tally)
     finally:

@@ -5,10 +5,16 @@ every call as soon as the previous one was opened, in capture order). ``--loop N
 schedule N times, each pass after the previous one's span. A recorded ``grpc-timeout`` is the
 client's setting, not a pace: it is sent as recorded whatever the speed.
 
-A call that started after other calls of its connection had ended (a client calling one at a time)
-is also sent no sooner than those have ended in this run, plus the captured pause after the last of
-them (:attr:`Start.after`): at its offset alone, a call the new server answers more slowly would be
-overlapped by the next one, which its client never did, and the two would slow each other down.
+A call that started after other calls had ended, on any connection of its pass, is also sent no
+sooner than those have ended in this run, plus the captured pause after the last of them
+(:attr:`Start.after`). At its offset alone it could overtake them: a client calling one at a time (its
+next call after its last reply) would be overlapped by its next call, which it never did, and the two
+would slow each other down; and what one client did after another had finished (the next sequence
+with the same id, on a new connection) would reach the server first, once the calls before it had
+drifted later than their offsets (each waits for the end of the one before it, so the sender's and
+the new server's delays add up along a chain): Triton refused it without the START flag. The order is
+one for the whole pass, not one per connection: a connection's own calls are some of the calls that
+ended before, so one client's one-at-a-time calls stay one at a time by the same rule.
 """
 
 from __future__ import annotations
@@ -45,11 +51,12 @@ class Start:
     at_s: float
     loop: int
     call: CallScript
-    #: Its place among the calls of its connection (and pass) in the order they ended in the capture (None:
-    #: its end was not recorded).
+    #: Its place among all the calls of its pass in the order they ended in the capture (None: its end was
+    #: not recorded).
     rank: int | None = None
-    #: How many of those (the first ones in that order) had ended when it started in the capture, and the
-    #: pause from the last of them to its start (scaled): it waits for them (none at ``--speed max``).
+    #: How many of those (the first ones in that order, on any connection) had ended when it started in the
+    #: capture, and the pause from the last of them to its start (scaled): it waits for them (none at
+    #: ``--speed max``).
     after: int = 0
     pause_s: float = 0.0
 
@@ -101,26 +108,28 @@ def plan_starts(calls: Sequence[CallScript], speed: float, loops: int) -> list[S
 
 
 def _order(calls: Sequence[CallScript], speed: float) -> tuple[dict[str, int | None], dict[str, tuple[int, float]]]:
-    """Each call's rank among its connection's calls by captured end, and what it waits for (see :class:`Start`)."""
-    by_conn: dict[str, list[CallScript]] = {}
-    for c in calls:
-        by_conn.setdefault(c.conn, []).append(c)
+    """Each call's rank among all the calls by captured end, and what it waits for (see :class:`Start`).
+
+    Every call whose end was recorded, sorted by that end: a call waits for the first ``n`` of that order,
+    ``n`` the number that had ended by its start (a prefix: the ones that ended before it began are exactly
+    the first ones to end), so each call is one binary search."""
+    ends = sorted((c.t_end, c.id) for c in calls if c.t_end is not None)
     ranks: dict[str, int | None] = {c.id: None for c in calls}
+    for rank, (_, cid) in enumerate(ends):
+        ranks[cid] = rank
     afters: dict[str, tuple[int, float]] = {c.id: (0, 0.0) for c in calls}
-    for conn_calls in by_conn.values():
-        ends = sorted((c.t_end, c.id) for c in conn_calls if c.t_end is not None)
-        for rank, (_, cid) in enumerate(ends):
-            ranks[cid] = rank
-        if speed == MAX:
-            continue
-        times = [t for t, _ in ends]
-        for c in conn_calls:
-            n = bisect.bisect_right(times, c.t_start)
-            own = ranks[c.id]
-            if own is not None:
-                n = min(n, own)  # (an end stamped at or before its own start, the wall clock stepping back)
-            if n:
-                afters[c.id] = (n, scaled(c.t_start - times[n - 1], speed))
+    if speed == MAX:
+        return ranks, afters
+    times = [t for t, _ in ends]
+    for c in calls:
+        n = bisect.bisect_right(times, c.t_start)
+        own = ranks[c.id]
+        if own is not None:
+            # An end stamped at or before its own start (the wall clock stepping back) would have it wait for
+            # itself; and a call waits only for calls ranked before it, so no two calls wait for each other.
+            n = min(n, own)
+        if n:
+            afters[c.id] = (n, scaled(c.t_start - times[n - 1], speed))
     return ranks, afters
 
 

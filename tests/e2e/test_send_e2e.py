@@ -7,7 +7,8 @@ tritonserver (B, started once for this module) serving the same models plus ``to
 capped at 2 tokens): as it is, ``diff`` finds nothing beyond timing tolerance, and the re-enacted
 cancels and deadline are seen by the models and recorded with the same causes; re-addressed with
 ``--model-map`` (tokens -> tokens_v2, echo -> steps_unary, which refuses echo's input), ``diff``
-names exactly the requests whose answers changed.
+names exactly the requests whose answers changed. Server B also serves ``seqacc``, a sequence-batching model
+(no model of proxy/lab/models is one), for the order of calls across connections.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import tritonclient.grpc as grpcclient
 from proxy.cancelcheck.evidence import LogTail
 from proxy.lab.background import ProxyThread
 from proxy.lab.tritonserver import TritonNotAvailable, TritonServer, model_repository
+from replay.capture import events as ev
 from replay.capture.reader import read_capture
 from replay.machine.tracker import track
 from tests.support.triton_client import StreamSession, token_inputs, wait_for
@@ -40,6 +42,38 @@ MODELS = ("tokens", "fail_midstream", "steps_unary", "echo")
 # Timing on a shared 2-core machine: equal behaviour, not equal speed, is what these tests pin.
 TOLERANCE = "1500,100%"
 CHANGED_MAP = ["--model-map", "tokens=tokens_v2", "--model-map", "echo=steps_unary"]
+# A sequence's running sum: Triton refuses a request of a sequence id not started (no START flag) or ended.
+SEQ_CONFIG = """name: "seqacc"
+backend: "python"
+max_batch_size: 0
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [{ kind: KIND_CPU count: 1 }]
+"""
+SEQ_MODEL = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.total = 0
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            if pb_utils.get_input_tensor_by_name(r, "START").as_numpy()[0]:
+                self.total = 0
+            self.total += int(pb_utils.get_input_tensor_by_name(r, "INPUT").as_numpy()[0])
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", np.array([self.total], dtype=np.int32))]))
+        return out
+"""
 
 
 def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -107,7 +141,7 @@ def recorded(triton: TritonServer, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture(scope="module")
 def second(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    """Server B: the session's models, plus tokens_v2 (tokens capped at 2 tokens)."""
+    """Server B: the session's models, plus tokens_v2 (tokens capped at 2 tokens) and seqacc (a sequence's sum)."""
     repo = tmp_path_factory.mktemp("repo_b")
     for name in MODELS:
         shutil.copytree(model_repository() / name, repo / name, symlinks=False)
@@ -115,6 +149,9 @@ def second(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     config = (repo / "tokens_v2" / "config.pbtxt").read_text().replace('name: "tokens"', 'name: "tokens_v2"')
     config += '\nparameters { key: "max_tokens_cap" value: { string_value: "2" } }\n'
     (repo / "tokens_v2" / "config.pbtxt").write_text(config)
+    (repo / "seqacc" / "1").mkdir(parents=True)
+    (repo / "seqacc" / "config.pbtxt").write_text(SEQ_CONFIG)
+    (repo / "seqacc" / "1" / "model.py").write_text(SEQ_MODEL)
     server = TritonServer(repo, workdir=tmp_path_factory.mktemp("triton_b"))
     request.addfinalizer(server.stop)
     try:
@@ -251,6 +288,43 @@ def test_calls_a_client_made_one_after_another_are_sent_one_after_another(
             spans.setdefault(rec.call, []).append(rec.t_ns)  # type: ignore[attr-defined]
     ordered = sorted(spans.values())
     assert len(ordered) == 40 and all(b[0] >= a[1] for a, b in itertools.pairwise(ordered)), ordered
+
+
+def _sequence(client: grpcclient.InferenceServerClient, tag: str, n: int) -> int:
+    """Sequence 42 from START to END, ``n`` calls one at a time; its sum."""
+    for k in range(n):
+        x = grpcclient.InferInput("INPUT", [1], "INT32")
+        x.set_data_from_numpy(np.array([1], dtype=np.int32))
+        r = client.infer("seqacc", [x], sequence_id=42, sequence_start=k == 0, sequence_end=k == n - 1,
+                         request_id=f"{tag}{k}")  # fmt: skip
+    return int(r.as_numpy("OUTPUT")[0])
+
+
+def test_a_sequence_a_second_client_ran_after_the_first_is_sent_after_the_first(
+    second: TritonServer, tmp_path: Path
+) -> None:
+    """Client A runs sequence 42 (20 calls, START to END) on its connection; then client B runs sequence 42 on a
+    second connection. Each call waited only for its connection's calls: A's drifted later along their chain
+    (each after the previous answer, plus the captured pause) while B's went out at their offsets, among A's
+    last ones, and Triton refused them (`must specify the START flag`): the same server was `different`. A call
+    now waits for every call that had ended before it began, on any connection: `equivalent`."""
+    (tmp_path / "rec").mkdir()
+    with ProxyThread(second.grpc_url, tmp_path / "rec", payload="full") as proxy:
+        a = grpcclient.InferenceServerClient(proxy.url)
+        # Its own HTTP/2 connection (grpc otherwise shares one between the clients of a process).
+        b = grpcclient.InferenceServerClient(proxy.url, channel_args=[("grpc.use_local_subchannel_pool", 1)])
+        assert (_sequence(a, "A", 20), _sequence(b, "B", 3)) == (20, 3)
+        a.close()
+        b.close()
+    conns = {rec.conn for _, rec in read_capture(proxy.capture_path) if isinstance(rec, ev.CallStarted)}
+    assert len(conns) == 2, conns
+    proc = _cli("replay", "send", str(proxy.capture_path), "--target", second.grpc_url, "--out", str(tmp_path / "sent"))
+    assert proc.returncode == 0, proc.stderr
+    assert "causes (recorded -> new): ok 23 -> 23" in proc.stdout, proc.stdout
+    assert "waited for earlier calls to end: " in proc.stdout, proc.stdout
+    (new,) = (tmp_path / "sent").glob("*.jsonl")
+    code, doc = _diff(proxy.capture_path, new)
+    assert (code, doc["equivalent"]) == (0, True), _why(doc)
 
 
 def test_counts_cut_by_a_cancel_or_deadline_at_its_offset_race_and_are_no_change(

@@ -7,6 +7,8 @@ import dataclasses
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2 as pb
 
 from proxy.resend.plan import (
@@ -144,26 +146,56 @@ def test_schedule_keeps_offsets_scaled_by_speed_and_loops_after_the_span() -> No
     assert [s.call.id for s in plan_starts(calls, MAX, 1)] == ["c1.1", "c2.1"]
 
 
-def test_a_call_started_after_others_of_its_connection_ended_waits_for_them() -> None:
-    """One connection: a (0-10 ms), b (5-40 ms, overlapping a), c (50-60 ms, after both ended), d (55 ms, while c
-    was open); another connection's e (45 ms). c waits for the first 2 ends of its connection (a's, b's) plus
-    the captured 10 ms pause after b's; d waits for the same 2 (c was still open); e waits for nothing."""
+def _timed(cid: str, conn: str, start_ms: int, end_ms: int | None) -> CallScript:
+    c = _call(cid, start_ms)
+    c.conn = conn
+    c.t_end = None if end_ms is None else T0 + end_ms * MS
+    return c
 
-    def call(cid: str, conn: str, start_ms: int, end_ms: int | None) -> CallScript:
-        c = _call(cid, start_ms)
-        c.conn = conn
-        c.t_end = None if end_ms is None else T0 + end_ms * MS
-        return c
 
-    calls = [call("a", "c1", 0, 10), call("b", "c1", 5, 40), call("c", "c1", 50, 60), call("d", "c1", 55, None),
-             call("e", "c2", 45, 46)]  # fmt: skip
-    got = {s.call.id: (s.rank, s.after, round(s.pause_s, 6)) for s in plan_starts(calls, 2.0, 1)}
-    assert got == {"a": (0, 0, 0.0), "b": (1, 0, 0.0), "c": (2, 2, 0.005), "d": (None, 2, 0.0075), "e": (0, 0, 0.0)}
-    # An end stamped at its own start (the wall clock stepped back): it never waits for itself.
-    clock = [call("f", "c3", 0, 0), call("g", "c3", 10, 20)]
+def test_a_call_started_after_others_ended_waits_for_them_on_any_connection() -> None:
+    """Connection c1: a (0-10 ms), b (5-40 ms, overlapping a), c (50-60 ms), d (55 ms, its end not recorded);
+    c2: e (45-46 ms, after a and b ended: a second client going on where the first stopped); c3: f (3-70 ms,
+    overlapping all). By captured end: a, b, e, c, f. e waits for a's and b's ends (another connection's: it
+    waited for nothing, and went out among c1's calls once those had drifted later), plus the captured 5 ms
+    pause after b's; c waits for a, b and e, then 4 ms; d for the same 3 (c was still open); f for nothing."""
+    calls = [_timed("a", "c1", 0, 10), _timed("b", "c1", 5, 40), _timed("c", "c1", 50, 60), _timed("d", "c1", 55, None),
+             _timed("e", "c2", 45, 46), _timed("f", "c3", 3, 70)]  # fmt: skip
+    want = {"a": (0, 0, 0.0), "b": (1, 0, 0.0), "e": (2, 2, 0.0025), "c": (3, 3, 0.002), "d": (None, 3, 0.0045),
+            "f": (4, 0, 0.0)}  # fmt: skip
+    starts = plan_starts(calls, 2.0, 2)
+    for loop in (0, 1):  # each pass alike, ranks within the pass
+        got = {s.call.id: (s.rank, s.after, round(s.pause_s, 6)) for s in starts if s.loop == loop}
+        assert got == want, loop
+    # An end stamped at its own start (the wall clock stepped back): it never waits for itself, and a call of
+    # another connection after it waits for it.
+    clock = [_timed("g", "c4", 0, 0), _timed("h", "c5", 10, 20)]
     assert [(s.rank, s.after) for s in plan_starts(clock, 1.0, 1)] == [(0, 0), (1, 1)]
     # --speed max: no waiting at all.
-    assert {s.call.id: s.after for s in plan_starts(calls, MAX, 1)} == dict.fromkeys("abcde", 0)
+    assert {s.call.id: s.after for s in plan_starts(calls, MAX, 1)} == dict.fromkeys("abcdef", 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 60), st.one_of(st.none(), st.integers(-5, 60))),
+                min_size=1, max_size=12))  # fmt: skip
+def test_each_call_waits_for_exactly_the_calls_that_ended_before_it_began(spans: list[tuple[int, int, int | None]]) -> None:
+    """Against the rule written out call by call: a call waits for every call of its pass, on any connection, whose
+    end was recorded at or before its start, and for no other; those are the first ones by captured end; the
+    pause runs from the last of them. Except that a call never waits for itself or for a call that ended after it
+    (an end stamped before its start), so no two calls wait for each other and every wait ends."""
+    calls = [_timed(f"c{conn}.{i}", f"c{conn}", start, None if d is None else start + d)
+             for i, (conn, start, d) in enumerate(spans)]  # fmt: skip
+    starts = plan_starts(calls, 1.0, 1)
+    by_rank = {s.rank: s.call for s in starts if s.rank is not None}
+    for s in starts:
+        c = s.call
+        want = {d.id for d in calls if d.t_end is not None and d.t_end <= c.t_start and d is not c
+                and (s.rank is None or next(x.rank for x in starts if x.call is d) < s.rank)}  # type: ignore[operator]
+        assert {by_rank[r].id for r in range(s.after)} == want, c.id
+        if s.after:
+            assert s.pause_s == pytest.approx((c.t_start - by_rank[s.after - 1].t_end) / 1e9)  # type: ignore[operator]
+        if s.rank is not None:
+            assert s.after <= s.rank
 
 
 def test_speed_parsing_and_lag() -> None:

@@ -26,7 +26,7 @@ from proxy.lab.background import ProxyThread
 from proxy.resend.h2client import BY_SEND, LOST, NOT_SENT, STATUS
 from proxy.resend.plan import CallScript, Message
 from proxy.resend.run import SendOptions, Tally, drive
-from proxy.resend.schedule import Start
+from proxy.resend.schedule import Start, plan_starts
 from proxy.wire import frames as wire
 from replay.capture import events as ev
 from tests.proxy.resend.scripted_peer import PeerConn, ScriptedPeer, stray_data, stray_trailers
@@ -275,3 +275,37 @@ def _send_to_peer(loop: BackgroundLoop, tmp_path: Path, capsys: pytest.CaptureFi
         loop.run(peer.stop())
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def test_a_call_on_another_connection_waits_for_the_calls_that_had_ended_before_it_began() -> None:
+    """Captured: c1.1 (0-10 ms) and c1.3 (20-30 ms) on one connection, then c2.1 (40 ms) on a second one, after
+    both had ended (a second client going on where the first stopped). The server takes 300 ms to answer c1.1:
+    c1.3 waits for it, and c2.1 waited only for its offset, reaching the server before c1.3 (Triton refused the
+    next sequence's calls so). It now reaches it only after c1.3's answer; the summary counts both calls held."""
+    events: list[tuple[str, int, int]] = []  # ("got" or "answered", connection, its n-th call), in order
+
+    def act(c: PeerConn, sid: int) -> None:
+        call = (peer.conns.index(c), c.requests)
+        events.append(("got", *call))
+
+        def answer() -> None:
+            c.answer(sid)
+            events.append(("answered", *call))
+
+        if call == (0, 1):
+            asyncio.get_running_loop().call_later(0.3, answer)  # the new server is slower at the first call
+        else:
+            answer()
+
+    calls = []
+    for cid, start_ms, end_ms in (("c1.1", 0, 10), ("c1.3", 20, 30), ("c2.1", 40, 41)):
+        c = dataclasses.replace(_unary(cid), conn=cid.split(".")[0], t_start=start_ms * 1_000_000)
+        c.t_end = end_ms * 1_000_000
+        calls.append(c)
+    peer = ScriptedPeer(act)
+    tally = asyncio.run(_drive(peer, plan_starts(calls, 1.0, 1)))
+    assert (tally.started, dict(tally.outcomes)) == (3, {STATUS: 3})
+    assert events == [("got", 0, 1), ("answered", 0, 1), ("got", 0, 2), ("answered", 0, 2), ("got", 1, 1),
+                      ("answered", 1, 1)], events  # fmt: skip
+    # Both went out later than their offsets for it (c1.1's answer came 300 ms in at the earliest).
+    assert tally.held.count == 2 and tally.held.worst > 0.25, tally.held
