@@ -7,7 +7,9 @@ disconnect, a deadline) with the offset and the number of responses the client h
 moment. Calls whose request bytes the capture does not hold (``--payload meta``/``none``, a payload
 cut by ``--payload-cap``, an input cut by ``--redact-input``) are :class:`Unsendable`, with why; so are
 HTTP requests whose body the recorded client never finished (:func:`cut_short`): sending them whole would
-give the server a request nobody sent.
+give the server a request nobody sent; and calls using Triton's shared memory (:mod:`replay.capture.shm`):
+the region registrations name memory of the recording host, and an inference request naming a region
+has its data there, not in the capture.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from replay.capture import events as ev
 from replay.capture.ids import CaptureIds
 from replay.capture.methods import INFERENCE, http_call, protocol, short_method
 from replay.capture.payload import has_payload, payload_bytes
+from replay.capture.shm import manages_regions, request_regions
 from replay.cli.base import parse_pairs
 from replay.errors import UserError
 
@@ -37,6 +40,13 @@ COMPRESSED_MAP = "a compressed request cannot be re-addressed by --model-map"
 CUT_SHORT = "a request body its client never finished (cut short)"
 HTTP_10 = "an HTTP/1.0 request (send speaks HTTP/1.1, which changes how a server may frame its reply)"
 CUT_SHORT_CHUNKED = "a chunked request body its client left before any reply, maybe unfinished (no cut-short mark)"
+# A registration sent again hands the target the recording host's shared-memory key: where a process
+# of the target's host holds memory under that key, Triton would read inputs from it and write outputs
+# into it. Status and unregister calls go with them: they are about regions this run never registered.
+SHM_CALL = ("a shared-memory register, unregister or status call (its regions are memory of the recording "
+            "host; sent again, the target would map whatever its own host holds under that key)")  # fmt: skip
+SHM_INFER = ("an inference request whose tensors are in shared memory (their data was in the recording "
+             "client's memory, not in the capture; the target would read and write its own region of that name)")  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -188,10 +198,14 @@ def _start(cid: str, conn: str, rec: ev.CallStarted) -> CallScript:
             redacted.append(name)
             continue
         headers.append((name, value))
+    unsendable = None
+    if manages_regions(rec.method):
+        unsendable = SHM_CALL
+    elif http and rec.http_version not in (None, "1.1"):
+        # h11's client writes every request as HTTP/1.1: sent so, it would not be the recorded one.
+        unsendable = HTTP_10
     return CallScript(id=cid, conn=conn, method=rec.method, t_start=rec.t_ns, headers=headers,
-                      timeout_ms=rec.timeout_ms, redacted=redacted,
-                      # h11's client writes every request as HTTP/1.1: sent so, it would not be the recorded one.
-                      unsendable=HTTP_10 if http and rec.http_version not in (None, "1.1") else None)  # fmt: skip
+                      timeout_ms=rec.timeout_ms, redacted=redacted, unsendable=unsendable)  # fmt: skip
 
 
 def _feed(call: CallScript, rec: ev.Record) -> None:
@@ -209,6 +223,8 @@ def _feed(call: CallScript, rec: ev.Record) -> None:
             return
         body = payload_bytes(rec) if rec.size else b""
         assert body is not None
+        if request_regions(call.method, body, rec.compressed):
+            call.unsendable = call.unsendable or SHM_INFER
         call.messages.append(Message(at_ns=at, body=body, compressed=rec.compressed,
                                      model=rec.model))  # fmt: skip
     elif isinstance(rec, ev.HalfClosed):

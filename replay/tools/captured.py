@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from replay.capture import events as ev
 from replay.capture.methods import HTTP_INFERENCE, INFER, START_NOT_READ, STREAM_INFER, http_call, http_kind, protocol
 from replay.capture.payload import has_payload, message_bytes, payload_bytes
+from replay.capture.shm import request_regions
 from replay.machine.outcomes import RequestOutcome, TrackResult
 from replay.machine.tracker import CaptureSource, Tracker, open_source
 from replay.tools.match import Candidate, Key, payload_key
@@ -71,21 +72,27 @@ def match_kind(method: str) -> str | None:
     return f"http {kind}" if kind in HTTP_INFERENCE else None
 
 
-def request_key(rec: ev.MessageSeen, kind: str, method: str) -> Key:
-    """The matching key of the captured request message ``rec`` of a call of ``method`` (its :func:`match_kind` ``kind``).
+def request_key(rec: ev.MessageSeen, kind: str, method: str) -> tuple[Key, tuple[str, ...]]:
+    """The matching key of the captured request message ``rec`` of a call of ``method`` (its :func:`match_kind` ``kind``),
+    and the shared-memory regions it names (:func:`replay.capture.shm.request_regions`; ``()`` without its bytes).
 
     An HTTP request is its call's: a body the labeller could not read still stands for it (as the tracker
     tracks it), with the path's model when the body names none.
     """
     digest: str | None = None
+    regions: tuple[str, ...] = ()
     if protocol(method) == "grpc":
         # As the server read it (a compressed one inflated), as serve's client's request is compared. A side
         # file that cannot give the bytes is a CaptureError, not "no match".
         data = message_bytes(rec)
-        digest = payload_key(method, data) if data is not None else None
-    elif has_payload(rec) and not rec.payload_truncated and not rec.compressed:
-        data = payload_bytes(rec)
-        digest = payload_key(method, data or b"")
+        if data is not None:
+            digest = payload_key(method, data)
+            regions = request_regions(method, data)
+    elif has_payload(rec) and not rec.payload_truncated:
+        data = payload_bytes(rec) or b""
+        if not rec.compressed:  # (a client's compressed body is not hashed either: serve compares them as sent)
+            digest = payload_key(method, data)
+        regions = request_regions(method, data, rec.compressed)
     model, version = rec.model, rec.model_version
     if kind.startswith("http "):
         # The path's version (gRPC: the request's own field): the body names none
@@ -94,7 +101,7 @@ def request_key(rec: ev.MessageSeen, kind: str, method: str) -> Key:
             model = call.model if call is not None else None
         version = call.version if call is not None else None
     model = sys.intern(model) if model is not None else None  # one string per model, not per request
-    return Key(kind=kind, model=model, request_id=rec.request_id, input_hash=digest, version=version or "")
+    return Key(kind=kind, model=model, request_id=rec.request_id, input_hash=digest, version=version or ""), regions
 
 
 class _Requests:
@@ -104,7 +111,7 @@ class _Requests:
         self.kinds: dict[str, str | None] = {}  # call -> stream | unary | http <kind> | None (no inference call)
         self.methods: dict[str, str] = {}  # call -> method, while a request of it may still come (payload_key reads it)
         self.ended: set[str] = set()
-        self.by_call: dict[str, list[tuple[int, Key]]] = {}
+        self.by_call: dict[str, list[tuple[int, Key, tuple[str, ...]]]] = {}
 
     def started(self, cid: str, method: str) -> None:
         kind = self.kinds[cid] = match_kind(method)
@@ -126,7 +133,7 @@ class _Requests:
         if kind != "stream" and keys:  # a unary call answers its first request; an HTTP call carries one
             return
         method = self.methods[cid] if kind == "stream" else self.methods.pop(cid)  # the call's one request: done
-        keys.append((seq, request_key(rec, kind, method)))
+        keys.append((seq, *request_key(rec, kind, method)))
 
     def candidates(self, *, http: bool = False) -> list[Candidate]:
         """In call order (``call_start``), each call's requests in capture order; positions per kind and model.
@@ -138,10 +145,10 @@ class _Requests:
         for cid, kind in self.kinds.items():
             if kind is None or kind.startswith("http ") is not http:
                 continue
-            for seq, key in self.by_call.get(cid, ()):
+            for seq, key, regions in self.by_call.get(cid, ()):
                 pos = positions.get((key.kind, key.model), 0)
                 positions[key.kind, key.model] = pos + 1
-                out.append(Candidate(key=key, call=cid, seq=seq, position=pos))
+                out.append(Candidate(key=key, call=cid, seq=seq, position=pos, regions=regions))
         return out
 
 

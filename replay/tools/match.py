@@ -162,6 +162,9 @@ class Candidate:
     call: str  # call id as ``replay check`` names it
     seq: int  # the request's record
     position: int  # 0-based index among the capture's requests of the same kind and model
+    #: The shared-memory regions the request names (``--payload full``: its tensors' data was in the
+    #: recording client's memory, so the capture holds neither it nor the outputs Triton wrote there)
+    regions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

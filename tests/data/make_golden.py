@@ -165,6 +165,33 @@ class Builder:
         )  # fmt: skip
         st.s2c += 1
 
+    def infer_message(self, call: str, message: Any, ms: float = 1.0) -> None:
+        """An inference message given whole (any inputs, outputs and parameters), labelled as the proxy labels
+        it: a ``ModelInferRequest`` (c2s), a ``ModelInferResponse`` (a unary call's answer) or a
+        ``ModelStreamInferResponse`` (a stream's)."""
+        self.tick(ms)
+        st = self.calls[call]
+        body = message.SerializeToString()
+        request = isinstance(message, pb.ModelInferRequest)
+        if request:
+            fields = labels.request_labels(body, False)
+            st.inflight.sent(fields["request_id"])
+        elif st.method == STREAM:
+            fields = labels.stream_response_labels(body, False)
+            st.inflight.answered(fields["request_id"], fields["final"])
+        else:
+            fields = labels.response_labels(body, False)
+            st.inflight.answered(fields["request_id"], fields["final"])
+        index = st.c2s if request else st.s2c
+        self.records.append(
+            ev.MessageSeen(t_ns=self.t, call=call, dir="c2s" if request else "s2c", index=index, size=len(body),
+                           compressed=False, **fields, **self._payload(body))
+        )  # fmt: skip
+        if request:
+            st.c2s += 1
+        else:
+            st.s2c += 1
+
     def half_close(self, call: str, ms: float = 1.0) -> None:
         self.tick(ms)
         self.records.append(ev.HalfClosed(t_ns=self.t, call=call))

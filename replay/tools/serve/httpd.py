@@ -30,6 +30,7 @@ from http import HTTPStatus
 import h11
 
 from replay.capture.methods import HTTP_INFERENCE, OPENAI, HttpCall, http_call
+from replay.capture.shm import json_regions, manages_regions
 from replay.hostport import cannot_listen, parse_hostport
 from replay.tools.match import Key, http_json_part, payload_key
 from replay.tools.serve.index import Answer, CapturedCall
@@ -226,6 +227,8 @@ class HttpServe:
         if call is not None and call.kind in HTTP_INFERENCE:
             await self._inference(conn, method, call, request, body)
             return
+        if manages_regions(method):
+            self.session.note_region_call(method)
         captured = pick_http_other(self.session.capture.calls_of(method), body, self._used)
         if captured is None:
             message = f"triton-tap serve: the capture has no {method} call to answer with"
@@ -261,6 +264,8 @@ class HttpServe:
             return
         captured = self.session.capture.calls[m.candidate.call]
         log.debug("%s: %s matched call %s by %s", method, key.describe(), captured.id, m.by)
+        asked = json_regions(head) if head is not None else ()
+        self.session.note_shared_memory(f"{method} {key.describe()}", asked, m.candidate)
         await self._replay(conn, captured, captured.request_t(m.candidate.seq))
 
     async def _at(self, t0: int, t_ns: int, mono0: float) -> None:

@@ -21,6 +21,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from replay.aioserver import Handlers
 from replay.capture.methods import SERVICE, path_of
+from replay.capture.shm import manages_regions, parsed_regions
 from replay.errors import UserError
 from replay.hostport import cannot_listen, format_hostport, parse_hostport
 from replay.tools.grpcstatus import grpc_metadata, status_code, status_details
@@ -167,6 +168,7 @@ class MockTriton:
             return None
         call = self.session.capture.calls[m.candidate.call]
         log.debug("ModelInfer: %s matched call %s by %s", key.describe(), call.id, m.by)
+        self.session.note_shared_memory(f"ModelInfer {key.describe()}", parsed_regions(request), m.candidate)
         return await self._answer(call, call.request_t(m.candidate.seq), context, lambda r: self._unary(r, request.id),
                                   lambda: pb.ModelInferResponse(id=request.id))  # fmt: skip
 
@@ -203,7 +205,10 @@ class MockTriton:
         self.handlers.enter()
         if isinstance(request, Undecodable):
             await self.session.undecodable(context, request, name)
-        call = pick_other(name, self.session.capture.calls_of(path_of(name)), request, self.other_used)
+        path = path_of(name)
+        if manages_regions(path):
+            self.session.note_region_call(name)
+        call = pick_other(name, self.session.capture.calls_of(path), request, self.other_used)
         if isinstance(call, str):
             self.unmatched.append(call)
             log.warning("%s: %s", name, call)

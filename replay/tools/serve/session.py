@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from replay.tools.match import Key, Matcher
+from replay.tools.match import Candidate, Key, Matcher
 from replay.tools.serve.index import LoadedCapture
 from replay.tools.serve.responses import Undecodable, delay_s
 
@@ -26,6 +26,10 @@ log = logging.getLogger("triton_tap.serve")
 #: got) ends the call itself, as live; a client that only waits still sees the captured end.
 CLIENT_ENDS = frozenset({"client_cancel", "client_disconnect"})
 CLIENT_END_GRACE_S = 1.0
+
+
+def _names(regions: Sequence[str]) -> str:
+    return ", ".join(repr(r) for r in dict.fromkeys(regions))
 
 
 class Session:
@@ -46,6 +50,38 @@ class Session:
             log.warning("%s answers whose bytes the capture does not hold (a meta capture, or bytes cut at "
                         "--payload-cap) are rebuilt from the labels: output data is zero-filled (record with "
                         "--payload full for the real bytes)", what)  # fmt: skip
+
+    def note_shared_memory(self, where: str, asked: Sequence[str], captured: Candidate) -> bool:
+        """Warn that a call's tensors are in shared memory, which serve neither reads nor writes: ``asked``, the
+        regions the incoming request names; ``captured``, the captured request it matched (its regions are known
+        from its bytes, ``--payload full``). True when it warned (a stream warns once: the caller keeps it).
+
+        The data never crossed the wire (the request names a region; Triton read the inputs from it and wrote
+        the outputs into it), so an answer "as captured" is an OK without the output data: said, not implied.
+        """
+        if asked:
+            log.warning("%s: the request names shared-memory region(s) %s: the tensor data was in the client's "
+                        "shared memory on the recording host and is not in the capture; serve answers as captured "
+                        "call %s did and does not write the output region, which is left as it is",
+                        where, _names(asked), captured.call)  # fmt: skip
+            return True
+        if captured.regions:
+            log.warning("%s: captured call %s's request named shared-memory region(s) %s: the tensor data was in "
+                        "the client's shared memory on the recording host and is not in the capture; the answer "
+                        "carries no data of the outputs Triton wrote there", where, captured.call,
+                        _names(captured.regions))  # fmt: skip
+            return True
+        return False
+
+    def note_region_call(self, what: str) -> None:
+        """Warn once per run that shared-memory register/unregister/status calls are answered as captured and map
+        nothing (serve holds no region: its inference answers write none); ``what``: the first such call."""
+        if "shared memory" not in self._warned:
+            self._warned.add("shared memory")
+            log.warning("%s: answered as captured, as every shared-memory register, unregister and status call "
+                        "is; serve maps no shared memory (the regions named were the recording host's), so "
+                        "requests naming a region get the captured answers and their output regions are not "
+                        "written", what)  # fmt: skip
 
     async def not_found(self, context: Any, key: Key, where: str) -> None:
         """Log and end the call with NOT_FOUND explaining the closest candidate."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
+from replay.capture.shm import parsed_regions
 from replay.tools.grpcstatus import grpc_metadata, status_code, status_details
 from replay.tools.serve.index import CapturedCall
 from replay.tools.serve.responses import Undecodable, delay_s, request_key
@@ -43,6 +44,7 @@ class Stream:
         self.half_closed = False
         self._before_end: list[int] = []  # the primary call's requests captured before its end
         self._written = 0.0  # when the last request came or response went out (monotonic): fast ends from there
+        self._shm_noted = False  # its shared-memory warning was given (once per call)
 
     def _schedule(self, call: CapturedCall, req_seq: int, req_t: int, incoming_id: str, now: float) -> None:
         speed = self.session.speed
@@ -145,6 +147,9 @@ class Stream:
         call = self.session.capture.calls[m.candidate.call]
         log.debug("%s: %s matched %s (call %s, seq %d) by %s%s", self.name, key.describe(),
                  m.candidate.key.describe(), call.id, m.candidate.seq, m.by, " (again)" if m.reused else "")  # fmt: skip
+        if not self._shm_noted:
+            where = f"ModelStreamInfer {self.name} {key.describe()}"
+            self._shm_noted = self.session.note_shared_memory(where, parsed_regions(request), m.candidate)
         if self.primary is None:
             self.primary = call
             end_seq = call.end.seq if call.end is not None else -1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import gzip
 import math
 
 import pytest
@@ -18,6 +19,8 @@ from proxy.resend.plan import (
     HTTP_10,
     NO_BYTES,
     REDACTED_INPUT,
+    SHM_CALL,
+    SHM_INFER,
     CallScript,
     Message,
     parse_headers,
@@ -315,3 +318,104 @@ def test_an_http_10_request_is_unsendable_not_sent_as_11(version: str | None, wh
                          payload=base64.b64encode(_BODY[:40]).decode(), payload_truncated=False)  # fmt: skip
     (call,) = scripts(list(enumerate([start, msg])))
     assert call.unsendable == why
+
+
+# -- shared memory -------------------------------------------------------------------------------
+
+
+def _shm_request(*, inputs: str | None = "in0", outputs: str | None = "out0", data: bytes = b"") -> bytes:
+    """A ModelInferRequest as tritonclient writes it with ``set_shared_memory`` on its input and/or output."""
+    r = pb.ModelInferRequest(model_name="echo", id="s")
+    t = r.inputs.add(name="INPUT", datatype="UINT8", shape=[16])
+    if inputs is not None:
+        t.parameters["shared_memory_region"].string_param = inputs
+        t.parameters["shared_memory_byte_size"].int64_param = 16
+    else:
+        r.raw_input_contents.append(data or bytes(16))
+    o = r.outputs.add(name="OUTPUT")
+    if outputs is not None:
+        o.parameters["shared_memory_region"].string_param = outputs
+        o.parameters["shared_memory_byte_size"].int64_param = 16
+        o.parameters["shared_memory_offset"].int64_param = 0
+    return bytes(r.SerializeToString())
+
+
+def _one_call(method: str, *bodies: bytes | None, compressed: bool = False) -> CallScript:
+    """One captured call of ``method`` with these request messages (None: not captured, a meta capture)."""
+    start = ev.CallStarted(t_ns=T0, call="c1.1", conn="c1", method=method, peer="127.0.0.1:5",
+                           metadata=[[":method", "POST"]], timeout_ms=None)  # fmt: skip
+    msgs = [ev.MessageSeen(t_ns=T0 + (i + 1) * MS, call="c1.1", dir="c2s", index=i, size=len(b or b"xx"),
+                           compressed=compressed, model="echo", request_id="s",
+                           payload=base64.b64encode(b).decode() if b is not None else None,
+                           payload_truncated=False if b is not None else None)
+            for i, b in enumerate(bodies)]  # fmt: skip
+    end = ev.CallEnded(t_ns=T0 + 9 * MS, call="c1.1", status="OK", details=None, cause="ok", trailers=None,
+                       initial_metadata=None, duration_ms=9.0, messages_c2s=len(msgs), messages_s2c=0)  # fmt: skip
+    (call,) = scripts(list(enumerate([start, *msgs, end])))
+    return call
+
+
+@pytest.mark.parametrize(
+    ("method", "bodies"),
+    [
+        (INFER, [_shm_request()]),
+        (INFER, [_shm_request(inputs=None)]),  # the output alone: Triton would write into the target's region
+        (INFER, [_shm_request(outputs=None)]),
+        (STREAM_INFER, [_request(), _shm_request(), _request()]),  # one request of the stream is enough
+        ("POST /v2/models/echo/infer", [b'{"id":"s","inputs":[{"name":"INPUT","shape":[16],"datatype":"UINT8",'
+                                        b'"parameters":{"shared_memory_region":"in_http","shared_memory_byte_size":16}}]}']),
+        ("POST /v2/models/echo/versions/1/infer", [b'{"inputs":[],"outputs":[{"name":"OUTPUT","parameters":'
+                                                   b'{"binary_data":false,"shared_memory_region":"o"}}]}']),
+    ],
+    ids=["grpc-both", "grpc-output", "grpc-input", "stream", "http-input", "http-output"],
+)  # fmt: skip
+def test_an_inference_request_naming_a_shared_memory_region_is_unsendable(method: str, bodies: list[bytes]) -> None:
+    """Its tensor data was in the recording client's memory, not in the capture: sent, Triton would read the
+    target host's region of that name and write the outputs into it (another process's memory)."""
+    call = _one_call(method, *bodies)
+    assert call.unsendable == SHM_INFER
+    with pytest.raises(UserError, match=r"^1 of 1 call\(s\) cannot be sent: 1 with an inference request whose tensors "
+                                        r"are in shared memory .*--skip-unsendable"):  # fmt: skip
+        prepare([call], filters=[], model_map={}, headers={}, skip_unsendable=False)
+    assert prepare([call], filters=[], model_map={}, headers={}, skip_unsendable=True) == ([], {SHM_INFER: 1})
+
+
+def test_a_compressed_request_is_read_for_shared_memory_too() -> None:
+    assert _one_call(INFER, gzip.compress(_shm_request()), compressed=True).unsendable == SHM_INFER
+    assert _one_call(INFER, gzip.compress(_request()), compressed=True).unsendable is None
+
+
+def test_tensor_data_that_spells_the_parameter_is_not_shared_memory() -> None:
+    """The bytes ``shared_memory_region`` inside an input's data are data: the request's fields say what it names."""
+    call = _one_call(INFER, _shm_request(inputs=None, outputs=None, data=b"shared_memory_region"))
+    assert call.unsendable is None
+    http = _one_call("POST /v2/models/echo/infer", b'{"inputs":[{"name":"T","shape":[1],"datatype":"BYTES",'
+                                                   b'"data":["shared_memory_region"]}]}')  # fmt: skip
+    assert http.unsendable is None
+
+
+@pytest.mark.parametrize(
+    "method",
+    [*(f"/inference.GRPCInferenceService/{k}SharedMemory{a}" for k in ("System", "Cuda") for a in ("Register", "Unregister", "Status")),
+     "POST /v2/systemsharedmemory/region/out_http/register", "POST /v2/systemsharedmemory/unregister",
+     "POST /v2/systemsharedmemory/region/x/unregister", "GET /v2/systemsharedmemory/status",
+     "GET /v2/systemsharedmemory/region/x/status", "POST /v2/cudasharedmemory/region/c/register",
+     "GET /v2/cudasharedmemory/status"],
+)  # fmt: skip
+@pytest.mark.parametrize("captured", [True, False], ids=["full", "meta"])
+def test_shared_memory_register_unregister_and_status_calls_are_unsendable(method: str, captured: bool) -> None:
+    """A registration names the recording host's shared-memory key: sent again, it maps whatever the target's
+    host holds under that key. Said so even where the bytes are not captured (the method tells)."""
+    call = _one_call(method, b'{"key":"/k","offset":0,"byte_size":16}' if captured else None)
+    assert call.unsendable == SHM_CALL
+    with pytest.raises(UserError, match=r"1 with a shared-memory register, unregister or status call"):
+        prepare([call], filters=[], model_map={}, headers={}, skip_unsendable=False)
+
+
+def test_the_calls_beside_shared_memory_ones_are_sent_with_skip_unsendable() -> None:
+    calls = [_one_call("/inference.GRPCInferenceService/SystemSharedMemoryRegister", b"\n\x01x"),
+             _one_call(INFER, _shm_request()), _one_call(INFER, _request(model="echo")),
+             _one_call("GET /v2/models/echo/ready", b"")]  # fmt: skip
+    out, skipped = prepare(calls, filters=[], model_map={}, headers={}, skip_unsendable=True)
+    assert [c.method for c in out] == [INFER, "GET /v2/models/echo/ready"]
+    assert skipped == {SHM_CALL: 1, SHM_INFER: 1}
