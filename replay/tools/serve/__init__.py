@@ -24,6 +24,9 @@ decision.
   preferring one whose request was the same. ``meta`` captures hold no bytes of those answers;
   only the readiness booleans can be told from the message size (protobuf writes ``false`` as
   nothing), the others answer ``FAILED_PRECONDITION`` explaining why.
+* A request naming a shared-memory region (its tensors' data in the client's memory, never on the wire): the
+  captured answer, no region written, and a log line per call saying so
+  (:meth:`~replay.tools.serve.session.Session.note_shared_memory`).
 * A request that matches nothing: ``NOT_FOUND`` naming the closest captured request and why it did
   not match, and a log line.
 
