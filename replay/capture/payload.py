@@ -87,12 +87,21 @@ def message_bytes(rec: ev.MessageSeen) -> bytes | None:
     data = payload_bytes(rec)
     if data is None or not rec.compressed:
         return data
-    inflate = zlib.decompressobj(32 + zlib.MAX_WBITS)  # a gzip or a zlib header, whichever it has
-    try:
-        plain = inflate.decompress(data)
-    except zlib.error:
-        return None
-    return plain if inflate.eof and not inflate.unused_data else None
+    return inflate(data)
+
+
+def inflate(data: bytes) -> bytes | None:
+    """``data`` inflated: a gzip stream or a deflate one (zlib's format, as grpc and tritonclient write it, or
+    raw, as some HTTP clients send ``Content-Encoding: deflate``); None when it is neither, whole."""
+    for wbits in (32 + zlib.MAX_WBITS, -zlib.MAX_WBITS):  # a gzip or a zlib header, whichever it has; none
+        d = zlib.decompressobj(wbits)
+        try:
+            plain = d.decompress(data)
+        except zlib.error:
+            continue
+        if d.eof and not d.unused_data:
+            return plain
+    return None
 
 
 class SideRefs:

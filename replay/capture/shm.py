@@ -9,19 +9,19 @@ holds it, even with ``--payload full``: the capture holds the region's *name*. E
 capture reads these rules from here, never the strings themselves: ``serve`` says it writes no region,
 ``send`` does not hand the recording host's region keys to another Triton.
 
-Pure: request bytes in, region names out. A gRPC request is read by a small protobuf field walk (no
-``tritonclient``: this package imports no grpc, and the walk skips the raw tensors unread).
+Pure: request bytes in, region names out. A gRPC request is parsed by protobuf (tritonclient's message
+classes, imported when one is read): a request naming a region carries that tensor's data nowhere, so it is
+small, and one that names none is told by a scan of its bytes for the parameter's name, unparsed.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
-import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from replay.capture.methods import HTTP_INFERENCE, INFERENCE, PREFIX, http_call, protocol
+from replay.capture.payload import inflate
 
 #: The tensor parameter that names a shared-memory region (its data is there, not in the message).
 REGION = "shared_memory_region"
@@ -33,9 +33,6 @@ GRPC_CALLS = frozenset(
 HTTP_PREFIXES = ("/v2/systemsharedmemory", "/v2/cudasharedmemory")
 
 _REGION_BYTES = REGION.encode()
-# ModelInferRequest: inputs = 5, outputs = 6; an input's parameters = 4, an output's = 2 (map entries:
-# key = 1, value = 2); InferParameter.string_param = 3 (tritonclient's grpc_service.proto).
-_INPUTS, _OUTPUTS, _INPUT_PARAMS, _OUTPUT_PARAMS, _STRING_PARAM = 5, 6, 4, 2, 3
 
 
 def manages_regions(method: str) -> bool:
@@ -73,15 +70,22 @@ def request_regions(method: str, body: bytes, compressed: bool = False) -> tuple
     bytes; ``compressed``: as sent with gzip or deflate), ``()`` when it names none, the call carries no
     inference request, or the bytes do not read as one."""
     if compressed:
-        body = _inflate(body)
+        plain = inflate(body)
+        if plain is None:
+            return ()
+        body = plain
     if _REGION_BYTES not in body:  # the parameter's name is in the bytes of any request naming a region
         return ()
     if protocol(method) == "grpc":
         if method not in INFERENCE:
             return ()
+        # Imported here: tritonclient (and grpc under it) costs ~0.6 s, and most captures name no region.
+        from google.protobuf.message import DecodeError
+        from tritonclient.grpc import service_pb2 as pb
+
         try:
-            return _grpc_regions(body)
-        except ValueError:
+            return parsed_regions(pb.ModelInferRequest.FromString(body))
+        except DecodeError:
             return ()
     call = http_call(method)
     if call is None or call.kind not in HTTP_INFERENCE:
@@ -91,65 +95,3 @@ def request_regions(method: str, body: bytes, compressed: bool = False) -> tuple
     except ValueError:
         return ()
     return json_regions(head) if isinstance(head, dict) else ()
-
-
-def _inflate(body: bytes) -> bytes:
-    for inflate in (gzip.decompress, zlib.decompress, lambda b: zlib.decompress(b, -zlib.MAX_WBITS)):
-        try:
-            return inflate(body)
-        except (OSError, EOFError, zlib.error):
-            continue
-    return body
-
-
-def _varint(buf: memoryview, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if i >= len(buf) or shift > 63:
-            raise ValueError("cut varint")
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, i
-        shift += 7
-
-
-def _fields(buf: memoryview) -> Iterator[tuple[int, memoryview | None]]:
-    """``(field number, bytes)`` of each length-delimited field of a message, ``(number, None)`` of the others."""
-    i = 0
-    while i < len(buf):
-        key, i = _varint(buf, i)
-        wire = key & 7
-        if wire == 0:
-            _, i = _varint(buf, i)
-            value = None
-        elif wire == 2:
-            length, i = _varint(buf, i)
-            if i + length > len(buf):
-                raise ValueError("cut field")
-            value, i = buf[i : i + length], i + length
-        elif wire in (1, 5):
-            i += 8 if wire == 1 else 4
-            value = None
-        else:
-            raise ValueError(f"wire type {wire}")
-        yield key >> 3, value
-
-
-def _grpc_regions(body: bytes) -> tuple[str, ...]:
-    out: list[str] = []
-    for number, tensor in _fields(memoryview(body)):
-        if tensor is None or number not in (_INPUTS, _OUTPUTS):
-            continue
-        params = _INPUT_PARAMS if number == _INPUTS else _OUTPUT_PARAMS
-        for pnum, entry in _fields(tensor):
-            if entry is None or pnum != params:
-                continue
-            fields = dict(_fields(entry))
-            key, value = fields.get(1), fields.get(2)
-            if key is None or bytes(key) != _REGION_BYTES:
-                continue
-            name = dict(_fields(value)).get(_STRING_PARAM) if value is not None else None
-            out.append(bytes(name).decode("utf-8", "replace") if name is not None else "")
-    return tuple(out)

@@ -41,10 +41,10 @@ def _requests(draw: st.DrawFn) -> pb.ModelInferRequest:
 
 
 @given(_requests())
-def test_the_field_walk_reads_what_protobuf_parses(request: pb.ModelInferRequest) -> None:
-    """The walk over the bytes names the regions the parsed message's tensors name, in order (a region named by
-    a non-string parameter reads as its string_param: ``""``), never one in the request's own parameters or
-    inside tensor data."""
+def test_the_regions_of_a_requests_bytes_are_its_tensors_regions(request: pb.ModelInferRequest) -> None:
+    """The bytes name the regions the message's tensors name, in order (a region named by a non-string parameter
+    reads as its string_param: ``""``), never one in the request's own parameters or inside tensor data; the scan
+    that leaves most requests unparsed never hides one."""
     body = request.SerializeToString()
     assert request_regions(INFER, body) == parsed_regions(pb.ModelInferRequest.FromString(body))
     assert request_regions(STREAM_INFER, body) == parsed_regions(request)

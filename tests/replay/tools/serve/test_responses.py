@@ -189,6 +189,6 @@ def test_a_compressed_request_matches_by_payload_as_its_server_read_it(how: str)
 
     request = pb.ModelInferRequest(model_name="m", id="a", inputs=[pb.ModelInferRequest.InferInputTensor(
         name="IN", datatype="INT32", shape=[1])], raw_input_contents=[b"\x01\x00\x00\x00"])  # fmt: skip
-    plain = request_key(_full(request, "c2s"), "unary", "/inference.GRPCInferenceService/ModelInfer")
-    packed = request_key(_compressed(request, how, "c2s"), "unary", "/inference.GRPCInferenceService/ModelInfer")
+    plain, _ = request_key(_full(request, "c2s"), "unary", "/inference.GRPCInferenceService/ModelInfer")
+    packed, _ = request_key(_compressed(request, how, "c2s"), "unary", "/inference.GRPCInferenceService/ModelInfer")
     assert plain.input_hash is not None and packed.input_hash == plain.input_hash
