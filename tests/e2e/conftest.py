@@ -8,23 +8,25 @@ from pathlib import Path
 import pytest
 
 from proxy.lab.background import ProxyThread
-from proxy.lab.tritonserver import TritonNotAvailable, TritonServer, model_repository
+from proxy.lab.tritonserver import TritonServer, model_repository
+from tests.support.loop_thread import BackgroundLoop
+from tests.support.triton_server import started
 
 
 @pytest.fixture(scope="session")
 def triton(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     """One tritonserver for the whole session, serving proxy/lab/models on loopback."""
-    server = TritonServer(model_repository(), workdir=tmp_path_factory.mktemp("triton"))
-    # Registered before start() so a server that starts but then fails readiness, or a
-    # session torn down by an error, never leaves a tritonserver process behind.
-    request.addfinalizer(server.stop)
-    try:
-        server.start()
-    except TritonNotAvailable as exc:
-        # A missing server is a broken environment, not an optional feature: fail loudly.
-        pytest.fail(str(exc), pytrace=False)
+    server = started(TritonServer(model_repository(), workdir=tmp_path_factory.mktemp("triton")), request)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def loop() -> Iterator[BackgroundLoop]:
+    """An event loop thread (for an in-process MockTriton); closed at teardown."""
+    bg = BackgroundLoop()
+    yield bg
+    bg.close()
 
 
 @pytest.fixture

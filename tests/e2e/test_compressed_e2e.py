@@ -20,12 +20,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from proxy.lab.background import ProxyThread
-from proxy.lab.tritonserver import TritonNotAvailable, TritonServer, model_repository
+from proxy.lab.tritonserver import TritonServer, model_repository
 from replay.capture import events as ev
 from replay.capture.reader import read_capture
 from replay.tools.serve import MockTriton, load
 from tests.support.loop_thread import BackgroundLoop
 from tests.support.triton_client import echo_inputs, token_inputs
+from tests.support.triton_server import started
 from tests.support.user_client import TextAssembler
 
 pytestmark = pytest.mark.timeout(300)
@@ -39,13 +40,8 @@ def compressing(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     repo = tmp_path_factory.mktemp("repo_z")
     for name in ("echo", "tokens"):
         shutil.copytree(model_repository() / name, repo / name, symlinks=False)
-    server = TritonServer(repo, workdir=tmp_path_factory.mktemp("triton_z"),
-                          extra_args=("--grpc-infer-response-compression-level=high",))  # fmt: skip
-    request.addfinalizer(server.stop)
-    try:
-        server.start()
-    except TritonNotAvailable as exc:
-        pytest.fail(str(exc), pytrace=False)
+    server = started(TritonServer(repo, workdir=tmp_path_factory.mktemp("triton_z"),
+                                  extra_args=("--grpc-infer-response-compression-level=high",)), request)  # fmt: skip
     yield server
     server.stop()
 
@@ -73,14 +69,6 @@ def _script(url: str, tag: str) -> dict[str, Any]:
     finally:
         c.close()
     return out
-
-
-@pytest.fixture
-def loop() -> Iterator[BackgroundLoop]:
-    """An event loop thread for MockTriton; closed at teardown."""
-    bg = BackgroundLoop()
-    yield bg
-    bg.close()
 
 
 @pytest.mark.parametrize("match", [("id", "payload", "order"), ("payload",)])

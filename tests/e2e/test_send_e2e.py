@@ -28,11 +28,12 @@ import tritonclient.grpc as grpcclient
 
 from proxy.cancelcheck.evidence import LogTail
 from proxy.lab.background import ProxyThread
-from proxy.lab.tritonserver import TritonNotAvailable, TritonServer, model_repository
+from proxy.lab.tritonserver import TritonServer, model_repository
 from replay.capture import events as ev
 from replay.capture.reader import read_capture
 from replay.machine.tracker import track
 from tests.support.triton_client import StreamSession, token_inputs, wait_for
+from tests.support.triton_server import started
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -152,12 +153,7 @@ def second(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     (repo / "seqacc" / "1").mkdir(parents=True)
     (repo / "seqacc" / "config.pbtxt").write_text(SEQ_CONFIG)
     (repo / "seqacc" / "1" / "model.py").write_text(SEQ_MODEL)
-    server = TritonServer(repo, workdir=tmp_path_factory.mktemp("triton_b"))
-    request.addfinalizer(server.stop)
-    try:
-        server.start()
-    except TritonNotAvailable as exc:
-        pytest.fail(str(exc), pytrace=False)
+    server = started(TritonServer(repo, workdir=tmp_path_factory.mktemp("triton_b")), request)
     yield server
     server.stop()
 

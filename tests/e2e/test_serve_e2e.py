@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,14 +69,6 @@ def script(url: str) -> dict[str, Any]:
     finally:
         c.close()
     return out
-
-
-@pytest.fixture
-def loop() -> Iterator[BackgroundLoop]:
-    """An event loop thread for MockTriton; closed at teardown."""
-    bg = BackgroundLoop()
-    yield bg
-    bg.close()
 
 
 def _served(loop: BackgroundLoop, capture: Path, request: pytest.FixtureRequest, **kw: Any) -> str:
