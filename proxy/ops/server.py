@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import secrets
 import signal
@@ -32,6 +33,7 @@ from proxy.relay.http1 import Http1Core
 from proxy.relay.options import RelayOptions
 from proxy.relay.relay import Relay
 from proxy.triton.metadata import DEFAULT_REDACT
+from proxy.wire import frames as wire
 from replay import readyfile
 from replay.capture import events as ev
 from replay.capture import naming
@@ -143,20 +145,65 @@ def budget_options(cfg: ProxyConfig) -> dict[str, Any]:
 
 
 def check_upstream(
-    host: str, port: int, timeout: float, tls: ssl.SSLContext | None = None, server_name: str | None = None
+    host: str, port: int, timeout: float, tls: ssl.SSLContext | None = None, server_name: str | None = None,
+    *, h2: bool = False,
 ) -> None:
-    """Fail fast, with one line, when nothing listens upstream at start (or its TLS does not verify)."""
+    """Fail fast, with one line, when nothing listens upstream at start (or its TLS does not verify); ``h2``:
+    nor when what listens does not speak HTTP/2 (a gRPC upstream).
+
+    Why ``h2``: a TLS port reached in plaintext (or a plaintext one with --upstream-tls) accepts the
+    connection and then closes it, so a connect alone passed, and every call then failed with
+    "upstream closed the connection before speaking HTTP/2", nothing naming TLS; ``replay send`` even
+    counted the status its own relay made up for each as an outcome it observed.
+    """
+    where = format_hostport(host, port)
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            if tls is not None:
-                with tls.wrap_socket(sock, server_hostname=server_name or host):
-                    pass
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            if tls is None:
+                if h2:
+                    _answers_h2(raw, where, tls=False)
+                return
+            with tls.wrap_socket(raw, server_hostname=server_name or host) as sock:
+                if h2:
+                    _answers_h2(sock, where, tls=True)
+    except ssl.CertificateError as e:  # (before SSLError, of which it is one: its message says what failed)
+        raise UpstreamError(f"upstream {where}: TLS certificate rejected: {e.verify_message or e}") from None
     except ssl.SSLError as e:
-        raise UpstreamError(f"upstream {format_hostport(host, port)}: TLS handshake failed: {e.reason or e}") from None
-    except ssl.CertificateError as e:
-        raise UpstreamError(f"upstream {format_hostport(host, port)}: TLS certificate rejected: {e}") from None
+        raise UpstreamError(f"upstream {where}: TLS handshake failed: {e.reason or e}") from None
     except OSError as e:
-        raise UpstreamError(f"upstream {format_hostport(host, port)} is unreachable: {e.strerror or e}") from None
+        raise UpstreamError(f"upstream {where} is unreachable: {e.strerror or e}") from None
+
+
+#: How long the start check waits for the upstream's first HTTP/2 frame. A server that says nothing by then is
+#: let be (a loaded one may be slow to): only an answer that is no HTTP/2, or a close, fails the start.
+H2_PROBE_S = 0.5
+
+
+def _answers_h2(sock: socket.socket, where: str, *, tls: bool) -> None:
+    """The HTTP/2 preface and an empty SETTINGS sent; the peer's first frame must be its SETTINGS (RFC 9113 3.4)."""
+    sock.sendall(wire.PREFACE + wire.frame(wire.SETTINGS, 0, 0, b""))
+    sock.settimeout(min(H2_PROBE_S, sock.gettimeout() or H2_PROBE_S))
+    head = b""
+    while len(head) < 9:
+        try:
+            chunk = sock.recv(9 - len(head))
+        except TimeoutError:
+            return
+        if not chunk:
+            break
+        head += chunk
+    if len(head) == 9 and head[3] == wire.SETTINGS:
+        return
+    if not tls and (not head or head[:1] == b"\x15"):
+        # A close at once, or a TLS alert (0x15): what a TLS port does with a plaintext client hello.
+        hint = "it speaks TLS? give --upstream-tls"
+    elif tls and not head:
+        # A server requiring a client certificate closes once it finds none (TLS 1.3: after the handshake).
+        hint = "it wants a client certificate (--upstream-cert, --upstream-key)? or it is no gRPC port"
+    else:
+        hint = "it is no gRPC port?"
+    got = f"sent {head[:9]!r}" if head else "closed the connection"
+    raise UpstreamError(f"upstream {where} does not speak HTTP/2: it {got} in answer to the HTTP/2 preface ({hint})")
 
 
 def capture_options(cfg: ProxyConfig, salt: str, tls_listen: bool, tls_upstream: bool, client_certs: bool) -> dict[str, Any]:
@@ -344,9 +391,9 @@ class RecordingProxy:
         loop = asyncio.get_running_loop()
         for pair in (self.grpc_addrs, self.http_addrs):
             if pair is not None:
-                await loop.run_in_executor(
-                    None, check_upstream, *pair[1], cfg.connect_timeout, up_tls, cfg.upstream_server_name
-                )
+                await loop.run_in_executor(None, functools.partial(
+                    check_upstream, *pair[1], cfg.connect_timeout, up_tls, cfg.upstream_server_name,
+                    h2=pair is self.grpc_addrs))  # fmt: skip
         if cfg.evidence is not None and cfg.evidence.metrics_url is not None:
             why = await loop.run_in_executor(None, probe_metrics, cfg.evidence.metrics_url, cfg.connect_timeout)
             if why is not None:

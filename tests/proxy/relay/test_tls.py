@@ -97,16 +97,17 @@ def test_upstream_server_name_overrides_sni_and_authority(
     client = _tls_client(proxy.port, pki)
     _echo(client)
     client.close()
-    with pytest.raises(UpstreamError, match="TLS"):
+    with pytest.raises(UpstreamError, match="TLS certificate rejected: Hostname mismatch"):
         start_proxy(f"127.0.0.1:{tls_upstream}", **_mtls_kw(pki), upstream_server_name="not-in-the.cert")
 
 
 def test_untrusted_upstream_certificate_fails_at_start(
     tls_upstream: int, pki: Pki, start_proxy: Callable[..., RecordingProxy]
 ) -> None:
-    """An upstream whose certificate the given CA did not sign: one UpstreamError naming TLS, no capture."""
+    """An upstream whose certificate the given CA did not sign: one UpstreamError naming TLS and what the check
+    found (it said only CERTIFICATE_VERIFY_FAILED, whatever failed), no capture."""
     kw = _mtls_kw(pki) | {"upstream_ca": pki.other_ca}
-    with pytest.raises(UpstreamError, match=r"TLS handshake failed.*CERTIFICATE_VERIFY_FAILED"):
+    with pytest.raises(UpstreamError, match=r"TLS certificate rejected: unable to get local issuer certificate"):
         start_proxy(f"127.0.0.1:{tls_upstream}", **kw)
 
 
@@ -175,3 +176,61 @@ def test_upstream_context_verifies_names() -> None:
 
     ctx = upstream_ssl(ProxyConfig(upstream_tls=True))
     assert ctx is not None and ctx.check_hostname and ctx.verify_mode == ssl.CERT_REQUIRED
+
+
+def test_a_tls_upstream_reached_without_upstream_tls_fails_at_start_naming_tls(
+    tls_upstream: int, pki: Pki, start_proxy: Callable[..., RecordingProxy], tmp_path: Path
+) -> None:
+    """No --upstream-tls in front of a TLS gRPC server: one UpstreamError at start saying it does not speak HTTP/2
+    and hinting at TLS, nothing written. (The proxy started, and every call then failed "upstream closed the
+    connection before speaking HTTP/2", nothing naming TLS; `replay send` counted each such call's made-up status
+    as an outcome it observed and exited 0.)"""
+    with pytest.raises(UpstreamError, match=r"does not speak HTTP/2: .* \(it speaks TLS\? give --upstream-tls\)"):
+        start_proxy(f"127.0.0.1:{tls_upstream}", capture_dir=tmp_path / "caps")
+    assert not (tmp_path / "caps").exists() or not list((tmp_path / "caps").iterdir())
+
+
+def test_a_plaintext_h2_upstream_passes_the_start_check_and_a_silent_one_is_let_be(tmp_path: Path) -> None:
+    """The check's other answers: an HTTP/2 server's SETTINGS pass; a listener that says nothing within the probe's
+    wait is let be (a loaded server may be slow: only a wrong answer or a close fails the start); one that closes at
+    once fails."""
+    import socket
+    import threading
+
+    from proxy.ops.server import check_upstream
+    from proxy.wire import frames as wire
+
+    release = threading.Event()
+
+    def serve(answer: bytes | None) -> tuple[socket.socket, threading.Thread]:
+        lsock = socket.create_server(("127.0.0.1", 0))
+
+        def run() -> None:
+            conn, _ = lsock.accept()
+            with conn:
+                conn.recv(64)
+                if answer is None:
+                    return  # (closed at once)
+                conn.sendall(answer)
+                release.wait(30)  # (open until the check is done: silence is no close)
+
+        t = threading.Thread(target=run, name="test-h2-probe-peer", daemon=True)
+        t.start()
+        return lsock, t
+
+    for answer, fails in ((wire.frame(wire.SETTINGS, 0, 0, b""), False), (b"", False), (None, True),
+                          (b"HTTP/1.1 400 Bad Request\r\n\r\n", True)):  # fmt: skip
+        release.clear()
+        lsock, t = serve(answer)
+        try:
+            port = lsock.getsockname()[1]
+            if fails:
+                with pytest.raises(UpstreamError, match="does not speak HTTP/2"):
+                    check_upstream("127.0.0.1", port, 5.0, h2=True)
+            else:
+                check_upstream("127.0.0.1", port, 5.0, h2=True)
+        finally:
+            release.set()
+            lsock.close()
+            t.join(10)
+            assert not t.is_alive()
