@@ -163,6 +163,9 @@ def run_record(args: argparse.Namespace) -> int:
     """``triton-tap record``."""
     import os
 
+    # grpc's C core (the admin service) would write INFO lines, not JSON, into the proxy's log (a plaintext
+    # client at a TLS admin port); it reads this when grpc is imported. A value the user set stays.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     from proxy.ops import eventloop, logs
     from proxy.ops.evidence import parse_evidence
     from proxy.ops.server import ProxyConfig, run

@@ -142,3 +142,23 @@ def test_a_model_map_that_says_no_one_thing_is_refused(tmp_path: Path, command: 
     args = (["diff", str(capture), str(capture), *maps] if command == "diff" else
             ["replay", "send", str(capture), "--target", "127.0.0.1:1", "--out", str(tmp_path / "out"), *maps])  # fmt: skip
     _one_line(_run(*args, cwd=tmp_path), says)
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--server-name", "triton.internal"], "--server-name needs --ca"),
+        (["--cert", "c.pem", "--key", "k.pem"], "--cert needs --ca"),
+        (["--ca", "CA", "--cert", "c.pem"], "--cert and --key go together"),
+        (["--ca", "CA", "--cert", "c.pem", "--key", "k.pem"], "cannot load --cert/--key"),
+    ],
+)
+def test_admin_commands_refuse_tls_flags_that_cannot_apply(tmp_path: Path, flags: list[str], says: str) -> None:
+    """`--server-name` without `--ca` was ignored (a plaintext attempt, exit 1 "Socket closed"); the client
+    certificate flags need TLS, each other, and a pair that loads."""
+    from tests.support.tls import make_pki
+
+    ca = make_pki(tmp_path / "pki").ca
+    args = [str(ca) if a == "CA" else a for a in flags]
+    proc = _run("status", "--admin", "127.0.0.1:1", *args, cwd=tmp_path)
+    _one_line(proc, says)

@@ -3,11 +3,14 @@
 It runs on the proxy's own event loop (grpc.aio) and only reads the relay's state; records reach
 Tail streams through :class:`proxy.admin.hub.TapHub`, fed by the capture writer's thread, so the
 relay does no work for watchers. The address must be loopback unless the proxy serves TLS
-(``--tls-cert/--tls-key``, reused here): the stream shows live request metadata.
+(``--tls-cert/--tls-key``, reused here): the stream shows live request metadata. With
+``--tls-client-ca`` the admin port requires client certificates signed by it, as the relay does, and
+a reload of the TLS files (SIGHUP, ``--tls-watch``) reaches the admin port too (:class:`AdminTls`).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -152,8 +155,11 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
 class AdminServer:
     """The grpc.aio server of one proxy."""
 
-    def __init__(self, server: Any, port: int, hub: TapHub, host: str, handlers: Handlers) -> None:
+    def __init__(self, server: Any, port: int, hub: TapHub, host: str, handlers: Handlers,
+                 tls: AdminTls | None = None) -> None:  # fmt: skip
         self.server = server
+        #: Its TLS files, read again by the proxy's reloads (None: plaintext on loopback).
+        self.tls = tls
         self.handlers = handlers
         self.port = port
         self.hub = hub
@@ -166,17 +172,57 @@ class AdminServer:
         await self.handlers.stop(self.server, grace)
 
 
-def _credentials(cert: Path, key: Path) -> Any:
-    try:
-        return grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
-    except OSError as e:
-        raise UserError(f"cannot read --tls-cert/--tls-key for --admin: {e.strerror or e}") from None
+class AdminTls:
+    """The admin port's TLS: the proxy's ``--tls-cert/--tls-key`` and, with ``--tls-client-ca``, client
+    certificates required as on the relay's port.
+
+    grpc's dynamic credentials ask :meth:`_fetch` before each new handshake for a configuration to
+    switch to: a reload (:class:`proxy.ops.tls.ReloadableTls`) reads the files again (:meth:`read`) and
+    leaves the result for that (:meth:`use`), so new admin connections get the new files while open
+    ones keep theirs, and the server is not restarted (a Tail stream goes on). Whether client
+    certificates are required is fixed for the server's life, as on the relay's port.
+    """
+
+    def __init__(self, cert: Path, key: Path, client_ca: Path | None) -> None:
+        self.cert, self.key, self.client_ca = cert, key, client_ca
+        self._lock = threading.Lock()  # _fetch runs on grpc's threads, use on the event loop's
+        self._pending: Any = None
+        self.initial: Any = self.read()
+
+    def read(self) -> Any:
+        """The files as a ``grpc.ServerCertificateConfiguration``; UserError if they cannot be read."""
+        try:
+            pair = (self.key.read_bytes(), self.cert.read_bytes())
+            roots = self.client_ca.read_bytes() if self.client_ca is not None else None
+        except OSError as e:
+            raise UserError(f"cannot read --tls-cert/--tls-key/--tls-client-ca for --admin: {e.strerror or e}") from None
+        return grpc.ssl_server_certificate_configuration([pair], root_certificates=roots)
+
+    def use(self, material: object) -> None:
+        """Serve new connections with ``material`` (from :meth:`read`)."""
+        with self._lock:
+            self._pending = material
+
+    def _fetch(self) -> Any:
+        # None: keep the current configuration (grpc calls this before every handshake).
+        with self._lock:
+            config, self._pending = self._pending, None
+        return config
+
+    def credentials(self) -> Any:
+        """Server credentials that follow :meth:`use`."""
+        return grpc.dynamic_ssl_server_credentials(
+            self.initial, self._fetch, require_client_authentication=self.client_ca is not None
+        )
 
 
-async def start_admin(address: str, served: Served, tls_cert: Path | None, tls_key: Path | None) -> AdminServer:
-    """Bind ``address`` (``--admin``; TLS with the proxy's own ``--tls-cert/--tls-key``) and serve the
-    running proxy's ``served`` parts; UserError if impossible."""
+async def start_admin(
+    address: str, served: Served, tls_cert: Path | None, tls_key: Path | None, tls_client_ca: Path | None = None
+) -> AdminServer:
+    """Bind ``address`` (``--admin``; TLS with the proxy's own ``--tls-cert/--tls-key``, client certificates
+    required with its ``--tls-client-ca``) and serve the running proxy's ``served`` parts; UserError if impossible."""
     host, port, tls = admin_address(address, tls_cert, tls_key)
+    admin_tls = AdminTls(tls_cert, tls_key, tls_client_ca) if tls and tls_cert and tls_key else None
     hub = TapHub()
     handlers = Handlers()
     # Not SO_REUSEPORT (grpc's default): a second proxy given the same --admin would share the port, and each
@@ -185,9 +231,8 @@ async def start_admin(address: str, served: Served, tls_cert: Path | None, tls_k
     pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(served, hub, handlers), server)  # type: ignore[no-untyped-call]
     where = format_hostport(host, port)
     try:
-        if tls:
-            assert tls_cert is not None and tls_key is not None
-            bound = server.add_secure_port(where, _credentials(tls_cert, tls_key))
+        if admin_tls is not None:
+            bound = server.add_secure_port(where, admin_tls.credentials())
         else:
             bound = server.add_insecure_port(where)
     except RuntimeError as e:  # grpc's "Failed to bind to address ...; set GRPC_VERBOSITY=debug ..."
@@ -200,5 +245,5 @@ async def start_admin(address: str, served: Served, tls_cert: Path | None, tls_k
     served.writer.tap = hub.publish
     if served.metrics is not None:
         served.metrics.attach_tap(hub.stats)
-    log.info("admin_serving", address=format_hostport(host, bound), tls=tls)
-    return AdminServer(server, bound, hub, host, handlers)
+    log.info("admin_serving", address=format_hostport(host, bound), tls=tls, client_certs=tls_client_ca is not None and tls)
+    return AdminServer(server, bound, hub, host, handlers, admin_tls)

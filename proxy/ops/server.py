@@ -365,7 +365,8 @@ class RecordingProxy:
                                 tls_upstream=cfg.upstream_tls, writer=writer, relays=tuple(self.relays),
                                 metrics=self.metrics, http_listen=start.http_listen or "",
                                 http_upstream=start.http_upstream or "")  # fmt: skip
-                self.admin = await start_admin(cfg.admin, served, cfg.tls_cert, cfg.tls_key)
+                self.admin = await start_admin(cfg.admin, served, cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca)
+                tls.admin = self.admin.tls  # SIGHUP and --tls-watch reload the admin port's files too
             if warm_up:
                 warmup.warm_up()
             for srv in self._servers:

@@ -8,6 +8,10 @@ client certificates are required (``--tls-client-ca``): a reload replaces files,
 
 Upstream TLS: the relay reads its context per new upstream connection, so a reload just swaps it.
 
+The admin service (``record --admin``, grpc's own TLS, which takes no :mod:`ssl` context) is served
+from the same files with the same client-certificate rule: a reload reads them for it too
+(:class:`ListenerFiles`), and it too applies them to new connections only.
+
 Refusals: asyncio reports a failed server-side handshake to nobody (only in debug mode). The base
 context's SSL objects are of a subclass whose ``do_handshake`` sees the failure, so each refused
 client is logged (once per reason per minute, the rest counted) and counted by reason.
@@ -44,6 +48,18 @@ class TlsFlags(Protocol):
     upstream_cert: Path | None
     upstream_key: Path | None
     upstream_server_name: str | None
+
+
+class ListenerFiles(Protocol):
+    """Another listener served from ``--tls-cert/--tls-key/--tls-client-ca`` (the admin service)."""
+
+    def read(self) -> object:
+        """The files read again, in the listener's form (:class:`UserError` if they cannot be read)."""
+        ...
+
+    def use(self, material: object) -> None:
+        """Serve new connections with what :meth:`read` returned."""
+        ...
 
 
 def load_chain(ctx: ssl.SSLContext, cert: Path, key: Path, what: str) -> None:
@@ -150,6 +166,8 @@ class ReloadableTls:
         self.upstream: ssl.SSLContext | None = build_upstream()
         #: Called with the new upstream context after a reload (the relay's attribute is set there).
         self.on_upstream: Callable[[ssl.SSLContext | None], None] | None = None
+        #: The admin service's TLS, read again with the listening side's files (set once it listens).
+        self.admin: ListenerFiles | None = None
         if self.base is not None:
             self.base.sslobject_class = _watching_sslobject(self.counters)
             self.base.sni_callback = self._switch
@@ -170,18 +188,23 @@ class ReloadableTls:
         try:
             server = self._build_server() if self.current is not None else None
             upstream = self._build_upstream() if self.upstream is not None else None
+            # Read after the context above loaded the same files: what the admin port gets was just checked.
+            admin = self.admin.read() if self.admin is not None and server is not None else None
         except UserError as e:
             self.counters.reloads["failed"] = self.counters.reloads.get("failed", 0) + 1
             log.error("tls_reload_failed", why=why, error=str(e), note="the previous certificates stay in use")
             return False
         if server is not None:
             self.current = server
+        if admin is not None:
+            assert self.admin is not None
+            self.admin.use(admin)
         if upstream is not None:
             self.upstream = upstream
             if self.on_upstream is not None:
                 self.on_upstream(upstream)
         self.counters.reloads["ok"] = self.counters.reloads.get("ok", 0) + 1
-        log.info("tls_reloaded", why=why, listen=server is not None, upstream=upstream is not None)
+        log.info("tls_reloaded", why=why, listen=server is not None, upstream=upstream is not None, admin=admin is not None)
         return True
 
     def changed(self) -> bool:
