@@ -333,7 +333,7 @@ class RecordingProxy:
         # Bind before the capture exists so that a busy port leaves no empty capture behind.
         relay_box: list[Relay] = []
         http_box: list[Relay] = []
-        await self._listen(server_tls, relay_box, http_box)
+        await self._listen(server_tls, tls.http_base, relay_box, http_box)
         grpc, http = self.grpc_addrs, self.http_addrs
         listen = format_hostport(self.listen_addr[0], self.port)
         http_listen = format_hostport(http[0][0], self.http_port) if http is not None else None
@@ -402,8 +402,9 @@ class RecordingProxy:
                 log.warning("evidence_metrics_unreachable", url=cfg.evidence.metrics_url, error=why)
 
     async def _listen(
-        self, server_tls: ssl.SSLContext | None, relay_box: list[Relay], http_box: list[Relay]
-    ) -> asyncio.base_events.Server:
+        self, server_tls: ssl.SSLContext | None, http_tls: ssl.SSLContext | None, relay_box: list[Relay],
+        http_box: list[Relay],
+    ) -> asyncio.base_events.Server:  # fmt: skip
         """Bind the listening sockets (not serving yet: the boxes get the relays first) and the
         metrics endpoint, if any; the first server (gRPC's when relayed) is returned."""
         for pair, box in ((self.grpc_addrs, relay_box), (self.http_addrs, http_box)):
@@ -413,7 +414,7 @@ class RecordingProxy:
             try:
                 srv = await asyncio.get_running_loop().create_server(
                     lambda box=box: box[0].protocol_factory(), host, port, reuse_address=True,
-                    start_serving=False, ssl=server_tls,
+                    start_serving=False, ssl=http_tls if box is http_box else server_tls,
                     # Workers of one set bind the same port; the kernel spreads connections over them.
                     reuse_port=self.config.worker is not None,
                 )  # fmt: skip

@@ -71,7 +71,8 @@ def load_chain(ctx: ssl.SSLContext, cert: Path, key: Path, what: str) -> None:
 
 
 def server_context(cert: Path, key: Path, client_ca: Path | None) -> ssl.SSLContext:
-    """A context for clients (ALPN h2 only: gRPC); with ``client_ca``, client certificates are required."""
+    """A context for clients (ALPN h2 only: gRPC; the HTTP port's is made from it); with ``client_ca``, client
+    certificates are required."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     load_chain(ctx, cert, key, "--tls-cert/--tls-key")
@@ -163,14 +164,19 @@ class ReloadableTls:
         self.base: ssl.SSLContext | None = build_server()
         #: What new client connections get: the base until the first reload.
         self.current = self.base
+        #: The HTTP port's, alike: the same files, offering HTTP/1.1 (it speaks no HTTP/2: offered h2, a client
+        #: such as curl chose it, and the port then refused it as a client breaking HTTP/1.x).
+        self.http_base = _http1(build_server())
+        self.http_current = self.http_base
         self.upstream: ssl.SSLContext | None = build_upstream()
         #: Called with the new upstream context after a reload (the relay's attribute is set there).
         self.on_upstream: Callable[[ssl.SSLContext | None], None] | None = None
         #: The admin service's TLS, read again with the listening side's files (set once it listens).
         self.admin: ListenerFiles | None = None
-        if self.base is not None:
-            self.base.sslobject_class = _watching_sslobject(self.counters)
-            self.base.sni_callback = self._switch
+        for ctx in (self.base, self.http_base):
+            if ctx is not None:
+                ctx.sslobject_class = _watching_sslobject(self.counters)
+                ctx.sni_callback = self._switch
 
     @property
     def client_certs_required(self) -> bool:
@@ -178,7 +184,7 @@ class ReloadableTls:
         return self.base is not None and self.base.verify_mode == ssl.CERT_REQUIRED
 
     def _switch(self, sslobj: Any, server_name: str | None, base: ssl.SSLContext) -> None:
-        current = self.current
+        current = self.http_current if base is self.http_base else self.current
         if current is not None and current is not base:
             sslobj.context = current
 
@@ -187,6 +193,7 @@ class ReloadableTls:
         self._signature = _signature(self._files)
         try:
             server = self._build_server() if self.current is not None else None
+            http = _http1(self._build_server()) if self.http_current is not None else None
             upstream = self._build_upstream() if self.upstream is not None else None
             # Read after the context above loaded the same files: what the admin port gets was just checked.
             admin = self.admin.read() if self.admin is not None and server is not None else None
@@ -196,6 +203,8 @@ class ReloadableTls:
             return False
         if server is not None:
             self.current = server
+        if http is not None:
+            self.http_current = http
         if admin is not None:
             assert self.admin is not None
             self.admin.use(admin)
@@ -210,6 +219,12 @@ class ReloadableTls:
     def changed(self) -> bool:
         """Whether a certificate file changed since the last (re)load (a few stat calls)."""
         return _signature(self._files) != self._signature
+
+
+def _http1(ctx: ssl.SSLContext | None) -> ssl.SSLContext | None:
+    if ctx is not None:
+        ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
 
 
 def listen_ssl(cfg: TlsFlags) -> ssl.SSLContext | None:

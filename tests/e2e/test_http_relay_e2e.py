@@ -347,3 +347,34 @@ def test_a_body_giving_its_id_twice_is_labelled_with_the_id_triton_used(both_por
     (call,) = calls(recs, "POST /v2/models/tokens/generate_stream")
     ids = [(m["dir"], m["request_id"]) for m in of_kind(recs, "message", call)]
     assert ids[0] == ("c2s", "d1") and {rid for _, rid in ids} == {"d1"}, ids
+
+
+def test_the_http_port_over_tls_offers_http11_and_curl_gets_its_answer(triton: TritonServer, tmp_path: Path) -> None:
+    """--tls-cert on a proxy relaying both ports: the HTTP port offers HTTP/1.1 in ALPN, so curl (which offers h2
+    first) speaks HTTP/1.1 and gets Triton's answer. It offered h2 only: curl chose it and failed (exit 18), and the
+    capture blamed the client for breaking HTTP/1.x. The gRPC port still offers h2."""
+    import ssl
+
+    from tests.support.tls import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    http_upstream = triton.http_url.removeprefix("http://")
+    with ProxyThread(triton.grpc_url, tmp_path / "captures", payload="meta", drain_timeout=5,
+                     http_listen="127.0.0.1:0", http_upstream=http_upstream,
+                     tls_cert=pki.server_cert, tls_key=pki.server_key) as proxy:  # fmt: skip
+        out = subprocess.run(["curl", "-sS", "--cacert", str(pki.ca), "-o", "/dev/null", "-w", "%{http_code} %{http_version}",
+                              f"https://{http_url(proxy)}/v2/health/ready"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert (out.returncode, out.stdout) == (0, "200 1.1"), out.stderr
+        ctx = ssl.create_default_context(cafile=pki.ca)
+        ctx.set_alpn_protocols(["h2", "http/1.1"])
+        chosen = {}
+        for name, port in (("grpc", proxy.port), ("http", proxy.proxy.http_port)):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+                    ctx.wrap_socket(raw, server_hostname="localhost") as sock:  # fmt: skip
+                chosen[name] = sock.selected_alpn_protocol()
+        assert chosen == {"grpc": "h2", "http": "http/1.1"}
+    recs = records(proxy.stop())
+    assert of_kind(recs, "protocol_error") == []
+    (call,) = calls(recs, "GET /v2/health/ready")
+    assert end_of(recs, call)["status"] == "200"
