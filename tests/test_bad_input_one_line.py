@@ -8,6 +8,7 @@ No server is needed: every case is refused before any connection is made.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,26 @@ def test_admin_commands_refuse_tls_flags_that_cannot_apply(tmp_path: Path, flags
     args = [str(ca) if a == "CA" else a for a in flags]
     proc = _run("status", "--admin", "127.0.0.1:1", *args, cwd=tmp_path)
     _one_line(proc, says)
+
+
+def test_workers_refuse_a_tls_file_that_does_not_load_in_one_line(tmp_path: Path) -> None:
+    """`record --workers 2` with a certificate that is no certificate: one line, exit 2, as without --workers (each
+    worker printed its own error among the set's log lines: workers_started, two errors, worker_failed)."""
+    bad = tmp_path / "cert.pem"
+    bad.write_text("not a certificate\n")
+    proc = _run("record", "--workers", "2", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1",
+                "--tls-cert", str(bad), "--tls-key", str(bad), "--capture-dir", str(tmp_path / "caps"), cwd=tmp_path)  # fmt: skip
+    _one_line(proc, "cannot load --tls-cert/--tls-key")
+    assert not (tmp_path / "caps").exists()
+
+
+def test_workers_say_an_unreachable_upstream_in_one_line(tmp_path: Path) -> None:
+    """`record --workers 2` with nothing listening upstream: one line and exit 1, before any worker starts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # (bound, not listening: refused)
+        proc = _run("record", "--workers", "2", "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{port}",
+                    "--capture-dir", str(tmp_path / "caps"), cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is unreachable" in lines[0], proc.stderr

@@ -39,7 +39,8 @@ from types import FrameType
 
 import structlog
 
-from proxy.ops.server import ProxyConfig
+from proxy.ops.server import ProxyConfig, check_upstream
+from proxy.ops.tls import listen_ssl, upstream_ssl
 from replay.capture import naming
 from replay.errors import TritonTapError, exit_code_for
 from replay.hostport import cannot_listen, format_hostport, parse_hostport
@@ -81,6 +82,13 @@ def _plus(address: str | None, flag: str, k: int) -> str | None:
 
 def supervise(cfg: ProxyConfig, log_level: str) -> int:
     """Run ``cfg.workers`` worker processes until SIGTERM/SIGINT (or one fails); their worst exit status."""
+    # What every worker would refuse alike is refused here, before any starts: one line, as without
+    # --workers, not one error per worker among the set's log lines.
+    upstream_tls = upstream_ssl(cfg)
+    listen_ssl(cfg)
+    if cfg.upstream:
+        check_upstream(*parse_hostport(cfg.upstream, "--upstream"), cfg.connect_timeout, upstream_tls,
+                       cfg.upstream_server_name, h2=True)  # fmt: skip
     host, port = parse_hostport(cfg.listen, "--listen", allow_port_zero=True)
     reserved = _reserve(host, port)
     port = reserved.getsockname()[1]
