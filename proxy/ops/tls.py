@@ -101,13 +101,23 @@ class TlsCounters:
     _logged: dict[str, float] = field(default_factory=dict)
 
     def refusal(self, reason: str, detail: str) -> None:
-        """A client was refused at the handshake."""
+        """A client handshake failed: the proxy refused the client, or (an alert the client sent) the client
+        refused the proxy."""
         self.refused[reason] = self.refused.get(reason, 0) + 1
         now = time.monotonic()
         if now - self._logged.get(reason, float("-inf")) >= REFUSAL_LOG_INTERVAL_S:
             self._logged[reason] = now
-            log.warning("tls_client_refused", reason=reason, error=detail, refused_so_far=self.refused[reason],
-                        note=f"logged once per reason per {REFUSAL_LOG_INTERVAL_S:g} s; all are counted")  # fmt: skip
+            note = f"logged once per reason per {REFUSAL_LOG_INTERVAL_S:g} s; all are counted"
+            if "_ALERT_" in reason:
+                # OpenSSL names an alert the peer sent so: the client ended the handshake, most often rejecting
+                # the proxy's certificate (expired, an unknown CA, a name it does not hold). Said as the
+                # client's refusal, or an expired --tls-cert read as the proxy turning every client away.
+                log.warning("tls_client_rejected_handshake", reason=reason, error=detail,
+                            failed_so_far=self.refused[reason], note="the client refused the proxy's certificate or "
+                            f"TLS settings (is --tls-cert expired, or not signed by a CA the client trusts?); {note}")  # fmt: skip
+            else:
+                log.warning("tls_client_refused", reason=reason, error=detail, refused_so_far=self.refused[reason],
+                            note=note)  # fmt: skip
 
 
 def _watching_sslobject(counters: TlsCounters) -> type[ssl.SSLObject]:

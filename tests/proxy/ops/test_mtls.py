@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import queue
 import shutil
+import socket
+import ssl
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -190,3 +193,28 @@ def test_bad_new_certificate_keeps_the_old_one(
     c = _client(proxy.port, old.ca)
     _echo(c)
     c.close()
+
+
+def test_a_client_that_rejects_the_proxys_certificate_is_logged_as_its_rejection(
+    tmp_path: Path, fake_upstream: Any, start_proxy: Callable[..., RecordingProxy]
+) -> None:
+    """A client that trusts another CA ends the handshake with an alert: counted, and logged as the client rejecting
+    the proxy's certificate (it was logged `tls_client_refused`, the proxy turning the client away: an expired
+    --tls-cert read as every client being refused)."""
+    import structlog
+
+    pki, other = make_pki(tmp_path / "a"), make_pki(tmp_path / "b")
+    proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}", tls_cert=pki.server_cert, tls_key=pki.server_key)
+    with structlog.testing.capture_logs() as logs:
+        # (OpenSSL's client, as curl's: it sends its alert within the server's handshake)
+        ctx = ssl.create_default_context(cafile=other.ca)
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as raw, pytest.raises(ssl.SSLError):
+            ctx.wrap_socket(raw, server_hostname="localhost")
+        assert proxy.upkeep is not None
+        counters = proxy.upkeep.tls.counters
+        deadline = time.monotonic() + 30  # (the proxy's loop counts the failed handshake after the client saw it)
+        while not any("_ALERT_" in reason for reason in counters.refused):
+            assert time.monotonic() < deadline, counters.refused
+            time.sleep(0.01)
+    events = [e["event"] for e in logs if e["event"].startswith("tls_client")]
+    assert events and set(events) == {"tls_client_rejected_handshake"}, logs
