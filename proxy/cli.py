@@ -51,6 +51,8 @@ def _grpc_pair(args: argparse.Namespace) -> tuple[str, str]:
     """``--listen``/``--upstream``: their defaults unless only the HTTP pair is given (then ``""``: no gRPC)."""
     if (args.http_listen is None) != (args.http_upstream is None):
         raise UserError("--http-listen and --http-upstream go together")
+    if args.http_upstream_tls and args.http_upstream is None:
+        raise UserError("--http-upstream-tls needs --http-listen/--http-upstream (it is the HTTP upstream's TLS)")
     if args.http_listen is not None and args.listen is None and args.upstream is None:
         return "", ""
     return args.listen or GRPC_LISTEN, args.upstream or GRPC_UPSTREAM
@@ -114,7 +116,10 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
     tls.add_argument("--tls-watch", type=_zero_or_positive, default=10.0, metavar="SECONDS",
                      help="reload the TLS files (both sides) for new connections when they change on disk, checked "
                      "this often; SIGHUP also reloads them (default %(default)s; 0: only on SIGHUP)")
-    tls.add_argument("--upstream-tls", action="store_true", help="connect to Triton over TLS (certificate and name verified)")
+    tls.add_argument("--upstream-tls", action="store_true", help="connect to Triton's gRPC port over TLS (certificate and name verified)")
+    tls.add_argument("--http-upstream-tls", action="store_true",
+                     help="connect to the --http-upstream over TLS (an HTTPS front: Triton's own HTTP port has no TLS); "
+                     "the --upstream-ca/--upstream-cert/--upstream-key/--upstream-server-name apply")
     tls.add_argument("--upstream-ca", type=Path, default=None, metavar="PEM", help="CA bundle for the upstream certificate (default: system store)")
     tls.add_argument("--upstream-cert", type=Path, default=None, metavar="PEM", help="client certificate for mutual TLS to Triton")
     tls.add_argument("--upstream-key", type=Path, default=None, metavar="PEM", help="private key of --upstream-cert")
@@ -202,6 +207,7 @@ def run_record(args: argparse.Namespace) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         upstream_tls=args.upstream_tls,
+        http_upstream_tls=args.http_upstream_tls,
         upstream_ca=args.upstream_ca,
         upstream_cert=args.upstream_cert,
         upstream_key=args.upstream_key,

@@ -77,6 +77,7 @@ class ProxyConfig:
     tls_key: Path | None = None
     #: TLS towards Triton; ``upstream_ca`` None means the system trust store.
     upstream_tls: bool = False
+    http_upstream_tls: bool = False
     upstream_ca: Path | None = None
     upstream_cert: Path | None = None
     upstream_key: Path | None = None
@@ -326,9 +327,10 @@ class RecordingProxy:
         pay is done before clients are served (:mod:`proxy.ops.warmup`)."""
         cfg = self.config
         # Reloadable (SIGHUP, file watch: proxy/ops/upkeep.py) for new connections; open ones keep theirs.
-        tls = ReloadableTls(lambda: listen_ssl(cfg), lambda: upstream_ssl(cfg), tls_files(cfg))
+        tls = ReloadableTls(lambda: listen_ssl(cfg), lambda: upstream_ssl(cfg), tls_files(cfg),
+                            lambda: upstream_ssl(cfg, http=True))  # fmt: skip
         server_tls, up_tls = tls.base, tls.upstream
-        await self._check(cfg, up_tls)
+        await self._check(cfg, up_tls, tls.http_upstream)
         salt = cfg.redact_salt if cfg.redact_salt is not None else secrets.token_hex(16)
         # Bind before the capture exists so that a busy port leaves no empty capture behind.
         relay_box: list[Relay] = []
@@ -341,7 +343,8 @@ class RecordingProxy:
             t_ns=time.time_ns(), proxy_version=__version__,
             listen=listen if grpc is not None else "",
             upstream=format_hostport(*grpc[1]) if grpc is not None else "",
-            options=capture_options(cfg, salt, server_tls is not None, up_tls is not None, tls.client_certs_required),
+            options=capture_options(cfg, salt, server_tls is not None, up_tls is not None, tls.client_certs_required)
+            | {"tls_http_upstream": tls.http_upstream is not None},
             capture_set=cfg.capture_set, worker=cfg.worker,
             workers=cfg.workers if cfg.worker is not None else None,
             http_listen=http_listen, http_upstream=format_hostport(*http[1]) if http is not None else None,
@@ -353,7 +356,7 @@ class RecordingProxy:
             if grpc is not None:
                 relay_box.append(self._relay(writer, up_tls, salt, grpc[1], H2Core, ids))
             if http is not None:
-                self.http_relay = self._relay(writer, up_tls, salt, http[1], Http1Core, ids)
+                self.http_relay = self._relay(writer, tls.http_upstream, salt, http[1], Http1Core, ids)
                 http_box.append(self.http_relay)
             self.relays = relay_box + http_box
             self.relay = self.relays[0]
@@ -382,7 +385,7 @@ class RecordingProxy:
             raise
         self._log_recording(start, server_tls is not None, up_tls is not None, tls.client_certs_required)
 
-    async def _check(self, cfg: ProxyConfig, up_tls: ssl.SSLContext | None) -> None:
+    async def _check(self, cfg: ProxyConfig, up_tls: ssl.SSLContext | None, http_up_tls: ssl.SSLContext | None) -> None:
         """What must hold before anything is bound or written (TLS material was loaded by the caller):
         the budget flags, the capture directory, the ready file's directory, a reachable upstream."""
         budget_options(cfg)
@@ -393,8 +396,8 @@ class RecordingProxy:
         for pair in (self.grpc_addrs, self.http_addrs):
             if pair is not None:
                 await loop.run_in_executor(None, functools.partial(
-                    check_upstream, *pair[1], cfg.connect_timeout, up_tls, cfg.upstream_server_name,
-                    h2=pair is self.grpc_addrs))  # fmt: skip
+                    check_upstream, *pair[1], cfg.connect_timeout, up_tls if pair is self.grpc_addrs else http_up_tls,
+                    cfg.upstream_server_name, h2=pair is self.grpc_addrs))  # fmt: skip
         if cfg.evidence is not None and cfg.evidence.metrics_url is not None:
             why = await loop.run_in_executor(None, probe_metrics, cfg.evidence.metrics_url, cfg.connect_timeout)
             if why is not None:
@@ -577,9 +580,10 @@ class RecordingProxy:
         assert self.writer is not None and self.relay is not None
         relays = list(self.relays)
 
-        def set_upstream(ctx: ssl.SSLContext | None) -> None:
+        def set_upstream(grpc_ctx: ssl.SSLContext | None, http_ctx: ssl.SSLContext | None) -> None:
             for relay in relays:
-                relay.upstream_tls = ctx  # read per new upstream connection
+                # read per new upstream connection
+                relay.upstream_tls = http_ctx if relay is self.http_relay else grpc_ctx
 
         tls.on_upstream = set_upstream
         upkeep = Upkeep(self.writer, tls, self.config.tls_watch_s)

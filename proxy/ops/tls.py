@@ -44,6 +44,7 @@ class TlsFlags(Protocol):
     tls_key: Path | None
     tls_client_ca: Path | None
     upstream_tls: bool
+    http_upstream_tls: bool
     upstream_ca: Path | None
     upstream_cert: Path | None
     upstream_key: Path | None
@@ -164,6 +165,7 @@ class ReloadableTls:
         build_server: Callable[[], ssl.SSLContext | None],
         build_upstream: Callable[[], ssl.SSLContext | None],
         files: tuple[Path | None, ...],
+        build_http_upstream: Callable[[], ssl.SSLContext | None] = lambda: None,
     ) -> None:
         self.counters = TlsCounters()
         self._build_server = build_server
@@ -179,8 +181,11 @@ class ReloadableTls:
         self.http_base = _http1(build_server())
         self.http_current = self.http_base
         self.upstream: ssl.SSLContext | None = build_upstream()
-        #: Called with the new upstream context after a reload (the relay's attribute is set there).
-        self.on_upstream: Callable[[ssl.SSLContext | None], None] | None = None
+        #: The HTTP upstream's (``--http-upstream-tls``: the same files, ALPN http/1.1), or None (plaintext).
+        self._build_http_upstream = build_http_upstream
+        self.http_upstream: ssl.SSLContext | None = build_http_upstream()
+        #: Called with the new upstream contexts (gRPC's, HTTP's) after a reload (the relays' attributes are set there).
+        self.on_upstream: Callable[[ssl.SSLContext | None, ssl.SSLContext | None], None] | None = None
         #: The admin service's TLS, read again with the listening side's files (set once it listens).
         self.admin: ListenerFiles | None = None
         for ctx in (self.base, self.http_base):
@@ -205,6 +210,7 @@ class ReloadableTls:
             server = self._build_server() if self.current is not None else None
             http = _http1(self._build_server()) if self.http_current is not None else None
             upstream = self._build_upstream() if self.upstream is not None else None
+            http_upstream = self._build_http_upstream() if self.http_upstream is not None else None
             # Read after the context above loaded the same files: what the admin port gets was just checked.
             admin = self.admin.read() if self.admin is not None and server is not None else None
         except UserError as e:
@@ -220,10 +226,13 @@ class ReloadableTls:
             self.admin.use(admin)
         if upstream is not None:
             self.upstream = upstream
-            if self.on_upstream is not None:
-                self.on_upstream(upstream)
+        if http_upstream is not None:
+            self.http_upstream = http_upstream
+        if (upstream is not None or http_upstream is not None) and self.on_upstream is not None:
+            self.on_upstream(self.upstream, self.http_upstream)
         self.counters.reloads["ok"] = self.counters.reloads.get("ok", 0) + 1
-        log.info("tls_reloaded", why=why, listen=server is not None, upstream=upstream is not None, admin=admin is not None)
+        log.info("tls_reloaded", why=why, listen=server is not None, upstream=upstream is not None,
+                 http_upstream=http_upstream is not None, admin=admin is not None)  # fmt: skip
         return True
 
     def changed(self) -> bool:
@@ -248,12 +257,17 @@ def listen_ssl(cfg: TlsFlags) -> ssl.SSLContext | None:
     return server_context(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca)
 
 
-def upstream_ssl(cfg: TlsFlags) -> ssl.SSLContext | None:
-    """The TLS context for connections to Triton (certificate and host name verified), or None for h2c."""
+def upstream_ssl(cfg: TlsFlags, *, http: bool = False) -> ssl.SSLContext | None:
+    """The TLS context for connections to Triton's gRPC port (``http``: to its HTTP port, ``--http-upstream-tls``,
+    ALPN http/1.1), certificate and host name verified, or None for plaintext.
+
+    Apart because Triton serves TLS on its gRPC port only (its HTTP port has none; HTTPS is a front's): one
+    flag for both made a TLS gRPC Triton impossible to record with its HTTP port."""
     tls_only = (cfg.upstream_ca, cfg.upstream_cert, cfg.upstream_key, cfg.upstream_server_name)
-    if not cfg.upstream_tls:
-        if any(v is not None for v in tls_only):
-            raise UserError("--upstream-ca/--upstream-cert/--upstream-key/--upstream-server-name need --upstream-tls")
+    if not cfg.upstream_tls and not cfg.http_upstream_tls and any(v is not None for v in tls_only):
+        raise UserError("--upstream-ca/--upstream-cert/--upstream-key/--upstream-server-name need --upstream-tls "
+                        "or --http-upstream-tls")  # fmt: skip
+    if not (cfg.http_upstream_tls if http else cfg.upstream_tls):
         return None
     if (cfg.upstream_cert is None) != (cfg.upstream_key is None):
         raise UserError("--upstream-cert and --upstream-key go together")
@@ -264,7 +278,7 @@ def upstream_ssl(cfg: TlsFlags) -> ssl.SSLContext | None:
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if cfg.upstream_cert is not None and cfg.upstream_key is not None:
         load_chain(ctx, cfg.upstream_cert, cfg.upstream_key, "--upstream-cert/--upstream-key")
-    ctx.set_alpn_protocols(["h2"])
+    ctx.set_alpn_protocols(["http/1.1"] if http else ["h2"])
     return ctx
 
 

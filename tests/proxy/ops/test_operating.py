@@ -150,7 +150,7 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         'upstream-server-name = "triton.internal"\nadmin = "127.0.0.1:8090"\n'
         'tls-client-ca = "/clients.pem"\ntls-watch = 0\nmax-total-mb = 100\nmin-free-mb = 0\ncompress = "none"\nworkers = 2\n'
         'event-loop = "asyncio"\npayload-store = "inline"\nready-file = "/run/tap.ready"\n'
-        'http-listen = "0.0.0.0:9000"\nhttp-upstream = "triton:8000"\n'
+        'http-listen = "0.0.0.0:9000"\nhttp-upstream = "triton:8000"\nhttp-upstream-tls = true\n'
     )
     values = load_config(cfg, parser)
     assert {a.dest for a in parser._actions if a.dest in values} == {config_keys(parser)[f].dest for f in flags}
@@ -164,7 +164,7 @@ def test_every_record_flag_has_a_config_key(tmp_path: Path) -> None:
         "upstream_tls": True, "upstream_ca": Path("/ca.pem"), "upstream_cert": Path("/uc.pem"), "admin": "127.0.0.1:8090",
         "upstream_key": Path("/uk.pem"), "upstream_server_name": "triton.internal",
         "tls_client_ca": Path("/clients.pem"), "tls_watch": 0.0, "max_total_mb": 100.0, "min_free_mb": 0.0, "compress": "none",
-        "ready_file": Path("/run/tap.ready"),
+        "ready_file": Path("/run/tap.ready"), "http_upstream_tls": True,
     }  # fmt: skip
 
 

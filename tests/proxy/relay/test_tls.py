@@ -7,7 +7,9 @@ certificates are generated per test session (tests/support/tls.py).
 
 from __future__ import annotations
 
+import http.server
 import queue
+import socket
 import ssl
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -234,3 +236,50 @@ def test_a_plaintext_h2_upstream_passes_the_start_check_and_a_silent_one_is_let_
             lsock.close()
             t.join(10)
             assert not t.is_alive()
+
+
+class _Ready(http.server.BaseHTTPRequestHandler):
+    """A plain HTTP/1.1 server answering /v2/health/ready (Triton's HTTP port has no TLS of its own)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("https", [False, True])
+def test_the_http_upstream_has_its_own_tls(
+    tls_upstream: int, pki: Pki, start_proxy: Callable[..., RecordingProxy], tmp_path: Path, https: bool
+) -> None:
+    """--upstream-tls is the gRPC upstream's: Triton serves TLS on its gRPC port only, so its plaintext HTTP port is
+    recorded beside it (one flag for both failed the start: "TLS handshake failed" at the HTTP port).
+    --http-upstream-tls is the HTTP upstream's (an HTTPS front), offering HTTP/1.1 in ALPN."""
+    import threading
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ready)
+    if https:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(pki.server_cert, pki.server_key)
+        ctx.set_alpn_protocols(["http/1.1"])
+        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, name="test-http-upstream", daemon=True)
+    thread.start()
+    try:
+        proxy = start_proxy(f"127.0.0.1:{tls_upstream}", **_mtls_kw(pki), http_listen="127.0.0.1:0",
+                            http_upstream=f"127.0.0.1:{httpd.server_address[1]}",
+                            **({"http_upstream_tls": True} if https else {}))  # fmt: skip
+        client = ssl.create_default_context(cafile=pki.ca)
+        with socket.create_connection(("127.0.0.1", proxy.http_port), timeout=10) as raw, \
+                client.wrap_socket(raw, server_hostname="localhost") as sock:  # fmt: skip
+            sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(100).startswith(b"HTTP/1.1 200")
+        _echo(_tls_client(proxy.port, pki))  # and the gRPC pair over TLS both ways
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(10)
