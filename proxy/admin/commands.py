@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from proxy.admin.connect import add_tls_flags, quiet_handshake_logs
 from replay.capture import events as ev
 from replay.cli.base import seq_number
 
@@ -15,18 +15,7 @@ from replay.cli.base import seq_number
 def _connection_flags(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--admin", required=required, default=None, metavar="HOST:PORT",
                    help="the proxy's admin address (record --admin)")  # fmt: skip
-    p.add_argument("--ca", type=Path, default=None, metavar="PEM",
-                   help="connect over TLS, verifying the proxy's certificate with this CA")  # fmt: skip
-    p.add_argument("--server-name", default=None, metavar="NAME", help="with --ca: the certificate name to expect")
-    p.add_argument("--cert", type=Path, default=None, metavar="PEM",
-                   help="with --ca and --key: present this client certificate (a proxy run with --tls-client-ca requires one)")  # fmt: skip
-    p.add_argument("--key", type=Path, default=None, metavar="PEM", help="with --cert: its private key")
-
-
-def _quiet_grpc() -> None:
-    """grpc's C core logs a failed TLS handshake on stderr (an INFO line) before the command's own one-line
-    error; it reads GRPC_VERBOSITY when grpc is imported, so this runs first. A value the user set stays."""
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    add_tls_flags(p, "the proxy's admin port")
 
 
 def add_admin_commands(sub: Any) -> None:
@@ -64,28 +53,28 @@ def add_admin_commands(sub: Any) -> None:
 
 
 def _run_tail(args: argparse.Namespace) -> int:
-    _quiet_grpc()
+    quiet_handshake_logs()
     from proxy.admin.tail import run_tail
 
     return run_tail(args)
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    _quiet_grpc()
+    quiet_handshake_logs()
     from proxy.admin.client import run_status
 
     return run_status(args, sys.stdout)
 
 
 def _run_mark(args: argparse.Namespace) -> int:
-    _quiet_grpc()
+    quiet_handshake_logs()
     from proxy.admin.client import run_mark
 
     return run_mark(args, sys.stdout)
 
 
 def _run_rotate(args: argparse.Namespace) -> int:
-    _quiet_grpc()
+    quiet_handshake_logs()
     from proxy.admin.client import run_rotate
 
     return run_rotate(args, sys.stdout)

@@ -1,30 +1,82 @@
 """Reaching a proxy's admin service from the client commands (``tail``, ``status``, ``mark``, ``rotate``):
-the channel ``--admin``/``--ca``/``--server-name``/``--cert``/``--key`` name, and one call on it whose
-RPC error ends as one line.
+the channel ``--admin``/``--ca``/``--server-name`` name, and one call on it whose RPC error ends as one line.
+
+The client side of TLS is built here once for every command that connects to a proxy or to Triton
+(the admin commands, ``health``, ``check-cancel``): :func:`client_tls` turns ``--ca``/``--server-name``/
+``--cert``/``--key`` into channel credentials and options, and :func:`tls_hint` says, when a connection
+was closed on a client, whether TLS is why.
 
 grpc is imported when a command runs, not when the commands are registered.
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from replay.errors import UpstreamError, UserError
 
-#: How long the look at a refused admin port (:func:`_tls_hint`) may take.
-PROBE_TIMEOUT_S = 3.0
+
+@dataclass(frozen=True)
+class ClientTls:
+    """What a grpc channel (or a tritonclient client) needs to speak TLS to the peer."""
+
+    credentials: Any  # grpc.ChannelCredentials
+    #: Channel options: the name to expect in the peer's certificate (``--server-name``), or none.
+    options: list[tuple[str, str]]
+    client_cert: bool  # --cert/--key given
 
 
-def check_flags(ca: Path | None, server_name: str | None, cert: Path | None, key: Path | None) -> None:
-    """Flags that cannot apply are a usage error, not a plaintext attempt that fails as an unreachable proxy."""
+def add_tls_flags(p: argparse.ArgumentParser, peer: str) -> None:
+    """``--ca``, ``--server-name``, ``--cert``, ``--key`` on a command that connects to ``peer``."""
+    p.add_argument("--ca", type=Path, default=None, metavar="PEM",
+                   help=f"connect to {peer} over TLS, verifying its certificate with this CA")  # fmt: skip
+    p.add_argument("--server-name", default=None, metavar="NAME", help="with --ca: the certificate name to expect")
+    p.add_argument("--cert", type=Path, default=None, metavar="PEM",
+                   help=f"with --ca: the client certificate to present (when {peer} requires one: mutual TLS)")  # fmt: skip
+    p.add_argument("--key", type=Path, default=None, metavar="PEM", help="with --cert: its private key")
+
+
+def client_tls(ca: Path | None, server_name: str | None = None, cert: Path | None = None,
+               key: Path | None = None) -> ClientTls | None:  # fmt: skip
+    """TLS for a channel from the flags; None without ``--ca`` (plaintext, h2c).
+
+    Every file is read and checked now, a bad one is a bad flag (:class:`UserError`): grpc would only
+    fail the handshake, as an unreachable peer, after logging C-core errors."""
     if ca is None:
-        given = [flag for flag, v in (("--server-name", server_name), ("--cert", cert), ("--key", key)) if v is not None]
-        if given:
-            raise UserError(f"{given[0]} needs --ca (it is part of TLS to the admin port)")
+        # A name or a certificate for a connection that has no TLS would be dropped without a word.
+        for flag, value in (("--server-name", server_name), ("--cert", cert), ("--key", key)):
+            if value is not None:
+                raise UserError(f"{flag} needs --ca (TLS is on with --ca)")
+        return None
     if (cert is None) != (key is None):
-        raise UserError("--cert and --key go together")
+        raise UserError("--cert and --key go together (the client certificate and its private key)")
+    quiet_handshake_logs()
+    import grpc
+
+    pem = _read(ca, "--ca")
+    _check_ca(ca, pem)
+    chain = private = None
+    if cert is not None and key is not None:
+        chain, private = _read(cert, "--cert"), _read(key, "--key")
+        _check_pair(cert, key)
+    creds = grpc.ssl_channel_credentials(root_certificates=pem, private_key=private, certificate_chain=chain)
+    opts = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+    return ClientTls(creds, opts, cert is not None)
+
+
+def quiet_handshake_logs() -> None:
+    """Keep grpc's C core from logging each failed TLS handshake on stderr ("I... Handshake failed ..."):
+    a second line beside the command's own, whose status details carry the same reason.
+
+    Read once, when grpc is first imported: a command that imports grpc before :func:`client_tls` (through
+    tritonclient) calls this first. A GRPC_VERBOSITY the user set wins."""
+    import os
+
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 
 def channel(address: str, ca: Path | None, server_name: str | None,
@@ -35,22 +87,18 @@ def channel(address: str, ca: Path | None, server_name: str | None,
 
     from replay.hostport import format_hostport, parse_hostport
 
-    check_flags(ca, server_name, cert, key)
     target = format_hostport(*parse_hostport(address, "--admin"))
-    if ca is None:
+    tls = client_tls(ca, server_name, cert, key)
+    if tls is None:
         return grpc.aio.insecure_channel(target)
+    return grpc.aio.secure_channel(target, tls.credentials, options=tls.options)
+
+
+def _read(path: Path, flag: str) -> bytes:
     try:
-        pem = ca.read_bytes()
+        return path.read_bytes()
     except OSError as e:
-        raise UserError(f"cannot read --ca {str(ca)!r}: {e.strerror or e}") from None
-    _check_ca(ca, pem)
-    chain: bytes | None = None
-    private: bytes | None = None
-    if cert is not None and key is not None:
-        chain, private = _client_pair(cert, key)
-    creds = grpc.ssl_channel_credentials(root_certificates=pem, private_key=private, certificate_chain=chain)
-    opts = [("grpc.ssl_target_name_override", server_name)] if server_name else []
-    return grpc.aio.secure_channel(target, creds, options=opts)
+        raise UserError(f"cannot read {flag} {str(path)!r}: {e.strerror or e}") from None
 
 
 def _check_ca(ca: Path, pem: bytes) -> None:
@@ -64,53 +112,69 @@ def _check_ca(ca: Path, pem: bytes) -> None:
         raise UserError(f"--ca {str(ca)!r} holds no PEM certificate: {e}") from None
 
 
-def _client_pair(cert: Path, key: Path) -> tuple[bytes, bytes]:
-    """The bytes of ``--cert``/``--key``, checked to be a matching pair now (for the same reason as ``--ca``)."""
+def _check_pair(cert: Path, key: Path) -> None:
+    """A certificate that is none, or a key that is not its key, is said now (grpc: a failed handshake)."""
     import ssl
 
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key)
-        return cert.read_bytes(), key.read_bytes()
-    except (OSError, ssl.SSLError) as e:
-        raise UserError(f"cannot load --cert/--key ({cert}, {key}): {getattr(e, 'strerror', None) or e}") from None
+    except (ssl.SSLError, ValueError) as e:
+        raise UserError(f"--cert {str(cert)!r} with --key {str(key)!r} does not load: {e}") from None
 
 
-def _tls_hint(target: str, ca: Path | None, with_cert: bool) -> str:
-    """What a failed connection's error ("Socket closed") does not say, told by one TLS handshake with the
-    admin port (made only after a call failed UNAVAILABLE): that it speaks TLS (no ``--ca`` was given), or
-    that it requires a client certificate (none was given). "" when neither is seen."""
+def tls_hint(host: str, port: int, tls: ClientTls | None, timeout: float = 1.0) -> str:
+    """Why a peer closed a connection it had accepted, when TLS is why; else ``""``.
+
+    A TLS port closes a plaintext client's connection, and a mutual-TLS one a client without a
+    certificate, and grpc says only "Socket closed" for both. One TLS handshake that checks
+    nothing (it only asks whether the port speaks TLS and wants a certificate) tells them apart.
+    """
+    if tls is not None and tls.client_cert:
+        return ""
+    peer = _tls_probe(host, port, timeout)
+    if peer is None:
+        return ""
+    if tls is None:
+        wants = ", and --cert/--key: it closed the connection after the handshake, as a server that " \
+            "requires a client certificate does" if peer == "wants-cert" else ""
+        return f"the port speaks TLS: give --ca PEM (the CA that signed its certificate){wants}"
+    if peer == "wants-cert":
+        return "the port closed the connection after the TLS handshake, as a server that requires a " \
+            "client certificate does: give --cert PEM --key PEM"
+    return ""
+
+
+def _tls_probe(host: str, port: int, timeout: float) -> str | None:
+    """``"tls"``, ``"wants-cert"`` (mutual TLS), or None (no TLS there, or nothing to tell)."""
     import socket
     import ssl
 
-    from replay.hostport import parse_hostport
-
-    if ca is not None and with_cert:
-        return ""
-    host, port = parse_hostport(target, "--admin")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE  # only whether, and how, the port answers TLS: nothing is trusted or sent
+    ctx.verify_mode = ssl.CERT_NONE  # nothing is sent: the question is only whether TLS answers
     ctx.set_alpn_protocols(["h2"])
     try:
-        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S) as raw:
-            with ctx.wrap_socket(raw, server_hostname=host) as conn:
-                # TLS 1.3: a server that requires a client certificate finds it missing after the client's
-                # side of the handshake is done, and closes; one that serves answers the preface (SETTINGS).
-                conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-                try:
-                    needs_cert = not conn.recv(1)
-                except (ssl.SSLError, ConnectionError):
-                    needs_cert = True
-    except ssl.SSLError as e:  # TLS 1.2: the refusal is a handshake alert
-        reason = str(getattr(e, "reason", "") or "")
-        if "ALERT" not in reason:
-            return ""
-        needs_cert = "CERTIFICATE_REQUIRED" in reason or "HANDSHAKE_FAILURE" in reason
+        raw = socket.create_connection((host, port), timeout=timeout)
     except OSError:
-        return ""
-    if ca is None:
-        return " (the admin port speaks TLS: give --ca" + (" and --cert/--key)" if needs_cert else ")")
-    return " (the admin port requires a client certificate: give --cert/--key)" if needs_cert else ""
+        return None
+    with raw:
+        try:
+            conn = ctx.wrap_socket(raw)
+        except ssl.SSLError as e:
+            return "tls" if "ALERT" in (e.reason or "") else None  # an alert is TLS; plaintext bytes are not
+        except OSError:
+            return None
+        with conn:
+            try:
+                # TLS 1.3: a server that requires a client certificate refuses the lack of one after
+                # the handshake: an alert (OpenSSL) or a bare close (grpc's BoringSSL) is what the
+                # first read gets, where an HTTP/2 server sends its SETTINGS.
+                first = conn.recv(1)
+            except ssl.SSLError as e:
+                return "wants-cert" if "CERTIFICATE_REQUIRED" in (e.reason or "") else "tls"
+            except OSError:
+                return "tls"
+            return "tls" if first else "wants-cert"
 
 
 async def admin_call(args: Any, fn: Callable[[Any], Any]) -> int:
@@ -119,6 +183,8 @@ async def admin_call(args: Any, fn: Callable[[Any], Any]) -> int:
 
     import grpc
 
+    from replay.hostport import parse_hostport
+
     cert, key = getattr(args, "cert", None), getattr(args, "key", None)
     async with channel(args.admin, args.ca, args.server_name, cert, key) as chan:
         try:
@@ -126,6 +192,11 @@ async def admin_call(args: Any, fn: Callable[[Any], Any]) -> int:
         except grpc.aio.AioRpcError as e:
             hint = ""
             if e.code() == grpc.StatusCode.UNAVAILABLE:
-                hint = await asyncio.get_running_loop().run_in_executor(None, _tls_hint, args.admin, args.ca, cert is not None)
+                # grpc says "Socket closed" of a TLS port reached in plaintext and of a mutual-TLS one reached
+                # without a certificate alike: one look at the port tells which (made after a failure only).
+                host, port = parse_hostport(args.admin, "--admin")
+                tls = client_tls(args.ca, args.server_name, cert, key)
+                why = await asyncio.get_running_loop().run_in_executor(None, tls_hint, host, port, tls)
+                hint = f" ({why})" if why else ""
             raise UpstreamError(f"admin {args.admin}: {e.code().name}: {e.details()}{hint}") from None
     return 0
