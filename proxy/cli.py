@@ -317,6 +317,9 @@ def add_check_cancel(sub: Any) -> None:
     cc.add_argument("--through-proxy", action="store_true",
                     help="run the traffic through an in-process recording proxy and add its view of each cancel")
     cc.add_argument("--capture-dir", type=Path, default=None, help="with --through-proxy: keep the capture here")
+    from proxy.admin.connect import add_tls_flags
+
+    add_tls_flags(cc, "Triton (or the proxy at --target)")
     cc.add_argument("--json", action="store_true", help="print the report as one JSON document")
     cc.add_argument("--report", type=Path, default=None, metavar="FILE.md", help="also write the Markdown report here")
     cc.set_defaults(func=_run_check_cancel)
@@ -350,6 +353,11 @@ def _check_cancel_preflight(args: argparse.Namespace) -> None:
 def _run_check_cancel(args: argparse.Namespace) -> int:
     import json
 
+    from proxy.admin.connect import quiet_handshake_logs
+
+    if args.ca is not None:
+        quiet_handshake_logs()  # before anything below imports grpc
+
     from proxy.cancelcheck import verdict
     from proxy.cancelcheck.inputs import parse_json_inputs
     from proxy.cancelcheck.protocol import CheckOptions, run_check
@@ -367,6 +375,7 @@ def _run_check_cancel(args: argparse.Namespace) -> int:
         length=args.length, allowance_ms=args.allowance_ms, window_s=args.window, cases=cases,
         start_wait_ms=args.start_wait_ms,
         log_path=args.log, metrics_url=args.metrics, through_proxy=args.through_proxy, capture_dir=args.capture_dir,
+        ca=args.ca, server_name=args.server_name, cert=args.cert, key=args.key,
     )  # fmt: skip
     # A run that cannot start ends as every command's errors do: an unreachable or misbehaving Triton
     # (UpstreamError) is exit 1, bad input (an unknown model, inputs it cannot build) exit 2.

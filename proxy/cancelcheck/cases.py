@@ -14,7 +14,7 @@ from replay.errors import UpstreamError
 
 
 def _client(setup: Setup, book: Book) -> Client:
-    return open_client(setup.opts.method, setup.url, book)
+    return open_client(setup.opts.method, setup.url, book, **setup.client_kw)
 
 
 def _ms(a: float | None, b: float | None) -> float | None:

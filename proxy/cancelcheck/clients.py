@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.admin.connect import ClientTls
 from proxy.lab.background import LoopThread
 
 
@@ -80,12 +81,12 @@ class StreamClient:
 
     scope = "stream"
 
-    def __init__(self, url: str, book: Book) -> None:
+    def __init__(self, url: str, book: Book, **client_kw: Any) -> None:
         import tritonclient.grpc as grpcclient
 
         self.book = book
         self.rids: list[str] = []
-        self.client = grpcclient.InferenceServerClient(url)
+        self.client = grpcclient.InferenceServerClient(url, **client_kw)
         self.client.start_stream(callback=self._callback)
 
     def _callback(self, result: Any, error: Any) -> None:
@@ -125,11 +126,11 @@ class FutureClient:
 
     scope = "request"
 
-    def __init__(self, url: str, book: Book) -> None:
+    def __init__(self, url: str, book: Book, **client_kw: Any) -> None:
         import tritonclient.grpc as grpcclient
 
         self.book = book
-        self.client = grpcclient.InferenceServerClient(url)
+        self.client = grpcclient.InferenceServerClient(url, **client_kw)
         self.ctx: dict[str, Any] = {}
 
     def send(self, model: str, inputs: list[Any], rid: str) -> None:
@@ -159,9 +160,10 @@ class AioClient:
 
     scope = "stream"
 
-    def __init__(self, url: str, book: Book) -> None:
+    def __init__(self, url: str, book: Book, **client_kw: Any) -> None:
         self.book = book
         self.url = url
+        self.client_kw = client_kw
         self.rids: list[str] = []
         self.thread = LoopThread("check-cancel-aio")
         self.queue: asyncio.Queue[dict[str, Any] | None] | None = None
@@ -200,7 +202,7 @@ class AioClient:
     async def _start(self, model: str, inputs: list[Any], rid: str) -> None:
         import tritonclient.grpc.aio as aioclient
 
-        self.client = aioclient.InferenceServerClient(self.url)
+        self.client = aioclient.InferenceServerClient(self.url, **self.client_kw)
         self.queue = asyncio.Queue()
         await self.queue.put({"model_name": model, "inputs": inputs, "request_id": rid})
         self.iterator = self.client.stream_infer(self._requests())
@@ -251,6 +253,29 @@ CLIENTS: dict[str, type[StreamClient] | type[FutureClient] | type[AioClient]] = 
 }
 
 
-def open_client(method: str, url: str, book: Book) -> Client:
-    """A fresh client of ``method`` on ``url``, reporting into ``book``."""
-    return CLIENTS[method](url, book)
+def open_client(method: str, url: str, book: Book, **client_kw: Any) -> Client:
+    """A fresh client of ``method`` on ``url``, reporting into ``book`` (``client_kw``: :func:`tls_kw`)."""
+    return CLIENTS[method](url, book, **client_kw)
+
+
+def tls_kw(tls: ClientTls | None) -> dict[str, Any]:
+    """tritonclient's keyword arguments (sync and aio alike) for a channel with ``tls``; none for h2c."""
+    if tls is None:
+        return {}
+    kw: dict[str, Any] = {"creds": tls.credentials}
+    if tls.options:
+        # channel_args replaces tritonclient's own options (message size, keepalive): they are given
+        # again as it builds them, with the certificate name to expect added.
+        import tritonclient.grpc as grpcclient
+
+        keep = grpcclient.KeepAliveOptions()
+        kw["channel_args"] = [
+            ("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+            ("grpc.max_receive_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+            ("grpc.keepalive_time_ms", keep.keepalive_time_ms),
+            ("grpc.keepalive_timeout_ms", keep.keepalive_timeout_ms),
+            ("grpc.keepalive_permit_without_calls", keep.keepalive_permit_without_calls),
+            ("grpc.http2.max_pings_without_data", keep.http2_max_pings_without_data),
+            *tls.options,
+        ]
+    return kw

@@ -26,6 +26,11 @@ class CheckOptions:
     metrics_url: str | None = None
     through_proxy: bool = False
     capture_dir: Path | None = None
+    # TLS to Triton (--ca, --server-name, --cert, --key): none without ca.
+    ca: Path | None = None
+    server_name: str | None = None
+    cert: Path | None = None
+    key: Path | None = None
 
 
 @dataclass
@@ -40,3 +45,5 @@ class Setup:
     baseline_ms: float = 0.0
     notes: list[str] = field(default_factory=list)
     metrics_ok: bool = True  # False when --metrics did not answer before the run
+    #: tritonclient's keyword arguments for ``url`` (TLS to a TLS Triton; none through the proxy's h2c).
+    client_kw: dict[str, Any] = field(default_factory=dict)

@@ -25,23 +25,25 @@ from pathlib import Path
 from typing import Any
 
 from proxy import __version__
+from proxy.admin.connect import ClientTls, client_tls, tls_hint
 from proxy.cancelcheck import verdict as vd
 from proxy.cancelcheck.cases import baseline, executing_case, queued_case
-from proxy.cancelcheck.clients import CLIENTS
+from proxy.cancelcheck.clients import CLIENTS, tls_kw
 from proxy.cancelcheck.evidence import metrics_or_none, with_capture
 from proxy.cancelcheck.inputs import build_inputs, recipe
 from proxy.cancelcheck.options import CheckOptions, Setup
 from replay.errors import UpstreamError, UserError
+from replay.hostport import parse_hostport
 
 __all__ = ["CheckOptions", "run_check"]
 
 
-def _connect(opts: CheckOptions) -> tuple[Any, str | None]:
+def _connect(opts: CheckOptions, tls: ClientTls | None) -> tuple[Any, str | None]:
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
     try:
-        client = grpcclient.InferenceServerClient(opts.target)
+        client = grpcclient.InferenceServerClient(opts.target, **tls_kw(tls))
     except Exception as e:
         raise UserError(f"--target {opts.target!r}: {e}") from None
     try:
@@ -51,7 +53,12 @@ def _connect(opts: CheckOptions) -> tuple[Any, str | None]:
             # Only a transport failure means nobody answered; any other status came from a server.
             status = str(e.status() or "")
             if status.endswith(("UNAVAILABLE", "DEADLINE_EXCEEDED")) or not status:
-                raise UpstreamError(f"Triton at {opts.target} is unreachable: {e.message()}") from None
+                message = str(e.message())
+                # A TLS port closes a plaintext client's connection ("Socket closed"): say when that is why.
+                hint = tls_hint(*parse_hostport(opts.target, "--target"), tls) if "Socket closed" in message else ""
+                raise UpstreamError(
+                    f"Triton at {opts.target} is unreachable: {message}" + (f"; {hint}" if hint else "")
+                ) from None
             raise UpstreamError(
                 f"the server at {opts.target} refused Triton's ServerMetadata ({status.rsplit('.', 1)[-1]}): "
                 f"{e.message()} (is it a Triton gRPC endpoint?)"
@@ -75,7 +82,8 @@ def run_check(opts: CheckOptions) -> vd.Report:
 
     if opts.method not in CLIENTS:
         raise UserError(f"--method must be stream, future or aio, got {opts.method!r}")
-    config, server_version = _connect(opts)
+    tls = client_tls(opts.ca, opts.server_name, opts.cert, opts.key)
+    config, server_version = _connect(opts, tls)
     decoupled = bool(config.model_transaction_policy.decoupled)
     if opts.method == "future" and decoupled:
         raise UserError(f"model {opts.model!r} is decoupled: Triton refuses unary calls to it; use --method stream or aio")
@@ -99,12 +107,18 @@ def run_check(opts: CheckOptions) -> vd.Report:
             from proxy.lab.background import ProxyThread
 
             capture_dir = opts.capture_dir or Path(tempfile.mkdtemp(prefix="check-cancel-"))
-            proxy = ProxyThread(opts.target, capture_dir, payload="meta", drain_timeout=2).start()
+            # The clients speak h2c to the in-process proxy on loopback; the proxy speaks TLS to Triton.
+            proxy = ProxyThread(
+                opts.target, capture_dir, payload="meta", drain_timeout=2, upstream_tls=tls is not None,
+                upstream_ca=opts.ca, upstream_cert=opts.cert, upstream_key=opts.key,
+                upstream_server_name=opts.server_name,
+            ).start()  # fmt: skip
             url = f"127.0.0.1:{proxy.proxy.port}"
         setup = Setup(
             url=url, opts=opts, config=config,
             long_inputs=lambda: build_inputs(config, long_values),
             probe_inputs=lambda: build_inputs(config, probe_values),
+            client_kw={} if proxy is not None else tls_kw(tls),
         )  # fmt: skip
         if opts.metrics_url is not None:
             # Checked once up front: a dead or non-HTTP endpoint is one note, not a failure per case.

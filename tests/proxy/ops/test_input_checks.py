@@ -23,7 +23,10 @@ from proxy.lab.tritonserver import free_port
 from proxy.ops.evidence import EvidenceCollector, EvidenceSpec
 from proxy.ops.server import _with_evidence
 from replay.capture import events as ev
+from tests.support.fake_triton import start_fake
+from tests.support.loop_thread import BackgroundLoop
 from tests.support.paths import DATA
+from tests.support.tls import make_pki
 from tests.support.triton_client import wait_for
 
 TRITON_TAP = Path(sys.executable).parent / "triton-tap"
@@ -173,6 +176,9 @@ def test_check_cancel_log_that_vanished_is_a_note(tmp_path: Path) -> None:
         (["--report", "/nonexistent-dir/r.md"], "is not writable"),
         (["--window", "nan"], "--window"),
         (["--allowance-ms", "inf"], "--allowance-ms"),
+        (["--cert", "/c.pem", "--key", "/k.pem"], "--cert needs --ca (TLS is on with --ca)"),
+        (["--server-name", "triton.internal"], "--server-name needs --ca (TLS is on with --ca)"),
+        (["--ca", "/nonexistent/ca.pem"], "cannot read --ca '/nonexistent/ca.pem': "),
     ],
 )
 def test_check_cancel_bad_arguments_fail_before_the_run(extra: list[str], needle: str) -> None:
@@ -197,6 +203,35 @@ def test_check_cancel_server_refusing_metadata_is_not_unreachable() -> None:
     assert proc.returncode == 1
     line = _one_line(proc)
     assert "refused" in line and "UNIMPLEMENTED" in line and "unreachable" not in line
+
+
+def test_check_cancel_over_tls_reaches_a_tls_server_and_plaintext_is_told_why_not(tmp_path: Path,
+                                                                                  bg: BackgroundLoop) -> None:  # fmt: skip
+    """A gRPC server that serves TLS (the fake Triton, which has no ServerMetadata: the real TLS Triton runs
+    in tests/e2e/test_check_cancel_tls_e2e.py): without --ca the one line names TLS and --ca; with --ca
+    the server is reached and answers (UNIMPLEMENTED, its own refusal, not "unreachable"); with another
+    CA the handshake fails. Exit 1 each, in one line."""
+    pki = make_pki(tmp_path / "pki")
+    server, port = bg.run(start_fake(0, tls=pki))
+    try:
+        plain = _tap("check-cancel", "--target", f"127.0.0.1:{port}", "--model", "m")
+        tls = _tap("check-cancel", "--target", f"127.0.0.1:{port}", "--model", "m", "--ca", str(pki.ca),
+                   "--server-name", "triton.staging.test")  # fmt: skip
+        other = _tap("check-cancel", "--target", f"127.0.0.1:{port}", "--model", "m", "--ca", str(pki.other_ca))
+    finally:
+        bg.run(server.stop(None))
+    assert plain.returncode == 1, plain.stderr
+    line = _one_line(plain)
+    assert line.startswith(f"triton-tap: error: Triton at 127.0.0.1:{port} is unreachable: ") and "Socket closed" in line
+    assert line.endswith("; the port speaks TLS: give --ca PEM (the CA that signed its certificate)"), line
+    assert tls.returncode == 1, tls.stderr
+    line = _one_line(tls)
+    assert "refused Triton's ServerMetadata (UNIMPLEMENTED)" in line and "unreachable" not in line, line
+    # A CA that did not sign the server's certificate: the handshake's reason, in the one line (grpc's
+    # C core logs its own line for it unless told not to).
+    assert other.returncode == 1, other.stderr
+    line = _one_line(other)
+    assert "is unreachable: " in line and "CERTIFICATE_VERIFY_FAILED" in line and "give --ca" not in line, line
 
 
 # -- health ---------------------------------------------------------------------------------------------
