@@ -151,7 +151,7 @@ def test_a_model_map_that_says_no_one_thing_is_refused(tmp_path: Path, command: 
         (["--server-name", "triton.internal"], "--server-name needs --ca"),
         (["--cert", "c.pem", "--key", "k.pem"], "--cert needs --ca"),
         (["--ca", "CA", "--cert", "c.pem"], "--cert and --key go together"),
-        (["--ca", "CA", "--cert", "c.pem", "--key", "k.pem"], "cannot load --cert/--key"),
+        (["--ca", "CA", "--cert", "c.pem", "--key", "k.pem"], "cannot read --cert 'c.pem'"),
     ],
 )
 def test_admin_commands_refuse_tls_flags_that_cannot_apply(tmp_path: Path, flags: list[str], says: str) -> None:

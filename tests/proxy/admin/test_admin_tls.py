@@ -73,7 +73,7 @@ def test_with_client_ca_the_admin_port_requires_a_client_certificate(
     assert "tls listen=on" in capsys.readouterr().out
     assert main(["mark", *flags, "note"]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "requires a client certificate: give --cert/--key" in err, err
+    assert err.count("\n") == 1 and "as a server that requires a client certificate does: give --cert PEM --key PEM" in err, err
 
 
 def _live(pki: Pki, to: Path) -> Pki:
@@ -155,7 +155,7 @@ def test_admin_command_errors_over_tls_are_one_line(
     proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}", tls_cert=pki.server_cert, tls_key=pki.server_key,
                         admin="127.0.0.1:0")  # fmt: skip
     addr = _admin(proxy)
-    for extra, says in (([], "the admin port speaks TLS: give --ca"),
+    for extra, says in (([], "the port speaks TLS: give --ca PEM"),
                         (["--ca", str(pki.other_ca)], "CERTIFICATE_VERIFY_FAILED")):  # fmt: skip
         proc = _tap("status", "--admin", addr, *extra)
         lines = proc.stderr.strip().splitlines()

@@ -39,7 +39,7 @@ def test_an_interrupt_right_after_the_proxy_started_stops_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any, where: str
 ) -> None:
     config = SimpleNamespace(model_transaction_policy=SimpleNamespace(decoupled=True))
-    monkeypatch.setattr(protocol, "_connect", lambda opts: (config, "2.51"))
+    monkeypatch.setattr(protocol, "_connect", lambda opts, tls: (config, "2.51"))
     monkeypatch.setattr(protocol, "recipe", lambda config, length: {})
     monkeypatch.setattr(protocol, "build_inputs", lambda config, values: [])
     monkeypatch.setattr("proxy.lab.background.ProxyThread", _Proxy)
@@ -63,7 +63,7 @@ def test_a_sigterm_during_the_run_stops_the_proxy_as_ctrl_c_does(
     process) stops its in-process proxy and exits 130, as Ctrl-C does; the handler it installed is gone
     afterwards. The test's own SIGTERM handler stands in for the default action (which would end pytest)."""
     config = SimpleNamespace(model_transaction_policy=SimpleNamespace(decoupled=True), backend="python", platform="")
-    monkeypatch.setattr(protocol, "_connect", lambda opts: (config, "2.51"))
+    monkeypatch.setattr(protocol, "_connect", lambda opts, tls: (config, "2.51"))
     monkeypatch.setattr(protocol, "recipe", lambda config, length: {})
     monkeypatch.setattr(protocol, "build_inputs", lambda config, values: [])
     monkeypatch.setattr("proxy.lab.background.ProxyThread", _Proxy)
