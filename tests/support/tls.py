@@ -122,3 +122,15 @@ def make_pki(directory: Path, alt_name: str = "triton.staging.test") -> Pki:
     _write_key(client_key, pki.client_key)
     pki.other_ca.write_bytes(other.public_bytes(pem))
     return pki
+
+
+def server_side_copy(pki: Pki, to: Path) -> Pki:
+    """``pki`` with its proxy-side files (server certificate, key, CA) copied into ``to``, where a reload can
+    replace them; the client's stay where they are."""
+    import shutil
+
+    to.mkdir()
+    for name in ("server_cert", "server_key", "ca"):
+        shutil.copy(getattr(pki, name), to / getattr(pki, name).name)
+    return Pki(ca=to / pki.ca.name, server_cert=to / pki.server_cert.name, server_key=to / pki.server_key.name,
+               client_cert=pki.client_cert, client_key=pki.client_key, other_ca=pki.other_ca)  # fmt: skip

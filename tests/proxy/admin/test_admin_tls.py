@@ -21,7 +21,7 @@ from proxy.admin.pb import admin_pb2 as pb
 from proxy.admin.pb import admin_pb2_grpc as pb_grpc
 from proxy.cli import main
 from proxy.ops.server import RecordingProxy
-from tests.support.tls import Pki, make_pki
+from tests.support.tls import make_pki, server_side_copy
 
 TRITON_TAP = Path(sys.executable).parent / "triton-tap"
 
@@ -76,15 +76,6 @@ def test_with_client_ca_the_admin_port_requires_a_client_certificate(
     assert err.count("\n") == 1 and "as a server that requires a client certificate does: give --cert PEM --key PEM" in err, err
 
 
-def _live(pki: Pki, to: Path) -> Pki:
-    """A copy of ``pki``'s proxy-side files, where a reload can replace them."""
-    to.mkdir()
-    for name in ("server_cert", "server_key", "ca"):
-        shutil.copy(getattr(pki, name), to / getattr(pki, name).name)
-    return Pki(ca=to / pki.ca.name, server_cert=to / pki.server_cert.name, server_key=to / pki.server_key.name,
-               client_cert=pki.client_cert, client_key=pki.client_key, other_ca=pki.other_ca)  # fmt: skip
-
-
 async def _reload(proxy: RecordingProxy) -> None:
     proxy.reload("signal")
 
@@ -98,7 +89,7 @@ def test_a_reload_reaches_the_admin_port(
     import asyncio
 
     old, new = make_pki(tmp_path / "old"), make_pki(tmp_path / "new")
-    live = _live(old, tmp_path / "live")
+    live = server_side_copy(old, tmp_path / "live")
     proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}", tls_cert=live.server_cert, tls_key=live.server_key,
                         tls_client_ca=live.ca, tls_watch_s=0, admin="127.0.0.1:0")  # fmt: skip
     addr = _admin(proxy)
@@ -126,7 +117,7 @@ def test_a_reload_that_fails_keeps_the_admin_port_on_its_certificate(
     import asyncio
 
     old, new = make_pki(tmp_path / "old"), make_pki(tmp_path / "new")
-    live = _live(old, tmp_path / "live")
+    live = server_side_copy(old, tmp_path / "live")
     proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}", tls_cert=live.server_cert, tls_key=live.server_key,
                         tls_watch_s=0, admin="127.0.0.1:0")  # fmt: skip
     addr = _admin(proxy)

@@ -26,7 +26,7 @@ from tritonclient.utils import InferenceServerException
 from proxy.ops.server import RecordingProxy
 from tests.support.capture import of_kind, records
 from tests.support.proxy import stop_proxy
-from tests.support.tls import Pki, make_pki
+from tests.support.tls import make_pki, server_side_copy
 
 
 def _client(port: int, ca: Path, cert: Path | None = None, key: Path | None = None) -> grpcclient.InferenceServerClient:
@@ -42,15 +42,6 @@ def _echo(client: grpcclient.InferenceServerClient) -> None:
     inp.set_data_from_numpy(data)
     out = client.infer("echo", [inp], client_timeout=20).as_numpy("OUTPUT")
     assert np.array_equal(out, data)
-
-
-def _copy_pki(pki: Pki, to: Path) -> Pki:
-    """The proxy's files live where a reload can replace them (a copy of ``pki``'s server side)."""
-    to.mkdir()
-    for name in ("server_cert", "server_key", "ca"):
-        shutil.copy(getattr(pki, name), to / getattr(pki, name).name)
-    return Pki(ca=to / pki.ca.name, server_cert=to / pki.server_cert.name, server_key=to / pki.server_key.name,
-               client_cert=pki.client_cert, client_key=pki.client_key, other_ca=pki.other_ca)  # fmt: skip
 
 
 def _metrics(proxy: RecordingProxy) -> str:
@@ -108,7 +99,7 @@ def test_certificate_rotation_keeps_open_streams_and_serves_new_ones(
     """A stream is open; the server certificate and client CA are replaced on disk and reloaded (SIGHUP's
     path): the open stream goes on, new clients must trust the new CA and present a certificate it signed."""
     old, new = make_pki(tmp_path / "old"), make_pki(tmp_path / "new")
-    live = _copy_pki(old, tmp_path / "live")
+    live = server_side_copy(old, tmp_path / "live")
     proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}", tls_cert=live.server_cert, tls_key=live.server_key,
                         tls_client_ca=live.ca, tls_watch_s=0)  # fmt: skip
     streaming = _client(proxy.port, old.ca, old.client_cert, old.client_key)
@@ -155,7 +146,7 @@ def test_certificate_file_change_is_picked_up_without_a_signal(
 ) -> None:
     """--tls-watch: replacing the files is enough (cert-manager renews secrets in place)."""
     old, new = make_pki(tmp_path / "old"), make_pki(tmp_path / "new")
-    live = _copy_pki(old, tmp_path / "live")
+    live = server_side_copy(old, tmp_path / "live")
     proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}", tls_cert=live.server_cert, tls_key=live.server_key,
                         tls_watch_s=0.05)  # fmt: skip
     for name in ("server_cert", "server_key"):
@@ -184,7 +175,7 @@ def test_bad_new_certificate_keeps_the_old_one(
 ) -> None:
     """A reload that cannot load the files (half-written key) fails loudly and keeps serving the old certificate."""
     old = make_pki(tmp_path / "old")
-    live = _copy_pki(old, tmp_path / "live")
+    live = server_side_copy(old, tmp_path / "live")
     proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}", tls_cert=live.server_cert, tls_key=live.server_key,
                         tls_watch_s=0)  # fmt: skip
     live.server_key.write_text("-----BEGIN PRIVATE KEY-----\ntruncated\n")
