@@ -122,6 +122,13 @@ def _check_pair(cert: Path, key: Path) -> None:
         raise UserError(f"--cert {str(cert)!r} with --key {str(key)!r} does not load: {e}") from None
 
 
+def closed_on_us(details: str) -> bool:
+    """Whether grpc's UNAVAILABLE ``details`` say the port took the connection and then closed it, as a TLS
+    port does to a plaintext client and a mutual-TLS one to a client without a certificate: "Socket
+    closed", or a reset when that close came with bytes of ours unread (which of the two is timing)."""
+    return "Socket closed" in details or "reset by peer" in details
+
+
 def tls_hint(host: str, port: int, tls: ClientTls | None, timeout: float = 1.0) -> str:
     """Why a peer closed a connection it had accepted, when TLS is why; else ``""``.
 
@@ -172,6 +179,8 @@ def _tls_probe(host: str, port: int, timeout: float) -> str | None:
                 first = conn.recv(1)
             except ssl.SSLError as e:
                 return "wants-cert" if "CERTIFICATE_REQUIRED" in (e.reason or "") else "tls"
+            except ConnectionResetError:
+                return "wants-cert"  # (the close of a refusing server, when its alert was still unread)
             except OSError:
                 return "tls"
             return "tls" if first else "wants-cert"

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy import __version__
-from proxy.admin.connect import ClientTls, client_tls, tls_hint
+from proxy.admin.connect import ClientTls, client_tls, closed_on_us, tls_hint
 from proxy.cancelcheck import verdict as vd
 from proxy.cancelcheck.cases import baseline, executing_case, queued_case
 from proxy.cancelcheck.clients import CLIENTS, tls_kw
@@ -54,8 +54,8 @@ def _connect(opts: CheckOptions, tls: ClientTls | None) -> tuple[Any, str | None
             status = str(e.status() or "")
             if status.endswith(("UNAVAILABLE", "DEADLINE_EXCEEDED")) or not status:
                 message = str(e.message())
-                # A TLS port closes a plaintext client's connection ("Socket closed"): say when that is why.
-                hint = tls_hint(*parse_hostport(opts.target, "--target"), tls) if "Socket closed" in message else ""
+                # A TLS port closes a plaintext client's connection: say when that is why.
+                hint = tls_hint(*parse_hostport(opts.target, "--target"), tls) if closed_on_us(message) else ""
                 raise UpstreamError(
                     f"Triton at {opts.target} is unreachable: {message}" + (f"; {hint}" if hint else "")
                 ) from None

@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any
 
-from proxy.admin.connect import ClientTls, add_tls_flags, client_tls, tls_hint
+from proxy.admin.connect import ClientTls, add_tls_flags, client_tls, closed_on_us, tls_hint
 from replay.cli.base import positive_float
 from replay.errors import UpstreamError
 from replay.hostport import format_hostport, parse_hostport
@@ -60,7 +60,7 @@ def check(target: str, timeout: float, tls: ClientTls | None = None) -> None:
             details = str(e.details())
             if e.code() == grpc.StatusCode.UNAVAILABLE and "Connection refused" in details:
                 details = "connection refused (nothing listens there)"  # grpc's own text says it three times
-            closed = e.code() == grpc.StatusCode.UNAVAILABLE and "Socket closed" in details
+            closed = e.code() == grpc.StatusCode.UNAVAILABLE and closed_on_us(details)
             raise NotServing(f"health check via {target} failed: {e.code().name}: {details}", closed) from None
     if answer != _SERVING:
         raise NotServing(f"health check via {target}: not SERVING (response {answer.hex() or 'empty'})")

@@ -138,3 +138,20 @@ def test_bad_tls_flags_are_exit_2_in_one_line(pki: Pki, tmp_path: Path, flags: l
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("triton-tap: error: " + error.format(**names)), line
+
+
+@pytest.mark.parametrize(
+    ("details", "closed"),
+    [
+        ("failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:1: Socket closed", True),
+        # the same refusal when the server's close came with the client's bytes unread (CI's 3.11 pure tier once)
+        ("failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:1: recvmsg:Connection reset "
+         "by peer (104)", True),
+        ("failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:1: Connection refused", False),
+    ],
+)  # fmt: skip
+def test_a_close_and_a_reset_after_the_connection_are_both_told_as_closed(details: str, closed: bool) -> None:
+    """Which grpc details send health and check-cancel to ask whether TLS is why (the hint was missing on a reset)."""
+    from proxy.admin.connect import closed_on_us
+
+    assert closed_on_us(details) is closed
