@@ -5,13 +5,10 @@ PySpark recipe runs in a local Spark (pyspark, a JRE) over that export and gives
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gzip
-import io
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,34 +153,29 @@ SPARK_GOLDENS = ("stream_cancel", "interleaved", "unary", "deadline", "client_di
                  "restart_after_cancel", "many_responses")  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    """One local Spark on one core for the module (the JVM starts once), on loopback, without its web UI.
-    The doc's own builder then gets this session back from ``getOrCreate()``. The JVM is ended with the
-    module: stopping the session alone would leave it running until pytest exits."""
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[1]").appName("triton-tap-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
-               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               .getOrCreate())  # fmt: skip
-    gateway = SparkContext._gateway
-    try:
-        yield session
-    finally:
-        session.stop()
-        if gateway is not None:
-            gateway.shutdown()
-            proc = getattr(gateway, "proc", None)
-            if proc is not None:  # the JVM ends when its stdin closes (pyspark's own contract)
-                proc.stdin.close()
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            SparkContext._gateway = SparkContext._jvm = None
+#: The Spark half, run in a fresh interpreter: PySpark starts its JVM with ``Popen(preexec_fn=...)``, a real
+#: fork, and in this process earlier tests leave grpc's pollers running, with which that fork once lost the
+#: JVM before it reported its port (JAVA_GATEWAY_EXITED on CI). One local Spark on one core, on loopback,
+#: without its web UI; the doc's own builder gets this session back from ``getOrCreate()``. It prints the doc
+#: block's output flag and the two queries' rows as JSON.
+_SPARK_CHILD = """
+import contextlib, io, json, sys
+from pyspark.sql import SparkSession
+code, first_sql, cancels_sql = json.loads(sys.stdin.read())
+session = (SparkSession.builder.master("local[1]").appName("triton-tap-tests")
+           .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
+           .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+           .getOrCreate())
+try:
+    ns = {}
+    with contextlib.redirect_stdout(io.StringIO()) as shown:
+        exec(compile(code, "docs/sql.md (PySpark)", "exec"), ns)
+    rows = lambda sql: [list(r) for r in session.sql(ns.get(sql, sql)).collect()]
+    print(json.dumps({"same_session": ns["spark"] is session, "shown": shown.getvalue(),
+                      "first": rows(first_sql), "cancels": rows(cancels_sql)}))
+finally:
+    session.stop()
+"""
 
 
 def _same_rows(got: list[tuple[Any, ...]], want: list[tuple[Any, ...]]) -> bool:
@@ -194,9 +186,12 @@ def _same_rows(got: list[tuple[Any, ...]], want: list[tuple[Any, ...]]) -> bool:
         for g, w in zip(got, want, strict=True))  # fmt: skip
 
 
-def test_the_spark_recipe_runs_in_spark_and_gives_duckdbs_answers(tmp_path: Path, spark: Any) -> None:
+def test_the_spark_recipe_runs_in_spark_and_gives_duckdbs_answers(tmp_path: Path) -> None:
     """docs/sql.md's PySpark block, run as written in a local Spark over `export --parquet` of golden captures
     (its `out` pointed at the export): its views and SQL give the rows DuckDB's recipes give over the JSONL."""
+    import json
+    import sys
+
     src = tmp_path / "src"
     src.mkdir()
     for name in SPARK_GOLDENS:
@@ -204,15 +199,16 @@ def test_the_spark_recipe_runs_in_spark_and_gives_duckdbs_answers(tmp_path: Path
     export_parquet([src], tmp_path / "out")
     code, n = re.subn(r'^out = "[^"]*"', f"out = {str(tmp_path / 'out')!r}", SPARK, flags=re.M)
     assert n == 1, "the Spark block names its export as `out = \"...\"`"
-    ns: dict[str, Any] = {}
-    with contextlib.redirect_stdout(io.StringIO()) as shown:
-        exec(compile(code, "docs/sql.md (PySpark)", "exec"), ns)
-    assert ns["spark"] is spark and "tokens" in shown.getvalue()
     (cancels_sql,) = re.findall(r'spark\.sql\("(SELECT cause.*?)"\)', SPARK)
+    proc = subprocess.run([sys.executable, "-c", _SPARK_CHILD], input=json.dumps([code, "FIRST_RESPONSE", cancels_sql]),
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["same_session"] and "tokens" in got["shown"]
     by_model, cancels, _, _ = _run(f"{src}/*.jsonl")
-    got_by_model = [tuple(r) for r in spark.sql(ns["FIRST_RESPONSE"]).collect()]
+    got_by_model = [tuple(r) for r in got["first"]]
     assert _same_rows(got_by_model, by_model), (got_by_model, by_model)
-    assert [tuple(r) for r in spark.sql(cancels_sql).collect()] == cancels
+    assert [tuple(r) for r in got["cancels"]] == cancels
     assert {m for m, *_ in by_model} >= {"echo", "tokens"} and {c for c, _ in cancels} >= {
         "client_cancel", "deadline", "client_disconnect", "upstream_disconnect"}  # fmt: skip
 
