@@ -13,6 +13,7 @@ import os
 import queue
 import uuid
 from collections.abc import Iterator
+from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,6 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-import tritonclient.utils.shared_memory as shm
 from tritonclient.grpc import service_pb2 as pb
 
 from replay.tools.captured import summarize
@@ -37,23 +37,26 @@ LOGGER = "triton_tap.serve"
 
 
 class _Regions:
-    """An input and an output region of the client's (POSIX shared memory), removed at the end."""
+    """An input and an output region of the client's (POSIX shared memory, as tritonclient's shared-memory helper
+    makes them: the standard library's, which that helper wraps; it also imports pkg_resources, which Python
+    3.12's venvs no longer carry), removed at the end."""
 
     def __init__(self) -> None:
         tag = f"{os.getpid()}_{uuid.uuid4().hex[:8]}"
         self.names = ("in0", "out0")
         self.keys = (f"/tap_test_in_{tag}", f"/tap_test_out_{tag}")
-        self.handles = [shm.create_shared_memory_region(n, k, SIZE) for n, k in zip(self.names, self.keys, strict=True)]
-        shm.set_shared_memory_region(self.handles[0], [np.arange(1, SIZE + 1, dtype=np.uint8)])
+        self.handles = [SharedMemory(name=k.lstrip("/"), create=True, size=SIZE) for k in self.keys]
+        self.handles[0].buf[:SIZE] = np.arange(1, SIZE + 1, dtype=np.uint8).tobytes()
         # What the output region held before: Triton would overwrite it with the echo; serve must leave it.
-        shm.set_shared_memory_region(self.handles[1], [np.full(SIZE, 7, dtype=np.uint8)])
+        self.handles[1].buf[:SIZE] = np.full(SIZE, 7, dtype=np.uint8).tobytes()
 
     def output(self) -> list[int]:
-        return list(shm.get_contents_as_numpy(self.handles[1], np.uint8, [SIZE]).tolist())
+        return list(bytes(self.handles[1].buf[:SIZE]))
 
     def close(self) -> None:
         for h in self.handles:
-            shm.destroy_shared_memory_region(h)
+            h.close()
+            h.unlink()
 
 
 @pytest.fixture
