@@ -21,6 +21,9 @@ S2C: Final = 1
 #: The two sides, as commands name them.
 CLIENT: Final = "client"
 UPSTREAM: Final = "upstream"
+#: What every answer the proxy makes up itself begins with (a gRPC status's message, an HTTP error body's
+#: ``error``): the upstream's answer never came, and a client of the proxy (``replay send``) can tell so.
+OWN_ANSWER: Final = "triton-tap: "
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,19 @@ import h2.events
 import h2.exceptions
 
 from proxy.relay.call import Call
-from proxy.relay.contract import C2S, CLIENT, S2C, UPSTREAM, ArmTimer, CancelTimer, Close, Log, Output, Shared
+from proxy.relay.contract import (
+    C2S,
+    CLIENT,
+    OWN_ANSWER,
+    S2C,
+    UPSTREAM,
+    ArmTimer,
+    CancelTimer,
+    Close,
+    Log,
+    Output,
+    Shared,
+)
 from proxy.relay.lifecycle import (
     CLIENT_LIVE,
     Client,
@@ -71,9 +83,9 @@ _ERROR_NAMES = {int(c): c.name for c in h2.errors.ErrorCodes}
 
 #: Causes for which the proxy itself gives the client a status (the upstream cannot): code, message.
 PROXY_ANSWERS: dict[str, tuple[int, str]] = {
-    "upstream_disconnect": (14, "triton-tap: upstream connection lost"),
-    "proxy_shutdown": (14, "triton-tap: proxy shutting down"),
-    "proxy_error": (13, "triton-tap: internal error (see the proxy's log)"),
+    "upstream_disconnect": (14, OWN_ANSWER + "upstream connection lost"),
+    "proxy_shutdown": (14, OWN_ANSWER + "proxy shutting down"),
+    "proxy_error": (13, OWN_ANSWER + "internal error (see the proxy's log)"),
 }
 
 # The states the hot path tests, as globals (an enum member looked up on its class costs ~0.1 us).
@@ -577,7 +589,7 @@ class H2Core:
                 # (the client may retry it elsewhere). Its header block is kept back.
                 self.reencode_c2s = True
                 self._kept_back.add(sid)
-                self._refuse(call, "triton-tap: connection is shutting down (GOAWAY): stream not processed")
+                self._refuse(call, OWN_ANSWER + "connection is shutting down (GOAWAY): stream not processed")
                 return
             self._forward_headers(sid, headers, end, raw)
         else:
@@ -716,7 +728,7 @@ class H2Core:
         for call in list(self.calls.values()):
             if call.sid > last:
                 # Never processed upstream (RFC 9113 6.8): REFUSED_STREAM lets the client retry it.
-                self._refuse(call, "triton-tap: upstream connection is shutting down (GOAWAY)")
+                self._refuse(call, OWN_ANSWER + "upstream connection is shutting down (GOAWAY)")
         # Passed on so the client opens new calls on a new connection (and so a new upstream
         # connection); calls in flight drain. A GOAWAY may never raise an earlier one's last id.
         if self.goaway_last is None or last < self.goaway_last:
@@ -906,9 +918,9 @@ class H2Core:
         never telling it why: a GOAWAY whose last stream id is 0 says no call was processed, and
         gRPC retries such calls transparently, without limit, each on a new connection."""
         if self._up_error is not None:
-            reason = f"triton-tap: upstream broke HTTP/2 ({self._up_error})"
+            reason = f"{OWN_ANSWER}upstream broke HTTP/2 ({self._up_error})"
         else:
-            reason = "triton-tap: upstream closed the connection before speaking HTTP/2" + (f" ({exc})" if exc else "")
+            reason = OWN_ANSWER + "upstream closed the connection before speaking HTTP/2" + (f" ({exc})" if exc else "")
         self._out.commands.append(Log("warning", "upstream_closed_early", {"error": reason}))
         self.refuser = Refuser(self, reason)
         # What the client sent so far went to the lost upstream: the refuser gets a preface in its

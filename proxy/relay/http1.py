@@ -27,7 +27,7 @@ from typing import Any
 
 import h11
 
-from proxy.relay.contract import CLIENT, UPSTREAM, Close, Log, Output, Shared, WriteEof
+from proxy.relay.contract import CLIENT, OWN_ANSWER, UPSTREAM, Close, Log, Output, Shared, WriteEof
 from proxy.relay.http1_lifecycle import Exchange, ExchangeInput, exchange_after
 from proxy.relay.lifecycle import (
     CLIENT_LIVE,
@@ -829,7 +829,7 @@ class Http1Core:
 
     def _refuse(self, call: Http1Call) -> None:
         """The upstream was unreachable: the proxy answers 502 with the reason and closes."""
-        reason = self._refusing or "upstream unreachable"
+        reason = self._refusing or OWN_ANSWER + "upstream unreachable"
         body = ('{"error":' + _json_str(reason) + "}").encode()
         head = (f"HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
                 "connection: close\r\n\r\n").encode()  # fmt: skip

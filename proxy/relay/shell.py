@@ -11,6 +11,7 @@ upstream connected or unreachable, a side lost, a timer fired) and carries out e
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 from collections.abc import Callable
 from typing import Any, Protocol, cast
@@ -19,6 +20,7 @@ import structlog
 
 from proxy.relay.contract import (
     CLIENT,
+    OWN_ANSWER,
     UPSTREAM,
     ArmTimer,
     CancelTimer,
@@ -206,7 +208,9 @@ class Connection:
                 server_hostname=(self.relay.upstream_server_name or host) if tls is not None else None,
             )  # fmt: skip
         except OSError as e:  # ssl.SSLError and certificate errors included
-            reason = f"triton-tap: upstream {host}:{port} unreachable: {e.strerror or e}"
+            # (asyncio words a refused connect "Connect call failed ('H', P)": the errno says what failed)
+            why = os.strerror(e.errno) if e.errno and not isinstance(e, ssl.SSLError) else e.strerror or str(e)
+            reason = f"{OWN_ANSWER}upstream {host}:{port} unreachable: {why}"
             log.warning("upstream_connect_failed", conn=self.conn_id, error=reason)
             self.perform(self.core.connect_failed(reason))
         if not self._client_gone:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import struct
 
@@ -32,6 +33,8 @@ from proxy.triton.http_labels import SseSplitter, is_event_stream
 BODY_END = "HTTP body ended"
 #: send only counts events: its splitter keeps a few bytes of each, not the recorder's whole event.
 _EVENT_KEEP = 64
+#: An error reply's body is kept up to this, for its JSON ``error`` (:attr:`Stream.message`).
+_ERROR_KEEP = 4096
 
 
 class HttpConnection:
@@ -46,6 +49,7 @@ class HttpConnection:
         self._turn = asyncio.Lock()  # one exchange at a time
         self._current: Stream | None = None
         self._events: SseSplitter | None = None  # the reply's event splitter when it is an event stream
+        self._error: bytearray | None = None  # an error reply's body, so far (up to _ERROR_KEEP)
         self.closed = False
         #: send shut its writing side (a recorded client's FIN): no request follows on this connection.
         self.half_closed = False
@@ -186,11 +190,26 @@ class HttpConnection:
         if isinstance(event, h11.Response):
             stream.status = str(event.status_code)
             self._events = SseSplitter(_EVENT_KEEP) if is_event_stream(event.headers.raw_items()) else None
+            self._error = bytearray() if event.status_code >= 400 else None
         elif isinstance(event, h11.Data):
             if self._events is not None:
                 self._count_events(event.data)
+            if self._error is not None and len(self._error) < _ERROR_KEEP:
+                self._error += event.data[: _ERROR_KEEP - len(self._error)]
         elif isinstance(event, h11.EndOfMessage):
             if self._events is None:
                 stream.responses += 1
+            if self._error is not None:
+                stream.message = _json_error(bytes(self._error))
             stream.finish(BODY_END)
             self._next_cycle()
+
+
+def _json_error(body: bytes) -> str | None:
+    """Triton's (and the proxy's own) error body, ``{"error": "..."}``: the error; None for any other body."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    error = doc.get("error") if isinstance(doc, dict) else None
+    return error if isinstance(error, str) else None

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import h2.config
 import h2.connection
@@ -75,6 +76,7 @@ class Stream:
     id: int
     responses: int = 0
     status: str | None = None  # grpc-status of the trailers (or of a trailers-only response)
+    message: str | None = None  # its grpc-message (decoded); HTTP: an error reply's JSON "error"
     reset: int | None = None  # RST_STREAM code the server sent
     outcome: str | None = None  # one of OUTCOMES, set once, when the call ends
     why: str | None = None  # for LOST and NOT_SENT: what ended the connection
@@ -280,6 +282,8 @@ class Connection:
                 key = k.decode() if isinstance(k, bytes) else str(k)
                 if key == "grpc-status" and s is not None:
                     s.status = v.decode() if isinstance(v, bytes) else str(v)
+                elif key == "grpc-message" and s is not None:
+                    s.message = unquote(v.decode() if isinstance(v, bytes) else str(v))
         elif isinstance(event, h2.events.StreamReset):
             s = self.streams.get(event.stream_id)
             if s is not None:

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from proxy.ops.server import ProxyConfig, RecordingProxy
-from proxy.resend.h1client import HttpConnection
-from proxy.resend.h2client import BY_SEND, LOST, NOT_SENT, UNOBSERVED, Connection, Stream
+from proxy.relay.contract import OWN_ANSWER
+from proxy.resend.h1client import BODY_END, HttpConnection
+from proxy.resend.h2client import BY_SEND, LOST, NOT_SENT, STATUS, UNOBSERVED, Connection, Stream
 from proxy.resend.plan import CallScript
 from proxy.resend.schedule import Lag, Start, scaled
 from replay.cli.base import STOP_SIGNALS
@@ -73,11 +74,23 @@ class Tally:
 
     def ended(self, start: Start, stream: Stream) -> None:
         """``stream``, the call of ``start``, is over: count how, and keep it if send did not observe how."""
+        _own_answer(stream)
         outcome = stream.outcome or NOT_SENT
         self.outcomes[outcome] += 1
         if outcome in UNOBSERVED:
             self.unobserved.append(Unobserved(call=start.call.id, loop=start.loop, outcome=outcome, why=stream.why))
         self.finished += 1
+
+
+def _own_answer(stream: Stream) -> None:
+    """A status (or HTTP error reply) that send's own recorder made up, its message beginning with OWN_ANSWER,
+    is no answer of the target's: the target's connection was lost, refused the call or never spoke, and its
+    answer never reached send. So the call is LOST, with the recorder's reason, not an outcome observed."""
+    if stream.outcome in (STATUS, BODY_END) and stream.message is not None and stream.message.startswith(OWN_ANSWER):
+        if stream.outcome == BODY_END:
+            stream.responses = 0  # the whole reply was the recorder's
+        stream.outcome, stream.why = LOST, "send's recorder: " + stream.message[len(OWN_ANSWER) :]
+        stream.status = None
 
 
 class _Ended:
@@ -247,11 +260,11 @@ async def _http_call(start: Start, conn: HttpConnection, conns: _Conns, opts: Se
     finally:
         if not stream.done.is_set():
             stream.finish(LOST, "send stopped before the call ended")
+        tally.ended(start, stream)  # (first: the recorder's own reply is no HTTP status the target gave)
         if stream.status is not None:
             tally.http_status[stream.status] += 1
         tally.events += stream.responses
         conn.release(stream)
-        tally.ended(start, stream)
         await conns.release(start.conn)
 
 

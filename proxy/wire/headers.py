@@ -81,5 +81,11 @@ def status_trailers(code: int, message: str, with_response_headers: bool) -> Hea
     out: Headers = []
     if with_response_headers:
         out += [(b":status", b"200"), (b"content-type", b"application/grpc")]
-    out += [(b"grpc-status", str(code).encode()), (b"grpc-message", message.encode())]
+    out += [(b"grpc-status", str(code).encode()), (b"grpc-message", grpc_message(message))]
     return out
+
+
+def grpc_message(message: str) -> bytes:
+    """``message`` as a grpc-message value: percent-encoded (UTF-8) outside printable ASCII and for ``%``
+    itself, as gRPC's spec asks: clients decode it so, and a raw byte above 0x7E is no valid header text."""
+    return "".join(c if " " <= c <= "~" and c != "%" else "".join(f"%{b:02X}" for b in c.encode()) for c in message).encode()

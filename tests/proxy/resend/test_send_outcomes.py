@@ -10,6 +10,7 @@ tested against one in tests/e2e/test_send_deadline_e2e.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import time
@@ -175,8 +176,9 @@ def test_the_upstream_resetting_the_connection_names_every_call_not_seen_to_end(
     loop: BackgroundLoop, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Sent to an upstream that resets its connection when the 2nd call arrives: the recorder ends
-    that call UNAVAILABLE (an outcome send observes) and sends GOAWAY; the calls due after it on that
-    connection are named on stderr as not sent, `sent` counts only the calls that went out, exit 1."""
+    that call UNAVAILABLE (its own status, so the call's answer was lost) and sends GOAWAY; the calls due
+    after it on that connection are named on stderr as not sent, `sent` counts only the calls that went
+    out, exit 1."""
     capture = _record(loop, tmp_path)
 
     def act(c: PeerConn, sid: int) -> None:
@@ -194,11 +196,106 @@ def test_the_upstream_resetting_the_connection_names_every_call_not_seen_to_end(
         loop.run(peer.stop())
     out, err = capsys.readouterr()
     assert code == 1, (out, err)
-    assert "sent 2 call(s) of 5 captured" in out and "outcomes seen by send: grpc-status 2, not sent 3" in out, out
+    assert "sent 2 call(s) of 5 captured" in out, out
+    assert "outcomes seen by send: grpc-status 1, connection lost 1, not sent 3" in out, out
     lines = err.splitlines()
-    assert lines[0] == "send: 3 of 5 call(s) ended without an outcome send observed", err
-    assert len(lines) == 2 and lines[1].startswith("send: not sent (GOAWAY"), err
-    assert lines[1].endswith(": 3 call(s): c1.5, c1.7, c1.9"), err
+    assert lines[:2] == ["send: 4 of 5 call(s) ended without an outcome send observed",
+                         "send: connection lost (send's recorder: upstream connection lost): 1 call(s): c1.3"], err  # fmt: skip
+    assert len(lines) == 3 and lines[2].startswith("send: not sent (GOAWAY"), err
+    assert lines[2].endswith(": 3 call(s): c1.5, c1.7, c1.9"), err
+
+
+def test_a_status_the_recorder_made_up_for_a_lost_target_is_no_outcome_send_observed(
+    loop: BackgroundLoop, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The target resets its connection when the last call arrives. The client then gets UNAVAILABLE from send's
+    own recorder (`triton-tap: upstream connection lost`), not from the target: that call's answer never
+    reached send, so it is `connection lost` with the recorder's reason, and send exits 1. It counted it as a
+    grpc-status observed and exited 0, "every call sent and its outcome observed", with a call lost."""
+    capture = _record(loop, tmp_path)
+
+    def act(c: PeerConn, sid: int) -> None:
+        if c.requests < 5:
+            c.answer(sid)
+        else:
+            c.reset_tcp()
+
+    peer = ScriptedPeer(act)
+    port = loop.run(peer.start())
+    try:
+        capsys.readouterr()
+        code = main(["replay", "send", str(capture), "--target", f"127.0.0.1:{port}", "--out", str(tmp_path / "sent"),
+                     "--speed", "max"])  # fmt: skip
+    finally:
+        loop.run(peer.stop())
+    out, err = capsys.readouterr()
+    assert code == 1, (out, err)
+    assert "outcomes seen by send: grpc-status 4, connection lost 1" in out, out
+    assert err.splitlines() == [
+        "send: 1 of 5 call(s) ended without an outcome send observed",
+        "send: connection lost (send's recorder: upstream connection lost): 1 call(s): c1.9",
+    ], err
+
+
+async def _http_target(answer_first: int) -> tuple[asyncio.Server, int]:
+    """An HTTP server answering each request 200 `{}` that stops listening once it has answered ``answer_first``
+    (its connections open so far stay): a target gone mid-run, which no real server here does on cue."""
+    answered = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal answered
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+                await writer.drain()
+                answered += 1
+                if answered == answer_first:
+                    server.close()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def test_the_recorders_own_502_for_a_target_gone_is_no_http_status_send_observed(
+    loop: BackgroundLoop, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two HTTP clients, one call each, recorded. Sent to a target that stops listening after the first: the
+    second connection's call gets the recorder's own 502 (`{"error":"triton-tap: upstream ... unreachable"}`),
+    not the target's. send counted it as `HTTP status seen by send: 502` and exited 0; it is `connection
+    lost` with the recorder's reason, and exit 1."""
+    import http.client
+
+    from proxy.ops.server import ProxyConfig, RecordingProxy
+
+    server, port = loop.run(_http_target(answer_first=0))
+    proxy = RecordingProxy(ProxyConfig(listen="", upstream="", http_listen="127.0.0.1:0", http_upstream=f"127.0.0.1:{port}",
+                                       capture_dir=tmp_path / "recorded", payload="full"))  # fmt: skip
+    loop.run(proxy.start())
+    try:
+        for _ in range(2):
+            client = http.client.HTTPConnection("127.0.0.1", proxy.http_port, timeout=10)
+            client.request("GET", "/v2/health/ready")
+            assert client.getresponse().read() == b"{}"
+            client.close()
+    finally:
+        loop.run(proxy.stop())
+        server.close()
+    server, port = loop.run(_http_target(answer_first=1))
+    try:
+        capsys.readouterr()
+        code = main(["replay", "send", str(proxy.capture_path), "--http-target", f"127.0.0.1:{port}",
+                     "--out", str(tmp_path / "sent")])  # fmt: skip
+    finally:
+        server.close()
+    out, err = capsys.readouterr()
+    assert code == 1, (out, err)
+    assert "outcomes seen by send: connection lost 1, HTTP body ended 1" in out, out
+    assert "HTTP status seen by send: 200 1; 1 event(s) or whole body(ies) received" in out, out
+    lines = [line for line in err.splitlines() if line.startswith("send:")]  # (not the recorder's log lines)
+    assert lines == ["send: 1 of 2 call(s) ended without an outcome send observed",
+                     f"send: connection lost (send's recorder: upstream 127.0.0.1:{port} unreachable: Connection refused): "
+                     "1 call(s): c2.1"], err  # fmt: skip
 
 
 def test_a_call_waiting_for_earlier_ends_goes_from_the_last_of_those_not_from_a_later_one() -> None:

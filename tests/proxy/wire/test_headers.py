@@ -66,3 +66,13 @@ def test_what_a_block_derives_is_what_its_list_gives_and_is_kept(fields: list[tu
     assert pairs(block) == pairs(list(fields)) and grpc_status(block) == grpc_status(list(fields))
     assert pairs(block) is pairs(block) and grpc_status(block) is grpc_status(block)
     assert list(block) == fields and set(block.derived) == {"pairs", "grpc_status"}
+
+
+def test_the_proxys_own_grpc_message_is_percent_encoded_and_reads_back() -> None:
+    """gRPC clients percent-decode grpc-message: the proxy's own message (an OS error may be in any language,
+    a path may hold '%') goes out as printable ASCII with '%' escaped, and reads back as it was written."""
+    message = "triton-tap: upstream é unreachable: 50% done\n"
+    trailers = status_trailers(14, message, with_response_headers=False)
+    value = dict(trailers)[b"grpc-message"]
+    assert value == b"triton-tap: upstream %C3%A9 unreachable: 50%25 done%0A"
+    assert grpc_status(trailers) == (b"14", message)
