@@ -25,7 +25,7 @@ from proxy.ops import warmup
 from proxy.ops.eventloop import running_loop_name
 from proxy.ops.evidence import EvidenceCollector, EvidenceSpec, probe_metrics
 from proxy.ops.observe import MetricsServer, ProxyMetrics, RecordObserver
-from proxy.ops.tls import ReloadableTls, listen_ssl, tls_files, upstream_ssl
+from proxy.ops.tls import ReloadableTls, listen_ssl, tls_certs, tls_files, upstream_ssl
 from proxy.ops.upkeep import Upkeep
 from proxy.relay.contract import CoreFactory
 from proxy.relay.core import H2Core
@@ -328,7 +328,7 @@ class RecordingProxy:
         cfg = self.config
         # Reloadable (SIGHUP, file watch: proxy/ops/upkeep.py) for new connections; open ones keep theirs.
         tls = ReloadableTls(lambda: listen_ssl(cfg), lambda: upstream_ssl(cfg), tls_files(cfg),
-                            lambda: upstream_ssl(cfg, http=True))  # fmt: skip
+                            lambda: upstream_ssl(cfg, http=True), tls_certs(cfg))  # fmt: skip
         server_tls, up_tls = tls.base, tls.upstream
         await self._check(cfg, up_tls, tls.http_upstream)
         salt = cfg.redact_salt if cfg.redact_salt is not None else secrets.token_hex(16)

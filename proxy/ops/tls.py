@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -166,8 +166,10 @@ class ReloadableTls:
         build_upstream: Callable[[], ssl.SSLContext | None],
         files: tuple[Path | None, ...],
         build_http_upstream: Callable[[], ssl.SSLContext | None] = lambda: None,
+        certs: Sequence[tuple[str, Path]] = (),
     ) -> None:
         self.counters = TlsCounters()
+        self._certs = certs
         self._build_server = build_server
         self._build_upstream = build_upstream
         self._files = files
@@ -192,6 +194,7 @@ class ReloadableTls:
             if ctx is not None:
                 ctx.sslobject_class = _watching_sslobject(self.counters)
                 ctx.sni_callback = self._switch
+        warn_out_of_date(certs)
 
     @property
     def client_certs_required(self) -> bool:
@@ -233,11 +236,56 @@ class ReloadableTls:
         self.counters.reloads["ok"] = self.counters.reloads.get("ok", 0) + 1
         log.info("tls_reloaded", why=why, listen=server is not None, upstream=upstream is not None,
                  http_upstream=http_upstream is not None, admin=admin is not None)  # fmt: skip
+        warn_out_of_date(self._certs)
         return True
 
     def changed(self) -> bool:
         """Whether a certificate file changed since the last (re)load (a few stat calls)."""
         return _signature(self._files) != self._signature
+
+
+def out_of_date(cert: Path, now: float | None = None) -> str | None:
+    """Why the (first) certificate in ``cert`` is not valid now, by its dates ("expired at ...", "not valid
+    before ..."), or None (valid, or its dates unreadable here).
+
+    OpenSSL loads an expired certificate without a word, and every client then refuses the handshake: the
+    proxy looks as if it refused them. The ssl module has no public reader of a certificate's dates, only
+    the one its own tests use, ``_ssl._test_decode_cert``; where that is gone, nothing is said."""
+    decode = getattr(getattr(ssl, "_ssl", None), "_test_decode_cert", None)
+    if decode is None:
+        return None
+    try:
+        fields = decode(str(cert))
+        not_before, not_after = ssl.cert_time_to_seconds(fields["notBefore"]), ssl.cert_time_to_seconds(fields["notAfter"])
+    except (OSError, ssl.SSLError, KeyError, ValueError, TypeError):
+        return None  # (a file that loads but does not decode so: the handshake is the judge)
+    now = time.time() if now is None else now
+    if now >= not_after:
+        return f"expired at {_utc(not_after)}"
+    if now < not_before:
+        return f"not valid before {_utc(not_before)}"
+    return None
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
+def warn_out_of_date(certs: Sequence[tuple[str, Path]]) -> None:
+    """Log a warning for each of ``certs`` (flag, path) whose dates make it invalid now: its peers will refuse it."""
+    for flag, path in certs:
+        problem = out_of_date(path)
+        if problem is not None:
+            peers = "clients" if flag == "--tls-cert" else "the upstream"
+            log.warning("tls_certificate_out_of_date", flag=flag, path=str(path), problem=problem,
+                        note=f"{peers} will refuse the handshake: renew it (a reload reads it again)")  # fmt: skip
+
+
+def tls_certs(cfg: TlsFlags) -> tuple[tuple[str, Path], ...]:
+    """The certificates the proxy presents (to clients, to the upstream), with their flags: those whose dates
+    are checked at start and at each reload."""
+    return tuple((flag, path) for flag, path in (("--tls-cert", cfg.tls_cert), ("--upstream-cert", cfg.upstream_cert))
+                 if path is not None)  # fmt: skip
 
 
 def _http1(ctx: ssl.SSLContext | None) -> ssl.SSLContext | None:

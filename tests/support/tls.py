@@ -70,10 +70,11 @@ def _ca(cn: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
 
 
 def _leaf(
-    cn: str, ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, san: list[x509.GeneralName], server: bool
+    cn: str, ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, san: list[x509.GeneralName], server: bool,
+    shift: datetime.timedelta = datetime.timedelta(0),
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = _key()
-    now = datetime.datetime.now(datetime.UTC)
+    now = datetime.datetime.now(datetime.UTC) + shift
     usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
     builder = (
         x509.CertificateBuilder()
@@ -94,8 +95,10 @@ def _leaf(
     return builder.sign(ca_key, hashes.SHA256()), key
 
 
-def make_pki(directory: Path, alt_name: str = "triton.staging.test") -> Pki:
-    """Generate the CA and certificates into ``directory`` (EC P-256, valid for a day)."""
+def make_pki(directory: Path, alt_name: str = "triton.staging.test",
+             server_shift: datetime.timedelta = datetime.timedelta(0)) -> Pki:  # fmt: skip
+    """Generate the CA and certificates into ``directory`` (EC P-256, valid for a day; the server's dates moved by
+    ``server_shift``: two days back, and it has expired)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca, ca_key = _ca("triton-tap test CA")
     san: list[x509.GeneralName] = [
@@ -103,7 +106,7 @@ def make_pki(directory: Path, alt_name: str = "triton.staging.test") -> Pki:
         x509.DNSName(alt_name),
         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
     ]
-    server, server_key = _leaf("localhost", ca, ca_key, san, server=True)
+    server, server_key = _leaf("localhost", ca, ca_key, san, server=True, shift=server_shift)
     client, client_key = _leaf("triton-tap test client", ca, ca_key, [], server=False)
     other, _ = _ca("unrelated CA")
     pem = serialization.Encoding.PEM

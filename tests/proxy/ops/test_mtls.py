@@ -209,3 +209,39 @@ def test_a_client_that_rejects_the_proxys_certificate_is_logged_as_its_rejection
             time.sleep(0.01)
     events = [e["event"] for e in logs if e["event"].startswith("tls_client")]
     assert events and set(events) == {"tls_client_rejected_handshake"}, logs
+
+
+def test_an_out_of_date_certificate_is_named_at_start_and_at_reload(
+    tmp_path: Path, fake_upstream: Any, start_proxy: Callable[..., RecordingProxy]
+) -> None:
+    """An expired --tls-cert loads without a word from OpenSSL, and then every client refuses the proxy. It is
+    named at start (flag, path, when it expired); a reload to a valid one is quiet; a reload to one not yet
+    valid is named again."""
+    import datetime
+
+    import structlog
+
+    from proxy.ops.tls import out_of_date
+
+    day = datetime.timedelta(days=1)
+    expired, fine, early = (make_pki(tmp_path / name, server_shift=shift)
+                            for name, shift in (("expired", -2 * day), ("fine", 0 * day), ("early", 2 * day)))  # fmt: skip
+    assert (out_of_date(fine.server_cert), out_of_date(fine.client_cert)) == (None, None)
+    assert (out_of_date(expired.server_cert) or "").startswith("expired at ")
+    assert (out_of_date(early.server_cert) or "").startswith("not valid before ")
+    live = server_side_copy(expired, tmp_path / "live")
+
+    def warned(logs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+        return [(e["flag"], e["path"], e["problem"].split(" at ")[0].split(" before ")[0])
+                for e in logs if e["event"] == "tls_certificate_out_of_date"]  # fmt: skip
+
+    with structlog.testing.capture_logs() as logs:
+        proxy = start_proxy(f"127.0.0.1:{fake_upstream.port}", tls_cert=live.server_cert, tls_key=live.server_key,
+                            tls_watch_s=0)  # fmt: skip
+    assert warned(logs) == [("--tls-cert", str(live.server_cert), "expired")], logs
+    for pki, want in ((fine, []), (early, [("--tls-cert", str(live.server_cert), "not valid")])):
+        for name in ("server_cert", "server_key"):
+            shutil.copy(getattr(pki, name), getattr(live, name))
+        with structlog.testing.capture_logs() as logs:
+            asyncio.run_coroutine_threadsafe(_reload(proxy), proxy.loop).result(20)
+        assert warned(logs) == want, logs
