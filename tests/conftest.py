@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
+from tests.support.loop_thread import BackgroundLoop
+
 
 @pytest.fixture(autouse=True)
 def _fresh_structlog() -> Iterator[None]:
@@ -26,3 +28,11 @@ def _fresh_structlog() -> Iterator[None]:
         for value in vars(module).values():
             if isinstance(value, structlog._config.BoundLoggerLazyProxy):
                 vars(value).pop("bind", None)  # cached on first use: back to lazy
+
+
+@pytest.fixture
+def loop() -> Iterator[BackgroundLoop]:
+    """An event loop thread (for in-process servers: a scripted peer, a MockTriton, the proxy); closed at teardown."""
+    bg = BackgroundLoop()
+    yield bg
+    bg.close()

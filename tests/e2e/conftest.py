@@ -9,7 +9,6 @@ import pytest
 
 from proxy.lab.background import ProxyThread
 from proxy.lab.tritonserver import TritonServer, model_repository
-from tests.support.loop_thread import BackgroundLoop
 from tests.support.triton_server import started
 
 
@@ -19,14 +18,6 @@ def triton(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     server = started(TritonServer(model_repository(), workdir=tmp_path_factory.mktemp("triton")), request)
     yield server
     server.stop()
-
-
-@pytest.fixture
-def loop() -> Iterator[BackgroundLoop]:
-    """An event loop thread (for an in-process MockTriton); closed at teardown."""
-    bg = BackgroundLoop()
-    yield bg
-    bg.close()
 
 
 @pytest.fixture

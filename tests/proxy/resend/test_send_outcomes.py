@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import errno
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,13 +144,6 @@ def test_a_connect_that_fails_is_not_sent_and_the_next_call_of_its_connection_co
 # -- through the CLI and the real recorder ------------------------------------------------------------
 
 
-@pytest.fixture
-def loop() -> Iterator[BackgroundLoop]:
-    bg = BackgroundLoop()
-    yield bg
-    bg.close()
-
-
 def _record(loop: BackgroundLoop, tmp_path: Path) -> Path:
     """Five unary calls by tritonclient on one channel, recorded (payload full) in front of a peer
     that answers them all: two, a gap of 2 s, three."""
@@ -224,8 +216,9 @@ def test_a_status_the_recorder_made_up_for_a_lost_target_is_no_outcome_send_obse
     port = loop.run(peer.start())
     try:
         capsys.readouterr()
-        code = main(["replay", "send", str(capture), "--target", f"127.0.0.1:{port}", "--out", str(tmp_path / "sent"),
-                     "--speed", "max"])  # fmt: skip
+        # (at the recorded pace, so each call goes only after the one before it has ended: --speed max would
+        # send them at once, and the reset could come before the earlier answers)
+        code = main(["replay", "send", str(capture), "--target", f"127.0.0.1:{port}", "--out", str(tmp_path / "sent")])
     finally:
         loop.run(peer.stop())
     out, err = capsys.readouterr()

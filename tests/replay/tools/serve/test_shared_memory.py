@@ -68,15 +68,6 @@ def regions() -> Iterator[_Regions]:
         r.close()
 
 
-@pytest.fixture
-def loop() -> Iterator[BackgroundLoop]:
-    loop = BackgroundLoop()
-    try:
-        yield loop
-    finally:
-        loop.close()
-
-
 def _shm_request(rid: str, regions: _Regions | None) -> Any:
     """The ModelInferRequest tritonclient sends for the echo model; with ``regions``, as ``set_shared_memory``
     writes it (no data: the regions' names, sizes), else with the input's data."""
