@@ -307,8 +307,24 @@ class Http1Core:
                 else:
                     self.emit(record)
         else:
+            if side == UPSTREAM:
+                self._close_ends_reply()
             out.commands.append(Close(side))
         return out
+
+    def _close_ends_reply(self) -> None:
+        """Triton's FIN ends a reply whose body runs to the close (neither Content-Length nor Transfer-Encoding:
+        HTTP/1.0's framing, which Triton 2.51 uses for its empty 200s to an HTTP/1.0 client): the reply is
+        whole, as the client read it, and its call ends so. Told to h11, which ends such a body only at the
+        close; any other reply still open is cut by the close (``lost`` then says so)."""
+        call = self.call
+        if call is None or self.u_cli.their_state is not h11.SEND_BODY or not _runs_to_close(call.resp_headers):
+            return
+        try:
+            self.u_cli.receive_data(b"")
+            self._drain()
+        except Exception as e:
+            self._internal_error(e)
 
     def timer(self, name: str) -> Output:
         return self._begin()  # the core arms no timer
@@ -906,3 +922,8 @@ def _tokens(headers: list[tuple[bytes, bytes]], name: bytes) -> set[bytes]:
 
 def _json_str(s: str) -> str:
     return json.dumps(s)
+
+
+def _runs_to_close(headers: list[tuple[bytes, bytes]] | None) -> bool:
+    """A reply (its head read) whose body ends only at the connection's close (RFC 9112 6.3: no length)."""
+    return headers is not None and not any(k.lower() in (b"content-length", b"transfer-encoding") for k, _ in headers)

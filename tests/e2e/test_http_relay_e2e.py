@@ -123,6 +123,21 @@ def test_curl_generate_stream(both_ports: ProxyThread) -> None:
     assert (end_of(recs, call)["status"], end_of(recs, call)["cause"]) == ("200", "ok")
 
 
+def test_an_http10_health_check_answered_up_to_tritons_close_is_ok(both_ports: ProxyThread) -> None:
+    """`curl --http1.0` (HAProxy's and ab's health checks alike): Triton answers 200 with neither Content-Length
+    nor Transfer-Encoding and closes, which ends the reply. The call is `ok`, not `upstream_disconnect` (every
+    healthy check was read as Triton dropping the connection)."""
+    for path in ("/v2/health/live", "/v2/health/ready"):
+        out = subprocess.run(["curl", "-sS", "--http1.0", "-o", "/dev/null", "-w", "%{http_code}",
+                              f"http://{http_url(both_ports)}{path}"], capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert (out.returncode, out.stdout) == (0, "200"), out
+    recs = records(both_ports.stop())
+    ends = [(end_of(recs, c)["status"], end_of(recs, c)["cause"]) for p in ("live", "ready")
+            for c in calls(recs, f"GET /v2/health/{p}")]  # fmt: skip
+    assert ends == [("200", "ok"), ("200", "ok")], ends
+    assert not of_kind(recs, "cancel")
+
+
 def _cancelled_in_log(triton: TritonServer, model: str, rid: str) -> bool:
     return f"{model}: request {rid} cancelled after" in triton.log_path.read_text(errors="replace")
 

@@ -566,3 +566,25 @@ def test_an_event_held_back_is_stamped_with_the_read_that_brought_it(monkeypatch
         run.perform(run.core.receive_c2s(data) if side == CLIENT else run.core.receive_s2c(data))
     s2c = [m for m in run.records("message") if m.dir == "s2c"]
     assert [(m.t_ns, m.final) for m in s2c] == [(2_000, False), (5_000, True)]
+
+
+def test_a_reply_whose_body_runs_to_triton_s_close_ends_whole_at_the_close() -> None:
+    """HTTP/1.0: Triton 2.51 answers a health check with a 200 of neither Content-Length nor Transfer-Encoding,
+    then closes; the close ends that body, and curl reads a whole reply. The call is `ok`, its (empty) reply
+    recorded; it was cancelled `upstream_disconnect` with no reply, a healthy server read as failing. A reply
+    of stated length cut by the close is still cut."""
+    from proxy.relay.contract import Close
+
+    request = b"GET /v2/health/live HTTP/1.0\r\nHost: t\r\n\r\n"
+    run = drive([("c2s", request), ("s2c", b"HTTP/1.1 200 OK\r\n\r\n")])
+    run.perform(run.core.eof(UPSTREAM))
+    assert Close(UPSTREAM) in run.commands
+    run.perform(run.core.lost(UPSTREAM, None))
+    end = one(run, "call_end")
+    assert (end.cause, end.status, end.messages_s2c) == ("ok", "200", 1), end
+    assert not run.records("cancel") and not run.records("protocol_error")
+
+    cut = drive([("c2s", request), ("s2c", b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab")])
+    cut.perform(cut.core.eof(UPSTREAM))
+    cut.perform(cut.core.lost(UPSTREAM, None))
+    assert one(cut, "call_end").cause == "upstream_disconnect" and not cut.records("protocol_error")
