@@ -196,6 +196,7 @@ class Http1Core:
         #: (:meth:`_never_answered`), and how they end: (cause, forwarded upstream).
         self._dropped: h11.Connection | None = None
         self._dropped_cause = ("upstream_disconnect", False)
+        self._dropped_us: float | None = None  # when their ending went upstream (the client's FIN): that long after it was read
         full = self.opts.payload == "full"
         self._keep = max(http_labels.LABEL_CAP, self.opts.payload_cap or (1 << 62)) if full else http_labels.LABEL_CAP
         self._hashing = full
@@ -794,6 +795,9 @@ class Http1Core:
             self._cancel(call, "upstream_disconnect", forwarded=False)
         if self.client in CLIENT_LIVE or self._dropped is not None:
             # (Not after the client broke HTTP/1.x: what it sent after that is no request.)
+            if self._dropped is None and self._client_eof_us is not None:
+                # Queued behind the call the client's FIN cut, and gone upstream before that FIN: cut by it too.
+                self._dropped_cause, self._dropped_us = ("client_disconnect", True), self._client_eof_us
             cause, forwarded = self._dropped_cause  # (upstream_disconnect, not forwarded) unless ending already
             self._never_answered(cause, forwarded=forwarded, ending=True)
         self._exchange(ExchangeInput.LOST)
@@ -830,7 +834,7 @@ class Http1Core:
                 if call is None:
                     break
                 self._record_request(call, None)
-                self._cancel(call, cause, forwarded=forwarded)
+                self._cancel(call, cause, forwarded=forwarded, forwarded_us=self._dropped_us)
                 if parser.our_state is h11.SEND_RESPONSE:
                     # The parser waits for a response that never comes: pretend one for the next request.
                     parser.send(h11.Response(status_code=503, headers=[(b"content-length", b"0")]))
@@ -841,7 +845,7 @@ class Http1Core:
             else:
                 break
         if ending and self.call is not None:
-            self._cancel(self.call, cause, forwarded=forwarded)
+            self._cancel(self.call, cause, forwarded=forwarded, forwarded_us=self._dropped_us)
 
     def _refuse(self, call: Http1Call) -> None:
         """The upstream was unreachable: the proxy answers 502 with the reason and closes."""

@@ -509,6 +509,21 @@ def test_pipelined_requests_forwarded_always_become_calls() -> None:
     assert [(e.call, e.cause) for e in closed.records("call_end")] == [("c1.1", "ok"), ("c1.2", "upstream_disconnect")]
 
 
+def test_requests_queued_when_the_client_half_closed_are_cut_by_its_fin_as_the_open_call_is() -> None:
+    """Three requests pipelined, then the client's FIN; Triton answers the first and closes. The second (open)
+    and the third (queued behind it) were both left by Triton for the client's FIN: both `client_disconnect`,
+    forwarded upstream. The queued one was `upstream_disconnect`, not forwarded, as if Triton had dropped it."""
+    r1, r2, r3 = _request(b'{"id":"p1"}'), _request(b'{"id":"p2"}'), _request(b'{"id":"p3"}')
+    run = drive([("c2s", r1 + r2 + r3)])
+    run.perform(run.core.eof(CLIENT))
+    run.perform(run.core.receive_s2c(_reply(b'{"id":"p1","outputs":[]}')))
+    run.perform(run.core.eof(UPSTREAM))
+    run.perform(run.core.lost(UPSTREAM, None))
+    assert [(e.call, e.cause) for e in run.records("call_end")] == [
+        ("c1.1", "ok"), ("c1.2", "client_disconnect"), ("c1.3", "client_disconnect")]  # fmt: skip
+    assert [(c.call, c.forwarded_upstream) for c in run.records("cancel")] == [("c1.2", True), ("c1.3", True)]
+
+
 def test_shutdown_closes_the_connection_after_its_call_in_flight() -> None:
     """Shutdown began during a call: when it ends, both sides close; nothing more goes to Triton."""
     run = drive([("c2s", _request(b'{"id":"a"}'))])
