@@ -61,6 +61,17 @@ def _reason(status: int) -> bytes:
         return b""
 
 
+def _kept_alive_10(head: bytes) -> bytes:
+    """h11's response head to an HTTP/1.0 request, as Triton answers one asking to be kept alive: ``HTTP/1.0`` and
+    ``Connection: keep-alive`` where h11 (which keeps no HTTP/1.0 connection) says ``Connection: close``. Only
+    with a ``content-length``: a body that runs to the close must end with the connection."""
+    lines = head.split(b"\r\n")
+    if not any(line.lower().startswith(b"content-length:") for line in lines):
+        return head
+    lines[0] = lines[0].replace(b"HTTP/1.1 ", b"HTTP/1.0 ", 1)
+    return b"\r\n".join(b"Connection: keep-alive" if line.lower() == b"connection: close" else line for line in lines)
+
+
 def sse_block(data: bytes) -> bytes:
     """The bytes of one served event: a captured event block as captured, a bare JSON answer framed as ``data:``."""
     if data.startswith((b"data:", b"event:", b":", b"id:")):
@@ -101,10 +112,17 @@ class _Conn:
         self.writer = writer
         self.h11 = h11.Connection(h11.SERVER)
         self.client_closed = False  # its side of the connection ended (a read gave b"")
+        #: The request being answered is HTTP/1.0 asking to be kept alive (``Connection: keep-alive``, ApacheBench
+        #: ``-k``); ``kept10``: its answer has a length, and said so: the connection goes on after it, as Triton's.
+        self.keep10 = self.kept10 = False
 
     async def send(self, *events: h11.Event) -> None:
         for event in events:
             data = self.h11.send(event)
+            if type(event) is h11.Response and self.keep10:
+                head = data or b""
+                data = _kept_alive_10(head)
+                self.kept10 = data != head
             if data:
                 self.writer.write(data)
         try:
@@ -133,6 +151,8 @@ class _Conn:
                     return
                 if not isinstance(event, h11.Request):
                     return
+                asked = (_header(event.headers.raw_items(), "connection") or "").lower()
+                self.keep10, self.kept10 = event.http_version == b"1.0" and "keep-alive" in asked, False
                 if self.h11.they_are_waiting_for_100_continue:
                     # `Expect: 100-continue` (curl sends it with bodies over 1 KiB): Triton says go on at once; a
                     # client that waits for it would otherwise wait its own timeout (curl: 1 s) before the body.
@@ -147,6 +167,16 @@ class _Conn:
                     else:  # the client left mid-body
                         return
                 await self.serve.answer(self, event, bytes(body))
+                if self.kept10 and self.h11.our_state is h11.MUST_CLOSE and self.h11.their_state is h11.MUST_CLOSE:
+                    # h11 keeps no HTTP/1.0 connection alive: a fresh one reads the next request, from the bytes
+                    # that came after this one.
+                    rest, closed = self.h11.trailing_data
+                    self.h11 = h11.Connection(h11.SERVER)
+                    if rest:
+                        self.h11.receive_data(rest)
+                    if closed:
+                        self.h11.receive_data(b"")  # (h11's word for the close)
+                    continue
                 if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
                     return
                 self.h11.start_next_cycle()

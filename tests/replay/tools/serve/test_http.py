@@ -238,6 +238,38 @@ def test_keep_alive_and_pipelined_requests_are_answered_in_order_on_one_connecti
     assert data.count(b"HTTP/1.1 200 OK") == 3
 
 
+def test_http10_keep_alive_requests_are_answered_on_one_connection_as_triton_does(serve: _Serve) -> None:
+    """ApacheBench -k: HTTP/1.0 with `Connection: keep-alive`. Triton answers `HTTP/1.0` with `Connection:
+    keep-alive` and reads the next request; serve answered HTTP/1.1 `Connection: close` and closed (h11 keeps no
+    HTTP/1.0 connection), so the client got one reply of three. Without keep-alive, the connection still ends."""
+    health = exchanges("05a_health_metadata")[0]
+    url = serve(_capture(health, health, ms=1))
+    host, port = url.split(":")
+    verb, target = health.method.split(" ", 1)
+    kept = f"{verb} {target} HTTP/1.0\r\nhost: x\r\nconnection: keep-alive\r\n\r\n".encode()
+
+    def read(s: socket.socket, heads: int) -> bytes:
+        data = b""
+        while data.count(b"HTTP/1.") < heads or not data.endswith(b"\r\n\r\n"):
+            chunk = s.recv(65536)
+            assert chunk, f"connection closed early after {data!r}"
+            data += chunk
+        return data
+
+    with socket.create_connection((host, int(port)), timeout=WAIT_S) as s:
+        s.sendall(kept + kept)  # pipelined
+        data = read(s, 2)
+        s.sendall(kept)  # and one more, later, on the same connection
+        data += read(s, 1)
+    assert data.count(b"HTTP/1.0 200 OK\r\n") == 3 and data.count(b"Connection: keep-alive\r\n") == 3, data
+    with socket.create_connection((host, int(port)), timeout=WAIT_S) as s:
+        s.sendall(f"{verb} {target} HTTP/1.0\r\nhost: x\r\n\r\n".encode())
+        once = b""
+        while chunk := s.recv(65536):  # until serve closes
+            once += chunk
+    assert once.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close\r\n" in once, once
+
+
 def test_health_and_metadata_come_from_captured_calls(serve: _Serve) -> None:
     xs = exchanges("05a_health_metadata")
     url = serve(_capture(*xs[:4], xs[6]))
