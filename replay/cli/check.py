@@ -109,9 +109,9 @@ def add_check_command(sub: Any) -> None:
         "check",
         help="per-request outcomes and protocol violations of a capture",
         description="Per-request outcomes and protocol violations of a capture, and the connections closed "
-        "for breaking HTTP/2. Exit 0: no violation (requests known only for their id group are a warning, a "
-        "client that broke HTTP/2 is listed); 1: violations, unattributable responses or an upstream that "
-        "broke HTTP/2; 2: unreadable capture (a damaged line or compressed frame: see --skip-damaged).",
+        "for breaking HTTP/2 or HTTP/1.x. Exit 0: no violation (requests known only for their id group are a "
+        "warning, a client that broke HTTP is listed); 1: violations, unattributable responses or an upstream "
+        "that broke HTTP; 2: unreadable capture (a damaged line or compressed frame: see --skip-damaged).",
     )
     add_capture_argument(p, skip_damaged=True)
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")

@@ -187,7 +187,7 @@ def render_human(
             )
         console.print(un)
     if result.protocol_errors:
-        pe = Table(title="connections closed for breaking HTTP/2 (protocol_error)", title_justify="left")
+        pe = Table(title="connections closed for breaking HTTP/2 or HTTP/1.x (protocol_error)", title_justify="left")
         for col in ("conn", "seq", "side", "error", "open calls"):
             pe.add_column(col)
         for p in result.protocol_errors:

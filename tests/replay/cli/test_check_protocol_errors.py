@@ -58,7 +58,7 @@ def test_a_client_speaking_http1_is_shown_and_not_a_failure(bg: BackgroundLoop, 
         bg.run(server.stop(None))
     code, out = _check(proxy.capture_path, as_json=False)
     assert code == 0, out
-    assert "connections closed for breaking HTTP/2 (protocol_error)" in out
+    assert "connections closed for breaking HTTP/2 or HTTP/1.x (protocol_error)" in out
     (row,) = [line for line in out.splitlines() if line.startswith("│ c1 ")]
     assert "client" in row and "not an HTTP/2 connection preface" in row
     assert out.splitlines()[-1].endswith("0 hole(s), 1 protocol error(s)")
