@@ -97,8 +97,8 @@ class Http1Call:
     """One request/response exchange."""
 
     __slots__ = (
-        "body_c2s", "body_s2c", "early", "events", "final_seen", "first_error", "half_close", "has_body", "id", "index",
-        "keep10", "method", "pending", "raw_events", "req_headers", "request_id", "resp_headers", "resp_keep", "responded", "sse",
+        "body_c2s", "body_s2c", "early", "events", "final_seen", "first_error", "half_close", "has_body", "head_body",
+        "id", "index", "keep10", "method", "pending", "raw_events", "req_headers", "request_id", "resp_headers", "resp_keep", "responded", "sse",
         "status", "t0", "trailers",
     )  # fmt: skip
 
@@ -118,6 +118,8 @@ class Http1Call:
         self.keep10 = False
         #: The response leaves the connection open (no ``Connection: close``; HTTP/1.1 or ``keep-alive``).
         self.resp_keep = False
+        #: A HEAD reply that came with a body all the same, this long (:meth:`Http1Core._head_reply_body`).
+        self.head_body = 0
         self.request_id = ""
         self.resp_headers: list[tuple[bytes, bytes]] | None = None
         self.status: int | None = None
@@ -593,6 +595,7 @@ class Http1Core:
         call = self.call
         if call is None:
             return
+        self._head_reply_body(call)
         self._exchange(ExchangeInput.RESPONSE_END)
         call.trailers = trailers
         headers = call.resp_headers or []
@@ -611,6 +614,21 @@ class Http1Core:
             self._call_end(call)
             self._after_call(call)
 
+    def _head_reply_body(self, call: Http1Call) -> None:
+        """Triton 2.51 answers HEAD with a body (its 404/405 error JSON), which HTTP forbids. h11, told HEAD, reads
+        none, and took those bytes for the next reply's status line: the connection was closed as Triton's
+        protocol error, where Triton and its client go on. When the bytes read after the head are the announced
+        length of something that is not a reply's start, they are that body: recorded, and left out of the next
+        exchange's parser (:meth:`_after_call`). A server that keeps HTTP's rule sends no such bytes."""
+        if not call.method.startswith("HEAD ") or call.body_s2c is None or call.resp_headers is None:
+            return
+        lengths = [v for k, v in call.resp_headers if k.lower() == b"content-length"]
+        n = int(lengths[0]) if len(lengths) == 1 and lengths[0].strip().isdigit() else 0
+        rest, _ = self.u_cli.trailing_data
+        if n and len(rest) >= n and bytes(rest[:5]) != b"HTTP/":
+            call.body_s2c.feed(bytes(rest[:n]))
+            call.head_body = n
+
     def _after_call(self, call: Http1Call) -> None:
         """The exchange ended cleanly: does the connection carry another?
 
@@ -625,6 +643,9 @@ class Http1Core:
             self._exchange(ExchangeInput.LOST)
             self._client_input(ClientInput.CLOSE)
             self._out.commands += [Close(CLIENT), Close(UPSTREAM)]
+        elif call.head_body and call.resp_keep and _both_done(c) and _both_done(u):
+            self.c_srv = _fresh(h11.SERVER, c)
+            self.u_cli = _fresh(h11.CLIENT, u, skip=call.head_body)
         elif _both_done(c) and _both_done(u):
             return
         elif call.keep10 and call.resp_keep:
@@ -910,10 +931,11 @@ def _both_done(conn: h11.Connection) -> bool:
     return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
 
-def _fresh(role: type[h11.CLIENT] | type[h11.SERVER], old: h11.Connection) -> h11.Connection:
-    """A new parser for the next exchange, holding the bytes ``old`` had not parsed yet."""
+def _fresh(role: type[h11.CLIENT] | type[h11.SERVER], old: h11.Connection, skip: int = 0) -> h11.Connection:
+    """A new parser for the next exchange, holding the bytes ``old`` had not parsed yet (but the first ``skip``)."""
     conn = h11.Connection(role, max_incomplete_event_size=MAX_HEAD)
     rest, _ = old.trailing_data
+    rest = rest[skip:]
     if rest:
         conn.receive_data(bytes(rest))
     return conn

@@ -524,6 +524,25 @@ def test_requests_queued_when_the_client_half_closed_are_cut_by_its_fin_as_the_o
     assert [(c.call, c.forwarded_upstream) for c in run.records("cancel")] == [("c1.2", True), ("c1.3", True)]
 
 
+def test_a_head_reply_with_a_body_anyway_is_recorded_whole_and_the_connection_goes_on() -> None:
+    """Triton 2.51 answers HEAD with its error JSON as a body, which HTTP forbids; its client reads on and gets the
+    next reply. The proxy took those bytes for the next reply's status line and closed the connection as Triton's
+    protocol error (the next call `upstream_disconnect`, though its reply had been relayed). Now the HEAD reply's
+    body is recorded (30 bytes) and the next exchange goes on. A HEAD reply that keeps HTTP's rule is unchanged."""
+    head = b"HEAD /v2/health/ready HTTP/1.1\r\nHost: t\r\n\r\n"
+    get = b"GET /v2/health/ready HTTP/1.1\r\nHost: t\r\n\r\n"
+    error = b'{"error":"Method Not Allowed"}'
+    refused = b"HTTP/1.1 405 Method Not Allowed\r\nContent-Type: application/json\r\nContent-Length: 30\r\n\r\n"
+    ready = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nContent-Type: text/plain\r\n\r\n"
+    for body in (error, b""):
+        run = drive([("c2s", head), ("s2c", refused + body), ("c2s", get), ("s2c", ready)])
+        assert not run.records("protocol_error") and Close(CLIENT) not in run.commands, run.records("protocol_error")
+        assert [(e.call, e.status, e.cause) for e in run.records("call_end")] == [
+            ("c1.1", "405", "error"), ("c1.2", "200", "ok")]  # fmt: skip
+        assert [(m.call, m.size) for m in run.records("message") if m.dir == "s2c"] == [("c1.1", len(body)), ("c1.2", 0)]
+        assert bytes(run.s2c) == refused + body + ready
+
+
 def test_shutdown_closes_the_connection_after_its_call_in_flight() -> None:
     """Shutdown began during a call: when it ends, both sides close; nothing more goes to Triton."""
     run = drive([("c2s", _request(b'{"id":"a"}'))])
