@@ -20,7 +20,7 @@ import structlog
 from proxy.capture.budget import MIB, CaptureFile, FreeSpaceEstimate, FreeSpacePolicy, default_min_free, to_remove
 from proxy.capture.gaps import Gap
 from replay.capture import events as ev
-from replay.capture import naming
+from replay.capture import liveness, naming
 from replay.errors import UserError
 
 log = structlog.get_logger("triton_tap.writer")
@@ -52,16 +52,20 @@ class CaptureOps:
     min_free: int = 0
 
 
-def scan(directory: Path, live: Path) -> tuple[list[CaptureFile], int]:
-    """The closed capture files of ``directory`` (any proxy run), each with its side file, and the
-    live file's size (its side file's included).
+def scan(directory: Path, live: Path) -> tuple[list[CaptureFile], int, int]:
+    """The closed capture files of ``directory`` (any proxy run), each with its side file; the live
+    files' size (their side files' included); and how many live files are another writer's.
 
-    A side file whose capture file is gone (deleted by hand, or unlinked while live) is a closed file
-    of its own, so the budget still counts it and retention removes it in its turn.
+    Another writer's live file (``record --workers``: each worker writes its own chain into the one
+    directory) is told by the lock its writer holds on it (:mod:`replay.capture.liveness`): it is never
+    closed, so never deleted here. A side file whose capture file is gone (deleted by hand, or unlinked
+    while live) is a closed file of its own, so the budget still counts it and retention removes it in
+    its turn.
     """
     captures: dict[str, tuple[str, int, tuple[str, int, str]]] = {}
     sides: dict[str, tuple[int, tuple[str, int, str]]] = {}
     live_size = 0
+    others: list[str] = []
     with os.scandir(directory) as it:
         for entry in it:
             key = naming.parse(entry.name)
@@ -75,13 +79,16 @@ def scan(directory: Path, live: Path) -> tuple[list[CaptureFile], int]:
             order = (key.stem, key.index, entry.name)
             if is_side:
                 sides[entry.name] = (st.st_size, order)
-            elif entry.name == live.name:
+            elif entry.name == live.name or (not key.gzipped and liveness.being_written(entry.path)):
                 live_size += st.st_size
+                if entry.name != live.name:
+                    others.append(entry.name)
             else:
                 captures[entry.name] = (naming.side_name(entry.name), st.st_size, order)
-    live_side = sides.pop(naming.side_name(live.name), None)
-    if live_side is not None:
-        live_size += live_side[0]
+    for name in (live.name, *others):
+        live_side = sides.pop(naming.side_name(name), None)
+        if live_side is not None:
+            live_size += live_side[0]
     closed: list[CaptureFile] = []
     for name, (side, size, order) in captures.items():
         # While a rotated file is gzipped both names exist for a moment: the side file goes with one.
@@ -89,14 +96,15 @@ def scan(directory: Path, live: Path) -> tuple[list[CaptureFile], int]:
         closed.append(CaptureFile(name=name, size=size + (found[0] if found else 0), order=order,
                                   side=side if found else None))  # fmt: skip
     closed.extend(CaptureFile(name=name, size=size, order=order) for name, (size, order) in sides.items())
-    return closed, live_size
+    return closed, live_size, len(others)
 
 
 def enforce(directory: Path, live: Path, live_limit: int, max_total: int, ops: CaptureOps) -> list[CaptureFile]:
     """Delete the oldest closed files beyond the budget, each with its side file; the ones actually
     deleted, oldest first (:func:`removed_names` lists their files)."""
-    closed, live_size = scan(directory, live)
-    doomed = to_remove(closed, live_limit, max_total)
+    closed, live_size, others = scan(directory, live)
+    # Each live file may grow to the rotation size before it is closed: room is kept for every one.
+    doomed = to_remove(closed, live_limit * (1 + others), max_total)
     removed: list[CaptureFile] = []
     for f in doomed:
         try:

@@ -442,3 +442,36 @@ def test_records_after_a_reopen_request_go_to_the_new_file(tmp_path: Path) -> No
     assert old[-1]["kind"] == "capture_end" and old[-1]["reason"] == "reopen"
     assert [r["call"] for r in new if r["kind"] == "message"] == ["c1.3"]
     assert w.ops.reopens == {"signal": 1}
+
+
+def test_workers_sharing_a_budget_never_delete_each_others_live_file(tmp_path: Path) -> None:
+    """`record --workers 2 --max-total-mb`: two writers, two chains, one directory, each enforcing the budget.
+    Neither deletes the other's live file (each told it closed, oldest first: w0's went first, and its records
+    with it, a `file_unlinked` gap); the oldest closed files still go, and room is kept for both live files."""
+    budget, rotate = 600 * 1024, 64 * 1024
+    set_stem = "capture-20261207T000000-7"
+
+    async def run() -> list[CaptureWriter]:
+        ws = [CaptureWriter(WriterOptions(directory=tmp_path, rotate_bytes=rotate, max_total_bytes=budget,
+                                          min_free_bytes=0, stem=f"{set_stem}.w{k}"), _start())
+              for k in range(2)]  # fmt: skip
+        for w in ws:
+            w.open()
+        for first in range(0, 6000, 500):
+            for w in ws:  # (in turns, so that each rotates while the other's live file is older than its closed ones)
+                await _emit(w, first, 500)
+        for w in ws:
+            await w.close()
+        return ws
+
+    with structlog.testing.capture_logs() as logs:
+        ws = asyncio.run(run())
+    assert not [e for e in logs if e["event"] == "capture_file_unlinked"], logs
+    assert all(w.ops.reopens == {} for w in ws), [w.ops.reopens for w in ws]
+    assert sum(w.ops.files_removed for w in ws) > 0
+    assert _dir_bytes(tmp_path) <= budget + 64 * 1024
+    for w in ws:
+        # Only closed files went, oldest first: what is left of each chain runs on to its last file, no hole in it
+        # (a live file deleted is noticed only at the writer's next check, and leaves one).
+        left = [p.exists() for p in w.paths]
+        assert left[-1] and left == sorted(left), [p.name for p, there in zip(w.paths, left, strict=True) if not there]
