@@ -151,6 +151,7 @@ class H2Core:
         "client_subject",
         "conn_id",
         "emit",
+        "goaway_cause",
         "goaway_last",
         "last_sid",
         "opts",
@@ -190,6 +191,9 @@ class H2Core:
         self.client_live = True
         #: Last stream id of the GOAWAY the client got (from us or passed on), or None.
         self.goaway_last: int | None = None
+        #: Why the client got it: the proxy's shutdown (or abort), or the upstream going away. A call the client
+        #: opens above it is refused for that reason: it never reaches the upstream.
+        self.goaway_cause = "upstream_disconnect"
         #: The highest stream id the client opened a call on.
         self.last_sid = 0
         # Header blocks go upstream re-encoded (never verbatim) once the proxy rewrites one
@@ -388,7 +392,7 @@ class H2Core:
     def goaway(self) -> Output:
         """Shutdown: tell the client to open no new calls on this connection; open calls go on."""
         self._begin()
-        self._goaway_client()
+        self._goaway_client("proxy_shutdown")
         return self._finish()
 
     def abort(self, cause: str) -> Output:
@@ -579,17 +583,20 @@ class H2Core:
             if self.goaway_last is not None and sid > self.goaway_last and len(self._kept_back) >= KEPT_BACK_LIMIT:
                 raise wire.FrameError(ENHANCE_YOUR_CALM, "client kept opening streams after GOAWAY")
             call = self._request(sid, headers)
-            if self.up is not Upstream.OPEN:
-                self._kept_back.add(sid)
-                self._fail_c2s(call, "upstream_disconnect", *PROXY_ANSWERS["upstream_disconnect"])
-                return
             if self.goaway_last is not None and sid > self.goaway_last:
                 # Above the last stream id of the GOAWAY the client got (the proxy's at shutdown,
                 # or the upstream's passed on): never processed, so it must not reach the upstream
-                # (the client may retry it elsewhere). Its header block is kept back.
+                # (the client may retry it elsewhere). Its header block is kept back. Tested before the
+                # upstream's state: at shutdown an idle connection's upstream is closed at once, and the
+                # call that crossed the GOAWAY is still the GOAWAY's to refuse, not an upstream lost.
                 self.reencode_c2s = True
                 self._kept_back.add(sid)
-                self._refuse(call, OWN_ANSWER + "connection is shutting down (GOAWAY): stream not processed")
+                self._refuse(call, OWN_ANSWER + "connection is shutting down (GOAWAY): stream not processed",
+                             self.goaway_cause)  # fmt: skip
+                return
+            if self.up is not Upstream.OPEN:
+                self._kept_back.add(sid)
+                self._fail_c2s(call, "upstream_disconnect", *PROXY_ANSWERS["upstream_disconnect"])
                 return
             self._forward_headers(sid, headers, end, raw)
         else:
@@ -639,10 +646,11 @@ class H2Core:
             headers.derived["request"] = got
         return got
 
-    def _refuse(self, call: Call, reason: str) -> None:
-        """REFUSED_STREAM to the client: never processed, so the client may retry it itself."""
+    def _refuse(self, call: Call, reason: str, cause: str, rst: int | None = None) -> None:
+        """REFUSED_STREAM to the client: never processed, so the client may retry it itself. ``cause``: why (the
+        proxy's shutdown, the upstream going away); ``rst``: the upstream's refusal, when it was the upstream's."""
         self._own_s2c(wire.rst_stream(call.sid, wire.REFUSED_STREAM))
-        self._end(call, "error", "UNAVAILABLE", reason, None, rst=wire.REFUSED_STREAM)
+        self._end(call, cause, "UNAVAILABLE", reason, None, rst=rst)
 
     # --- upstream -> client -----------------------------------------------------------------------
 
@@ -728,11 +736,12 @@ class H2Core:
         for call in list(self.calls.values()):
             if call.sid > last:
                 # Never processed upstream (RFC 9113 6.8): REFUSED_STREAM lets the client retry it.
-                self._refuse(call, OWN_ANSWER + "upstream connection is shutting down (GOAWAY)")
+                self._refuse(call, OWN_ANSWER + "upstream connection is shutting down (GOAWAY)", "upstream_disconnect",
+                             wire.REFUSED_STREAM)  # fmt: skip
         # Passed on so the client opens new calls on a new connection (and so a new upstream
         # connection); calls in flight drain. A GOAWAY may never raise an earlier one's last id.
         if self.goaway_last is None or last < self.goaway_last:
-            self.goaway_last = last
+            self.goaway_last, self.goaway_cause = last, "upstream_disconnect"
             self._client_input(ClientInput.GOAWAY)
             self._s2c_q.append(raw)
         self._maybe_close_client()
@@ -928,10 +937,11 @@ class H2Core:
         rest = self.c2s.unread()
         self._guarded_feed(rest if self.c2s.expecting_preface else wire.PREFACE + wire.frame(wire.SETTINGS, 0, 0) + rest)
 
-    def _goaway_client(self) -> None:
-        """Tell the client to open no new calls on this connection; open calls go on."""
+    def _goaway_client(self, cause: str = "upstream_disconnect") -> None:
+        """Tell the client to open no new calls on this connection (``cause``: why); open calls go on."""
         if self.goaway_last is None and self.client_live:
             self.goaway_last = self.last_sid
+            self.goaway_cause = cause
             self._client_input(ClientInput.GOAWAY)
             if self.refuser is not None:
                 self.refuser.goaway()
@@ -948,7 +958,7 @@ class H2Core:
 
     def _abort(self, cause: str) -> Job:
         yield from self._cancel_all(cause)
-        self._goaway_client()
+        self._goaway_client(cause)
         self._flush()
         self._maybe_close_client()
         self._out.commands.append(Close(UPSTREAM))

@@ -589,6 +589,42 @@ def test_a_bug_of_the_core_costs_one_connection_and_is_recorded_as_ours(monkeypa
     assert [log.event for log in rig.logs] == ["relay_internal_error"] and rig.closes == ["upstream"]
 
 
+def test_a_call_refused_at_the_proxys_shutdown_is_the_shutdowns_not_the_upstreams_error() -> None:
+    """Stream 3 crosses the shutdown GOAWAY(1): refused with REFUSED_STREAM, it never reached the upstream. Its
+    call_end was `error` with `upstream_rst_code` 7, as if Triton had refused it (check counted an error, and send
+    re-sent it); it is `proxy_shutdown`, with no upstream reset."""
+    rig = CoreRig()
+    rig.pump()
+    rig.open_call(end_stream=True)
+    rig.pump()
+    rig.shutdown()
+    s3 = rig.client.get_next_available_stream_id()
+    rig.client.send_headers(s3, REQ, end_stream=True)
+    rig.down(rig.client.data_to_send())
+    assert (wire.RST_STREAM, 0, s3, b"\0\0\0\x07") in _frames(rig.take("client"))
+    end = next(e for e in _of(rig, "call_end") if e.call == f"c1.{s3}")
+    assert (end.cause, end.status, end.upstream_rst_code) == ("proxy_shutdown", "UNAVAILABLE", None)
+
+
+def test_a_call_crossing_the_goaway_of_an_idle_connection_at_shutdown_is_refused_not_told_upstream_lost() -> None:
+    """At shutdown an idle connection is aborted: its upstream closed at once, the client told GOAWAY and given
+    2 s to close. A call that crossed that GOAWAY got a final UNAVAILABLE "upstream connection lost" (gRPC does
+    not retry it) and was recorded `upstream_disconnect`; it is refused (REFUSED_STREAM: the client retries it
+    elsewhere), `proxy_shutdown`."""
+    rig = CoreRig()
+    rig.pump()
+    rig.abort("proxy_shutdown")
+    rig.lose("upstream")  # (the shell's report of the close the abort asked for)
+    rig.take("client")
+    sid = rig.client.get_next_available_stream_id()
+    rig.client.send_headers(sid, REQ, end_stream=True)
+    rig.down(rig.client.data_to_send())
+    sent = rig.take("client")
+    assert (wire.RST_STREAM, 0, sid, b"\0\0\0\x07") in _frames(sent) and wire.HEADERS not in _types(sent)
+    (end,) = _of(rig, "call_end")
+    assert (end.cause, end.status, end.upstream_rst_code) == ("proxy_shutdown", "UNAVAILABLE", None)
+
+
 def test_abort_ends_every_call_and_closes_the_upstream() -> None:
     rig = CoreRig()
     _stream_call(rig, "p")
