@@ -34,6 +34,10 @@ from replay.tools.serve.stream import Stream
 
 log = logging.getLogger("triton_tap.serve")
 
+#: Triton's gRPC server takes and sends messages of any size; grpc's default refuses to receive one over
+#: 4 MiB (RESOURCE_EXHAUSTED), so serve would turn away a request that the capture holds with Triton's answer.
+MESSAGE_SIZE_UNLIMITED = (("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1))
+
 
 def _handlers(server: MockTriton) -> Any:
     """The GRPCInferenceService methods, each parsing its request leniently."""
@@ -107,7 +111,7 @@ class MockTriton:
             # A plain bind first: grpc would log its own C-core line for a busy port, and say less.
             _check_bindable(host, want, listen)
         # grpc sets SO_REUSEPORT by default, so a second serve on a busy port would silently share it.
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *MESSAGE_SIZE_UNLIMITED])
         server.add_generic_rpc_handlers((_handlers(self),))
         try:
             port: int = int(server.add_insecure_port(format_hostport(host, want)))

@@ -612,3 +612,38 @@ def test_an_older_meta_capture_that_cannot_say_the_model_is_answered_with_a_warn
         c.close()
     doubts = [r.getMessage() for r in caplog.records if "does not say which model" in r.getMessage()]
     assert len(doubts) == 2 and "call c1.1" in doubts[0] and "'tokens'" in doubts[0]
+
+
+def test_a_captured_request_over_grpcs_4_mib_default_is_served_its_captured_answer(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """A full capture of a 5 MiB echo request and its 5 MiB answer: serve takes the request and sends the
+    answer, as Triton did (it takes messages of any size). With grpc's default receive limit of 4 MiB serve
+    answered RESOURCE_EXHAUSTED to a request the capture holds."""
+    from tritonclient.grpc import service_pb2 as pb
+
+    from tests.data.make_golden import INFER, Builder
+
+    size = 5 << 20
+    data = (np.arange(size, dtype=np.uint64) % 251).astype(np.uint8)
+    b = Builder(payload="full").start()
+    b.call("c1.1", method=INFER)
+    req = pb.ModelInferRequest(model_name="echo", id="big")
+    req.inputs.add(name="INPUT", datatype="UINT8", shape=[size])
+    req.raw_input_contents.append(data.tobytes())
+    b.infer_message("c1.1", req)
+    answer = pb.ModelInferResponse(model_name="echo", model_version="1", id="big")
+    answer.outputs.add(name="OUTPUT", datatype="UINT8", shape=[size])
+    answer.raw_output_contents.append(data[::-1].tobytes())
+    b.infer_message("c1.1", answer)
+    b.half_close("c1.1", ms=0)
+    b.end("c1.1")
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b.finish().render())
+    url = serve(str(path), speed=None)
+    c = grpcclient.InferenceServerClient(url)  # tritonclient's channel takes up to 2 GiB either way
+    try:
+        result = c.infer("echo", echo_inputs(data), request_id="big")
+    finally:
+        c.close()
+    assert np.array_equal(result.as_numpy("OUTPUT"), data[::-1])
