@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, TextIO
 
-from google.protobuf.json_format import MessageToDict
-
 from proxy.admin.connect import admin_call
 from proxy.admin.pb import admin_pb2 as pb
 from proxy.admin.pb import admin_pb2_grpc as pb_grpc
+from proxy.admin.pbjson import message_dict
 from replay.capture.methods import short_method
 from replay.errors import UserError
 
@@ -83,7 +82,7 @@ def run_status(args: Any, out: TextIO) -> int:
     if args.json:
         import json
 
-        status = MessageToDict(st, preserving_proto_field_name=True)
+        status = message_dict(st)
         for oc in status.get("open_calls", ()):
             oc.pop("executing", None)  # responded's deprecated first name (admin.proto): one name here
         out.write(json.dumps(status, indent=2) + "\n")

@@ -413,3 +413,23 @@ def test_status_lists_the_capture_files_still_there(bg: BackgroundLoop, admin_pr
     assert len(files) == 3
     Path(files[0]).unlink()  # as retention does
     assert list(admin_call(bg, addr, "Status", pb.StatusRequest()).capture_files) == files[1:]
+
+
+def test_status_json_prints_every_field_with_integers_as_numbers(
+    admin_proxy: RecordingProxy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`status --json` of an idle proxy: the zero and false fields are there (a script reading
+    `.counters.dropped` gets 0, not null) and the int64 counters are JSON numbers, not strings (protobuf's
+    JSON mapping, which MessageToDict follows, drops default values and quotes int64)."""
+    import json
+
+    from proxy.cli import main
+
+    assert main(["status", "--admin", _admin(admin_proxy), "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert set(st) == {f.name for f in pb.StatusResponse.DESCRIPTOR.fields}
+    assert st["counters"]["dropped"] == 0 and st["writer_queue"] == 0
+    assert st["tls_listen"] is False and st["tls_upstream"] is False and st["open_calls"] == []
+    assert st["tail"] == {"subscribers": 0, "records_sent": 0, "records_dropped": 0}
+    counts = [st["next_seq"], st["recent_first_seq"], *st["counters"]["records"].values()]
+    assert st["counters"]["records"] and all(type(n) is int for n in counts), counts
