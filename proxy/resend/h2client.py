@@ -193,9 +193,10 @@ class Connection:
         """END_STREAM: the client sends no more."""
         self._quietly(lambda: self._h2.end_stream(stream.id), stream)
 
-    def cancel(self, stream: Stream) -> None:
-        """RST_STREAM(CANCEL), as a gRPC client cancels (or gives up at its deadline)."""
-        self._quietly(lambda: self._h2.reset_stream(stream.id, h2.errors.ErrorCodes.CANCEL), stream)
+    def cancel(self, stream: Stream, code: int = h2.errors.ErrorCodes.CANCEL) -> None:
+        """RST_STREAM(CANCEL), as a gRPC client cancels (or gives up at its deadline); ``code``: another
+        the recorded client reset with (ENHANCE_YOUR_CALM: it refused a response over its receive limit)."""
+        self._quietly(lambda: self._h2.reset_stream(stream.id, code), stream)
         stream.finish(BY_SEND)
 
     def _quietly(self, action: object, stream: Stream) -> None:

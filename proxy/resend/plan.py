@@ -61,11 +61,14 @@ class Message:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Ending:
-    """How the client ended the call: ``cause`` at ``at_ns`` after the start, after ``responses`` responses."""
+    """How the client ended the call: ``cause`` at ``at_ns`` after the start, after ``responses`` responses;
+    ``rst_code``: the code of the client's RST_STREAM, when the capture has it (a client that refused a
+    response over its receive limit reset with ENHANCE_YOUR_CALM, not CANCEL)."""
 
     cause: str
     at_ns: int
     responses: int
+    rst_code: int | None = None
 
 
 @dataclass(kw_only=True)
@@ -233,7 +236,9 @@ def _feed(call: CallScript, rec: ev.Record) -> None:
         call.recorded_cause = rec.cause
         call.t_end = rec.t_ns
         if rec.cause in CLIENT_ENDINGS:
-            call.ending = Ending(cause=rec.cause, at_ns=at, responses=call._responses)
+            # The code is the cancel record's; its call_end, which comes after, does not repeat it.
+            rst = rec.rst_code if isinstance(rec, ev.CallCancelled) else call.ending.rst_code if call.ending else None
+            call.ending = Ending(cause=rec.cause, at_ns=at, responses=call._responses, rst_code=rst)
 
 
 # -- selection ----------------------------------------------------------------------------------

@@ -330,6 +330,8 @@ async def _sent(start: Start, conns: _Conns, t0: float, opts: SendOptions, tally
                 tally.short += not full
                 if c.ending.cause == "client_disconnect":
                     conn.disconnect()
+                elif c.ending.rst_code is not None:
+                    conn.cancel(stream, c.ending.rst_code)  # the recorded code: the recorder reads the status from it
                 else:
                     conn.cancel(stream)
         try:

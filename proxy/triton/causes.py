@@ -1,7 +1,7 @@
 """Termination-cause classification: from wire facts to one of the capture's ``cause`` values.
 
 Pure functions; the proxy calls them when a call ends, replay never needs to (the cause is in the
-capture). The status vocabulary (``STATUS_NAMES``, ``STATUS_FOR_CAUSE``) is the capture's, in
+capture). The status vocabulary (``STATUS_NAMES``, ``STATUS_FOR_CAUSE``, ``RST_TO_STATUS``) is the capture's, in
 :mod:`replay.capture.events`. The deadline rule and its slack are documented in docs/recording.md (Causes).
 """
 
@@ -9,16 +9,9 @@ from __future__ import annotations
 
 import re
 
+from replay.capture.events import RST_TO_STATUS as RST_TO_STATUS  # the capture's vocabulary, re-exported
 from replay.capture.events import STATUS_NAMES, Cause
-
-#: HTTP/2 RST_STREAM code -> gRPC status, as gRPC clients map a reset without trailers.
-RST_TO_STATUS: dict[int, str] = {
-    0x0: "INTERNAL",  # NO_ERROR before any status is a broken response
-    0x7: "UNAVAILABLE",  # REFUSED_STREAM: never processed
-    0x8: "CANCELLED",
-    0xB: "RESOURCE_EXHAUSTED",  # ENHANCE_YOUR_CALM
-    0xC: "PERMISSION_DENIED",  # INADEQUATE_SECURITY
-}
+from replay.capture.events import client_reset_status as client_reset_status
 
 DEADLINE_EXCEEDED = 4
 MIN_SLACK_MS = 20.0

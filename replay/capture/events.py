@@ -68,6 +68,28 @@ STATUS_FOR_CAUSE: dict[str, str] = {
     "proxy_error": "INTERNAL",
 }
 
+#: HTTP/2 RST_STREAM code -> gRPC status, as gRPC maps a reset: a client reads an upstream reset
+#: without trailers so, and a gRPC client resets with the code of the status it ended with.
+RST_TO_STATUS: dict[int, str] = {
+    0x0: "INTERNAL",  # NO_ERROR before any status is a broken response
+    0x7: "UNAVAILABLE",  # REFUSED_STREAM: never processed
+    0x8: "CANCELLED",
+    0xB: "RESOURCE_EXHAUSTED",  # ENHANCE_YOUR_CALM
+    0xC: "PERMISSION_DENIED",  # INADEQUATE_SECURITY
+}
+
+
+def client_reset_status(cause: str, rst_code: int | None) -> str | None:
+    """The status a ``client_cancel`` by RST_STREAM ``rst_code`` left its client with, when not ``CANCELLED``.
+
+    A gRPC client resets with the code of the status it ended with: ENHANCE_YOUR_CALM is its own
+    RESOURCE_EXHAUSTED (a response over its receive limit), which is no cancel of its caller's.
+    CANCEL and NO_ERROR are a cancel; a code gRPC gives no status is INTERNAL, as gRPC reads it.
+    None: the cause's own status (``STATUS_FOR_CAUSE``) is the one."""
+    if cause != "client_cancel" or rst_code is None or rst_code == 0x8 or rst_code == 0x0:
+        return None
+    return RST_TO_STATUS.get(rst_code, "INTERNAL")
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CaptureStarted:
@@ -400,7 +422,9 @@ class CallEnded:
     status: Annotated[
         str,
         "gRPC status code name: the upstream's when it sent one, else the status the client got "
-        "(client_cancel/client_disconnect `CANCELLED`, deadline `DEADLINE_EXCEEDED`, "
+        "(client_cancel/client_disconnect `CANCELLED`, but a client_cancel by a RST_STREAM code other than "
+        "CANCEL or NO_ERROR the status gRPC gives that code, e.g. ENHANCE_YOUR_CALM `RESOURCE_EXHAUSTED` "
+        "(a response over the client's receive limit); deadline `DEADLINE_EXCEEDED`, "
         "upstream_disconnect/proxy_shutdown `UNAVAILABLE`); HTTP: the response's status code as text "
         "(`\"200\"`) when a response head reached the client, else as for gRPC",
     ]

@@ -155,6 +155,31 @@ def test_the_cancel_in_flight_set_leaves_out_requests_whose_final_response_passe
     assert cancel.in_flight == ["run", "wait"] and cancel.responded == ["run"]
 
 
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [(wire.CANCEL, "CANCELLED"), (wire.NO_ERROR, "CANCELLED"), (ENHANCE_YOUR_CALM, "RESOURCE_EXHAUSTED"),
+     (wire.INTERNAL_ERROR, "INTERNAL")],
+)  # fmt: skip
+def test_a_client_reset_ends_the_call_with_the_status_its_code_gives(code: int, status: str) -> None:
+    """A gRPC client that refuses a response over its receive limit (tritonclient's default 4 MiB) ends
+    with RESOURCE_EXHAUSTED and resets the stream mid-response with ENHANCE_YOUR_CALM: still the client's
+    own ending (``client_cancel``), but the status it got is RESOURCE_EXHAUSTED, not CANCELLED. Its reset
+    goes upstream as it came (Triton sees the client's code)."""
+    rig = CoreRig()
+    sid = _stream_call(rig, "big")
+    assert rig.server is not None
+    rig.server.send_data(sid, stream_response("big", False))
+    rig.pump()
+    rig.client.reset_stream(sid, code)
+    rig.pump()
+    (cancel,) = _of(rig, "cancel")
+    (end,) = _of(rig, "call_end")
+    assert (cancel.cause, cancel.rst_code, cancel.responded) == ("client_cancel", code, ["big"])
+    assert (end.cause, end.status) == ("client_cancel", status)
+    resets = [(e.stream_id, e.error_code) for e in rig.server_events if isinstance(e, h2.events.StreamReset)]
+    assert resets == [(sid, code)]
+
+
 def test_frames_after_a_cancel_are_late_records_and_still_reach_the_client() -> None:
     rig = CoreRig()
     sid = _stream_call(rig, "run")

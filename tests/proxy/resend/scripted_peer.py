@@ -38,6 +38,7 @@ class PeerConn:
     transport: asyncio.Transport
     requests: int = 0  # calls opened on it so far
     resets: list[int] = field(default_factory=list)  # streams the client reset
+    reset_codes: list[int] = field(default_factory=list)  # the error code of each of those resets
 
     def flush(self) -> None:
         data = self.h2.data_to_send()
@@ -108,6 +109,7 @@ class _Protocol(asyncio.Protocol):
                 self.peer.act(c, event.stream_id)
             elif isinstance(event, h2.events.StreamReset):
                 c.resets.append(event.stream_id)
+                c.reset_codes.append(event.error_code)
                 self.peer.on_reset(c, event.stream_id)
             if c.transport.is_closing():
                 return

@@ -45,7 +45,8 @@ def _request(model: str = "tokens", rid: str = "r") -> bytes:
     return bytes(pb.ModelInferRequest(model_name=model, id=rid).SerializeToString())
 
 
-def _records(*msgs: ev.MessageSeen, metadata: list[list[str]] | None = None, end: str = "ok") -> list[tuple[int, ev.Record]]:
+def _records(*msgs: ev.MessageSeen, metadata: list[list[str]] | None = None, end: str = "ok",
+             rst_code: int = 8) -> list[tuple[int, ev.Record]]:  # fmt: skip
     recs: list[ev.Record] = [
         ev.CaptureStarted(t_ns=T0, proxy_version="0", listen="l", upstream="u", options={"payload": "full"}),
         ev.CallStarted(t_ns=T0 + MS, call="c1.1", conn="c1", method=STREAM_INFER, peer="p",
@@ -54,8 +55,8 @@ def _records(*msgs: ev.MessageSeen, metadata: list[list[str]] | None = None, end
         ev.HalfClosed(t_ns=T0 + 9 * MS, call="c1.1"),
     ]  # fmt: skip
     if end != "ok":
-        recs.append(ev.CallCancelled(t_ns=T0 + 11 * MS, call="c1.1", cause=end, in_flight=[], executing=[],  # type: ignore[arg-type]
-                                     rst_code=8, elapsed_ms=10.0, forwarded_upstream=True))  # fmt: skip
+        recs.append(ev.CallCancelled(t_ns=T0 + 11 * MS, call="c1.1", cause=end, in_flight=[], responded=[],  # type: ignore[arg-type]
+                                     rst_code=rst_code, elapsed_ms=10.0, forwarded_upstream=True))  # fmt: skip
     recs.append(ev.CallEnded(t_ns=T0 + 12 * MS, call="c1.1", status="OK", details=None, cause=end,  # type: ignore[arg-type]
                              trailers=None, initial_metadata=None, duration_ms=11.0, messages_c2s=1, messages_s2c=0))  # fmt: skip
     return list(enumerate(recs))
@@ -78,6 +79,14 @@ def test_a_captured_stream_cancel_becomes_a_script() -> None:
     assert call.ending is not None and (call.ending.cause, call.ending.responses) == ("client_cancel", 4)
     assert call.ending.at_ns > call.messages[-1].at_ns
     assert call.recorded_cause == "client_cancel" and call.unsendable is None
+
+
+@pytest.mark.parametrize("code", [8, 11])
+def test_a_client_cancel_keeps_the_code_of_its_reset(code: int) -> None:
+    """A client that refused a response over its receive limit reset with ENHANCE_YOUR_CALM (11): the
+    script keeps the cancel record's code through the call_end after it, so send resets with it too."""
+    (call,) = scripts(_records(_msg(), end="client_cancel", rst_code=code))
+    assert call.ending is not None and (call.ending.cause, call.ending.rst_code) == ("client_cancel", code)
 
 
 def test_hop_by_hop_headers_are_dropped_and_redacted_values_left_out_unless_given() -> None:

@@ -24,7 +24,7 @@ import tritonclient.grpc as grpcclient
 from proxy.cli import main
 from proxy.lab.background import ProxyThread
 from proxy.resend.h2client import BY_SEND, LOST, NOT_SENT, STATUS
-from proxy.resend.plan import CallScript, Message
+from proxy.resend.plan import CallScript, Ending, Message
 from proxy.resend.run import SendOptions, Tally, drive
 from proxy.resend.schedule import Start, plan_starts
 from proxy.wire import frames as wire
@@ -77,6 +77,23 @@ def test_frames_after_sends_own_rst_stream_end_nothing_else() -> None:
     assert (tally.started, dict(tally.outcomes), tally.unobserved) == (2, {BY_SEND: 1, STATUS: 1}, [])
     assert len(peer.conns) == 1
     assert tally.stray_frames == 0  # frames after send's own reset are not what the summary counts (docs/send.md)
+
+
+@pytest.mark.parametrize(("recorded", "sent"), [(None, wire.CANCEL), (wire.CANCEL, wire.CANCEL), (11, 11)])
+def test_a_client_cancel_is_re_enacted_with_its_recorded_reset_code(recorded: int | None, sent: int) -> None:
+    """A recorded client that refused a response over its receive limit reset with ENHANCE_YOUR_CALM (11),
+    and the recorder wrote RESOURCE_EXHAUSTED for it: send resets with that code, so the new capture reads the
+    same; a cancel without a recorded code is CANCEL, as before."""
+
+    def act(c: PeerConn, sid: int) -> None:
+        c.headers_only(sid)  # open until the client ends it
+
+    call = dataclasses.replace(_unary("c1.1"), ending=Ending(cause="client_cancel", at_ns=50_000_000, responses=0,
+                                                             rst_code=recorded))  # fmt: skip
+    peer = ScriptedPeer(act)
+    tally = asyncio.run(_drive(peer, [Start(at_s=0.0, loop=0, call=call)]))
+    assert (peer.conns[0].resets, peer.conns[0].reset_codes) == ([1], [sent])
+    assert (tally.started, dict(tally.outcomes), tally.endings["client_cancel"]) == (1, {BY_SEND: 1}, 1)
 
 
 def test_frames_after_the_servers_own_end_stream_end_nothing_else() -> None:

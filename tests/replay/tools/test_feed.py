@@ -300,3 +300,20 @@ def test_a_call_whose_end_the_capture_lacks_raises_after_its_responses() -> None
     cancelled = TextAssembler()
     feed_stream(list(b.records), cancelled)  # (no call_end: the cancel says how it ended)
     assert cancelled.state()["stream_error"] is not None
+
+
+def test_a_cancel_whose_call_end_the_capture_lacks_ends_with_the_status_of_its_reset_code() -> None:
+    """A client that refused a response over its receive limit reset with ENHANCE_YOUR_CALM (11): with the
+    call_end lost, the cancel says how it ended, and the client is fed the RESOURCE_EXHAUSTED it got, not a
+    cancel of its own."""
+    from tests.data.make_golden import Builder
+
+    b = Builder(payload="full").start()
+    b.call("c1.1")
+    b.request("c1.1", "r1", prompt="p")
+    b.response("c1.1", "r1", "hi-0")
+    b.cancel("c1.1", "client_cancel", rst_code=11)
+    client = TextAssembler()
+    feed_stream(list(b.records), client)
+    error = client.state()["stream_error"]
+    assert error is not None and error[0] == "StatusCode.RESOURCE_EXHAUSTED"

@@ -135,3 +135,20 @@ def test_identical_answers_are_written_once() -> None:
         assert cap.store is not None and 0 < cap.store.size <= sum(len(d or b"") for d in distinct)
     finally:
         cap.close()
+
+
+@pytest.mark.parametrize(("code", "status"), [(8, "CANCELLED"), (11, "RESOURCE_EXHAUSTED")])
+def test_a_cancel_whose_call_end_is_lost_ends_with_the_status_of_its_reset_code(code: int, status: str) -> None:
+    """With the call_end lost the cancel says how the call ended: a client reset with ENHANCE_YOUR_CALM (11)
+    refused a response over its receive limit and got RESOURCE_EXHAUSTED, which serve answers with, not a cancel."""
+    b = Builder(payload="full").start()
+    b.call("c1.1")
+    b.request("c1.1", "r1", prompt="p")
+    b.response("c1.1", "r1", "hi-0")
+    b.cancel("c1.1", "client_cancel", rst_code=code)
+    cap = load(b.records)
+    try:
+        end = cap.calls["c1.1"].end
+        assert end is not None and (end.cause, end.status) == ("client_cancel", status)
+    finally:
+        cap.close()
