@@ -27,6 +27,7 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
+import h2.stream
 
 #: The server's grpc-status ended the call (in :attr:`Stream.status`).
 STATUS = "grpc-status"
@@ -46,6 +47,11 @@ OUTCOMES = (STATUS, RESET, BY_SEND, NO_STATUS, LOST, NOT_SENT)
 UNOBSERVED = frozenset({NO_STATUS, LOST, NOT_SENT})
 
 
+#: The frames that end or carry a call (not WINDOW_UPDATE or PRIORITY, which RFC 9113 lets trail a closed stream).
+_STRAY = frozenset({"HeadersFrame", "DataFrame", "RstStreamFrame"})
+_BY_SERVER_RESET = h2.stream.StreamClosedBy.RECV_RST_STREAM
+
+
 class _Client(h2.connection.H2Connection):
     """h2's client connection, except that a frame for a stream that is already over ends nothing else.
 
@@ -62,6 +68,10 @@ class _Client(h2.connection.H2Connection):
         self.stray_frames = 0
 
     def _receive_frame(self, frame: Any) -> list[h2.events.Event]:
+        # A frame on a stream the server reset h2 answers by itself, without an error: counted here. (Not on
+        # one send reset: those frames may still have been in flight, and h2 answers them too.)
+        if frame.stream_id and type(frame).__name__ in _STRAY and self._stream_closed_by(frame.stream_id) is _BY_SERVER_RESET:
+            self.stray_frames += 1
         try:
             return super()._receive_frame(frame)
         except h2.exceptions.StreamClosedError:

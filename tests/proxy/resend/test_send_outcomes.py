@@ -23,7 +23,7 @@ import tritonclient.grpc as grpcclient
 
 from proxy.cli import main
 from proxy.lab.background import ProxyThread
-from proxy.resend.h2client import BY_SEND, LOST, NOT_SENT, STATUS
+from proxy.resend.h2client import BY_SEND, LOST, NOT_SENT, RESET, STATUS
 from proxy.resend.plan import CallScript, Ending, Message
 from proxy.resend.run import SendOptions, Tally, drive
 from proxy.resend.schedule import Start, plan_starts
@@ -112,6 +112,24 @@ def test_frames_after_the_servers_own_end_stream_end_nothing_else() -> None:
     tally = asyncio.run(_drive(ScriptedPeer(act), starts))
     assert (tally.started, dict(tally.outcomes), tally.unobserved) == (4, {STATUS: 4}, [])
     assert tally.stray_frames == 1
+
+
+def test_frames_after_the_servers_own_reset_are_counted_too() -> None:
+    """Triton at a streaming call's deadline: RST_STREAM, then trailers and RST_STREAM again (seen four times on one
+    call). h2 answers frames on a stream the server reset by itself, without an error, so send's summary said
+    nothing of them, though docs/send.md promises the count; they are counted as those after an END_STREAM are."""
+
+    def act(c: PeerConn, sid: int) -> None:
+        if c.requests == 1:
+            c.headers_only(sid)
+            c.raw(wire.rst_stream(sid, wire.CANCEL) + (stray_trailers(sid, 4) + wire.rst_stream(sid, wire.CANCEL)) * 2)
+        else:
+            c.answer(sid)
+
+    starts = [Start(at_s=0.1 * i, loop=0, call=_unary(f"c1.{2 * i + 1}")) for i in range(3)]
+    tally = asyncio.run(_drive(ScriptedPeer(act), starts))
+    assert (tally.started, dict(tally.outcomes), tally.unobserved) == (3, {RESET: 1, STATUS: 2}, [])
+    assert tally.stray_frames == 4
 
 
 def test_a_connection_reset_mid_run_ends_every_remaining_call_with_why() -> None:
