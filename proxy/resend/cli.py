@@ -188,6 +188,9 @@ def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skip
     if tally.short:
         lines.append(f"{tally.short} client ending(s) sent --drain ({args.drain:g} s) after their offset: the server had "
                      "sent fewer responses than the client had then")
+    if tally.unsent_messages:
+        lines.append(f"not sent: {tally.unsent_messages} request message(s) of {tally.cut_calls} call(s) the server had "
+                     "ended before their offset")  # fmt: skip
     if tally.stray_frames:
         lines.append(f"ignored {tally.stray_frames} frame(s) that arrived after the server had ended their call")
     causes = sorted(got.keys() | recorded.keys())

@@ -70,6 +70,9 @@ class Tally:
     events: int = 0  # HTTP calls: server-sent events (or whole bodies) received
     stray_frames: int = 0  # frames for calls the server had already ended, ignored (not those after our own reset)
     short: int = 0  # --cancel-at responses: endings sent after --drain, the client's count of responses not reached
+    # Request messages not sent because the server had ended their call before their offset, and of how many calls.
+    unsent_messages: int = 0
+    cut_calls: int = 0
     t_begin: float = 0.0
 
     def ended(self, start: Start, stream: Stream) -> None:
@@ -311,9 +314,12 @@ async def _sent(start: Start, conns: _Conns, t0: float, opts: SendOptions, tally
     if c.timeout_ms is not None:
         timer = asyncio.create_task(_deadline(conn, stream, _backstop_s(c.timeout_ms), tally), name=f"send-deadline-{c.id}")
     try:
-        for m in c.messages:
+        for i, m in enumerate(c.messages):
             tally.lag.add(await _sleep_until(begun + scaled(m.at_ns, opts.speed)))
             if stream.done.is_set():
+                # The server ended the call first (the recorded one had not, or later): the rest cannot go.
+                tally.unsent_messages += len(c.messages) - i
+                tally.cut_calls += 1
                 break
             await conn.send_message(stream, m.body, m.compressed)
         if c.half_close_ns is not None and not stream.done.is_set():

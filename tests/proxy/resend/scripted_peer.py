@@ -105,6 +105,7 @@ class _Protocol(asyncio.Protocol):
                 c.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             elif isinstance(event, h2.events.RequestReceived):
                 c.requests += 1
+                self.peer.on_open(c, event.stream_id)
             elif isinstance(event, h2.events.StreamEnded):
                 self.peer.act(c, event.stream_id)
             elif isinstance(event, h2.events.StreamReset):
@@ -119,8 +120,8 @@ class _Protocol(asyncio.Protocol):
 class ScriptedPeer:
     """The server on ``127.0.0.1:port``; ``act`` answers calls, ``on_reset`` reacts to the client's RST_STREAM."""
 
-    def __init__(self, act: Act, on_reset: Act = lambda c, sid: None) -> None:
-        self.act, self.on_reset = act, on_reset
+    def __init__(self, act: Act, on_reset: Act = lambda c, sid: None, on_open: Act = lambda c, sid: None) -> None:
+        self.act, self.on_reset, self.on_open = act, on_reset, on_open
         self.conns: list[PeerConn] = []
         self._server: asyncio.Server | None = None
 

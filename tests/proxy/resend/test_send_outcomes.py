@@ -132,6 +132,21 @@ def test_frames_after_the_servers_own_reset_are_counted_too() -> None:
     assert tally.stray_frames == 4
 
 
+def test_request_messages_due_after_the_server_ended_the_call_are_counted_as_not_sent() -> None:
+    """A streaming call's three messages at 0, 150 and 300 ms; this server ends the call as soon as it opens. The
+    last two cannot go: send skipped them without a word (only diff's "only in A" showed them); the summary now
+    counts them (`not sent: 2 request message(s) of 1 call(s) the server had ended before their offset`)."""
+
+    def refuse(c: PeerConn, sid: int) -> None:
+        c.answer(sid, status=3, message="no")
+
+    stream = dataclasses.replace(_unary("c1.1"), messages=[Message(at_ns=ms * 1_000_000, body=b"", compressed=False,
+                                                                   model=None) for ms in (0, 150, 300)],
+                                 half_close_ns=400_000_000)  # fmt: skip
+    tally = asyncio.run(_drive(ScriptedPeer(lambda c, sid: None, on_open=refuse), [Start(at_s=0.0, loop=0, call=stream)]))
+    assert (tally.unsent_messages, tally.cut_calls, dict(tally.outcomes)) == (2, 1, {STATUS: 1})
+
+
 def test_a_connection_reset_mid_run_ends_every_remaining_call_with_why() -> None:
     """The server resets the TCP connection when call 2 arrives: call 1 was answered; call 2 ends
     `connection lost`; calls 3 and 4, due later on that connection, are `not sent`; none is counted
