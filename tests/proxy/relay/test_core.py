@@ -299,6 +299,7 @@ def test_upstream_goaway_refuses_calls_above_its_last_stream_id() -> None:
     assert _goaways(sent) == [(one, 0)]
     (end,) = _of(rig, "call_end")
     assert (end.call, end.status, end.upstream_rst_code) == (f"c1.{three}", "UNAVAILABLE", wire.REFUSED_STREAM)
+    assert end.cause == "upstream_disconnect"  # (it was `error`: the upstream sent no status, its GOAWAY refused it)
 
 
 def test_upstream_error_goaway_ends_calls_as_upstream_disconnect() -> None:
@@ -316,8 +317,8 @@ def test_upstream_error_goaway_ends_calls_as_upstream_disconnect() -> None:
         ("cancel", "upstream_disconnect"), ("call_end", "upstream_disconnect")]  # fmt: skip
 
 
-def test_goaway_last_stream_id_never_increases() -> None:
-    """After the shutdown GOAWAY(1) and a refused crossing stream 3, a protocol error's GOAWAY still names 1."""
+def _crossing_the_shutdown_goaway() -> tuple[CoreRig, int]:
+    """A call on stream 1, the shutdown's GOAWAY(1), then stream 3 opened by a client that had not read it yet."""
     rig = CoreRig()
     rig.pump()
     rig.open_call(end_stream=True)
@@ -326,6 +327,12 @@ def test_goaway_last_stream_id_never_increases() -> None:
     s3 = rig.client.get_next_available_stream_id()
     rig.client.send_headers(s3, REQ, end_stream=True)
     rig.down(rig.client.data_to_send())
+    return rig, s3
+
+
+def test_goaway_last_stream_id_never_increases() -> None:
+    """After the shutdown GOAWAY(1) and a refused crossing stream 3, a protocol error's GOAWAY still names 1."""
+    rig, _ = _crossing_the_shutdown_goaway()
     rig.down(wire.frame(wire.PING, 0, 0, b"1234"))  # a framing error: PING of 4 bytes
     assert _goaways(rig.take("client")) == [(1, wire.NO_ERROR), (1, wire.FRAME_SIZE_ERROR)]
 
@@ -618,14 +625,7 @@ def test_a_call_refused_at_the_proxys_shutdown_is_the_shutdowns_not_the_upstream
     """Stream 3 crosses the shutdown GOAWAY(1): refused with REFUSED_STREAM, it never reached the upstream. Its
     call_end was `error` with `upstream_rst_code` 7, as if Triton had refused it (check counted an error, and send
     re-sent it); it is `proxy_shutdown`, with no upstream reset."""
-    rig = CoreRig()
-    rig.pump()
-    rig.open_call(end_stream=True)
-    rig.pump()
-    rig.shutdown()
-    s3 = rig.client.get_next_available_stream_id()
-    rig.client.send_headers(s3, REQ, end_stream=True)
-    rig.down(rig.client.data_to_send())
+    rig, s3 = _crossing_the_shutdown_goaway()
     assert (wire.RST_STREAM, 0, s3, b"\0\0\0\x07") in _frames(rig.take("client"))
     end = next(e for e in _of(rig, "call_end") if e.call == f"c1.{s3}")
     assert (end.cause, end.status, end.upstream_rst_code) == ("proxy_shutdown", "UNAVAILABLE", None)

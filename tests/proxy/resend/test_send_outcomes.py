@@ -214,17 +214,15 @@ def _record(loop: BackgroundLoop, tmp_path: Path) -> Path:
     return proxy.capture_path
 
 
-def test_the_upstream_resetting_the_connection_names_every_call_not_seen_to_end(
-    loop: BackgroundLoop, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Sent to an upstream that resets its connection when the 2nd call arrives: the recorder ends
-    that call UNAVAILABLE (its own status, so the call's answer was lost) and sends GOAWAY; the calls due
-    after it on that connection are named on stderr as not sent, `sent` counts only the calls that went
-    out, exit 1."""
+def _send_to_target_resetting_at(n: int, loop: BackgroundLoop, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:  # fmt: skip
+    """:func:`_record`'s five calls sent (CLI) to a target that answers each call until the ``n``-th, and resets
+    its TCP connection when that one arrives: exit code, stdout, stderr. At the recorded pace, so each call goes
+    only after the one before it has ended (at --speed max they would go at once, the reset before the answers)."""
     capture = _record(loop, tmp_path)
 
     def act(c: PeerConn, sid: int) -> None:
-        if c.requests == 1:
+        if c.requests < n:
             c.answer(sid)
         else:
             c.reset_tcp()
@@ -237,6 +235,17 @@ def test_the_upstream_resetting_the_connection_names_every_call_not_seen_to_end(
     finally:
         loop.run(peer.stop())
     out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_upstream_resetting_the_connection_names_every_call_not_seen_to_end(
+    loop: BackgroundLoop, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sent to an upstream that resets its connection when the 2nd call arrives: the recorder ends
+    that call UNAVAILABLE (its own status, so the call's answer was lost) and sends GOAWAY; the calls due
+    after it on that connection are named on stderr as not sent, `sent` counts only the calls that went
+    out, exit 1."""
+    code, out, err = _send_to_target_resetting_at(2, loop, tmp_path, capsys)
     assert code == 1, (out, err)
     assert "sent 2 call(s) of 5 captured" in out, out
     assert "outcomes seen by send: grpc-status 1, connection lost 1, not sent 3" in out, out
@@ -254,24 +263,7 @@ def test_a_status_the_recorder_made_up_for_a_lost_target_is_no_outcome_send_obse
     own recorder (`triton-tap: upstream connection lost`), not from the target: that call's answer never
     reached send, so it is `connection lost` with the recorder's reason, and send exits 1. It counted it as a
     grpc-status observed and exited 0, "every call sent and its outcome observed", with a call lost."""
-    capture = _record(loop, tmp_path)
-
-    def act(c: PeerConn, sid: int) -> None:
-        if c.requests < 5:
-            c.answer(sid)
-        else:
-            c.reset_tcp()
-
-    peer = ScriptedPeer(act)
-    port = loop.run(peer.start())
-    try:
-        capsys.readouterr()
-        # (at the recorded pace, so each call goes only after the one before it has ended: --speed max would
-        # send them at once, and the reset could come before the earlier answers)
-        code = main(["replay", "send", str(capture), "--target", f"127.0.0.1:{port}", "--out", str(tmp_path / "sent")])
-    finally:
-        loop.run(peer.stop())
-    out, err = capsys.readouterr()
+    code, out, err = _send_to_target_resetting_at(5, loop, tmp_path, capsys)
     assert code == 1, (out, err)
     assert "outcomes seen by send: grpc-status 4, connection lost 1" in out, out
     assert err.splitlines() == [
