@@ -545,11 +545,9 @@ class H2Core:
                 self._c2s_q.append(raw)
                 return
             cause = causes.client_reset_cause(call.timeout_ms, call.elapsed_ms())
-            code = int.from_bytes(payload, "big")
             # The client's own RST goes upstream (the cause's clock started with this read). Its code
             # says the status the client ended with: not CANCEL when it refused a response (too large).
-            status = causes.client_reset_status(cause, code)
-            self._start(self._cancel(call, cause, code, raw, self._read_ns, status))
+            self._start(self._cancel(call, cause, int.from_bytes(payload, "big"), raw, self._read_ns))
         elif ftype == _SETTINGS:
             if not flags & _ACK:
                 self.s2c.receiver_settings(payload)
@@ -771,13 +769,12 @@ class H2Core:
 
     def _cancel(
         self, call: Call, cause: str, rst_code: int | None, rst: Any = None, learned_ns: int = 0,
-        status: str | None = None,
     ) -> Job:  # fmt: skip
         """The call ends by a cancel-like event: recorded, and the upstream stream reset at once.
 
         ``rst`` is the client's RST_STREAM frame to pass on (else the proxy sends its own CANCEL);
-        ``learned_ns`` (monotonic) is when the proxy learned of it, if earlier than now; ``status``
-        the one the client ended with when not the cause's (its RST's code said another). The reset
+        ``learned_ns`` (monotonic) is when the proxy learned of it, if earlier than now. The status is the
+        one the client ended with: the cause's, or the one its RST's code says (``ev.cancel_status``). The reset
         ends the step: it is written before anything else is handled (Triton must see it first),
         and its latency is measured to the socket.
         """
@@ -805,7 +802,7 @@ class H2Core:
         if answer is not None:
             self._fail_c2s(call, cause, *answer)
             return
-        self._end(call, cause, status or ev.STATUS_FOR_CAUSE[cause], None, None)
+        self._end(call, cause, ev.cancel_status(cause, rst_code), None, None)
 
     def _cancel_all(self, cause: str) -> Job:
         for call in list(self.calls.values()):

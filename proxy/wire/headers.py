@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -85,7 +85,12 @@ def status_trailers(code: int, message: str, with_response_headers: bool) -> Hea
     return out
 
 
+# Printable ASCII but ``%`` itself: what a grpc-message carries as it is.
+_GRPC_MESSAGE_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if c != 0x25)
+
+
 def grpc_message(message: str) -> bytes:
     """``message`` as a grpc-message value: percent-encoded (UTF-8) outside printable ASCII and for ``%``
-    itself, as gRPC's spec asks: clients decode it so, and a raw byte above 0x7E is no valid header text."""
-    return "".join(c if " " <= c <= "~" and c != "%" else "".join(f"%{b:02X}" for b in c.encode()) for c in message).encode()
+    itself, as gRPC's spec asks: clients decode it so, and a raw byte above 0x7E is no valid header text.
+    A lone surrogate (an OS error's undecodable file name) goes as its ``\\udcXX`` escape."""
+    return quote(message, safe=_GRPC_MESSAGE_SAFE, errors="backslashreplace").encode()

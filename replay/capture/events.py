@@ -91,6 +91,13 @@ def client_reset_status(cause: str, rst_code: int | None) -> str | None:
     return RST_TO_STATUS.get(rst_code, "INTERNAL")
 
 
+def cancel_status(cause: str, rst_code: int | None) -> str:
+    """The status a call ended by a cancel-like event of ``cause`` (``CallCancelled``) left its client with:
+    its RST's code's (``client_reset_status``), else the cause's own (``STATUS_FOR_CAUSE``; UNKNOWN for a
+    cause this version does not know)."""
+    return client_reset_status(cause, rst_code) or STATUS_FOR_CAUSE.get(cause, "UNKNOWN")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CaptureStarted:
     """The proxy opened a capture and is about to accept connections."""

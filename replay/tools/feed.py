@@ -51,7 +51,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 from replay.capture import events as ev
-from replay.capture.events import STATUS_FOR_CAUSE, client_reset_status
+from replay.capture.events import cancel_status
 from replay.capture.ids import CaptureIds
 from replay.capture.methods import OPENAI, STREAM_INFER, http_kind
 from replay.capture.payload import has_payload, payload_bytes
@@ -203,8 +203,7 @@ def _stream(capture: CaptureSource, call: str | None) -> Iterator[int | _Respons
         raise UserError(f"call {call!r} is not in the capture (stream calls: {_shown(choice.of_kind)})")
     if cancel is not None:
         # The capture ends between the cancel and its call_end: the cancel says how it ended.
-        status = client_reset_status(cancel.cause, cancel.rst_code) or STATUS_FOR_CAUSE[cancel.cause]
-        yield _End(cancel.t_ns, status, cancel.cause, None, None, None)
+        yield _End(cancel.t_ns, cancel_status(cancel.cause, cancel.rst_code), cancel.cause, None, None, None)
         return
     # Still open when the capture ended: what the client saw next is unknown, and ending quietly would be
     # an OK end the wire never showed.

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import IO, NamedTuple
 
 from replay.capture import events as ev
-from replay.capture.events import STATUS_FOR_CAUSE, client_reset_status
+from replay.capture.events import cancel_status
 from replay.capture.methods import http_call, short_method
 from replay.capture.payload import message_bytes
 from replay.machine.tracker import CaptureSource
@@ -339,8 +339,7 @@ class _Builder:
     def finish(self) -> None:
         for cid, (cseq, cancel) in self.cancels.items():
             # The capture stops between the cancel and its call_end: the cancel says how it ended.
-            status = client_reset_status(cancel.cause, cancel.rst_code) or STATUS_FOR_CAUSE.get(cancel.cause, "UNKNOWN")
-            self.calls[cid].end = CallEnd(t_ns=cancel.t_ns, seq=cseq, status=status, details=None, cause=cancel.cause,
+            self.calls[cid].end = CallEnd(t_ns=cancel.t_ns, seq=cseq, status=cancel_status(cancel.cause, cancel.rst_code), details=None, cause=cancel.cause,
                                           trailers=None, initial_metadata=None)  # fmt: skip
 
 

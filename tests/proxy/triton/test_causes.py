@@ -74,18 +74,22 @@ def test_status_names_are_grpcs_and_unknown_codes_stay_readable() -> None:
 @pytest.mark.parametrize(
     ("cause", "code", "status"),
     [
-        ("client_cancel", 0x8, None),  # CANCEL: a cancel, the cause's CANCELLED
-        ("client_cancel", 0x0, None),  # NO_ERROR: likewise (never INTERNAL: the client ended it)
-        ("client_cancel", None, None),
+        ("client_cancel", 0x8, "CANCELLED"),  # CANCEL: a cancel
+        ("client_cancel", 0x0, "CANCELLED"),  # NO_ERROR: likewise (never INTERNAL: the client ended it)
+        ("client_cancel", None, "CANCELLED"),
         ("client_cancel", 0xB, "RESOURCE_EXHAUSTED"),  # a response over the client's receive limit
         ("client_cancel", 0xC, "PERMISSION_DENIED"),
         ("client_cancel", 0x2, "INTERNAL"),  # a code gRPC gives no status of its own
-        ("deadline", 0xB, None),  # the cause's own status: the deadline rule decided it
-        ("client_disconnect", 0xB, None),
+        ("deadline", 0xB, "DEADLINE_EXCEEDED"),  # the cause's own status: the deadline rule decided it
+        ("client_disconnect", 0xB, "CANCELLED"),
+        ("proxy_shutdown", None, "UNAVAILABLE"),
+        ("a_cause_of_a_later_version", None, "UNKNOWN"),
     ],
 )
-def test_a_client_reset_code_gives_the_status_the_client_ended_with(cause: str, code: int | None, status: str | None) -> None:
+def test_a_client_reset_code_gives_the_status_the_client_ended_with(cause: str, code: int | None, status: str) -> None:
     """A gRPC client resets with the code of its own status: the proxy records that status for a
-    client_cancel, by the same table it reads an upstream reset with; a cancel's code leaves CANCELLED."""
-    assert causes.client_reset_status(cause, code) == status
-    assert status is None or status in ev.STATUS_NAMES.values()
+    client_cancel, by the same table it reads an upstream reset with; a cancel's code leaves CANCELLED,
+    and every other cause has its own status."""
+    assert ev.cancel_status(cause, code) == status
+    assert status in ev.STATUS_NAMES.values()
+    assert (causes.client_reset_status(cause, code) is None) == (status == ev.STATUS_FOR_CAUSE.get(cause, "UNKNOWN"))

@@ -7,7 +7,7 @@ import base64
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.wire.headers import Block, grpc_status, header, pairs, status_trailers, text
+from proxy.wire.headers import Block, grpc_message, grpc_status, header, pairs, status_trailers, text
 
 
 def test_pairs_keep_wire_order_and_duplicates() -> None:
@@ -76,3 +76,17 @@ def test_the_proxys_own_grpc_message_is_percent_encoded_and_reads_back() -> None
     value = dict(trailers)[b"grpc-message"]
     assert value == b"triton-tap: upstream %C3%A9 unreachable: 50%25 done%0A"
     assert grpc_status(trailers) == (b"14", message)
+
+
+@given(st.text())
+def test_any_message_goes_out_as_printable_ascii_and_reads_back(message: str) -> None:
+    """Whatever the text (a lone surrogate is an OS error's undecodable file name), the value is printable
+    ASCII; text without a lone surrogate reads back exactly, and one with it still goes out (escaped)."""
+    value = grpc_message(message)
+    assert all(0x20 <= b <= 0x7E for b in value)
+    try:
+        message.encode()
+    except UnicodeEncodeError:
+        assert b"\\ud" in value
+    else:
+        assert grpc_status([(b"grpc-status", b"2"), (b"grpc-message", value)]) == (b"2", message)
