@@ -651,7 +651,7 @@ class H2Core:
         """REFUSED_STREAM to the client: never processed, so the client may retry it itself. ``cause``: why (the
         proxy's shutdown, the upstream going away); ``rst``: the upstream's refusal, when it was the upstream's."""
         self._own_s2c(wire.rst_stream(call.sid, wire.REFUSED_STREAM))
-        self._end(call, cause, "UNAVAILABLE", reason, None, rst=rst)
+        self._end(call, cause, "UNAVAILABLE", reason, None, rst=rst, refused=True)
 
     # --- upstream -> client -----------------------------------------------------------------------
 
@@ -823,6 +823,7 @@ class H2Core:
         details: str | None,
         trailers: list[tuple[bytes, bytes]] | None,
         rst: int | None = None,
+        refused: bool = False,
     ) -> None:
         if call.ended:
             return
@@ -837,7 +838,8 @@ class H2Core:
                 time.time_ns(), call.id, status, details, cause,
                 pairs(trailers) if trailers is not None else None,
                 pairs(call.resp_headers) if call.resp_headers is not None else None,
-                ((t_end := _monotonic_ns()) - call.t0) / 1e6, call.index[C2S], call.index[S2C], rst, undelivered, {},
+                ((t_end := _monotonic_ns()) - call.t0) / 1e6, call.index[C2S], call.index[S2C], rst, undelivered,
+                {"refused": True} if refused else {},
             )
         )  # fmt: skip
         self._t_end = t_end

@@ -54,8 +54,10 @@ def add_send_command(sub: Any) -> None:
     p.set_defaults(func=_run)
 
 
-def _load(args: argparse.Namespace) -> tuple[list[CallScript], int, dict[str, int], int]:
-    from proxy.resend.plan import parse_headers, parse_only, prepare, scripts
+def _load(args: argparse.Namespace) -> tuple[list[CallScript], int, dict[str, int], int, int]:
+    """(the calls to send, how many calls the capture holds, the unsendable ones skipped by why, how many began
+    before the capture, how many selected ones the recording proxy refused unprocessed)."""
+    from proxy.resend.plan import parse_headers, parse_only, prepare, scripts, selected
     from replay.capture.reader import read_capture
 
     filters = parse_only(args.only)
@@ -67,11 +69,14 @@ def _load(args: argparse.Namespace) -> tuple[list[CallScript], int, dict[str, in
         raise UserError("the capture holds no calls to send" + (
             f": its {len(unstarted)} call(s) began before it (their call_start is not in it: give the files "
             "before it too)" if unstarted else ""))  # fmt: skip
-    chosen, skipped = prepare(calls, filters=filters, model_map=model_map, headers=headers,
-                              skip_unsendable=args.skip_unsendable)  # fmt: skip
+    refused = sum(1 for c in calls if c.refused and selected(c, filters))
+    chosen, skipped = prepare([c for c in calls if not c.refused], filters=filters, model_map=model_map,
+                              headers=headers, skip_unsendable=args.skip_unsendable)  # fmt: skip
     if not chosen:
-        raise UserError("no call to send" + (" (--only selects none)" if filters and not skipped else ""))
-    return chosen, len(calls) + len(unstarted), skipped, len(unstarted)
+        raise UserError("no call to send" + (f": the {refused} selected were refused unprocessed by the recording proxy"
+                                             if refused and not skipped
+                                             else " (--only selects none)" if filters and not skipped else ""))  # fmt: skip
+    return chosen, len(calls) + len(unstarted), skipped, len(unstarted), refused
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -88,7 +93,7 @@ def _run(args: argparse.Namespace) -> int:
         # diff reads every capture of a directory: a second run's beside the first would be one mixed set.
         raise UserError(f"--out {str(args.out)!r} already holds {held} capture file(s): give a new or empty "
                         "directory (diff reads every capture file of a directory)")  # fmt: skip
-    chosen, total, skipped, unstarted = _load(args)
+    chosen, total, skipped, unstarted, refused = _load(args)
     if args.target is None and any(not c.http for c in chosen):
         raise UserError("the capture has gRPC calls to send: give --target (Triton's gRPC HOST:PORT)")
     if args.http_target is None and any(c.http for c in chosen):
@@ -100,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
     began = time.monotonic()
     with _Progress(tally, sys.stderr) as tick:
         path = run_send(starts, opts, tally, tick)
-    _summary(sys.stdout, path, chosen, total, skipped, unstarted, tally, time.monotonic() - began, args)
+    _summary(sys.stdout, path, chosen, total, skipped, (unstarted, refused), tally, time.monotonic() - began, args)
     return _unobserved(sys.stderr, tally, args.loop)
 
 
@@ -147,8 +152,9 @@ class _Progress:
             self._progress.stop()
 
 
-def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skipped: dict[str, int], unstarted: int,
-             tally: Tally, wall_s: float, args: argparse.Namespace) -> None:  # fmt: skip
+def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skipped: dict[str, int],
+             not_sent: tuple[int, int], tally: Tally, wall_s: float, args: argparse.Namespace) -> None:  # fmt: skip
+    """``not_sent``: how many calls began before the capture, and how many the recording proxy refused."""
     from collections import Counter
 
     from proxy.resend.h1client import BODY_END
@@ -169,9 +175,13 @@ def _summary(out: TextIO, path: Path, chosen: list[CallScript], total: int, skip
         # Not lag: those calls were due then, since the calls before them ended that much later than recorded.
         lines.append(f"waited for earlier calls to end: {tally.held.count} call(s), mean {tally.held.mean * 1000:.1f} ms, "
                      f"worst {tally.held.worst * 1000:.1f} ms past their offset")  # fmt: skip
+    unstarted, refused = not_sent
     if unstarted:
         lines.append(f"not sent: {unstarted} call(s) that began before the capture (their call_start is not in "
                      "it: the request headers are unknown; give the files before it too)")  # fmt: skip
+    if refused:
+        lines.append(f"not sent: {refused} call(s) the recording proxy refused unprocessed (REFUSED_STREAM at a GOAWAY; "
+                     "a client may retry such a call itself, and its retry is a call of its own)")  # fmt: skip
     if skipped:
         lines.append("skipped (unsendable): " + "; ".join(f"{n} with {why}" for why, n in skipped.items()))
     unsent = sorted({k for c in chosen for k in c.redacted})

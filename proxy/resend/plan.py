@@ -9,7 +9,8 @@ cut by ``--payload-cap``, an input cut by ``--redact-input``) are :class:`Unsend
 HTTP requests whose body the recorded client never finished (:func:`cut_short`): sending them whole would
 give the server a request nobody sent; and calls using Triton's shared memory (:mod:`replay.capture.shm`):
 the region registrations name memory of the recording host, and an inference request naming a region
-has its data there, not in the capture.
+has its data there, not in the capture. Calls the recording proxy refused unprocessed are marked
+(:attr:`CallScript.refused`): they are not sent.
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ class CallScript:
     t_end: int | None = None  # capture clock: its end (its cancel, or its call_end), None when not recorded
     redacted: list[str] = field(default_factory=list)  # header keys whose value the capture does not hold
     unsendable: str | None = None
+    # The recording proxy refused it unprocessed (REFUSED_STREAM at a GOAWAY): not sent, since the client may have
+    # retried it by itself, and its retry is a call of the capture's own when it went through the proxy.
+    refused: bool = False
     _responses: int = 0
     _c2s_bytes: int = 0  # HTTP: the request body bytes the capture saw (de-chunked, as sent)
     _cut_marked: bool = False  # a c2s message the recorder marked cut short
@@ -233,6 +237,7 @@ def _feed(call: CallScript, rec: ev.Record) -> None:
     elif isinstance(rec, ev.HalfClosed):
         call.half_close_ns = at
     elif isinstance(rec, ev.CallCancelled | ev.CallEnded):
+        call.refused = isinstance(rec, ev.CallEnded) and rec.refused
         call.recorded_cause = rec.cause
         call.t_end = rec.t_ns
         if rec.cause in CLIENT_ENDINGS:

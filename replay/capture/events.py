@@ -464,6 +464,12 @@ class CallEnded:
     http_status: Annotated[
         int | None, "HTTP calls: the response's status code, null when no response head reached the client; gRPC: null"
     ] = None
+    refused: Annotated[
+        bool,
+        "the proxy reset the call REFUSED_STREAM, as never processed: it crossed a GOAWAY (the proxy's own at "
+        "shutdown, or the upstream's, which refused it too: `upstream_rst_code` 7). A gRPC client may retry such a "
+        "call by itself on another connection, where the retry is a call of its own; `replay send` does not send it",
+    ] = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

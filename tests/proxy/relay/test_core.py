@@ -300,6 +300,7 @@ def test_upstream_goaway_refuses_calls_above_its_last_stream_id() -> None:
     (end,) = _of(rig, "call_end")
     assert (end.call, end.status, end.upstream_rst_code) == (f"c1.{three}", "UNAVAILABLE", wire.REFUSED_STREAM)
     assert end.cause == "upstream_disconnect"  # (it was `error`: the upstream sent no status, its GOAWAY refused it)
+    assert end.refused  # (so send does not send it again: its client may have retried it)
 
 
 def test_upstream_error_goaway_ends_calls_as_upstream_disconnect() -> None:
@@ -628,7 +629,7 @@ def test_a_call_refused_at_the_proxys_shutdown_is_the_shutdowns_not_the_upstream
     rig, s3 = _crossing_the_shutdown_goaway()
     assert (wire.RST_STREAM, 0, s3, b"\0\0\0\x07") in _frames(rig.take("client"))
     end = next(e for e in _of(rig, "call_end") if e.call == f"c1.{s3}")
-    assert (end.cause, end.status, end.upstream_rst_code) == ("proxy_shutdown", "UNAVAILABLE", None)
+    assert (end.cause, end.status, end.upstream_rst_code, end.refused) == ("proxy_shutdown", "UNAVAILABLE", None, True)
 
 
 def test_a_call_crossing_the_goaway_of_an_idle_connection_at_shutdown_is_refused_not_told_upstream_lost() -> None:
@@ -647,7 +648,7 @@ def test_a_call_crossing_the_goaway_of_an_idle_connection_at_shutdown_is_refused
     sent = rig.take("client")
     assert (wire.RST_STREAM, 0, sid, b"\0\0\0\x07") in _frames(sent) and wire.HEADERS not in _types(sent)
     (end,) = _of(rig, "call_end")
-    assert (end.cause, end.status, end.upstream_rst_code) == ("proxy_shutdown", "UNAVAILABLE", None)
+    assert (end.cause, end.status, end.upstream_rst_code, end.refused) == ("proxy_shutdown", "UNAVAILABLE", None, True)
 
 
 def test_abort_ends_every_call_and_closes_the_upstream() -> None:
@@ -656,7 +657,8 @@ def test_abort_ends_every_call_and_closes_the_upstream() -> None:
     _stream_call(rig, "q")
     rig.abort("proxy_shutdown")
     assert [(r.cause, r.forwarded_upstream) for r in _of(rig, "cancel")] == [("proxy_shutdown", True)] * 2
-    assert [(e.status, e.cause) for e in _of(rig, "call_end")] == [("UNAVAILABLE", "proxy_shutdown")] * 2
+    # Ended in flight, not refused: their requests had reached the upstream.
+    assert [(e.status, e.cause, e.refused) for e in _of(rig, "call_end")] == [("UNAVAILABLE", "proxy_shutdown", False)] * 2
     assert rig.closes == ["upstream"] and rig.armed == {"linger": LINGER_S}
     assert ArmTimer("linger", LINGER_S) in rig.steps[-1][3]
 

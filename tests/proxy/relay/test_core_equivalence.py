@@ -104,7 +104,8 @@ CASES = [(c, s) for c in CONVERSATIONS for s in SETUPS]
 #: checked to find the Tunnel's value first: a call refused with REFUSED_STREAM because it was opened above a
 #: GOAWAY's last stream id never reached the upstream, and was recorded as the upstream's `error`. Above the
 #: proxy's own shutdown GOAWAY it is `proxy_shutdown`, with no upstream reset (there was none); above the
-#: upstream's GOAWAY, `upstream_disconnect` (the upstream's refusal by GOAWAY is still its code).
+#: upstream's GOAWAY, `upstream_disconnect` (the upstream's refusal by GOAWAY is still its code). Both are marked
+#: `refused`, a field the Tunnel did not have.
 FIXED: dict[str, tuple[str, str, dict[str, Any]]] = {
     "shutdown_keeps_back_new_streams": ("triton-tap: connection is shutting down (GOAWAY): stream not processed",
                                         "proxy_shutdown", {"upstream_rst_code": 7}),
@@ -122,6 +123,8 @@ def _evidence(conversation: str, setup: str) -> dict[str, Any]:
         for r in ends:
             assert r["cause"] == "error" and all(r.get(k) == v for k, v in dropped.items()), r
             r["cause"] = cause
+            assert "refused" not in r
+            r["refused"] = True
             for k in dropped:
                 del r[k]  # (the sparse form leaves a field at its default out)
     return expected

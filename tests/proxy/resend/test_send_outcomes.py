@@ -366,6 +366,31 @@ def test_calls_begun_before_the_capture_are_counted_as_captured_and_not_sent(
     assert "not sent: 1 call(s) that began before the capture (their call_start is not in it" in out, out
 
 
+def test_a_call_the_recording_proxy_refused_is_not_sent_and_the_summary_says_so(
+    loop: BackgroundLoop, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """c1.3 crossed the proxy's shutdown GOAWAY: refused unprocessed, its client free to retry it (its retry, made
+    through the proxy, is a call of the capture's own). It was sent anyway, its request kept back, so it waited
+    `--drain` and was cut; now it is left out with a line saying why, and the recorded causes count only c1.1."""
+    (tmp_path / "refused.jsonl").write_bytes(_unary_capture(refused=("c1.3",)))
+    code, out, err = _send_to_peer(loop, tmp_path, capsys, tmp_path / "refused.jsonl")
+    assert code == 0, (out, err)
+    assert "sent 1 call(s) of 2 captured" in out, out
+    assert ("not sent: 1 call(s) the recording proxy refused unprocessed (REFUSED_STREAM at a GOAWAY; a client may "
+            "retry such a call itself, and its retry is a call of its own)") in out, out
+    assert "causes (recorded -> new): ok 1 -> 1" in out, out
+
+
+def test_a_capture_of_refused_calls_only_has_nothing_to_send(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "refused.jsonl").write_bytes(_unary_capture(refused=("c1.1", "c1.3")))
+    code = main(["replay", "send", str(tmp_path / "refused.jsonl"), "--target", "127.0.0.1:9", "--out",
+                 str(tmp_path / "sent")])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 2 and err.strip().splitlines()[-1].endswith(
+        "no call to send: the 2 selected were refused unprocessed by the recording proxy"), (out, err)
+    assert not (tmp_path / "sent").exists()
+
+
 def test_with_loop_the_recorded_causes_are_per_pass(
     loop: BackgroundLoop, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -376,8 +401,10 @@ def test_with_loop_the_recorded_causes_are_per_pass(
     assert "causes (recorded x3 -> new): ok 2 x3 -> 6" in out, out
 
 
-def _unary_capture(without_start: str | None = None) -> bytes:
-    """Two unary calls c1.1 and c1.3 (payload full), the call_start of ``without_start`` left out."""
+def _unary_capture(without_start: str | None = None, refused: tuple[str, ...] = ()) -> bytes:
+    """Two unary calls c1.1 and c1.3 (payload full), the call_start of ``without_start`` left out; those of
+    ``refused`` as the recording proxy refused them at its shutdown: their request kept back (no message),
+    REFUSED_STREAM to the client, a call_end marked ``refused``."""
     from tests.data.make_golden import INFER, Builder
 
     b = Builder(payload="full").start()
@@ -391,6 +418,12 @@ def _unary_capture(without_start: str | None = None) -> bytes:
     b.records = [dataclasses.replace(r, metadata=[[":scheme", "http"], [":authority", "t"], *r.metadata])
                  if isinstance(r, ev.CallStarted) else r
                  for r in b.records if not (isinstance(r, ev.CallStarted) and r.call == without_start)]  # fmt: skip
+    b.records = [dataclasses.replace(r, status="UNAVAILABLE", cause="proxy_shutdown", trailers=None, initial_metadata=None,
+                                     details="triton-tap: connection is shutting down (GOAWAY): stream not processed",
+                                     messages_c2s=0, messages_s2c=0, refused=True)
+                 if isinstance(r, ev.CallEnded) and r.call in refused else r
+                 for r in b.records
+                 if getattr(r, "call", None) not in refused or isinstance(r, ev.CallStarted | ev.CallEnded)]  # fmt: skip
     return b.finish().render()
 
 
