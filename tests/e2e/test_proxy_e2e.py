@@ -6,6 +6,7 @@ Causes: every `cause` value is produced by a real client/server action and read 
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -240,6 +241,34 @@ def test_async_infer_cancel_is_client_cancel(triton: TritonServer, recording_pro
     assert (cancel["cause"], cancel["in_flight"], cancel["responded"]) == ("client_cancel", ["u-cancel"], [])
     (end,) = of_kind(recs, "call_end", cancel["call"])
     assert end["status"] == "CANCELLED"
+
+
+def test_a_response_over_the_clients_receive_limit_is_its_resource_exhausted_not_a_cancel(
+    triton: TritonServer, recording_proxy: ProxyThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A client keeping gRPC's default 4 MiB receive limit (its own channel_args replace tritonclient's) asks
+    for a 5 MB echo: it ends with RESOURCE_EXHAUSTED and resets ENHANCE_YOUR_CALM (11). The capture says so:
+    a client_cancel whose status is the client's RESOURCE_EXHAUSTED (it was CANCELLED, a cancel nobody made),
+    and `replay check` shows that status."""
+    from proxy.cli import main
+
+    data = np.zeros(5 * 1024 * 1024, np.uint8)
+    c = grpcclient.InferenceServerClient(f"127.0.0.1:{recording_proxy.port}",
+                                         channel_args=[("grpc.max_send_message_length", 64 << 20)])  # fmt: skip
+    with pytest.raises(InferenceServerException) as got:
+        c.infer("echo", echo_inputs(data), request_id="too-big", client_timeout=60)
+    c.close()
+    assert "RESOURCE_EXHAUSTED" in str(got.value.status()), got.value
+    recording_proxy.stop()
+    recs = records(recording_proxy.capture_path)
+    (cancel,) = of_kind(recs, "cancel")
+    assert (cancel["cause"], cancel["rst_code"], cancel["in_flight"]) == ("client_cancel", 11, ["too-big"])
+    (end,) = of_kind(recs, "call_end", cancel["call"])
+    assert (end["status"], end["cause"]) == ("RESOURCE_EXHAUSTED", "client_cancel")
+    capsys.readouterr()
+    main(["replay", "check", "--json", str(recording_proxy.capture_path)])
+    (req,) = [q for q in json.loads(capsys.readouterr().out)["requests"] if q["request_id"] == "too-big"]
+    assert req["status"] == "RESOURCE_EXHAUSTED", req
 
 
 def test_client_timeout_is_deadline(triton: TritonServer, recording_proxy: ProxyThread) -> None:
