@@ -544,10 +544,11 @@ class H2Core:
             if call is None:
                 self._c2s_q.append(raw)
                 return
-            cause = causes.client_reset_cause(call.timeout_ms, call.elapsed_ms())
+            code = int.from_bytes(payload, "big")
+            cause = causes.client_reset_cause(call.timeout_ms, call.elapsed_ms(), code)
             # The client's own RST goes upstream (the cause's clock started with this read). Its code
             # says the status the client ended with: not CANCEL when it refused a response (too large).
-            self._start(self._cancel(call, cause, int.from_bytes(payload, "big"), raw, self._read_ns))
+            self._start(self._cancel(call, cause, code, raw, self._read_ns))
         elif ftype == _SETTINGS:
             if not flags & _ACK:
                 self.s2c.receiver_settings(payload)

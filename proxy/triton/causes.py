@@ -37,9 +37,18 @@ def reached_deadline(timeout_ms: float | None, elapsed_ms: float) -> bool:
     return timeout_ms is not None and elapsed_ms >= timeout_ms - deadline_slack_ms(timeout_ms)
 
 
-def client_reset_cause(timeout_ms: float | None, elapsed_ms: float) -> Cause:
-    """A client RST_STREAM on a live connection: the deadline firing, or an explicit cancel."""
+def client_reset_cause(timeout_ms: float | None, elapsed_ms: float, rst_code: int | None = None) -> Cause:
+    """A client RST_STREAM on a live connection (of code ``rst_code``): the deadline firing, or the client
+    ending the call itself. A gRPC client resets at its deadline with CANCEL (its DEADLINE_EXCEEDED has no
+    code of its own); another code is a status of the client's own (ENHANCE_YOUR_CALM: a response over its
+    receive limit), whenever it comes."""
+    if rst_code is not None and rst_code not in _CANCEL_CODES:
+        return "client_cancel"
     return "deadline" if reached_deadline(timeout_ms, elapsed_ms) else "client_cancel"
+
+
+#: RST_STREAM codes a client's deadline may come with: CANCEL, and NO_ERROR (a client that had its answer).
+_CANCEL_CODES = frozenset({0x8, 0x0})
 
 
 def upstream_status_cause(code: int, timeout_ms: float | None, elapsed_ms: float) -> Cause:

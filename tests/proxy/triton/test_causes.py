@@ -28,6 +28,15 @@ def test_slack_is_two_percent_for_long_deadlines() -> None:
     assert causes.client_reset_cause(10_000.0, 9_850.0) == "deadline"
 
 
+@pytest.mark.parametrize(("code", "cause"), [(None, "deadline"), (0x8, "deadline"), (0x0, "deadline"),
+                                             (0xB, "client_cancel"), (0x2, "client_cancel"), (0x7, "client_cancel")])
+def test_a_reset_within_the_slack_is_a_deadline_only_by_a_cancels_code(code: int | None, cause: str) -> None:
+    """At its deadline a gRPC client resets with CANCEL: a reset of another code within the slack is the client's
+    own status (ENHANCE_YOUR_CALM: a response over its receive limit, RESOURCE_EXHAUSTED), not DEADLINE_EXCEEDED."""
+    assert causes.client_reset_cause(500.0, 497.96, code) == cause
+    assert causes.client_reset_cause(500.0, 400.0, code) == "client_cancel"
+
+
 def test_rst_without_timeout_is_client_cancel() -> None:
     """A call without grpc-timeout can only be cancelled, never time out."""
     assert causes.client_reset_cause(None, 1e9) == "client_cancel"
