@@ -57,7 +57,23 @@ class Stream:
             # fast: everything is due at once, so the heap orders what is pending by captured seq,
             # which keeps the captured interleaving among the requests that have arrived.
             at = 0.0 if speed is None else now + delay_s(req_t, answer.t_ns, speed)
+            if speed is not None and self.pending:
+                at = self._in_captured_order(answer.seq, at)
             heapq.heappush(self.pending, _Due(at, answer.seq, next(self.counter), msg, call.id))
+
+    def _in_captured_order(self, seq: int, at: float) -> float:
+        """When the answer of captured ``seq``, due at ``at``, may go: not before a pending one captured earlier;
+        and a pending one captured later waits for it. Each answer is timed from its own request, and requests
+        that arrive closer together than captured would otherwise be answered in an order the server never gave
+        (a non-decoupled model answers a stream's requests in turn)."""
+        at = max([at, *(d.at for d in self.pending if d.seq < seq)])
+        moved = False
+        for d in self.pending:
+            if d.seq > seq and d.at < at:
+                d.at, moved = at, True
+        if moved:
+            heapq.heapify(self.pending)
+        return at
 
     def _end_reachable(self) -> bool:
         """A captured non-OK end is next once the requests captured before it arrived (or can no longer)."""

@@ -329,6 +329,33 @@ def test_timed_replay_keeps_the_captured_interleaving_across_requests(serve: Ser
     assert [e[1] for e in events] == ["a", "b", "a", "b", "b", "a", "a"]
 
 
+def test_timed_replay_never_answers_before_an_answer_captured_earlier(serve: Serve, tmp_path: Path) -> None:
+    """Captured: p answered 400 ms after its request, then q asked and answered 1 ms later (a non-decoupled model
+    answers a stream's requests in turn). A client sending p and q back to back got q's answer first: each is
+    timed from its own request, an order Triton never gave. An answer now waits for those captured before it."""
+    from tests.data.make_golden import Builder
+    from tests.support.triton_client import StreamSession
+
+    b = Builder(payload="full").start()
+    b.call("c1.1")
+    b.request("c1.1", "p", prompt="p", max_tokens=1, empty_final=None)
+    b.response("c1.1", "p", "p-0", final=True, ms=400.0)
+    b.request("c1.1", "q", prompt="q", max_tokens=1, empty_final=None)
+    b.response("c1.1", "q", "q-0", final=True, ms=1.0)
+    b.half_close("c1.1")
+    b.end("c1.1")
+    (tmp_path / "turns.jsonl").write_bytes(b.finish().render())
+    url = serve(str(tmp_path / "turns.jsonl"), speed=1.0)
+    s = StreamSession(url)
+    try:
+        s.send("tokens", token_inputs("p", 1), "p")
+        s.send("tokens", token_inputs("q", 1), "q")
+        events = s.take(2, timeout=WAIT_S)
+    finally:
+        s.close()
+    assert [e[1] for e in events] == ["p", "q"], events
+
+
 def test_new_ids_with_the_captured_inputs_match_by_payload(serve: Serve) -> None:
     """--match payload: requests under other ids but with the captured inputs get the captured answers, under their ids."""
     url = serve("interleaved.jsonl", speed=None, strategies=("payload",))
