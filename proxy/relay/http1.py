@@ -199,6 +199,7 @@ class Http1Core:
         self._dropped: h11.Connection | None = None
         self._dropped_cause = ("upstream_disconnect", False)
         self._dropped_us: float | None = None  # when their ending went upstream (the client's FIN): that long after it was read
+        self._after_close = False  # the client sent bytes after its own last request (said once in the log)
         full = self.opts.payload == "full"
         self._keep = max(http_labels.LABEL_CAP, self.opts.payload_cap or (1 << 62)) if full else http_labels.LABEL_CAP
         self._hashing = full
@@ -376,6 +377,8 @@ class Http1Core:
         if self._keep10_ended():
             return moved
         parser = self.c_srv
+        if self._client_said_close(parser):
+            return moved
         while True:
             try:
                 event = parser.next_event()
@@ -398,11 +401,24 @@ class Http1Core:
             elif type(event) is h11.EndOfMessage:
                 self._mirror_c2s(h11.EndOfMessage())
                 self._request_end()
-                if self._keep10_ended() or self.c_srv is not parser or self._closed():
+                if self._keep10_ended() or self.c_srv is not parser or self._closed() or self._client_said_close(parser):
                     return moved
             elif type(event) is h11.ConnectionClosed:
                 # Not fed: the client's FIN (a close or a half-close) is an input of its own, eof().
                 return moved
+
+    def _client_said_close(self, parser: h11.Connection) -> bool:
+        """The client's last request is over (``Connection: close``, or HTTP/1.0 without keep-alive): a byte after it
+        breaks HTTP/1.1 (RFC 9112 9.6), and Triton 2.51 answers that request and closes, the rest unread. So does
+        the proxy: those bytes are left unparsed (h11 would take them for a protocol error, and the proxy closed
+        the connection before the answer the client was owed), and the log says they came."""
+        if parser.their_state is not h11.MUST_CLOSE:
+            return False
+        rest, _ = parser.trailing_data
+        if rest and not self._after_close:
+            self._after_close = True
+            self._out.commands.append(Log("warning", "http1_client_bytes_after_close", {"bytes": len(rest)}))
+        return True
 
     def _keep10_ended(self) -> bool:
         """An HTTP/1.0 keep-alive request ended: what follows waits for the next exchange's parser

@@ -337,6 +337,34 @@ def test_http10_keep_alive_goes_on(both_ports: ProxyThread) -> None:
     assert kept[0].split(".")[0] == kept[1].split(".")[0]  # one connection
 
 
+def test_a_request_after_the_clients_own_close_leaves_it_the_answer_triton_gives(
+    both_ports: ProxyThread, triton: TritonServer
+) -> None:
+    """A client asks to close, then pipelines another request in the same write (HTTP/1.1 forbids it). The real
+    Triton answers the first and closes; through the proxy the client gets the same bytes (it got a bare close:
+    the proxy took the second request for the client's protocol error before the first answer came)."""
+
+    def exchange(where: str) -> bytes:
+        host, port = where.split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            s.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: tap\r\nConnection: close\r\n\r\n"
+                      b"GET /v2/health/live HTTP/1.1\r\nHost: tap\r\n\r\n")  # fmt: skip
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+            return got
+
+    direct = exchange(triton.http_url.removeprefix("http://"))
+    assert direct.startswith(b"HTTP/1.1 200") and direct.count(b"HTTP/1.1") == 1, direct
+    assert exchange(http_url(both_ports)) == direct
+    recs = records(both_ports.stop())
+    assert not of_kind(recs, "protocol_error")
+    (ready,) = calls(recs, "GET /v2/health/ready")
+    (live,) = calls(recs, "GET /v2/health/live")
+    assert (end_of(recs, ready)["cause"], end_of(recs, ready)["http_status"]) == ("ok", 200)
+    assert end_of(recs, live)["cause"] == "upstream_disconnect"
+
+
 def test_generate_stream_completes_at_its_clean_end(both_ports: ProxyThread) -> None:
     """The `scripted` model's "t,F": one text event, then, 800 ms later, the final flag alone, which
     Triton's generate_stream turns into no event, only the body's end. The client learns of completion

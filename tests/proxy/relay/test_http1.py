@@ -509,6 +509,23 @@ def test_pipelined_requests_forwarded_always_become_calls() -> None:
     assert [(e.call, e.cause) for e in closed.records("call_end")] == [("c1.1", "ok"), ("c1.2", "upstream_disconnect")]
 
 
+def test_a_request_after_the_clients_own_connection_close_leaves_the_answer_it_was_owed() -> None:
+    """The client asks to close, then pipelines another request all the same (RFC 9112 9.6 forbids it). Triton
+    2.51 answers the first and closes, the second unanswered (curl, directly). The proxy took the second for the
+    client's protocol error and closed both sides at once: the client never got the first answer, recorded as
+    its cancel. Now the first is relayed whole and `ok`; the second is a call Triton never answered; the log
+    says the client sent bytes after its close."""
+    r1 = _request(b'{"id":"p1"}', extra=b"connection: close\r\n")
+    r2 = _request(b'{"id":"p2"}')
+    reply = _reply(b'{"id":"p1","outputs":[]}', extra=b"connection: close\r\n")
+    run = drive([("c2s", r1 + r2), ("s2c", reply), ("s2c", None)])
+    assert not run.records("protocol_error")
+    assert bytes(run.s2c) == reply and bytes(run.c2s) == r1 + r2  # (forwarded as read: Triton got both, as directly)
+    assert [(e.call, e.cause) for e in run.records("call_end")] == [("c1.1", "ok"), ("c1.2", "upstream_disconnect")]
+    logs = [c for c in run.commands if type(c).__name__ == "Log" and c.event == "http1_client_bytes_after_close"]
+    assert [c.fields for c in logs] == [{"bytes": len(r2)}], run.commands  # (the shell adds the connection)
+
+
 def test_requests_queued_when_the_client_half_closed_are_cut_by_its_fin_as_the_open_call_is() -> None:
     """Three requests pipelined, then the client's FIN; Triton answers the first and closes. The second (open)
     and the third (queued behind it) were both left by Triton for the client's FIN: both `client_disconnect`,
