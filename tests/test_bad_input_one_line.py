@@ -65,7 +65,8 @@ def test_upgrade_to_an_existing_file_is_one_line(tmp_path: Path) -> None:
 
 def test_upgrade_of_a_cut_compressed_capture_says_it_was_cut(tmp_path: Path) -> None:
     """A zstd capture cut short: check, report and export warn "cut short"; upgrade wrote the records it could
-    read, exit 0, and nothing said the rest was gone (the new file no longer shows the cut)."""
+    read, exit 0, and nothing said the rest was gone (the new file no longer shows the cut). It warns, and
+    exits 1 naming the file."""
     import zstandard
 
     whole = zstandard.ZstdCompressor(write_checksum=True).compress(CAPTURE[: len(CAPTURE) // 2])
@@ -73,8 +74,9 @@ def test_upgrade_of_a_cut_compressed_capture_says_it_was_cut(tmp_path: Path) -> 
     capture = tmp_path / "capture-20261206T100000-1.jsonl.zst"
     capture.write_bytes(whole + rest[: len(rest) // 2])
     proc = _run("replay", "upgrade", str(capture), "-o", str(tmp_path / "out"), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr
     assert "triton-tap: warning:" in proc.stderr and "cut short" in proc.stderr
+    assert proc.stderr.splitlines()[-1].endswith(f"keep the originals: {capture}"), proc.stderr
 
 
 def test_admin_commands_refuse_a_ca_that_is_no_certificate(tmp_path: Path) -> None:

@@ -138,6 +138,9 @@ class CaptureReader:
         self.warnings: list[str] = []
         self.gaps: list[Gap] = []
         self.records = 0  # records yielded, added up as each file is done (or left early)
+        #: What the files hold that no record was read from, each with a warning: a cut last line, a cut last
+        #: compressed frame, a record of a kind this version does not know (a copy of the records lacks them).
+        self.unread = 0
         self.captures = 0
         #: Told of each hole where records were lost as it is found (:class:`~replay.capture.holes.SeqWatch`'s ``on_loss``):
         #: set before iterating, e.g. to :meth:`~replay.machine.tracker.Tracker.lost`.
@@ -148,7 +151,7 @@ class CaptureReader:
         self.on_capture: Callable[[], None] | None = None
 
     def __iter__(self) -> Iterator[tuple[int, ev.Record]]:
-        self.warnings, self.gaps, self.records, self.captures = [], [], 0, 0
+        self.warnings, self.gaps, self.records, self.captures, self.unread = [], [], 0, 0, 0
         # Each record is yielded by a file's generator straight to the caller: chaining the files in C
         # (rather than through `yield from` in two generators) saves two frame resumptions a record.
         return itertools.chain.from_iterable(self._parts())
@@ -253,6 +256,7 @@ class CaptureReader:
                                 raw = orjson.loads(line)
                             except orjson.JSONDecodeError:
                                 if last and found:
+                                    self.unread += 1
                                     self.warnings.append(
                                         f"{name}:{lineno}: last line cut short ({len(line)} bytes): skipped "
                                         "(the proxy stopped mid-write, or the file is still being written)"
@@ -280,6 +284,7 @@ class CaptureReader:
                             # of the capture still means what it says; the seq still counts (no hole).
                             found += 1
                             skipped += 1
+                            self.unread += 1
                             record(e.seq, None, name, lineno)
                             if e.kind not in unknown:
                                 self.warnings.append(
@@ -343,6 +348,7 @@ class CaptureReader:
                 # A later file follows: what the cut frame held is a hole (the next file's first seq counts it).
                 watch.damaged_frame(name, e.start, e.end - e.start, f"cut short (the file ends inside it): {e}")
             else:
+                self.unread += 1
                 self.warnings.append(f"{name}: compressed file cut short after line {lineno}: {e}")
         except OSError as e:
             raise CaptureError(name, None, f"cannot read: {e.strerror or e}") from None

@@ -23,7 +23,7 @@ from replay.capture import naming
 from replay.capture.reader import read_capture
 from replay.capture.schema import Encoder
 from replay.cli.base import add_capture_argument, same_file
-from replay.errors import EXIT_OK, UserError
+from replay.errors import EXIT_FINDINGS, EXIT_OK, UserError
 
 _SUFFIX = {"zstd": naming.SUFFIX + naming.ZSTD_SUFFIX, "gzip": naming.SUFFIX + naming.GZIP_SUFFIX, "none": naming.SUFFIX}
 
@@ -60,6 +60,14 @@ def upgrade(paths: list[str], out_dir: Path, compress: str = "zstd", err: TextIO
     """Rewrite each capture file of ``paths`` into ``out_dir`` at the current schema; the new paths. What the
     reader warns of (a cut last line or frame, whose records the new file no longer shows missing) goes to
     ``err``."""
+    return upgrade_files(paths, out_dir, compress, err)[0]
+
+
+def upgrade_files(paths: list[str], out_dir: Path, compress: str = "zstd",
+                  err: TextIO | None = None) -> tuple[list[Path], list[Path]]:  # fmt: skip
+    """:func:`upgrade`'s new paths, and the input files not carried over whole: a cut last line or frame, or
+    records of a kind this version does not know, each said on ``err``. Their copies hold every record that
+    could be read, and no longer show what could not."""
     err = err or sys.stderr
     files = _inputs(paths)
     if not files:
@@ -76,12 +84,14 @@ def upgrade(paths: list[str], out_dir: Path, compress: str = "zstd", err: TextIO
                                                        if same_file(t, s)]  # fmt: skip
     if clash:
         raise UserError(f"will not overwrite {clash[0]}: choose an empty output directory")
-    written = []
+    written, partial = [], []
     for src, target in zip(files, targets, strict=True):
         reader = read_capture(src)
         records = list(reader)  # one file at a time: its records exactly (CaptureError if damaged)
         for w in reader.warnings:
             print(f"triton-tap: warning: {w}", file=err)
+        if reader.unread:
+            partial.append(src)
         fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".upgrade-")
         try:
             with os.fdopen(fd, "wb") as raw, _open(raw, compress) as out:
@@ -97,7 +107,7 @@ def upgrade(paths: list[str], out_dir: Path, compress: str = "zstd", err: TextIO
             Path(tmp).unlink(missing_ok=True)
             raise
         written.append(target)
-    return written
+    return written, partial
 
 
 def _side(capture: Path) -> Path:
@@ -122,8 +132,9 @@ def add_upgrade_command(sub: Any) -> None:
         "upgrade",
         help="rewrite captures of older schema versions as the current one (sparse, compressed)",
         description="Rewrite capture files at the current schema version, file by file (seq numbers, "
-        "rotation and holes unchanged), into an output directory; never overwrites. Exit 0: done; "
-        "2: unreadable capture or an output file that exists.",
+        "rotation and holes unchanged), into an output directory; never overwrites. Exit 0: done; 1: done, but "
+        "a file was not carried over whole (a cut last line or frame, records of a kind unknown to this version: "
+        "its copy does not show them; keep the original); 2: unreadable capture or an output file that exists.",
     )
     add_capture_argument(p)
     p.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="directory for the rewritten files")
@@ -132,6 +143,13 @@ def add_upgrade_command(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    for path in upgrade(args.capture, args.output, args.compress):
+    written, partial = upgrade_files(args.capture, args.output, args.compress)
+    for path in written:
         print(path)
+    if partial:
+        # Exit 0 would say the copies are the captures: they lack what could not be read, and no longer show it.
+        print(f"triton-tap: {len(partial)} file(s) not carried over whole (warnings above): their copies hold every "
+              f"record that could be read and no longer show the rest; keep the originals: "
+              f"{', '.join(str(p) for p in partial)}", file=sys.stderr)  # fmt: skip
+        return EXIT_FINDINGS
     return EXIT_OK
