@@ -89,3 +89,13 @@ def test_bench_http_smoke(tmp_path: Path) -> None:
         assert "skipped, `triton-tap record` has no --http-listen yet" in proc.stdout
         pytest.skip("`triton-tap record` has no --http-listen yet: the proxy's HTTP rows are not measured")
     assert "| proxy-meta |" in stream and "| proxy-meta |" in unary, proc.stdout
+
+
+def test_a_profile_of_perf_analyzer_without_py_spy_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """cProfile cannot attach to the proxy perf_analyzer's run starts: one line and exit 2 before anything starts
+    (it was a FileNotFoundError traceback once tritonserver was up, py-spy not installed)."""
+    from bench.harness.run import main
+
+    assert main(["--profile", "--profiler", "cprofile", "--scenarios", "perf_analyzer", "--workdir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "python -m bench: --profile of perf_analyzer needs py-spy (pip install py-spy) or --profiler perf")

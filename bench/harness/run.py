@@ -216,6 +216,11 @@ def run_profile(
     if prof_scenario == "perf_analyzer":
         if profiler == "perf":
             return perfa.native_profile(perfa.PaConfig(), workdir, log)
+        if profiler != "py-spy":
+            # The proxy there is a process of its own, attached to: cProfile cannot be.
+            print("python -m bench: --profile of perf_analyzer needs py-spy (pip install py-spy) or --profiler perf",
+                  file=sys.stderr)  # fmt: skip
+            return None
         return perfa.profile(perfa.PaConfig(), workdir, args.top, log)
     if prof_scenario not in ("streaming", "unary", "large", "paced"):
         print(
