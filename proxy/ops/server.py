@@ -271,16 +271,20 @@ class RecordingProxy:
         self.metrics_addr = (
             parse_hostport(config.metrics, "--metrics", allow_port_zero=True) if config.metrics else None
         )
-        for name, value, pair in (("--listen", config.listen, self.grpc_addrs), ("--http-listen", config.http_listen,
-                                                                                 self.http_addrs)):  # fmt: skip
-            if pair is None:
-                continue
-            if self.metrics_addr is not None and self.metrics_addr[1] and self.metrics_addr[1] == pair[0][1]:
-                # Caught here, before anything is bound or created: the two servers cannot share a port.
-                raise UserError(f"--metrics {config.metrics} and {name} {value} use the same port")
-        if self.grpc_addrs is not None and self.http_addrs is not None:
-            if self.grpc_addrs[0][1] and self.grpc_addrs[0][1] == self.http_addrs[0][1]:
-                raise UserError(f"--listen {config.listen} and --http-listen {config.http_listen} use the same port")
+        admin_port = parse_hostport(config.admin, "--admin", allow_port_zero=True)[1] if config.admin else 0
+        # Caught here, before anything is bound or created: two servers cannot share a port. The admin service's
+        # grpc server binds the relay's address before the relay listens, and took its clients (health checks
+        # through the proxy got UNIMPLEMENTED, HTTP clients HTTP/2 bytes).
+        bound = [(name, value, port) for name, value, port in (
+            ("--listen", config.listen, self.grpc_addrs[0][1] if self.grpc_addrs else 0),
+            ("--http-listen", config.http_listen, self.http_addrs[0][1] if self.http_addrs else 0),
+            ("--metrics", config.metrics, self.metrics_addr[1] if self.metrics_addr else 0),
+            ("--admin", config.admin, admin_port),
+        ) if port]  # fmt: skip
+        for i, (name, value, port) in enumerate(bound):
+            for other, other_value, other_port in bound[i + 1 :]:
+                if port == other_port:
+                    raise UserError(f"{name} {value} and {other} {other_value} use the same port")
         self.metrics_server: MetricsServer | None = None
         self.metrics: ProxyMetrics | None = None
         if config.payload not in ("none", "meta", "full"):
