@@ -59,6 +59,10 @@ class LogObservation:
     last_skipped_ms: float | None
     window_ms: float
     lines: tuple[str, ...] = ()
+    #: Signs of other cancelled requests around ours: notifications after ours within the window, and
+    #: 'skipping response generation' lines before it (those lines carry no request id: with any such sign
+    #: they are not ours alone).
+    others: int = 0
 
 
 def scan_log(
@@ -72,6 +76,7 @@ def scan_log(
     released: float | None = None
     skipped: list[float] = []
     kept: list[str] = []
+    others = 0
     tag = f"[request id: {request_id}]"
     for line in lines:
         t = log_time_s(line)
@@ -79,15 +84,19 @@ def scan_log(
             continue
         if t0 is not None and t < t0 - 43200:
             t += 86400  # the log crossed midnight
+        if t0 is not None and (t - t0) * 1000.0 > window_ms:
+            break
         if NOTIFIED in line:
             if t0 is None:
                 t0 = start = t
+            else:
+                others += 1
             kept.append(line)
             continue
         if t0 is None or start is None:
+            # Before our notification a cancelled request's dropped responses are another's.
+            others += SKIPPED in line
             continue
-        if (t - t0) * 1000.0 > window_ms:
-            break
         if SKIPPED in line:
             skipped.append(t)
             kept.append(line)
@@ -110,4 +119,5 @@ def scan_log(
         last_skipped_ms=max(since) if since else None,
         window_ms=window_ms,
         lines=tuple(kept[:50]),
+        others=others,
     )

@@ -54,6 +54,11 @@ def test_log_rules() -> None:
     assert vd.decide(obs(log=_log(released_after_ms=10.0))).work_stopped is True
     assert vd.decide(obs(log=_log(released_after_ms=900.0))).work_stopped is False
     assert vd.decide(obs(log=_log(skipped_total=9, skipped_after_allowance=7, last_skipped_ms=1500.0))).work_stopped is False
+    # Other cancelled requests around it: their dropped responses are in the same id-less lines, so late ones
+    # decide nothing (a healthy model was called failing), and a release in time still says stopped.
+    noisy = _log(skipped_total=9, skipped_after_allowance=7, last_skipped_ms=1500.0, others=1)
+    assert vd.decide(obs(log=noisy)).work_stopped is None
+    assert vd.decide(obs(log=dataclasses.replace(noisy, released_after_ms=20.0))).work_stopped is True
     # Silence proves something only when the request was streaming fast enough to have been heard.
     assert vd.decide(obs(log=_log(skipped_total=2))).work_stopped is None
     assert vd.decide(obs(log=_log(skipped_total=2), rate_per_s=100.0)).work_stopped is True

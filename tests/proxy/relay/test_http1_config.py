@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 
@@ -29,14 +30,6 @@ def test_http_pair_alone_relays_no_grpc() -> None:
 
 
 def test_half_an_http_pair_is_refused() -> None:
-    for admin in ("127.0.0.1:9000", "127.0.0.1:9002", "127.0.0.1:9003"):
-        # The admin service's port is no other server's: it bound the relay's first and took its clients.
-        with pytest.raises(UserError, match=f"and --admin {admin} use the same port"):
-            RecordingProxy(ProxyConfig(listen="127.0.0.1:9000", http_listen="127.0.0.1:9002", http_upstream="h:8000",
-                                       metrics="127.0.0.1:9003", admin=admin))  # fmt: skip
-    with pytest.raises(UserError, match="--metrics 127.0.0.1:9002 and --admin 127.0.0.1:9002 use the same port"):
-        RecordingProxy(ProxyConfig(listen="127.0.0.1:9000", metrics="127.0.0.1:9002", admin="127.0.0.1:9002"))
-    RecordingProxy(ProxyConfig(listen="127.0.0.1:0", upstream="h:1", metrics="127.0.0.1:0", admin="127.0.0.1:0"))
     with pytest.raises(UserError, match="go together"):
         _grpc_pair(_args("--http-listen", "127.0.0.1:9000"))
 
@@ -54,10 +47,10 @@ def test_proxy_config_refusals() -> None:
         RecordingProxy(ProxyConfig(listen="127.0.0.1:9000", http_listen="127.0.0.1:9000", http_upstream="h:8000"))
     for admin in ("127.0.0.1:9000", "127.0.0.1:9002", "127.0.0.1:9003"):
         # The admin service's port is no other server's: it bound the relay's first and took its clients.
-        with pytest.raises(UserError, match=f"and --admin {admin} use the same port"):
+        with pytest.raises(UserError, match=re.escape(f"and --admin {admin} use the same port")):
             RecordingProxy(ProxyConfig(listen="127.0.0.1:9000", http_listen="127.0.0.1:9002", http_upstream="h:8000",
                                        metrics="127.0.0.1:9003", admin=admin))  # fmt: skip
-    with pytest.raises(UserError, match="--metrics 127.0.0.1:9002 and --admin 127.0.0.1:9002 use the same port"):
+    with pytest.raises(UserError, match=re.escape("--metrics 127.0.0.1:9002 and --admin 127.0.0.1:9002 use the same port")):
         RecordingProxy(ProxyConfig(listen="127.0.0.1:9000", metrics="127.0.0.1:9002", admin="127.0.0.1:9002"))
     RecordingProxy(ProxyConfig(listen="127.0.0.1:0", upstream="h:1", metrics="127.0.0.1:0", admin="127.0.0.1:0"))
     with pytest.raises(UserError, match="go together"):

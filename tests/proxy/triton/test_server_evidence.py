@@ -40,6 +40,10 @@ def test_scan_log_executing_release_and_late_responses() -> None:
     assert got.released_after_ms == pytest.approx(1200, abs=0.01)
     assert (got.skipped_total, got.skipped_after_allowance) == (2, 1)
     assert got.last_skipped_ms == pytest.approx(843.784, abs=0.01)
+    assert got.others == 2  # (the skip before ours, the second notification: other cancelled requests)
+    assert se.scan_log(lines[1:2] + lines[3:], "r", allowance_ms=300, window_ms=5000).others == 0
+    late = se.scan_log([NOTE, NOTE.replace("08:10:59", "08:11:09"), skip_at("08:11:09.000000")], "r", 300, 5000)
+    assert late.others == 0  # (past the window: not counted)
 
 
 def test_scan_log_queued_measures_from_reaching_the_backend() -> None:
