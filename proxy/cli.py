@@ -15,7 +15,16 @@ from typing import Any
 from proxy import __version__
 from replay import readyfile
 from replay.capture import naming
-from replay.cli.base import Parser, hostport, positive_float, positive_int, run_command, run_guarded, sigterm_interrupts
+from replay.cli.base import (
+    MAX_FLOAT,
+    Parser,
+    hostport,
+    positive_float,
+    positive_int,
+    run_command,
+    run_guarded,
+    sigterm_interrupts,
+)
 from replay.errors import UserError
 
 
@@ -32,9 +41,14 @@ def _evidence(text: str) -> str:
 
 def _zero_or_positive(text: str) -> float:
     """Seconds or megabytes where 0 means off."""
-    if text.strip() in ("0", "0.0"):
-        return 0.0
-    return positive_float(text)
+    try:
+        if float(text) == 0.0:  # "0", "00", "0.00", "-0": off
+            return 0.0
+        return positive_float(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or a number > 0 and <= {MAX_FLOAT:g}: {text!r}") from None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
 def _always_redacted() -> str:

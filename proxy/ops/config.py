@@ -74,10 +74,15 @@ def load_config(path: Path, parser: argparse.ArgumentParser) -> dict[str, Any]:
         raise UserError(f"config {str(path)!r} is not UTF-8 text (byte {e.start}): TOML files must be UTF-8") from None
     keys = config_keys(parser)
     out: dict[str, Any] = {}
+    given: dict[str, str] = {}  # dest -> the key that set it
     for raw_key, value in data.items():
         key = raw_key.replace("_", "-")
         action = keys.get(key)
         if action is None:
             raise UserError(f"config {str(path)!r}: unknown key {raw_key!r} (known: {', '.join(sorted(keys))})")
+        if action.dest in given:
+            # `rotate_mb` and `rotate-mb` are one setting: the later would win without a word.
+            raise UserError(f"config {str(path)!r}: keys {given[action.dest]!r} and {raw_key!r} set the same setting")
+        given[action.dest] = raw_key
         out[action.dest] = _convert(path, raw_key, action, value)
     return out
