@@ -519,6 +519,11 @@ class RecordingProxy:
         extra = {}
         if self.metrics_server is not None and self.metrics_addr is not None:
             extra["metrics"] = format_hostport(self.metrics_addr[0], self.metrics_server.port)
+        if self.admin is not None:
+            # The bound port (a free one for --admin HOST:0; port + k for worker k): where status, tail and mark go.
+            extra["admin"] = self.admin.address
+        if cfg.worker is not None:
+            extra["worker"] = cfg.worker
         if not tls and not all(is_loopback(s.getsockname()[0]) for srv in self._servers for s in srv.sockets):
             # Clients' metadata (tokens included) and tensors would cross the network in clear.
             log.warning("listening_without_tls", listen=start.listen, hint="use --tls-cert/--tls-key or a loopback address")

@@ -3,6 +3,7 @@ capture, SIGHUP reopening every worker's file, and SIGTERM draining every worker
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -49,6 +50,8 @@ def test_two_workers_one_capture_set(triton: TritonServer, tmp_path: Path) -> No
         wait_for(lambda: captures.exists() and len(_starts(captures)) == 2, what="two workers' capture files")
         # A capture file is opened before its worker listens: the `recording` line says it serves.
         wait_for(lambda: (tmp_path / "proxy.log").read_bytes().count(b'"event":"recording"') == 2, what="both workers serving")
+        lines = [json.loads(x) for x in (tmp_path / "proxy.log").read_bytes().splitlines() if b'"event":"recording"' in x]
+        assert sorted(line["worker"] for line in lines) == [0, 1]  # (which worker each line is)
         url = f"127.0.0.1:{port}"
         data = np.arange(8, dtype=np.uint8)
         # Each client its own connection (no shared subchannel), so the kernel balances them.
@@ -121,6 +124,8 @@ def test_workers_stop_when_the_supervisor_is_killed(triton: TritonServer, tmp_pa
     pids: list[int] = []
     try:
         wait_for(lambda: (tmp_path / "proxy.log").read_bytes().count(b'"event":"recording"') == 2, what="both workers serving")
+        lines = [json.loads(x) for x in (tmp_path / "proxy.log").read_bytes().splitlines() if b'"event":"recording"' in x]
+        assert sorted(line["worker"] for line in lines) == [0, 1]  # (which worker each line is)
         (started,) = [json.loads(line) for line in (tmp_path / "proxy.log").read_bytes().splitlines()
                       if b'"event":"workers_started"' in line]  # fmt: skip
         pids = started["pids"]

@@ -75,6 +75,7 @@ def test_record_writes_the_ready_file_once_it_accepts_connections(tmp_path: Path
     # The ready log line says the same address.
     (line,) = [json.loads(x) for x in err.splitlines() if '"recording"' in x]
     assert line["listen"] == info["listen"]
+    assert line["admin"] == info["admin"] and "worker" not in line  # (the bound admin port, as docs/admin.md says)
 
 
 _SIGTERM_AS_READY = """
