@@ -516,7 +516,7 @@ class RecordingProxy:
     def _log_recording(self, start: ev.CaptureStarted, tls: bool, upstream_tls: bool, client_certs: bool) -> None:
         assert self._server is not None and self.writer is not None
         cfg = self.config
-        extra = {}
+        extra: dict[str, Any] = {}
         if self.metrics_server is not None and self.metrics_addr is not None:
             extra["metrics"] = format_hostport(self.metrics_addr[0], self.metrics_server.port)
         if self.admin is not None:

@@ -42,7 +42,7 @@ import structlog
 from proxy.ops.server import ProxyConfig, check_upstream
 from proxy.ops.tls import listen_ssl, upstream_ssl
 from replay.capture import naming
-from replay.errors import TritonTapError, exit_code_for
+from replay.errors import TritonTapError, UserError, exit_code_for
 from replay.hostport import cannot_listen, format_hostport, parse_hostport
 
 log = structlog.get_logger("triton_tap.workers")
@@ -80,6 +80,34 @@ def _plus(address: str | None, flag: str, k: int) -> str | None:
     return format_hostport(host, port + k if port else 0)
 
 
+def _check_worker_ports(cfg: ProxyConfig, listen_port: int) -> None:
+    """Every worker's own admin and metrics port (the flag's port + k) can be bound: refused here in one line,
+    before any worker starts, as without --workers (a port past 65535, the listening port, or one in use
+    came out of worker k as several lines, with a capture set of the workers that had started)."""
+    for flag, address in (("--admin", cfg.admin), ("--metrics", cfg.metrics)):
+        if address is None:
+            continue
+        host, first = parse_hostport(address, flag, allow_port_zero=True)
+        if not first:
+            continue  # a free port each
+        for k in range(cfg.workers):
+            port = first + k
+            if port > 65535:
+                raise UserError(f"{flag} {address} with --workers {cfg.workers}: worker {k}'s port would be {port}, "
+                                "past 65535 (each worker serves on the port + its index)")  # fmt: skip
+            if port == listen_port:
+                raise UserError(f"{flag} {address} with --workers {cfg.workers}: worker {k}'s port {port} is the "
+                                "--listen port (each worker serves on the port + its index)")  # fmt: skip
+            family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(addr)
+                except OSError as e:
+                    err = cannot_listen(format_hostport(host, port), e)
+                    raise UserError(f"{flag} {address}, worker {k}: {err}") from None
+
+
 def supervise(cfg: ProxyConfig, log_level: str) -> int:
     """Run ``cfg.workers`` worker processes until SIGTERM/SIGINT (or one fails); their worst exit status."""
     # What every worker would refuse alike is refused here, before any starts: one line, as without
@@ -92,6 +120,11 @@ def supervise(cfg: ProxyConfig, log_level: str) -> int:
     host, port = parse_hostport(cfg.listen, "--listen", allow_port_zero=True)
     reserved = _reserve(host, port)
     port = reserved.getsockname()[1]
+    try:
+        _check_worker_ports(cfg, port)
+    except BaseException:
+        reserved.close()
+        raise
     set_stem = naming.stem(naming.stamp(time.time_ns()), os.getpid())
     procs: list[subprocess.Popen[bytes]] = []
     stopping = False

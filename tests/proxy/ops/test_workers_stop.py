@@ -6,6 +6,7 @@ its own): what a real worker is before its handlers are in place, a window too s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -113,3 +114,27 @@ def test_a_sighup_while_the_workers_start_ends_nothing(
     finally:
         signal.signal(signal.SIGHUP, before)
     assert log.alive_after_hup == [True, True]
+
+
+def test_each_workers_own_ports_are_refused_before_any_starts() -> None:
+    """--admin/--metrics port + k for worker k: past 65535, the listening port or busy is one line from the
+    supervisor (it came out of worker k among several lines, a capture set of the others left behind)."""
+    import re
+    import socket
+
+    from proxy.ops.server import ProxyConfig
+    from proxy.ops.workers import _check_worker_ports
+    from replay.errors import UserError
+
+    cfg = ProxyConfig(listen="127.0.0.1:0", upstream="127.0.0.1:1", workers=2)
+    with pytest.raises(UserError, match="worker 1's port would be 65536, past 65535"):
+        _check_worker_ports(dataclasses.replace(cfg, admin="127.0.0.1:65535"), 9000)
+    with pytest.raises(UserError, match="worker 1's port 9000 is the --listen port"):
+        _check_worker_ports(dataclasses.replace(cfg, metrics="127.0.0.1:8999"), 9000)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        with pytest.raises(UserError, match=re.escape(f"worker 0: cannot listen on 127.0.0.1:{port}: address already in use")):
+            _check_worker_ports(dataclasses.replace(cfg, admin=f"127.0.0.1:{port}"), 1)
+    _check_worker_ports(dataclasses.replace(cfg, admin="127.0.0.1:0", metrics="127.0.0.1:0"), 9000)
