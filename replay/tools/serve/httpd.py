@@ -115,9 +115,14 @@ class _Conn:
         #: The request being answered is HTTP/1.0 asking to be kept alive (``Connection: keep-alive``, ApacheBench
         #: ``-k``); ``kept10``: its answer has a length, and said so: the connection goes on after it, as Triton's.
         self.keep10 = self.kept10 = False
+        #: The request being answered is a HEAD: its reply has no body, whatever was captured (Triton 2.51 sends
+        #: its 405/404 error JSON all the same, which HTTP forbids and h11 refuses to send: it crashed the handler).
+        self.head = False
 
     async def send(self, *events: h11.Event) -> None:
         for event in events:
+            if self.head and type(event) is h11.Data:
+                continue
             data = self.h11.send(event)
             if type(event) is h11.Response and self.keep10:
                 head = data or b""
@@ -153,6 +158,7 @@ class _Conn:
                     return
                 asked = (_header(event.headers.raw_items(), "connection") or "").lower()
                 self.keep10, self.kept10 = event.http_version == b"1.0" and "keep-alive" in asked, False
+                self.head = event.method == b"HEAD"
                 if self.h11.they_are_waiting_for_100_continue:
                     # `Expect: 100-continue` (curl sends it with bodies over 1 KiB): Triton says go on at once; a
                     # client that waits for it would otherwise wait its own timeout (curl: 1 s) before the body.

@@ -270,6 +270,31 @@ def test_http10_keep_alive_requests_are_answered_on_one_connection_as_triton_doe
     assert once.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close\r\n" in once, once
 
 
+def test_a_head_request_gets_a_reply_without_a_body_and_the_connection_goes_on(serve: _Serve) -> None:
+    """HEAD on a path the capture never saw: serve's own 404 went with its JSON body, which h11 refuses on a HEAD
+    reply: the handler died in a traceback and the keep-alive connection with it (a captured HEAD reply with
+    Triton's body did the same). Now the head alone, with its length, and the next request is answered."""
+    health = exchanges("05a_health_metadata")[0]
+    url = serve(_capture(health, ms=1))
+    host, port = url.split(":")
+    verb, target = health.method.split(" ", 1)
+    with socket.create_connection((host, int(port)), timeout=WAIT_S) as s:
+        s.sendall(b"HEAD /v2/models/nowhere HTTP/1.1\r\nhost: x\r\n\r\n")
+        data = b""
+        while not data.endswith(b"\r\n\r\n"):
+            chunk = s.recv(65536)
+            assert chunk, f"connection closed early after {data!r}"
+            data += chunk
+        assert data.startswith(b"HTTP/1.1 404 ") and b"content-length: " in data.lower(), data
+        s.sendall(f"{verb} {target} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+        rest = b""
+        while b"HTTP/1.1 200 OK" not in rest or not rest.endswith(b"\r\n\r\n"):
+            chunk = s.recv(65536)
+            assert chunk, f"connection closed early after {rest!r}"
+            rest += chunk
+    assert rest.startswith(b"HTTP/1.1 200 OK"), rest  # (nothing of the 404's body before it)
+
+
 def test_health_and_metadata_come_from_captured_calls(serve: _Serve) -> None:
     xs = exchanges("05a_health_metadata")
     url = serve(_capture(*xs[:4], xs[6]))
