@@ -161,7 +161,7 @@ SPARK_GOLDENS = ("stream_cancel", "interleaved", "unary", "deadline", "client_di
 _SPARK_CHILD = """
 import contextlib, io, json, sys
 from pyspark.sql import SparkSession
-code, first_sql, cancels_sql = json.loads(sys.stdin.read())
+code, first_sql, cancels_sql, captures_sql = json.loads(sys.stdin.read())
 session = (SparkSession.builder.master("local[1]").appName("triton-tap-tests")
            .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
            .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
@@ -172,7 +172,7 @@ try:
         exec(compile(code, "docs/sql.md (PySpark)", "exec"), ns)
     rows = lambda sql: [list(r) for r in session.sql(ns.get(sql, sql)).collect()]
     print(json.dumps({"same_session": ns["spark"] is session, "shown": shown.getvalue(),
-                      "first": rows(first_sql), "cancels": rows(cancels_sql)}))
+                      "first": rows(first_sql), "cancels": rows(cancels_sql), "captures": rows(captures_sql)}))
 finally:
     session.stop()
 """
@@ -196,11 +196,16 @@ def test_the_spark_recipe_runs_in_spark_and_gives_duckdbs_answers(tmp_path: Path
     src.mkdir()
     for name in SPARK_GOLDENS:
         shutil.copy(DATA / f"{name}.jsonl", src / f"{name}.jsonl")
+    # A capture name beyond ASCII and with characters the partition escapes: Spark and DuckDB read it alike
+    # (its UTF-8 bytes as %XX read as 'cafÃ©' in Spark).
+    shutil.copy(DATA / "one_response.jsonl", src / "café #1.jsonl")
     export_parquet([src], tmp_path / "out")
     code, n = re.subn(r'^out = "[^"]*"', f"out = {str(tmp_path / 'out')!r}", SPARK, flags=re.M)
     assert n == 1, "the Spark block names its export as `out = \"...\"`"
     (cancels_sql,) = re.findall(r'spark\.sql\("(SELECT cause.*?)"\)', SPARK)
-    proc = subprocess.run([sys.executable, "-c", _SPARK_CHILD], input=json.dumps([code, "FIRST_RESPONSE", cancels_sql]),
+    captures_sql = "SELECT DISTINCT capture FROM message ORDER BY capture"
+    proc = subprocess.run([sys.executable, "-c", _SPARK_CHILD],
+                          input=json.dumps([code, "FIRST_RESPONSE", cancels_sql, captures_sql]),
                           capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -209,6 +214,9 @@ def test_the_spark_recipe_runs_in_spark_and_gives_duckdbs_answers(tmp_path: Path
     got_by_model = [tuple(r) for r in got["first"]]
     assert _same_rows(got_by_model, by_model), (got_by_model, by_model)
     assert [tuple(r) for r in got["cancels"]] == cancels
+    in_duckdb = duckdb.sql(f"SELECT DISTINCT capture FROM read_parquet('{tmp_path}/out/message/*/*.parquet', "
+                           "hive_partitioning = true) ORDER BY capture").fetchall()  # fmt: skip
+    assert [tuple(r) for r in got["captures"]] == in_duckdb and ("café #1",) in in_duckdb, (got["captures"], in_duckdb)
     assert {m for m, *_ in by_model} >= {"echo", "tokens"} and {c for c, _ in cancels} >= {
         "client_cancel", "deadline", "client_disconnect", "upstream_disconnect"}  # fmt: skip
 

@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterable
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -141,8 +140,10 @@ def _warning_gap(text: str, files: list[Path]) -> Gap:
 
 
 def partition(name: str) -> str:
-    """The partition directory of a capture: ``capture=<name>``, Hive-escaped (``%XX``) beyond ``[A-Za-z0-9._-]``."""
-    return "capture=" + quote(name, safe="._-")
+    """The partition directory of a capture: ``capture=<name>``, an ASCII character beyond ``[A-Za-z0-9._-]``
+    as ``%XX``, other characters as they are. Every engine reads one ``%XX`` back as one character: a non-ASCII
+    character as its UTF-8 bytes' ``%XX`` read as ``cafÃ©`` in Spark where DuckDB read ``café``."""
+    return "capture=" + "".join(c if not c.isascii() or c.isalnum() or c in "._-" else f"%{ord(c):02X}" for c in name)
 
 
 def _export_chain(chain: list[Path], dest: Path, part: str, k: int,
