@@ -127,9 +127,16 @@ def _compression(name: str) -> str:
 class CaptureReader:
     """Iterate a capture as ``(seq, record)``; warnings and holes are collected as it goes."""
 
-    def __init__(self, paths: PathLike | Iterable[PathLike], *, skip_damaged: bool | None = None) -> None:
+    def __init__(self, paths: PathLike | Iterable[PathLike], *, skip_damaged: bool | None = None,
+                 set_checks: bool = True) -> None:  # fmt: skip
         if isinstance(paths, str | os.PathLike):
             paths = [paths]
+        #: Run the checks that need every chain of a set and every file given (a worker not given, a chain
+        #: continued in another capture's file) at the end of reading. Off for a reader given one chain of
+        #: a larger reading: its ``watches`` go to :func:`set_gaps` with the others'.
+        self.set_checks = set_checks
+        #: Per capture set read, each chain's (first file's name, its watch), in reading order.
+        self.watches: list[list[tuple[str, SeqWatch]]] = []
         #: Skip damaged lines as holes instead of raising (None: as :func:`skipping_damaged` says).
         self.skip_damaged = _SKIP_DAMAGED.get() if skip_damaged is None else skip_damaged
         #: Per capture (set): its chains of files (one per worker; one for a single-process capture).
@@ -159,7 +166,7 @@ class CaptureReader:
     def _parts(self) -> Iterator[Iterable[tuple[int, ev.Record]]]:
         """The record sources in reading order: per file, or one merge per capture set of several chains."""
         last: str | None = None
-        links: list[tuple[str, SeqWatch]] = []  # each chain's first file name, and its watch
+        self.watches = []
         for chains in self.sets:
             self.captures += 1
             name = naming.parse(chains[0][0].name)
@@ -177,9 +184,10 @@ class CaptureReader:
                 # One capture written by several workers: their records interleaved by time.
                 merged = (itertools.chain.from_iterable(self._chain(c, watches)) for c in chains)
                 yield heapq.merge(*merged, key=lambda r: r[1].t_ns)
-            self._workers_given(watches)
-            links.extend(zip((c[0].name for c in chains), watches, strict=True))
-        self._linked(links)
+            self.watches.append(list(zip((c[0].name for c in chains), watches, strict=True)))
+        if self.set_checks:
+            added, dropped = set_gaps(self.watches, {p.name for p in self.files})
+            self.gaps = [g for g in self.gaps if not any(g is d for d in dropped)] + [g for a in added for g in a]
 
     def _chain(self, group: list[Path], watches: list[SeqWatch]) -> Iterator[Iterator[tuple[int, ev.Record]]]:
         """One reader per file of the chain; the chain's holes are added once its last file was read."""
@@ -191,35 +199,6 @@ class CaptureReader:
             yield self._file(path, last=i == len(group) - 1, watch=watch)
         watch.end(live)
         self.gaps.extend(watch.gaps)
-
-    def _linked(self, links: list[tuple[str, SeqWatch]]) -> None:
-        """Every file was read: a chain's missing start, or its next file, that another chain read holds is
-        no hole (a live file renamed by hand is read as a capture of its own, under its new name, and the
-        file after it names the old one: both files were there, nothing was missing)."""
-        read = {p.name for p in self.files}
-        continued = {w.open_end[1] for _, w in links if w.open_end is not None and w.open_end[1] in read}
-        drop = [w.open_end[0] for _, w in links if w.open_end is not None and w.open_end[1] in read]
-        drop += [w.late_start for first, w in links if w.late_start is not None and first in continued]
-        if drop:
-            self.gaps = [g for g in self.gaps if not any(g is d for d in drop)]
-
-    def _workers_given(self, watches: list[SeqWatch]) -> None:
-        """A capture set was read: a worker none of whose files was given is a hole. Its calls are not in this
-        reading at all (the connections the kernel gave that worker), where the files read show no loss."""
-        starts = [w.start for w in watches if w.start is not None and w.start.workers is not None]
-        if not starts:
-            return
-        workers = max(s.workers or 0 for s in starts)
-        read = {s.worker for s in starts}
-        missing = [k for k in range(workers) if k not in read]
-        if missing:
-            which = f"worker {missing[0]}'s files were" if len(missing) == 1 else (
-                f"workers {', '.join(map(str, missing))}' files were")  # fmt: skip
-            self.gaps.append(
-                Gap(kind="missing_file", file=str(watches[0].file), line=None, first_seq=None, last_seq=None,
-                    count=None, detail=f"capture set {starts[0].capture_set} was written by {workers} workers: {which} "
-                    "not given, so the calls it relayed are not in this reading")
-            )  # fmt: skip
 
     def _file(self, path: Path, *, last: bool, watch: SeqWatch) -> Iterator[tuple[int, ev.Record]]:
         name = str(path)
@@ -420,6 +399,41 @@ class _AfterHole:
         sticky[call] = tuple(None if name in unknown or state is None else state[k] for k, name in enumerate(_STICKY))
         self.lost += 1
         return True
+
+
+def set_gaps(sets: list[list[tuple[str, SeqWatch]]], read: set[str]) -> tuple[list[list[Gap]], list[Gap]]:
+    """What a whole reading says that its chains, each read on its own, cannot: ``(holes to add, per set;
+    holes to drop)``. ``sets``: per capture set, each chain's (first file's name, its watch); ``read``: the
+    names of every file read.
+
+    Added: a worker of a capture set none of whose files was given (its calls are not in this reading at
+    all, where the files read show no loss). Dropped: a chain's missing start, or its next file, that
+    another chain read holds (a live file renamed by hand is read as a capture of its own, under its new
+    name, and the file after it names the old one: both files were there, nothing was missing).
+    """
+    added = [[g] if (g := _workers_not_given(chains)) is not None else [] for chains in sets]
+    links = [link for chains in sets for link in chains]
+    continued = {w.open_end[1] for _, w in links if w.open_end is not None and w.open_end[1] in read}
+    dropped = [w.open_end[0] for _, w in links if w.open_end is not None and w.open_end[1] in read]
+    dropped += [w.late_start for first, w in links if w.late_start is not None and first in continued]
+    return added, dropped
+
+
+def _workers_not_given(chains: list[tuple[str, SeqWatch]]) -> Gap | None:
+    watches = [w for _, w in chains]
+    starts = [w.start for w in watches if w.start is not None and w.start.workers is not None]
+    if not starts:
+        return None
+    workers = max(s.workers or 0 for s in starts)
+    given = {s.worker for s in starts}
+    missing = [k for k in range(workers) if k not in given]
+    if not missing:
+        return None
+    which = f"worker {missing[0]}'s files were" if len(missing) == 1 else (
+        f"workers {', '.join(map(str, missing))}' files were")  # fmt: skip
+    return Gap(kind="missing_file", file=str(watches[0].file), line=None, first_seq=None, last_seq=None,
+               count=None, detail=f"capture set {starts[0].capture_set} was written by {workers} workers: {which} "
+               "not given, so the calls it relayed are not in this reading")  # fmt: skip
 
 
 class RecordsReader:

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from replay.capture import events as ev
 from replay.capture import naming
 from replay.capture.holes import Gap
-from replay.capture.reader import PathLike, read_capture
+from replay.capture.reader import CaptureReader, PathLike, read_capture, set_gaps
 from replay.errors import UserError
 from replay.tools.export.columns import Column, columns
 
@@ -147,23 +147,26 @@ def partition(name: str) -> str:
 
 
 def _export_chain(chain: list[Path], dest: Path, part: str, k: int,
-                  rows: int) -> tuple[dict[str, int], list[Gap], list[str]]:  # fmt: skip
-    """One chain of files into ``dest/<kind>/<part>/part-<k>.parquet``; counts, holes, warnings."""
-    hole_cols = _hole_columns()
+                  rows: int) -> tuple[dict[str, int], CaptureReader]:  # fmt: skip
+    """One chain of files into ``dest/<kind>/<part>/part-<k>.parquet``: its counts, and its reader (holes, warnings,
+    watches). Its holes are written later (:func:`_write_holes`): some need every chain read (:func:`set_gaps`)."""
     kinds: dict[type[Any], _Table] = {
         cls: _Table(dest / cls.kind / part / f"part-{k}.parquet", cls.kind, columns(cls), seq=True, rows=rows)
         for cls in ev.RECORD_TYPES
     }
-    holes = _Table(dest / HOLE / part / f"part-{k}.parquet", HOLE, hole_cols, seq=False, rows=rows)
-    reader = read_capture(chain)
+    reader = CaptureReader(chain, set_checks=False)
     for seq, record in reader:
         kinds[type(record)].add(seq, record)
-    gaps = list(reader.gaps) + [_warning_gap(w, chain) for w in reader.warnings]
+    for table in kinds.values():
+        table.close()
+    return {t.kind: t.written for t in kinds.values()}, reader
+
+
+def _write_holes(gaps: list[Gap], dest: Path, part: str, k: int, rows: int) -> None:
+    holes = _Table(dest / HOLE / part / f"part-{k}.parquet", HOLE, _hole_columns(), seq=False, rows=rows)
     for gap in gaps:
         holes.add(0, _Hole(gap))
-    for table in (*kinds.values(), holes):
-        table.close()
-    return {t.kind: t.written for t in kinds.values()}, list(reader.gaps), list(reader.warnings)
+    holes.close()
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
@@ -221,15 +224,27 @@ def export_parquet(paths: Iterable[PathLike], out: Path, *, overwrite: bool = Fa
     done: list[Exported] = []
     moved = False
     try:
+        # Each chain is read on its own (its own part file); what only the whole reading can say (a worker not
+        # given, a chain continued in another capture's file) is said once every chain was read, as `check`
+        # says it: each chain alone took a complete worker set for one missing its other workers.
+        read: list[tuple[str, list[tuple[dict[str, int], CaptureReader]]]] = []
         for name, chains in zip(names, sets, strict=True):
+            read.append((name, [_export_chain(chain, work / "staged", partition(name), k, rows)
+                                for k, chain in enumerate(chains)]))  # fmt: skip
+        every = [[link for _, r in parts for chain in r.watches for link in chain] for _, parts in read]
+        added, dropped = set_gaps(every, {p.name for chains in sets for chain in chains for p in chain})
+        for (name, parts), of_set, chains in zip(read, added, sets, strict=True):
             counts: dict[str, int] = {}
             holes: list[Gap] = []
             warnings: list[str] = []
-            for k, chain in enumerate(chains):
-                c, h, w = _export_chain(chain, work / "staged", partition(name), k, rows)
+            for k, ((c, reader), chain) in enumerate(zip(parts, chains, strict=True)):
                 counts = {kind: counts.get(kind, 0) + n for kind, n in c.items()}
-                holes += h
-                warnings += w
+                mine = [g for g in reader.gaps if not any(g is d for d in dropped)]
+                mine += of_set if k == 0 else []  # (a worker not given: a hole of the set, kept with its first chain's)
+                _write_holes(mine + [_warning_gap(w, chain) for w in reader.warnings], work / "staged",
+                             partition(name), k, rows)  # fmt: skip
+                holes += mine
+                warnings += reader.warnings
             done.append(Exported(capture=name, records=counts, holes=holes, warnings=warnings))
             if on_capture is not None:
                 on_capture(done[-1])

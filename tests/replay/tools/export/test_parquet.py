@@ -163,3 +163,32 @@ def test_request_parameters_keep_the_type_the_client_sent(tmp_path: Path) -> Non
     assert end["counts"] == [("message", 1)] and end["next_file"] is None
     (start,) = _rows(tmp_path / "out", "capture_start", "params")
     assert start["options"] == '{"payload":"meta"}' and start["worker"] is None
+
+
+@pytest.mark.parametrize(("given", "holes"), [((0, 1, 2), 0), ((0, 2), 1)])
+def test_a_worker_sets_holes_are_those_check_reports(tmp_path: Path, given: tuple[int, ...], holes: int) -> None:
+    """`record --workers 3`: each worker's chain is exported on its own (its own part file), and each, read
+    alone, took the set for one missing its other workers: a complete set had a `missing_file` hole per chain,
+    where check reports none. The holes are check's: none for the whole set, one for a worker not given."""
+    import dataclasses
+
+    from tests.data.make_golden import Builder
+
+    stem = "capture-20260101T000000-4242"
+    src = tmp_path / "src"
+    src.mkdir()
+    for k in given:
+        b = Builder(t=Builder().t + k * 1_000_000).start()
+        b.call(f"c{k + 1}.1")
+        b.request(f"c{k + 1}.1", "a")
+        b.response(f"c{k + 1}.1", "a", None, final=True)
+        b.half_close(f"c{k + 1}.1")
+        b.end(f"c{k + 1}.1")
+        b.finish()
+        b.records[0] = dataclasses.replace(b.records[0], capture_set=stem, worker=k, workers=3)
+        (src / f"{stem}.w{k}.jsonl").write_bytes(b.render())
+    reader = read_capture(src)
+    list(reader)
+    (done,) = export_parquet([src], tmp_path / "out")
+    assert [(g.kind, g.detail) for g in done.holes] == [(g.kind, g.detail) for g in reader.gaps]
+    assert len(done.holes) == holes and len(_rows(tmp_path / "out", HOLE, stem)) == holes
