@@ -362,7 +362,7 @@ class Builder:
 
 #: Fields added after schema 2 (optional): a version 1 or 2 writer never wrote them.
 _NEWER_FIELDS = ("payload_at", "http_listen", "http_upstream", "protocol", "http_version", "finish_reason",
-                 "http_status")  # fmt: skip
+                 "http_status", "refused")  # fmt: skip
 
 
 def http_stream_cut_in_second_event(payload: str, keep_bytes: bool, mark: bool) -> tuple[Builder, Exchange, bytes]:
