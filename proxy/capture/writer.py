@@ -484,13 +484,14 @@ class CaptureWriter:
 
     def _maintain(self) -> None:
         """Every ``check_interval_s``: a file again if there is none; is the live file still there, is there space?"""
-        now = time.monotonic()
+        # Before anything else: a try that fails (the directory gone) must wait for the next check too,
+        # not come again at the writer's next tick (a warning and a burnt file index each time).
+        self._next_check = time.monotonic() + self._opt.check_interval_s
         if self._fd < 0:
             # An earlier file could not be created: try again (the pending gap says what was lost).
             self._file_index += 1
             self._next_file([])
             return
-        self._next_check = now + self._opt.check_interval_s
         self._check_live()
         if self.ops.paused:
             self._disk.paused_for(0, self._gap.dropped)

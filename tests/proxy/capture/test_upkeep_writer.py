@@ -478,3 +478,63 @@ def test_workers_sharing_a_budget_never_delete_each_others_live_file(tmp_path: P
         # (a live file deleted is noticed only at the writer's next check, and leaves one).
         left = [p.exists() for p in w.paths]
         assert left[-1] and left == sorted(left), [p.name for p, there in zip(w.paths, left, strict=True) if not there]
+
+
+class _Clock:
+    """The writer module's ``time`` with a monotonic clock the test moves (wall time stays real)."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    @staticmethod
+    def time_ns() -> int:
+        return time.time_ns()
+
+
+def test_a_vanished_capture_directory_is_tried_again_once_per_check_not_per_tick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The capture directory is removed and a reopen cannot create the next file: the writer tries again
+    at the next check, and then not before the check after it, however many batches and idle ticks come
+    in between (each try is a warning and a file index); the directory back, the next check's try works."""
+    from proxy.capture import writer as writer_module
+
+    clock = _Clock()
+    monkeypatch.setattr(writer_module, "time", clock)
+    cap = tmp_path / "cap"
+    cap.mkdir()
+
+    def failures(logs: list[dict[str, Any]]) -> int:
+        return len([e for e in logs if e["event"] == "capture_open_failed"])
+
+    async def run(logs: list[dict[str, Any]]) -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=cap, min_free_bytes=0, check_interval_s=2.0), _start())
+        w.open()
+        await _emit(w, 0, 2)
+        for p in cap.iterdir():
+            p.unlink()
+        cap.rmdir()
+        w.request_reopen("signal")
+        await _until(lambda: failures(logs) == 1, "the reopen's failed try")
+        clock.now += 2.5  # the check is due: one more try
+        await _until(lambda: failures(logs) == 2, "the check's try")
+        for first in range(2, 12, 2):  # five batches and their ticks, all before the next check
+            await _emit(w, first, 2)
+        assert failures(logs) == 2
+        cap.mkdir()
+        clock.now += 2.5
+        await _until(lambda: len(w.paths) == 2, "a capture file again")
+        await _emit(w, 12, 1)
+        await w.close()
+        return w
+
+    with structlog.testing.capture_logs() as logs:
+        w = asyncio.run(run(logs))
+    assert failures(logs) == 2
+    assert [p.name for p in w.paths] == [w.paths[0].name, w.paths[0].name.replace(".jsonl", "-0003.jsonl")]
+    recs = _lines(w.path)
+    assert [r["kind"] for r in recs] == ["capture_start", "gap", "message", "capture_end"]
+    assert recs[1]["dropped"] == 10 and recs[1]["reason"] == "write_error: no capture file could be created"
