@@ -335,7 +335,8 @@ class CaptureWriter:
         self._counts.add(pending)
         rotated = True
         if may_rotate and self._opt.rotate_bytes is not None and self._offset + self._side.offset >= self._opt.rotate_bytes:
-            rotated = self._rotate()
+            # A file deleted or renamed since the last check is closed as such (its loss said), not as a full one.
+            rotated = self._check_live() or self._rotate()
         if rest:
             if rotated:
                 self._write_batch(rest)
@@ -467,6 +468,10 @@ class CaptureWriter:
                 # No live file (the last one could not be created): the request is the next attempt.
                 self._file_index += 1
                 self._next_file([])
+            elif self._check_live():
+                # Deleted or renamed since the last check: the capture went on in a new file as such (a gap for
+                # what a deleted file held, a note of where a renamed one is), which is also what was asked.
+                pass
             else:
                 live = self.path.name
                 if not self._rotate("rotate" if rotation.reopen is None else "reopen"):
@@ -500,25 +505,28 @@ class CaptureWriter:
         self.ops.reopens[reason] = self.ops.reopens.get(reason, 0) + 1
         log.info("capture_reopen", reason=reason, file=file)
 
-    def _check_live(self) -> None:
+    def _check_live(self) -> bool:
+        """Is the live file still there under its name? False: yes (or it cannot be told); True: it was
+        deleted or renamed, and the capture went on in a new file (or tried to: see ``_fd``). Made before
+        every close of the live file too, which would otherwise lose a deletion's gap record."""
         try:
             state = retention.live_state(self._fd, self.path)
         except OSError as e:
             log.warning("capture_check_failed", file=self.path.name, error=str(e))
-            return
+            return False
         if state == "ok":
-            return
+            return False
         old, size, first_seq = self.path, self._offset, self._file_seq
         if state == "moved":
             # Still reachable under its new name: close it properly; the new file says where it went.
             side = self._side.fd >= 0
             seqs = (first_seq, self._seq)  # up to the capture_end written into it
             if not self._rotate("reopen", compress=False):
-                return  # (its end could not be written: the next check tries again)
+                return False  # (its end could not be written: it stays live, the next check tries again)
             self._count_reopen(state, old.name)
             log.warning("capture_file_moved", file=old.name, note="the capture goes on in a new file")
             self._write_batch([retention.moved_note(old.name, size, seqs, side, time.time_ns())], may_rotate=False)
-            return
+            return True
         # Deleted: nothing written there can be read back. Everything the file held is a gap.
         self._count_reopen(state, old.name)
         gap = retention.unlinked_gap(old.name, (first_seq, self._seq - 1), self._file_t)
@@ -531,6 +539,7 @@ class CaptureWriter:
         self._gap = self._gap.joined(gap)
         self._file_index += 1
         self._next_file([])
+        return True
 
     def _hold_back(self, records: list[Any]) -> None:
         """Records not written for low free space: counted into the pending gap."""

@@ -537,4 +537,51 @@ def test_a_vanished_capture_directory_is_tried_again_once_per_check_not_per_tick
     assert [p.name for p in w.paths] == [w.paths[0].name, w.paths[0].name.replace(".jsonl", "-0003.jsonl")]
     recs = _lines(w.path)
     assert [r["kind"] for r in recs] == ["capture_start", "gap", "message", "capture_end"]
-    assert recs[1]["dropped"] == 10 and recs[1]["reason"] == "write_error: no capture file could be created"
+    # The live file went with its directory (3 records, noticed by the reopen), then 10 records had no file.
+    assert recs[1]["dropped"] == 13 and recs[1]["reason"].startswith(f"file_unlinked: {w.paths[0].name} was deleted")
+
+
+@pytest.mark.parametrize("how", ["signal", "rotate", "size"])
+def test_a_live_file_deleted_just_before_it_is_closed_still_leaves_its_gap(tmp_path: Path, how: str) -> None:
+    """rm of the live file, then, before any periodic check (there is none in this test), the file is closed
+    by a reopen (SIGHUP), an admin rotate or its rotation size: the close notices the deletion, and the new
+    file starts with the file_unlinked gap counting every record the deleted file held, as the periodic check's
+    would; the log and the reopen counter say unlinked, not an ordinary reopen."""
+
+    async def run() -> tuple[CaptureWriter, tuple[Path, Path] | None]:
+        opts = WriterOptions(directory=tmp_path, min_free_bytes=0, check_interval_s=3600,
+                             rotate_bytes=16 * 1024 if how == "size" else None)  # fmt: skip
+        w = CaptureWriter(opts, _start())
+        w.open()
+        await _emit(w, 0, 5)
+        first = w.path
+        first.unlink()
+        answer = None
+        if how == "signal":
+            w.request_reopen("signal")
+        elif how == "rotate":
+            answer = await w.rotate()
+        else:
+            await _emit(w, 5, 60)  # ~24 KB: the file reaches its rotation size within this batch
+        await _until(lambda: w.path != first, "a new capture file")
+        await _emit(w, 100, 2)
+        await w.close()
+        return w, answer
+
+    with structlog.testing.capture_logs() as logs:
+        w, answer = asyncio.run(run())
+    assert not w.paths[0].exists()
+    (event,) = [e for e in logs if e["event"] == "capture_file_unlinked"]
+    assert not [e for e in logs if e["event"] == "capture_reopen" and e["reason"] != "unlinked"]
+    assert w.ops.reopens == {"unlinked": 1}
+    second = _lines(w.paths[1])
+    start, gap = second[:2]
+    assert start["kind"] == "capture_start" and gap["kind"] == "gap"
+    # Everything the deleted file held, its capture_start included: every seq before the new file's.
+    assert gap["reason"].startswith(f"file_unlinked: {w.paths[0].name} was deleted while being written")
+    assert gap["dropped"] == start["seq"] == event["lost_records"] >= 6
+    assert gap["reason"].endswith(f"(seq 0..{start['seq'] - 1}) are lost")
+    if answer is not None:
+        assert answer == (w.paths[0], w.paths[1])
+    kept = [r["call"] for p in w.paths[1:] for r in _lines(p) if r["kind"] == "message"]
+    assert kept[-2:] == ["c1.100", "c1.101"]
