@@ -220,11 +220,16 @@ class DiskGate:
         """``n`` bytes were written."""
         self._space.wrote(n)
 
-    def reason(self) -> str:
-        """The gap record's reason for records held back."""
+    def reason(self, still_paused: str | None = None) -> str:
+        """The gap record's reason for records held back: until writing resumed, or, when the gap is written
+        while still paused (with a file's capture_end, at shutdown), that it had not resumed ``still_paused``."""
         p = self._policy
-        return (f"low_disk: free space under --min-free-mb ({p.min_free / MIB:g} MB); records were not written "
-                f"(forwarding went on) until {(p.min_free + p.hysteresis) / MIB:g} MB were free again")  # fmt: skip
+        head = f"low_disk: free space under --min-free-mb ({p.min_free / MIB:g} MB); records were not written " \
+            "(forwarding went on)"
+        resume = (p.min_free + p.hysteresis) / MIB
+        if still_paused is None:
+            return f"{head} until {resume:g} MB were free again"
+        return f"{head}; still paused {still_paused} (writing resumes once {resume:g} MB are free)"
 
     def paused_for(self, pending: int, held: int) -> bool:
         """Whether ``pending`` more bytes must wait (``held``: records held back so far, for the log)."""

@@ -55,6 +55,16 @@ FLUSH_INTERVAL_S = 0.02
 FLUSH_AT = 4096
 
 
+def _where(records: list[Any]) -> str:
+    """Where a gap written with ``records`` (the writer's own, while paused) stands, for its reason."""
+    if not records:
+        return "at shutdown"  # (_finish writes the pending gap alone, then capture_end)
+    end = records[-1]
+    if type(end) is ev.CaptureEnded:
+        return "at shutdown" if end.next_file is None else "when this file was closed"
+    return "as this file began"
+
+
 class CaptureWriter:
     """Owns the capture files of one proxy run."""
 
@@ -290,9 +300,15 @@ class CaptureWriter:
             self._hold_back(records)
             return
         pending = list(records)
+        # The writer's own records (capture_end, capture_start, notes) are written while paused, and with them
+        # the pending gap: writing has not resumed then, and neither the gap's reason nor the log may say so.
+        still_paused = not may_rotate and self.ops.paused
         if self._gap.dropped:
             g = self._gap
-            gap = ev.GapRecorded(t_ns=time.time_ns(), dropped=g.dropped, reason=g.reason, first_t_ns=g.first_t_ns,
+            reason = g.reason
+            if still_paused and reason.startswith("low_disk"):
+                reason = self._disk.reason(still_paused=_where(records))
+            gap = ev.GapRecorded(t_ns=time.time_ns(), dropped=g.dropped, reason=reason, first_t_ns=g.first_t_ns,
                                  last_t_ns=g.last_t_ns)  # fmt: skip
             # A new file starts with its capture_start; the gap it reports comes right after.
             pending.insert(1 if records and type(records[0]) is ev.CaptureStarted else 0, gap)
@@ -328,7 +344,8 @@ class CaptureWriter:
         if pending:
             self._file_t = (self._file_t[0] or pending[0].t_ns, pending[-1].t_ns)
         if self._failing or self._gap.dropped:
-            log.warning("capture_write_resumed", dropped=self._gap.dropped, reason=self._gap.reason)
+            if self._failing or not still_paused:
+                log.warning("capture_write_resumed", dropped=self._gap.dropped, reason=self._gap.reason)
             self._failing = False
             self._gap = Gap()
         self._unstarted = None

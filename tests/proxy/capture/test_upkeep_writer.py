@@ -585,3 +585,38 @@ def test_a_live_file_deleted_just_before_it_is_closed_still_leaves_its_gap(tmp_p
         assert answer == (w.paths[0], w.paths[1])
     kept = [r["call"] for p in w.paths[1:] for r in _lines(p) if r["kind"] == "message"]
     assert kept[-2:] == ["c1.100", "c1.101"]
+
+
+def test_a_gap_written_while_still_paused_does_not_say_writing_resumed(tmp_path: Path) -> None:
+    """Free space stays under the floor through a reopen (SIGHUP) and the shutdown: the pending low_disk gap
+    goes into the file the reopen closes and into the last file, each saying the capture was still paused
+    there, not "until ... MB were free again"; nothing logs a resume, and the capture stays paused."""
+    disk = _Disk()
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(_paused_options(tmp_path, disk), _start())
+        w.open()
+        await _emit(w, 0, 2)
+        disk.free = 5 * MIB  # under --min-free-mb 10, for good
+        await _emit(w, 2, 3)
+        first = w.path
+        w.request_reopen("signal")
+        await _until(lambda: w.path != first, "the next file")
+        await _emit(w, 5, 2)
+        await w.close()
+        return w
+
+    with structlog.testing.capture_logs() as logs:
+        w = asyncio.run(run())
+    assert not [e for e in logs if e["event"] in ("capture_write_resumed", "capture_resumed")]
+    assert w.ops.paused and w.ops.low_disk_dropped == 5 and w.stats()[1] == 5
+    old, new = _lines(w.paths[0]), _lines(w.paths[1])
+    assert [r["kind"] for r in old] == ["capture_start", "message", "message", "gap", "capture_end"]
+    assert [r["kind"] for r in new] == ["capture_start", "gap", "capture_end"]
+    head = "low_disk: free space under --min-free-mb (10 MB); records were not written (forwarding went on); "
+    resume = "(writing resumes once 11 MB are free)"
+    assert old[3]["reason"] == f"{head}still paused when this file was closed {resume}"
+    assert new[1]["reason"] == f"{head}still paused at shutdown {resume}"
+    assert (old[3]["dropped"], old[3]["first_t_ns"], old[3]["last_t_ns"]) == (3, 1002, 1004)
+    assert (new[1]["dropped"], new[1]["first_t_ns"], new[1]["last_t_ns"]) == (2, 1005, 1006)
+    assert new[-1]["counts"]["dropped"] == 5
