@@ -25,6 +25,7 @@ from proxy.admin.address import admin_address
 from proxy.admin.hub import MAX_QUEUE, Dropped, TailFilter, TapHub
 from proxy.admin.pb import admin_pb2 as pb
 from proxy.admin.pb import admin_pb2_grpc as pb_grpc
+from proxy.capture.writer import NotWritten
 from replay.aioserver import Handlers
 from replay.capture import events as ev
 from replay.errors import UserError
@@ -116,9 +117,16 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         self.handlers.enter()
         t_ns = time.time_ns()
         try:
-            self.served.writer.emit_confirmed(ev.MarkRecorded(t_ns=t_ns, note=request.note, labels=dict(request.labels)))
+            stored = self.served.writer.emit_confirmed(ev.MarkRecorded(t_ns=t_ns, note=request.note,
+                                                                       labels=dict(request.labels)))  # fmt: skip
         except RuntimeError as e:  # the proxy is stopping: an OK here would claim a mark no file holds
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{e} (the proxy is stopping): not marked")
+        # OK only once the mark is in the capture file: queued is not written (a pause for low free space, a
+        # full disk or a vanished directory drops it into a gap count).
+        try:
+            await stored
+        except NotWritten as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"not marked: {e}")
         return pb.MarkResponse(t_ns=t_ns)
 
     async def Tail(self, request: pb.TailRequest, context: Any) -> AsyncIterator[pb.TailResponse]:

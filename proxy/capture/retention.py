@@ -231,6 +231,12 @@ class DiskGate:
             return f"{head} until {resume:g} MB were free again"
         return f"{head}; still paused {still_paused} (writing resumes once {resume:g} MB are free)"
 
+    def paused_why(self) -> str:
+        """Why a record someone waits for (admin ``Mark``) was not written while paused."""
+        p = self._policy
+        return (f"the capture is paused: free space is under --min-free-mb ({p.min_free / MIB:g} MB); writing resumes "
+                f"once {(p.min_free + p.hysteresis) / MIB:g} MB are free")  # fmt: skip
+
     def paused_for(self, pending: int, held: int) -> bool:
         """Whether ``pending`` more bytes must wait (``held``: records held back so far, for the log)."""
         if not self._policy.min_free:

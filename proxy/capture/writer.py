@@ -17,7 +17,8 @@ file (:mod:`proxy.capture.retention`), a pause while free space is under ``--min
 reopen on request (SIGHUP) and when the live file was deleted or renamed (checked every
 ``check_interval_s``, also while idle). Each leaves a record in the capture saying what happened.
 A requested rotation (admin ``Rotate``, SIGHUP) is an item of the queue (:mod:`proxy.capture.rotation`):
-what was emitted before the request is in the file it closes.
+what was emitted before the request is in the file it closes. A record whose caller is told the
+outcome (admin ``Mark``: :meth:`CaptureWriter.emit_confirmed`) is confirmed once its batch is stored.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ log = structlog.get_logger("triton_tap.writer")
 #: records are queued): no wake-up per call, nor per write, on the data plane.
 FLUSH_INTERVAL_S = 0.02
 FLUSH_AT = 4096
+
+
+class NotWritten(Exception):
+    """A confirmed record (:meth:`CaptureWriter.emit_confirmed`) did not reach the capture file: why."""
 
 
 def _where(records: list[Any]) -> str:
@@ -99,6 +104,13 @@ class CaptureWriter:
         self._unstarted: ev.CaptureStarted | None = None
         #: Rotations in the queue (loop thread): a batch holding one is cut there (_write_queued).
         self._rotations: list[Rotation] = []
+        #: Confirmed records in the queue and who waits for them (loop thread); settled once their batch is handled.
+        self._confirms: list[tuple[Any, asyncio.Future[None]]] = []
+        #: Of the batch in the writer thread: the ids of its confirmed records, those of them stored, and why
+        #: the last records not written were not (set before the batch is handed over, read after it is done).
+        self._watch: set[int] = set()
+        self._stored: set[int] = set()
+        self._lost_why = ""
         self._next_check = 0.0
         self._disk = DiskGate(options.directory, options.disk_usage, options.check_interval_s, self.ops)
         self._stem = options.stem or naming.stem(naming.stamp(start.t_ns), os.getpid())
@@ -119,12 +131,18 @@ class CaptureWriter:
         if len(q) == FLUSH_AT:
             self._wake.wake()
 
-    def emit_confirmed(self, record: Any) -> None:
-        """:meth:`emit` for a caller that is told the outcome (admin ``Mark``): RuntimeError once the capture
-        is closing, when the writer may have made its last write and a queued record would be lost unsaid."""
+    def emit_confirmed(self, record: Any) -> asyncio.Future[None]:
+        """:meth:`emit` for a caller that is told the outcome (admin ``Mark``): a future that is done once the
+        record is in the capture file, or fails with :class:`NotWritten` saying why it is not (paused for low
+        free space, a failed write, no file: it is then counted in a gap like any record). RuntimeError at
+        once while the capture is closing, when the writer may have made its last write."""
         if self._closing or self._task is None:
             raise RuntimeError("the capture is closing")
-        self.emit(record)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Past the queue's bound, as a rotation: one record someone waits for, never dropped unsaid here.
+        self._queue.append(record)
+        self._confirms.append((record, done))
+        return done
 
     @property
     def backlog(self) -> int:
@@ -216,6 +234,26 @@ class CaptureWriter:
         return qg
 
     async def _run(self) -> None:
+        try:
+            await self._run_batches()
+        finally:
+            # Stopped with confirmed records never handed over (cancelled): their callers are told, not left waiting.
+            confirms, self._confirms = self._confirms, []
+            self._settle(confirms)
+
+    def _settle(self, confirms: list[tuple[Any, asyncio.Future[None]]]) -> None:
+        """Tell the callers of :meth:`emit_confirmed` (loop thread, once the writer thread is past their batch)."""
+        for record, done in confirms:
+            if done.done():
+                continue  # (the caller gave up waiting)
+            if id(record) in self._stored:
+                done.set_result(None)
+            else:
+                done.set_exception(NotWritten(self._lost_why or "the capture writer stopped before writing it"))
+        self._stored.clear()
+        self._watch = set()
+
+    async def _run_batches(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             if not self._queue:
@@ -233,16 +271,24 @@ class CaptureWriter:
                 continue
             batch = list(self._queue)
             self._queue.clear()
+            confirms = self._confirms
+            if confirms:
+                self._confirms = []
+                self._watch = {id(r) for r, _ in confirms}
             tick = loop.time() + FLUSH_INTERVAL_S
-            if self._rotations:
-                rotations, self._rotations = self._rotations, []
-                try:
-                    await loop.run_in_executor(self._pool, self._write_queued, batch, self._take_queue_gap())
-                finally:
-                    for r in rotations:
-                        r.settle()
-            else:
-                await loop.run_in_executor(self._pool, self._write_batch, batch, self._take_queue_gap())
+            try:
+                if self._rotations:
+                    rotations, self._rotations = self._rotations, []
+                    try:
+                        await loop.run_in_executor(self._pool, self._write_queued, batch, self._take_queue_gap())
+                    finally:
+                        for r in rotations:
+                            r.settle()
+                else:
+                    await loop.run_in_executor(self._pool, self._write_batch, batch, self._take_queue_gap())
+            finally:
+                if confirms:
+                    self._settle(confirms)
             # The tick again: with steady traffic the queue is never empty here (~7 records a write).
             if not self._closing and len(self._queue) < FLUSH_AT and (wait := tick - loop.time()) > 0:
                 await self._nap(wait)
@@ -292,6 +338,7 @@ class CaptureWriter:
         if self._fd < 0:
             self._counts.dropped += len(records)
             self._gap.add(records, "write_error: no capture file could be created")
+            self._lost_why = "no capture file could be created (see the proxy's log)"
             return
         if self._unstarted is not None:
             records = [self._unstarted, *records]
@@ -329,6 +376,8 @@ class CaptureWriter:
             return
         if not self._store(records, data, parts):
             return
+        if self._watch:
+            self._stored.update(id(r) for r in pending if id(r) in self._watch)
         tap = self.tap
         if tap is not None:
             # record --admin: the records just written, to Tail subscribers (proxy/admin/hub.py), as
@@ -378,6 +427,7 @@ class CaptureWriter:
             self._encoder.reset()  # what this batch said never reached the file
             lost = self._not_written(records)
             self._gap.add(lost, f"write_error: {e}")
+            self._lost_why = f"the capture could not write it: {e}"
             self._counts.dropped += len(lost)
             if not self._failing:
                 self._failing = True
@@ -564,6 +614,7 @@ class CaptureWriter:
         self._counts.dropped += len(records)
         self.ops.low_disk_dropped += len(records)
         self._gap.add(records, self._disk.reason())
+        self._lost_why = self._disk.paused_why()
 
     def _finish(self, extra: dict[str, int], queue_gap: Gap) -> None:
         # The writer task has returned, so the queue is empty; a pending gap goes out first.

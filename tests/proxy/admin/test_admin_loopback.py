@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import gzip
 import io
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ import tritonclient.grpc as grpcclient
 from proxy.admin.hub import TailFilter
 from proxy.admin.pb import admin_pb2_grpc as pb_grpc
 from proxy.admin.tail import Printer, tail_files
+from proxy.capture.budget import MIB
 from proxy.ops.server import ProxyConfig, RecordingProxy
 from replay.capture import events as ev
 from replay.capture.reader import read_capture
@@ -172,6 +174,37 @@ def test_mark_is_in_the_capture_and_in_replay_check(bg: BackgroundLoop, admin_pr
     js = io.StringIO()
     check([str(tmp_path / "captures")], as_json=True, out=js, err=io.StringIO())
     assert orjson.loads(js.getvalue())["marks"][0]["note"] == "starting load test 3"
+
+
+def test_a_mark_the_capture_cannot_write_is_refused_not_said_written(
+    bg: BackgroundLoop, start_proxy: Callable[..., RecordingProxy], fake_upstream: Any, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """The capture is paused for low free space (--min-free-mb over what the disk has free): Mark is answered
+    only once the mark is in the file, so here FAILED_PRECONDITION saying why, and `triton-tap mark` exits 1
+    with one line; the capture holds no such mark, and the gap counts it. (OK was said as soon as it was queued.)"""
+    from proxy.cli import main
+
+    st = os.statvfs(tmp_path)
+    free_mb = st.f_bavail * st.f_frsize // MIB
+    p = start_proxy(f"127.0.0.1:{fake_upstream.port}", admin="127.0.0.1:0", min_free_mb=free_mb + 1000)
+    addr = _admin(p)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        admin_call(bg, addr, "Mark", pb.MarkRequest(note="while paused"))
+    err = refused.value
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert err.details().startswith(
+        f"not marked: the capture is paused: free space is under --min-free-mb ({free_mb + 1000:g} MB)"
+    )
+    capsys.readouterr()
+    assert main(["mark", "--admin", addr, "also while paused"]) == 1
+    out, cli_err = capsys.readouterr()
+    assert out == "" and cli_err.count("\n") == 1 and "FAILED_PRECONDITION: not marked: the capture is paused" in cli_err
+    bg.run(p.stop())
+    captured = [r for _, r in read_capture(tmp_path / "captures")]
+    assert not [r for r in captured if isinstance(r, ev.MarkRecorded)]
+    gaps = [r for r in captured if isinstance(r, ev.GapRecorded)]
+    assert sum(g.dropped for g in gaps) == 2 and all(g.reason.startswith("low_disk") for g in gaps)
 
 
 def test_rotate_starts_a_new_file_read_as_one_capture(bg: BackgroundLoop, start_proxy: Callable[..., RecordingProxy],

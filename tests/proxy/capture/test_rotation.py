@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from proxy.capture.budget import MIB
 from proxy.capture.gaps import Gap
 from proxy.capture.rotation import Rotation, segments
-from proxy.capture.writer import CaptureWriter, WriterOptions
+from proxy.capture.writer import CaptureWriter, NotWritten, WriterOptions
 from replay.capture import events as ev
 from tests.support.capture import records
 
@@ -164,13 +165,69 @@ def test_a_confirmed_emit_is_written_while_open_and_refused_once_closing(tmp_pat
         with pytest.raises(RuntimeError, match="the capture is closing"):  # not open yet: nothing writes it
             w.emit_confirmed(ev.MarkRecorded(t_ns=100, note="before open", labels={}))
         w.open()
-        w.emit_confirmed(ev.MarkRecorded(t_ns=101, note="m1", labels={}))
+        stored = w.emit_confirmed(ev.MarkRecorded(t_ns=101, note="m1", labels={}))
         closing = asyncio.create_task(w.close(), name="test-writer-close")
         await asyncio.sleep(0)  # close() has begun
         with pytest.raises(RuntimeError, match="the capture is closing"):
             w.emit_confirmed(ev.MarkRecorded(t_ns=102, note="m2", labels={}))
         await closing
+        assert stored.done() and stored.result() is None  # written by the close's last batches, and said so
 
     asyncio.run(run())
     recs = records(tmp_path / "cap.jsonl")
     assert _kinds(recs) == ["capture_start", "mark", "capture_end"] and _notes(recs) == ["m1"]
+
+
+def test_a_confirmed_record_is_confirmed_only_once_it_is_in_the_file(tmp_path: Path) -> None:
+    """emit_confirmed's future (admin Mark waits for it): done once the record is stored; while the capture is
+    paused for low free space, after a write that failed and with no capture file, NotWritten saying why, and
+    the record is counted in the gap as any other (so OK is never said of a mark that is only a gap count)."""
+    # Under the floor plus its margin (11 MB), not under the floor (10 MB): writing, and measured before each batch.
+    free = [11 * MIB - 1]
+    failing = [False]
+
+    def before_write(data: bytes) -> None:
+        if failing[0]:
+            raise OSError(28, "No space left on device")
+
+    async def run() -> list[str]:
+        w = _writer(tmp_path, min_free_bytes=10 * MIB, disk_usage=lambda _d: (1000 * MIB, free[0]),
+                    before_write=before_write)  # fmt: skip
+        w.open()
+        outcomes = []
+
+        async def mark(i: int) -> None:
+            try:
+                await asyncio.wait_for(w.emit_confirmed(_mark(i)), 30)
+            except NotWritten as e:
+                outcomes.append(f"m{i}: {e}")
+            else:
+                outcomes.append(f"m{i}: written")
+
+        await mark(0)
+        free[0] = 5 * MIB  # under the floor
+        await mark(1)
+        free[0] = 12 * MIB  # resumes
+        failing[0] = True
+        await mark(2)
+        failing[0] = False
+        (tmp_path / "cap-0001.jsonl").write_bytes(b"not ours")  # the next file cannot be created
+        w.request_reopen("signal")
+        await mark(3)
+        w.request_reopen("signal")  # cap-0002: works
+        await mark(4)
+        await w.close()
+        return outcomes
+
+    outcomes = asyncio.run(run())
+    assert outcomes == [
+        "m0: written",
+        "m1: the capture is paused: free space is under --min-free-mb (10 MB); writing resumes once 11 MB are free",
+        "m2: the capture could not write it: [Errno 28] No space left on device",
+        "m3: no capture file could be created (see the proxy's log)",
+        "m4: written",
+    ]
+    written = records(tmp_path / "cap.jsonl") + records(tmp_path / "cap-0002.jsonl")
+    assert _notes(written) == ["m0", "m4"]
+    gaps = [r for r in written if r["kind"] == "gap"]
+    assert sum(g["dropped"] for g in gaps) == 3
