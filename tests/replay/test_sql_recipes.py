@@ -268,3 +268,19 @@ def test_readiness_calls_are_not_counted_as_a_models_requests(tmp_path: Path) ->
     by_model, _, _, _ = _run(f"{tmp_path}/*.jsonl*")
     ((model, requests, per_request, _, _),) = by_model
     assert (model, requests, per_request) == ("tokens", 3, 4 / 3)
+
+
+def test_a_cut_last_line_fails_the_macro_and_is_a_warning_row_of_the_export(tmp_path: Path) -> None:
+    """What docs/sql.md says of a capture whose last line was cut: DuckDB's read_json fails the query, the
+    Parquet export reads the rest and keeps the cut as a `warning` row of its hole table."""
+    cut = tmp_path / "cut.jsonl"
+    data = (DATA / "stream_cancel.jsonl").read_bytes()
+    cut.write_bytes(data[: len(data) - 20])
+    con = duckdb.connect()
+    con.execute(BLOCKS[0])
+    with pytest.raises(duckdb.Error, match="Malformed JSON"):
+        con.execute("SELECT count(*) FROM capture(?)", [str(cut)]).fetchall()
+    (done,) = export_parquet([cut], tmp_path / "out")
+    assert done.warnings and "last line cut short" in done.warnings[0]
+    holes = duckdb.sql(f"SELECT hole, detail FROM read_parquet('{tmp_path}/out/hole/*/*.parquet')").fetchall()
+    assert [d for h, d in holes if h == "warning"] == [done.warnings[0].split(": ", 1)[1]], holes
