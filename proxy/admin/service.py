@@ -10,6 +10,7 @@ a reload of the TLS files (SIGHUP, ``--tls-watch``) reaches the admin port too (
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -224,12 +225,29 @@ class AdminTls:
         )
 
 
+def _probe(address: str, host: str, port: int) -> None:
+    """Refuse an address grpc could not bind, in one line: grpc's own bind failure writes a C-core log line to
+    stderr first (E-level, which GRPC_VERBOSITY=ERROR still shows), so the refusal came as two lines."""
+    import socket
+
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as grpc binds: a TIME_WAIT port is free)
+            probe.bind(addr)
+    except OSError as e:
+        why = os.strerror(e.errno).lower() if e.errno else str(e)
+        raise UserError(f"cannot serve --admin on {address}: {why}") from None
+
+
 async def start_admin(
     address: str, served: Served, tls_cert: Path | None, tls_key: Path | None, tls_client_ca: Path | None = None
 ) -> AdminServer:
     """Bind ``address`` (``--admin``; TLS with the proxy's own ``--tls-cert/--tls-key``, client certificates
     required with its ``--tls-client-ca``) and serve the running proxy's ``served`` parts; UserError if impossible."""
     host, port, tls = admin_address(address, tls_cert, tls_key)
+    if port:
+        _probe(address, host, port)
     admin_tls = AdminTls(tls_cert, tls_key, tls_client_ca) if tls and tls_cert and tls_key else None
     hub = TapHub()
     handlers = Handlers()
