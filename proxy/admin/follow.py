@@ -8,15 +8,16 @@ gzip member per written batch; a frame still being written waits for the rest). 
 of reason ``rotate`` or ``reopen`` leads to the file it names; any other end stops the follow. A file
 that its writer no longer holds (:mod:`replay.capture.liveness`) and that ends without a
 ``capture_end`` was left by a proxy that died: the follow stops there, an UpstreamError, rather than
-wait for lines that will not come. One that was deleted while it was written has no end either: its
-writer went on in the chain's next file (which starts with a gap record saying what was lost), and so
-does the follow.
+wait for lines that will not come. The lock is tried on the file the follow holds open, not by its name: a
+live file renamed while followed (logrotate's ``mv``) is still held by its writer, which closes it with a
+``capture_end`` (``reopen``) under its new name. One that was deleted while it was written has no end
+either: its writer went on in the chain's next file (which starts with a gap record saying what was
+lost), and so does the follow; so does it after a renamed file let go without its end.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import zlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from proxy.capture import retention
 from replay.capture import liveness, naming
 from replay.errors import CaptureError, UpstreamError, UserError
 
@@ -95,13 +97,19 @@ def _decoder(path: Path) -> Callable[[bytes], bytes]:
     return lambda data: data
 
 
-class _Deleted(Exception):
-    """The followed file was deleted while its writer held it, and its writer has let it go."""
+class _LetGo(Exception):
+    """The followed file was deleted or renamed while its writer held it, and its writer let it go without
+    its end: ``how`` says which (``deleted``, ``renamed``)."""
+
+    def __init__(self, name: str, how: str) -> None:
+        super().__init__(name)
+        self.how = how
 
 
 async def _lines_growing(path: Path, done: Callable[[bytes], bool]) -> AsyncIterator[bytes]:
     """Complete lines of a file being appended to, until ``done(line)`` says the file is finished; a file
-    let go without that end: :class:`_Deleted` if no name refers to it any more, else an UpstreamError."""
+    let go without that end: :class:`_LetGo` if ``path`` no longer names it (deleted, or renamed), else an
+    UpstreamError."""
     import aiofiles
 
     decode = _decoder(path)
@@ -113,11 +121,14 @@ async def _lines_growing(path: Path, done: Callable[[bytes], bool]) -> AsyncIter
             chunk = await f.read(CHUNK)
             if not chunk:
                 if released:
-                    if os.fstat(f.fileno()).st_nlink == 0:
-                        raise _Deleted(path.name)
+                    state = retention.live_state(f.fileno(), path)
+                    if state != "ok":
+                        raise _LetGo(path.name, "deleted" if state == "unlinked" else "renamed")
                     raise UpstreamError(f"{path.name}: its proxy stopped without closing the capture (killed?): "
                                         "nothing more will be written to it")  # fmt: skip
-                if started and not liveness.being_written(path):
+                # The descriptor, not the name: a live file renamed under the follow keeps its writer's lock,
+                # and its old name is gone (or names another file).
+                if started and not liveness.fd_being_written(f.fileno()):
                     # No writer holds it: one that closed it wrote its end first, so one more read
                     # finds that end, or nothing more will come.
                     released = True
@@ -170,8 +181,8 @@ async def follow_lines(first: Path) -> AsyncIterator[tuple[Path, bytes]]:
             # of it was read yet: the error comes from the open).
             path = await _found_again(directory, path.name)
             continue
-        except _Deleted:
-            path = await _next_of_chain(path)
+        except _LetGo as e:
+            path = await _next_of_chain(path, e.how)
             continue
         path = None
         if is_end(last):
@@ -193,9 +204,9 @@ async def _found_again(directory: Path, name: str) -> Path:
     return path
 
 
-async def _next_of_chain(deleted: Path) -> Path:
-    """The file its writer went on in after ``deleted`` was removed while being written: the chain's next
-    one. None within :data:`VANISHED_S`: the writer died too, an UpstreamError."""
+async def _next_of_chain(deleted: Path, how: str = "deleted") -> Path:
+    """The file its writer went on in after ``deleted`` was removed (or renamed: ``how``) while being written:
+    the chain's next one. None within :data:`VANISHED_S`: the writer died too, an UpstreamError."""
     named = naming.parse(deleted.name)
     waited = 0.0
     while True:
@@ -205,7 +216,7 @@ async def _next_of_chain(deleted: Path) -> Path:
             if later:
                 return min(later)[1]
         if waited >= VANISHED_S:
-            raise UpstreamError(f"{deleted.name} was deleted while being written, and its proxy opened no next "
+            raise UpstreamError(f"{deleted.name} was {how} while being written, and its proxy opened no next "
                                 "file (killed?): nothing more will be written to it")  # fmt: skip
         await asyncio.sleep(POLL_S)
         waited += POLL_S

@@ -52,9 +52,20 @@ def being_written(path: Path | str) -> bool:
     except OSError:
         return False
     try:
+        return fd_being_written(fd)
+    finally:
+        os.close(fd)
+
+
+def fd_being_written(fd: int) -> bool:
+    """Whether a writer holds the file open at ``fd`` (a reader's own descriptor), whatever its name is now.
+
+    A reader that keeps a file open asks this rather than :func:`being_written` of the name it opened: a
+    live file renamed while read (logrotate's ``mv``) has left that name, which then refers to nothing or
+    to another file, while its writer still holds it."""
+    try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as e:
         return e.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
-    finally:
-        os.close(fd)  # (also releases the shared lock taken when nobody held it)
+    fcntl.flock(fd, fcntl.LOCK_UN)  # (the shared lock taken when nobody held it: a reader keeps none)
     return False

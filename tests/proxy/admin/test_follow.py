@@ -8,6 +8,7 @@ the live file deleted by hand: the proxy's writer goes on in the chain's next fi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gzip
 import os
 import time
@@ -104,11 +105,13 @@ def test_a_live_file_deleted_by_hand_is_followed_into_the_file_its_writer_went_o
     assert str(got[3][1]["reason"]).startswith("file_unlinked")
 
 
+@pytest.mark.parametrize("how", ["deleted", "renamed"])
 def test_a_deleted_file_whose_writer_died_too_is_an_upstream_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
-    """Deleted and let go, and no next file comes: the proxy died (or was killed) with it; the follow stops
-    with the error rather than wait for ever."""
+    """Deleted (or renamed) and let go without its end, and no next file comes: the proxy died (or was killed)
+    with it; the follow waits a moment for the chain's next file, then stops with the error rather than wait
+    for ever."""
     monkeypatch.setattr(follow, "VANISHED_S", 0.3)
     path = tmp_path / "capture-20261207T000000-78.jsonl"
     start = ev.CaptureStarted(t_ns=1, proxy_version="t", listen="a:1", upstream="b:2", options={})
@@ -126,7 +129,10 @@ def test_a_deleted_file_whose_writer_died_too_is_an_upstream_error(
         task = asyncio.create_task(tail(), name="test-follow-deleted-dead")
         try:
             await _until(lambda: len(got) == 1, "the capture_start followed")
-            path.unlink()
+            if how == "deleted":
+                path.unlink()
+            else:
+                path.rename(tmp_path / "elsewhere.jsonl")
             os.close(fd)
             await asyncio.wait_for(task, 30)
         finally:
@@ -134,5 +140,67 @@ def test_a_deleted_file_whose_writer_died_too_is_an_upstream_error(
             await asyncio.gather(task, return_exceptions=True)
         return got
 
-    with pytest.raises(UpstreamError, match="was deleted while being written, and its proxy opened no next file"):
+    with pytest.raises(UpstreamError, match=f"was {how} while being written, and its proxy opened no next file"):
         asyncio.run(run())
+
+
+def _counting_lock_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the follow's tests of the writer's lock (by name or by descriptor): one element per test."""
+    checks: list[int] = []
+    for name in ("being_written", "fd_being_written"):
+        real = getattr(liveness, name, None)
+        if real is None:
+            continue
+
+        def counted(arg: object, real: Callable[[object], bool] = real) -> bool:
+            checks.append(1)
+            return real(arg)
+
+        monkeypatch.setattr(liveness, name, counted)
+    return checks
+
+
+def test_a_live_file_renamed_while_followed_is_followed_to_its_end_and_into_the_next_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """logrotate's mv of the live file: its writer still holds it and closes it with capture_end (reopen) under
+    its new name, then goes on in the chain's next file. The follow, at the end of what was written, tests the
+    lock while the file has its new name; it tested the old name (gone: "nobody holds it") and stopped with
+    "its proxy stopped without closing the capture (killed?)" of a proxy that was running."""
+    checks = _counting_lock_checks(monkeypatch)
+    stem = "capture-20261207T000000-79"
+    path = tmp_path / f"{stem}.jsonl"
+    nxt = tmp_path / f"{stem}-0001.jsonl"
+    start = ev.CaptureStarted(t_ns=1, proxy_version="t", listen="a:1", upstream="b:2", options={})
+    path.write_bytes(encode(start, 0))
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    assert liveness.hold(fd)
+
+    async def run() -> list[tuple[str, str]]:
+        got: list[tuple[str, str]] = []
+
+        async def tail() -> None:
+            async for p, line in follow.follow_lines(path):
+                got.append((p.name, orjson.loads(line)["kind"]))
+
+        task = asyncio.create_task(tail(), name="test-follow-renamed")
+        try:
+            await _until(lambda: len(got) == 1, "the capture_start followed")
+            path.rename(tmp_path / "moved-by-operator.jsonl")
+            before = len(checks)
+            # Two tests of the lock on the renamed file (the first one that failed was followed by the stop).
+            await _until(lambda: len(checks) >= before + 2 or task.done(), "the follow at the end of the file")
+            assert not task.done(), task.exception()
+            os.write(fd, encode(ev.CaptureEnded(t_ns=2, reason="reopen", counts={}, next_file=nxt.name), 1))
+            nxt.write_bytes(encode(dataclasses.replace(start, file_index=1), 2)
+                            + encode(ev.CaptureEnded(t_ns=3, reason="shutdown", counts={}), 3))  # fmt: skip
+            os.close(fd)
+            await asyncio.wait_for(task, 30)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        return got
+
+    assert asyncio.run(run()) == [
+        (path.name, "capture_start"), (path.name, "capture_end"), (nxt.name, "capture_start"), (nxt.name, "capture_end"),
+    ]  # fmt: skip
