@@ -150,7 +150,15 @@ async def _lines_growing(path: Path, done: Callable[[bytes], bool]) -> AsyncIter
 
 def is_end(line: bytes) -> bool:
     """Whether ``line`` is a ``capture_end`` record (cheap: no JSON parse for the other lines)."""
-    return b'"kind":"capture_end"' in line
+    # The bytes are only a hint: a mark's labels ({"kind":"capture_end"}) hold them too, and a follow
+    # that stopped there would miss everything the proxy goes on recording.
+    if b'"kind":"capture_end"' not in line:
+        return False
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False  # (damage is said where the line is decoded)
+    return isinstance(raw, dict) and raw.get("kind") == "capture_end"
 
 
 def _existing(directory: Path, name: str) -> Path | None:

@@ -204,3 +204,17 @@ def test_a_live_file_renamed_while_followed_is_followed_to_its_end_and_into_the_
     assert asyncio.run(run()) == [
         (path.name, "capture_start"), (path.name, "capture_end"), (nxt.name, "capture_start"), (nxt.name, "capture_end"),
     ]  # fmt: skip
+
+
+def test_a_mark_labelled_kind_capture_end_does_not_end_the_follow(tmp_path: Path) -> None:
+    """`mark --label kind=capture_end`: the mark's line holds the bytes "kind":"capture_end" (its labels). The
+    follow goes on to the capture's real end; it stopped at the mark (exit 0) while the proxy went on recording."""
+    path = tmp_path / "capture-20261207T000000-80.jsonl"
+    start = ev.CaptureStarted(t_ns=1, proxy_version="t", listen="a:1", upstream="b:2", options={})
+    marks = [ev.MarkRecorded(t_ns=2, note="first", labels={"kind": "capture_end"}),
+             ev.MarkRecorded(t_ns=3, note='"kind":"capture_end"', labels={"reason": "rotate"})]  # fmt: skip
+    end = ev.CaptureEnded(t_ns=4, reason="shutdown", counts={})
+    path.write_bytes(b"".join(encode(r, seq) for seq, r in enumerate([start, *marks, end])))
+    got = asyncio.run(_all(path))
+    assert [orjson.loads(line)["kind"] for line in got] == ["capture_start", "mark", "mark", "capture_end"]
+    assert [follow.is_end(line) for line in got] == [False, False, False, True]
