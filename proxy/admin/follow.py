@@ -5,7 +5,9 @@ The newest capture of the directory is read from its first file on, with aiofile
 read as it grows: a plain file line by line (a line without its newline yet waits for the rest), a
 ``.jsonl.zst`` or ``.jsonl.gz`` file frame by frame (the writer appends one complete zstd frame or
 gzip member per written batch; a frame still being written waits for the rest). A ``capture_end``
-of reason ``rotate`` or ``reopen`` leads to the file it names; any other end stops the follow. A file
+of reason ``rotate`` or ``reopen`` leads to the file it names (or, when retention removed that one before
+the follow got there, to the oldest file of the chain still there, with a warning of what was not shown);
+any other end stops the follow. A file
 that its writer no longer holds (:mod:`replay.capture.liveness`) and that ends without a
 ``capture_end`` was left by a proxy that died: the follow stops there, an UpstreamError, rather than
 wait for lines that will not come. The lock is tried on the file the follow holds open, not by its name: a
@@ -18,6 +20,7 @@ lost), and so does the follow; so does it after a renamed file let go without it
 from __future__ import annotations
 
 import asyncio
+import sys
 import zlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -169,25 +172,35 @@ def _existing(directory: Path, name: str) -> Path | None:
     return None
 
 
-#: How long a capture file named by the directory or by a ``capture_end`` may take to be found again
-#: under its compressed name before the follow gives up on it (retention may have deleted it).
+#: How long a capture file named by the directory may take to be found again under its compressed name
+#: (or a later file of its chain to be found) before the follow gives up on it.
 VANISHED_S = 10.0
 
 
-async def follow_lines(first: Path) -> AsyncIterator[tuple[Path, bytes]]:
-    """``(file, line)`` for every line of the capture starting at file ``first``, across rotations."""
+async def follow_lines(first: Path, warn: Callable[[str], None] | None = None) -> AsyncIterator[tuple[Path, bytes]]:
+    """``(file, line)`` for every line of the capture starting at file ``first``, across rotations. Files of the
+    chain removed before the follow got to them (a follow that fell behind retention) are skipped to the oldest
+    one still there, and ``warn`` (default: stderr) is told, once, which files and records were not shown."""
+    say = warn or _warn_stderr
     path: Path | None = first
     directory = first.parent
+    end_seq: int | None = None  # the seq of the capture_end that named ``path`` (None: the directory did)
+    skipped: tuple[str, int, int | None] | None = None  # (first file removed, how many, end_seq) to say
     while path is not None:
         last = b""
         try:
             async for line in _lines_growing(path, is_end):
+                if skipped is not None:
+                    say(_skipped_text(*skipped, _seq_of(line), path.name))
+                    skipped = None
                 last = line
                 yield path, line
         except FileNotFoundError:
             # Seen, then compressed before it was opened: a rotated plain file becomes NAME.gz (nothing
-            # of it was read yet: the error comes from the open).
-            path = await _found_again(directory, path.name)
+            # of it was read yet: the error comes from the open). Or removed by retention.
+            name = path.name
+            path, n = await _named_or_later(directory, name, VANISHED_S)
+            skipped = _more_skipped(skipped, name, n, end_seq)
             continue
         except _LetGo as e:
             path = await _next_of_chain(path, e.how)
@@ -197,32 +210,85 @@ async def follow_lines(first: Path) -> AsyncIterator[tuple[Path, bytes]]:
             end = orjson.loads(last)
             nxt = end.get("next_file")
             if end.get("reason") in ("rotate", "reopen") and isinstance(nxt, str):
-                while (path := _existing(directory, nxt)) is None:
-                    await asyncio.sleep(POLL_S)  # the writer opens it right after the end record
+                seq = end.get("seq")
+                end_seq = seq if isinstance(seq, int) else None
+                # For as long as it takes: the writer opens it right after the end record, or tries again
+                # later when it could not.
+                path, n = await _named_or_later(directory, nxt, None)
+                skipped = _more_skipped(skipped, nxt, n, end_seq)
 
 
-async def _found_again(directory: Path, name: str) -> Path:
-    """``name``, or ``name.gz`` once the writer compressed it; a file gone for good is a CaptureError."""
+def _seq_of(line: bytes) -> object:
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None  # (damage is said where the line is decoded)
+    return raw.get("seq") if isinstance(raw, dict) else None
+
+
+def _warn_stderr(text: str) -> None:
+    print(f"triton-tap: warning: {text}", file=sys.stderr, flush=True)
+
+
+def _more_skipped(skipped: tuple[str, int, int | None] | None, name: str, n: int,
+                  end_seq: int | None) -> tuple[str, int, int | None] | None:  # fmt: skip
+    """The files not shown so far (not said yet) with ``n`` more from ``name`` on."""
+    if n == 0:
+        return skipped
+    if skipped is None:
+        return name, n, end_seq
+    return skipped[0], skipped[1] + n, skipped[2]
+
+
+def _skipped_text(first: str, n: int, end_seq: int | None, next_seq: object, going_on: str) -> str:
+    files = first if n == 1 else f"{n} files ({first} and the {n - 1} after it)"
+    if isinstance(next_seq, int) and end_seq is not None and next_seq > end_seq + 1:
+        records = f"seq {end_seq + 1}..{next_seq - 1} ({next_seq - end_seq - 1} record(s)) not shown"
+    elif isinstance(next_seq, int):
+        records = f"the records before seq {next_seq} not shown"
+    else:
+        records = "their records not shown"
+    return (
+        f"{files} removed before this follow read {'it' if n == 1 else 'them'} (--max-total-mb retention, or "
+        f"by hand): {records}; going on in {going_on}"
+    )
+
+
+def _later_of_chain(directory: Path, name: str) -> list[tuple[int, Path]]:
+    """(index, path) of the files of ``name``'s chain after it, oldest first."""
+    named = naming.parse(name)
+    if named is None:
+        return []
+    files = ((n, p) for p in directory.iterdir() if (n := naming.parse(p.name)) is not None)
+    return sorted((n.index, p) for n, p in files if n.stem == named.stem and n.index > named.index)
+
+
+async def _named_or_later(directory: Path, name: str, wait_s: float | None) -> tuple[Path, int]:
+    """``name``, or ``name.gz`` once the writer compressed it, and 0; or, once it is gone for good (a later file
+    of its chain is there, and the writer opens its files in order), the oldest later one still there and how
+    many files were skipped to get to it. Nothing of that within ``wait_s`` (None: no limit) is a CaptureError."""
+    named = naming.parse(name)
     waited = 0.0
-    while (path := _existing(directory, name)) is None:
-        if waited >= VANISHED_S:
+    while True:
+        if (path := _existing(directory, name)) is not None:
+            return path, 0
+        later = _later_of_chain(directory, name)
+        if later and named is not None:
+            index, path = later[0]
+            return path, index - named.index
+        if wait_s is not None and waited >= wait_s:
             raise CaptureError(str(directory / name), None, "the capture file vanished while it was followed")
         await asyncio.sleep(POLL_S)
         waited += POLL_S
-    return path
 
 
 async def _next_of_chain(deleted: Path, how: str = "deleted") -> Path:
     """The file its writer went on in after ``deleted`` was removed (or renamed: ``how``) while being written:
     the chain's next one. None within :data:`VANISHED_S`: the writer died too, an UpstreamError."""
-    named = naming.parse(deleted.name)
     waited = 0.0
     while True:
-        if named is not None:
-            later = [(n.index, p) for p in deleted.parent.iterdir()
-                     if (n := naming.parse(p.name)) is not None and n.stem == named.stem and n.index > named.index]  # fmt: skip
-            if later:
-                return min(later)[1]
+        if later := _later_of_chain(deleted.parent, deleted.name):
+            return later[0][1]
         if waited >= VANISHED_S:
             raise UpstreamError(f"{deleted.name} was {how} while being written, and its proxy opened no next "
                                 "file (killed?): nothing more will be written to it")  # fmt: skip

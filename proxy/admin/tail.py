@@ -117,6 +117,10 @@ class Printer:
                 self.out.write(text + "\n")
         self.out.flush()
 
+    def warning(self, text: str) -> None:
+        """One line on stderr (the follow skipped files that were removed before it read them)."""
+        print(f"triton-tap: warning: {text}", file=self.err, flush=True)
+
     def dropped(self, count: int, first: int, last: int) -> None:
         """The proxy dropped records for this watcher (it read too slowly)."""
         print(f"triton-tap: warning: {count} record(s) not shown (seq {first}..{last}): this tail read too slowly",
@@ -166,7 +170,8 @@ async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None
     name = naming.parse(chains[0].name)
     the_set = name.capture_set if name is not None else ""
     if not the_set:
-        await _tail_lines(((0, path, line) async for path, line in follow_lines(chains[0])), flt, printer)
+        one = ((0, path, line) async for path, line in follow_lines(chains[0], printer.warning))
+        await _tail_lines(one, flt, printer)
         return
     lines: asyncio.Queue[tuple[int, Path, bytes] | BaseException | None] = asyncio.Queue()
     tasks: list[asyncio.Task[None]] = []
@@ -175,7 +180,7 @@ async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None
 
     async def chain(k: int, first: Path) -> None:
         try:
-            async for path, line in follow_lines(first):
+            async for path, line in follow_lines(first, printer.warning):
                 await lines.put((k, path, line))
         except Exception as e:  # (a CaptureError: raised where the lines are read, as for one chain)
             await lines.put(e)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gzip
+import io
 import os
 import time
 from collections.abc import Callable
@@ -218,3 +219,35 @@ def test_a_mark_labelled_kind_capture_end_does_not_end_the_follow(tmp_path: Path
     got = asyncio.run(_all(path))
     assert [orjson.loads(line)["kind"] for line in got] == ["capture_start", "mark", "mark", "capture_end"]
     assert [follow.is_end(line) for line in got] == [False, False, False, True]
+
+
+def test_a_follow_behind_retention_skips_to_the_oldest_file_left_and_says_what_it_did_not_show(
+    tmp_path: Path,
+) -> None:
+    """A follow that fell behind (a paused pager) while --max-total-mb removed the files after the one it reads:
+    the capture_end it reads names a file that is gone. It goes on in the oldest file of the chain still there
+    and says, in one line on stderr, which files and which records it did not show; it waited for ever for the
+    removed file, showing nothing more (not even after the proxy stopped)."""
+    from proxy.admin.hub import TailFilter
+    from proxy.admin.tail import Printer, tail_files
+
+    stem = "capture-20261207T000000-81"
+    start = ev.CaptureStarted(t_ns=1, proxy_version="t", listen="a:1", upstream="b:2", options={})
+    seq = 0
+    for index in range(4):
+        name = f"{stem}-{index:04d}.jsonl" if index else f"{stem}.jsonl"
+        end = ev.CaptureEnded(t_ns=3, reason="rotate", counts={}, next_file=f"{stem}-{index + 1:04d}.jsonl")
+        if index == 3:
+            end = ev.CaptureEnded(t_ns=3, reason="shutdown", counts={})
+        records = [dataclasses.replace(start, file_index=index), ev.MarkRecorded(t_ns=2, note=f"m{index}", labels={}), end]
+        if index not in (1, 2):  # (removed by retention before the follow got there)
+            (tmp_path / name).write_bytes(b"".join(encode(r, seq + k) for k, r in enumerate(records)))
+        seq += len(records)
+    out, err = io.StringIO(), io.StringIO()
+    asyncio.run(asyncio.wait_for(tail_files(tmp_path, TailFilter(), Printer(out, err, True)), 30))
+    assert [orjson.loads(line)["seq"] for line in out.getvalue().splitlines()] == [0, 1, 2, 9, 10, 11]
+    assert err.getvalue() == (
+        f"triton-tap: warning: 2 files ({stem}-0001.jsonl and the 1 after it) removed before this follow read them "
+        "(--max-total-mb retention, or by hand): seq 3..8 (6 record(s)) not shown; going on in "
+        f"{stem}-0003.jsonl\n"
+    )
