@@ -267,8 +267,16 @@ async def start_admin(
     if not bound:
         raise UserError(f"cannot serve --admin on {address}: address in use or not available")
     await server.start()
-    hub.next_seq = served.writer.written  # capture_start is written already; the next record's seq
-    served.writer.tap = hub.publish
+    writer = served.writer
+    # The first file's capture_start is written already (the file exists before anything binds): the
+    # records in memory start with it, as the file does, so a Tail --from-seq 0 is not told seq 0 is gone.
+    opening = writer.opening
+    if opening and opening[-1][0] + len(opening[-1][1]) == writer.written:
+        for first, records, lines in opening:
+            hub.publish(first, records, lines)
+    else:  # (written since, or not at all: a full disk; the next record's seq)
+        hub.next_seq = writer.written
+    writer.tap = hub.publish
     if served.metrics is not None:
         served.metrics.attach_tap(hub.stats)
     log.info("admin_serving", address=format_hostport(host, bound), tls=tls, client_certs=tls_client_ca is not None and tls)

@@ -117,6 +117,10 @@ class CaptureWriter:
         self.paths: list[Path] = []
         #: ``tap(first_seq, records, lines)``, called in the writer thread after each successful write.
         self.tap: Callable[[int, list[Any], list[bytes]], None] | None = None
+        #: What :meth:`open` wrote (the first file's capture_start, a retention note), each batch as ``tap``
+        #: gets it: a tap attached later (``record --admin`` binds its port once the capture file exists) is
+        #: given them, so a Tail ``--from-seq 0`` starts where the file does.
+        self.opening: list[tuple[int, list[Any], list[bytes]]] = []
 
     # -- data plane side -------------------------------------------------------------------
 
@@ -181,6 +185,14 @@ class CaptureWriter:
     def open(self) -> None:
         """Create the first capture file and write ``capture_start`` (synchronously, at start-up)."""
         self._open_file()
+        tap = self.tap
+
+        def opening(first: int, records: list[Any], lines: list[bytes]) -> None:
+            self.opening.append((first, list(records), list(lines)))
+            if tap is not None:
+                tap(first, records, lines)
+
+        self.tap = opening
         try:
             self._disk.setup(self._opt.min_free_bytes, self._opt.max_total_bytes, self._opt.rotate_bytes)
             self._write_batch([self._start], may_rotate=False)
@@ -188,6 +200,8 @@ class CaptureWriter:
         except BaseException:
             self.abandon()
             raise
+        finally:
+            self.tap = tap
         self._next_check = time.monotonic() + self._opt.check_interval_s
         # The pool starts its thread at the first submit: now, not at the first batch, where the event loop
         # would wait for the new thread to run (0.2-1.7 ms measured) in the middle of the first calls.

@@ -100,6 +100,22 @@ def test_tail_gets_every_record_in_order_equal_to_the_capture(bg: BackgroundLoop
     assert kinds.count("message") == 5 + 15 + 2 and kinds[-1] == "capture_end"
 
 
+def test_tail_from_seq_0_starts_at_the_capture_start(bg: BackgroundLoop, admin_proxy: RecordingProxy,
+                                                     tmp_path: Path) -> None:  # fmt: skip
+    """`tail --from-seq 0` on a proxy that wrote a few records gets the capture from its capture_start, line for
+    line what the file holds. The capture_start was written before the admin service was attached, so seq 0
+    was never in memory: the watcher started at seq 1 and was told seq 0 was "no longer" there."""
+    admin_call(bg, _admin(admin_proxy), "Mark", pb.MarkRequest(note="one"))
+    tail = TailClient(bg, _admin(admin_proxy), from_seq=0)
+    started = tail.responses[0].started
+    assert (started.first_seq, started.from_seq_lost) == (0, False)
+    bg.run(admin_proxy.stop())
+    assert tail.done.wait(30) and tail.error is None
+    captured = list(read_capture(tmp_path / "captures"))
+    assert [(seq, decode(orjson.loads(line))[1]) for seq, line in tail.records()] == captured
+    assert [r.kind for _, r in captured] == ["capture_start", "mark", "capture_end"]
+
+
 def test_filters_select_model_request_id_and_kind(bg: BackgroundLoop, admin_proxy: RecordingProxy) -> None:
     """--model keeps that model's calls (their call_start/call_end too); --request-id and --kind narrow further."""
     addr = _admin(admin_proxy)
