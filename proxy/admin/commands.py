@@ -35,7 +35,8 @@ def add_admin_commands(sub: Any) -> None:
     t.add_argument("--kind", action="append", default=[], metavar="K", choices=sorted(c.kind for c in ev.RECORD_TYPES),
                    help="only records of this kind (repeatable): %(choices)s")  # fmt: skip
     t.add_argument("--from-seq", type=seq_number, default=None, metavar="SEQ",
-                   help="--admin: start at this seq if the proxy still holds it (default: now)")  # fmt: skip
+                   help="start at this seq: --admin if the proxy still holds it (default: now); CAPTURE_DIR "
+                   "--follow if its file is still there (default: the first file still there)")  # fmt: skip
     t.add_argument("--json", action="store_true", help="print the capture's JSON lines")
     t.set_defaults(func=_run_tail)
     s = sub.add_parser("status", help="what a running proxy is doing (its admin service's Status)")

@@ -162,16 +162,17 @@ async def tail_admin(chan: Any, flt: TailFilter, printer: Printer, from_seq: int
 # -- from files being written ------------------------------------------------------------------------
 
 
-async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None:
+async def tail_files(directory: Path, flt: TailFilter, printer: Printer, from_seq: int | None = None) -> None:
     """``tail CAPTURE_DIR --follow``: the newest capture, filtered as the admin service filters; a capture set
     (``record --workers``) as every worker's chain, their lines as they come, a worker's chain that appears
-    after the follow started included."""
+    after the follow started included. ``from_seq``: the records before it are not printed (of each chain:
+    a worker's seq numbers are its own)."""
     chains = await _first_chains(directory, printer)
     name = naming.parse(chains[0].name)
     the_set = name.capture_set if name is not None else ""
     if not the_set:
         one = ((0, path, line) async for path, line in follow_lines(chains[0], printer.warning))
-        await _tail_lines(one, flt, printer)
+        await _tail_lines(one, flt, printer, from_seq)
         return
     lines: asyncio.Queue[tuple[int, Path, bytes] | BaseException | None] = asyncio.Queue()
     tasks: list[asyncio.Task[None]] = []
@@ -221,7 +222,7 @@ async def tail_files(directory: Path, flt: TailFilter, printer: Printer) -> None
     follow(chains)
     finder = asyncio.create_task(look_again(), name="tail-follow-find-chains")
     try:
-        await _tail_lines(merged(), flt, printer)
+        await _tail_lines(merged(), flt, printer, from_seq)
     finally:
         for task in (finder, *tasks):
             task.cancel()
@@ -250,28 +251,42 @@ def _stem(path: Path) -> str:
     return named.stem if named is not None else path.name
 
 
-async def _tail_lines(source: AsyncIterator[tuple[int, Path, bytes]], flt: TailFilter, printer: Printer) -> None:
-    """The lines of the chains (``(chain, file, line)``), filtered and printed."""
+async def _tail_lines(source: AsyncIterator[tuple[int, Path, bytes]], flt: TailFilter, printer: Printer,
+                      from_seq: int | None = None) -> None:  # fmt: skip
+    """The lines of the chains (``(chain, file, line)``), filtered and printed from seq ``from_seq`` on."""
     sub = Subscriber(flt, asyncio.get_running_loop(), max_queue=2**62, max_bytes=2**62, open_methods={})
+    start = from_seq or 0
     # Sparse lines lean on earlier lines of their own file only: per chain, its current file and that file's state.
     states: dict[int, tuple[Path, Sticky]] = {}
     async for k, path, line in source:
         state = states.get(k)
+        if state is None:
+            _said_gone(k, path, line, from_seq, printer)
         if state is None or state[0] != path:
             state = states[k] = (path, {})
         raw = orjson.loads(line)
         try:
             seq, record = decode(raw, path=str(path), sticky=state[1])
         except UnknownKind as e:
-            if not flt.kinds or e.kind in flt.kinds:
+            if (not flt.kinds or e.kind in flt.kinds) and e.seq >= start:
                 printer.record(e.seq, line)
             continue
-        # Printed as a line that stands alone (what the admin service's Tail sends too).
+        # Printed as a line that stands alone (what the admin service's Tail sends too). The records before
+        # --from-seq go through the filter all the same: a call that started before it is still told by
+        # its model or request id.
         sub.offer(seq, record, encode(record, seq).rstrip(b"\n"))
         while sub.items:
             item = sub.items.popleft()
-            if not isinstance(item, Dropped):
+            if not isinstance(item, Dropped) and item[0] >= start:
                 printer.record(item[0], item[2])
+
+
+def _said_gone(k: int, path: Path, line: bytes, from_seq: int | None, printer: Printer) -> None:
+    """A chain's first line, after a seq ``from_seq`` that is no longer in the files (retention removed it):
+    one warning, as the admin service's Tail gives of a seq no longer in memory."""
+    seq = orjson.loads(line).get("seq")
+    if from_seq is not None and isinstance(seq, int) and seq > from_seq:
+        printer.warning(f"seq {from_seq} is no longer in the capture files: starting at {seq} ({path.name})")
 
 
 def run_tail(args: Any) -> int:
@@ -284,6 +299,13 @@ def run_tail(args: Any) -> int:
     if args.capture_dir is not None:
         if not args.follow:
             raise UserError("tail CAPTURE_DIR needs --follow (to read a finished capture use `replay check`)")
-        asyncio.run(tail_files(args.capture_dir, flt, printer))
+        # Flags of a connection the follow never makes: ignored in silence, they would say it is one.
+        for flag, value in (("--ca", args.ca), ("--server-name", args.server_name), ("--cert", args.cert),
+                            ("--key", args.key)):  # fmt: skip
+            if value is not None:
+                raise UserError(f"{flag} is for tail --admin: tail CAPTURE_DIR --follow reads files")
+        asyncio.run(tail_files(args.capture_dir, flt, printer, args.from_seq))
         return 0
+    if args.follow:
+        raise UserError("--follow goes with CAPTURE_DIR (tail --admin follows the proxy without it)")
     return asyncio.run(admin_call(args, lambda chan: tail_admin(chan, flt, printer, args.from_seq)))
