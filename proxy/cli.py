@@ -46,7 +46,7 @@ def _zero_or_positive(text: str) -> float:
             return 0.0
         return positive_float(text)
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"must be 0 (off) or a number > 0 and <= {MAX_FLOAT:g}: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a number >= 0 (0: off) and <= {MAX_FLOAT:g}: {text!r}") from None
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 

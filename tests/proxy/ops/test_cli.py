@@ -65,7 +65,7 @@ def test_busy_listen_port(tmp_path: Path, listening: int, extra: tuple[str, ...]
         (["--payload", "all"], "invalid choice"),
         (["--listen", "nohostport"], "--listen must be HOST:PORT"),
         (["--rotate-mb", "-1"], "must be a number > 0"),
-        (["--min-free-mb", "-1"], "must be 0 (off) or a number > 0"),  # (0 is valid: never "must be > 0")
+        (["--min-free-mb", "-1"], "must be a number >= 0 (0: off)"),  # (0 is valid: never "must be > 0")
         (["--tls-watch", "x"], "not a number: 'x'"),
     ],
 )
