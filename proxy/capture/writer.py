@@ -360,19 +360,10 @@ class CaptureWriter:
             # Paused and not time to measure again: drop without encoding (a long pause costs no CPU).
             self._hold_back(records)
             return
-        pending = list(records)
         # The writer's own records (capture_end, capture_start, notes) are written while paused, and with them
         # the pending gap: writing has not resumed then, and neither the gap's reason nor the log may say so.
         still_paused = not may_rotate and self.ops.paused
-        if self._gap.dropped:
-            g = self._gap
-            reason = g.reason
-            if still_paused and reason.startswith("low_disk"):
-                reason = self._disk.reason(still_paused=_where(records))
-            gap = ev.GapRecorded(t_ns=time.time_ns(), dropped=g.dropped, reason=reason, first_t_ns=g.first_t_ns,
-                                 last_t_ns=g.last_t_ns)  # fmt: skip
-            # A new file starts with its capture_start; the gap it reports comes right after.
-            pending.insert(1 if records and type(records[0]) is ev.CaptureStarted else 0, gap)
+        pending = self._with_gap(records, still_paused)
         lines, bodies = batch.encode(self._encoder, pending, self._seq, self._side.offset)
         rest: list[Any] = []
         if may_rotate and (cut := self._cut(lines, bodies)) < len(lines):
@@ -425,6 +416,20 @@ class CaptureWriter:
                 # followed by the same failing rotation, one line deeper each time).
                 self._encoder.reset()  # it was encoded once as if written
                 self._write_batch(rest, may_rotate=False)
+
+    def _with_gap(self, records: list[Any], still_paused: bool) -> list[Any]:
+        """The records to encode: ``records``, and the gap record of what was not written before them, if any."""
+        pending = list(records)
+        if self._gap.dropped:
+            g = self._gap
+            reason = g.reason
+            if still_paused and reason.startswith("low_disk"):
+                reason = self._disk.reason(still_paused=_where(records))
+            gap = ev.GapRecorded(t_ns=time.time_ns(), dropped=g.dropped, reason=reason, first_t_ns=g.first_t_ns,
+                                 last_t_ns=g.last_t_ns)  # fmt: skip
+            # A new file starts with its capture_start; the gap it reports comes right after.
+            pending.insert(1 if records and type(records[0]) is ev.CaptureStarted else 0, gap)
+        return pending
 
     def _store(self, records: list[Any], data: bytes, parts: list[bytes] | None) -> bool:
         """Append a batch: its side-file bytes, then its lines. On failure both files go back to the
