@@ -66,6 +66,10 @@ class Side(asyncio.Protocol):
         #: Bytes that arrived while reading was held for "connect": some event loops (uvloop) may
         #: deliver a read already under way when reading is paused inside connection_made.
         self._held: list[bytes] | None = None
+        #: The peer's FIN arrived while bytes were held for "connect": it is handled after them (TCP's order).
+        #: Handled at once, the core passed the half-close upstream, and the held bytes, written after it,
+        #: raised in the connect task (write after write_eof) and were lost with their call.
+        self._held_eof = False
         #: The core's input for this side's reads (``receive_c2s`` or ``receive_s2c``), once it exists,
         #: and its next step.
         self.receive: Callable[[bytes], Output] = _no_core
@@ -114,6 +118,9 @@ class Side(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         # True keeps the transport open for writing (half-closed): the core decides, by its commands.
+        if self._held is not None:
+            self._held_eof = True
+            return True  # (decided when the held bytes are handled: hold_reading)
         return self.conn.side_eof(self)
 
     def hold_reading(self, reason: str, on: bool) -> None:
@@ -129,6 +136,11 @@ class Side(asyncio.Protocol):
                 held, self._held = self._held, None
                 for data in held:
                     self.data_received(data)
+                if self._held_eof:
+                    self._held_eof = False
+                    t = self.transport
+                    if not self.conn.side_eof(self) and t is not None and not t.is_closing():
+                        t.close()  # (what asyncio does when eof_received says not to stay open)
         t = self.transport
         if t is None or t.is_closing() or before == bool(self.hold):
             return

@@ -35,6 +35,12 @@ class _Connection:
     def commands(self, commands: list[Any]) -> None:
         self.commands_run.extend(commands)
 
+    def side_eof(self, side: Side) -> bool:
+        self.got.append(b"<FIN>")
+        return self.keep_open
+
+    keep_open = True
+
 
 class _Transport:
     def __init__(self) -> None:
@@ -45,8 +51,13 @@ class _Transport:
     def set_write_buffer_limits(self, high: int, low: int) -> None:
         pass
 
+    closed = False
+
     def is_closing(self) -> bool:
-        return False
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
 
     def pause_reading(self) -> None:
         self.paused += 1
@@ -126,3 +137,27 @@ def test_each_step_is_written_then_its_commands_run_then_the_next_step() -> None
     side.data_received(b"x")
     assert upstream_t.written == [b"up1", b"up2"] and client_t.written == [b"down1"]
     assert conn.commands_run == [Close("upstream")]
+
+
+def test_a_fin_that_comes_with_held_reads_is_handled_after_them() -> None:
+    """A client that sends its request and closes before the upstream connection exists: its bytes are held,
+    and its FIN was handled at once, before them: the half-close went upstream first, and the held bytes,
+    written after it, raised in the connect task and were lost with their call. The FIN now follows them."""
+    side, conn, transport = _side()
+    side.data_received(b"POST /v2/models/echo/infer HTTP/1.1\r\n")
+    assert side.eof_received() is True  # (the transport stays open until the FIN is handled)
+    assert conn.got == []
+    side.hold_reading("connect", False)
+    assert conn.got == [b"POST /v2/models/echo/infer HTTP/1.1\r\n", b"<FIN>"] and not transport.closed
+    assert side.eof_received() is True and conn.got[-1] == b"<FIN>"  # (later FINs: at once, as before)
+
+
+def test_a_held_fin_the_core_does_not_keep_open_closes_the_transport() -> None:
+    """eof_received said "stay open" while the FIN was held: when the core then says not to, the shell closes
+    the transport, as asyncio would have."""
+    side, conn, transport = _side()
+    conn.keep_open = False
+    side.data_received(b"x")
+    side.eof_received()
+    side.hold_reading("connect", False)
+    assert conn.got == [b"x", b"<FIN>"] and transport.closed
