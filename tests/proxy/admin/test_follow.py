@@ -8,13 +8,15 @@ the live file deleted by hand: the proxy's writer goes on in the chain's next fi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gzip
 import io
 import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -50,6 +52,18 @@ def test_a_file_gone_for_good_is_a_capture_error(tmp_path: Path, monkeypatch: py
         asyncio.run(_all(tmp_path / "capture-20261203T000000-1.jsonl"))
 
 
+@contextlib.asynccontextmanager
+async def _running(coro: Coroutine[Any, Any, None], name: str) -> AsyncIterator[asyncio.Task[None]]:
+    """A follow as a task: the block drives it, then it must end by itself (30 s at most); stopped either way."""
+    task = asyncio.create_task(coro, name=name)
+    try:
+        yield task
+        await asyncio.wait_for(task, 30)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def _until(cond: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + 30
     while not cond():
@@ -81,8 +95,7 @@ def test_a_live_file_deleted_by_hand_is_followed_into_the_file_its_writer_went_o
             async for path, line in follow.follow_lines(first):
                 got.append((path.name, orjson.loads(line)))
 
-        task = asyncio.create_task(tail(), name="test-follow-deleted")
-        try:
+        async with _running(tail(), "test-follow-deleted"):
             try:
                 w.emit(msg(0))
                 await _until(lambda: any(r["kind"] == "message" for _, r in got), "the first message followed")
@@ -91,10 +104,6 @@ def test_a_live_file_deleted_by_hand_is_followed_into_the_file_its_writer_went_o
                 w.emit(msg(1))
             finally:
                 await w.close()  # (its capture_end ends the follow)
-            await asyncio.wait_for(task, 30)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
         return got
 
     got = asyncio.run(run())
@@ -127,18 +136,13 @@ def test_a_deleted_file_whose_writer_died_too_is_an_upstream_error(
             async for _, line in follow.follow_lines(path):
                 got.append(line)
 
-        task = asyncio.create_task(tail(), name="test-follow-deleted-dead")
-        try:
+        async with _running(tail(), "test-follow-deleted-dead"):
             await _until(lambda: len(got) == 1, "the capture_start followed")
             if how == "deleted":
                 path.unlink()
             else:
                 path.rename(tmp_path / "elsewhere.jsonl")
             os.close(fd)
-            await asyncio.wait_for(task, 30)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
         return got
 
     with pytest.raises(UpstreamError, match=f"was {how} while being written, and its proxy opened no next file"):
@@ -184,8 +188,7 @@ def test_a_live_file_renamed_while_followed_is_followed_to_its_end_and_into_the_
             async for p, line in follow.follow_lines(path):
                 got.append((p.name, orjson.loads(line)["kind"]))
 
-        task = asyncio.create_task(tail(), name="test-follow-renamed")
-        try:
+        async with _running(tail(), "test-follow-renamed") as task:
             await _until(lambda: len(got) == 1, "the capture_start followed")
             path.rename(tmp_path / "moved-by-operator.jsonl")
             before = len(checks)
@@ -196,10 +199,6 @@ def test_a_live_file_renamed_while_followed_is_followed_to_its_end_and_into_the_
             nxt.write_bytes(encode(dataclasses.replace(start, file_index=1), 2)
                             + encode(ev.CaptureEnded(t_ns=3, reason="shutdown", counts={}), 3))  # fmt: skip
             os.close(fd)
-            await asyncio.wait_for(task, 30)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
         return got
 
     assert asyncio.run(run()) == [
