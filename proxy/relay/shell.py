@@ -70,6 +70,10 @@ class Side(asyncio.Protocol):
         #: Handled at once, the core passed the half-close upstream, and the held bytes, written after it,
         #: raised in the connect task (write after write_eof) and were lost with their call.
         self._held_eof = False
+        #: What the peer's FIN was answered (keep the transport open or not), once handled: uvloop delivers an
+        #: EOF read while reading was paused for "connect" again once reading resumes, and the core must see
+        #: one FIN (a second one recorded a second half_close).
+        self._eof_answer: bool | None = None
         #: The core's input for this side's reads (``receive_c2s`` or ``receive_s2c``), once it exists,
         #: and its next step.
         self.receive: Callable[[bytes], Output] = _no_core
@@ -118,10 +122,13 @@ class Side(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         # True keeps the transport open for writing (half-closed): the core decides, by its commands.
+        if self._eof_answer is not None:
+            return self._eof_answer
         if self._held is not None:
             self._held_eof = True
             return True  # (decided when the held bytes are handled: hold_reading)
-        return self.conn.side_eof(self)
+        self._eof_answer = self.conn.side_eof(self)
+        return self._eof_answer
 
     def hold_reading(self, reason: str, on: bool) -> None:
         """Pause (``on``) or release reading for ``reason``."""
@@ -139,7 +146,8 @@ class Side(asyncio.Protocol):
                 if self._held_eof:
                     self._held_eof = False
                     t = self.transport
-                    if not self.conn.side_eof(self) and t is not None and not t.is_closing():
+                    self._eof_answer = self.conn.side_eof(self)
+                    if not self._eof_answer and t is not None and not t.is_closing():
                         t.close()  # (what asyncio does when eof_received says not to stay open)
         t = self.transport
         if t is None or t.is_closing() or before == bool(self.hold):
