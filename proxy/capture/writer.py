@@ -140,7 +140,7 @@ class CaptureWriter:
         record is in the capture file, or fails with :class:`NotWritten` saying why it is not (paused for low
         free space, a failed write, no file: it is then counted in a gap like any record). RuntimeError at
         once while the capture is closing, when the writer may have made its last write."""
-        if self._closing or self._task is None:
+        if self._closing or self._task is None or self._task.done():
             raise RuntimeError("the capture is closing")
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # Past the queue's bound, as a rotation: one record someone waits for, never dropped unsaid here.
@@ -289,6 +289,7 @@ class CaptureWriter:
             if confirms:
                 self._confirms = []
                 self._watch = {id(r) for r, _ in confirms}
+                self._lost_why = ""  # (a reason of an earlier batch's is not this one's)
             tick = loop.time() + FLUSH_INTERVAL_S
             try:
                 if self._rotations:
@@ -554,7 +555,7 @@ class CaptureWriter:
                 # No live file (the last one could not be created): the request is the next attempt.
                 self._file_index += 1
                 self._next_file([])
-            elif self._check_live():
+            elif self._check_live(rotation.reopen):
                 # Deleted or renamed since the last check: the capture went on in a new file as such (a gap for
                 # what a deleted file held, a note of where a renamed one is), which is also what was asked.
                 pass
@@ -591,10 +592,12 @@ class CaptureWriter:
         self.ops.reopens[reason] = self.ops.reopens.get(reason, 0) + 1
         log.info("capture_reopen", reason=reason, file=file)
 
-    def _check_live(self) -> bool:
+    def _check_live(self, asked: str | None = None) -> bool:
         """Is the live file still there under its name? False: yes (or it cannot be told); True: it was
         deleted or renamed, and the capture went on in a new file (or tried to: see ``_fd``). Made before
-        every close of the live file too, which would otherwise lose a deletion's gap record."""
+        every close of the live file too, which would otherwise lose a deletion's gap record. ``asked``: the
+        reopen requested now (``signal``): a rename before it is logrotate's recipe (rename, then SIGHUP),
+        counted as that reopen and logged at info, not warned of as a file moved behind the writer's back."""
         try:
             state = retention.live_state(self._fd, self.path)
         except OSError as e:
@@ -609,8 +612,9 @@ class CaptureWriter:
             seqs = (first_seq, self._seq)  # up to the capture_end written into it
             if not self._rotate("reopen", compress=False):
                 return False  # (its end could not be written: it stays live, the next check tries again)
-            self._count_reopen(state, old.name)
-            log.warning("capture_file_moved", file=old.name, note="the capture goes on in a new file")
+            self._count_reopen(asked or state, old.name)
+            (log.info if asked else log.warning)("capture_file_moved", file=old.name,
+                                                 note="the capture goes on in a new file")  # fmt: skip
             self._write_batch([retention.moved_note(old.name, size, seqs, side, time.time_ns())], may_rotate=False)
             return True
         # Deleted: nothing written there can be read back. Everything the file held is a gap.

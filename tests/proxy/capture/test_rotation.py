@@ -178,6 +178,23 @@ def test_a_confirmed_emit_is_written_while_open_and_refused_once_closing(tmp_pat
     assert _kinds(recs) == ["capture_start", "mark", "capture_end"] and _notes(recs) == ["m1"]
 
 
+def test_a_confirmed_record_is_refused_once_the_writer_task_has_stopped(tmp_path: Path) -> None:
+    """A writer task that died (an unexpected error) settles nothing: a mark queued then would wait for ever
+    (`triton-tap mark` sets no deadline). It is refused at once, as while closing."""
+
+    async def run() -> None:
+        w = _writer(tmp_path)
+        w.open()
+        assert w._task is not None
+        w._task.cancel()
+        await asyncio.gather(w._task, return_exceptions=True)
+        with pytest.raises(RuntimeError, match="the capture is closing"):
+            w.emit_confirmed(ev.MarkRecorded(t_ns=100, note="too late", labels={}))
+        w.abandon()
+
+    asyncio.run(run())
+
+
 def test_a_confirmed_record_is_confirmed_only_once_it_is_in_the_file(tmp_path: Path) -> None:
     """emit_confirmed's future (admin Mark waits for it): done once the record is stored; while the capture is
     paused for low free space, after a write that failed and with no capture file, NotWritten saying why, and

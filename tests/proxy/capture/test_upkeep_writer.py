@@ -237,6 +237,35 @@ def test_renamed_live_file_is_closed_and_the_capture_goes_on(tmp_path: Path) -> 
     assert w.ops.reopens == {"moved": 1}
 
 
+def test_a_rename_then_sighup_is_logrotates_reopen_not_a_file_moved_behind_the_writers_back(tmp_path: Path) -> None:
+    """logrotate's recipe (docs/operating.md): mv of the live file, then SIGHUP. The SIGHUP finds it renamed: the
+    same records as a rename (its capture_end under the new name, files_removed `moved` in the next file), but
+    it is the signal's reopen, logged at info: it was counted `moved` and warned of, for doing as documented."""
+    moved = tmp_path / "capture.jsonl.1"
+
+    async def run() -> CaptureWriter:
+        # No periodic check: only the SIGHUP's request finds the rename.
+        w = CaptureWriter(WriterOptions(directory=tmp_path, min_free_bytes=0, check_interval_s=3600), _start())
+        w.open()
+        await _emit(w, 0, 5)
+        first = w.path
+        first.rename(moved)
+        w.request_reopen("signal")
+        await _until(lambda: w.path != first, "a new capture file")
+        await _emit(w, 5, 2)
+        await w.close()
+        return w
+
+    with structlog.testing.capture_logs() as logs:
+        w = asyncio.run(run())
+    (event,) = [e for e in logs if e["event"] == "capture_file_moved"]
+    assert event["log_level"] == "info"
+    assert w.ops.reopens == {"signal": 1}
+    assert _lines(moved)[-1]["kind"] == "capture_end"
+    recs = _lines(w.path)
+    assert recs[1]["kind"] == "files_removed" and recs[1]["reason"] == "moved" and recs[1]["files"] == [w.paths[0].name]
+
+
 def test_reopen_request_starts_a_new_file_without_holes(tmp_path: Path) -> None:
     """SIGHUP's path: capture_end(reopen) -> next file; the reader sees one capture with no hole."""
     w = _reopen_run(tmp_path, lambda w: w.request_reopen("signal"))
