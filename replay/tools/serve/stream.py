@@ -45,6 +45,8 @@ class Stream:
         self._before_end: list[int] = []  # the primary call's requests captured before its end
         self._written = 0.0  # when the last request came or response went out (monotonic): fast ends from there
         self._shm_noted = False  # its shared-memory warning was given (once per call)
+        #: The pending answer captured last (while anything is pending: the last of them to go).
+        self._latest: _Due | None = None
 
     def _schedule(self, call: CapturedCall, req_seq: int, req_t: int, incoming_id: str, now: float) -> None:
         speed = self.session.speed
@@ -59,13 +61,23 @@ class Stream:
             at = 0.0 if speed is None else now + delay_s(req_t, answer.t_ns, speed)
             if speed is not None and self.pending:
                 at = self._in_captured_order(answer.seq, at)
-            heapq.heappush(self.pending, _Due(at, answer.seq, next(self.counter), msg, call.id))
+            due = _Due(at, answer.seq, next(self.counter), msg, call.id)
+            heapq.heappush(self.pending, due)
+            if self._latest is None or len(self.pending) == 1 or due.seq > self._latest.seq:
+                self._latest = due
 
     def _in_captured_order(self, seq: int, at: float) -> float:
         """When the answer of captured ``seq``, due at ``at``, may go: not before a pending one captured earlier;
         and a pending one captured later waits for it. Each answer is timed from its own request, and requests
         that arrive closer together than captured would otherwise be answered in an order the server never gave
-        (a non-decoupled model answers a stream's requests in turn)."""
+        (a non-decoupled model answers a stream's requests in turn).
+
+        What is pending is due in captured order, so the one captured last is due last and goes last (at one
+        time, the heap takes the lower seq first): an answer captured after it, the usual case (a request's
+        answers are pushed in captured order), only waits for it, without a look at the others."""
+        latest = self._latest
+        if latest is not None and seq > latest.seq:
+            return max(at, latest.at)
         at = max([at, *(d.at for d in self.pending if d.seq < seq)])
         moved = False
         for d in self.pending:
