@@ -230,13 +230,22 @@ def _probe(address: str, host: str, port: int) -> None:
     stderr first (E-level, which GRPC_VERBOSITY=ERROR still shows), so the refusal came as two lines."""
     import socket
 
+    first: OSError | None = None
     try:
-        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as grpc binds: a TIME_WAIT port is free)
-            probe.bind(addr)
-    except OSError as e:
-        why = os.strerror(e.errno).lower() if e.errno else str(e)
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return  # (grpc says what it makes of the name)
+    for family, kind, proto, _, addr in found:
+        # grpc serves on every address the name resolves to, and is content with one: so is the probe.
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as grpc binds: TIME_WAIT is free)
+                probe.bind(addr)
+            return
+        except OSError as e:
+            first = first or e
+    if first is not None:
+        why = os.strerror(first.errno).lower() if first.errno else str(first)
         raise UserError(f"cannot serve --admin on {address}: {why}") from None
 
 

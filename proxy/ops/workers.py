@@ -82,8 +82,10 @@ def _plus(address: str | None, flag: str, k: int) -> str | None:
 
 def _check_worker_ports(cfg: ProxyConfig, listen_port: int) -> None:
     """Every worker's own admin and metrics port (the flag's port + k) can be bound: refused here in one line,
-    before any worker starts, as without --workers (a port past 65535, the listening port, or one in use
-    came out of worker k as several lines, with a capture set of the workers that had started)."""
+    before any worker starts, as without --workers (a port past 65535, one another server of the set has, or
+    one in use came out of worker k as several lines, with a capture set of the workers that had started)."""
+    taken: dict[int, str] = {listen_port: "the --listen port"}
+    wanted: list[tuple[str, str, int, str, int]] = []  # (flag, address, worker, host, port)
     for flag, address in (("--admin", cfg.admin), ("--metrics", cfg.metrics)):
         if address is None:
             continue
@@ -92,20 +94,22 @@ def _check_worker_ports(cfg: ProxyConfig, listen_port: int) -> None:
             continue  # a free port each
         for k in range(cfg.workers):
             port = first + k
+            where = f"{flag} {address} with --workers {cfg.workers}: worker {k}'s port"
             if port > 65535:
-                raise UserError(f"{flag} {address} with --workers {cfg.workers}: worker {k}'s port would be {port}, "
-                                "past 65535 (each worker serves on the port + its index)")  # fmt: skip
-            if port == listen_port:
-                raise UserError(f"{flag} {address} with --workers {cfg.workers}: worker {k}'s port {port} is the "
-                                "--listen port (each worker serves on the port + its index)")  # fmt: skip
-            family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-            with socket.socket(family, kind, proto) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    probe.bind(addr)
-                except OSError as e:
-                    err = cannot_listen(format_hostport(host, port), e)
-                    raise UserError(f"{flag} {address}, worker {k}: {err}") from None
+                raise UserError(f"{where} would be {port}, past 65535 (each worker serves on the port + its index)")
+            if port in taken:
+                raise UserError(f"{where} {port} is {taken[port]} (each worker serves on the port + its index)")
+            taken[port] = f"worker {k}'s {flag} port"
+            wanted.append((flag, address, k, host, port))
+    for flag, address, k, host, port in wanted:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(addr)
+            except OSError as e:
+                err = cannot_listen(format_hostport(host, port), e)
+                raise UserError(f"{flag} {address}, worker {k}: {err}") from None
 
 
 def supervise(cfg: ProxyConfig, log_level: str) -> int:

@@ -131,6 +131,12 @@ def test_each_workers_own_ports_are_refused_before_any_starts() -> None:
         _check_worker_ports(dataclasses.replace(cfg, admin="127.0.0.1:65535"), 9000)
     with pytest.raises(UserError, match="worker 1's port 9000 is the --listen port"):
         _check_worker_ports(dataclasses.replace(cfg, metrics="127.0.0.1:8999"), 9000)
+    # Worker 0's metrics port is worker 1's admin port: one of them could not bind.
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        p = free.getsockname()[1]
+    with pytest.raises(UserError, match=f"worker 0's port {p + 1} is worker 1's --admin port"):
+        _check_worker_ports(dataclasses.replace(cfg, admin=f"127.0.0.1:{p}", metrics=f"127.0.0.1:{p + 1}"), 1)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
