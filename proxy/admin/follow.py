@@ -242,6 +242,11 @@ def _more_skipped(skipped: tuple[str, int, int | None] | None, name: str, n: int
 
 def _skipped_text(first: str, n: int, end_seq: int | None, next_seq: object, going_on: str) -> str:
     files = first if n == 1 else f"{n} files ({first} and the {n - 1} after it)"
+    if isinstance(next_seq, int) and end_seq is not None and next_seq == end_seq + 1:
+        # Nothing between the end that named it and what follows: it never held a record (the writer could not
+        # create it and went on in the next index), not a file removed with records in it.
+        return (f"{files} named as the next file {'is' if n == 1 else 'are'} not there, and no record is missing "
+                f"(seq {end_seq}, then {next_seq}): going on in {going_on}")  # fmt: skip
     if isinstance(next_seq, int) and end_seq is not None and next_seq > end_seq + 1:
         records = f"seq {end_seq + 1}..{next_seq - 1} ({next_seq - end_seq - 1} record(s)) not shown"
     elif isinstance(next_seq, int):

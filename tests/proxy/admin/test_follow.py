@@ -250,3 +250,23 @@ def test_a_follow_behind_retention_skips_to_the_oldest_file_left_and_says_what_i
         "(--max-total-mb retention, or by hand): seq 3..8 (6 record(s)) not shown; going on in "
         f"{stem}-0003.jsonl\n"
     )
+
+
+def test_a_next_file_the_writer_never_created_is_no_removed_file_with_records(tmp_path: Path) -> None:
+    """The writer could not create the file its capture_end named and went on in the next index: nothing was
+    removed and no record is missing (the seqs run on). The follow said the file was removed and its records
+    'not shown'; it says the file is not there and nothing is missing."""
+    from proxy.admin.hub import TailFilter
+    from proxy.admin.tail import Printer, tail_files
+
+    stem = "capture-20261207T000000-82"
+    start = ev.CaptureStarted(t_ns=1, proxy_version="t", listen="a:1", upstream="b:2", options={})
+    first = [start, ev.CaptureEnded(t_ns=3, reason="rotate", counts={}, next_file=f"{stem}-0001.jsonl")]
+    (tmp_path / f"{stem}.jsonl").write_bytes(b"".join(encode(r, k) for k, r in enumerate(first)))
+    later = [dataclasses.replace(start, file_index=2), ev.CaptureEnded(t_ns=4, reason="shutdown", counts={})]
+    (tmp_path / f"{stem}-0002.jsonl").write_bytes(b"".join(encode(r, 2 + k) for k, r in enumerate(later)))
+    out, err = io.StringIO(), io.StringIO()
+    asyncio.run(asyncio.wait_for(tail_files(tmp_path, TailFilter(), Printer(out, err, True)), 30))
+    assert [orjson.loads(line)["seq"] for line in out.getvalue().splitlines()] == [0, 1, 2, 3]
+    assert err.getvalue() == (f"triton-tap: warning: {stem}-0001.jsonl named as the next file is not there, and no "
+                              f"record is missing (seq 1, then 2): going on in {stem}-0002.jsonl\n")  # fmt: skip
