@@ -124,7 +124,8 @@ class Side(asyncio.Protocol):
         # True keeps the transport open for writing (half-closed): the core decides, by its commands.
         if self._eof_answer is not None:
             return self._eof_answer
-        if self._held is not None:
+        if self._held is not None and self.transport is not None and not _tls(self.transport):
+            # (Over TLS the FIN ends the connection as a loss at once: side_eof; asyncio ignores True there.)
             self._held_eof = True
             return True  # (decided when the held bytes are handled: hold_reading)
         self._eof_answer = self.conn.side_eof(self)

@@ -51,6 +51,9 @@ class _Transport:
     def set_write_buffer_limits(self, high: int, low: int) -> None:
         pass
 
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default  # (plaintext: no ssl_object)
+
     closed = False
 
     def is_closing(self) -> bool:
