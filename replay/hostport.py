@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 
 from replay.errors import UserError
 
@@ -46,14 +47,34 @@ def is_loopback(host: str) -> bool:
 
 
 def cannot_listen(where: str, error: OSError) -> UserError:
-    """``cannot listen on WHERE: address already in use``: one line, the reason said once.
+    """``cannot listen on WHERE: address already in use``: one line, the reason said once."""
+    return UserError(f"cannot listen on {where}: {os_reason(error)}")
 
-    asyncio's bind error repeats the address in its own words ("error while attempting to bind on
-    address (...): ..."); the errno says all there is to say. A resolver error keeps its own text.
-    """
+
+def os_reason(error: OSError) -> str:
+    """``address already in use``: what an OS error says, without the address asyncio's bind error repeats in its
+    own words ("error while attempting to bind on address (...): ..."). A resolver error keeps its own text."""
     if error.errno is not None and error.errno > 0:
         why = os.strerror(error.errno)
-        why = why[:1].lower() + why[1:]
-    else:
-        why = error.strerror or str(error)
-    return UserError(f"cannot listen on {where}: {why}")
+        return why[:1].lower() + why[1:]
+    return error.strerror or str(error)
+
+
+def bind_error(host: str, port: int) -> OSError | None:
+    """Why ``host:port`` cannot be bound now, or None: tried with a plain socket on each address the name
+    resolves to (servers bind every one and are content with one), SO_REUSEADDR as servers bind (a port in
+    TIME_WAIT is free). For a refusal in one line before a server's own bind failure says more."""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        return e
+    first: OSError | None = None
+    for family, kind, proto, _, addr in found:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(addr)
+            return None
+        except OSError as e:
+            first = first or e
+    return first

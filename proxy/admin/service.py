@@ -10,7 +10,6 @@ a reload of the TLS files (SIGHUP, ``--tls-watch``) reaches the admin port too (
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -30,7 +29,7 @@ from proxy.capture.writer import NotWritten
 from replay.aioserver import Handlers
 from replay.capture import events as ev
 from replay.errors import UserError
-from replay.hostport import format_hostport
+from replay.hostport import bind_error, format_hostport, os_reason
 
 if TYPE_CHECKING:
     from proxy.capture.writer import CaptureWriter
@@ -225,38 +224,16 @@ class AdminTls:
         )
 
 
-def _probe(address: str, host: str, port: int) -> None:
-    """Refuse an address grpc could not bind, in one line: grpc's own bind failure writes a C-core log line to
-    stderr first (E-level, which GRPC_VERBOSITY=ERROR still shows), so the refusal came as two lines."""
-    import socket
-
-    first: OSError | None = None
-    try:
-        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError:
-        return  # (grpc says what it makes of the name)
-    for family, kind, proto, _, addr in found:
-        # grpc serves on every address the name resolves to, and is content with one: so is the probe.
-        try:
-            with socket.socket(family, kind, proto) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as grpc binds: TIME_WAIT is free)
-                probe.bind(addr)
-            return
-        except OSError as e:
-            first = first or e
-    if first is not None:
-        why = os.strerror(first.errno).lower() if first.errno else str(first)
-        raise UserError(f"cannot serve --admin on {address}: {why}") from None
-
-
 async def start_admin(
     address: str, served: Served, tls_cert: Path | None, tls_key: Path | None, tls_client_ca: Path | None = None
 ) -> AdminServer:
     """Bind ``address`` (``--admin``; TLS with the proxy's own ``--tls-cert/--tls-key``, client certificates
     required with its ``--tls-client-ca``) and serve the running proxy's ``served`` parts; UserError if impossible."""
     host, port, tls = admin_address(address, tls_cert, tls_key)
-    if port:
-        _probe(address, host, port)
+    # Tried first with a plain socket: grpc's own bind failure writes a C-core log line to stderr (E-level, which
+    # GRPC_VERBOSITY=ERROR still shows) before this refusal, which came as two lines.
+    if port and (error := bind_error(host, port)) is not None:
+        raise UserError(f"cannot serve --admin on {address}: {os_reason(error)}")
     admin_tls = AdminTls(tls_cert, tls_key, tls_client_ca) if tls and tls_cert and tls_key else None
     hub = TapHub()
     handlers = Handlers()

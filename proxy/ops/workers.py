@@ -43,7 +43,7 @@ from proxy.ops.server import ProxyConfig, check_upstream
 from proxy.ops.tls import listen_ssl, upstream_ssl
 from replay.capture import naming
 from replay.errors import TritonTapError, UserError, exit_code_for
-from replay.hostport import cannot_listen, format_hostport, parse_hostport
+from replay.hostport import bind_error, cannot_listen, format_hostport, parse_hostport
 
 log = structlog.get_logger("triton_tap.workers")
 
@@ -102,14 +102,8 @@ def _check_worker_ports(cfg: ProxyConfig, listen_port: int) -> None:
             taken[port] = f"worker {k}'s {flag} port"
             wanted.append((flag, address, k, host, port))
     for flag, address, k, host, port in wanted:
-        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(addr)
-            except OSError as e:
-                err = cannot_listen(format_hostport(host, port), e)
-                raise UserError(f"{flag} {address}, worker {k}: {err}") from None
+        if (error := bind_error(host, port)) is not None:
+            raise UserError(f"{flag} {address}, worker {k}: {cannot_listen(format_hostport(host, port), error)}")
 
 
 def supervise(cfg: ProxyConfig, log_level: str) -> int:

@@ -11,7 +11,6 @@ import re
 
 from replay.capture.events import RST_TO_STATUS as RST_TO_STATUS  # the capture's vocabulary, re-exported
 from replay.capture.events import STATUS_NAMES, Cause
-from replay.capture.events import client_reset_status as client_reset_status
 
 DEADLINE_EXCEEDED = 4
 MIN_SLACK_MS = 20.0

@@ -176,6 +176,15 @@ def test_default_min_free_never_fills_a_small_disk(tmpfs: Path) -> None:
     assert recs[-1]["kind"] == "capture_end"
 
 
+async def _sighup_then_close(w: CaptureWriter, seq: int) -> None:
+    """SIGHUP's reopen, two more records (from ``seq``) in the file it starts, and the close."""
+    first = w.path
+    w.request_reopen("signal")
+    await _until(lambda: w.path != first, "the next file")
+    await _emit(w, seq, 2)
+    await w.close()
+
+
 def _reopen_run(
     tmp_path: Path, act: Callable[[CaptureWriter], None], start: ev.CaptureStarted | None = None
 ) -> CaptureWriter:
@@ -248,12 +257,8 @@ def test_a_rename_then_sighup_is_logrotates_reopen_not_a_file_moved_behind_the_w
         w = CaptureWriter(WriterOptions(directory=tmp_path, min_free_bytes=0, check_interval_s=3600), _start())
         w.open()
         await _emit(w, 0, 5)
-        first = w.path
-        first.rename(moved)
-        w.request_reopen("signal")
-        await _until(lambda: w.path != first, "a new capture file")
-        await _emit(w, 5, 2)
-        await w.close()
+        w.path.rename(moved)
+        await _sighup_then_close(w, 5)
         return w
 
     with structlog.testing.capture_logs() as logs:
@@ -628,11 +633,7 @@ def test_a_gap_written_while_still_paused_does_not_say_writing_resumed(tmp_path:
         await _emit(w, 0, 2)
         disk.free = 5 * MIB  # under --min-free-mb 10, for good
         await _emit(w, 2, 3)
-        first = w.path
-        w.request_reopen("signal")
-        await _until(lambda: w.path != first, "the next file")
-        await _emit(w, 5, 2)
-        await w.close()
+        await _sighup_then_close(w, 5)
         return w
 
     with structlog.testing.capture_logs() as logs:

@@ -101,4 +101,4 @@ def test_a_client_reset_code_gives_the_status_the_client_ended_with(cause: str, 
     and every other cause has its own status."""
     assert ev.cancel_status(cause, code) == status
     assert status in ev.STATUS_NAMES.values()
-    assert (causes.client_reset_status(cause, code) is None) == (status == ev.STATUS_FOR_CAUSE.get(cause, "UNKNOWN"))
+    assert (ev.client_reset_status(cause, code) is None) == (status == ev.STATUS_FOR_CAUSE.get(cause, "UNKNOWN"))
