@@ -90,6 +90,7 @@ PROXY_ANSWERS: dict[str, tuple[int, str]] = {
 
 # The states the hot path tests, as globals (an enum member looked up on its class costs ~0.1 us).
 _U_OPEN: Final = Upstream.OPEN
+_U_ENDING: Final = Upstream.ENDING
 _monotonic_ns = time.monotonic_ns
 # Frame types and flags the per-frame handlers test (Final: compiled, each is its value in the code).
 _DATA: Final = wire.DATA
@@ -268,7 +269,7 @@ class H2Core:
 
     def receive_s2c(self, data: bytes) -> Output:
         """The bytes of one read from the upstream (the same steps as :meth:`receive_c2s`)."""
-        if self.up is not _U_OPEN:
+        if self.up is not _U_OPEN and self.up is not _U_ENDING:
             return self._begin()
         reader = self.s2c
         try:
@@ -366,7 +367,8 @@ class H2Core:
         return self._finish()
 
     def timer(self, name: str) -> Output:
-        """A timer the core armed fired (``linger``: close the client if it has not closed itself).
+        """A timer the core armed fired: ``linger``, close the client if it has not closed itself;
+        ``upstream_end``, close an upstream that sent an error GOAWAY and did not close itself.
 
         Not at once after the last call: gRPC C-core clients drop bytes that arrive in the same read
         as the connection's end (TCP FIN, or RST when we close with their last frames unread);
@@ -375,6 +377,10 @@ class H2Core:
         and has no calls left closes on its own.
         """
         self._begin()
+        if name == "upstream_end":
+            if self.up is Upstream.ENDING:
+                self._out.commands.append(Close(UPSTREAM))  # its loss ends the calls it left open
+            return self._finish()
         self._linger = False
         if not self.calls and self.client_live:
             # (A call that crossed the GOAWAY, legal below its last stream id, arms it again as it ends.)
@@ -716,25 +722,20 @@ class H2Core:
     def _up_goaway(self, payload: memoryview, raw: memoryview) -> None:
         last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
         code = int.from_bytes(payload[4:8], "big")
-        if code != wire.NO_ERROR:
+        if code != wire.NO_ERROR and self.up is _U_OPEN:
             # The upstream ends the connection with an error, in answer to frames it got from the
             # client verbatim (or, like ENHANCE_YOUR_CALM for too many pings, to the client's
-            # behaviour): the client gets the upstream's own GOAWAY and loses its connection, the
-            # violation is the client's as the upstream judged it, and the open calls end as
-            # upstream_disconnect (the upstream, not the client, ended them).
-            if self.goaway_last is not None and last > self.goaway_last:
-                # A GOAWAY may never raise an earlier one's last stream id (RFC 9113 6.8).
-                self._own_s2c(wire.goaway(self.goaway_last, code, bytes(payload[8:])))
-            else:
-                self._s2c_q.append(raw)
-            self._flush()
+            # behaviour): the violation is the client's as the upstream judged it. The upstream
+            # closes the connection next, and what it sends until then still goes to the client:
+            # gRPC C-core ends each open call with its status ("Too many pings") right after the
+            # GOAWAY. Calls still open when it is gone end as upstream_disconnect; the timer bounds
+            # an upstream that never closes.
             debug = bytes(payload[8:]).decode("utf-8", "replace")
             name = _ERROR_NAMES.get(code, str(code))
             error = f"the upstream rejected the client's frames: GOAWAY {name}" + (f" ({debug})" if debug else "")
             self.up = upstream_after(self.up, UpstreamInput.ERROR_GOAWAY)
-            self._protocol_error(C2S, code, error, goaway=False)
-            self._start(self._cancel_all("upstream_disconnect"))
-            return
+            self._violation(C2S, code, error)
+            self._out.commands.append(ArmTimer("upstream_end", LINGER_S))
         for call in list(self.calls.values()):
             if call.sid > last:
                 # Never processed upstream (RFC 9113 6.8): REFUSED_STREAM lets the client retry it.
@@ -746,6 +747,9 @@ class H2Core:
             self.goaway_last, self.goaway_cause = last, "upstream_disconnect"
             self._client_input(ClientInput.GOAWAY)
             self._s2c_q.append(raw)
+        elif code != wire.NO_ERROR:
+            # The client still learns the error, under the last stream id it was given.
+            self._own_s2c(wire.goaway(self.goaway_last, code, bytes(payload[8:])))
         self._maybe_close_client()
 
     def _end_with_status(self, call: Call, trailers: list[tuple[bytes, bytes]]) -> None:
@@ -862,9 +866,8 @@ class H2Core:
         self.client = client_after(self.client, inp)
         self.client_live = self.client in CLIENT_LIVE
 
-    def _protocol_error(self, d: int, code: int, error: str, goaway: bool) -> None:
-        """The sender of direction ``d`` broke HTTP/2: recorded, told (GOAWAY), its connection closed;
-        its calls end when it is lost."""
+    def _violation(self, d: int, code: int, error: str) -> None:
+        """The sender of direction ``d`` broke HTTP/2 (as we, or the upstream, judged it): logged and recorded."""
         upstream = d == S2C
         self._out.commands.append(Log("warning", "http2_protocol_error", {"upstream": upstream, "error": error}))
         self.emit(
@@ -874,6 +877,12 @@ class H2Core:
                 open_calls=[c.id for c in self.calls.values()],
             )
         )  # fmt: skip
+
+    def _protocol_error(self, d: int, code: int, error: str, goaway: bool) -> None:
+        """The sender of direction ``d`` broke HTTP/2: recorded, told (GOAWAY), its connection closed;
+        its calls end when it is lost."""
+        upstream = d == S2C
+        self._violation(d, code, error)
         if goaway:
             debug = error.encode()[:256]
             if upstream:

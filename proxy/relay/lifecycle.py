@@ -11,7 +11,7 @@ Upstream (the connection the proxy opens to Triton)::
 
     CONNECTING --connected--> OPEN --lost--> LOST
         |                      |  \\--violation--> BROKEN --lost--> LOST
-        |                      |   \\--error_goaway--> LOST
+        |                      |   \\--error_goaway--> ENDING --lost--> LOST   (ENDING --violation--> BROKEN)
         |                      \\--lost_early--> REFUSING          (no call yet: every call UNAVAILABLE)
         \\--connect_failed--> REFUSING                              (unreachable: every call UNAVAILABLE)
     BROKEN --lost_early--> REFUSING
@@ -44,7 +44,10 @@ class Upstream(enum.Enum):
     OPEN = "open"
     #: It broke HTTP/2 and the proxy closed it; its loss is still to come. Nothing more to or from it.
     BROKEN = "broken"
-    #: Gone (lost, or it ended the connection with an error GOAWAY). Nothing more to or from it.
+    #: It sent GOAWAY with an error code, and closes the connection next (RFC 9113 5.4.1): what it sends
+    #: until then (gRPC C-core: each open call's status) still goes to the client; nothing more goes to it.
+    ENDING = "ending"
+    #: Gone. Nothing more to or from it.
     LOST = "lost"
     #: Unreachable, or gone before any call: the proxy answers every call itself (UNAVAILABLE).
     REFUSING = "refusing"
@@ -86,7 +89,9 @@ UPSTREAM_TABLE: dict[tuple[Upstream, UpstreamInput], Upstream] = {
     (U.CONNECTING, UI.CONNECTED): U.OPEN,
     (U.CONNECTING, UI.CONNECT_FAILED): U.REFUSING,
     (U.OPEN, UI.VIOLATION): U.BROKEN,
-    (U.OPEN, UI.ERROR_GOAWAY): U.LOST,
+    (U.OPEN, UI.ERROR_GOAWAY): U.ENDING,
+    (U.ENDING, UI.LOST): U.LOST,
+    (U.ENDING, UI.VIOLATION): U.BROKEN,
     (U.OPEN, UI.LOST): U.LOST,
     (U.OPEN, UI.LOST_EARLY): U.REFUSING,
     (U.BROKEN, UI.LOST): U.LOST,
@@ -103,6 +108,8 @@ UPSTREAM_IGNORED: frozenset[tuple[Upstream, UpstreamInput]] = frozenset(
         (U.LOST, UI.VIOLATION),
         (U.LOST, UI.ERROR_GOAWAY),
         (U.BROKEN, UI.VIOLATION),
+        # A second error GOAWAY (it may lower the last stream id): still ending.
+        (U.ENDING, UI.ERROR_GOAWAY),
         (U.BROKEN, UI.ERROR_GOAWAY),
         (U.REFUSING, UI.LOST),
         (U.REFUSING, UI.LOST_EARLY),

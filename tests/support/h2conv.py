@@ -405,6 +405,7 @@ def upstream_goaway_drains(rig: Rig) -> None:
 
 
 def upstream_goaway_error(rig: Rig) -> None:
+    """GOAWAY(INTERNAL_ERROR) from the upstream with a call open; the client goes before the upstream ends it."""
     rig.pump()
     sid = rig.open_call()
     rig.pump()

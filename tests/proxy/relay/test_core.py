@@ -303,19 +303,97 @@ def test_upstream_goaway_refuses_calls_above_its_last_stream_id() -> None:
     assert end.refused  # (so send does not send it again: its client may have retried it)
 
 
-def test_upstream_error_goaway_ends_calls_as_upstream_disconnect() -> None:
-    """An upstream GOAWAY with an error: the client's violation as judged upstream, calls upstream_disconnect, client closed."""
+def _error_goaway(last: int | None = None) -> tuple[CoreRig, int, int]:
+    """Calls 1 and 3 open, then the upstream's GOAWAY(ENHANCE_YOUR_CALM, too_many_pings) naming ``last``
+    (default 3), as Triton's gRPC server answers a client's PING flood."""
     rig = CoreRig()
     rig.pump()
-    sid = rig.open_call()
+    one = rig.open_call(request_headers(STREAM))
+    three = rig.open_call()
     rig.pump()
-    rig.up(wire.goaway(sid, wire.INTERNAL_ERROR, b"server bug"))
-    rig.lose("client")
-    assert rig.closed("client")
+    rig.take("client")
+    rig.up(wire.goaway(three if last is None else last, ENHANCE_YOUR_CALM, b"too_many_pings"))
+    return rig, one, three
+
+
+def test_upstream_error_goaway_lets_the_upstream_end_its_calls() -> None:
+    """After an error GOAWAY the upstream still ends the open calls (gRPC C-core: each gets its status, then
+    the connection closes): the client gets those frames, the capture the upstream's statuses; the violation is
+    the client's as the upstream judged it; the client is left to close itself, as after a clean GOAWAY."""
+    rig, one, three = _error_goaway()
+    assert _goaways(rig.take("client")) == [(three, ENHANCE_YOUR_CALM)]
+    assert not rig.closed("client") and not rig.closed("upstream")
+    assert rig.core.up is Upstream.ENDING
+    assert rig.armed == {"upstream_end": LINGER_S}
     (violation,) = _of(rig, "protocol_error")
-    assert violation.side == "client" and "GOAWAY INTERNAL_ERROR (server bug)" in violation.error
+    assert violation.side == "client" and violation.error_code == ENHANCE_YOUR_CALM
+    assert "GOAWAY ENHANCE_YOUR_CALM (too_many_pings)" in violation.error
+    assert violation.open_calls == [f"c1.{one}", f"c1.{three}"]
+    assert rig.server is not None
+    status = [(b"grpc-status", b"14"), (b"grpc-message", b"Too many pings")]
+    for sid in (one, three):
+        rig.server.send_headers(sid, [*RESPONSE_HEADERS, *status], end_stream=True)
+        rig.server.reset_stream(sid, wire.NO_ERROR)
+    rig.pump(client_reads=False)
+    sent = _frames(rig.take("client"))
+    assert [(t, sid) for t, _, sid, _ in sent] == [(wire.HEADERS, one), (wire.RST_STREAM, one), (wire.HEADERS, three),
+                                                  (wire.RST_STREAM, three)]  # fmt: skip
+    ends = _of(rig, "call_end")
+    assert [(e.call, e.status, e.details, e.cause) for e in ends] == [
+        (f"c1.{one}", "UNAVAILABLE", "Too many pings", "error"), (f"c1.{three}", "UNAVAILABLE", "Too many pings", "error")]  # fmt: skip
+    assert not _of(rig, "cancel")
+    assert "linger" in rig.armed
+    rig.lose("upstream")
+    assert rig.core.up is Upstream.LOST and len(_of(rig, "call_end")) == 2
+    rig.fire_timers()
+    assert rig.closed("client")
+
+
+def test_upstream_error_goaway_then_close_ends_what_is_left_as_upstream_disconnect() -> None:
+    """A call the upstream did not end before it closed: upstream_disconnect, the proxy's UNAVAILABLE to the client."""
+    rig, one, three = _error_goaway()
+    rig.take("client")
+    rig.lose("upstream")
+    sent = rig.take("client")
+    assert [(t, sid) for t, _, sid, _ in _frames(sent) if t == wire.HEADERS] == [(wire.HEADERS, one), (wire.HEADERS, three)]
+    assert b"upstream connection lost" in sent
     assert [(r.kind, r.cause) for r in rig.records if r.kind in ("cancel", "call_end")] == [
-        ("cancel", "upstream_disconnect"), ("call_end", "upstream_disconnect")]  # fmt: skip
+        ("cancel", "upstream_disconnect"), ("call_end", "upstream_disconnect")] * 2  # fmt: skip
+    assert not any(r.forwarded_upstream for r in _of(rig, "cancel"))
+
+
+def test_upstream_error_goaway_without_a_close_is_closed_by_its_timer() -> None:
+    """An upstream that sent an error GOAWAY must close the connection (RFC 9113 5.4.1); one that does not is
+    closed after the linger, and its calls end as upstream_disconnect."""
+    rig, _, _ = _error_goaway()
+    rig.fire_timers()
+    assert rig.closed("upstream") and not rig.closed("client")
+    rig.lose("upstream")
+    assert {e.cause for e in _of(rig, "call_end")} == {"upstream_disconnect"}
+
+
+def test_upstream_error_goaway_refuses_calls_above_its_last_stream_id_and_forwards_nothing_more() -> None:
+    """Call 3 above the error GOAWAY's last id (1) never ran: REFUSED_STREAM. A cancel of call 1 after it is
+    recorded but not sent to an upstream that is ending the connection; new calls are refused."""
+    rig, one, three = _error_goaway(last=1)
+    sent = rig.take("client")
+    assert [(sid, p) for t, _, sid, p in _frames(sent) if t == wire.RST_STREAM] == [(three, b"\0\0\0\x07")]
+    (refused,) = _of(rig, "call_end")
+    assert (refused.call, refused.refused, refused.cause) == (f"c1.{three}", True, "upstream_disconnect")
+    rig.take("upstream")
+    rig.down(wire.rst_stream(one, wire.CANCEL) + wire.frame(wire.PING, 0, 0, bytes(8)))
+    assert rig.take("upstream") == b""
+    (cancel,) = _of(rig, "cancel")
+    assert (cancel.call, cancel.cause, cancel.forwarded_upstream) == (f"c1.{one}", "client_cancel", False)
+
+
+def test_a_second_upstream_error_goaway_never_raises_the_last_stream_id() -> None:
+    """The client is told the error again under the lower last stream id it was given; one violation only."""
+    rig, one, _ = _error_goaway(last=1)
+    rig.take("client")
+    rig.up(wire.goaway(7, wire.INTERNAL_ERROR, b"again"))
+    assert _goaways(rig.take("client")) == [(one, wire.INTERNAL_ERROR)]
+    assert len(_of(rig, "protocol_error")) == 1 and rig.core.up is Upstream.ENDING
 
 
 def _crossing_the_shutdown_goaway() -> tuple[CoreRig, int]:
