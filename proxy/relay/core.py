@@ -125,6 +125,7 @@ class H2Core:
         "_c2s_q",
         "_c2s_w",
         "_client_settings",
+        "_cut",
         "_job",
         "_kept_back",
         "_late",
@@ -201,7 +202,9 @@ class H2Core:
         # (``:authority``) or keeps one back: the upstream's HPACK table then no longer mirrors
         # the client's, and literal-only blocks are valid against any table state.
         self.reencode_c2s = shared.authority is not None
-        self._record = MessageRecorder(self.opts, shared.emit_message).record
+        recorder = MessageRecorder(self.opts, shared.emit_message)
+        self._record = recorder.record
+        self._cut = recorder.cut
         self._late = LateWatch(shared.emit, conn_id)
         # (monotonic) when the last call ended: _end reads the clock once, for its record and LateWatch
         self._t_end = 0
@@ -760,6 +763,7 @@ class H2Core:
         code = int(raw)
         cause = causes.upstream_status_cause(code, call.timeout_ms, (_monotonic_ns() - call.t0) / 1e6)
         if cause == "deadline":
+            self._cut_request(call)
             in_flight, responded = call.inflight.snapshot()
             self.emit(
                 ev.CallCancelled(
@@ -796,6 +800,7 @@ class H2Core:
             forwarded = True
             rst_us = (time.monotonic_ns() - learned) / 1e3
             self._late.watch(call)
+        self._cut_request(call)
         self.emit(
             ev.CallCancelled(
                 t_ns=time.time_ns(), call=call.id, cause=cause, in_flight=in_flight, responded=responded,  # type: ignore[arg-type]
@@ -808,6 +813,13 @@ class H2Core:
             self._fail_c2s(call, cause, *answer)
             return
         self._end(call, cause, ev.cancel_status(cause, rst_code), None, None)
+
+    def _cut_request(self, call: Call) -> None:
+        """The call ends while its client is still sending a message (Triton's deadline or error, a cancel, a lost
+        connection): what arrived of it goes on record, as a message Triton never had whole, before the records
+        that end the call (a reader takes the first of them for the end)."""
+        if call.c2s_asm.partial:
+            self._cut(call, C2S)
 
     def _cancel_all(self, cause: str) -> Job:
         for call in list(self.calls.values()):
@@ -835,6 +847,7 @@ class H2Core:
         call.ended = True
         self.calls.pop(call.sid, None)
         self.shared.open_calls -= 1
+        self._cut_request(call)
         # The relay holds nothing per call: what the client did not get is in the socket buffer,
         # shared by every call of the connection, so it can be told only when that is empty.
         undelivered = 0 if not self.client_live or not self._buffered() else None

@@ -115,22 +115,48 @@ class MessageRecorder:
                     cut, withheld = truncated, False
                     if direction == C2S and mkind and opts.redact_inputs:
                         body, parts, digest, cut, withheld = self._redacted(fields, body, parts, digest, flag, truncated)
-                    cap = opts.payload_cap
-                    fields["payload_sha256"] = digest
-                    shown = body if cap is None else body[:cap]
-                    if withheld:
-                        pass
-                    elif parts is not None:
-                        fields["payload_at"] = parts  # written with one writev, never joined
-                    elif len(shown) >= SIDE_MIN_BYTES and opts.payload_store == "side":
-                        # The bytes ride in payload_at to the writer thread, which puts them in the side
-                        # file and writes [offset, length] instead (proxy/capture/sidefile.py): no base64.
-                        fields["payload_at"] = shown
-                    else:
-                        fields["payload"] = base64.b64encode(shown).decode("ascii")
-                    fields["payload_truncated"] = cut or len(shown) < len(body)
+                    self._store(fields, body, parts, digest, cut, withheld)
             # Not ev.MessageSeen(...): its frozen __init__ costs ~10x (proxy/relay/records.py).
             emit(make_message(t_ns, call.id, dname, idx, length, bool(flag), fields))
+
+    def _store(
+        self, fields: dict[str, Any], body: bytes, parts: list[bytes] | None, digest: str | None, cut: bool,
+        withheld: bool,
+    ) -> None:  # fmt: skip
+        """``--payload full``: the message's bytes (or where they go, up to the byte cap) and their hash."""
+        opts = self.opts
+        cap = opts.payload_cap
+        fields["payload_sha256"] = digest
+        shown = body if cap is None else body[:cap]
+        if withheld:
+            pass
+        elif parts is not None:
+            fields["payload_at"] = parts  # written with one writev, never joined
+        elif len(shown) >= SIDE_MIN_BYTES and opts.payload_store == "side":
+            # The bytes ride in payload_at to the writer thread, which puts them in the side
+            # file and writes [offset, length] instead (proxy/capture/sidefile.py): no base64.
+            fields["payload_at"] = shown
+        else:
+            fields["payload"] = base64.b64encode(shown).decode("ascii")
+        fields["payload_truncated"] = cut or len(shown) < len(body)
+
+    def cut(self, call: Call, direction: int) -> None:
+        """The call ended with a message of ``direction`` unfinished: one record of the bytes that arrived
+        (``size``), never labelled (the upstream never had the message whole, nor the client its response)."""
+        got = (call.c2s_asm if direction == C2S else call.s2c_asm).take_unfinished()
+        if got is None:
+            return
+        flag, length, arrived, kept, digest = got
+        idx = call.index[direction]
+        call.index[direction] = idx + 1
+        said = "inside its 5-byte length prefix" if length is None else f"after {arrived} of its {length} bytes"
+        fields: dict[str, Any] = {"decode_error": f"{ev.MESSAGE_CUT} ({said})"}
+        if self.opts.payload == "full":
+            # Withheld under --redact-input: a cut request cannot be proven free of the named tensors.
+            withheld = direction == C2S and bool(self.opts.redact_inputs)
+            self._store(fields, b"" if withheld else kept, None, None if withheld else digest, True, withheld)
+        emit = self.emit
+        emit(make_message(_time_ns(), call.id, "c2s" if direction == C2S else "s2c", idx, arrived, bool(flag), fields))
 
     def _redacted(
         self, fields: dict[str, Any], body: bytes, parts: list[bytes] | None, digest: str | None, flag: int,

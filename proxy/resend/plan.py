@@ -224,6 +224,10 @@ def _feed(call: CallScript, rec: ev.Record) -> None:
         call._c2s_bytes += rec.size
         if rec.decode_error is not None and rec.decode_error.startswith(ev.BODY_CUT):
             call._cut_marked = True
+        if rec.decode_error is not None and rec.decode_error.startswith(ev.MESSAGE_CUT):
+            # A gRPC request the call's end cut: its bytes are not a message (their cap is not why).
+            call.unsendable = call.unsendable or CUT_SHORT
+            return
         why = _why_unsendable(rec) if not (rec.size == 0 and protocol(call.method) == "http") else None
         if why is not None:
             call.unsendable = call.unsendable or why

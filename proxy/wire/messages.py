@@ -111,6 +111,21 @@ class Assembler:
                 self._parts = []
         return out
 
+    def take_unfinished(self) -> tuple[int, int | None, int, bytes, str | None] | None:
+        """The message whose end has not come, as far as it came, forgotten (bytes after it start a new one):
+        ``(flag, declared length, body bytes that arrived, kept bytes, sha256 of the bytes that arrived)``;
+        the length is None while its 5-byte prefix is incomplete. None when no message is unfinished."""
+        got: tuple[int, int | None, int, bytes, str | None] | None = None
+        if self._remaining >= 0:
+            digest = self._hash.hexdigest() if self._hash is not None else None
+            got = self._flag, self._length, self._length - self._remaining, b"".join(self._parts), digest
+        elif self._hdr:
+            got = self._hdr[0], None, 0, b"", None
+        self._hdr.clear()
+        self._remaining = -1
+        self._parts = []
+        return got
+
     def _whole(self, buf: bytes, out: list[tuple[int, int, Body, bool, str | None]]) -> int:
         """Appends the whole messages at the start of ``buf`` (each at most ``keep`` bytes, no
         hashing) to ``out``, as the loop of :meth:`feed` would; returns the index it stopped at."""

@@ -190,6 +190,9 @@ BODY_CUT = f"{PARTIAL_BODY}: cut short, the connection ended before the body did
 BODY_BEFORE_REPLY = f"{PARTIAL_BODY}: the request body had not ended when Triton's reply was recorded"
 #: The rest of a request body after Triton's early reply (the call's previous ``c2s`` record holds its start).
 BODY_REST = f"{PARTIAL_BODY}: the rest of the request body after Triton's early reply"
+#: gRPC: a message the call's end cut (a request still uploading when Triton ended the call, a cancel or a
+#: lost connection mid-message): the record holds the bytes that arrived, and its ``size`` counts them.
+MESSAGE_CUT = f"{PARTIAL_BODY}: the call ended before the gRPC message did"
 #: An event-stream body's bytes after its last blank line when the body ended: no event by the SSE
 #: rules (a browser's EventSource discards it), recorded so its bytes are counted; ``final`` false.
 EVENT_UNTERMINATED = "event not terminated by a blank line before the body ended (an SSE client discards it)"
@@ -302,7 +305,8 @@ class MessageSeen:
         str | None,
         "why the message could not be decoded as the method's type, else null; HTTP: begins with `partial body` "
         "when the record's bytes are not the whole body (cut short by a lost connection, or a request body "
-        "split by Triton's early reply), and says so for an event-stream body's unterminated last event",
+        "split by Triton's early reply), and says so for an event-stream body's unterminated last event; gRPC: "
+        "begins with `partial body` for a message the call's end cut (the bytes that arrived, never labelled)",
     ] = None
     finish_reason: Annotated[
         str | None, "OpenAI replies and chunks: the first non-null `choices[].finish_reason`, else null"

@@ -87,6 +87,12 @@ class RawClient:
         self.conn.send_data(sid, b"\x00" + struct.pack(">I", len(body)) + body, end_stream=end)
         self._write()
 
+    def send_bytes(self, sid: int, data: bytes) -> None:
+        """``data`` on the stream as it is (a gRPC message's start, say), in frames of at most 16 KiB."""
+        for i in range(0, len(data), 16384):
+            self.conn.send_data(sid, data[i : i + 16384])
+        self._write()
+
     def reset(self, sid: int) -> None:
         self.conn.reset_stream(sid, CANCEL)
         self._write()

@@ -10,6 +10,8 @@ proxy_error).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from typing import Any
 
 import h2.events
@@ -24,7 +26,9 @@ from proxy.relay.lifecycle import Upstream
 from proxy.relay.options import REDACTED, RelayOptions
 from proxy.wire import frames as wire
 from proxy.wire.messages import Assembler
+from replay.capture import events as ev
 from tests.support.h2conv import (
+    INFER,
     RESPONSE_HEADERS,
     STREAM,
     CoreRig,
@@ -881,3 +885,57 @@ def test_a_request_naming_a_model_is_labelled_with_it(method: bytes, body: bytes
     rig.pump()
     (req,) = [m for m in _of(rig, "message") if m.dir == "c2s"]
     assert (req.model, req.model_version, req.decode_error and req.decode_error[:42]) == want
+
+
+# --- a message the call's end cut ---------------------------------------------------------------------
+
+
+def _cut_request(options: RelayOptions | None = None) -> tuple[CoreRig, bytes]:
+    """A client 30,000 bytes into a 100 kB request when Triton ends the call at its deadline."""
+    rig = CoreRig({"options": options or RelayOptions()})
+    rig.pump()
+    sid = rig.open_call(request_headers(INFER, (b"grpc-timeout", b"1u")))  # (past by the time it ends)
+    rig.pump()
+    message = infer_request("big", 100_000)
+    rig.down(wire.frame(wire.DATA, 0, sid, message[:15_000]) + wire.frame(wire.DATA, 0, sid, message[15_000:30_000]))
+    assert rig.server is not None
+    rig.server.send_headers(sid, [*RESPONSE_HEADERS, (b"grpc-status", b"4"), (b"grpc-message", b"Deadline Exceeded")],
+                            end_stream=True)  # fmt: skip
+    rig.pump(client_reads=False)
+    return rig, message
+
+
+def test_a_request_the_calls_end_cut_is_recorded_as_far_as_it_came() -> None:
+    """Triton ends the call while the client is still sending its request: the bytes that arrived are one
+    `partial body` message record (never labelled: Triton never had the request whole), counted by call_end."""
+    rig, message = _cut_request()
+    (cut,) = _of(rig, "message")
+    assert (cut.dir, cut.index, cut.size, cut.request_id, cut.model) == ("c2s", 0, 30_000 - 5, None, None)
+    assert cut.decode_error == f"{ev.MESSAGE_CUT} (after 29995 of its {len(message) - 5} bytes)"
+    assert ev.partial_body(cut.decode_error) and cut.payload is None and cut.payload_sha256 is None
+    (end,) = _of(rig, "call_end")
+    assert (end.messages_c2s, end.status, end.cause) == (1, "DEADLINE_EXCEEDED", "deadline")
+    assert _kinds(rig)[-3:] == ["message", "cancel", "call_end"]  # (a reader takes the first end record as the end)
+
+
+def test_a_cut_request_keeps_its_bytes_with_payload_full_and_none_under_redaction() -> None:
+    rig, message = _cut_request(RelayOptions(payload="full", payload_store="inline"))
+    (cut,) = _of(rig, "message")
+    arrived = message[5:30_000]
+    assert base64.b64decode(cut.payload) == arrived and cut.payload_truncated
+    assert cut.payload_sha256 == hashlib.sha256(arrived).hexdigest()
+    rig, _ = _cut_request(RelayOptions(payload="full", redact_inputs=frozenset({"INPUT"}), redact_key=b"k"))
+    (cut,) = _of(rig, "message")
+    assert cut.payload is None and cut.payload_at is None and cut.payload_sha256 is None and cut.size == 29995
+
+
+def test_a_length_prefix_the_calls_end_cut_is_a_message_of_no_bytes() -> None:
+    rig = CoreRig()
+    rig.pump()
+    sid = rig.open_call()
+    rig.pump()
+    rig.down(wire.frame(wire.DATA, 0, sid, b"\0\0\0"))
+    rig.down(wire.rst_stream(sid, wire.CANCEL))
+    (cut,) = _of(rig, "message")
+    assert (cut.size, cut.decode_error) == (0, f"{ev.MESSAGE_CUT} (inside its 5-byte length prefix)")
+    assert _kinds(rig)[-3:] == ["message", "cancel", "call_end"]

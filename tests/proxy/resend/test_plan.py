@@ -105,6 +105,8 @@ def test_hop_by_hop_headers_are_dropped_and_redacted_values_left_out_unless_give
     [
         (_msg(payload=None, payload_truncated=None), NO_BYTES),
         (_msg(payload_truncated=True), CUT),
+        (_msg(body=_request()[:20], payload_truncated=True, model=None, decode_error=f"{ev.MESSAGE_CUT} (after 20 of its 90 bytes)"),
+         CUT_SHORT),
         (_msg(inputs=[ev.TensorSpec(name="PROMPT", datatype="BYTES", shape=[1], size=9, hmac_sha256="ab")]), REDACTED_INPUT),
     ],
 )
