@@ -28,6 +28,7 @@ import structlog
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from replay.capture.events import PARTIAL_BODY
 from replay.capture.methods import short_method
 
 log = structlog.get_logger("triton_tap.calls")
@@ -78,11 +79,13 @@ class ProxyMetrics(Collector):
         self.open[method] = self.open.get(method, 1) - 1
 
     def message(self, direction: str, size: int, t_ns: int) -> None:
-        """A message crossed the proxy (its forwarding latency ends at the next :meth:`forwarded`)."""
+        """A message crossed the proxy (its forwarding latency, when ``t_ns`` is not 0, ends at the next
+        :meth:`forwarded`)."""
         i = 0 if direction == "c2s" else 1
         self.messages[i] += 1
         self.bytes[i] += size
-        self._pending.append(t_ns)
+        if t_ns:
+            self._pending.append(t_ns)
 
     def forwarded(self) -> None:
         """The read that carried the pending messages has been handled and relayed (the relay's ``after_read``)."""
@@ -165,7 +168,10 @@ class RecordObserver:
         m = self._metrics
         if kind == "message":
             if m is not None:
-                m.message(record.dir, record.size, record.t_ns)
+                # A body or message cut short is no message forwarded: no latency (it may be written outside
+                # any read, where the next read of any connection would end its sample).
+                why = record.decode_error
+                m.message(record.dir, record.size, record.t_ns if why is None or not why.startswith(PARTIAL_BODY) else 0)
         elif kind == "call_start":
             method = short_method(record.method)
             self._calls[record.call] = (method, record.peer)

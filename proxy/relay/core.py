@@ -540,7 +540,9 @@ class H2Core:
             return
         if ftype == _DATA:
             call = self.calls.get(sid)
-            if call is not None:
+            if call is not None and self.up is _U_OPEN:
+                # (Not while the upstream is ending the connection: those bytes never reach it, and a request
+                # it had part of is recorded as far as it got, when the call ends.)
                 self._record(call, C2S, wire.data_payload(flags, payload))
                 if flags & _END_STREAM:
                     self.emit(make_half_close(time.time_ns(), call.id, {}))

@@ -324,6 +324,8 @@ class _Builder:
         call = self.calls[cid]
         if isinstance(rec, ev.MessageSeen):
             if rec.dir == "c2s":
+                if rec.decode_error is not None and rec.decode_error.startswith(ev.MESSAGE_CUT):
+                    return  # what arrived of a request the call's end cut: Triton never had a request
                 call.add_request(seq, rec)
             else:
                 call.add_response(seq, rec, request_seq)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from proxy.ops.observe import LATENCY_BUCKETS, ProxyMetrics
+from proxy.ops.observe import LATENCY_BUCKETS, ProxyMetrics, RecordObserver
+from replay.capture import events as ev
 
 
 def test_messages_wait_for_the_end_of_their_read() -> None:
@@ -23,3 +24,18 @@ def test_messages_wait_for_the_end_of_their_read() -> None:
     m.message("s2c", 5, time.time_ns() - 15 * 10**7)  # observed 0.15 s ago: the 0.25 s bucket (0.1 s of slack)
     m.forwarded()
     assert m.latency_counts[LATENCY_BUCKETS.index(0.25)] == 1 and m.messages == [1, 2]
+
+
+def test_a_message_cut_short_is_counted_but_never_timed() -> None:
+    """A record of a body or message the call's end cut (``partial body``) is written when the call ends, often
+    outside any read: timed, the next read of any connection would book the idle time as its latency."""
+    m = ProxyMetrics()
+    observe = RecordObserver(lambda _r: None, m)
+    long_ago = time.time_ns() - 10**9
+    observe(ev.MessageSeen(t_ns=long_ago, call="c1.1", dir="c2s", index=0, size=7, compressed=False,
+                           decode_error=f"{ev.MESSAGE_CUT} (after 7 of its 100 bytes)"))  # fmt: skip
+    m.forwarded()
+    assert m.messages == [1, 0] and m.bytes == [7, 0] and sum(m.latency_counts) == 0
+    observe(ev.MessageSeen(t_ns=long_ago, call="c1.1", dir="c2s", index=1, size=7, compressed=False))
+    m.forwarded()
+    assert sum(m.latency_counts) == 1

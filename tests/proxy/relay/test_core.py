@@ -939,3 +939,27 @@ def test_a_length_prefix_the_calls_end_cut_is_a_message_of_no_bytes() -> None:
     (cut,) = _of(rig, "message")
     assert (cut.size, cut.decode_error) == (0, f"{ev.MESSAGE_CUT} (inside its 5-byte length prefix)")
     assert _kinds(rig)[-3:] == ["message", "cancel", "call_end"]
+
+
+def test_what_a_client_sends_while_the_upstream_is_ending_is_no_message_relayed() -> None:
+    """Nothing goes to an upstream that sent an error GOAWAY: the client's bytes after it are no message Triton
+    got, and the request Triton had part of is recorded as far as it got when the call ends."""
+    rig = CoreRig()
+    rig.pump()
+    sid = rig.open_call(request_headers(STREAM))
+    rig.pump()
+    first = infer_request("a", 1000)
+    rig.down(wire.frame(wire.DATA, 0, sid, first[:100]))
+    rig.take("upstream")
+    rig.up(wire.goaway(sid, ENHANCE_YOUR_CALM, b"too_many_pings"))
+    rig.down(wire.frame(wire.DATA, 0, sid, first[100:]) + wire.frame(wire.DATA, wire.END_STREAM, sid, infer_request("b")))
+    assert rig.take("upstream") == b""
+    assert not _of(rig, "message") and not _of(rig, "half_close")
+    assert rig.server is not None
+    rig.server.send_headers(sid, [*RESPONSE_HEADERS, (b"grpc-status", b"14"), (b"grpc-message", b"Too many pings")],
+                            end_stream=True)  # fmt: skip
+    rig.pump(client_reads=False)
+    (cut,) = _of(rig, "message")
+    assert cut.size == 95 and cut.decode_error == f"{ev.MESSAGE_CUT} (after 95 of its {len(first) - 5} bytes)"
+    (end,) = _of(rig, "call_end")
+    assert (end.messages_c2s, end.details) == (1, "Too many pings")

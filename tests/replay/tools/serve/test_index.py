@@ -152,3 +152,20 @@ def test_a_cancel_whose_call_end_is_lost_ends_with_the_status_of_its_reset_code(
         assert end is not None and (end.cause, end.status) == ("client_cancel", status)
     finally:
         cap.close()
+
+
+def test_a_request_the_calls_end_cut_is_no_request_to_answer() -> None:
+    """What arrived of a request cut by the call's end (Triton's deadline during the upload) is no request: serve
+    waits from the call's start, as for a call with no request, not from the moment the end cut it."""
+    b = Builder(payload="full").start()
+    b.call("c1.1", method="/inference.GRPCInferenceService/RepositoryModelLoad", timeout_ms=500)
+    b.tick(500)
+    b.records.append(ev.MessageSeen(t_ns=b.t, call="c1.1", dir="c2s", index=0, size=100, compressed=False,
+                                    decode_error=f"{ev.MESSAGE_CUT} (after 100 of its 5000 bytes)"))  # fmt: skip
+    b.end("c1.1", "DEADLINE_EXCEEDED", cause="deadline", ms=0)
+    cap = load(b.records)
+    try:
+        call = cap.calls["c1.1"]
+        assert call.first_request_t == call.t_start and not list(call.requests())
+    finally:
+        cap.close()
