@@ -158,6 +158,9 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
     lost = f", {s['unattributable_changed']} unattributable count(s) changed" if s["unattributable_changed"] else ""
     if s["raced"]:
         lost += f", {s['raced']} count(s) raced their client's end (not changes)"
+    if s["refused_a"] or s["refused_b"]:
+        lost += (f", refused unprocessed (crossed a GOAWAY; left out): {s['refused_a']} call(s) in A, "
+                 f"{s['refused_b']} in B")  # fmt: skip
     console.print(
         f"{verdict}: {s['paired']} request(s) paired, {s['changed']} changed, {s['only_a']} only in A, "
         f"{s['only_b']} only in B, {s['calls_changed']} other call count(s) changed{lost}{moved} "

@@ -41,6 +41,9 @@ class CaptureSummary:
     #: The HTTP inference requests, key kinds ``http infer``, ``http generate_stream``... (:func:`match_kind`):
     #: a gRPC request and an HTTP one never match.
     http_candidates: list[Candidate] = field(default_factory=list)
+    #: Calls the recording proxy refused unprocessed (``call_end.refused``: they crossed a GOAWAY, and their
+    #: clients may have sent them again as calls of their own): no candidates, and ``diff`` leaves them out.
+    refused: frozenset[str] = frozenset()
     _outcomes: dict[tuple[str, int], RequestOutcome] | None = field(default=None, repr=False)
 
     @property
@@ -168,6 +171,7 @@ def summarize(capture: CaptureSource, observe: Observer | None = None) -> Captur
     tracker = Tracker(on_response=attributed, on_adopt=lambda cid, _conn, _rec: requests.started(cid, START_NOT_READ))
     tracker.watch(reader)
     modes: set[str] = set()
+    refused: set[str] = set()
     for seq, rec in records:
         last[0] = -1  # seqs are per worker chain: a stale attribution of an equal seq must not count
         tracker.feed(seq, rec)
@@ -186,6 +190,9 @@ def summarize(capture: CaptureSource, observe: Observer | None = None) -> Captur
             continue
         elif isinstance(rec, ev.CallEnded):
             requests.end(cid)
+            if rec.refused:
+                refused.add(cid)
+                requests.by_call.pop(cid, None)
         elif isinstance(rec, ev.MessageSeen) and rec.dir == "c2s":
             requests.request(cid, seq, rec)
         if observe is not None:
@@ -193,4 +200,4 @@ def summarize(capture: CaptureSource, observe: Observer | None = None) -> Captur
             observe(seq, rec, cid, last[1] if is_response else None)
     outcomes = tracker.finish(reader.gaps, reader.warnings) if reader is not None else tracker.finish()
     return CaptureSummary(candidates=requests.candidates(), outcomes=outcomes, payload_modes=modes,
-                          http_candidates=requests.candidates(http=True))
+                          http_candidates=requests.candidates(http=True), refused=frozenset(refused))

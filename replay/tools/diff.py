@@ -100,6 +100,10 @@ class DiffResult:
     #: Per model: what moved (:mod:`replay.tools.regression`); a percentile beyond tolerance is a difference.
     models: tuple[ModelRegression, ...] = ()
     tolerance_pct: float = 0.0
+    #: Calls each capture's proxy refused unprocessed (``call_end.refused``), left out of the comparison: such a
+    #: call never ran, and its client may have sent it again, a call of its own that is compared.
+    refused_a: int = 0
+    refused_b: int = 0
 
     @property
     def changed(self) -> list[Pair]:
@@ -161,6 +165,8 @@ class DiffResult:
                 "holes_b": len(self.holes_b),
                 "models_slower": len(self.slower),
                 "models_faster": len(self.faster),
+                "refused_a": self.refused_a,
+                "refused_b": self.refused_b,
             },
         }
 
@@ -318,13 +324,13 @@ def diff(
         paired_a.add((ra.call, ra.seq))
         changes, race, late = compare(ra, rb, causes_a, causes_b, threshold_ms, tolerance_pct, totals_a, totals_b)
         pairs.append(Pair(a=ra, b=rb, by=m.by, changes=changes, raced=race, cut_ms=late))
-    only_a = tuple(r for r in a.outcomes.requests if (r.call, r.seq) not in paired_a)
+    only_a = tuple(r for r in a.outcomes.requests if (r.call, r.seq) not in paired_a and r.call not in a.refused)
     back = {new: old for old, new in (model_map or {}).items()}
     models = per_model(((p.a, p.b, {c.field for c in p.changes}) for p in pairs), only_a, only_b, Tolerance(ms=threshold_ms, pct=tolerance_pct), back)
     return DiffResult(pairs=tuple(pairs), only_a=only_a, only_b=tuple(only_b), threshold_ms=threshold_ms,
                       strategies=tuple(strategies), calls=other_calls(a, b), unattributable=unattributable(a, b),
                       holes_a=a.outcomes.gaps, holes_b=b.outcomes.gaps, models=tuple(models),
-                      tolerance_pct=tolerance_pct)  # fmt: skip
+                      tolerance_pct=tolerance_pct, refused_a=len(a.refused), refused_b=len(b.refused))  # fmt: skip
 
 
 def _renamed(candidates: Sequence[Candidate], model_map: Mapping[str, str]) -> list[Candidate]:
@@ -351,7 +357,8 @@ def _other_key(call: CallOutcome, unnamed: Collection[str]) -> str:
 
 
 def _other_counts(c: CaptureSummary, unnamed: Collection[str]) -> Counter[str]:
-    return Counter(_other_key(call, unnamed) for call in c.outcomes.calls if not is_inference(call.method))
+    return Counter(_other_key(call, unnamed) for call in c.outcomes.calls
+                   if not is_inference(call.method) and call.call not in c.refused)  # fmt: skip
 
 
 def _unnamed(*captures: CaptureSummary) -> set[str]:

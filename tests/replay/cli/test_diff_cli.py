@@ -42,7 +42,8 @@ def test_json_document(capsys: pytest.CaptureFixture[str]) -> None:
     assert [r["request_id"] for r in doc["only_a"]] == ["due", "not-due"]
     assert [r["request_id"] for r in doc["only_b"]] == ["r1"]
     assert doc["summary"] == {"paired": 0, "changed": 0, "raced": 0, "only_a": 2, "only_b": 1, "calls_changed": 0, "unattributable_changed": 0,
-                              "holes_a": 0, "holes_b": 0, "models_slower": 0, "models_faster": 0}
+                              "holes_a": 0, "holes_b": 0, "models_slower": 0, "models_faster": 0, "refused_a": 0,
+                              "refused_b": 0}
 
 
 def test_unreadable_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

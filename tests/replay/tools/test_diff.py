@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
+from replay.capture import events as ev
 from replay.capture.holes import Gap
 from replay.tools.captured import CaptureSummary, summarize
 from replay.tools.diff import Change, DiffResult, Pair, diff
@@ -102,7 +103,8 @@ def test_json_document_lists_changes_per_request() -> None:
     doc = _diff(_stream(), _stream(final=False)).to_json()
     assert doc["equivalent"] is False
     assert doc["summary"] == {"paired": 1, "changed": 1, "raced": 0, "only_a": 0, "only_b": 0, "calls_changed": 0, "unattributable_changed": 0,
-                              "holes_a": 0, "holes_b": 0, "models_slower": 0, "models_faster": 0}
+                              "holes_a": 0, "holes_b": 0, "models_slower": 0, "models_faster": 0, "refused_a": 0,
+                              "refused_b": 0}
     assert {"field": "final", "a": True, "b": False} in doc["requests"][0]["changes"]
 
 
@@ -239,7 +241,7 @@ def test_json_document_in_full(tmp_path: Path) -> None:
     model = {"model": "tokens", "requests_a": 1, "requests_b": 1, "only_a": 0, "only_b": 0, "outcome_changes": {},
              "responses_changed": 0, "final_changed": 0, "error_changed": 0, "timings": timings, "changed": False}  # fmt: skip
     summary = {"paired": 1, "changed": 0, "raced": 0, "only_a": 0, "only_b": 0, "calls_changed": 1, "unattributable_changed": 0, "holes_a": 1, "holes_b": 2,
-               "models_slower": 0, "models_faster": 0}
+               "models_slower": 0, "models_faster": 0, "refused_a": 0, "refused_b": 0}
     assert doc == {
         "equivalent": False,
         "threshold_ms": 50.0,
@@ -899,3 +901,26 @@ def test_a_capture_from_before_readiness_requests_named_their_model_is_compared_
     assert _diff(old, _asked(True)).equivalent and _diff(_asked(True), old).equivalent
     result = _diff(old, _asked(False))
     assert {c.field: (c.a, c.b) for c in result.calls} == {"ModelReady OK ready": (1, 0), "ModelReady OK not ready": (0, 1)}
+
+
+def test_a_call_refused_unprocessed_is_left_out_and_counted() -> None:
+    """A call the proxy refused (it crossed a GOAWAY: REFUSED_STREAM, ``call_end.refused``) never ran, and its
+    client sent it again as a call of its own: compared, that attempt would be a request only in A."""
+    a = Builder(payload="meta").start()
+    a.call("c1.3")
+    a.request("c1.3", "r1")
+    a.tick()
+    a.records.append(ev.CallEnded(t_ns=a.t, call="c1.3", status="UNAVAILABLE", cause="upstream_disconnect",
+                                  details="triton-tap: upstream connection is shutting down (GOAWAY)", trailers=None,
+                                  initial_metadata=None, duration_ms=1.0, messages_c2s=1, messages_s2c=0,
+                                  upstream_rst_code=7, refused=True))  # fmt: skip
+    a.call("c2.1")
+    a.request("c2.1", "r1")
+    a.response("c2.1", "r1", "hi-0", ms=5.0)
+    a.response("c2.1", "r1", None, final=True)
+    a.half_close("c2.1")
+    a.end("c2.1")
+    result = _diff(a.finish(), _stream())
+    assert result.equivalent and len(result.pairs) == 1 and not result.only_a
+    assert (result.refused_a, result.refused_b) == (1, 0)
+    assert result.to_json()["summary"]["refused_a"] == 1
