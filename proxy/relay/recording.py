@@ -151,10 +151,15 @@ class MessageRecorder:
         call.index[direction] = idx + 1
         said = "inside its 5-byte length prefix" if length is None else f"after {arrived} of its {length} bytes"
         fields: dict[str, Any] = {"decode_error": f"{ev.MESSAGE_CUT} ({said})"}
-        if self.opts.payload == "full":
-            # Withheld under --redact-input: a cut request cannot be proven free of the named tensors.
-            withheld = direction == C2S and bool(self.opts.redact_inputs)
-            self._store(fields, b"" if withheld else kept, None, None if withheld else digest, True, withheld)
+        opts = self.opts
+        if opts.payload == "full":
+            if direction == C2S and opts.redact_inputs:
+                # Withheld: a cut request cannot be proven free of the named tensors.
+                self._store(fields, b"", None, None, True, True)
+            elif arrived >= LABEL_KEEP and len(kept) > 1 and opts.payload_cap is None and opts.payload_store == "side":
+                self._store(fields, b"", kept, digest, True, False)  # to the side file as it came, never joined
+            else:
+                self._store(fields, b"".join(kept), None, digest, True, False)
         emit = self.emit
         emit(make_message(_time_ns(), call.id, "c2s" if direction == C2S else "s2c", idx, arrived, bool(flag), fields))
 

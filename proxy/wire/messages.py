@@ -111,16 +111,17 @@ class Assembler:
                 self._parts = []
         return out
 
-    def take_unfinished(self) -> tuple[int, int | None, int, bytes, str | None] | None:
+    def take_unfinished(self) -> tuple[int, int | None, int, list[bytes], str | None] | None:
         """The message whose end has not come, as far as it came, forgotten (bytes after it start a new one):
-        ``(flag, declared length, body bytes that arrived, kept bytes, sha256 of the bytes that arrived)``;
-        the length is None while its 5-byte prefix is incomplete. None when no message is unfinished."""
-        got: tuple[int, int | None, int, bytes, str | None] | None = None
+        ``(flag, declared length, body bytes that arrived, the kept bytes as the pieces they came in, sha256 of
+        the bytes that arrived)``; the length is None while its 5-byte prefix is incomplete. None when no
+        message is unfinished."""
+        got: tuple[int, int | None, int, list[bytes], str | None] | None = None
         if self._remaining >= 0:
             digest = self._hash.hexdigest() if self._hash is not None else None
-            got = self._flag, self._length, self._length - self._remaining, b"".join(self._parts), digest
+            got = self._flag, self._length, self._length - self._remaining, self._parts, digest
         elif self._hdr:
-            got = self._hdr[0], None, 0, b"", None
+            got = self._hdr[0], None, 0, [], None
         self._hdr.clear()
         self._remaining = -1
         self._parts = []

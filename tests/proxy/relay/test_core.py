@@ -963,3 +963,21 @@ def test_what_a_client_sends_while_the_upstream_is_ending_is_no_message_relayed(
     assert cut.size == 95 and cut.decode_error == f"{ev.MESSAGE_CUT} (after 95 of its {len(first) - 5} bytes)"
     (end,) = _of(rig, "call_end")
     assert (end.messages_c2s, end.details) == (1, "Too many pings")
+
+
+def test_a_long_cut_request_goes_to_the_side_file_in_its_pieces() -> None:
+    """A cut request of 1 MiB or more with ``--payload full`` (side file, no cap) is handed to the writer as the
+    pieces it came in, as a whole one is: never joined on the event loop."""
+    rig = CoreRig({"options": RelayOptions(payload="full")})
+    rig.pump()
+    sid = rig.open_call()
+    rig.pump()
+    message = infer_request("big", 3 * LABEL_KEEP)
+    sent = 5 + LABEL_KEEP + 10
+    rig.down(b"".join(wire.frame(wire.DATA, 0, sid, message[i : min(i + 16384, sent)]) for i in range(0, sent, 16384)))
+    rig.down(wire.rst_stream(sid, wire.CANCEL))
+    (cut,) = _of(rig, "message")
+    assert cut.size == LABEL_KEEP + 10 and cut.payload is None and cut.payload_truncated
+    pieces = cut.payload_at
+    assert isinstance(pieces, list) and len(pieces) > 1 and b"".join(pieces) == message[5:sent]
+    assert cut.payload_sha256 == hashlib.sha256(message[5:sent]).hexdigest()
