@@ -609,6 +609,12 @@ class H2Core:
                 return
             if self.up is not Upstream.OPEN:
                 self._kept_back.add(sid)
+                if self.up is Upstream.ENDING:
+                    # Opened after the upstream's error GOAWAY (below its last stream id): it never reaches an
+                    # upstream that is ending the connection, so the client may retry it elsewhere.
+                    self._refuse(call, OWN_ANSWER + "upstream connection is ending (GOAWAY with an error): stream "
+                                 "not processed", "upstream_disconnect")  # fmt: skip
+                    return
                 self._fail_c2s(call, "upstream_disconnect", *PROXY_ANSWERS["upstream_disconnect"])
                 return
             self._forward_headers(sid, headers, end, raw)

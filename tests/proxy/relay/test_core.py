@@ -981,3 +981,19 @@ def test_a_long_cut_request_goes_to_the_side_file_in_its_pieces() -> None:
     pieces = cut.payload_at
     assert isinstance(pieces, list) and len(pieces) > 1 and b"".join(pieces) == message[5:sent]
     assert cut.payload_sha256 == hashlib.sha256(message[5:sent]).hexdigest()
+
+
+def test_a_call_opened_while_the_upstream_is_ending_is_refused_for_its_client_to_retry() -> None:
+    """Below the error GOAWAY's last stream id a client may still open calls; none reaches an upstream that is
+    ending the connection: REFUSED_STREAM (gRPC retries such a call on a new connection), ``refused``."""
+    rig, _, _ = _error_goaway(last=2**31 - 1)
+    rig.take("client")
+    rig.take("upstream")
+    five = rig.open_call()
+    rig.pump(client_reads=False)
+    assert rig.take("upstream") == b""
+    sent = rig.take("client")
+    assert [(sid, p) for t, _, sid, p in _frames(sent) if t == wire.RST_STREAM] == [(five, b"\0\0\0\x07")]
+    (end,) = _of(rig, "call_end")
+    assert (end.call, end.refused, end.status, end.cause) == (f"c1.{five}", True, "UNAVAILABLE", "upstream_disconnect")
+    assert "GOAWAY with an error" in end.details
