@@ -7,6 +7,7 @@ capture). The status vocabulary (``STATUS_NAMES``, ``STATUS_FOR_CAUSE``, ``RST_T
 
 from __future__ import annotations
 
+import math
 import re
 
 from replay.capture.events import RST_TO_STATUS as RST_TO_STATUS  # the capture's vocabulary, re-exported
@@ -60,13 +61,17 @@ def upstream_status_cause(code: int, timeout_ms: float | None, elapsed_ms: float
 
 
 def parse_grpc_timeout(value: str) -> float | None:
-    """``grpc-timeout`` header value -> milliseconds, or None when malformed."""
-    # gRPC: 1-8 ASCII digits and a unit. str.isdigit() would also take "²" and 5000-digit values
-    # (which int() refuses): a header from the wire must never raise.
+    """``grpc-timeout`` header value -> milliseconds, or None when malformed (or beyond any float).
+
+    gRPC's spec says 1-8 ASCII digits and a unit, but Triton's gRPC server (C-core) takes any number of
+    digits ("000000500m" ends the call after 500 ms): the deadline it keeps is the one recorded. float(), not
+    int(): int() refuses a string of more than 4300 digits, and a header from the wire must never raise
+    (str.isdigit() would also take "²")."""
     if not _TIMEOUT.fullmatch(value):
         return None
-    return int(value[:-1]) * _UNITS[value[-1]]
+    ms = float(value[:-1]) * _UNITS[value[-1]]
+    return ms if ms != math.inf else None
 
 
-_TIMEOUT = re.compile(r"[0-9]{1,8}[HMSmun]")
+_TIMEOUT = re.compile(r"[0-9]+[HMSmun]")
 _UNITS = {"H": 3_600_000.0, "M": 60_000.0, "S": 1000.0, "m": 1.0, "u": 1e-3, "n": 1e-6}

@@ -60,7 +60,16 @@ def test_grpc_timeout_units(text: str, ms: float) -> None:
     assert causes.parse_grpc_timeout(text) == pytest.approx(ms)
 
 
-@given(st.text(max_size=12))
+def test_grpc_timeout_takes_as_many_digits_as_tritons_grpc_server() -> None:
+    """Past the spec's 8 digits, as C-core reads them (Triton 2.51 ends a call sent "000000500m" after 500 ms);
+    beyond any float, None (no deadline anyone could keep)."""
+    assert causes.parse_grpc_timeout("000000500m") == 500.0
+    assert causes.parse_grpc_timeout("0" * 5000 + "1S") == 1000.0
+    assert causes.parse_grpc_timeout("9" * 400 + "H") is None
+    assert causes.parse_grpc_timeout("12") is None and causes.parse_grpc_timeout("m") is None
+
+
+@given(st.text(max_size=12) | st.text(alphabet="0123456789HMSmun", min_size=300, max_size=6000))
 def test_grpc_timeout_never_raises(text: str) -> None:
     """A malformed grpc-timeout is None, never an exception."""
     value = causes.parse_grpc_timeout(text)
