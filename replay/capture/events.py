@@ -487,7 +487,7 @@ class ProtocolViolated:
     error: Annotated[str, "what was wrong, as the HTTP/2 (or HTTP/1.x) layer reported it"]
     error_code: Annotated[int, "HTTP/2 error code sent in the GOAWAY to that peer; 0 on HTTP/1.x (no such code)"]
     open_calls: Annotated[
-        list[str], "calls open on the connection at that moment (each still gets its own `cancel` and `call_end`)"
+        list[str], "calls open on the connection at that moment (each still gets its own `call_end`, after a `cancel` when the connection's end cuts it: an upstream's error GOAWAY lets the upstream end them first)"
     ]
 
 

@@ -103,7 +103,8 @@ def test_serve_answers_the_script_as_triton_did_and_diff_finds_the_rerun_equival
     assert code == 0, out
     doc = json.loads(out)
     assert doc["summary"] == {"paired": 7, "changed": 0, "raced": 0, "only_a": 0, "only_b": 0, "calls_changed": 0, "unattributable_changed": 0,
-                              "holes_a": 0, "holes_b": 0, "models_slower": 0, "models_faster": 0}
+                              "holes_a": 0, "holes_b": 0, "models_slower": 0, "models_faster": 0, "refused_a": 0,
+                              "refused_b": 0}
     assert doc["calls"] == []
     assert {r["matched_by"] for r in doc["requests"]} == {"id"}
 
