@@ -604,16 +604,14 @@ class H2Core:
                 # call that crossed the GOAWAY is still the GOAWAY's to refuse, not an upstream lost.
                 self.reencode_c2s = True
                 self._kept_back.add(sid)
-                self._refuse(call, OWN_ANSWER + "connection is shutting down (GOAWAY): stream not processed",
-                             self.goaway_cause)  # fmt: skip
+                self._refuse(call, ev.REFUSED_AT_SHUTDOWN, self.goaway_cause)
                 return
             if self.up is not Upstream.OPEN:
                 self._kept_back.add(sid)
                 if self.up is Upstream.ENDING:
                     # Opened after the upstream's error GOAWAY (below its last stream id): it never reaches an
                     # upstream that is ending the connection, so the client may retry it elsewhere.
-                    self._refuse(call, OWN_ANSWER + "upstream connection is ending (GOAWAY with an error): stream "
-                                 "not processed", "upstream_disconnect")  # fmt: skip
+                    self._refuse(call, ev.REFUSED_UPSTREAM_ENDING, "upstream_disconnect")
                     return
                 self._fail_c2s(call, "upstream_disconnect", *PROXY_ANSWERS["upstream_disconnect"])
                 return
@@ -750,8 +748,7 @@ class H2Core:
         for call in list(self.calls.values()):
             if call.sid > last:
                 # Never processed upstream (RFC 9113 6.8): REFUSED_STREAM lets the client retry it.
-                self._refuse(call, OWN_ANSWER + "upstream connection is shutting down (GOAWAY)", "upstream_disconnect",
-                             wire.REFUSED_STREAM)  # fmt: skip
+                self._refuse(call, ev.REFUSED_ABOVE_UPSTREAM_GOAWAY, "upstream_disconnect", wire.REFUSED_STREAM)
         # Passed on so the client opens new calls on a new connection (and so a new upstream
         # connection); calls in flight drain. A GOAWAY may never raise an earlier one's last id.
         if self.goaway_last is None or last < self.goaway_last:

@@ -241,7 +241,7 @@ def _feed(call: CallScript, rec: ev.Record) -> None:
     elif isinstance(rec, ev.HalfClosed):
         call.half_close_ns = at
     elif isinstance(rec, ev.CallCancelled | ev.CallEnded):
-        call.refused = isinstance(rec, ev.CallEnded) and rec.refused
+        call.refused = isinstance(rec, ev.CallEnded) and ev.was_refused(rec)
         call.recorded_cause = rec.cause
         call.t_end = rec.t_ns
         if rec.cause in CLIENT_ENDINGS:

@@ -476,6 +476,20 @@ class CallEnded:
     ] = False
 
 
+#: The ``call_end.details`` of a call the proxy refused unprocessed (REFUSED_STREAM, ``refused`` true): at its
+#: shutdown, above the upstream's GOAWAY, while the upstream ends the connection after an error GOAWAY. The
+#: proxy's own words, which proxies from before the ``refused`` field wrote too (with ``cause`` ``error``).
+REFUSED_AT_SHUTDOWN = "triton-tap: connection is shutting down (GOAWAY): stream not processed"
+REFUSED_ABOVE_UPSTREAM_GOAWAY = "triton-tap: upstream connection is shutting down (GOAWAY)"
+REFUSED_UPSTREAM_ENDING = "triton-tap: upstream connection is ending (GOAWAY with an error): stream not processed"
+_REFUSALS = frozenset({REFUSED_AT_SHUTDOWN, REFUSED_ABOVE_UPSTREAM_GOAWAY, REFUSED_UPSTREAM_ENDING})
+
+
+def was_refused(end: CallEnded) -> bool:
+    """The proxy refused the call unprocessed: ``refused``, or, in a capture from before that field, its words."""
+    return end.refused or (end.status == "UNAVAILABLE" and end.details in _REFUSALS)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ProtocolViolated:
     """A peer broke HTTP/2 (or HTTP/1.x, on the HTTP port) on one connection; the proxy closed that connection (others go on)."""

@@ -190,7 +190,7 @@ def summarize(capture: CaptureSource, observe: Observer | None = None) -> Captur
             continue
         elif isinstance(rec, ev.CallEnded):
             requests.end(cid)
-            if rec.refused:
+            if ev.was_refused(rec):
                 refused.add(cid)
                 requests.by_call.pop(cid, None)
         elif isinstance(rec, ev.MessageSeen) and rec.dir == "c2s":

@@ -998,3 +998,12 @@ def test_a_call_opened_while_the_upstream_is_ending_is_refused_for_its_client_to
     (end,) = _of(rig, "call_end")
     assert (end.call, end.refused, end.status, end.cause) == (f"c1.{five}", True, "UNAVAILABLE", "upstream_disconnect")
     assert "GOAWAY with an error" in end.details
+
+
+def test_the_refusals_words_are_the_proxys_own() -> None:
+    """What send and diff tell a refusal by in captures from before ``refused``: each begins as every status of
+    the proxy's own does."""
+    from proxy.relay.contract import OWN_ANSWER
+
+    for words in (ev.REFUSED_AT_SHUTDOWN, ev.REFUSED_ABOVE_UPSTREAM_GOAWAY, ev.REFUSED_UPSTREAM_ENDING):
+        assert words.startswith(OWN_ANSWER)

@@ -430,3 +430,18 @@ def test_the_calls_beside_shared_memory_ones_are_sent_with_skip_unsendable() -> 
     out, skipped = prepare(calls, filters=[], model_map={}, headers={}, skip_unsendable=True)
     assert [c.method for c in out] == [INFER, "GET /v2/models/echo/ready"]
     assert skipped == {SHM_CALL: 1, SHM_INFER: 1}
+
+
+@pytest.mark.parametrize(
+    ("details", "refused"),
+    [(ev.REFUSED_ABOVE_UPSTREAM_GOAWAY, True), (ev.REFUSED_AT_SHUTDOWN, True), ("triton-tap: upstream connection lost", False)],
+)
+def test_a_refusal_by_a_proxy_from_before_the_refused_field_is_told_by_its_words(details: str, refused: bool) -> None:
+    """Captures from before ``call_end.refused`` recorded a refused call as the upstream's ``error`` with the
+    proxy's own words: send leaves it out all the same (its client may have sent it again)."""
+    recs = [r for _, r in _records(_msg()) if not isinstance(r, ev.CallEnded | ev.CallCancelled)]
+    recs.append(ev.CallEnded(t_ns=T0 + 12 * MS, call="c1.1", status="UNAVAILABLE", details=details, cause="error",
+                             trailers=None, initial_metadata=None, duration_ms=11.0, messages_c2s=1, messages_s2c=0,
+                             upstream_rst_code=7))  # fmt: skip
+    (call,) = scripts(list(enumerate(recs)))
+    assert call.refused is refused

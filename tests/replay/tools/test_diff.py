@@ -903,17 +903,20 @@ def test_a_capture_from_before_readiness_requests_named_their_model_is_compared_
     assert {c.field: (c.a, c.b) for c in result.calls} == {"ModelReady OK ready": (1, 0), "ModelReady OK not ready": (0, 1)}
 
 
-def test_a_call_refused_unprocessed_is_left_out_and_counted() -> None:
+@pytest.mark.parametrize("flagged", [True, False], ids=["refused", "older-proxy-words"])
+def test_a_call_refused_unprocessed_is_left_out_and_counted(flagged: bool) -> None:
     """A call the proxy refused (it crossed a GOAWAY: REFUSED_STREAM, ``call_end.refused``) never ran, and its
-    client sent it again as a call of its own: compared, that attempt would be a request only in A."""
+    client sent it again as a call of its own: compared, that attempt would be a request only in A. A proxy from
+    before the ``refused`` field said so only in its details (and ``cause`` ``error``)."""
     a = Builder(payload="meta").start()
     a.call("c1.3")
     a.request("c1.3", "r1")
     a.tick()
-    a.records.append(ev.CallEnded(t_ns=a.t, call="c1.3", status="UNAVAILABLE", cause="upstream_disconnect",
-                                  details="triton-tap: upstream connection is shutting down (GOAWAY)", trailers=None,
+    a.records.append(ev.CallEnded(t_ns=a.t, call="c1.3", status="UNAVAILABLE",
+                                  cause="upstream_disconnect" if flagged else "error",
+                                  details=ev.REFUSED_ABOVE_UPSTREAM_GOAWAY, trailers=None,
                                   initial_metadata=None, duration_ms=1.0, messages_c2s=1, messages_s2c=0,
-                                  upstream_rst_code=7, refused=True))  # fmt: skip
+                                  upstream_rst_code=7, refused=flagged))  # fmt: skip
     a.call("c2.1")
     a.request("c2.1", "r1")
     a.response("c2.1", "r1", "hi-0", ms=5.0)
