@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -46,8 +47,12 @@ HOLD_TRIES = 50
 
 def being_written(path: Path | str) -> bool:
     """Whether a writer holds ``path`` (a live capture file); False for a file nobody holds, one that is
-    gone, or one whose lock cannot be tried."""
+    gone, or one whose lock cannot be tried, and for anything but a regular file: a named pipe (a capture
+    piped in, ``mkfifo``) is never opened here, where opening it waits for its writer and closing it again
+    can leave that writer with no reader (EPIPE: the capture it was writing lost)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return False

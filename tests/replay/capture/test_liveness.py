@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import io
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,23 @@ def test_a_held_file_is_being_written_and_a_closed_one_not(tmp_path: Path) -> No
         os.close(fd)
     assert not liveness.being_written(path)
     assert not liveness.being_written(tmp_path / "gone.jsonl")
+
+
+def test_a_named_pipe_is_never_opened_to_ask(tmp_path: Path) -> None:
+    """A capture piped in through a FIFO is no live file, and asking must not open it: an open waits for its
+    writer (here there is none: it would never return), and a close right after can leave a writer that
+    came meanwhile with no reader (EPIPE), the capture it writes lost (the reader then waits for ever)."""
+    fifo = tmp_path / "piped.jsonl"
+    os.mkfifo(fifo)
+    answer: list[bool] = []
+    t = threading.Thread(target=lambda: answer.append(liveness.being_written(fifo)), daemon=True)
+    t.start()
+    t.join(timeout=5)
+    answered = list(answer)
+    if not answered:  # blocked in open, waiting for a writer: one comes, so that the thread ends
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(timeout=10)
+    assert answered == [False], "being_written opened the pipe and waited for its writer"
 
 
 def test_check_says_a_live_capture_is_still_being_written(tmp_path: Path) -> None:
