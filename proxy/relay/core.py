@@ -125,7 +125,7 @@ class H2Core:
         "_c2s_q",
         "_c2s_w",
         "_client_settings",
-        "_cut",
+        "_cut_request_of",
         "_job",
         "_kept_back",
         "_late",
@@ -204,7 +204,7 @@ class H2Core:
         self.reencode_c2s = shared.authority is not None
         recorder = MessageRecorder(self.opts, shared.emit_message)
         self._record = recorder.record
-        self._cut = recorder.cut
+        self._cut_request_of = recorder.cut_request
         self._late = LateWatch(shared.emit, conn_id)
         # (monotonic) when the last call ended: _end reads the clock once, for its record and LateWatch
         self._t_end = 0
@@ -824,7 +824,7 @@ class H2Core:
         connection): what arrived of it goes on record, as a message Triton never had whole, before the records
         that end the call (a reader takes the first of them for the end)."""
         if call.c2s_asm.partial:
-            self._cut(call, C2S)
+            self._cut_request_of(call)
 
     def _cancel_all(self, cause: str) -> Job:
         for call in list(self.calls.values()):

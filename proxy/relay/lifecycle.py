@@ -106,11 +106,9 @@ UPSTREAM_IGNORED: frozenset[tuple[Upstream, UpstreamInput]] = frozenset(
         (U.LOST, UI.LOST),
         (U.LOST, UI.LOST_EARLY),
         (U.LOST, UI.VIOLATION),
-        (U.LOST, UI.ERROR_GOAWAY),
         (U.BROKEN, UI.VIOLATION),
-        # A second error GOAWAY (it may lower the last stream id): still ending.
-        (U.ENDING, UI.ERROR_GOAWAY),
-        (U.BROKEN, UI.ERROR_GOAWAY),
+        # (No error GOAWAY here: the core reads one as the upstream's end only while it is OPEN, so that a
+        # second one, or one after a violation, is not a second verdict on the client.)
         (U.REFUSING, UI.LOST),
         (U.REFUSING, UI.LOST_EARLY),
     }

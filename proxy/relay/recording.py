@@ -140,20 +140,21 @@ class MessageRecorder:
             fields["payload"] = base64.b64encode(shown).decode("ascii")
         fields["payload_truncated"] = cut or len(shown) < len(body)
 
-    def cut(self, call: Call, direction: int) -> None:
-        """The call ended with a message of ``direction`` unfinished: one record of the bytes that arrived
-        (``size``), never labelled (the upstream never had the message whole, nor the client its response)."""
-        got = (call.c2s_asm if direction == C2S else call.s2c_asm).take_unfinished()
+    def cut_request(self, call: Call) -> None:
+        """The call ended with a request message unfinished: one record of the bytes that arrived (``size``),
+        never labelled (the upstream never had the message whole). (A response cut the same way is not
+        recorded here: a cancel's late watch goes on reading its tail, see :class:`LateWatch`.)"""
+        got = call.c2s_asm.take_unfinished()
         if got is None:
             return
         flag, length, arrived, kept, digest = got
-        idx = call.index[direction]
-        call.index[direction] = idx + 1
+        idx = call.index[C2S]
+        call.index[C2S] = idx + 1
         said = "inside its 5-byte length prefix" if length is None else f"after {arrived} of its {length} bytes"
         fields: dict[str, Any] = {"decode_error": f"{ev.MESSAGE_CUT} ({said})"}
         opts = self.opts
         if opts.payload == "full":
-            if direction == C2S and opts.redact_inputs:
+            if opts.redact_inputs:
                 # Withheld: a cut request cannot be proven free of the named tensors.
                 self._store(fields, b"", None, None, True, True)
             elif arrived >= LABEL_KEEP and len(kept) > 1 and opts.payload_cap is None and opts.payload_store == "side":
@@ -161,7 +162,7 @@ class MessageRecorder:
             else:
                 self._store(fields, b"".join(kept), None, digest, True, False)
         emit = self.emit
-        emit(make_message(_time_ns(), call.id, "c2s" if direction == C2S else "s2c", idx, arrived, bool(flag), fields))
+        emit(make_message(_time_ns(), call.id, "c2s", idx, arrived, bool(flag), fields))
 
     def _redacted(
         self, fields: dict[str, Any], body: bytes, parts: list[bytes] | None, digest: str | None, flag: int,

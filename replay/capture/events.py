@@ -492,7 +492,7 @@ def was_refused(end: CallEnded) -> bool:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ProtocolViolated:
-    """A peer broke HTTP/2 (or HTTP/1.x, on the HTTP port) on one connection; the proxy closed that connection (others go on)."""
+    """A peer broke HTTP/2 (or HTTP/1.x, on the HTTP port) on one connection, as the proxy judged it (or the upstream, in its error GOAWAY); that connection ends (others go on)."""
 
     kind: ClassVar[str] = "protocol_error"
     t_ns: Annotated[int, "unix epoch nanoseconds when the event was observed"]

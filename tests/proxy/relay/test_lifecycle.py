@@ -62,5 +62,8 @@ def test_the_rules_the_tables_encode() -> None:
         UpstreamInput.CONNECT_FAILED, UpstreamInput.LOST_EARLY}  # fmt: skip
     for inp in UpstreamInput:
         assert upstream_after(Upstream.LOST, inp) is Upstream.LOST if (Upstream.LOST, inp) in UPSTREAM_IGNORED else True
+    # only an open upstream ends with an error GOAWAY (the core feeds no other state one)
+    assert {s for s, i in UPSTREAM_TABLE if i is UpstreamInput.ERROR_GOAWAY} == {Upstream.OPEN}
+    assert not {s for s, i in UPSTREAM_IGNORED if i is UpstreamInput.ERROR_GOAWAY}
     # an upstream once connected never goes back to connecting
     assert all(t is not Upstream.CONNECTING for t in UPSTREAM_TABLE.values())
