@@ -6,7 +6,8 @@ read as it grows: a plain file line by line (a line without its newline yet wait
 ``.jsonl.zst`` or ``.jsonl.gz`` file frame by frame (the writer appends one complete zstd frame or
 gzip member per written batch; a frame still being written waits for the rest). A ``capture_end``
 of reason ``rotate`` or ``reopen`` leads to the file it names (or, when retention removed that one before
-the follow got there, to the oldest file of the chain still there, with a warning of what was not shown);
+the follow got there, to the oldest file of the chain still there, with a warning of what was not shown),
+waited for as long as the writer holds the file that named it (it keeps it locked until the next one exists);
 any other end stops the follow. A file
 that its writer no longer holds (:mod:`replay.capture.liveness`) and that ends without a
 ``capture_end`` was left by a proxy that died: the follow stops there, an UpstreamError, rather than
@@ -20,6 +21,7 @@ lost), and so does the follow; so does it after a renamed file let go without it
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import zlib
 from collections.abc import AsyncIterator, Callable
@@ -109,9 +111,10 @@ class _LetGo(Exception):
         self.how = how
 
 
-async def _lines_growing(path: Path, done: Callable[[bytes], bool]) -> AsyncIterator[bytes]:
-    """Complete lines of a file being appended to, until ``done(line)`` says the file is finished; a file
-    let go without that end: :class:`_LetGo` if ``path`` no longer names it (deleted, or renamed), else an
+async def _lines_growing(path: Path, done: Callable[[bytes], bool], kept: list[int]) -> AsyncIterator[bytes]:
+    """Complete lines of a file being appended to, until ``done(line)`` says the file is finished (a descriptor
+    of it then goes into ``kept``, the caller's to close: whether its writer still holds it); a file let go
+    without that end: :class:`_LetGo` if ``path`` no longer names it (deleted, or renamed), else an
     UpstreamError."""
     import aiofiles
 
@@ -148,6 +151,7 @@ async def _lines_growing(path: Path, done: Callable[[bytes], bool]) -> AsyncIter
                 if line.strip():
                     yield line
                     if done(line):
+                        kept.append(os.dup(f.fileno()))
                         return
 
 
@@ -188,8 +192,9 @@ async def follow_lines(first: Path, warn: Callable[[str], None] | None = None) -
     skipped: tuple[str, int, int | None] | None = None  # (first file removed, how many, end_seq) to say
     while path is not None:
         last = b""
+        kept: list[int] = []
         try:
-            async for line in _lines_growing(path, is_end):
+            async for line in _lines_growing(path, is_end, kept):
                 if skipped is not None:
                     say(_skipped_text(*skipped, _seq_of(line), path.name))
                     skipped = None
@@ -205,17 +210,21 @@ async def follow_lines(first: Path, warn: Callable[[str], None] | None = None) -
         except _LetGo as e:
             path = await _next_of_chain(path, e.how)
             continue
-        path = None
-        if is_end(last):
-            end = orjson.loads(last)
-            nxt = end.get("next_file")
-            if end.get("reason") in ("rotate", "reopen") and isinstance(nxt, str):
-                seq = end.get("seq")
-                end_seq = seq if isinstance(seq, int) else None
-                # For as long as it takes: the writer opens it right after the end record, or tries again
-                # later when it could not.
-                path, n = await _named_or_later(directory, nxt, None)
-                skipped = _more_skipped(skipped, nxt, n, end_seq)
+        ended, path = path, None
+        try:
+            if is_end(last):
+                end = orjson.loads(last)
+                nxt = end.get("next_file")
+                if end.get("reason") in ("rotate", "reopen") and isinstance(nxt, str):
+                    seq = end.get("seq")
+                    end_seq = seq if isinstance(seq, int) else None
+                    # For as long as the writer goes on: it opens the next file right after the end record, or
+                    # tries again later when it could not, keeping the file it closed locked until then.
+                    path, n = await _named_or_later(directory, nxt, None, (ended.name, kept[0]))
+                    skipped = _more_skipped(skipped, nxt, n, end_seq)
+        finally:
+            for fd in kept:
+                os.close(fd)
 
 
 def _seq_of(line: bytes) -> object:
@@ -268,12 +277,20 @@ def _later_of_chain(directory: Path, name: str) -> list[tuple[int, Path]]:
     return sorted((n.index, p) for n, p in files if n.stem == named.stem and n.index > named.index)
 
 
-async def _named_or_later(directory: Path, name: str, wait_s: float | None) -> tuple[Path, int]:
+async def _named_or_later(
+    directory: Path, name: str, wait_s: float | None, named_by: tuple[str, int] | None = None,
+) -> tuple[Path, int]:  # fmt: skip
     """``name``, or ``name.gz`` once the writer compressed it, and 0; or, once it is gone for good (a later file
     of its chain is there, and the writer opens its files in order), the oldest later one still there and how
-    many files were skipped to get to it. Nothing of that within ``wait_s`` (None: no limit) is a CaptureError."""
+    many files were skipped to get to it. Nothing of that within ``wait_s`` (None: no limit) is a CaptureError.
+
+    ``named_by``: the file whose ``capture_end`` named ``name``, and a descriptor of it (does its writer still hold
+    it?). The writer keeps it locked until the next file exists, so neither is a proxy that stopped before it
+    created that file (killed): an UpstreamError, after :data:`VANISHED_S` (a writer from before that rule let go
+    of it a moment before creating the next)."""
     named = naming.parse(name)
     waited = 0.0
+    let_go: float | None = None  # when the writer was first seen not holding ``named_by``'s file
     while True:
         if (path := _existing(directory, name)) is not None:
             return path, 0
@@ -283,6 +300,15 @@ async def _named_or_later(directory: Path, name: str, wait_s: float | None) -> t
             return path, index - named.index
         if wait_s is not None and waited >= wait_s:
             raise CaptureError(str(directory / name), None, "the capture file vanished while it was followed")
+        if named_by is not None and not liveness.fd_being_written(named_by[1]):
+            if let_go is None:
+                let_go = waited
+            elif waited - let_go >= VANISHED_S:
+                raise UpstreamError(
+                    f"{named_by[0]} names {name} as its next file, which is not there, and its proxy no longer "
+                    "holds it: the proxy stopped (killed?) before it created that file, or the file was removed; "
+                    "nothing more will be written"
+                )  # fmt: skip
         await asyncio.sleep(POLL_S)
         waited += POLL_S
 

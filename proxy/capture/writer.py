@@ -84,6 +84,10 @@ class CaptureWriter:
         # Writer-thread state (touched only from the writer thread after open()).
         self._seq = 0
         self._fd = -1
+        #: The file a rotation just closed (its capture_end names the next one), still locked until the next file
+        #: exists: a follow (``tail --follow``) that finds neither the next file nor a writer holding this one
+        #: knows the proxy stopped, where a writer that could not create the next file yet will go on in it.
+        self._closed_fd = -1
         self._offset = 0
         self._side = SideFile()
         self._encoder = Encoder()
@@ -216,6 +220,7 @@ class CaptureWriter:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        self._let_go_closed()
         self._side.close()
         while self.paths:
             p = self.paths.pop()
@@ -321,6 +326,7 @@ class CaptureWriter:
         path = self._opt.directory / self._file_name()
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         liveness.hold(self._fd)  # readers tell it live until it is closed, or this process dies
+        self._let_go_closed()  # (after the next file is held: a follow never sees neither held nor there)
         self._offset = 0
         self._side.follow(path)
         self._file_seq = self._seq
@@ -496,13 +502,17 @@ class CaptureWriter:
             self._file_index -= 1
             return False
         old = self.path
-        os.close(self._fd)
-        self._fd = -1
+        self._closed_fd, self._fd = self._fd, -1  # closed by the next file's open (_let_go_closed)
         self._side.close()
         if compress and self._opt.gzip_rotated and self._opt.compress == "none":
             self._compress(old)
         self._next_file([])
         return True
+
+    def _let_go_closed(self) -> None:
+        if self._closed_fd >= 0:
+            os.close(self._closed_fd)
+            self._closed_fd = -1
 
     def _compress(self, old: Path) -> None:
         gz = retention.compress(old)
@@ -644,6 +654,7 @@ class CaptureWriter:
         if queue_gap.dropped or self._gap.dropped:
             self._write_batch([], queue_gap, may_rotate=False)
         self._write_batch([self._end_record("shutdown", extra, None)], may_rotate=False)
+        self._let_go_closed()  # no next file will come: the proxy stops
         if self._fd < 0:
             return
         try:

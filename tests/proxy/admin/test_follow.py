@@ -206,6 +206,58 @@ def test_a_live_file_renamed_while_followed_is_followed_to_its_end_and_into_the_
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize("proxy", ["goes on", "dies"])
+def test_a_follow_waits_for_the_next_file_while_the_writer_holds_the_one_that_named_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, proxy: str
+) -> None:
+    """A rotated file's capture_end names the next file, which is not there yet (a writer that cannot create it,
+    a full disk, tries again later): the follow waits, past VANISHED_S, for as long as the writer holds the file
+    that named it, and goes on when the next file comes. A proxy killed there lets that file go with no next file:
+    the follow said nothing and waited for ever; it stops with the error once VANISHED_S has passed."""
+    monkeypatch.setattr(follow, "VANISHED_S", 0.3)
+    checks = _counting_lock_checks(monkeypatch)
+    stem = "capture-20261207T000000-83"
+    path = tmp_path / f"{stem}.jsonl"
+    nxt = tmp_path / f"{stem}-0001.jsonl"
+    start = ev.CaptureStarted(t_ns=1, proxy_version="t", listen="a:1", upstream="b:2", options={})
+    path.write_bytes(encode(start, 0))
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    assert liveness.hold(fd)
+
+    async def run() -> list[tuple[str, str]]:
+        got: list[tuple[str, str]] = []
+
+        async def tail() -> None:
+            async for p, line in follow.follow_lines(path):
+                got.append((p.name, orjson.loads(line)["kind"]))
+
+        async with _running(tail(), "test-follow-between-files") as task:
+            os.write(fd, encode(ev.CaptureEnded(t_ns=2, reason="rotate", counts={}, next_file=nxt.name), 1))
+            await _until(lambda: len(got) == 2, "the capture_end followed")
+            before = len(checks)
+            # Held: more lock tests than VANISHED_S has polls, and still waiting.
+            polls = int(follow.VANISHED_S / follow.POLL_S) + 3
+            await _until(lambda: len(checks) >= before + polls or task.done(), "the follow waiting for the next file")
+            assert not task.done(), task.exception()
+            if proxy == "dies":
+                os.close(fd)
+                return got
+            nxt.write_bytes(encode(dataclasses.replace(start, file_index=1), 2)
+                            + encode(ev.CaptureEnded(t_ns=3, reason="shutdown", counts={}), 3))  # fmt: skip
+            os.close(fd)
+        return got
+
+    if proxy == "dies":
+        with pytest.raises(UpstreamError, match=(
+            f"^{path.name} names {nxt.name} as its next file, which is not there, and its proxy no longer holds it: "
+            "the proxy stopped")):  # fmt: skip
+            asyncio.run(run())
+        return
+    assert asyncio.run(run()) == [
+        (path.name, "capture_start"), (path.name, "capture_end"), (nxt.name, "capture_start"), (nxt.name, "capture_end"),
+    ]  # fmt: skip
+
+
 def test_a_mark_labelled_kind_capture_end_does_not_end_the_follow(tmp_path: Path) -> None:
     """`mark --label kind=capture_end`: the mark's line holds the bytes "kind":"capture_end" (its labels). The
     follow goes on to the capture's real end; it stopped at the mark (exit 0) while the proxy went on recording."""

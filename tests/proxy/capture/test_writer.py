@@ -14,6 +14,7 @@ import structlog
 
 from proxy.capture.writer import CaptureWriter, WriterOptions
 from replay.capture import events as ev
+from replay.capture import liveness
 from replay.capture.reader import read_capture
 from tests.support.capture import dense, records
 from tests.support.writer import write_batches
@@ -105,6 +106,21 @@ def test_rotation_continues_seq_and_compresses(tmp_path: Path) -> None:
     assert starts == list(range(len(w.paths)))
     for p in w.paths:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600
+    # Each closed file was let go once the next one was held (and the last at close): none is left open.
+    assert _open_in(tmp_path) == []
+
+
+def _open_in(directory: Path) -> list[str]:
+    """What this process holds open in ``directory`` (its descriptors' targets)."""
+    held = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = fd.readlink()
+        except OSError:  # (the descriptor that listed the directory, gone by now)
+            continue
+        if target.parent == directory.resolve():
+            held.append(target.name)
+    return held
 
 
 def test_unencodable_capture_start_leaves_no_file(tmp_path: Path) -> None:
@@ -261,10 +277,14 @@ def test_records_while_no_capture_file_can_be_created_are_a_gap_in_the_next_file
                 w.emit(_half(i))
             await _until(lambda: w.stats()[1] == target, "the batch dropped")
 
+        # The closed file stays locked while no next file exists: a follow tells this writer, which goes on,
+        # from a proxy killed between two files (neither the file held nor the next one there).
+        assert liveness.being_written(tmp_path / "cap.jsonl")
         await dropped(1, 2)
         await dropped(3)
         w.request_reopen("signal")
         await _until(lambda: w.path.name == "cap-0002.jsonl", "the next file")
+        assert liveness.being_written(w.path) and not liveness.being_written(tmp_path / "cap.jsonl")
         w.emit(_half(4))
         await w.close()
         return w
