@@ -125,7 +125,7 @@ class H2Core:
         "_c2s_q",
         "_c2s_w",
         "_client_settings",
-        "_cut_request_of",
+        "_cut_unfinished_of",
         "_job",
         "_kept_back",
         "_late",
@@ -204,7 +204,7 @@ class H2Core:
         self.reencode_c2s = shared.authority is not None
         recorder = MessageRecorder(self.opts, shared.emit_message)
         self._record = recorder.record
-        self._cut_request_of = recorder.cut_request
+        self._cut_unfinished_of = recorder.cut_unfinished
         self._late = LateWatch(shared.emit, conn_id)
         # (monotonic) when the last call ended: _end reads the clock once, for its record and LateWatch
         self._t_end = 0
@@ -768,7 +768,7 @@ class H2Core:
         code = int(raw)
         cause = causes.upstream_status_cause(code, call.timeout_ms, (_monotonic_ns() - call.t0) / 1e6)
         if cause == "deadline":
-            self._cut_request(call)
+            self._cut_unfinished(call)
             in_flight, responded = call.inflight.snapshot()
             self.emit(
                 ev.CallCancelled(
@@ -805,7 +805,7 @@ class H2Core:
             forwarded = True
             rst_us = (time.monotonic_ns() - learned) / 1e3
             self._late.watch(call)
-        self._cut_request(call)
+        self._cut_unfinished(call)
         self.emit(
             ev.CallCancelled(
                 t_ns=time.time_ns(), call=call.id, cause=cause, in_flight=in_flight, responded=responded,  # type: ignore[arg-type]
@@ -819,12 +819,13 @@ class H2Core:
             return
         self._end(call, cause, ev.cancel_status(cause, rst_code), None, None)
 
-    def _cut_request(self, call: Call) -> None:
-        """The call ends while its client is still sending a message (Triton's deadline or error, a cancel, a lost
-        connection): what arrived of it goes on record, as a message Triton never had whole, before the records
-        that end the call (a reader takes the first of them for the end)."""
-        if call.c2s_asm.partial:
-            self._cut_request_of(call)
+    def _cut_unfinished(self, call: Call) -> None:
+        """The call ends while a message is still on its way (a request uploading when Triton's deadline or error,
+        a cancel or a lost connection ends it; a response arriving when a cancel, the upstream's reset or its lost
+        connection does): what arrived of it goes on record, as a message its receiver never had whole, before the
+        records that end the call (a reader takes the first of them for the end)."""
+        if call.c2s_asm.partial or call.s2c_asm.partial:
+            self._cut_unfinished_of(call)
 
     def _cancel_all(self, cause: str) -> Job:
         for call in list(self.calls.values()):
@@ -852,7 +853,7 @@ class H2Core:
         call.ended = True
         self.calls.pop(call.sid, None)
         self.shared.open_calls -= 1
-        self._cut_request(call)
+        self._cut_unfinished(call)
         # The relay holds nothing per call: what the client did not get is in the socket buffer,
         # shared by every call of the connection, so it can be told only when that is empty.
         undelivered = 0 if not self.client_live or not self._buffered() else None

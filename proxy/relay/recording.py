@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Final, Literal
 
 from proxy.relay.call import LABEL_KEEP, Call
-from proxy.relay.contract import C2S
+from proxy.relay.contract import C2S, S2C
 from proxy.relay.options import RelayOptions
 from proxy.relay.records import make_message
 from proxy.triton import labels, pieces
@@ -140,21 +140,25 @@ class MessageRecorder:
             fields["payload"] = base64.b64encode(shown).decode("ascii")
         fields["payload_truncated"] = cut or len(shown) < len(body)
 
-    def cut_request(self, call: Call) -> None:
-        """The call ended with a request message unfinished: one record of the bytes that arrived (``size``),
-        never labelled (the upstream never had the message whole). (A response cut the same way is not
-        recorded here: a cancel's late watch goes on reading its tail, see :class:`LateWatch`.)"""
-        got = call.c2s_asm.take_unfinished()
+    def cut_unfinished(self, call: Call) -> None:
+        """The call ended with a message unfinished (a request still uploading, a response still arriving): one
+        record of the bytes that arrived (``size``) for each, never labelled, since neither did the upstream have
+        the request whole nor the client the response. (The rest of a response that comes after a cancel is the
+        late watch's to read: it goes on from a copy, see :meth:`LateWatch.watch`.)"""
+        self._cut(call, C2S, call.c2s_asm.take_unfinished())
+        self._cut(call, S2C, call.s2c_asm.take_unfinished())
+
+    def _cut(self, call: Call, direction: int, got: tuple[int, int | None, int, list[bytes], str | None] | None) -> None:
         if got is None:
             return
         flag, length, arrived, kept, digest = got
-        idx = call.index[C2S]
-        call.index[C2S] = idx + 1
+        idx = call.index[direction]
+        call.index[direction] = idx + 1
         said = "inside its 5-byte length prefix" if length is None else f"after {arrived} of its {length} bytes"
         fields: dict[str, Any] = {"decode_error": f"{ev.MESSAGE_CUT} ({said})"}
         opts = self.opts
         if opts.payload == "full":
-            if opts.redact_inputs:
+            if direction == C2S and opts.redact_inputs:
                 # Withheld: a cut request cannot be proven free of the named tensors.
                 self._store(fields, b"", None, None, True, True)
             elif arrived >= LABEL_KEEP and len(kept) > 1 and opts.payload_cap is None and opts.payload_store == "side":
@@ -162,7 +166,7 @@ class MessageRecorder:
             else:
                 self._store(fields, b"".join(kept), None, digest, True, False)
         emit = self.emit
-        emit(make_message(_time_ns(), call.id, "c2s", idx, arrived, bool(flag), fields))
+        emit(make_message(_time_ns(), call.id, "c2s" if direction == C2S else "s2c", idx, arrived, bool(flag), fields))
 
     def _redacted(
         self, fields: dict[str, Any], body: bytes, parts: list[bytes] | None, digest: str | None, flag: int,
@@ -309,8 +313,9 @@ class LateWatch:
             # Triton usually sends nothing after our RST: old entries would otherwise live as long
             # as the connection.
             del self.watched[next(iter(self.watched))]
-        # A message cut by the cancel: its tail arrives late and must not be read as a new one.
-        self.watched[call.sid] = Late(call.id, call.mkind, call.s2c_asm if call.s2c_asm.partial else None)
+        # A message cut by the cancel: its tail arrives late and must not be read as a new one. (A copy: the call
+        # records what arrived of it before the cancel, as cut, and forgets it.)
+        self.watched[call.sid] = Late(call.id, call.mkind, call.s2c_asm.detached(LABEL_KEEP) if call.s2c_asm.partial else None)
 
     def end(self, call: Call, complete: bool, t_end: int) -> None:
         """The upstream ended the call at ``t_end`` (monotonic ns; ``complete``: with END_STREAM, else

@@ -111,6 +111,19 @@ class Assembler:
                 self._parts = []
         return out
 
+    def detached(self, keep: int) -> Assembler:
+        """A new assembler that goes on from where this one is, keeping ``keep`` bytes of a message, without hashing
+        or splitting (the unfinished message's pieces so far are shared, not copied): a cancelled call's late watch
+        reads the rest of a message that this one's call then records as cut, forgetting it here."""
+        other = Assembler(keep, False)
+        other._hdr = bytearray(self._hdr)
+        other._remaining = self._remaining
+        other._flag = self._flag
+        other._length = self._length
+        other._parts = list(self._parts)
+        other._kept = self._kept
+        return other
+
     def take_unfinished(self) -> tuple[int, int | None, int, list[bytes], str | None] | None:
         """The message whose end has not come, as far as it came, forgotten (bytes after it start a new one):
         ``(flag, declared length, body bytes that arrived, the kept bytes as the pieces they came in, sha256 of

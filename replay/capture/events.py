@@ -190,8 +190,9 @@ BODY_CUT = f"{PARTIAL_BODY}: cut short, the connection ended before the body did
 BODY_BEFORE_REPLY = f"{PARTIAL_BODY}: the request body had not ended when Triton's reply was recorded"
 #: The rest of a request body after Triton's early reply (the call's previous ``c2s`` record holds its start).
 BODY_REST = f"{PARTIAL_BODY}: the rest of the request body after Triton's early reply"
-#: gRPC: a message the call's end cut (a request still uploading when Triton ended the call, a cancel or a
-#: lost connection mid-message): the record holds the bytes that arrived, and its ``size`` counts them.
+#: gRPC: a message the call's end cut (a request still uploading when Triton ended the call, a response still
+#: arriving when the upstream reset the stream, a cancel or a lost connection mid-message): the record holds the
+#: bytes that arrived, and its ``size`` counts them. Its receiver never had it whole: no request, no response.
 MESSAGE_CUT = f"{PARTIAL_BODY}: the call ended before the gRPC message did"
 #: An event-stream body's bytes after its last blank line when the body ended: no event by the SSE
 #: rules (a browser's EventSource discards it), recorded so its bytes are counted; ``final`` false.

@@ -267,6 +267,7 @@ class Tracker:
         self._cancelled_hashes: dict[str, tuple[str, str]] = {}
         self._unlabelled = 0
         self._unlabelled_adopted = 0  # the same, on calls whose call_start was not read (their method unknown)
+        self._cut_responses = 0  # gRPC responses the call's end cut: recorded as far as they came, no response
         self._late_after_end = 0
         self._records = 0
         self._live: dict[str, _Call] = {}  # raw call id (as written) -> its call, for the current capture
@@ -522,7 +523,11 @@ class Tracker:
             self._http_received(call, seq, rec)
             return
         if rec.request_id is None:
-            if rec.decode_error is not None:
+            if ev.never_received(rec.decode_error):
+                # What arrived of a response when the call's end cut it (a reset, a lost connection, a cancel):
+                # no client had it whole, so it is no response of any request, and nothing unattributable.
+                self._cut_responses += 1
+            elif rec.decode_error is not None:
                 self._unattributed(call, seq, rec, "undecoded")
             else:
                 self._no_labels(call)
@@ -941,6 +946,11 @@ class Tracker:
             warns.append(
                 f"{self._unlabelled} inference message(s) carry no Triton labels (compressed, cut short or undecodable: see decode_error): "
                 "they are not tracked per request"
+            )
+        if self._cut_responses:
+            warns.append(
+                f"{self._cut_responses} response message(s) cut by their call's end (the bytes that arrived are "
+                "recorded; no client had them whole): not counted as responses"
             )
         if self._unlabelled_adopted:
             warns.append(

@@ -53,6 +53,9 @@ class RawClient:
     #: Why h2 ended the connection (it sends GOAWAY then), or None.
     error: str | None = None
     closed: bool = False
+    #: Gives the server credit for what it reads (WINDOW_UPDATE); without, a stream stalls once the server has
+    #: sent its initial window (65,535 bytes), as a client that stopped reading does.
+    ack: bool = True
 
     def __post_init__(self) -> None:
         self.sock = socket.create_connection((self.host, self.port), timeout=WAIT_S)
@@ -120,7 +123,7 @@ class RawClient:
                 continue
             for event in events:
                 self.events.append(event)
-                if isinstance(event, h2.events.DataReceived):
+                if isinstance(event, h2.events.DataReceived) and self.ack:
                     self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             self._write()
         return True

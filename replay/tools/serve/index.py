@@ -327,7 +327,8 @@ class _Builder:
                 if rec.decode_error is not None and rec.decode_error.startswith(ev.MESSAGE_CUT):
                     return  # what arrived of a request the call's end cut: Triton never had a request
                 call.add_request(seq, rec)
-            else:
+            elif rec.decode_error is None or not rec.decode_error.startswith(ev.MESSAGE_CUT):
+                # (Not what arrived of a response the call's end cut: no client had it, nor gets it here.)
                 call.add_response(seq, rec, request_seq)
         elif isinstance(rec, ev.CallCancelled):
             self.cancels[cid] = (seq, rec)

@@ -942,6 +942,60 @@ def test_a_length_prefix_the_calls_end_cut_is_a_message_of_no_bytes() -> None:
     assert _kinds(rig)[-3:] == ["message", "cancel", "call_end"]
 
 
+def _response_cut(end: str, options: RelayOptions | None = None) -> tuple[CoreRig, bytes]:
+    """A stream call whose first response arrived whole and whose second is 100 bytes in when ``end`` comes: the
+    upstream resets the stream, the upstream connection is lost, or the client cancels."""
+    rig = CoreRig({"options": options or RelayOptions()})
+    sid = _stream_call(rig, "a", "b")
+    second = stream_response("b", True, b"x" * 2000)
+    rig.up(wire.frame(wire.DATA, 0, sid, stream_response("a", True) + second[:100]))
+    if end == "upstream reset":
+        rig.up(wire.rst_stream(sid, wire.INTERNAL_ERROR))
+    elif end == "upstream lost":
+        rig.lose("upstream", ConnectionResetError())
+    else:
+        rig.client.reset_stream(sid, wire.CANCEL)
+        rig.pump()
+    return rig, second
+
+
+@pytest.mark.parametrize(("end", "kinds", "cause"), [
+    ("upstream reset", ["message", "call_end"], "error"),
+    ("upstream lost", ["message", "cancel", "call_end"], "upstream_disconnect"),
+    ("client cancel", ["message", "cancel", "call_end"], "client_cancel"),
+])  # fmt: skip
+def test_a_response_the_calls_end_cut_is_recorded_as_far_as_it_came(end: str, kinds: list[str], cause: str) -> None:
+    """The call ends while a response is arriving: the bytes that came of it are one `s2c` record (never labelled:
+    no client had it whole), before the records that end the call, and counted by call_end. Before, nothing."""
+    rig, second = _response_cut(end)
+    first, cut = _of(rig, "message")[-2:]
+    assert (first.dir, first.request_id, first.decode_error) == ("s2c", "a", None)
+    assert (cut.dir, cut.index, cut.size, cut.request_id, cut.final) == ("s2c", 1, 95, None, None)
+    assert cut.decode_error == f"{ev.MESSAGE_CUT} (after 95 of its {len(second) - 5} bytes)"
+    assert _kinds(rig)[-len(kinds) :] == kinds
+    (call_end,) = _of(rig, "call_end")
+    assert (call_end.cause, call_end.messages_s2c) == (cause, 2)
+
+
+def test_the_rest_of_a_response_a_cancel_cut_is_late_and_whole() -> None:
+    """After the client's cancel, the upstream still sends the rest of the response it had begun: the late watch
+    reads it from where the cut record left off (one late message, the whole response, its labels read)."""
+    rig, second = _response_cut("client cancel")
+    sid = int(_of(rig, "call_end")[0].call.rsplit(".", 1)[1])
+    rig.up(wire.frame(wire.DATA, 0, sid, second[100:]))
+    (late,) = _of(rig, "late")
+    assert (late.frame, late.size, late.request_id, late.final) == ("message", len(second) - 5, "b", True)
+    assert _kinds(rig)[-4:] == ["message", "cancel", "call_end", "late"]
+
+
+def test_a_cut_response_keeps_its_bytes_with_payload_full() -> None:
+    rig, second = _response_cut("upstream reset", RelayOptions(payload="full", payload_store="inline"))
+    cut = _of(rig, "message")[-1]
+    arrived = second[5:100]
+    assert base64.b64decode(cut.payload) == arrived and cut.payload_truncated
+    assert cut.payload_sha256 == hashlib.sha256(arrived).hexdigest()
+
+
 def test_what_a_client_sends_while_the_upstream_is_ending_is_no_message_relayed() -> None:
     """Nothing goes to an upstream that sent an error GOAWAY: the client's bytes after it are no message Triton
     got, and the request Triton had part of is recorded as far as it got when the call ends."""

@@ -89,6 +89,16 @@ def test_a_client_cancel_keeps_the_code_of_its_reset(code: int) -> None:
     assert call.ending is not None and (call.ending.cause, call.ending.rst_code) == ("client_cancel", code)
 
 
+def test_a_response_the_calls_end_cut_is_not_counted_among_those_before_the_cancel() -> None:
+    """send compares how many responses came before the client's cancel: what arrived of one the cancel cut is
+    none (no client had it)."""
+    cut = ev.MessageSeen(t_ns=T0 + 10 * MS, call="c1.1", dir="s2c", index=0, size=95, compressed=False,
+                         decode_error=f"{ev.MESSAGE_CUT} (after 95 of its 2071 bytes)")  # fmt: skip
+    whole = dataclasses.replace(cut, index=0, size=2071, decode_error=None, request_id="r", final=False)
+    (call,) = scripts(_records(_msg(), whole, dataclasses.replace(cut, index=1), end="client_cancel"))
+    assert call.ending is not None and call.ending.responses == 1
+
+
 def test_hop_by_hop_headers_are_dropped_and_redacted_values_left_out_unless_given() -> None:
     meta = [[":method", "POST"], [":path", STREAM_INFER], ["connection", "x"], ["te", "trailers"],
             ["authorization", "<redacted>"], ["x-trace", "1"]]  # fmt: skip

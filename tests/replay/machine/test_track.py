@@ -212,6 +212,29 @@ def test_stream_cancel_cancels_only_what_is_in_flight() -> None:
     assert _outcomes(b) == [("early", "completed", []), ("late", "cancelled", []), ("queued", "cancelled", [])]
 
 
+def test_a_response_the_calls_end_cut_is_no_response_and_nothing_unattributable() -> None:
+    """What arrived of a response when the call's end cut it (the proxy records it, never labelled): no client had
+    it whole, so it answers no request (the one in flight is cancelled, as without it) and is not reported as a
+    response nobody asked for; one warning counts such records."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "a")
+    b.request("c1.1", "b")
+    b.response("c1.1", "a", None, final=True)
+    b.tick()
+    b.records.append(ev.MessageSeen(t_ns=b.t, call="c1.1", dir="s2c", index=1, size=95, compressed=False,
+                                    decode_error=f"{ev.MESSAGE_CUT} (after 95 of its 2071 bytes)"))  # fmt: skip
+    b.cancel("c1.1", "client_cancel", rst_code=8)
+    b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
+    result = track(b.records)
+    assert [(r.request_id, r.outcome, r.responses) for r in result.requests] == [("a", "completed", 1), ("b", "cancelled", 0)]
+    assert result.unattributable == ()
+    assert [w for w in result.warnings if "cut by their call's end" in w] == [
+        "1 response message(s) cut by their call's end (the bytes that arrived are recorded; no client had them "
+        "whole): not counted as responses"
+    ]
+
+
 def test_call_end_after_cancel_does_not_apply_twice() -> None:
     """The cancel record ends the call; its call_end adds status/details but no second end input."""
     b = Builder().start()

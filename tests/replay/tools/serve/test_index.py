@@ -154,6 +154,24 @@ def test_a_cancel_whose_call_end_is_lost_ends_with_the_status_of_its_reset_code(
         cap.close()
 
 
+def test_a_response_the_calls_end_cut_is_no_response_to_serve() -> None:
+    """What arrived of a response cut by the call's end (a cancel, a reset mid-message) is no response: no client
+    had it, and serve does not send it."""
+    b = Builder(payload="full").start()
+    b.call("c1.1")
+    b.request("c1.1", "r1", prompt="p")
+    b.response("c1.1", "r1", "hi-0")
+    b.tick()
+    b.records.append(ev.MessageSeen(t_ns=b.t, call="c1.1", dir="s2c", index=1, size=95, compressed=False,
+                                    decode_error=f"{ev.MESSAGE_CUT} (after 95 of its 2071 bytes)"))  # fmt: skip
+    b.cancel("c1.1", "client_cancel", rst_code=8)
+    cap = load(b.records)
+    try:
+        assert cap.calls["c1.1"].responses == 1
+    finally:
+        cap.close()
+
+
 def test_a_request_the_calls_end_cut_is_no_request_to_answer() -> None:
     """What arrived of a request cut by the call's end (Triton's deadline during the upload) is no request: serve
     waits from the call's start, as for a call with no request, not from the moment the end cut it."""
