@@ -112,16 +112,26 @@ class Assembler:
         return out
 
     def detached(self, keep: int) -> Assembler:
-        """A new assembler that goes on from where this one is, keeping ``keep`` bytes of a message, without hashing
-        or splitting (the unfinished message's pieces so far are shared, not copied): a cancelled call's late watch
-        reads the rest of a message that this one's call then records as cut, forgetting it here."""
+        """A new assembler that goes on from where this one is, keeping the first ``keep`` bytes of a message (of
+        the pieces that came so far: shared, not copied), without hashing or splitting: a cancelled call's late
+        watch reads the rest of a message that this one's call then records as cut, forgetting it here. (Only
+        its head: a watch may live long, and this one may have kept a whole 100 MB message so far.) Never more
+        than this one keeps: past that, it kept no more of the message, and the head must be the message's."""
+        keep = min(keep, self._keep)
         other = Assembler(keep, False)
         other._hdr = bytearray(self._hdr)
         other._remaining = self._remaining
         other._flag = self._flag
         other._length = self._length
-        other._parts = list(self._parts)
-        other._kept = self._kept
+        kept = 0
+        for piece in self._parts:
+            if kept >= keep:
+                break
+            if kept + len(piece) > keep:
+                piece = piece[: keep - kept]
+            other._parts.append(piece)
+            kept += len(piece)
+        other._kept = kept
         return other
 
     def take_unfinished(self) -> tuple[int, int | None, int, list[bytes], str | None] | None:
