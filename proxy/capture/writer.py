@@ -88,6 +88,9 @@ class CaptureWriter:
         #: exists: a follow (``tail --follow``) that finds neither the next file nor a writer holding this one
         #: knows the proxy stopped, where a writer that could not create the next file yet will go on in it.
         self._closed_fd = -1
+        #: That file, to gzip once it is let go (--gzip-rotated): gzipped before, its lock would stay on a name no
+        #: reader reaches, and a follow that opened the .gz would see no writer holding it.
+        self._gzip_closed: Path | None = None
         self._offset = 0
         self._side = SideFile()
         self._encoder = Encoder()
@@ -326,7 +329,6 @@ class CaptureWriter:
         path = self._opt.directory / self._file_name()
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         liveness.hold(self._fd)  # readers tell it live until it is closed, or this process dies
-        self._let_go_closed()  # (after the next file is held: a follow never sees neither held nor there)
         self._offset = 0
         self._side.follow(path)
         self._file_seq = self._seq
@@ -502,17 +504,21 @@ class CaptureWriter:
             self._file_index -= 1
             return False
         old = self.path
-        self._closed_fd, self._fd = self._fd, -1  # closed by the next file's open (_let_go_closed)
+        self._closed_fd, self._fd = self._fd, -1  # let go once the next file exists (_let_go_closed)
         self._side.close()
         if compress and self._opt.gzip_rotated and self._opt.compress == "none":
-            self._compress(old)
+            self._gzip_closed = old
         self._next_file([])
         return True
 
     def _let_go_closed(self) -> None:
+        """The file a rotation closed is let go (the next file exists, or the proxy stops), then gzipped."""
         if self._closed_fd >= 0:
             os.close(self._closed_fd)
             self._closed_fd = -1
+        if self._gzip_closed is not None:
+            old, self._gzip_closed = self._gzip_closed, None
+            self._compress(old)
 
     def _compress(self, old: Path) -> None:
         gz = retention.compress(old)
@@ -531,6 +537,7 @@ class CaptureWriter:
             return
         start = dataclasses.replace(self._start, t_ns=time.time_ns(), file_index=self._file_index)
         self._write_batch([start, *notes], may_rotate=False)
+        self._let_go_closed()  # (once the next file is held: a follow never finds neither held nor there)
         self._after_new_file()
 
     def _after_new_file(self) -> None:
@@ -630,8 +637,9 @@ class CaptureWriter:
         # Deleted: nothing written there can be read back. Everything the file held is a gap.
         self._count_reopen(state, old.name)
         gap = retention.unlinked_gap(old.name, (first_seq, self._seq - 1), self._file_t)
-        os.close(self._fd)
-        self._fd = -1
+        # Held until the next file exists, as a rotated one: a follow reading it waits there, not for a next file
+        # it would give up on while this writer cannot create one yet.
+        self._closed_fd, self._fd = self._fd, -1
         self._side.close()
         self._counts.dropped += gap.dropped
         log.warning("capture_file_unlinked", file=old.name, lost_records=gap.dropped,

@@ -3,7 +3,7 @@
 A file without a closing ``capture_end`` is either still growing or left by a proxy that died. The
 writer takes an exclusive ``flock`` on each capture file as it opens it, before its first line, and
 keeps it until the file is closed (after its ``capture_end``; a rotation's closed file, whose end names the
-next one, until that next file exists and is held). The kernel drops the lock when the
+next one, and a live file deleted by hand, until the next file exists and is held). The kernel drops the lock when the
 process dies, however it dies (SIGKILL, OOM), and it holds across processes and containers that share
 the file system: so a reader tells a live file from a dead writer's by trying the lock, with no pid in
 a name and no heartbeat to wait for.

@@ -304,6 +304,59 @@ def test_records_while_no_capture_file_can_be_created_are_a_gap_in_the_next_file
     assert new[-1]["counts"]["dropped"] == 3 and w.stats()[1] == 3
 
 
+def test_with_gzip_rotated_a_closed_file_is_gzipped_once_the_next_one_exists(tmp_path: Path) -> None:
+    """--gzip-rotated, and the next file cannot be created yet: the closed file stays as it is and locked, so a
+    follow at its capture_end knows the writer goes on. It was gzipped at once: the lock stayed on a file no
+    name reached, and a follow that opened the .gz took the proxy for stopped. Gzipped once the next one exists."""
+    (tmp_path / "cap-0001.jsonl").write_bytes(b"not ours")
+    plain, gz = tmp_path / "cap.jsonl", tmp_path / "cap.jsonl.gz"
+
+    async def run() -> CaptureWriter:
+        opts = WriterOptions(directory=tmp_path, stem="cap", check_interval_s=3600, gzip_rotated=True)
+        w = CaptureWriter(opts, _start())
+        w.open()
+        w.emit(_half(0))
+        await _until(lambda: w.stats()[0] == 2, "the first record")
+        w.request_reopen("signal")
+        await _until(lambda: w.stats()[0] == 3, "the first file's capture_end")
+        assert liveness.being_written(plain) and not gz.exists()
+        w.request_reopen("signal")
+        await _until(lambda: w.path.name == "cap-0002.jsonl", "the next file")
+        await _until(lambda: gz.exists() and not plain.exists(), "the closed file gzipped")
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    assert [p.name for p in w.paths] == ["cap.jsonl.gz", "cap-0002.jsonl"]
+    assert [r["kind"] for r in records(gz)] == ["capture_start", "half_close", "capture_end"]
+    assert _open_in(tmp_path) == []
+
+
+def test_a_live_file_deleted_by_hand_stays_held_until_the_next_file_exists(tmp_path: Path) -> None:
+    """The live file deleted (rm) while the next one cannot be created yet: the writer keeps holding the deleted
+    file, so a follow reading it waits there rather than give up on a next file that takes more than its 10 s."""
+    (tmp_path / "cap-0001.jsonl").write_bytes(b"not ours")
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path, stem="cap", check_interval_s=3600), _start())
+        w.open()
+        w.emit(_half(0))
+        await _until(lambda: w.stats()[0] == 2, "the first record")
+        (tmp_path / "cap.jsonl").unlink()
+        with structlog.testing.capture_logs() as logs:
+            w.request_reopen("signal")
+            await _until(lambda: any(e["event"] == "capture_open_failed" for e in logs), "the failed next file")
+        assert _open_in(tmp_path) == ["cap.jsonl (deleted)"]
+        w.request_reopen("signal")
+        await _until(lambda: w.path.name == "cap-0002.jsonl", "the next file")
+        await _until(lambda: _open_in(tmp_path) == ["cap-0002.jsonl"], "the deleted file let go")
+        await w.close()
+        return w
+
+    asyncio.run(run())
+    assert _open_in(tmp_path) == []
+
+
 def test_the_tap_gets_each_written_record_as_a_line_that_reads_alone(tmp_path: Path) -> None:
     """record --admin's Tail: every record written reaches the tap with its seq, as a line that means
     what the file's (sparse) line means without the lines before it; nothing not written reaches it."""
