@@ -192,6 +192,21 @@ class Builder:
         else:
             st.s2c += 1
 
+    def cut(self, call: str, direction: str, arrived: int, length: int, ms: float = 1.0) -> None:
+        """What arrived of a message (``arrived`` of its ``length`` bytes) when the call's end cut it, as the proxy
+        records it: never labelled."""
+        self.tick(ms)
+        st = self.calls[call]
+        index = st.c2s if direction == "c2s" else st.s2c
+        if direction == "c2s":
+            st.c2s += 1
+        else:
+            st.s2c += 1
+        self.records.append(
+            ev.MessageSeen(t_ns=self.t, call=call, dir=direction, index=index, size=arrived, compressed=False,  # type: ignore[arg-type]
+                           decode_error=f"{ev.MESSAGE_CUT} (after {arrived} of its {length} bytes)")
+        )  # fmt: skip
+
     def half_close(self, call: str, ms: float = 1.0) -> None:
         self.tick(ms)
         self.records.append(ev.HalfClosed(t_ns=self.t, call=call))
@@ -464,6 +479,19 @@ def error_midstream() -> bytes:
     b.half_close("c1.1")
     b.end("c1.1")
     return b.finish().render()
+
+
+def cancelled_mid_response() -> list[Any]:
+    """``--payload full``: a stream call with one response, then what arrived of the next when the client's cancel
+    cut it (95 of its 2,071 bytes), the cancel and the call's end."""
+    b = Builder(payload="full").start()
+    b.call("c1.1")
+    b.request("c1.1", "r1", prompt="p")
+    b.response("c1.1", "r1", "hi-0")
+    b.cut("c1.1", "s2c", 95, 2071)
+    b.cancel("c1.1", "client_cancel", rst_code=8)
+    b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
+    return b.records
 
 
 def response_after_final() -> bytes:

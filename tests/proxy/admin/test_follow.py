@@ -165,6 +165,23 @@ def _counting_lock_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return checks
 
 
+def _live_file(tmp_path: Path, stem: str) -> tuple[Path, Path, ev.CaptureStarted, int]:
+    """``{stem}.jsonl`` with its capture_start, locked by the descriptor returned as its writer holds it, and the
+    chain's next file (not created)."""
+    path = tmp_path / f"{stem}.jsonl"
+    start = ev.CaptureStarted(t_ns=1, proxy_version="t", listen="a:1", upstream="b:2", options={})
+    path.write_bytes(encode(start, 0))
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    assert liveness.hold(fd)
+    return path, tmp_path / f"{stem}-0001.jsonl", start, fd
+
+
+async def _kinds_into(got: list[tuple[str, str]], path: Path) -> None:
+    """Follows ``path``: the file and record kind of each line, into ``got``."""
+    async for p, line in follow.follow_lines(path):
+        got.append((p.name, orjson.loads(line)["kind"]))
+
+
 def test_a_live_file_renamed_while_followed_is_followed_to_its_end_and_into_the_next_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -173,20 +190,13 @@ def test_a_live_file_renamed_while_followed_is_followed_to_its_end_and_into_the_
     lock while the file has its new name; it tested the old name (gone: "nobody holds it") and stopped with
     "its proxy stopped without closing the capture (killed?)" of a proxy that was running."""
     checks = _counting_lock_checks(monkeypatch)
-    stem = "capture-20261207T000000-79"
-    path = tmp_path / f"{stem}.jsonl"
-    nxt = tmp_path / f"{stem}-0001.jsonl"
-    start = ev.CaptureStarted(t_ns=1, proxy_version="t", listen="a:1", upstream="b:2", options={})
-    path.write_bytes(encode(start, 0))
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    assert liveness.hold(fd)
+    path, nxt, start, fd = _live_file(tmp_path, "capture-20261207T000000-79")
 
     async def run() -> list[tuple[str, str]]:
         got: list[tuple[str, str]] = []
 
         async def tail() -> None:
-            async for p, line in follow.follow_lines(path):
-                got.append((p.name, orjson.loads(line)["kind"]))
+            await _kinds_into(got, path)
 
         async with _running(tail(), "test-follow-renamed") as task:
             await _until(lambda: len(got) == 1, "the capture_start followed")
@@ -216,20 +226,13 @@ def test_a_follow_waits_for_the_next_file_while_the_writer_holds_the_one_that_na
     the follow said nothing and waited for ever; it stops with the error once VANISHED_S has passed."""
     monkeypatch.setattr(follow, "VANISHED_S", 0.3)
     checks = _counting_lock_checks(monkeypatch)
-    stem = "capture-20261207T000000-83"
-    path = tmp_path / f"{stem}.jsonl"
-    nxt = tmp_path / f"{stem}-0001.jsonl"
-    start = ev.CaptureStarted(t_ns=1, proxy_version="t", listen="a:1", upstream="b:2", options={})
-    path.write_bytes(encode(start, 0))
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    assert liveness.hold(fd)
+    path, nxt, start, fd = _live_file(tmp_path, "capture-20261207T000000-83")
 
     async def run() -> list[tuple[str, str]]:
         got: list[tuple[str, str]] = []
 
         async def tail() -> None:
-            async for p, line in follow.follow_lines(path):
-                got.append((p.name, orjson.loads(line)["kind"]))
+            await _kinds_into(got, path)
 
         async with _running(tail(), "test-follow-between-files") as task:
             os.write(fd, encode(ev.CaptureEnded(t_ns=2, reason="rotate", counts={}, next_file=nxt.name), 1))

@@ -256,18 +256,24 @@ def test_queue_overflow_while_the_disk_is_failing_joins_the_same_gap(tmp_path: P
     assert recs[-1]["counts"]["dropped"] == 8 and w.stats()[1] == 8
 
 
+async def _started_with_the_next_file_taken(tmp_path: Path, **options: Any) -> CaptureWriter:
+    """A writer (stem ``cap``) with one record written, whose next file (``cap-0001.jsonl``) cannot be created: its
+    name is taken, standing in for any open error. No periodic retry: only the reopens the test asks for."""
+    (tmp_path / "cap-0001.jsonl").write_bytes(b"not ours")
+    w = CaptureWriter(WriterOptions(directory=tmp_path, stem="cap", check_interval_s=3600, **options), _start())
+    w.open()
+    w.emit(_half(0))
+    await _until(lambda: w.stats()[0] == 2, "the first record")
+    return w
+
+
 def test_records_while_no_capture_file_can_be_created_are_a_gap_in_the_next_file(tmp_path: Path) -> None:
     """A reopen cannot create the next file (here its name is taken, standing in for any open error):
     the records that arrive until a later attempt works are counted, and the file that attempt creates
     starts with a gap saying how many and why; seq runs on."""
-    (tmp_path / "cap-0001.jsonl").write_bytes(b"not ours")
 
     async def run() -> CaptureWriter:
-        # check_interval_s: no periodic retry during the test, only the reopens it asks for.
-        w = CaptureWriter(WriterOptions(directory=tmp_path, stem="cap", check_interval_s=3600), _start())
-        w.open()
-        w.emit(_half(0))
-        await _until(lambda: w.stats()[0] == 2, "the first record")
+        w = await _started_with_the_next_file_taken(tmp_path)
         w.request_reopen("signal")
         await _until(lambda: w.stats()[0] == 3, "the first file's capture_end")
 
@@ -308,15 +314,10 @@ def test_with_gzip_rotated_a_closed_file_is_gzipped_once_the_next_one_exists(tmp
     """--gzip-rotated, and the next file cannot be created yet: the closed file stays as it is and locked, so a
     follow at its capture_end knows the writer goes on. It was gzipped at once: the lock stayed on a file no
     name reached, and a follow that opened the .gz took the proxy for stopped. Gzipped once the next one exists."""
-    (tmp_path / "cap-0001.jsonl").write_bytes(b"not ours")
     plain, gz = tmp_path / "cap.jsonl", tmp_path / "cap.jsonl.gz"
 
     async def run() -> CaptureWriter:
-        opts = WriterOptions(directory=tmp_path, stem="cap", check_interval_s=3600, gzip_rotated=True)
-        w = CaptureWriter(opts, _start())
-        w.open()
-        w.emit(_half(0))
-        await _until(lambda: w.stats()[0] == 2, "the first record")
+        w = await _started_with_the_next_file_taken(tmp_path, gzip_rotated=True)
         w.request_reopen("signal")
         await _until(lambda: w.stats()[0] == 3, "the first file's capture_end")
         assert liveness.being_written(plain) and not gz.exists()
@@ -335,13 +336,9 @@ def test_with_gzip_rotated_a_closed_file_is_gzipped_once_the_next_one_exists(tmp
 def test_a_live_file_deleted_by_hand_stays_held_until_the_next_file_exists(tmp_path: Path) -> None:
     """The live file deleted (rm) while the next one cannot be created yet: the writer keeps holding the deleted
     file, so a follow reading it waits there rather than give up on a next file that takes more than its 10 s."""
-    (tmp_path / "cap-0001.jsonl").write_bytes(b"not ours")
 
     async def run() -> CaptureWriter:
-        w = CaptureWriter(WriterOptions(directory=tmp_path, stem="cap", check_interval_s=3600), _start())
-        w.open()
-        w.emit(_half(0))
-        await _until(lambda: w.stats()[0] == 2, "the first record")
+        w = await _started_with_the_next_file_taken(tmp_path)
         (tmp_path / "cap.jsonl").unlink()
         with structlog.testing.capture_logs() as logs:
             w.request_reopen("signal")

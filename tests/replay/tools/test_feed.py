@@ -323,19 +323,10 @@ def test_a_response_the_calls_end_cut_is_not_fed() -> None:
     """What arrived of a response when the client's cancel cut it is recorded, never labelled: the client never
     had it, so it is fed the responses before it, then its cancel. It was a UserError ("carries no Triton
     labels ... it cannot be fed")."""
-    from tests.data.make_golden import Builder
+    from tests.data.make_golden import cancelled_mid_response
 
-    b = Builder(payload="full").start()
-    b.call("c1.1")
-    b.request("c1.1", "r1", prompt="p")
-    b.response("c1.1", "r1", "hi-0")
-    b.tick()
-    b.records.append(ev.MessageSeen(t_ns=b.t, call="c1.1", dir="s2c", index=1, size=95, compressed=False,
-                                    decode_error=f"{ev.MESSAGE_CUT} (after 95 of its 2071 bytes)"))  # fmt: skip
-    b.cancel("c1.1", "client_cancel", rst_code=8)
-    b.end("c1.1", "CANCELLED", "client_cancel", ms=0)
     client = TextAssembler()
-    feed_stream(list(b.records), client)
+    feed_stream(cancelled_mid_response(), client)
     state = client.state()
     assert (state["text"], state["responses"]) == ({"r1": "hi-0"}, {"r1": 1})
     assert state["stream_error"] == ("StatusCode.CANCELLED", "Locally cancelled by application!")

@@ -14,7 +14,7 @@ from replay.capture import events as ev
 from replay.tools.serve import load
 from replay.tools.serve.index import RESPONSE_BYTES, AnswerStore, LoadedCapture
 from replay.tools.serve.responses import stream_response
-from tests.data.make_golden import INFER, Builder
+from tests.data.make_golden import INFER, Builder, cancelled_mid_response
 from tests.support.capture import write_rotated
 
 
@@ -157,15 +157,7 @@ def test_a_cancel_whose_call_end_is_lost_ends_with_the_status_of_its_reset_code(
 def test_a_response_the_calls_end_cut_is_no_response_to_serve() -> None:
     """What arrived of a response cut by the call's end (a cancel, a reset mid-message) is no response: no client
     had it, and serve does not send it."""
-    b = Builder(payload="full").start()
-    b.call("c1.1")
-    b.request("c1.1", "r1", prompt="p")
-    b.response("c1.1", "r1", "hi-0")
-    b.tick()
-    b.records.append(ev.MessageSeen(t_ns=b.t, call="c1.1", dir="s2c", index=1, size=95, compressed=False,
-                                    decode_error=f"{ev.MESSAGE_CUT} (after 95 of its 2071 bytes)"))  # fmt: skip
-    b.cancel("c1.1", "client_cancel", rst_code=8)
-    cap = load(b.records)
+    cap = load(cancelled_mid_response())
     try:
         assert cap.calls["c1.1"].responses == 1
     finally:
@@ -177,9 +169,7 @@ def test_a_request_the_calls_end_cut_is_no_request_to_answer() -> None:
     waits from the call's start, as for a call with no request, not from the moment the end cut it."""
     b = Builder(payload="full").start()
     b.call("c1.1", method="/inference.GRPCInferenceService/RepositoryModelLoad", timeout_ms=500)
-    b.tick(500)
-    b.records.append(ev.MessageSeen(t_ns=b.t, call="c1.1", dir="c2s", index=0, size=100, compressed=False,
-                                    decode_error=f"{ev.MESSAGE_CUT} (after 100 of its 5000 bytes)"))  # fmt: skip
+    b.cut("c1.1", "c2s", 100, 5000, ms=500)
     b.end("c1.1", "DEADLINE_EXCEEDED", cause="deadline", ms=0)
     cap = load(b.records)
     try:
