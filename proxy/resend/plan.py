@@ -219,13 +219,13 @@ def _feed(call: CallScript, rec: ev.Record) -> None:
     at = max(0, getattr(rec, "t_ns", call.t_start) - call.t_start)
     if isinstance(rec, ev.MessageSeen):
         if rec.dir == "s2c":
-            if rec.decode_error is None or not rec.decode_error.startswith(ev.MESSAGE_CUT):
+            if not ev.message_cut(rec.decode_error):
                 call._responses += 1  # (what arrived of a response the call's end cut is none)
             return
         call._c2s_bytes += rec.size
         if rec.decode_error is not None and rec.decode_error.startswith(ev.BODY_CUT):
             call._cut_marked = True
-        if rec.decode_error is not None and rec.decode_error.startswith(ev.MESSAGE_CUT):
+        if ev.message_cut(rec.decode_error):
             # A gRPC request the call's end cut: its bytes are not a message (their cap is not why).
             call.unsendable = call.unsendable or CUT_SHORT
             return

@@ -210,6 +210,12 @@ def partial_body(decode_error: str | None) -> bool:
     return decode_error is not None and decode_error.startswith(PARTIAL_BODY)
 
 
+def message_cut(decode_error: str | None) -> bool:
+    """gRPC: the message record is what arrived of a message the call's end cut (:data:`MESSAGE_CUT`), a request
+    the upstream never had whole or a response no client had whole."""
+    return decode_error is not None and decode_error.startswith(MESSAGE_CUT)
+
+
 def never_received(decode_error: str | None) -> bool:
     """The message record's bytes are nothing a client received as a whole: a body the connection's end
     cut (:data:`PARTIAL_BODY`), or an event no blank line ended (:data:`EVENT_UNTERMINATED`: an SSE

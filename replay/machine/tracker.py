@@ -523,7 +523,7 @@ class Tracker:
             self._http_received(call, seq, rec)
             return
         if rec.request_id is None:
-            if ev.never_received(rec.decode_error):
+            if ev.message_cut(rec.decode_error):
                 # What arrived of a response when the call's end cut it (a reset, a lost connection, a cancel):
                 # no client had it whole, so it is no response of any request, and nothing unattributable.
                 self._cut_responses += 1

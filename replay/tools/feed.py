@@ -188,7 +188,7 @@ def _stream(capture: CaptureSource, call: str | None) -> Iterator[int | _Respons
             started, fed = True, cid
             yield rec.t_ns
         elif isinstance(rec, ev.MessageSeen):
-            if rec.dir == "s2c" and not ev.never_received(rec.decode_error):  # (a response the end cut: none)
+            if rec.dir == "s2c" and not ev.message_cut(rec.decode_error):  # (a response the end cut: none)
                 yield _rebuild(rec, seq, cid)
         elif isinstance(rec, ev.CallCancelled):
             cancel = rec

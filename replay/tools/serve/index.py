@@ -324,10 +324,10 @@ class _Builder:
         call = self.calls[cid]
         if isinstance(rec, ev.MessageSeen):
             if rec.dir == "c2s":
-                if rec.decode_error is not None and rec.decode_error.startswith(ev.MESSAGE_CUT):
+                if ev.message_cut(rec.decode_error):
                     return  # what arrived of a request the call's end cut: Triton never had a request
                 call.add_request(seq, rec)
-            elif rec.decode_error is None or not rec.decode_error.startswith(ev.MESSAGE_CUT):
+            elif not ev.message_cut(rec.decode_error):
                 # (Not what arrived of a response the call's end cut: no client had it, nor gets it here.)
                 call.add_response(seq, rec, request_seq)
         elif isinstance(rec, ev.CallCancelled):

@@ -194,11 +194,7 @@ def test_a_live_file_renamed_while_followed_is_followed_to_its_end_and_into_the_
 
     async def run() -> list[tuple[str, str]]:
         got: list[tuple[str, str]] = []
-
-        async def tail() -> None:
-            await _kinds_into(got, path)
-
-        async with _running(tail(), "test-follow-renamed") as task:
+        async with _running(_kinds_into(got, path), "test-follow-renamed") as task:
             await _until(lambda: len(got) == 1, "the capture_start followed")
             path.rename(tmp_path / "moved-by-operator.jsonl")
             before = len(checks)
@@ -230,11 +226,7 @@ def test_a_follow_waits_for_the_next_file_while_the_writer_holds_the_one_that_na
 
     async def run() -> list[tuple[str, str]]:
         got: list[tuple[str, str]] = []
-
-        async def tail() -> None:
-            await _kinds_into(got, path)
-
-        async with _running(tail(), "test-follow-between-files") as task:
+        async with _running(_kinds_into(got, path), "test-follow-between-files") as task:
             os.write(fd, encode(ev.CaptureEnded(t_ns=2, reason="rotate", counts={}, next_file=nxt.name), 1))
             await _until(lambda: len(got) == 2, "the capture_end followed")
             before = len(checks)
