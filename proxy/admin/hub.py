@@ -149,6 +149,10 @@ class Subscriber:
             if kind == "call_end":
                 calls.method.pop(call, None)
             return []
+        if kind == "message" and ev.message_cut(record.decode_error):
+            # What arrived of a message the call's end cut has no labels (no one had it whole): it is the
+            # call's, shown as the call's cancel and end are, when the filter selected the call.
+            return [(seq, kind, line)] if call in calls.matched else []
         if kind in ("message", "late"):
             model = getattr(record, "model", None)
             if flt.models and model not in flt.models and not (kind == "late" and call in calls.matched):

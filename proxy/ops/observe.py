@@ -28,7 +28,7 @@ import structlog
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from replay.capture.events import PARTIAL_BODY
+from replay.capture.events import ends_cut, ends_whole
 from replay.capture.methods import short_method
 
 log = structlog.get_logger("triton_tap.calls")
@@ -46,7 +46,8 @@ class ProxyMetrics(Collector):
         self.started: dict[str, int] = {}
         self.ended: dict[tuple[str, str], int] = {}
         self.open: dict[str, int] = {}
-        self.messages = [0, 0]  # c2s, s2c
+        self.messages = [0, 0]  # c2s, s2c: ended whole
+        self.cut = [0, 0]  # c2s, s2c: ended by what cut them
         self.bytes = [0, 0]
         self.latency_counts = [0] * (len(LATENCY_BUCKETS) + 1)
         self.latency_sum = 0.0
@@ -78,14 +79,19 @@ class ProxyMetrics(Collector):
         self.ended[key] = self.ended.get(key, 0) + 1
         self.open[method] = self.open.get(method, 1) - 1
 
-    def message(self, direction: str, size: int, t_ns: int) -> None:
-        """A message crossed the proxy (its forwarding latency, when ``t_ns`` is not 0, ends at the next
-        :meth:`forwarded`)."""
+    def message(self, direction: str, size: int, t_ns: int, decode_error: str | None = None) -> None:
+        """A message record: ``size`` bytes crossed the proxy. A message is counted at its record that ends it
+        whole, and timed (its forwarding latency ends at the next :meth:`forwarded`); one a call's or
+        connection's end cut is counted apart and never timed: its record is written when the call ends,
+        often outside any read, where the next read of any connection would book the idle time as its
+        latency. The start of a body Triton answered early is neither: its rest's record ends it."""
         i = 0 if direction == "c2s" else 1
-        self.messages[i] += 1
         self.bytes[i] += size
-        if t_ns:
+        if decode_error is None or ends_whole(decode_error):
+            self.messages[i] += 1
             self._pending.append(t_ns)
+        elif ends_cut(decode_error):
+            self.cut[i] += 1
 
     def forwarded(self) -> None:
         """The read that carried the pending messages has been handled and relayed (the relay's ``after_read``)."""
@@ -118,13 +124,18 @@ class ProxyMetrics(Collector):
         for m, n in sorted(dict(self.open).items()):
             open_.add_metric([m], n)
         yield open_
-        msgs = CounterMetricFamily("triton_tap_messages", "gRPC messages relayed", labels=["direction"])
-        size = CounterMetricFamily("triton_tap_message_bytes", "gRPC message bytes relayed (without the 5-byte prefix)",
-                                   labels=["direction"])  # fmt: skip
+        msgs = CounterMetricFamily("triton_tap_messages", "messages relayed whole (gRPC messages; HTTP bodies and "
+                                   "event-stream events)", labels=["direction"])  # fmt: skip
+        cut = CounterMetricFamily("triton_tap_messages_cut", "messages a call's or connection's end cut (their "
+                                  "receiver never had them whole)", labels=["direction"])  # fmt: skip
+        size = CounterMetricFamily("triton_tap_message_bytes", "message bytes relayed, of whole and cut messages "
+                                   "(gRPC: without the 5-byte prefix)", labels=["direction"])  # fmt: skip
         for i, d in enumerate(("c2s", "s2c")):
             msgs.add_metric([d], self.messages[i])
+            cut.add_metric([d], self.cut[i])
             size.add_metric([d], self.bytes[i])
         yield msgs
+        yield cut
         yield size
         counts = list(self.latency_counts)
         cumulative, buckets = 0, []
@@ -168,10 +179,7 @@ class RecordObserver:
         m = self._metrics
         if kind == "message":
             if m is not None:
-                # A body or message cut short is no message forwarded: no latency (it may be written outside
-                # any read, where the next read of any connection would end its sample).
-                why = record.decode_error
-                m.message(record.dir, record.size, record.t_ns if why is None or not why.startswith(PARTIAL_BODY) else 0)
+                m.message(record.dir, record.size, record.t_ns, record.decode_error)
         elif kind == "call_start":
             method = short_method(record.method)
             self._calls[record.call] = (method, record.peer)

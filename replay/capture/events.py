@@ -223,6 +223,24 @@ def never_received(decode_error: str | None) -> bool:
     return decode_error is not None and decode_error.startswith((PARTIAL_BODY, EVENT_UNTERMINATED))
 
 
+def ends_whole(decode_error: str | None) -> bool:
+    """The record ends a message, body or event its receiver had whole: any record but those of
+    :func:`never_received`, and of those the rest of a request body Triton answered early (:data:`BODY_REST`
+    exactly: its start is the call's previous record, and the body ended)."""
+    return decode_error is None or decode_error == BODY_REST or not never_received(decode_error)
+
+
+def ends_cut(decode_error: str | None) -> bool:
+    """The record ends a message, body or event its receiver never had whole (a call's or connection's end cut
+    it, or no blank line ended the event); not the start of a body Triton answered early, whose rest follows."""
+    return (
+        decode_error is not None
+        and never_received(decode_error)
+        and decode_error != BODY_REST
+        and not decode_error.startswith(BODY_BEFORE_REPLY)
+    )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MessageSeen:
     """One complete message crossed the proxy in one direction: a gRPC message, or on HTTP a request body, a reply body or one server-sent event."""

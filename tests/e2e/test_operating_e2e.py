@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.lab.background import ProxyThread
 from proxy.lab.tritonserver import TritonServer, free_port
+from replay.capture import events as ev
 from tests.support.capture import of_kind, records
 from tests.support.triton_client import StreamSession, echo_inputs, token_inputs, wait_for
 
@@ -73,16 +74,20 @@ def test_metrics_follow_real_traffic(triton: TritonServer, tmp_path: Path) -> No
         capture = proxy.stop()
     session_s = time.monotonic() - started
     recs = of_kind(records(capture), "message")
+    whole = [r for r in recs if ev.ends_whole(r.get("decode_error"))]
     for d in ("c2s", "s2c"):
         mine = [r for r in recs if r["dir"] == d]
-        assert after["triton_tap_messages_total", (("direction", d),)] == len(mine)
+        assert after["triton_tap_messages_total", (("direction", d),)] == sum(r in whole for r in mine)
+        assert after["triton_tap_messages_cut_total", (("direction", d),)] == sum(
+            ev.ends_cut(r.get("decode_error")) for r in mine
+        )
         assert after["triton_tap_message_bytes_total", (("direction", d),)] == sum(r["size"] for r in mine)
-    # One latency observation per message. Relative, not a wall-clock bound: forwarding the messages
+    # One latency observation per message that ended whole. Relative, not a wall-clock bound: forwarding the messages
     # one by one takes, all together, less than the session that sent them, whose streams spend most
     # of it waiting for the model (150 ms and 100 ms per token); a latency in the wrong unit, or one
     # that kept counting while the model worked, would exceed it.
-    assert after["triton_tap_forwarding_latency_seconds_count", ()] == len(recs)
-    assert after["triton_tap_forwarding_latency_seconds_bucket", (("le", "+Inf"),)] == len(recs)
+    assert after["triton_tap_forwarding_latency_seconds_count", ()] == len(whole)
+    assert after["triton_tap_forwarding_latency_seconds_bucket", (("le", "+Inf"),)] == len(whole)
     assert 0 < after["triton_tap_forwarding_latency_seconds_sum", ()] < session_s
 
 

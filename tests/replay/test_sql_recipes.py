@@ -270,6 +270,26 @@ def test_readiness_calls_are_not_counted_as_a_models_requests(tmp_path: Path) ->
     assert (model, requests, per_request) == ("tokens", 3, 4 / 3)
 
 
+def test_a_response_the_calls_end_cut_is_no_response_of_its_request(tmp_path: Path) -> None:
+    """What arrived of a response when the client's cancel cut it carries no request id (null: no client had it
+    whole, so nothing was read from it): the id joins leave it out, so the request still has one response and
+    no gap, in JSONL and over the Parquet export alike."""
+    from tests.data.make_golden import Builder, cancelled_mid_response
+
+    b = Builder(payload="full")
+    b.records = cancelled_mid_response()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "capture-20260528T000000-1.jsonl").write_bytes(b.render())
+    assert [ev.message_cut(r.decode_error) for r in b.records if isinstance(r, ev.MessageSeen)] == [False, False, True]
+    by_model, cancels, unfinished, gaps = _run(f"{src}/*.jsonl")
+    ((model, requests, per_request, _, _),) = by_model
+    assert (model, requests, per_request) == ("tokens", 1, 1.0) and cancels == [("client_cancel", 1)]
+    assert [(call, rid) for _, call, rid in unfinished] == [("c1.1", "r1")] and gaps[0][2] == 0
+    export_parquet([src], tmp_path / "out")
+    assert _parquet(tmp_path / "out") == [by_model, cancels, unfinished, gaps]
+
+
 def test_a_cut_last_line_fails_the_macro_and_is_a_warning_row_of_the_export(tmp_path: Path) -> None:
     """What docs/sql.md says of a capture whose last line was cut: DuckDB's read_json fails the query, the
     Parquet export reads the rest and keeps the cut as a `warning` row of its hole table."""

@@ -61,6 +61,31 @@ def test_records_after_a_calls_end_follow_the_call(loop: asyncio.AbstractEventLo
     assert got == want
 
 
+@pytest.mark.parametrize(
+    "flt",
+    [TailFilter(models=frozenset({"a"})), TailFilter(request_ids=frozenset({"ra"})),
+     TailFilter(methods=frozenset({"ModelStreamInfer"}))],
+    ids=["model", "request-id", "method"],
+)  # fmt: skip
+def test_a_message_the_calls_end_cut_follows_the_call(loop: asyncio.AbstractEventLoop, flt: TailFilter) -> None:
+    """What arrived of a response a cancel cut has no model and no request id: shown with the call the filter
+    selected (before its cancel, as in the capture), never with another, nor selecting one by itself."""
+
+    def cut(call: str) -> ev.MessageSeen:
+        return ev.MessageSeen(t_ns=2, call=call, dir="s2c", index=0, size=5,
+                              decode_error=f"{ev.MESSAGE_CUT} (after 5 of its 90 bytes)")  # fmt: skip
+
+    a, b = _call("c1.1", "a", "ra"), _call("c1.2", "b", "rb")
+    lone = [ev.CallStarted(t_ns=1, call="c1.3", conn="c1", method=STREAM, peer="p", metadata=[], timeout_ms=None),
+            cut("c1.3")]  # fmt: skip
+    got = _kinds(loop, flt, [*a[:2], cut("c1.1"), *a[2:4], *b[:2], cut("c1.2"), *b[2:4], *lone])
+    want = [("c1.1", k) for k in ("call_start", "message", "message", "cancel", "call_end")]
+    if flt.methods:
+        want += [("c1.2", k) for k in ("call_start", "message", "message", "cancel", "call_end")]
+        want += [("c1.3", "call_start"), ("c1.3", "message")]
+    assert got == want
+
+
 def test_the_ended_calls_remembered_are_bounded(loop: asyncio.AbstractEventLoop) -> None:
     sub = Subscriber(TailFilter(models=frozenset({"a"})), loop, 10, 1 << 20, {})
     records = [r for i in range(ENDED_KEPT + 5) for r in _call(f"c1.{i}", "a", f"r{i}")[:4]]
