@@ -23,6 +23,7 @@ from proxy.lab.background import ProxyThread
 from proxy.relay.http1 import MAX_HEAD
 from tests.e2e.test_http_relay_e2e import calls, end_of, http_url, wait_for
 from tests.support.capture import of_kind, records
+from tests.support.triton_client import http_client
 
 #: The steady stream's events, 400 ms apart: it must outlast the bad connections (3.2 s against well under a
 #: second quiet; at 150 ms apart, 1.2 s, a loaded machine could finish it first).
@@ -106,7 +107,7 @@ def test_bad_connections_leave_the_others_and_the_capture_whole(both_ports: Prox
     finally:
         stream.join(timeout=60)
     assert ended and len(events) == STEADY_EVENTS
-    with httpclient.InferenceServerClient(url) as c:
+    with http_client(url) as c:
         inp = httpclient.InferInput("INPUT", [3], "UINT8")
         inp.set_data_from_numpy(np.array([7, 8, 9], dtype=np.uint8))
         assert (c.infer("echo", [inp], request_id="after").as_numpy("OUTPUT") == [7, 8, 9]).all()

@@ -20,6 +20,7 @@ import orjson
 from proxy.lab.background import ProxyThread
 from proxy.lab.tritonserver import TritonServer
 from tests.support.capture import of_kind, read_bytes, records, side_bytes, stored_payload
+from tests.support.triton_client import http_client
 
 PROMPT = "confidential-prompt-8086"
 SALT = "s4"
@@ -35,7 +36,7 @@ def test_http_bodies_redacted_json_binary_and_generate_stream(triton: TritonServ
     with ProxyThread(triton.grpc_url, tmp_path / "cap", payload="full", redact_inputs=("PROMPT",), redact_salt=SALT,
                      http_listen="127.0.0.1:0", http_upstream=triton.http_url.removeprefix("http://")) as proxy:  # fmt: skip
         url = f"127.0.0.1:{proxy.proxy.http_port}"
-        with httpclient.InferenceServerClient(url) as c:
+        with http_client(url) as c:
             for binary in (False, True):
                 prompt = httpclient.InferInput("PROMPT", [1], "BYTES")
                 prompt.set_data_from_numpy(np.array([PROMPT.encode()], dtype=np.object_), binary_data=binary)

@@ -26,6 +26,7 @@ from proxy.relay.http1 import HALF_CLOSE_ANSWERED, HALF_CLOSE_DETAILS
 from replay.capture.reader import read_capture
 from replay.machine.tracker import track
 from tests.support.capture import of_kind, records
+from tests.support.triton_client import http_client
 
 
 def http_url(proxy: ProxyThread) -> str:
@@ -56,7 +57,7 @@ def test_tritonclient_http_binary_on_off_and_async(both_ports: ProxyThread) -> N
     import tritonclient.http as httpclient
 
     data = np.arange(16, dtype=np.uint8)
-    with httpclient.InferenceServerClient(http_url(both_ports)) as c:
+    with http_client(http_url(both_ports)) as c:
         for binary in (False, True):
             inp = httpclient.InferInput("INPUT", [16], "UINT8")
             inp.set_data_from_numpy(data, binary_data=binary)

@@ -32,6 +32,7 @@ from proxy.lab.tritonserver import TritonServer
 from replay.tools.serve import MockTriton, load
 from replay.tools.serve.httpd import HttpServe
 from tests.support.capture import of_kind, records
+from tests.support.triton_client import http_client
 
 pytestmark = pytest.mark.timeout(300)
 WAIT_S = 60.0
@@ -48,7 +49,7 @@ def _session(url: str) -> dict[str, Any]:
     """The recorded client traffic; what each client got."""
     got: dict[str, Any] = {}
     data = np.arange(8, dtype=np.uint8)
-    with httpclient.InferenceServerClient(url) as c:
+    with http_client(url) as c:
         for binary in (False, True):
             inp = httpclient.InferInput("INPUT", [8], "UINT8")
             inp.set_data_from_numpy(data, binary_data=binary)
@@ -189,7 +190,7 @@ def test_serve_answers_the_recorded_clients_and_a_recording_of_serve_checks_the_
         with ProxyThread(triton.grpc_url, tmp_path / "captures", payload="meta", drain_timeout=5, http_listen="127.0.0.1:0",
                          http_upstream=f"127.0.0.1:{port}") as proxy:  # fmt: skip
             url = _http_url(proxy)
-            with httpclient.InferenceServerClient(url) as c:
+            with http_client(url) as c:
                 for binary in (False, True):
                     inp = httpclient.InferInput("INPUT", [8], "UINT8")
                     inp.set_data_from_numpy(np.arange(8, dtype=np.uint8), binary_data=binary)

@@ -1,16 +1,38 @@
-"""Small tritonclient drivers shared by end-to-end tests (real tritonclient.grpc, sync)."""
+"""Small tritonclient drivers shared by end-to-end tests (real tritonclient.grpc, sync), and tritonclient.http's
+client made safe to leave to the garbage collector (:func:`http_client`)."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 
 from tests.support.user_client import TextAssembler
+
+
+@contextlib.contextmanager
+def http_client(url: str, **kwargs: Any) -> Iterator[Any]:
+    """A ``tritonclient.http.InferenceServerClient``, closed once on leaving. Its ``__del__`` closes it again,
+    which joins its gevent pool: run by a collection on another thread (a server's background thread, in a
+    later test), that raised gevent's InvalidThreadUseError, which pytest reports as an unraisable exception.
+    So once closed here, its close does nothing more."""
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(url, **kwargs)
+    try:
+        yield client
+    finally:
+        client.close()
+        client.close = _closed  # an instance attribute: what the class's __del__ calls
+
+
+def _closed() -> None:
+    """A tritonclient.http client's close, once it is closed."""
 
 
 def bytes_input(name: str, value: bytes) -> grpcclient.InferInput:

@@ -31,6 +31,7 @@ from replay.tools.serve.httpd import HttpServe
 from tests.data.make_golden import Builder, http_stream_cut_in_second_event
 from tests.proxy.triton.http_wire import Exchange, exchanges
 from tests.support.loop_thread import BackgroundLoop
+from tests.support.triton_client import http_client
 
 WAIT_S = 30.0
 
@@ -90,28 +91,22 @@ def _events(body: bytes) -> list[str]:
 def test_tritonclient_http_infer_gets_the_captured_tensor(serve: _Serve, binary: bool) -> None:
     x = exchanges("01_unary_infer_tritonclient")[int(binary)]
     url = serve(_capture(x))
-    client = httpclient.InferenceServerClient(url, network_timeout=WAIT_S)
-    try:
+    with http_client(url, network_timeout=WAIT_S) as client:
         inp = httpclient.InferInput("INPUT", [5], "UINT8")
         inp.set_data_from_numpy(np.arange(5, dtype=np.uint8), binary_data=binary)
         out = httpclient.InferRequestedOutput("OUTPUT", binary_data=binary)
         result = client.infer("echo", [inp], outputs=[out], request_id=f"req-binary-{binary}")
-    finally:
-        client.close()
     assert result.get_response()["id"] == f"req-binary-{binary}"
     assert result.as_numpy("OUTPUT").tolist() == [0, 1, 2, 3, 4]
 
 
 def test_unmatched_infer_gets_404_error_json_naming_the_closest(serve: _Serve) -> None:
     url = serve(_capture(exchanges("01_unary_infer_tritonclient")[0]))
-    client = httpclient.InferenceServerClient(url, network_timeout=WAIT_S)
-    try:
+    with http_client(url, network_timeout=WAIT_S) as client:
         inp = httpclient.InferInput("INPUT", [5], "UINT8")
         inp.set_data_from_numpy(np.arange(5, dtype=np.uint8), binary_data=False)
         with pytest.raises(InferenceServerException) as e:
             client.infer("other_model", [inp], request_id="nope")
-    finally:
-        client.close()
     assert "no captured request matches http infer request id 'nope' of model 'other_model'" in str(e.value)
     r = httpx.post(f"http://{url}/v2/models/other_model/infer", content=b'{"id":"nope"}', timeout=WAIT_S)
     assert r.status_code == 404 and "closest" in r.json()["error"]
@@ -298,13 +293,10 @@ def test_a_head_request_gets_a_reply_without_a_body_and_the_connection_goes_on(s
 def test_health_and_metadata_come_from_captured_calls(serve: _Serve) -> None:
     xs = exchanges("05a_health_metadata")
     url = serve(_capture(*xs[:4], xs[6]))
-    client = httpclient.InferenceServerClient(url, network_timeout=WAIT_S)
-    try:
+    with http_client(url, network_timeout=WAIT_S) as client:
         assert client.is_server_ready() and client.is_server_live()
         assert client.get_server_metadata()["version"] == "2.51.0"
         assert client.get_model_metadata("echo")["outputs"][0]["name"] == "OUTPUT"
-    finally:
-        client.close()
     r = httpx.get(f"http://{url}/v2/models/nosuch", timeout=WAIT_S)  # captured: Triton's own 404
     assert r.status_code == 404 and r.json() == {"error": "Request for unknown model: 'nosuch' is not found"}
     r = httpx.get(f"http://{url}/v2/models/tokens", timeout=WAIT_S)  # not captured

@@ -29,6 +29,7 @@ from replay.tools.serve.httpd import HttpServe
 from tests.data.make_golden import INFER, STREAM, Builder
 from tests.proxy.triton.http_wire import Exchange
 from tests.support.loop_thread import BackgroundLoop
+from tests.support.triton_client import http_client
 
 WAIT_S = 30.0
 SIZE = 16
@@ -283,9 +284,9 @@ def test_an_http_infer_naming_shared_memory_is_answered_as_captured_and_says_the
     mock = MockTriton(load([_http_capture(tmp_path, regions)]), speed=None)
     http = HttpServe(mock.session, mock.other_used)
     port = loop.run(http.start("127.0.0.1:0"))
-    client = httpclient.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=WAIT_S)
     try:
-        with caplog.at_level(logging.WARNING, logger=LOGGER):
+        with http_client(f"127.0.0.1:{port}", network_timeout=WAIT_S) as client, caplog.at_level(logging.WARNING,
+                                                                                                  logger=LOGGER):  # fmt: skip
             for name, key in zip(regions.names, regions.keys, strict=True):
                 client.register_system_shared_memory(name, key, SIZE)
             x = httpclient.InferInput("INPUT", [SIZE], "UINT8")
@@ -294,7 +295,6 @@ def test_an_http_infer_naming_shared_memory_is_answered_as_captured_and_says_the
             o.set_shared_memory(regions.names[1], SIZE)
             result = client.infer("echo", [x], outputs=[o], request_id="h1")
     finally:
-        client.close()
         loop.run(http.stop())
     assert result.get_response()["outputs"][0]["name"] == "OUTPUT"
     assert regions.output() == [7] * SIZE
