@@ -306,8 +306,8 @@ async def _named_or_later(
             elif waited - let_go >= VANISHED_S:
                 raise UpstreamError(
                     f"{named_by[0]} names {name} as its next file, which is not there, and its proxy no longer "
-                    "holds it: the proxy stopped (killed?) before it created that file, or the file was removed; "
-                    "nothing more will be written"
+                    "holds it: the proxy stopped before it created that file (killed, or stopped while it could "
+                    "not create it), or the file was removed; nothing more will be written"
                 )  # fmt: skip
         await asyncio.sleep(POLL_S)
         waited += POLL_S

@@ -542,7 +542,9 @@ class H2Core:
             call = self.calls.get(sid)
             if call is not None and self.up is _U_OPEN:
                 # (Not while the upstream is ending the connection: those bytes never reach it, and a request
-                # it had part of is recorded as far as it got, when the call ends.)
+                # it had part of is recorded as far as it got, when the call ends. Nor does the client get
+                # flow-control credit for them then: its connection is in GOAWAY and closes within two
+                # lingers, and holding the credit back stops it pushing more bytes nowhere.)
                 self._record(call, C2S, wire.data_payload(flags, payload))
                 if flags & _END_STREAM:
                     self.emit(make_half_close(time.time_ns(), call.id, {}))
