@@ -42,6 +42,8 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
+import h2.settings
+import h2.windows
 
 from proxy.relay.call import Call
 from proxy.relay.contract import (
@@ -1008,6 +1010,11 @@ class H2Core:
             self._internal_error(e)
 
 
+#: HTTP/2's largest flow-control window and frame size (RFC 9113 6.9.1, 4.2).
+_MAX_WINDOW: Final = 2**31 - 1
+_MAX_FRAME: Final = 2**24 - 1
+
+
 class Refuser:
     """Speaks HTTP/2 to a client whose upstream could not be reached: every call gets UNAVAILABLE.
 
@@ -1017,10 +1024,23 @@ class Refuser:
     def __init__(self, core: H2Core, reason: str) -> None:
         self.core = core
         self.reason = reason
-        self.conn = h2.connection.H2Connection(
+        conn = self.conn = h2.connection.H2Connection(
             config=h2.config.H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=False)
         )
-        self.conn.initiate_connection()
+        conn.initiate_connection()
+        # The client may hold more credit, and send larger frames, than a fresh h2 takes: an upstream that
+        # spoke HTTP/2 before it broke it granted them (its SETTINGS and WINDOW_UPDATEs reached the client
+        # unchanged). Held to h2's defaults, a client sending by that grant was told it broke flow control.
+        # Every byte is acknowledged here, so it takes the most HTTP/2 allows, per stream, per frame and on
+        # the connection, and says nothing of it: its SETTINGS above are h2's own, and a WINDOW_UPDATE on top
+        # of the upstream's grants could take the client's window past its limit, itself a connection error.
+        conn.local_settings = h2.settings.Settings(client=False, initial_values={
+            **{h2.settings.SettingCodes(code): conn.local_settings[code] for code in conn.local_settings},
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _MAX_WINDOW,
+            h2.settings.SettingCodes.MAX_FRAME_SIZE: _MAX_FRAME,
+        })  # fmt: skip
+        conn.max_inbound_frame_size = _MAX_FRAME
+        conn._inbound_flow_control_window_manager = h2.windows.WindowManager(_MAX_WINDOW)  # (h2 has no setter)
         self.closed = False
         self._write()
 

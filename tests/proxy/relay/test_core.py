@@ -534,6 +534,35 @@ def test_upstream_breaking_http2_before_any_call_gives_calls_the_reason(client_s
     assert end.cause == "upstream_disconnect" and "frame type 0 on stream 0" in end.details
 
 
+def test_a_client_using_the_credit_a_broken_upstream_gave_it_is_refused_not_blamed() -> None:
+    """The upstream's SETTINGS and WINDOW_UPDATE reach the client unchanged (a 1 MiB window, 1 MiB frames), then
+    the upstream breaks HTTP/2 before any call. The proxy's own h2, refusing the calls, must take what the client
+    may send by that grant: one 128 KiB DATA frame was a flow-control and frame-size violation to a fresh h2,
+    told as the client's protocol_error and a GOAWAY instead of the call's UNAVAILABLE and its reason."""
+    from h2.settings import SettingCodes
+
+    rig = CoreRig()
+    server = rig.server
+    assert server is not None
+    rig.down(rig.client.data_to_send())
+    server.receive_data(rig.take("upstream"))
+    server.update_settings({SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20, SettingCodes.MAX_FRAME_SIZE: 1 << 20})
+    server.increment_flow_control_window((1 << 20) - 65535)
+    rig.up(server.data_to_send() + wire.frame(wire.DATA, 0, 0, b"junk"))
+    got: list[Any] = list(rig.client.receive_data(rig.take("client")))
+    rig.lose("upstream")
+    sid = rig.open_call()
+    rig.client.send_data(sid, b"\0" * (128 << 10), end_stream=True)
+    rig.down(rig.client.data_to_send())
+    got.extend(rig.client.receive_data(rig.take("client")))
+    assert [v.side for v in _of(rig, "protocol_error")] == ["upstream"]
+    (headers,) = [e for e in got if isinstance(e, h2.events.ResponseReceived)]
+    assert dict(headers.headers)[b"grpc-status"] == b"14"
+    assert [e.error_code for e in got if isinstance(e, h2.events.ConnectionTerminated)] == [wire.NO_ERROR]
+    (end,) = _of(rig, "call_end")
+    assert end.cause == "upstream_disconnect" and "upstream broke HTTP/2" in end.details
+
+
 def test_upstream_breaking_http2_after_a_call_ends_the_calls_when_it_is_lost() -> None:
     """With a call open, an upstream that breaks HTTP/2 is told (GOAWAY) and closed; its calls end as
     upstream_disconnect with a status of the proxy's own once it is gone, and the client gets GOAWAY."""
