@@ -37,6 +37,15 @@ def _call(call: str, model: str, rid: str) -> list[Any]:
     ]  # fmt: skip
 
 
+#: The call filters, each selecting call c1.1 of :func:`_call` (model a, request ra, and a stream's method).
+BY_EACH_CALL_FILTER = pytest.mark.parametrize(
+    "flt",
+    [TailFilter(models=frozenset({"a"})), TailFilter(request_ids=frozenset({"ra"})),
+     TailFilter(methods=frozenset({"ModelStreamInfer"}))],
+    ids=["model", "request-id", "method"],
+)  # fmt: skip
+
+
 def _kinds(loop: asyncio.AbstractEventLoop, flt: TailFilter, records: list[Any]) -> list[tuple[str, str]]:
     sub = Subscriber(flt, loop, 1000, 1 << 20, {})
     for seq, rec in enumerate(records):
@@ -44,12 +53,7 @@ def _kinds(loop: asyncio.AbstractEventLoop, flt: TailFilter, records: list[Any])
     return [(records[item[0]].call, item[1]) for item in sub.items if isinstance(item, tuple)]
 
 
-@pytest.mark.parametrize(
-    "flt",
-    [TailFilter(models=frozenset({"a"})), TailFilter(request_ids=frozenset({"ra"})),
-     TailFilter(methods=frozenset({"ModelStreamInfer"}))],
-    ids=["model", "request-id", "method"],
-)  # fmt: skip
+@BY_EACH_CALL_FILTER
 def test_records_after_a_calls_end_follow_the_call(loop: asyncio.AbstractEventLoop, flt: TailFilter) -> None:
     """The evidence comes seconds after the call's end (--evidence-window), which forgot the call: every filter
     dropped it (and a late frame after the end put the call back in the selected set for good)."""
@@ -61,12 +65,7 @@ def test_records_after_a_calls_end_follow_the_call(loop: asyncio.AbstractEventLo
     assert got == want
 
 
-@pytest.mark.parametrize(
-    "flt",
-    [TailFilter(models=frozenset({"a"})), TailFilter(request_ids=frozenset({"ra"})),
-     TailFilter(methods=frozenset({"ModelStreamInfer"}))],
-    ids=["model", "request-id", "method"],
-)  # fmt: skip
+@BY_EACH_CALL_FILTER
 def test_a_message_the_calls_end_cut_follows_the_call(loop: asyncio.AbstractEventLoop, flt: TailFilter) -> None:
     """What arrived of a response a cancel cut has no model and no request id: shown with the call the filter
     selected (before its cancel, as in the capture), never with another, nor selecting one by itself."""
