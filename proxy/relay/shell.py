@@ -46,6 +46,32 @@ def _tls(t: asyncio.BaseTransport) -> bool:
     return t.get_extra_info("ssl_object") is not None
 
 
+#: The most :func:`_unread` takes from a socket (the kernel's receive buffer holds less).
+UNREAD_MAX = 16 * 1024 * 1024
+
+
+def _unread(t: asyncio.Transport | None) -> bytes:
+    """What the peer sent that the loop never read from ``t``'s socket, which is still open while its protocol
+    is told of the loss (asyncio and uvloop close it after). Plain TCP only: over TLS these bytes are records
+    only the transport's SSL object could read."""
+    if t is None or _tls(t):
+        return b""
+    sock = t.get_extra_info("socket")
+    fd = sock.fileno() if sock is not None else -1
+    chunks: list[bytes] = []
+    size = 0
+    while fd >= 0 and size < UNREAD_MAX:
+        try:
+            data = os.read(fd, 65536)  # (non-blocking, as the loop left it)
+        except OSError:  # nothing more (BlockingIOError), or the reset itself, which comes after the bytes
+            break
+        if not data:
+            break
+        chunks.append(data)
+        size += len(data)
+    return b"".join(chunks)
+
+
 def _no_core(data: bytes) -> Output:
     raise RuntimeError("a read before the connection's core exists")
 
@@ -112,6 +138,14 @@ class Side(asyncio.Protocol):
             after()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and self.receive is not _no_core:
+            # A write that failed on the peer's reset ends the transport before the loop read what the peer
+            # sent ahead of that reset: a client that cancels (RST_STREAM) and closes with responses unread
+            # (its kernel resets) had its cancel recorded as a disconnect. The kernel keeps those bytes
+            # readable after the reset: they are handled first, in TCP's order.
+            rest = _unread(self.transport)
+            if rest:
+                self.data_received(rest)
         self.conn.side_lost(self, exc)
 
     def pause_writing(self) -> None:

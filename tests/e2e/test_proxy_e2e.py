@@ -222,6 +222,47 @@ def test_stop_stream_cancel_is_client_cancel(triton: TritonServer, recording_pro
     assert (end["status"], end["cause"]) == ("CANCELLED", "client_cancel")
 
 
+def test_a_cancel_then_a_close_with_responses_unread_is_client_cancel(triton: TritonServer, tmp_path: Path) -> None:
+    """stop_stream(cancel_requests=True) and close() while ~1 MB responses stream: the client's RST_STREAM, then
+    its kernel's reset (it closes with responses unread). The proxy's write of a response can fail on that reset
+    before its loop read the cancel ahead of it: 1 to 7 of 16 such calls were recorded as client_disconnect
+    (by the machine's load), where the client cancelled. Every one is client_cancel. The proxy runs as its own
+    process, as users run it: in this one, sharing the client's interpreter, that order did not come about.
+    The order is the machine's to make, so this test may pass on a proxy without the fix; the shell's test
+    (tests/proxy/relay/test_shell.py) makes it every time."""
+    port, ready = free_port(), tmp_path / "ready.json"
+    rec = subprocess.Popen([sys.executable, "-c", "import sys; from proxy.cli import main; sys.exit(main(sys.argv[1:]))",
+                            "record", "--listen", f"127.0.0.1:{port}", "--upstream", triton.grpc_url,
+                            "--capture-dir", str(tmp_path / "cap"), "--ready-file", str(ready)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    prompt = "p" * 1_000_000
+
+    def cancel_and_close(rid: str) -> None:
+        got = [0]  # (its own per call: a late callback of the previous stream counts nothing here)
+        c = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+        c.start_stream(lambda result, error: got.__setitem__(0, got[0] + 1))
+        c.async_stream_infer("tokens", token_inputs(prompt, 30), request_id=rid)
+        wait_for(lambda: got[0] >= 2, what="two responses")
+        c.stop_stream(cancel_requests=True)
+        c.close()
+
+    try:
+        wait_for(ready.exists, what="the proxy's ready file", timeout=60)
+        for i in range(16):
+            cancel_and_close(f"h{i}")
+    finally:
+        rec.send_signal(signal.SIGTERM)
+        _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    recs = [r for p in sorted((tmp_path / "cap").iterdir()) for r in records(p)]
+    calls = calls_by_method(recs, "ModelStreamInfer")
+    assert len(calls) == 16
+    for call in calls:
+        (end,) = of_kind(recs, "call_end", call)
+        (cancel,) = of_kind(recs, "cancel", call)
+        assert (end["cause"], cancel["cause"], cancel["rst_code"]) == ("client_cancel", "client_cancel", 8), call
+
+
 def test_async_infer_cancel_is_client_cancel(triton: TritonServer, recording_proxy: ProxyThread) -> None:
     """async_infer(...).cancel() on a running unary call -> client_cancel with its request id."""
     c = grpcclient.InferenceServerClient(f"127.0.0.1:{recording_proxy.port}")
