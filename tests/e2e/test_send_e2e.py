@@ -286,6 +286,31 @@ def test_calls_a_client_made_one_after_another_are_sent_one_after_another(
     assert len(ordered) == 40 and all(b[0] >= a[1] for a, b in itertools.pairwise(ordered)), ordered
 
 
+def test_a_status_message_ending_in_a_space_is_sent_and_recorded_as_it_came(
+    triton: TritonServer, tmp_path: Path
+) -> None:
+    """Triton's status for an input of the wrong shape ends in a space (``... got [2,3]. ``). send's HTTP/2 client
+    took it for a protocol error: the connection was lost, that call's outcome and the next call's with it
+    (exit 1). gRPC's clients take it, and so does send now: both calls sent, as recorded."""
+    (tmp_path / "rec").mkdir()
+    with ProxyThread(triton.grpc_url, tmp_path / "rec", payload="full") as proxy:
+        c = grpcclient.InferenceServerClient(proxy.url)
+        bad = grpcclient.InferInput("INPUT", [2, 3], "UINT8")
+        bad.set_data_from_numpy(np.zeros((2, 3), dtype=np.uint8))
+        with pytest.raises(grpcclient.InferenceServerException) as refused:
+            c.infer("echo", [bad], request_id="u-shape")
+        ok = grpcclient.InferInput("INPUT", [3], "UINT8")
+        ok.set_data_from_numpy(np.arange(3, dtype=np.uint8))
+        c.infer("echo", [ok], request_id="u-ok")
+        c.close()
+    assert str(refused.value.message()).endswith(" "), refused.value.message()  # what this test is about
+    new = _send(proxy.capture_path, triton, tmp_path / "sent")
+    ends = {r.call: (r.status, r.details) for _, r in read_capture(new) if r.kind == "call_end"}
+    before = {r.call: (r.status, r.details) for _, r in read_capture(proxy.capture_path) if r.kind == "call_end"}
+    assert sorted(ends.values()) == sorted(before.values()), (ends, before)
+    assert sorted(s for s, _ in ends.values()) == ["INVALID_ARGUMENT", "OK"]
+
+
 def _sequence(client: grpcclient.InferenceServerClient, tag: str, n: int) -> int:
     """Sequence 42 from START to END, ``n`` calls one at a time; its sum."""
     for k in range(n):
