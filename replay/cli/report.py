@@ -53,6 +53,7 @@ def build_report(paths: Sequence[str], output: Path, *, err: TextIO | None = Non
     from replay.capture.reader import read_capture
     from replay.cli.progress import with_progress
     from replay.tools.report.model import ReportBuilder
+    from replay.tools.report.overview import CUT
     from replay.tools.report.page import render_html
 
     reader = read_capture(list(paths))
@@ -75,8 +76,10 @@ def build_report(paths: Sequence[str], output: Path, *, err: TextIO | None = Non
     except OSError as e:
         raise UserError(f"cannot write {str(output)!r}: {e.strerror or e}") from None
     size = f"{len(page) / 1e6:.1f} MB" if len(page) >= 1e6 else f"{len(page) / 1e3:.0f} kB"
+    cut = sum(1 for f in model["ticks"]["flags"] if f & CUT)
     print(f"wrote {output} ({size}): {model['records']} records, "
-          f"{len(model['lanes']['call'])} lanes, {len(model['ticks']['t'])} response ticks", file=err)  # fmt: skip
+          f"{len(model['lanes']['call'])} lanes, {len(model['ticks']['t']) - cut} response ticks"
+          + (f" (and {cut} of cut events, no responses)" if cut else ""), file=err)  # fmt: skip
     return model
 
 

@@ -35,18 +35,13 @@ from replay.capture.methods import START_NOT_READ, short_method
 from replay.capture.schema import encode
 from replay.machine.outcomes import RequestOutcome, status_ok
 from replay.machine.tracker import Tracker
-from replay.tools.report.overview import build_overview
+from replay.tools.report.overview import CUT, ERROR, FINAL, TEXT, UNATTRIBUTED, build_overview
 from replay.tools.report.stats import IntArray, ModelStats, group_percentiles
 from replay.tools.report.stats import percentile as percentile  # re-exported: tests and callers know it here
 
 #: Embed every record (for hover) only up to this many; larger captures show the compact fields.
 RECORD_LIMIT = 20_000
 
-# Tick flags (bit set).
-TEXT = 1  # the response carries outputs (text), else it is empty
-FINAL = 2  # raw triton_final_response = true
-ERROR = 4  # in-band error_message
-UNATTRIBUTED = 8  # the tracker could not give it to a request
 
 
 
@@ -309,6 +304,8 @@ class ReportBuilder:
             f |= FINAL
         if rec.error:
             f |= ERROR
+        if rec.decode_error is not None and ev.never_received(rec.decode_error):
+            f |= CUT
         self._add_tick((req, rec.t_ns, f, self._ri - 1))
 
     # -- the model ---------------------------------------------------------------------------------

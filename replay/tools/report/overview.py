@@ -27,6 +27,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+# A response tick's flags (bits; the page has the same numbers).
+TEXT = 1  # the response carries outputs (text), else it is empty
+FINAL = 2  # raw triton_final_response = true
+ERROR = 4  # in-band error_message
+UNATTRIBUTED = 8  # the tracker could not give it to a request
+#: Bytes of an event no client got as one (the connection's end cut it, or no blank line ended it): drawn where
+#: they came, counted as no response.
+CUT = 16
+
 MAX_BINS = 240
 EXACT = 32
 PER_OCTAVE = 16
@@ -142,9 +151,12 @@ def build_overview(*, span_us: int, lanes: dict[str, list[Any]], lane_method: Se
     duration, has_duration = column("duration_ms", 1000.0)
     nresp, _ = column("responses", 1.0)
 
-    t_lane = np.asarray(ticks["lane"], dtype=np.int64)
-    t_t = np.asarray(ticks["t"], dtype=np.int64)
+    # Ticks of bytes no client got as a response (a cut event) are drawn, but are no response here.
     t_flags = np.asarray(ticks["flags"], dtype=np.int64)
+    whole = (t_flags & CUT) == 0
+    t_flags = t_flags[whole]
+    t_lane = np.asarray(ticks["lane"], dtype=np.int64)[whole]
+    t_t = np.asarray(ticks["t"], dtype=np.int64)[whole]
     t_group = lane_group[t_lane] if len(t_lane) else np.zeros(0, dtype=np.int64)
     t_bin = bin_of(t_t)
     # Inter-response gaps: ticks are grouped by lane in time order, so a gap is a difference of
@@ -161,8 +173,8 @@ def build_overview(*, span_us: int, lanes: dict[str, list[Any]], lane_method: Se
         "groups": {"model": [g[0] for g in groups], "method": [g[1] for g in groups], "outcome": [g[2] for g in groups]},
         "started": _per_bin(lane_group, start_bin, G, nbins, is_req),
         "responses": _per_bin(t_group, t_bin, G, nbins),
-        "finals": _per_bin(t_group, t_bin, G, nbins, (t_flags & 2) != 0),
-        "errors": _per_bin(t_group, t_bin, G, nbins, (t_flags & 4) != 0),
+        "finals": _per_bin(t_group, t_bin, G, nbins, (t_flags & FINAL) != 0),
+        "errors": _per_bin(t_group, t_bin, G, nbins, (t_flags & ERROR) != 0),
         "in_flight": _in_flight(lane_group[is_req], start[is_req], end[is_req], G, nbins, width),
         "cancel_groups": {"model": [g[0] for g in c_groups], "method": [g[1] for g in c_groups],
                           "cause": [g[2] for g in c_groups]},

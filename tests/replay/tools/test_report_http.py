@@ -45,3 +45,24 @@ def test_http_errors_are_marked_and_not_ok() -> None:
 def test_the_page_renders_http_captures() -> None:
     page = render_html(model_of("http/mixed.jsonl", "http/silent.jsonl"))
     assert b"HTTP generate_stream" in page
+
+
+def test_an_event_no_client_got_is_drawn_as_cut_and_counted_as_no_response() -> None:
+    """An event stream whose last bytes no blank line ended: an SSE client discards them, so `check` counts one
+    response. The report drew them as an ordinary text tick and counted two, in the overview's responses too."""
+    from replay.tools.report.model import ReportBuilder
+    from replay.tools.report.overview import CUT
+    from tests.proxy.relay.http1_wire import drive
+
+    head = b"POST /v2/models/m/generate_stream HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n"
+    body = b'data: {"id":"r","OUT":"a"}\n\ndata: {"id":"r","OUT":"b"}'
+    sse = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+           + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")  # fmt: skip
+    run = drive([("c2s", head + b'{"id":"r"}'), ("s2c", sse)])
+    b = ReportBuilder()
+    for seq, rec in enumerate(run.records()):
+        b.feed(seq, rec)
+    m = b.finish()
+    assert m["ticks"]["flags"] == [TEXT, TEXT | CUT]
+    assert m["lanes"]["responses"] == [1]
+    assert sum(m["overview"]["responses"]) == 1
