@@ -174,6 +174,11 @@ class CaptureWriter:
         """Close the live file after what was emitted so far and go on in a new one (SIGHUP; loop thread)."""
         if self._task is None or self._task.done():
             return  # not started, or closed: there is no next record to put in a new file
+        if any(r.reopen == reason for r in self._rotations):
+            # One the writer has not started yet opens the new file this one asks for: a burst of signals is
+            # one reopen, not a file each (a loop of `kill -HUP` queued hundreds, and SIGTERM waited minutes
+            # behind them).
+            return
         self._queue_rotation(Rotation(reason, self._take_queue_gap(), None))
 
     def _queue_rotation(self, rotation: Rotation) -> None:

@@ -86,6 +86,29 @@ def test_records_emitted_before_a_rotation_are_in_the_file_it_closes(tmp_path: P
     assert _seq_runs_on([old, new])
 
 
+def test_a_burst_of_reopens_the_writer_has_not_started_is_one(tmp_path: Path) -> None:
+    """SIGHUP five times in one loop turn: one new file, not an empty file each (a loop of `kill -HUP` made ~100
+    files a second and SIGTERM waited minutes behind them). What comes after is in that new file."""
+
+    async def run() -> CaptureWriter:
+        w = _writer(tmp_path)
+        w.open()
+        w.emit(_mark(0))
+        for _ in range(5):
+            w.request_reopen("signal")
+        w.emit(_mark(1))
+        await _until(lambda: len(w.paths) == 2, "the next file")
+        w.request_reopen("signal")  # (once that one was done, a new signal is a new file)
+        await _until(lambda: len(w.paths) == 3, "the third file")
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    files = [records(p) for p in w.paths]
+    assert [_notes(f) for f in files] == [["m0"], ["m1"], []]
+    assert _seq_runs_on(files) and w.ops.reopens == {"signal": 2}
+
+
 def test_rotations_among_records_each_cut_the_capture_where_they_were_asked(tmp_path: Path) -> None:
     """A, Rotate, B, SIGHUP, C emitted in one loop turn (one writer batch): three files, A | B | C."""
 
