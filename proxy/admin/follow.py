@@ -122,14 +122,19 @@ async def _lines_growing(path: Path, done: Callable[[bytes], bool], kept: list[i
     buf = b""
     started = False  # (an empty file may be one its writer has not locked yet)
     released = False
+    empty_unheld = 0.0  # how long the file has been empty and held by no writer
     async with aiofiles.open(path, "rb") as f:
         while True:
             chunk = await f.read(CHUNK)
             if not chunk:
-                if released:
+                if released or empty_unheld >= VANISHED_S:
                     state = retention.live_state(f.fileno(), path)
                     if state != "ok":
                         raise _LetGo(path.name, "deleted" if state == "unlinked" else "renamed")
+                    if not started:
+                        raise UpstreamError(f"{path.name}: its proxy stopped before it wrote anything to it (killed, "
+                                            "or stopped while it could not write it): nothing more will be written "
+                                            "to it")  # fmt: skip
                     raise UpstreamError(f"{path.name}: its proxy stopped without closing the capture (killed?): "
                                         "nothing more will be written to it")  # fmt: skip
                 # The descriptor, not the name: a live file renamed under the follow keeps its writer's lock,
@@ -139,6 +144,11 @@ async def _lines_growing(path: Path, done: Callable[[bytes], bool], kept: list[i
                     # finds that end, or nothing more will come.
                     released = True
                     continue
+                if not started:
+                    # Its writer creates it, then locks it, then writes its first line: empty and held by no one
+                    # for longer than that takes, its writer is gone (killed right after creating it, or it
+                    # could not write its first line, a full disk, and then stopped).
+                    empty_unheld = 0.0 if liveness.fd_being_written(f.fileno()) else empty_unheld + POLL_S
                 await asyncio.sleep(POLL_S)
                 continue
             started = True
@@ -273,7 +283,10 @@ def _later_of_chain(directory: Path, name: str) -> list[tuple[int, Path]]:
     named = naming.parse(name)
     if named is None:
         return []
-    files = ((n, p) for p in directory.iterdir() if (n := naming.parse(p.name)) is not None)
+    try:
+        files = [(n, p) for p in directory.iterdir() if (n := naming.parse(p.name)) is not None]
+    except FileNotFoundError:
+        raise CaptureError(str(directory), None, "the capture directory was removed while it was followed") from None
     return sorted((n.index, p) for n, p in files if n.stem == named.stem and n.index > named.index)
 
 
@@ -296,6 +309,11 @@ async def _named_or_later(
             return path, 0
         later = _later_of_chain(directory, name)
         if later and named is not None:
+            # Looked for once more: a listing is no snapshot, and a writer rotating fast can create ``name``,
+            # close it, go on in the next file and gzip it (a new name) between the look above and the
+            # listing, which then saw the next file and neither of its names.
+            if (path := _existing(directory, name)) is not None:
+                return path, 0
             index, path = later[0]
             return path, index - named.index
         if wait_s is not None and waited >= wait_s:

@@ -317,3 +317,60 @@ def test_a_next_file_the_writer_never_created_is_no_removed_file_with_records(tm
     assert [orjson.loads(line)["seq"] for line in out.getvalue().splitlines()] == [0, 1, 2, 3]
     assert err.getvalue() == (f"triton-tap: warning: {stem}-0001.jsonl named as the next file is not there, and no "
                               f"record is missing (seq 1, then 2): going on in {stem}-0002.jsonl\n")  # fmt: skip
+
+
+def test_an_empty_file_no_writer_holds_is_a_stopped_proxy_after_the_grace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer creates a file, locks it, then writes its first line. A proxy killed in between, or one that could
+    not write that line (a full disk) and then stopped, leaves an empty file nobody holds: the follow waited for
+    it for ever; it stops with the error once VANISHED_S has passed. Held, the same empty file is waited for past
+    that, and followed once it has lines."""
+    monkeypatch.setattr(follow, "VANISHED_S", 0.3)
+    dead = tmp_path / "capture-20261207T000000-80.jsonl"
+    dead.write_bytes(b"")
+    with pytest.raises(UpstreamError, match=r"^capture-20261207T000000-80\.jsonl: its proxy stopped before it wrote"):
+        asyncio.run(_all(dead))
+
+    live = tmp_path / "capture-20261207T000000-81.jsonl"
+    fd = os.open(live, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        assert liveness.hold(fd)
+
+        async def run() -> list[tuple[str, str]]:
+            got: list[tuple[str, str]] = []
+            async with _running(_kinds_into(got, live), "test-follow-empty-held"):
+                await asyncio.sleep(3 * follow.VANISHED_S)  # (past the grace: still waiting, held)
+                os.write(fd, _lines("shutdown"))
+            return got
+
+        assert asyncio.run(run()) == [(live.name, "capture_start"), (live.name, "capture_end")]
+    finally:
+        os.close(fd)
+
+
+def test_a_file_a_fast_rotation_named_compressed_and_passed_is_not_taken_for_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The follow looks for the next file a capture_end named, finds neither name, then lists the directory: by
+    then the writer created it, closed it, went on in the one after and gzipped it, and the listing saw the one
+    after only. The follow skipped the file as removed by retention; it looks again and reads it."""
+    stem = "capture-20261207T000000-82"
+    named = f"{stem}-0001.jsonl"
+    (tmp_path / f"{named}.gz").write_bytes(gzip.compress(_lines("rotate")))
+    (tmp_path / f"{stem}-0002.jsonl").write_bytes(_lines("shutdown"))
+    real, looks = follow._existing, [0]
+
+    def existing(directory: Path, name: str) -> Path | None:
+        looks[0] += 1
+        return None if looks[0] == 1 else real(directory, name)  # (the first look came before it was created)
+
+    monkeypatch.setattr(follow, "_existing", existing)
+    assert asyncio.run(follow._named_or_later(tmp_path, named, 1.0)) == (tmp_path / f"{named}.gz", 0)
+
+
+def test_a_capture_directory_removed_while_followed_is_one_error(tmp_path: Path) -> None:
+    """rm -rf of the directory, then the proxy stops: the follow looked for the chain's next file in a directory
+    that is gone, and ended with a traceback (FileNotFoundError); it is one line's error."""
+    with pytest.raises(CaptureError, match="the capture directory was removed while it was followed"):
+        follow._later_of_chain(tmp_path / "gone", "capture-20261207T000000-83.jsonl")
