@@ -233,12 +233,7 @@ def ends_whole(decode_error: str | None) -> bool:
 def ends_cut(decode_error: str | None) -> bool:
     """The record ends a message, body or event its receiver never had whole (a call's or connection's end cut
     it, or no blank line ended the event); not the start of a body Triton answered early, whose rest follows."""
-    return (
-        decode_error is not None
-        and never_received(decode_error)
-        and decode_error != BODY_REST
-        and not decode_error.startswith(BODY_BEFORE_REPLY)
-    )
+    return decode_error is not None and not ends_whole(decode_error) and not decode_error.startswith(BODY_BEFORE_REPLY)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

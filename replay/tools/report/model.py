@@ -43,8 +43,6 @@ from replay.tools.report.stats import percentile as percentile  # re-exported: t
 RECORD_LIMIT = 20_000
 
 
-
-
 @dataclass
 class _CallInfo:
     id: str
@@ -80,6 +78,8 @@ def _flags(rec: ev.MessageSeen) -> int:
         f |= FINAL
     if rec.error:
         f |= ERROR
+    if rec.decode_error is not None and ev.never_received(rec.decode_error):
+        f |= CUT
     return f
 
 
@@ -299,14 +299,7 @@ class ReportBuilder:
         else:
             req = self._req_key.setdefault((call, request_seq), len(self._req_key))
             self._last_call, self._last_seq, self._last_req = call, request_seq, req
-        f = TEXT if rec.outputs else 0
-        if rec.final is True:
-            f |= FINAL
-        if rec.error:
-            f |= ERROR
-        if rec.decode_error is not None and ev.never_received(rec.decode_error):
-            f |= CUT
-        self._add_tick((req, rec.t_ns, f, self._ri - 1))
+        self._add_tick((req, rec.t_ns, _flags(rec), self._ri - 1))
 
     # -- the model ---------------------------------------------------------------------------------
 
