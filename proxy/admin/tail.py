@@ -22,7 +22,7 @@ from typing import Any, TextIO
 import orjson
 
 from proxy.admin.connect import admin_call
-from proxy.admin.follow import POLL_S, follow_lines, newest_chains, set_chains
+from proxy.admin.follow import POLL_S, follow_lines, newest_with_state, newest_written, set_chains
 from proxy.admin.hub import Dropped, Subscriber, TailFilter
 from replay.capture import naming
 from replay.capture.schema import Sticky, decode, encode
@@ -162,12 +162,13 @@ async def tail_admin(chan: Any, flt: TailFilter, printer: Printer, from_seq: int
 # -- from files being written ------------------------------------------------------------------------
 
 
-async def tail_files(directory: Path, flt: TailFilter, printer: Printer, from_seq: int | None = None) -> None:
+async def tail_files(directory: Path, flt: TailFilter, printer: Printer, from_seq: int | None = None,
+                     live: bool = False) -> None:  # fmt: skip
     """``tail CAPTURE_DIR --follow``: the newest capture, filtered as the admin service filters; a capture set
     (``record --workers``) as every worker's chain, their lines as they come, a worker's chain that appears
     after the follow started included. ``from_seq``: the records before it are not printed (of each chain:
-    a worker's seq numbers are its own)."""
-    chains = await _first_chains(directory, printer)
+    a worker's seq numbers are its own). ``live``: only a capture being written (:func:`_first_chains`)."""
+    chains = await _first_chains(directory, printer, live)
     name = naming.parse(chains[0].name)
     the_set = name.capture_set if name is not None else ""
     if not the_set:
@@ -229,16 +230,36 @@ async def tail_files(directory: Path, flt: TailFilter, printer: Printer, from_se
         await asyncio.gather(finder, *tasks, return_exceptions=True)
 
 
-async def _first_chains(directory: Path, printer: Printer) -> list[Path]:
+async def _first_chains(directory: Path, printer: Printer, live: bool = False) -> list[Path]:
     """:func:`newest_chains`, once there is a capture: a follow started with ``record`` (a script starting both,
     a unit) waits for the proxy to create the directory and open its first file, as ``tail -F`` waits for a
-    file, and says so once. A path that is a file is bad input at once."""
+    file, and says so once. A path that is a file is bad input at once.
+
+    The newest capture may be one no proxy writes any more (an earlier run's, in a directory it left files
+    in): it is shown as it was left, and stderr says so first, since its end (or its proxy's stop) is not the
+    end of a proxy started with the follow. ``live``: only a capture being written is followed, the newest
+    one; none being written, the follow waits for one."""
     said = False
+    over: set[str] = set()  # (newest_written's: the captures found over, not looked at again)
+    said_over: str | None = None
     while True:
         if directory.exists() and not directory.is_dir():
             raise UserError(f"{str(directory)!r} is not a directory")
         if directory.is_dir() and any(naming.parse(p.name) is not None for p in directory.iterdir()):
-            return newest_chains(directory)
+            if not live:
+                chains, state = newest_with_state(directory)
+                if state == "over":
+                    printer.warning(f"the newest capture in {str(directory)!r} ({chains[0].name}) is not being written "
+                                    "(its proxy closed it or stopped): showing it as it was left (--live waits for a "
+                                    "capture being written)")  # fmt: skip
+                return chains
+            written, newest = newest_written(directory, over)
+            if written is not None:
+                return written
+            if newest is not None and newest in over and said_over != newest:
+                printer.warning(f"the newest capture in {str(directory)!r} ({newest}) is not being written (its "
+                                "proxy closed it or stopped): waiting for one that is (Ctrl-C to stop)")  # fmt: skip
+                said_over, said = newest, True
         if not said:
             printer.err.write(f"triton-tap: waiting for a capture in {str(directory)!r} (Ctrl-C to stop)\n")
             printer.err.flush()
@@ -304,8 +325,10 @@ def run_tail(args: Any) -> int:
                             ("--key", args.key)):  # fmt: skip
             if value is not None:
                 raise UserError(f"{flag} is for tail --admin: tail CAPTURE_DIR --follow reads files")
-        asyncio.run(tail_files(args.capture_dir, flt, printer, args.from_seq))
+        asyncio.run(tail_files(args.capture_dir, flt, printer, args.from_seq, args.live))
         return 0
+    if args.live:
+        raise UserError("--live goes with CAPTURE_DIR --follow (tail --admin follows the running proxy)")
     if args.follow:
         raise UserError("--follow goes with CAPTURE_DIR (tail --admin follows the proxy without it)")
     return asyncio.run(admin_call(args, lambda chan: tail_admin(chan, flt, printer, args.from_seq)))

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -450,10 +452,14 @@ def test_proxy_killed_leaves_the_request_incomplete(
         code, doc = _check(captures, capsys)
         assert (code, [(g["kind"], g["detail"]) for g in doc["gaps"]]) == (0, [("missing_capture_end", LIVE_END)])
         follow = subprocess.Popen(
-            [str(Path(sys.executable).parent / "triton-tap"), "tail", str(captures), "--follow"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [str(Path(sys.executable).parent / "triton-tap"), "tail", str(captures), "--follow", "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:
+            # Killed once the follow reads the live capture: the stop it tells is then that of the proxy it followed.
+            assert follow.stdout is not None
+            ready, _, _ = select.select([follow.stdout], [], [], WAIT_S)
+            assert ready and '"capture_start"' in follow.stdout.readline()
             proc.kill()
             proc.wait(timeout=WAIT_S)
             live.wait_for(lambda c: c.stream_error is not None, WAIT_S)
@@ -476,6 +482,39 @@ def test_proxy_killed_leaves_the_request_incomplete(
     assert (r["outcome"], r["violations"], r["status"]) == ("incomplete", [], None)
     assert "missing_capture_end" in [g["kind"] for g in doc["gaps"]]
     assert doc["summary"]["complete"] is False
+
+    # The next run in the same directory, `tail --follow --live` started beside it before its proxy: the follow
+    # prints the new proxy's capture, not the killed one's (it printed that, then "killed?" and exit 1, while the
+    # new proxy recorded), and ends with exit 0 when the new proxy stops.
+    port2 = free_port()
+    follow = subprocess.Popen(
+        [str(Path(sys.executable).parent / "triton-tap"), "tail", str(captures), "--follow", "--live", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "--listen", f"127.0.0.1:{port2}", "--upstream", triton.grpc_url,
+             "--capture-dir", str(captures), "--log-level", "warning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            _wait_listening(port2, WAIT_S)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=WAIT_S) == 0
+        finally:
+            proc.kill()
+            proc.wait(timeout=WAIT_S)
+        out, err = follow.communicate(timeout=WAIT_S)
+    finally:
+        follow.kill()
+        follow.wait(timeout=WAIT_S)
+    assert follow.returncode == 0, err
+    printed = [json.loads(line) for line in out.splitlines()]
+    assert printed[0]["kind"] == "capture_start" and printed[0]["listen"] == f"127.0.0.1:{port2}"
+    assert printed[-1]["kind"] == "capture_end" and all(r.get("call") is None for r in printed), printed
+    # (the note of the killed capture when the follow looked before the new proxy opened its file)
+    assert err == "" or (err.count("\n") == 1 and "is not being written (its proxy closed it or stopped): waiting for "
+                         "one that is" in err), err  # fmt: skip
 
 
 def test_upstream_killed_is_disconnected(

@@ -20,6 +20,7 @@ from replay.capture.reader import read_capture
 from replay.capture.schema import decode
 from replay.errors import UserError
 from tests.data.make_golden import Builder
+from tests.support.capture import without_left_note
 
 SET = "capture-20261206T100000-4242"
 
@@ -44,8 +45,9 @@ def test_every_workers_chain_is_followed(tmp_path: Path) -> None:
     for k in (0, 1):
         (tmp_path / f"{SET}.w{k}.jsonl").write_bytes(_chain(k, k * 1_000_000).render())
     assert [p.name for p in newest_chains(tmp_path)] == [f"{SET}.w0.jsonl", f"{SET}.w1.jsonl"]
-    out = io.StringIO()
-    asyncio.run(asyncio.wait_for(tail_files(tmp_path, TailFilter(), Printer(out, out, True)), 30))
+    out, err = io.StringIO(), io.StringIO()
+    asyncio.run(asyncio.wait_for(tail_files(tmp_path, TailFilter(), Printer(out, err, True)), 30))
+    assert without_left_note(err.getvalue(), f"{SET}.w0.jsonl") == ""
     printed = [decode(orjson.loads(line)) for line in out.getvalue().splitlines()]
     want = [pair for k in (0, 1) for pair in read_capture(tmp_path / f"{SET}.w{k}.jsonl")]
     assert sorted(printed, key=repr) == sorted(want, key=repr)
@@ -56,9 +58,10 @@ def test_a_filter_follows_calls_across_the_chains(tmp_path: Path) -> None:
     """--request-id r1 on the set: worker 1's call, all of it, and the capture-level records of both chains."""
     for k in (0, 1):
         (tmp_path / f"{SET}.w{k}.jsonl").write_bytes(_chain(k, k * 1_000_000).render())
-    out = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     flt = TailFilter(request_ids=frozenset({"r1"}))
-    asyncio.run(asyncio.wait_for(tail_files(tmp_path, flt, Printer(out, out, True)), 30))
+    asyncio.run(asyncio.wait_for(tail_files(tmp_path, flt, Printer(out, err, True)), 30))
+    assert without_left_note(err.getvalue(), f"{SET}.w0.jsonl") == ""
     printed = [decode(orjson.loads(line))[1] for line in out.getvalue().splitlines()]
     assert {r.call for r in printed if hasattr(r, "call")} == {"w1-c1.1"}
     assert sorted(r.kind for r in printed if not hasattr(r, "call")) == ["capture_end"] * 2 + ["capture_start"] * 2

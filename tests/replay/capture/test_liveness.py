@@ -28,6 +28,7 @@ from replay.capture.holes import DEAD_END, LIVE_END
 from replay.capture.reader import read_capture
 from replay.errors import UpstreamError
 from tests.data.make_golden import Builder
+from tests.support.capture import without_left_note
 
 NAME = "capture-20261206T100000-4242.jsonl"
 
@@ -130,10 +131,12 @@ def test_follow_stops_on_a_file_its_dead_writer_left(tmp_path: Path) -> None:
     UpstreamError naming the file), not a wait for lines that will never come."""
     path = tmp_path / NAME
     b = _open_capture(path)
-    out = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     with pytest.raises(UpstreamError, match=f"{NAME}: its proxy stopped without closing the capture"):
-        asyncio.run(asyncio.wait_for(tail_files(tmp_path, TailFilter(), Printer(out, out, True)), 30))
+        asyncio.run(asyncio.wait_for(tail_files(tmp_path, TailFilter(), Printer(out, err, True)), 30))
     assert len(out.getvalue().splitlines()) == len(b.records)
+    # (said first: the stop is an earlier proxy's, not one's started beside the follow)
+    assert without_left_note(err.getvalue(), NAME) == ""
 
 
 def test_follow_waits_on_a_held_file_until_its_end(tmp_path: Path) -> None:
