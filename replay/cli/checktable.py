@@ -12,6 +12,7 @@ all. The output is byte for byte what the table built from every request in memo
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Sequence
 from typing import TextIO
@@ -56,13 +57,17 @@ class TableSink:
         self._kept: list[tuple[int, int, RequestOutcome]] = []
         self._arrived = 0
         self._cut = False  # more requests than rows: only those needing attention are shown
+        self._status: dict[int, str] = {}  # call position -> its status, once the call is over (see settled)
 
     def settled(self, call_pos: int, outcome: RequestOutcome) -> None:
-        """A request's outcome, final but for its call's status (see RequestSink; the table does not show it)."""
+        """A request's outcome, final but for its call's status (see RequestSink): the status column of a
+        capture with HTTP calls shows it, so the row takes it from :meth:`call_over` when shown."""
         self._add(call_pos, outcome)
 
     def call_over(self, call_pos: int, status: str | None, outcomes: list[RequestOutcome]) -> None:
         """A call's status and its remaining requests."""
+        if status is not None:
+            self._status[call_pos] = status
         for outcome in outcomes:
             self._add(call_pos, outcome)
 
@@ -88,8 +93,12 @@ class TableSink:
                 heapq.heappop(kept)
 
     def shown(self) -> list[RequestOutcome]:
-        """The table's requests, in capture order."""
-        return [e[2] for e in sorted(self._kept, reverse=True)]
+        """The table's requests, in capture order, each with its call's status."""
+        status = self._status
+        return [
+            dataclasses.replace(o, status=status[-pos]) if o.status is None and -pos in status else o
+            for pos, _, o in sorted(self._kept, reverse=True)
+        ]
 
     @property
     def hidden(self) -> int:

@@ -111,6 +111,8 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
 
     from replay.cli.console import QuietConsole
 
+    # The width is the tables'; a line outside them is never wrapped, on a terminal or not (one line each, as
+    # check's: a script reads the verdict with `tail -1`, a hole's file name whole).
     console = QuietConsole(file=out, width=None if out.isatty() else 160, highlight=False)
     if result.changed:
         table = Table(title="changed requests", title_justify="left")
@@ -127,10 +129,12 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
         console.print(table)
     for p in result.pairs:
         if p.cut_ms is not None:
-            console.print(f"[yellow]raced[/]: {escape(_cut(p))}" if p.raced else f"[red]paced[/]: {escape(_cut(p))}")
+            console.print(f"[yellow]raced[/]: {escape(_cut(p))}" if p.raced else f"[red]paced[/]: {escape(_cut(p))}",
+                          soft_wrap=True)  # fmt: skip
     for label, rows, style in (("only in A", result.only_a, "red"), ("only in B", result.only_b, "green")):
         for r in rows:
-            console.print(f"[{style}]{label}[/]: {escape(_rid(r))} (call {r.call}, seq {r.seq}, {r.outcome})")
+            console.print(f"[{style}]{label}[/]: {escape(_rid(r))} (call {r.call}, seq {r.seq}, {r.outcome})",
+                          soft_wrap=True)  # fmt: skip
     for title, what, counts in (("other calls", "method status", result.calls),
                                 ("unattributable responses", "reason", result.unattributable)):  # fmt: skip
         if counts:
@@ -145,7 +149,8 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
     for side, side_holes in (("A", result.holes_a), ("B", result.holes_b)):
         for g in side_holes:
             where = f"{g.file}:{g.line}" if g.line is not None else g.file
-            console.print(f"[bold yellow]hole in {side}[/] {g.kind} at {escape(where)}: {escape(g.detail)}")
+            console.print(f"[bold yellow]hole in {side}[/] {g.kind} at {escape(where)}: {escape(g.detail)}",
+                          soft_wrap=True)  # fmt: skip
     s = result.to_json()["summary"]
     moved = "".join(f", {len(models)} model(s) {word} beyond tolerance"
                     for word, models in (("slower", result.slower), ("faster", result.faster)) if models)  # fmt: skip
@@ -164,7 +169,8 @@ def render_diff(result: DiffResult, out: TextIO) -> None:
     console.print(
         f"{verdict}: {s['paired']} request(s) paired, {s['changed']} changed, {s['only_a']} only in A, "
         f"{s['only_b']} only in B, {s['calls_changed']} other call count(s) changed{lost}{moved} "
-        f"(timing tolerance {tol}){holes}"
+        f"(timing tolerance {tol}){holes}",
+        soft_wrap=True,
     )
 
 

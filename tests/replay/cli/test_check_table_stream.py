@@ -23,7 +23,7 @@ from replay.cli.check import render_marks
 from replay.cli.checktable import TableSink, needs_attention, render_human
 from replay.machine.outcomes import RequestOutcome
 from replay.machine.tracker import Tracker
-from tests.data.make_golden import INFER, STREAM, Builder
+from tests.data.make_golden import INFER, STREAM, Builder, exchanges
 from tests.replay.cli import checktable_cases as cases
 from tests.support.tracking import track_in_memory
 
@@ -179,3 +179,31 @@ def test_a_mark_is_shown_in_the_second_it_was_made() -> None:
     out = io.StringIO()
     render_marks([{"seq": 4, "t_ns": 1_780_000_000 * 10**9 - 1, "note": "n", "labels": {"run": "3"}}], out)
     assert out.getvalue() == "mark seq 4 at 2026-05-28T20:26:39Z: n run=3\n"
+
+
+def test_a_request_settled_before_its_call_ended_shows_its_calls_status(tmp_path: Path) -> None:
+    """A capture with HTTP calls has a status column. On a stream whose id `r` is used twice, the first `r` is
+    settled when the second comes, before the call's status is known; the stream is then cancelled. Its row
+    showed an empty status where `--json` (and the in-memory table) said CANCELLED."""
+    b = Builder().start(grpc=True, http=True)
+    b.http_exchange("c1.1", exchanges("01_unary_infer_tritonclient")[0])
+    b.call("c2.1")
+    b.request("c2.1", "r")
+    b.response("c2.1", "r", "t-0")
+    b.response("c2.1", "r", None, final=True)
+    b.request("c2.1", "r")
+    b.response("c2.1", "r", "t-1")
+    b.cancel("c2.1", "client_cancel", rst_code=8)
+    b.end("c2.1", "CANCELLED", "client_cancel", ms=0)
+    path = tmp_path / "capture-reused.jsonl"
+    path.write_bytes(b.finish().render())
+    sink = TableSink(0)
+    tracker = Tracker(sink=sink)
+    for seq, record in read_capture(path):
+        tracker.feed(seq, record)
+    tracker.finish()
+    assert [(r.call, r.request_id, r.outcome, r.status) for r in sink.shown()] == [
+        ("c1.1", "req-binary-False", "completed", "200"),
+        ("c2.1", "r", "completed", "CANCELLED"), ("c2.1", "r", "cancelled", "CANCELLED"),
+    ]  # fmt: skip
+    assert cases.run([path], 0) == _in_memory([path], 0)
