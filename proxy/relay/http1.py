@@ -45,7 +45,13 @@ from proxy.relay.records import make_call_end, make_call_start, make_half_close,
 from proxy.triton import http_labels, http_redact
 from proxy.triton.sse import SseEvent, SseSplitter
 from replay.capture import events as ev
-from replay.capture.events import BODY_BEFORE_REPLY, BODY_CUT, BODY_REST, HALF_CLOSE_ANSWERED
+from replay.capture.events import (
+    BODY_BEFORE_REPLY,
+    BODY_CUT,
+    BODY_REST,
+    HALF_CLOSE_ANSWERED,
+    HALF_CLOSE_DETAILS,
+)
 
 #: Most bytes of an unfinished request or response head (or chunk header) the parser holds; a head
 #: still unfinished beyond it is a protocol_error of its sender (docs/recording.md). Triton 2.51 takes
@@ -58,11 +64,6 @@ MAX_HEAD = 1 << 20
 _VERSIONS = (b"1.0", b"1.1")
 
 _time_ns = time.time_ns
-
-#: ``call_end.details`` of a call Triton cut after the client's FIN (a close and a half-close look alike).
-HALF_CLOSE_DETAILS = (
-    "the client closed its writing side (TCP FIN, passed on to Triton); Triton then closed the connection"
-)
 
 
 def _text(b: bytes) -> str:

@@ -203,6 +203,11 @@ HALF_CLOSE_ANSWERED = (
     "the client closed its writing side (TCP FIN, passed on to Triton) before the reply ended; the reply "
     "was passed on, whether the client still read it the wire does not show"
 )
+#: ``call_end.details`` of an HTTP call Triton cut after the client's FIN, which the proxy had passed on (a client
+#: that closed and one that only half-closed send the same FIN): the end was Triton's close, not the client's.
+HALF_CLOSE_DETAILS = (
+    "the client closed its writing side (TCP FIN, passed on to Triton); Triton then closed the connection"
+)
 
 
 def partial_body(decode_error: str | None) -> bool:

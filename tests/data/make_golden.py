@@ -318,12 +318,14 @@ class Builder:
                              upstream_rst_us=150.0 if cause == "client_disconnect" else None)
         )  # fmt: skip
 
-    def http_end(self, call: str, x: Exchange, cause: str | None = None, ms: float = 0.1) -> None:
-        """call_end: the status code the client got, the reply's error as details when it is 400 or more."""
+    def http_end(
+        self, call: str, x: Exchange, cause: str | None = None, ms: float = 0.1, details: str | None = None
+    ) -> None:
+        """call_end: the status code the client got, the reply's error as details when it is 400 or more, else
+        ``details`` (what the proxy says of a client's FIN before the end)."""
         self.tick(ms)
         st = self.calls[call]
         assert x.status is not None
-        details = None
         if x.status >= 400:
             fields = http_labels.reply_labels(x.method, x.status, x.reply_headers, x.reply)
             details = fields.get("error")

@@ -29,6 +29,7 @@ import tritonclient.http as httpclient
 
 from proxy.lab.background import LoopThread, ProxyThread
 from proxy.lab.tritonserver import TritonServer
+from replay.capture.events import HALF_CLOSE_DETAILS
 from replay.tools.serve import MockTriton, load
 from replay.tools.serve.httpd import HttpServe
 from tests.support.capture import of_kind, records
@@ -227,3 +228,57 @@ def test_serve_answers_the_recorded_clients_and_a_recording_of_serve_checks_the_
     served_ids = ("bin-False", "bin-True", "gs-full", "gs-cut")
     assert {k: outcomes[served][k] for k in served_ids} == {k: outcomes[path][k] for k in served_ids}
     assert outcomes[served]["gs-full"] == ("completed", 3) and outcomes[served]["gs-cut"] == ("disconnected", 2)
+
+
+def _fin_after_two_events(url: str) -> None:
+    """A generate_stream read for 2 events, then the socket closed (a FIN): ``curl -m``, a client that timed out."""
+    body = json.dumps({"id": "fin1", "PROMPT": "c", "MAX_TOKENS": 50, "DELAY_MS": 100}).encode()
+    host, port = url.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=WAIT_S) as s:
+        s.sendall(b"POST /v2/models/tokens/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip
+        got = b""
+        while got.count(b"data:") < 2:
+            chunk = s.recv(65536)
+            assert chunk, got
+            got += chunk
+
+
+def _the_end(proxy: ProxyThread) -> dict[str, Any]:
+    """The one call's end, once the proxy recorded it; the proxy stopped."""
+    deadline = time.monotonic() + WAIT_S
+    while _ended_calls(proxy.capture_path) < 1:
+        assert time.monotonic() < deadline, "the call did not end"
+        time.sleep(0.01)
+    (end,) = of_kind(records(proxy.stop()), "call_end")
+    return end
+
+
+def test_serve_closes_as_triton_did_after_a_client_s_fin_mid_stream(triton: TritonServer, tmp_path: Path) -> None:
+    """A client closes its socket after 2 events of a generate_stream: Triton closes ~2 ms after the FIN the proxy
+    passes on (a call of ~110 ms, its end Triton's close after the FIN). serve, which did not read the client
+    while it replayed the stream, never saw that FIN and held the connection to the captured end plus the 1 s
+    grace of an end the client makes: through serve the call lasted ~1.1 s (``replay diff``: slower). Now serve
+    sees the FIN and closes as Triton did."""
+    http = triton.http_url.removeprefix("http://")
+    with ProxyThread(triton.grpc_url, tmp_path / "live", payload="full", drain_timeout=5, http_listen="127.0.0.1:0",
+                     http_upstream=http) as proxy:  # fmt: skip
+        _fin_after_two_events(_http_url(proxy))
+        live = _the_end(proxy)
+    assert (live["cause"], live["details"], live["messages_s2c"]) == ("client_disconnect", HALF_CLOSE_DETAILS, 2)
+    assert live["duration_ms"] < 600, live  # (Triton closes at once after the FIN)
+    loop = LoopThread("serve")
+    mock = MockTriton(load([proxy.capture_path]), speed=1.0)
+    serve = HttpServe(mock.session, mock.other_used)
+    port = loop.run(serve.start("127.0.0.1:0"))
+    try:
+        with ProxyThread(triton.grpc_url, tmp_path / "served", payload="full", drain_timeout=5,
+                         http_listen="127.0.0.1:0", http_upstream=f"127.0.0.1:{port}") as proxy:  # fmt: skip
+            _fin_after_two_events(_http_url(proxy))
+            served = _the_end(proxy)
+    finally:
+        loop.run(serve.stop())
+        loop.close()
+    assert (served["cause"], served["details"], served["messages_s2c"]) == ("client_disconnect", HALF_CLOSE_DETAILS, 2)
+    # Far below the captured end plus the grace (1 s), whatever the machine's load adds to both.
+    assert served["duration_ms"] < live["duration_ms"] + 500, (live, served)

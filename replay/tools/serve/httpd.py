@@ -11,7 +11,10 @@ answered in order). What every request gets:
   ended cleanly: a captured disconnect (client or upstream) closes the connection at the captured point
   instead, and a call whose client never got a head closes the connection without one. A plain body cut
   by a captured disconnect is announced longer than the bytes captured (its captured Content-Length, else
-  one byte more) before the close, so it reads as cut.
+  one byte more) before the close, so it reads as cut. The client's side is read while it is answered (a
+  pipelined request kept for the next cycle): where the capture says Triton closed after the client's FIN,
+  a client's FIN ends the answer as long after it as Triton's close came after the captured one; a reset
+  ends any answer at once.
 * Other requests (health, metadata, repository...): the captured answer of a call with the same
   request line, preferring one asked the same body, walking through repeats.
 * A request that matches nothing: 404 ``{"error": ...}`` naming the closest captured request; a body
@@ -44,6 +47,9 @@ _FRAMING = frozenset({"content-length", "transfer-encoding", "connection", "keep
 #: Response headers that describe the captured bytes: dropped when the body is rebuilt from the labels.
 _OF_THE_BYTES = frozenset({"content-encoding", "inference-header-content-length"})
 _READ = 65536
+#: Most bytes read ahead from a client while its answer is replayed (a pipelined request's, kept for h11): past
+#: them the client's side is left unread until the answer is over (the kernel holds the rest, as with no reader).
+_WATCH_MAX = 1 << 20
 
 
 def _header(headers: Sequence[tuple[bytes, bytes]] | Sequence[list[str]], name: str) -> str | None:
@@ -112,6 +118,10 @@ class _Conn:
         self.writer = writer
         self.h11 = h11.Connection(h11.SERVER)
         self.client_closed = False  # its side of the connection ended (a read gave b"")
+        #: The loop's time when the client's FIN was read (None: not yet); ``lost``: its side failed (a reset).
+        self.fin_at: float | None = None
+        self.lost = False
+        self._heard = asyncio.Event()  # set when either comes while an answer is replayed
         #: The request being answered is HTTP/1.0 asking to be kept alive (``Connection: keep-alive``, ApacheBench
         #: ``-k``); ``kept10``: its answer has a length, and said so: the connection goes on after it, as Triton's.
         self.keep10 = self.kept10 = False
@@ -145,8 +155,51 @@ class _Conn:
             except (ConnectionError, OSError) as e:  # a reset (an idle keep-alive one too): the client left
                 raise _Closed(str(e)) from None
             if not data:
-                self.client_closed = True
+                self._closed_side()
             self.h11.receive_data(data)  # b"": the client closed its side
+
+    def _closed_side(self) -> None:
+        self.client_closed = True
+        if self.fin_at is None:
+            self.fin_at = asyncio.get_running_loop().time()
+
+    async def _watch(self) -> None:
+        """Read the client's side while its answer is replayed. Triton reads it meanwhile, so a client's FIN
+        reaches it when sent, and what Triton did then is in the capture (the stream it cut and closed at once):
+        serve must see the FIN as soon, not once the answer is over. The bytes of a pipelined request go to h11
+        as they come, for the next cycle."""
+        fed = 0
+        try:
+            while fed < _WATCH_MAX:
+                data = await self.reader.read(_READ)
+                self.h11.receive_data(data)  # (h11 holds them while it sends: no event is taken out here)
+                if not data:
+                    self._closed_side()
+                    self._heard.set()
+                    return
+                fed += len(data)
+        except (ConnectionError, OSError):  # a reset: no one reads the answer any more
+            self.lost = True
+            self._heard.set()
+
+    async def answering(self, request: h11.Request, body: bytes) -> None:
+        """Have the request answered, watching the client's side meanwhile (see :meth:`_watch`)."""
+        watch = None if self.client_closed or self.lost else asyncio.create_task(self._watch())
+        try:
+            await self.serve.answer(self, request, body)
+        finally:
+            if watch is not None:
+                # (A read the cancel stops takes nothing from the reader's buffer: no byte is lost.)
+                watch.cancel()
+                await asyncio.gather(watch, return_exceptions=True)
+
+    async def heard(self, timeout: float) -> None:
+        """Wait ``timeout`` seconds, less when the client's FIN or reset comes first (see :meth:`_watch`)."""
+        if self.fin_at is not None or self.lost:
+            await asyncio.sleep(timeout)  # heard already: nothing more comes while the answer goes on
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._heard.wait(), timeout)
 
     async def run(self) -> None:
         try:
@@ -172,7 +225,7 @@ class _Conn:
                         break
                     else:  # the client left mid-body
                         return
-                await self.serve.answer(self, event, bytes(body))
+                await self.answering(event, bytes(body))
                 if self.kept10 and self.h11.our_state is h11.MUST_CLOSE and self.h11.their_state is h11.MUST_CLOSE:
                     # h11 keeps no HTTP/1.0 connection alive: a fresh one reads the next request, from the bytes
                     # that came after this one.
@@ -304,24 +357,49 @@ class HttpServe:
         self.session.note_shared_memory(f"{method} {key.describe()}", asked, m.candidate)
         await self._replay(conn, captured, captured.request_t(m.candidate.seq))
 
-    async def _at(self, t0: int, t_ns: int, mono0: float) -> None:
-        """Sleep until the captured instant ``t_ns`` (``t0`` captured when the request arrived at ``mono0``)."""
+    async def _at(self, conn: _Conn, t0: int, t_ns: int, mono0: float, fin_gap: float | None = None,
+                  grace: float = 0.0) -> None:  # fmt: skip
+        """Sleep until the captured instant ``t_ns`` (``t0`` captured when the request arrived at ``mono0``), then
+        ``grace`` seconds more. Raise :class:`_Closed` when the client's side failed (a reset), or, ``fin_gap``
+        given (see :meth:`_fin_gap`), when Triton's close after the client's FIN comes first: the FIN came while
+        the answer was replayed (or before it), and the close ``fin_gap`` seconds after it, as captured."""
+        loop = asyncio.get_running_loop()
         speed = self.session.speed
-        if speed is None:
-            return
-        wait = mono0 + delay_s(t0, t_ns, speed) - asyncio.get_running_loop().time() if t_ns > t0 else 0.0
-        if wait > 0:
-            await asyncio.sleep(wait)
+        due = mono0 + (delay_s(t0, t_ns, speed) if speed is not None and t_ns > t0 else 0.0) + grace
+        while True:
+            if conn.lost:
+                raise _Closed("the client's connection was reset")
+            now = loop.time()
+            if fin_gap is not None and conn.fin_at is not None and (close := max(conn.fin_at, mono0) + fin_gap) <= due:
+                if close > now:
+                    await asyncio.sleep(close - now)
+                raise _Closed("Triton closed the connection after the client's FIN, as captured")
+            if now >= due:
+                return
+            await conn.heard(due - now)
+
+    def _fin_gap(self, call: CapturedCall, t0: int) -> float | None:
+        """Seconds from the client's FIN to the close that ends the answer, when the captured call ended so: Triton
+        closed after the client's FIN (an answer to it, not an end the client made), so a client's FIN ends the
+        replayed answer as soon after it. None: a FIN does not end it (the captured answer went on after one, or
+        no FIN came): a client that only half-closed still reads it all, one that closed stops reading."""
+        end = call.end
+        if end is None or not end.after_fin:
+            return None
+        if self.session.speed is None:
+            return 0.0
+        fin_t = max(call.fin_t if call.fin_t is not None else t0, t0)
+        return max(delay_s(fin_t, end.t_ns, self.session.speed), 0.0)
 
     async def _replay(self, conn: _Conn, call: CapturedCall, t0: int) -> None:
         mono0 = asyncio.get_running_loop().time()
         end = call.end
         answers = call.all_responses()
         end_t = end.t_ns if end is not None else (answers[-1].t_ns if answers else t0)
+        fin_gap = self._fin_gap(call, t0)
         if end is None or end.http_status is None:
             # The client got no response head (it left first, or the upstream went away): neither does this one.
-            await self._at(t0, end_t, mono0)
-            await asyncio.sleep(self.session.grace(end.cause if end is not None else None))
+            await self._at(conn, t0, end_t, mono0, fin_gap, self.session.grace(end.cause if end is not None else None))
             raise _Closed("no captured response head")
         if any(a.data is None for a in answers):
             message = (f"triton-tap serve: the capture holds no bytes of the {call.short_method} answer (recorded "
@@ -339,7 +417,7 @@ class HttpServe:
         clean = end.cause in ("ok", "error")
         if not stream:
             data = b"".join(a.data or b"" for a in answers)
-            await self._at(t0, answers[0].t_ns if answers else end_t, mono0)
+            await self._at(conn, t0, answers[0].t_ns if answers else end_t, mono0, fin_gap)
             if not clean:
                 # The capture holds the bytes the client got before the cut: the length announced must promise
                 # more (the captured one, else one byte more), so the client reads a truncated body at the abort.
@@ -349,25 +427,30 @@ class HttpServe:
             await conn.send(h11.Response(status_code=end.http_status, headers=out, reason=_reason(end.http_status)))
             if data:
                 await conn.send(h11.Data(data=data))
-            await self._finish(conn, t0, end_t, mono0, clean, end.cause)
+            await self._finish(conn, t0, end_t, mono0, clean, end.cause, fin_gap)
             return
         # Triton sends the head with the first response (or with the end when the model sent none).
-        await self._at(t0, answers[0].t_ns if answers else end_t, mono0)
+        await self._at(conn, t0, answers[0].t_ns if answers else end_t, mono0, fin_gap)
         await conn.send(h11.Response(status_code=end.http_status, headers=out, reason=_reason(end.http_status)))
         for i, answer in enumerate(answers):
             # What arrived of an event the cut ended goes out as captured: framing it would complete it.
             cut = not clean and real and i == len(answers) - 1
-            await self._event(conn, answer, t0, mono0, cut)
-        await self._finish(conn, t0, end_t, mono0, clean, end.cause)
+            await self._event(conn, answer, t0, mono0, cut, fin_gap)
+        await self._finish(conn, t0, end_t, mono0, clean, end.cause, fin_gap)
 
-    async def _event(self, conn: _Conn, answer: Answer, t0: int, mono0: float, cut: bool = False) -> None:
-        await self._at(t0, answer.t_ns, mono0)
+    async def _event(
+        self, conn: _Conn, answer: Answer, t0: int, mono0: float, cut: bool, fin_gap: float | None
+    ) -> None:
+        await self._at(conn, t0, answer.t_ns, mono0, fin_gap)
         data = answer.data or b""
         await conn.send(h11.Data(data=data if cut else sse_block(data)))
 
-    async def _finish(self, conn: _Conn, t0: int, end_t: int, mono0: float, clean: bool, cause: str) -> None:
-        await self._at(t0, end_t, mono0)
+    async def _finish(self, conn: _Conn, t0: int, end_t: int, mono0: float, clean: bool, cause: str,
+                      fin_gap: float | None) -> None:  # fmt: skip
         if not clean:
-            await asyncio.sleep(self.session.grace(cause))
+            # A client that does not do what the captured one did (no FIN, where Triton's close answered one) still
+            # gets the captured end, after the grace of an end the client made.
+            await self._at(conn, t0, end_t, mono0, fin_gap, self.session.grace(cause))
             raise _Closed("the captured body did not end cleanly")
+        await self._at(conn, t0, end_t, mono0)
         await conn.send(h11.EndOfMessage())

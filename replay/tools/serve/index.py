@@ -60,6 +60,9 @@ class CallEnd:
     trailers: list[list[str]] | None
     initial_metadata: list[list[str]] | None
     http_status: int | None = None  # HTTP: the status the client got (None: no response head reached it)
+    #: HTTP: the end was Triton's close after the client's FIN (``client_disconnect`` after a ``half_close``), an
+    #: answer to the FIN, not an end the client made
+    after_fin: bool = False
 
 
 class Sent(NamedTuple):
@@ -139,8 +142,8 @@ class AnswerStore:
 class CapturedCall:
     """One captured RPC, indexed: its requests, its responses (answers in the store) and its end."""
 
-    __slots__ = ("_last_req", "_req", "_req_seq", "_resp", "_store", "asked", "asked_model", "end", "http", "id", "kind",
-                 "method", "t_start", "timeout_ms")  # fmt: skip
+    __slots__ = ("_last_req", "_req", "_req_seq", "_resp", "_store", "asked", "asked_model", "end", "fin_t", "http", "id",
+                 "kind", "method", "t_start", "timeout_ms")  # fmt: skip
 
     def __init__(self, *, id: str, method: str, t_start: int, timeout_ms: float | None, store: AnswerStore) -> None:
         self.id = id
@@ -151,6 +154,8 @@ class CapturedCall:
         #: An HTTP call's request line, read (None: a gRPC call)
         self.http = http_call(method)
         self.end: CallEnd | None = None
+        #: When the client's FIN came while the call was open (its ``half_close`` record), else None
+        self.fin_t: int | None = None
         #: (offset, length) in the store of the first request's captured bytes (non-inference calls), else None
         self.asked: tuple[int, int] | None = None
         #: The model and version its first request named (a readiness, metadata, config or repository call's
@@ -330,20 +335,32 @@ class _Builder:
             elif not ev.message_cut(rec.decode_error):
                 # (Not what arrived of a response the call's end cut: no client had it, nor gets it here.)
                 call.add_response(seq, rec, request_seq)
+        elif isinstance(rec, ev.HalfClosed):
+            if call.http is not None and call.fin_t is None and call.end is None:
+                call.fin_t = rec.t_ns
         elif isinstance(rec, ev.CallCancelled):
             self.cancels[cid] = (seq, rec)
         elif isinstance(rec, ev.CallEnded):
             cancelled = self.cancels.pop(cid, None)
             t = cancelled[1].t_ns if cancelled is not None else rec.t_ns
+            # (The details say it of a FIN that came before the call began too: a request pipelined behind one
+            # still being answered; a capture written before they did says it only by the half_close.)
+            after_fin = (
+                call.http is not None
+                and rec.cause == "client_disconnect"
+                and (call.fin_t is not None or rec.details == ev.HALF_CLOSE_DETAILS)
+            )
             call.end = CallEnd(t_ns=t, seq=seq, status=rec.status, details=rec.details, cause=rec.cause,
                                trailers=rec.trailers, initial_metadata=rec.initial_metadata,
-                               http_status=rec.http_status)  # fmt: skip
+                               http_status=rec.http_status, after_fin=after_fin)  # fmt: skip
 
     def finish(self) -> None:
         for cid, (cseq, cancel) in self.cancels.items():
             # The capture stops between the cancel and its call_end: the cancel says how it ended.
-            self.calls[cid].end = CallEnd(t_ns=cancel.t_ns, seq=cseq, status=cancel_status(cancel.cause, cancel.rst_code), details=None, cause=cancel.cause,
-                                          trailers=None, initial_metadata=None)  # fmt: skip
+            call = self.calls[cid]
+            after_fin = call.http is not None and cancel.cause == "client_disconnect" and call.fin_t is not None
+            call.end = CallEnd(t_ns=cancel.t_ns, seq=cseq, status=cancel_status(cancel.cause, cancel.rst_code), details=None, cause=cancel.cause,
+                               trailers=None, initial_metadata=None, after_fin=after_fin)  # fmt: skip
 
 
 def load(capture: CaptureSource, *, spill_dir: str | None = None) -> LoadedCapture:

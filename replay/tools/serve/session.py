@@ -23,7 +23,8 @@ log = logging.getLogger("triton_tap.serve")
 
 #: The ends a captured call's client made (its cancel, its disconnect): serve makes one only this long after
 #: its captured moment, so that a client doing as the captured one did (cancelling after the responses it
-#: got) ends the call itself, as live; a client that only waits still sees the captured end.
+#: got) ends the call itself, as live; a client that only waits still sees the captured end. (An HTTP end that
+#: was Triton's close after the client's FIN answered that FIN: a live client's FIN brings it sooner, see httpd.)
 CLIENT_ENDS = frozenset({"client_cancel", "client_disconnect"})
 CLIENT_END_GRACE_S = 1.0
 

@@ -25,13 +25,16 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from proxy.ops.server import ProxyConfig, RecordingProxy
 from proxy.triton.http_labels import SseSplitter
+from replay.capture.events import HALF_CLOSE_ANSWERED, HALF_CLOSE_DETAILS
 from replay.tools.serve import MockTriton, load
 from replay.tools.serve.httpd import HttpServe
 from tests.data.make_golden import Builder, http_stream_cut_in_second_event
 from tests.proxy.triton.http_wire import Exchange, exchanges
+from tests.support.capture import of_kind, records
 from tests.support.loop_thread import BackgroundLoop
-from tests.support.triton_client import http_client
+from tests.support.triton_client import http_client, wait_for
 
 WAIT_S = 30.0
 
@@ -469,3 +472,133 @@ def test_a_meta_captures_health_answers_are_served_without_a_zero_filled_warning
             r = httpx.get(f"http://{meta}{path}", timeout=WAIT_S)
             assert (r.status_code, r.content) == (200, b"")
     assert not [r.getMessage() for r in caplog.records if "zero-filled" in r.getMessage()]
+
+
+def _closed_after_fin(x: Exchange) -> bytes:
+    """A generate_stream whose client read 2 events and closed its socket (``curl -m``, a client that timed out),
+    as the proxy records it in front of tritonserver 2.51: the events 2 and 100 ms after the request, the
+    client's FIN (``half_close``), which the proxy passed on, and Triton's close 8 ms later: a
+    ``client_disconnect`` whose details say Triton closed after the FIN (the capture of such a real client)."""
+    b = Builder(payload="full").start(grpc=False, http=True)
+    b.http_call("c1.1", x)
+    b.http_request("c1.1", x)
+    b.http_reply("c1.1", x, ms=[2, 100])
+    b.half_close("c1.1", ms=0.4)
+    b.http_cancel("c1.1", "client_disconnect", ms=8)
+    b.http_end("c1.1", x, cause="client_disconnect", ms=0.1, details=HALF_CLOSE_DETAILS)
+    return b.finish().render()
+
+
+def _two_events(url: str, x: Exchange) -> tuple[socket.socket, bytes, float]:
+    """A raw client's generate_stream request, read until 2 events have come; the socket, what it read, and when
+    (``time.monotonic()``) it sent the request."""
+    host, port = url.split(":")
+    s = socket.create_connection((host, int(port)), timeout=WAIT_S)
+    t0 = time.monotonic()
+    s.sendall(f"POST {x.method.split(' ', 1)[1]} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+              f"content-length: {len(x.body)}\r\n\r\n".encode() + x.body)  # fmt: skip
+    got = b""
+    while got.count(b"data:") < 2:
+        chunk = s.recv(65536)
+        assert chunk, got
+        got += chunk
+    return s, got, t0
+
+
+def _to_eof(s: socket.socket, got: bytes) -> bytes:
+    while chunk := s.recv(65536):
+        got += chunk
+    return got
+
+
+@pytest.mark.parametrize("fin", [True, False])
+def test_a_client_s_fin_ends_the_stream_when_triton_closed_after_the_captured_fin(serve: _Serve, fin: bool) -> None:
+    """Triton closed 8 ms after the captured client's FIN; serve read nothing of the client while it replayed, so
+    it never saw a live FIN and held the connection to the captured end plus the 1 s grace of an end a client
+    makes (a call of ~110 ms lasted ~1.1 s through serve). A client that sends its FIN after 2 events (here it
+    only half-closes, to see when serve closes) now sees the close as soon as Triton closed; one that sends no
+    FIN still gets the captured end, after the grace."""
+    (x,) = exchanges("04a_disconnect_after_2_events_tokens")
+    url = serve(_closed_after_fin(x))
+    s, got, t0 = _two_events(url, x)
+    with s:
+        t_fin = time.monotonic()
+        if fin:
+            s.shutdown(socket.SHUT_WR)
+        got = _to_eof(s, got)
+        closed = time.monotonic()
+    assert got.startswith(b"HTTP/1.1 200 ") and got.count(b"data:") == 2 and not got.endswith(b"0\r\n\r\n")
+    if fin:
+        assert closed - t_fin < 0.5, closed - t_fin  # captured: 8 ms (not the grace's 1 s)
+    else:
+        assert closed - t0 >= 1.0, closed - t0  # the captured end (110 ms after the request) and the grace
+
+
+def test_a_client_closing_after_two_events_lasts_as_captured_through_a_proxy(serve: _Serve, tmp_path: Path) -> None:
+    """The reviewer's case: a client that reads 2 events and closes its socket, through the recording proxy in
+    front of serve. The proxy passes the FIN on and records the call's end when serve closes: it lasted the
+    captured ~110 ms, not 1 s more (``replay diff`` of the two captures said "slower beyond tolerance")."""
+    (x,) = exchanges("04a_disconnect_after_2_events_tokens")
+    url = serve(_closed_after_fin(x))
+    proxy = RecordingProxy(ProxyConfig(listen="", upstream="", http_listen="127.0.0.1:0", http_upstream=url,
+                                       capture_dir=tmp_path / "captures", payload="meta"))  # fmt: skip
+    serve.loop.run(proxy.start())
+    try:
+        s, _, _ = _two_events(f"127.0.0.1:{proxy.http_port}", x)
+        s.close()
+        wait_for(lambda: b'"kind":"call_end"' in proxy.capture_path.read_bytes(), WAIT_S, "the call's end")
+    finally:
+        serve.loop.run(proxy.stop())
+    (end,) = of_kind(records(proxy.capture_path), "call_end")
+    assert (end["cause"], end["details"]) == ("client_disconnect", HALF_CLOSE_DETAILS)
+    assert end["duration_ms"] < 600, end  # captured: 110 ms; serve waiting out the grace: over 1100
+
+
+def test_a_client_that_half_closes_after_its_request_still_gets_an_answer_triton_gave_in_full(serve: _Serve) -> None:
+    """An HTTP/1.1 client may send its FIN right after a complete request and read on: Triton answered this
+    unary request in full after it (the capture says so). serve, which now reads the client's side while it
+    answers, must not take that FIN for a close: the whole reply comes, then the connection closes."""
+    x = exchanges("01_unary_infer_tritonclient")[0]  # a JSON reply
+    b = Builder(payload="full").start(grpc=False, http=True)
+    b.http_call("c1.1", x)
+    b.http_request("c1.1", x)
+    b.half_close("c1.1", ms=0.1)
+    b.http_reply("c1.1", x, ms=200)
+    b.http_end("c1.1", x, details=HALF_CLOSE_ANSWERED)
+    url = serve(b.finish().render())
+    host, port = url.split(":")
+    with socket.create_connection((host, int(port)), timeout=WAIT_S) as s:
+        s.sendall(f"POST {x.method.split(' ', 1)[1]} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                  f"content-length: {len(x.body)}\r\n\r\n".encode() + x.body)  # fmt: skip
+        s.shutdown(socket.SHUT_WR)
+        got = _to_eof(s, b"")
+    head, body = got.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 ") and body == x.reply
+
+
+def test_a_request_sent_while_an_answer_is_replayed_is_answered_next_and_a_fin_after_it_cuts_neither(
+    serve: _Serve,
+) -> None:
+    """serve reads the client's side while it replays an answer (to see a FIN when it comes): a request sent
+    meanwhile on the keep-alive connection must be kept for the next cycle, and the client's FIN after it (it
+    half-closes once it has sent its last request) ends neither answer: the capture's Triton answered both."""
+    first, second = exchanges("03a_generate_stream_completed_keepalive")
+    url = serve(_capture(first, second, ms=[4, 150, 150]))
+    host, port = url.split(":")
+
+    def request(x: Exchange) -> bytes:
+        verb, target = x.method.split(" ", 1)
+        return (f"{verb} {target} HTTP/1.1\r\nhost: x\r\ncontent-length: {len(x.body)}\r\n\r\n").encode() + x.body
+
+    with socket.create_connection((host, int(port)), timeout=WAIT_S) as s:
+        s.sendall(request(first))
+        data = b""
+        while b"data:" not in data:
+            chunk = s.recv(65536)
+            assert chunk, data
+            data += chunk
+        s.sendall(request(second))
+        s.shutdown(socket.SHUT_WR)
+        data = _to_eof(s, data)
+    assert data.count(b"HTTP/1.1 200 OK") == 2 and data.count(b"\r\n0\r\n\r\n") == 2, data
+    assert data.count(b"data:") == len(_events(first.reply)) + len(_events(second.reply))
