@@ -25,7 +25,6 @@ calls*):
 from __future__ import annotations
 
 import json
-import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -35,6 +34,7 @@ from proxy.triton.sse import SseEvent as SseEvent
 from proxy.triton.sse import SseSplitter as SseSplitter
 from replay.capture.events import EVENT_UNTERMINATED, TensorSpec
 from replay.capture.methods import OPENAI, HttpCall, http_call
+from replay.capture.payload import decompress_body, http_encoding
 
 #: Headers as an HTTP parser gives them: (name, value) pairs, bytes (h11) or text; names in any case.
 Headers = Iterable[tuple[bytes | str, bytes | str]]
@@ -73,34 +73,9 @@ def compressed(headers: Headers) -> bool:
 
 
 def content_encoding(headers: Headers) -> str | None:
-    """The body's Content-Encoding, lowercased, or None for none/identity."""
-    enc = header(headers, "content-encoding")
-    if enc is None:
-        return None
-    enc = enc.strip().lower()
-    return None if enc in ("", "identity") else enc
-
-
-def decompress(body: bytes, encoding: str, cap: int = LABEL_CAP) -> tuple[bytes, bool, str | None]:
-    """``(plain, cut, error)``: at most ``cap`` + 1 bytes of ``body`` decompressed; ``cut`` when more
-    followed (or the compressed stream ended early); ``error`` when it is not that encoding at all."""
-    if encoding == "gzip" or encoding == "x-gzip":
-        modes = [16 + zlib.MAX_WBITS]
-    elif encoding == "deflate":
-        # HTTP's "deflate" is the zlib format; some senders use raw deflate: both are read.
-        modes = [zlib.MAX_WBITS, -zlib.MAX_WBITS]
-    else:
-        return b"", False, f"Content-Encoding {encoding!r}: body not decoded"
-    why = ""
-    for wbits in modes:
-        d = zlib.decompressobj(wbits)
-        try:
-            plain = d.decompress(body, cap + 1)
-        except zlib.error as e:
-            why = str(e)
-            continue
-        return plain, len(plain) > cap or not d.eof, None
-    return b"", False, f"{encoding} body does not decompress: {why}"
+    """The body's Content-Encoding, lowercased, or None for none/identity (the one rule, which ``serve`` reads a
+    request body by too: :func:`replay.capture.payload.http_encoding`)."""
+    return http_encoding(headers)
 
 
 def _json_part(headers: Headers, body: bytes, truncated: bool) -> tuple[Any, bool, str | None]:
@@ -112,7 +87,7 @@ def _json_part(headers: Headers, body: bytes, truncated: bool) -> tuple[Any, boo
     compressed = enc is not None
     plain, cut = body, truncated
     if enc is not None:
-        plain, more, why = decompress(body, enc)
+        plain, more, why = decompress_body(body, enc, LABEL_CAP)
         if why is not None:
             return None, compressed, why
         cut = cut or more

@@ -39,10 +39,11 @@ from typing import Any
 
 import orjson
 
-from proxy.triton.http_labels import Headers, content_encoding, decompress, header, tensor_spec
+from proxy.triton.http_labels import Headers, content_encoding, header, tensor_spec
 from proxy.triton.redact import MARK
 from replay.capture.events import TensorSpec
 from replay.capture.methods import OPENAI, http_call
+from replay.capture.payload import decompress_body
 
 #: The most bytes a compressed request body may decompress to for redaction; a bigger one is withheld
 #: (a small compressed body can inflate without bound, and the relay holds the result).
@@ -94,7 +95,7 @@ def redact_http_request(
     enc = content_encoding(headers)
     plain = body
     if enc is not None:
-        plain, cut, why = decompress(body, enc, INFLATE_CAP)
+        plain, cut, why = decompress_body(body, enc, INFLATE_CAP)
         if why is not None:
             return Withheld(f"payload withheld: cannot redact: {why}")
         if cut:

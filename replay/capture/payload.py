@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import os
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +80,8 @@ def message_bytes(rec: ev.MessageSeen) -> bytes | None:
 
     The record does not name the encoding: it is in the call's headers, a response's only in ``call_end``,
     after the messages. gzip and deflate (zlib's format, as grpc writes it), the encodings grpc knows, tell
-    themselves apart by their first bytes. (An HTTP body is another matter: served with its captured
-    headers, ``Content-Encoding`` included, it is used as stored.)
+    themselves apart by their first bytes. (An HTTP body is another matter: its encoding is its call's
+    ``Content-Encoding``, read by :func:`http_body`; an answer is served as stored, with its captured headers.)
     """
     if not has_payload(rec) or rec.payload_truncated:
         return None
@@ -88,6 +89,57 @@ def message_bytes(rec: ev.MessageSeen) -> bytes | None:
     if data is None or not rec.compressed:
         return data
     return inflate(data)
+
+
+def http_encoding(headers: Iterable[tuple[bytes | str, bytes | str]] | Iterable[list[str]]) -> str | None:
+    """The ``Content-Encoding`` an HTTP body was sent with (its last such header), lowercased; None for none or
+    identity. The recorder's labels, ``--redact-input`` and ``serve`` read a body's encoding with this one rule."""
+    found: bytes | str | None = None
+    for k, v in headers:
+        if (k.decode("latin-1") if isinstance(k, bytes) else k).lower() == "content-encoding":
+            found = v
+    if found is None:
+        return None
+    enc = (found.decode("latin-1") if isinstance(found, bytes) else found).strip().lower()
+    return None if enc in ("", "identity") else enc
+
+
+def decompress_body(body: bytes, encoding: str, cap: int | None) -> tuple[bytes, bool, str | None]:
+    """``(plain, cut, error)``: an HTTP body sent with Content-Encoding ``encoding`` (:func:`http_encoding`)
+    decompressed, at most ``cap`` + 1 bytes of it (None: all); ``cut`` when more followed (or the compressed
+    stream ended early); ``error`` when it is not that encoding at all, or one not known here (only gzip and
+    deflate are: Triton's own)."""
+    if encoding == "gzip" or encoding == "x-gzip":
+        modes = [16 + zlib.MAX_WBITS]
+    elif encoding == "deflate":
+        # HTTP's "deflate" is the zlib format; some senders use raw deflate: both are read.
+        modes = [zlib.MAX_WBITS, -zlib.MAX_WBITS]
+    else:
+        return b"", False, f"Content-Encoding {encoding!r}: body not decoded"
+    why = ""
+    for wbits in modes:
+        d = zlib.decompressobj(wbits)
+        try:
+            plain = d.decompress(body, 0 if cap is None else cap + 1)
+        except zlib.error as e:
+            why = str(e)
+            continue
+        return plain, (cap is not None and len(plain) > cap) or not d.eof, None
+    return b"", False, f"{encoding} body does not decompress: {why}"
+
+
+def http_body(body: bytes, encoding: str | None) -> tuple[bytes | None, str | None]:
+    """``(plain, error)``: a whole HTTP body as its receiver reads it, by the labels' rule (:func:`decompress_body`):
+    as sent without an encoding, gzip or deflate decompressed; ``(None, why)`` for another encoding, or bytes that
+    do not decompress, or not whole."""
+    if encoding is None:
+        return body, None
+    plain, cut, why = decompress_body(body, encoding, None)
+    if why is not None:
+        return None, why
+    if cut:
+        return None, f"{encoding} body cut short: its compressed stream does not end"
+    return plain, None
 
 
 def inflate(data: bytes) -> bytes | None:

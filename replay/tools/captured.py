@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from replay.capture import events as ev
 from replay.capture.methods import HTTP_INFERENCE, INFER, START_NOT_READ, STREAM_INFER, http_call, http_kind, protocol
-from replay.capture.payload import has_payload, message_bytes, payload_bytes
+from replay.capture.payload import has_payload, http_body, http_encoding, message_bytes, payload_bytes
 from replay.capture.shm import request_regions
 from replay.machine.outcomes import RequestOutcome, TrackResult
 from replay.machine.tracker import CaptureSource, Tracker, open_source
@@ -75,12 +75,13 @@ def match_kind(method: str) -> str | None:
     return f"http {kind}" if kind in HTTP_INFERENCE else None
 
 
-def request_key(rec: ev.MessageSeen, kind: str, method: str) -> tuple[Key, tuple[str, ...]]:
+def request_key(rec: ev.MessageSeen, kind: str, method: str, encoding: str | None = None) -> tuple[Key, tuple[str, ...]]:
     """The matching key of the captured request message ``rec`` of a call of ``method`` (its :func:`match_kind` ``kind``),
     and the shared-memory regions it names (:func:`replay.capture.shm.request_regions`; ``()`` without its bytes).
 
     An HTTP request is its call's: a body the labeller could not read still stands for it (as the tracker
-    tracks it), with the path's model when the body names none.
+    tracks it), with the path's model when the body names none. ``encoding``: an HTTP call's request
+    Content-Encoding (:func:`~replay.capture.payload.http_encoding` of its ``call_start`` headers).
     """
     digest: str | None = None
     regions: tuple[str, ...] = ()
@@ -92,10 +93,14 @@ def request_key(rec: ev.MessageSeen, kind: str, method: str) -> tuple[Key, tuple
             digest = payload_key(method, data)
             regions = request_regions(method, data)
     elif has_payload(rec) and not rec.payload_truncated:
-        data = payload_bytes(rec) or b""
-        if not rec.compressed:  # (a client's compressed body is not hashed either: serve compares them as sent)
+        # The body as sent, decompressed (gzip, deflate) by the rule the labels (its request_id) read it with
+        # and serve reads its client's body with, so that a compressed request matches by payload too. One
+        # whose encoding was not read (br, bytes that do not decompress) has no hash, as it has no id.
+        stored = payload_bytes(rec) or b""
+        data, _ = http_body(stored, encoding if rec.compressed else None)
+        if data is not None:
             digest = payload_key(method, data)
-        regions = request_regions(method, data, rec.compressed)
+            regions = request_regions(method, data)
     model, version = rec.model, rec.model_version
     if kind.startswith("http "):
         # The path's version (gRPC: the request's own field): the body names none
@@ -113,17 +118,21 @@ class _Requests:
     def __init__(self) -> None:
         self.kinds: dict[str, str | None] = {}  # call -> stream | unary | http <kind> | None (no inference call)
         self.methods: dict[str, str] = {}  # call -> method, while a request of it may still come (payload_key reads it)
+        self.encodings: dict[str, str] = {}  # HTTP call -> its request's Content-Encoding, until its request is read
         self.ended: set[str] = set()
         self.by_call: dict[str, list[tuple[int, Key, tuple[str, ...]]]] = {}
 
-    def started(self, cid: str, method: str) -> None:
+    def started(self, cid: str, method: str, encoding: str | None = None) -> None:
         kind = self.kinds[cid] = match_kind(method)
         if kind is not None:
             self.methods[cid] = sys.intern(method)
+            if encoding is not None:
+                self.encodings[cid] = encoding
 
     def end(self, cid: str) -> None:
         self.ended.add(cid)
         self.methods.pop(cid, None)
+        self.encodings.pop(cid, None)
 
     def request(self, cid: str, seq: int, rec: ev.MessageSeen) -> None:
         kind = self.kinds[cid]
@@ -136,7 +145,7 @@ class _Requests:
         if kind != "stream" and keys:  # a unary call answers its first request; an HTTP call carries one
             return
         method = self.methods[cid] if kind == "stream" else self.methods.pop(cid)  # the call's one request: done
-        keys.append((seq, *request_key(rec, kind, method)))
+        keys.append((seq, *request_key(rec, kind, method, self.encodings.pop(cid, None))))
 
     def candidates(self, *, http: bool = False) -> list[Candidate]:
         """In call order (``call_start``), each call's requests in capture order; positions per kind and model.
@@ -185,7 +194,7 @@ def summarize(capture: CaptureSource, observe: Observer | None = None) -> Captur
         if isinstance(rec, ev.CallStarted):
             if cid in requests.kinds:
                 continue
-            requests.started(cid, rec.method)
+            requests.started(cid, rec.method, http_encoding(rec.metadata) if rec.protocol == "http" else None)
         elif cid not in requests.kinds or cid in requests.ended:
             continue
         elif isinstance(rec, ev.CallEnded):

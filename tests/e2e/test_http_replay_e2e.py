@@ -282,3 +282,56 @@ def test_serve_closes_as_triton_did_after_a_client_s_fin_mid_stream(triton: Trit
     assert (served["cause"], served["details"], served["messages_s2c"]) == ("client_disconnect", HALF_CLOSE_DETAILS, 2)
     # Far below the captured end plus the grace (1 s), whatever the machine's load adds to both.
     assert served["duration_ms"] < live["duration_ms"] + 500, (live, served)
+
+
+def _echo3(c: Any, data: list[int], rid: str, request: str | None, reply: str | None = None) -> tuple[str, list[int]]:
+    """tritonclient.http echo of ``data`` (JSON), its body compressed with ``request``, the reply asked as ``reply``."""
+    inp = httpclient.InferInput("INPUT", [3], "UINT8")
+    inp.set_data_from_numpy(np.array(data, dtype=np.uint8), binary_data=False)
+    r = c.infer("echo", [inp], request_id=rid, request_compression_algorithm=request,
+                response_compression_algorithm=reply)  # fmt: skip
+    return r.get_response()["id"], r.as_numpy("OUTPUT").tolist()
+
+
+def test_serve_matches_compressed_http_requests_recorded_from_triton_by_id_and_by_payload(
+    triton: TritonServer, tmp_path: Path
+) -> None:
+    """tritonclient.http requests sent gzip and deflate compressed (``Content-Encoding``), recorded in front of the
+    real Triton, then served and sent in the other order: each gets its own answer, by id and, under new ids, by
+    what it asks. serve read such a body as nothing (no id, no hash): the first request got the first captured
+    answer whoever's it was, and the same script again got 404s. A reply Triton sent gzip (asked with
+    ``Accept-Encoding``) is served as Triton sent it."""
+    script = [("gzA", [1, 2, 3], "gzip", None), ("gzB", [7, 8, 9], "gzip", None),
+              ("dfC", [4, 5, 6], "deflate", None), ("gzD", [2, 4, 6], "gzip", "gzip")]  # fmt: skip
+    with ProxyThread(triton.grpc_url, tmp_path / "captures", payload="full", drain_timeout=5, http_listen="127.0.0.1:0",
+                     http_upstream=triton.http_url.removeprefix("http://")) as proxy:  # fmt: skip
+        with http_client(_http_url(proxy)) as c:
+            live = {rid: _echo3(c, data, rid, request, reply) for rid, data, request, reply in script}
+        assert live == {rid: (rid, data) for rid, data, _, _ in script}
+        deadline = time.monotonic() + WAIT_S
+        while _ended_calls(proxy.capture_path) < len(script):
+            assert time.monotonic() < deadline, "the calls did not all end"
+            time.sleep(0.05)
+        path = proxy.stop()
+    recs = records(path)
+    asked = {m["call"]: m for m in of_kind(recs, "message") if m["dir"] == "c2s"}
+    assert sorted(m["request_id"] for m in asked.values() if m["compressed"]) == ["dfC", "gzA", "gzB", "gzD"]
+    replied = {asked[e["call"]]["request_id"]: dict(e["initial_metadata"]).get("content-encoding")
+               for e in of_kind(recs, "call_end")}  # fmt: skip
+    assert replied == {"gzA": None, "gzB": None, "dfC": None, "gzD": "gzip"}  # Triton compresses only when asked
+    loop = LoopThread("serve")
+    try:
+        for strategies, tag in ((("id", "payload", "order"), ""), (("payload",), "new-")):
+            mock = MockTriton(load([path]), speed=None, strategies=strategies)
+            http = HttpServe(mock.session, mock.other_used)
+            port = loop.run(http.start("127.0.0.1:0"))
+            try:
+                with http_client(f"127.0.0.1:{port}") as c:
+                    for _ in range(2):  # the other order, twice
+                        for rid, data, request, reply in reversed(script):
+                            assert _echo3(c, data, tag + rid, request, reply) == (rid, data)
+                assert mock.session.unmatched == []
+            finally:
+                loop.run(http.stop())
+    finally:
+        loop.close()

@@ -5,7 +5,8 @@ answered in order). What every request gets:
 
 * ``POST /v2/models/{m}/infer|generate|generate_stream`` (and the OpenAI paths): matched by
   :mod:`replay.tools.match` (key kind ``http <kind>``, model, the JSON ``"id"``, the body's hash without
-  its id); the captured status, headers (framing headers aside: h11 frames) and body, or, for an event
+  its id; a gzip or deflate body read decompressed, as Triton and the recorder's labels read it); the
+  captured status, headers (framing headers aside: h11 frames) and body, or, for an event
   stream, one chunk per captured event at its captured delay after the request (``--timing``), the head
   with the first event (as Triton sends it), and the chunked terminator only when the captured body
   ended cleanly: a captured disconnect (client or upstream) closes the connection at the captured point
@@ -33,6 +34,7 @@ from http import HTTPStatus
 import h11
 
 from replay.capture.methods import HTTP_INFERENCE, OPENAI, HttpCall, http_call
+from replay.capture.payload import http_body, http_encoding
 from replay.capture.shm import json_regions, manages_regions
 from replay.hostport import cannot_listen, parse_hostport
 from replay.tools.match import Key, http_json_part, payload_key
@@ -332,19 +334,26 @@ class HttpServe:
         log.warning("%s: %s", where, message)
 
     async def _inference(self, conn: _Conn, method: str, call: HttpCall, request: h11.Request, body: bytes) -> None:
-        encoded = _header(request.headers, "content-encoding") not in (None, "identity")
-        parts = None if encoded else http_json_part(body)
+        # The body as Triton reads it, and as the recorder's labels read the captured one (its id) and the capture
+        # index hashes it: gzip and deflate decompressed, by the one rule. A body this cannot read (another
+        # encoding, such as br, which Triton refuses with 501; bytes that do not decompress) has neither id nor
+        # hash, as the captured one has not: it is matched by order alone.
+        plain, unread = http_body(body, http_encoding(request.headers.raw_items()))
+        parts = http_json_part(plain) if plain is not None else None
         head = parts[0] if parts is not None else None
-        if head is None and not encoded:
-            message = f"triton-tap serve: the {method} body ({len(body)} bytes) is not a JSON object"
+        if head is None and plain is not None:
+            message = f"triton-tap serve: the {method} body ({len(plain)} bytes) is not a JSON object"
             log.warning("%s: %s", method, message)
             await conn._error(400, message)
             return
+        if unread is not None:
+            log.info("%s: %s: no id or input hash to match it by (order only)", method, unread)
         rid = head.get("id") if head is not None else None
         model = head.get("model") if call.kind in OPENAI and head is not None else call.model
         key = Key(kind=f"http {call.kind}", model=model if isinstance(model, str) else None,
                   request_id=rid if isinstance(rid, str) else "",
-                  input_hash=None if encoded else payload_key(method, body), version=call.version or "")  # fmt: skip
+                  input_hash=payload_key(method, plain) if plain is not None else None,
+                  version=call.version or "")  # fmt: skip
         m = self.session.matcher.match(key)
         if m.candidate is None:
             message = "triton-tap serve: " + self.session.matcher.explain(key)

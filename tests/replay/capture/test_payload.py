@@ -8,7 +8,9 @@ exactly the one named.
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
+import zlib
 from pathlib import Path
 
 import orjson
@@ -16,7 +18,7 @@ import pytest
 
 from replay.capture import events as ev
 from replay.capture import naming
-from replay.capture.payload import has_payload, payload_bytes
+from replay.capture.payload import has_payload, http_body, http_encoding, payload_bytes
 from replay.capture.reader import read_capture
 from replay.capture.schema import encode
 from replay.cli.main import main
@@ -177,3 +179,31 @@ def test_side_name_is_one_rule_for_every_capture_suffix() -> None:
     assert owner is not None and (owner.stem, owner.index, owner.worker) == ("capture-20260101T000000-1.w3", 1, 3)
     assert naming.side_owner("mine.payload") is None and naming.side_owner("x.jsonl") is None
     assert not naming.looks_like_capture("capture-20260101T000000-1.payload")
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "plain"),
+    [
+        ([("Content-Type", "application/json")], b'{"id":"p"}', b'{"id":"p"}'),
+        ([(b"content-encoding", b"identity")], b'{"id":"p"}', b'{"id":"p"}'),
+        ([("Content-Encoding", " GZIP ")], gzip.compress(b'{"id":"g"}'), b'{"id":"g"}'),
+        ([["content-encoding", "deflate"]], zlib.compress(b'{"id":"z"}'), b'{"id":"z"}'),  # as call_start holds them
+        ([("content-encoding", "deflate")], zlib.compress(b'{"id":"r"}')[2:-4], b'{"id":"r"}'),  # raw deflate
+    ],
+)
+def test_an_http_body_is_read_decompressed_by_its_content_encoding(headers: list, body: bytes, plain: bytes) -> None:
+    """The one rule the recorder's labels, the capture index and serve read an HTTP body with."""
+    assert http_body(body, http_encoding(headers)) == (plain, None)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body", "why"),
+    [
+        ("br", b'{"id":"b"}', "Content-Encoding 'br': body not decoded"),
+        ("gzip", b'{"id":"not gzip"}', "gzip body does not decompress"),
+        ("gzip", gzip.compress(b'{"id":"cut"}' * 50)[:-30], "gzip body cut short"),
+    ],
+)
+def test_an_http_body_that_cannot_be_read_says_why(encoding: str, body: bytes, why: str) -> None:
+    plain, error = http_body(body, encoding)
+    assert plain is None and error is not None and error.startswith(why)

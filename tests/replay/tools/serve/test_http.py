@@ -9,6 +9,7 @@ client must get is what the real Triton sent in that exchange.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import logging
 import shutil
@@ -16,7 +17,8 @@ import socket
 import struct
 import subprocess
 import time
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -28,6 +30,7 @@ from tritonclient.utils import InferenceServerException
 from proxy.ops.server import ProxyConfig, RecordingProxy
 from proxy.triton.http_labels import SseSplitter
 from replay.capture.events import HALF_CLOSE_ANSWERED, HALF_CLOSE_DETAILS
+from replay.tools.match import STRATEGIES
 from replay.tools.serve import MockTriton, load
 from replay.tools.serve.httpd import HttpServe
 from tests.data.make_golden import Builder, http_stream_cut_in_second_event
@@ -45,10 +48,10 @@ class _Serve:
         self.tmp = tmp
         self.stops: list[object] = []
 
-    def __call__(self, capture: bytes, *, speed: float | None = 1.0) -> str:
+    def __call__(self, capture: bytes, *, speed: float | None = 1.0, strategies: Sequence[str] = STRATEGIES) -> str:
         path = self.tmp / f"c{len(self.stops)}.jsonl"
         path.write_bytes(capture)
-        mock = MockTriton(load([path]), speed=speed)
+        mock = MockTriton(load([path]), speed=speed, strategies=strategies)
         http = HttpServe(mock.session, mock.other_used)
         port = self.loop.run(http.start("127.0.0.1:0"))
         self.stops.append(http)
@@ -602,3 +605,79 @@ def test_a_request_sent_while_an_answer_is_replayed_is_answered_next_and_a_fin_a
         data = _to_eof(s, data)
     assert data.count(b"HTTP/1.1 200 OK") == 2 and data.count(b"\r\n0\r\n\r\n") == 2, data
     assert data.count(b"data:") == len(_events(first.reply)) + len(_events(second.reply))
+
+
+def _echo_exchange(x: Exchange, rid: str, data: list[int]) -> Exchange:
+    """``x``, a compressed echo infer exchange of the real Triton, asking (compressed the same way) and answered
+    for ``data`` under the id ``rid``."""
+    encoding = next(v for k, v in x.headers if k == b"content-encoding")
+    # What tritonclient.http sends for one JSON input and no outputs named (its parameter included)
+    ask = json.dumps({"id": rid, "inputs": [{"name": "INPUT", "shape": [3], "datatype": "UINT8", "data": data}],
+                      "parameters": {"binary_data_output": True}}, separators=(",", ":")).encode()  # fmt: skip
+    body = gzip.compress(ask) if encoding == b"gzip" else zlib.compress(ask)
+    reply = json.dumps({"id": rid, "model_name": "echo", "model_version": "1", "outputs": [
+        {"name": "OUTPUT", "datatype": "UINT8", "shape": [3], "data": data}]}, separators=(",", ":")).encode()  # fmt: skip
+
+    def sized(headers: list[tuple[bytes, bytes]], n: int) -> list[tuple[bytes, bytes]]:
+        return [(k, str(n).encode() if k == b"content-length" else v) for k, v in headers]
+
+    return dataclasses.replace(x, headers=sized(x.headers, len(body)), body=body, reply=reply,
+                               reply_headers=sized(x.reply_headers, len(reply)), pieces=[reply])  # fmt: skip
+
+
+def _echo(client: httpclient.InferenceServerClient, data: list[int], rid: str, encoding: str | None) -> tuple[str, list[int]]:
+    inp = httpclient.InferInput("INPUT", [3], "UINT8")
+    inp.set_data_from_numpy(np.array(data, dtype=np.uint8), binary_data=False)
+    r = client.infer("echo", [inp], request_id=rid, request_compression_algorithm=encoding)
+    return r.get_response()["id"], r.as_numpy("OUTPUT").tolist()
+
+
+def test_tritonclient_http_gzip_and_deflate_requests_are_matched_by_their_id_in_any_order(serve: _Serve) -> None:
+    """A compressed body is read decompressed, as the recorder's labels read the captured one: its id matches
+    (it was read as no id at all, so the first request took the first captured answer, whoever's it was, and a
+    second run got 404s)."""
+    gz, deflate = exchanges("05b_compressed_request_bodies")[:2]  # the real Triton's, ids gz-1 and deflate-1
+    url = serve(_capture(gz, deflate))
+    with http_client(url, network_timeout=WAIT_S) as client:
+        for _ in range(2):  # the same script twice: id matches replay a captured request again
+            assert _echo(client, [7, 8, 9], "deflate-1", "deflate") == ("deflate-1", [7, 8, 9])
+            assert _echo(client, [7, 8, 9], "gz-1", "gzip") == ("gz-1", [7, 8, 9])
+
+
+def test_a_compressed_request_is_matched_by_what_it_asks_whatever_its_encoding(serve: _Serve) -> None:
+    """``--match payload``: the input hash of a compressed body is of its decompressed bytes, on both sides, so a
+    request matches the captured one that asked the same, gzip, deflate or plain (it matched none: 404)."""
+    gz, deflate = exchanges("05b_compressed_request_bodies")[:2]
+    url = serve(_capture(_echo_exchange(gz, "gzA", [1, 2, 3]), _echo_exchange(deflate, "dfB", [7, 8, 9])),
+                strategies=("payload",))  # fmt: skip
+    with http_client(url, network_timeout=WAIT_S) as client:
+        assert _echo(client, [7, 8, 9], "new-1", "gzip") == ("dfB", [7, 8, 9])  # served as captured: its id
+        assert _echo(client, [1, 2, 3], "new-2", "deflate") == ("gzA", [1, 2, 3])
+        assert _echo(client, [1, 2, 3], "new-3", None) == ("gzA", [1, 2, 3])
+
+
+def test_a_body_serve_cannot_decompress_is_matched_by_order_and_a_compressed_non_json_one_is_400(
+    serve: _Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    """br (Triton answers 501) and a body sent as gzip that is not: neither has an id or hash the labels could read,
+    here or in the capture, so the capture's order decides, and an info line says why. A body that decompresses to
+    something other than JSON is refused as a plain one is."""
+    xs = exchanges("05b_compressed_request_bodies")
+    bad, br = xs[3], xs[4]
+    url = serve(_capture(br, bad))
+
+    def post(x: Exchange) -> httpx.Response:
+        headers = [(k.decode(), v.decode()) for k, v in x.headers if k != b"content-length"]
+        return httpx.post(f"http://{url}/v2/models/echo/infer", content=x.body, headers=headers, timeout=WAIT_S)
+
+    with caplog.at_level(logging.INFO, logger="triton_tap.serve"):
+        r = post(br)
+        assert (r.status_code, r.json()) == (501, {"error": "Unsupported compression type"})
+        r = post(bad)
+        assert r.status_code == 400 and "Raw request must only have 1 input" in r.json()["error"]
+    said = [m.getMessage() for m in caplog.records]
+    assert any("Content-Encoding 'br': body not decoded: no id or input hash" in m for m in said)
+    assert any("gzip body does not decompress" in m for m in said)
+    r = httpx.post(f"http://{url}/v2/models/echo/infer", content=gzip.compress(b"not json"),
+                   headers={"Content-Encoding": "gzip"}, timeout=WAIT_S)  # fmt: skip
+    assert r.status_code == 400 and "body (8 bytes) is not a JSON object" in r.json()["error"]
