@@ -186,7 +186,7 @@ class _Conn:
 
     async def answering(self, request: h11.Request, body: bytes) -> None:
         """Have the request answered, watching the client's side meanwhile (see :meth:`_watch`)."""
-        watch = None if self.client_closed or self.lost else asyncio.create_task(self._watch())
+        watch = None if self.client_closed or self.lost else asyncio.create_task(self._watch(), name="serve-http-watch-client")
         try:
             await self.serve.answer(self, request, body)
         finally:
