@@ -8,15 +8,12 @@ the live file deleted by hand: the proxy's writer goes on in the chain's next fi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import gzip
 import io
 import os
-import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -27,6 +24,7 @@ from replay.capture import events as ev
 from replay.capture import liveness
 from replay.capture.schema import encode
 from replay.errors import CaptureError, UpstreamError
+from tests.support.aio import running, until
 from tests.support.capture import without_left_note
 
 
@@ -53,23 +51,6 @@ def test_a_file_gone_for_good_is_a_capture_error(tmp_path: Path, monkeypatch: py
         asyncio.run(_all(tmp_path / "capture-20261203T000000-1.jsonl"))
 
 
-@contextlib.asynccontextmanager
-async def _running(coro: Coroutine[Any, Any, None], name: str) -> AsyncIterator[asyncio.Task[None]]:
-    """A follow as a task: the block drives it, then it must end by itself (30 s at most); stopped either way."""
-    task = asyncio.create_task(coro, name=name)
-    try:
-        yield task
-        await asyncio.wait_for(task, 30)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-
-async def _until(cond: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 @pytest.mark.parametrize("compress", ["none", "zstd"])
@@ -96,12 +77,12 @@ def test_a_live_file_deleted_by_hand_is_followed_into_the_file_its_writer_went_o
             async for path, line in follow.follow_lines(first):
                 got.append((path.name, orjson.loads(line)))
 
-        async with _running(tail(), "test-follow-deleted"):
+        async with running(tail(), "test-follow-deleted"):
             try:
                 w.emit(msg(0))
-                await _until(lambda: any(r["kind"] == "message" for _, r in got), "the first message followed")
+                await until(lambda: any(r["kind"] == "message" for _, r in got), "the first message followed")
                 first.unlink()
-                await _until(lambda: w.path != first, "the writer's next file")
+                await until(lambda: w.path != first, "the writer's next file")
                 w.emit(msg(1))
             finally:
                 await w.close()  # (its capture_end ends the follow)
@@ -137,8 +118,8 @@ def test_a_deleted_file_whose_writer_died_too_is_an_upstream_error(
             async for _, line in follow.follow_lines(path):
                 got.append(line)
 
-        async with _running(tail(), "test-follow-deleted-dead"):
-            await _until(lambda: len(got) == 1, "the capture_start followed")
+        async with running(tail(), "test-follow-deleted-dead"):
+            await until(lambda: len(got) == 1, "the capture_start followed")
             if how == "deleted":
                 path.unlink()
             else:
@@ -195,12 +176,12 @@ def test_a_live_file_renamed_while_followed_is_followed_to_its_end_and_into_the_
 
     async def run() -> list[tuple[str, str]]:
         got: list[tuple[str, str]] = []
-        async with _running(_kinds_into(got, path), "test-follow-renamed") as task:
-            await _until(lambda: len(got) == 1, "the capture_start followed")
+        async with running(_kinds_into(got, path), "test-follow-renamed") as task:
+            await until(lambda: len(got) == 1, "the capture_start followed")
             path.rename(tmp_path / "moved-by-operator.jsonl")
             before = len(checks)
             # Two tests of the lock on the renamed file (the first one that failed was followed by the stop).
-            await _until(lambda: len(checks) >= before + 2 or task.done(), "the follow at the end of the file")
+            await until(lambda: len(checks) >= before + 2 or task.done(), "the follow at the end of the file")
             assert not task.done(), task.exception()
             os.write(fd, encode(ev.CaptureEnded(t_ns=2, reason="reopen", counts={}, next_file=nxt.name), 1))
             nxt.write_bytes(encode(dataclasses.replace(start, file_index=1), 2)
@@ -227,13 +208,13 @@ def test_a_follow_waits_for_the_next_file_while_the_writer_holds_the_one_that_na
 
     async def run() -> list[tuple[str, str]]:
         got: list[tuple[str, str]] = []
-        async with _running(_kinds_into(got, path), "test-follow-between-files") as task:
+        async with running(_kinds_into(got, path), "test-follow-between-files") as task:
             os.write(fd, encode(ev.CaptureEnded(t_ns=2, reason="rotate", counts={}, next_file=nxt.name), 1))
-            await _until(lambda: len(got) == 2, "the capture_end followed")
+            await until(lambda: len(got) == 2, "the capture_end followed")
             before = len(checks)
             # Held: more lock tests than VANISHED_S has polls, and still waiting.
             polls = int(follow.VANISHED_S / follow.POLL_S) + 3
-            await _until(lambda: len(checks) >= before + polls or task.done(), "the follow waiting for the next file")
+            await until(lambda: len(checks) >= before + polls or task.done(), "the follow waiting for the next file")
             assert not task.done(), task.exception()
             if proxy == "dies":
                 os.close(fd)
@@ -340,7 +321,7 @@ def test_an_empty_file_no_writer_holds_is_a_stopped_proxy_after_the_grace(
 
         async def run() -> list[tuple[str, str]]:
             got: list[tuple[str, str]] = []
-            async with _running(_kinds_into(got, live), "test-follow-empty-held"):
+            async with running(_kinds_into(got, live), "test-follow-empty-held"):
                 await asyncio.sleep(3 * follow.VANISHED_S)  # (past the grace: still waiting, held)
                 os.write(fd, _lines("shutdown"))
             return got

@@ -6,7 +6,6 @@ import asyncio
 import io
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -21,6 +20,7 @@ from replay.capture import events as ev
 from replay.capture import liveness
 from replay.capture.schema import encode
 from tests.data.make_golden import Builder
+from tests.support.aio import running, until
 from tests.support.capture import without_left_note
 
 STEM = "capture-20261207T100000-4343"
@@ -115,23 +115,18 @@ def test_live_waits_past_the_captures_an_earlier_run_left_for_the_one_being_writ
     out, err = io.StringIO(), io.StringIO()
 
     async def run() -> None:
-        task = asyncio.create_task(tail_files(tmp_path, TailFilter(), Printer(out, err, True), live=True),
-                                   name="test-follow-live")  # fmt: skip
-        try:
-            await _until(lambda: "waiting for one that is" in err.getvalue() or task.done(), "the waiting note")
+        follow = tail_files(tmp_path, TailFilter(), Printer(out, err, True), live=True)
+        async with running(follow, "test-follow-live") as task:
+            await until(lambda: "waiting for one that is" in err.getvalue() or task.done(), "the waiting note")
             assert not task.done() and out.getvalue() == ""
             start = ev.CaptureStarted(t_ns=1, proxy_version="t", listen="l:1", upstream="u:2", options={})
             w = CaptureWriter(WriterOptions(directory=tmp_path, stem=stem, compress="none", min_free_bytes=0), start)
             w.open()
             try:
                 w.emit(ev.MarkRecorded(t_ns=2, note="today", labels={}))
-                await _until(lambda: "today" in out.getvalue() or task.done(), "the new capture's mark")
+                await until(lambda: "today" in out.getvalue() or task.done(), "the new capture's mark")
             finally:
-                await w.close()
-            await asyncio.wait_for(task, 30)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+                await w.close()  # (its capture_end ends the follow)
 
     asyncio.run(run())
     printed = [orjson.loads(line) for line in out.getvalue().splitlines()]
@@ -151,15 +146,10 @@ def test_live_follows_a_capture_being_written_at_once(tmp_path: Path) -> None:
     async def run() -> None:
         w = CaptureWriter(WriterOptions(directory=tmp_path, stem=stem, compress="none", min_free_bytes=0), start)
         w.open()
-        task = asyncio.create_task(tail_files(tmp_path, TailFilter(), Printer(out, err, True), live=True),
-                                   name="test-follow-live-now")  # fmt: skip
-        try:
-            await _until(lambda: '"capture_start"' in out.getvalue() or task.done(), "the capture's first line")
+        follow = tail_files(tmp_path, TailFilter(), Printer(out, err, True), live=True)
+        async with running(follow, "test-follow-live-now") as task:
+            await until(lambda: '"capture_start"' in out.getvalue() or task.done(), "the capture's first line")
             await w.close()
-            await asyncio.wait_for(task, 30)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(run())
     assert [orjson.loads(line)["kind"] for line in out.getvalue().splitlines()] == ["capture_start", "capture_end"]
@@ -191,10 +181,3 @@ def test_a_capture_is_being_written_while_a_writer_holds_a_file_of_it(tmp_path: 
         os.close(fd)
     over = set()
     assert follow.newest_written(tmp_path, over) == (None, STEM) and over == {STEM}
-
-
-async def _until(cond: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
