@@ -30,8 +30,15 @@ def dense(lines: list[bytes]) -> list[dict[str, Any]]:
 
 
 def records(path: Path) -> list[dict[str, Any]]:
-    """Every line of a capture file (plain, .gz or .zst) as a dict with every field."""
-    return dense([line for line in read_bytes(path).splitlines() if line])
+    """Every line of a capture file (plain, .gz or .zst) as a dict with every field. Of a file still being
+    written, a last line cut short (the writer is writing it) is not read yet."""
+    lines = read_bytes(path).split(b"\n")
+    if lines and lines[-1]:
+        try:
+            orjson.loads(lines[-1])
+        except orjson.JSONDecodeError:  # (a line cut short never parses: an object lacks its closing brace)
+            lines.pop()
+    return dense([line for line in lines if line])
 
 
 def read_bytes(path: Path) -> bytes:
