@@ -139,7 +139,11 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
             flt, from_seq=request.from_seq if request.HasField("from_seq") else None, max_queue=limit,
             open_methods={c.id: c.method for c in self._open_calls()},
         )  # fmt: skip
-        log.info("tail_started", peer=context.peer(), first_seq=first)
+        # Read once, here: the finally below may run after grpc released the call (a client that cancels, or a
+        # stop, while this generator waits at a yield: asyncio closes it later, in a task of its own), and
+        # context.peer() then dereferences the released call (grpc 1.85's aio server: a segfault of the proxy).
+        peer = context.peer()
+        log.info("tail_started", peer=peer, first_seq=first)
         try:
             yield pb.TailResponse(started=pb.TailStarted(first_seq=first, from_seq_lost=lost))
             while True:
@@ -157,7 +161,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
                         yield pb.TailResponse(record=pb.TailRecord(seq=seq, kind=kind, json=line))
         finally:
             self.hub.unsubscribe(sub)
-            log.info("tail_ended", peer=context.peer(), sent=sub.sent, dropped=sub.dropped)
+            log.info("tail_ended", peer=peer, sent=sub.sent, dropped=sub.dropped)
 
 
 class AdminServer:
