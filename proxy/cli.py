@@ -322,7 +322,8 @@ def add_check_cancel(sub: Any) -> None:
                     help="observation-delay allowance: evidence later than this after the cancel counts as "
                     "work that went on (default %(default)s)")
     cc.add_argument("--window", type=positive_float, default=6.0, metavar="SECONDS",
-                    help="how long to watch the log/metrics after each cancel (default %(default)s)")
+                    help="how long to watch the log/metrics after each cancel (the queued case: after the blocker's end, "
+                    "when the cancelled request could start) (default %(default)s)")
     cc.add_argument("--start-wait-ms", type=positive_float, default=300.0,
                     help="--method future: how long after sending to assume the unary call is executing "
                     "(it shows no partial response) (default %(default)s)")

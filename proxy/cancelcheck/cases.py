@@ -147,11 +147,14 @@ def queued_case(setup: Setup) -> vd.CaseObservation:
         b, p = book.get(block), book.get(probe)
         first = p.first if p.first is not None else (p.done if p.error is None else None)
         # The probe waits for the blocker anyway: measured from the blocker's end.
-        after = _ms(first, max(b.done or t_cancel, t_cancel))
+        freed = max(b.done or t_cancel, t_cancel)
+        after = _ms(first, freed)
         if after is not None:
             # Both stamps come from callback threads: a probe answered "before" the blocker's end is 0.
             after = max(0.0, after)
-        log, deltas = end_window(setup, tail, before, rid, t_cancel, "queued")
+        # The cancelled request can reach the backend only once the blocker is done: the log is watched for
+        # a whole window from then, so its allowance is not cut short by the blocker's run time.
+        log, deltas = end_window(setup, tail, before, rid, freed, "queued")
         neighbour_ok = b.done is not None and b.error is None and p.error is None and p.done is not None
         detail = (
             f"{block} (executing on another client) and {probe} completed normally"
@@ -164,7 +167,7 @@ def queued_case(setup: Setup) -> vd.CaseObservation:
             probe=vd.ProbeObservation(baseline_ms=setup.baseline_ms, blocked_before_cancel=True,
                                       after_cancel_ms=after, window_ms=opts.window_s * 4000.0,
                                       reference=f"the end of {block}, which ran ahead of it"),
-            log=log, metrics=deltas, neighbour_ok=neighbour_ok, neighbour_detail=detail,
+            log=log, metrics=deltas, neighbour_ok=neighbour_ok, neighbour_detail=detail, ahead_ended=b.done is not None,
         )  # fmt: skip
     finally:
         for c in (blocker, queued, prober):

@@ -59,11 +59,13 @@ def metrics_or_none(setup: Setup) -> dict[str, float] | None:
 
 
 def end_window(
-    setup: Setup, tail: LogTail | None, before: dict[str, float] | None, rid: str, t_cancel: float, case: Case
+    setup: Setup, tail: LogTail | None, before: dict[str, float] | None, rid: str, t_start: float, case: Case
 ) -> tuple[LogObservation | None, dict[str, float] | None]:
-    """After the cancel of ``rid``: wait out the window, then what the log showed and how the metrics moved."""
+    """After the cancel of ``rid``: wait out the window from ``t_start`` (the cancel, or for a queued request
+    the end of the work ahead of it, when it could reach the backend), then what the log showed and how the
+    metrics moved."""
     # The window is what lets work that goes on show itself (log lines, counters).
-    remaining = setup.opts.window_s - (time.monotonic() - t_cancel)
+    remaining = setup.opts.window_s - (time.monotonic() - t_start)
     if remaining > 0 and (tail is not None or before is not None):
         time.sleep(remaining)
     log = None

@@ -73,6 +73,7 @@ class CaseObservation:
     neighbour_ok: bool | None = None
     neighbour_detail: str = ""
     casualties: tuple[str, ...] = ()  # other requests the same cancel ended (stream scope)
+    ahead_ended: bool | None = None  # queued case: the work it queued behind ended within the wait
     not_covered: tuple[str, ...] = ()
 
 
@@ -152,7 +153,11 @@ def _log_rule(obs: CaseObservation, lg: LogObservation, t: _Tally) -> None:
     if not lg.notified:
         t.info(f"log: no '{NOTIFIED}' line within the window (not --log-verbose=1, or another file?)")
         return
-    if lg.reached_backend is False:
+    if lg.reached_backend is False and obs.ahead_ended is False:
+        # Still behind work that had not ended: its staying queued is no sign the cancel took it out.
+        t.info(f"log: request {obs.request_id!r} never left the queue, but the work ahead of it had not ended "
+               "either: the log cannot tell")  # fmt: skip
+    elif lg.reached_backend is False:
         t.stop(f"log: request {obs.request_id!r} never left the queue for the backend within {lg.window_ms:.0f} ms")
     ref = "it reached the backend" if lg.reached_backend else "Triton's cancellation notification"
     if lg.reached_backend:

@@ -48,7 +48,9 @@ class LogObservation:
 
     Times are the server's clock, in ms from the reference point: for an executing request its
     ``Cancellation notification received`` line, for a queued one the moment it reached the backend
-    (its ``to EXECUTING`` line) or, when it never did, the notification.
+    (its ``to EXECUTING`` line) or, when it never did, the notification. The window runs from the
+    reference point too: a queued request that reached the backend late is watched as long as one
+    that was executing, or the allowance after its start could close with the window.
     """
 
     notified: bool
@@ -92,7 +94,7 @@ def scan_log(
             continue
         if t0 is not None and t < t0 - 43200:
             t += 86400  # the log crossed midnight
-        if t0 is not None and (t - t0) * 1000.0 > window_ms:
+        if start is not None and (t - start) * 1000.0 > window_ms:
             break
         if NOTIFIED in line:
             if t0 is None:

@@ -65,6 +65,15 @@ def test_log_rules() -> None:
     assert vd.decide(obs(log=_log(skipped_total=2), rate_per_s=100.0, remaining=1)).work_stopped is None
     assert vd.decide(obs(log=_log(notified=False), rate_per_s=100.0)).work_stopped is None
     assert vd.decide(obs(case="queued", log=_log(reached_backend=False))).work_stopped is True
+    assert vd.decide(obs(case="queued", log=_log(reached_backend=False), ahead_ended=True)).work_stopped is True
+
+
+def test_still_queued_behind_work_that_went_on_is_no_stop() -> None:
+    """The queued request never reached the backend, but the request ahead of it never ended either: staying
+    queued shows nothing about the cancel."""
+    v = vd.decide(obs(case="queued", log=_log(reached_backend=False), ahead_ended=False))
+    assert v.work_stopped is None
+    assert any(e.startswith("[info] log: request 'r' never left the queue, but the work ahead") for e in v.evidence)
 
 
 def test_silence_after_work_that_fits_in_the_allowance_shows_nothing() -> None:

@@ -61,6 +61,19 @@ def test_scan_log_queued_measures_from_reaching_the_backend() -> None:
     assert (got.skipped_total, got.skipped_after_allowance) == (1, 0)
 
 
+def test_scan_log_queued_window_runs_from_reaching_the_backend() -> None:
+    """A queued request that reached the backend 4.5 s into a 5 s window is still watched for 5 s from then:
+    its responses 1.2 and 4.9 s after its start count (the window from the notification cut them off, and
+    all it saw was dropped within the allowance)."""
+    lines = [NOTE, state("08:11:04.156216", "q", "EXECUTING"),
+             skip_at("08:11:04.200000"), skip_at("08:11:05.356216"), skip_at("08:11:09.056216"),
+             skip_at("08:11:09.256216")]  # fmt: skip
+    got = se.scan_log(lines, "q", allowance_ms=1000, window_ms=5000, case="queued")
+    assert got.reached_backend is True
+    assert (got.skipped_total, got.skipped_after_allowance) == (3, 2)
+    assert got.last_skipped_ms == pytest.approx(4900, abs=0.01)
+
+
 def test_scan_log_without_notification_and_past_the_window() -> None:
     """No notification: nothing is attributed; lines after the window are ignored."""
     assert not se.scan_log([skip_at("08:11:00.000000")], "r", 300, 5000).notified
