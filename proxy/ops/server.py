@@ -119,6 +119,30 @@ def _with_evidence(emit: Callable[[Any], None], notify: Callable[[ev.CallCancell
     return sink
 
 
+async def _stop_accepting(servers: list[asyncio.base_events.Server]) -> None:
+    """Close the listening sockets, after the connections already accepted have their transports.
+
+    asyncio's own loop accepts in the listening socket's reader callback and makes each transport in a task
+    of its own, a loop turn later. A close between the two (a stop whose turn came in the same batch as the
+    accept: a SIGTERM with a client connecting) fails that task's attach to the closed server: the client
+    was accepted, then dropped unanswered, and on 3.13.0 the orphaned transport's ``__del__`` printed a
+    TypeError to stderr. So the reader goes first, the accepts already made run (their tasks were queued
+    before this one's next step), and only then the close; one more turn runs their ``connection_made``, so
+    they join the relays' connections that the stop ends. uvloop, not a selector loop, is left as it was.
+    """
+    loop = asyncio.get_running_loop()
+    selector = isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop)
+    if selector:
+        for srv in servers:
+            for sock in srv.sockets:
+                loop.remove_reader(sock.fileno())
+        await asyncio.sleep(0)
+    for srv in servers:
+        srv.close()
+    if selector:
+        await asyncio.sleep(0)
+
+
 def _guarded_mark(mark: Callable[[str], None]) -> Callable[[str], None]:
     """The evidence collector's pre-cancel hook, unable to break the relay's cancel path."""
 
@@ -550,8 +574,7 @@ class RecordingProxy:
         if self._stopped:
             return
         self._stopped = True
-        for srv in self._servers:
-            srv.close()
+        await _stop_accepting(self._servers)
         if self.config.ready_file is not None:  # no longer accepting connections
             readyfile.remove(self.config.ready_file)
         relays = self.relays or [self.relay]

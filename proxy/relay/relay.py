@@ -55,6 +55,8 @@ class Relay:
         #: so call ids stay unique across the capture set.
         self.conn_prefix = conn_prefix
         self.open_calls = 0
+        #: Set once :meth:`hard_close` dropped every connection: one made later is refused.
+        self.closed = False
         #: Called with the call id just before a cancel is forwarded upstream (``record --evidence``
         #: marks the end of Triton's log there: Triton may log the cancel before the record exists).
         self.before_cancel: Callable[[str], None] | None = None
@@ -90,6 +92,7 @@ class Relay:
                 if side.transport is not None:
                     side.transport.abort()
         self.tunnels.clear()
+        self.closed = True
 
     def abort_all(self, cause: str) -> None:
         """End every open call with ``cause`` (``proxy_shutdown``) and close every connection."""

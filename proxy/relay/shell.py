@@ -201,6 +201,8 @@ class Owner(Shared, Protocol):
     upstream_server_name: str | None
     #: Open connections (a connection joins when its client connection is made, leaves when it is lost).
     tunnels: set[Connection]
+    #: Every connection was dropped at a stop: a client connection made after it is refused.
+    closed: bool
     core_factory: CoreFactory
     #: Called after each read of either side is handled and written, or None.
     after_read: Callable[[], None] | None
@@ -243,6 +245,11 @@ class Connection:
     def side_made(self, side: Side) -> None:
         if side is self.client:
             assert side.transport is not None
+            if self.relay.closed:
+                # Made after the stop dropped every connection (a TLS handshake that ended late): nothing
+                # would ever close it, and the capture is over. Refused unrecorded, with no core.
+                side.transport.abort()
+                return
             self.open(side.transport)
             self.relay.tunnels.add(self)
             # Hold the client's bytes until the upstream connection exists.
@@ -272,6 +279,8 @@ class Connection:
             self.client.hold_reading("connect", False)
 
     def side_lost(self, side: Side, exc: Exception | None) -> None:
+        if self.core is None:
+            return  # refused when made (see side_made): nothing was opened
         if side is self.client:
             self._client_gone = True
             self.perform(self.core.lost(CLIENT, exc))
