@@ -159,11 +159,14 @@ def inflate(data: bytes) -> bytes | None:
 class SideRefs:
     """One capture file's references into its side file, checked as the reader reads them."""
 
-    __slots__ = ("_capture", "_cut", "_last", "_size", "path")
+    __slots__ = ("_capture", "_cut", "_last", "_missing", "_needed", "_size", "path")
 
-    def __init__(self, capture: Path, last: bool) -> None:
+    def __init__(self, capture: Path, last: bool, *, needed: bool = True) -> None:
         self._capture = str(capture)
         self._last = last
+        #: False: the reader's user never reads the bytes (check, report): a missing side file is no error.
+        self._needed = needed
+        self._missing = 0  # references into a side file that is not there (only when not needed)
         self.path = capture.with_name(naming.side_name(capture.name))
         self._size = self._stat()
         self._cut = 0
@@ -172,6 +175,8 @@ class SideRefs:
         try:
             return os.stat(self.path).st_size
         except FileNotFoundError:
+            if not self._needed:
+                return -1
             raise CaptureError(str(self.path), None, f"side file missing: {self._capture} keeps its --payload full "
                                "message bytes there (payload_at); keep the two files together") from None  # fmt: skip
         except OSError as e:
@@ -182,6 +187,10 @@ class SideRefs:
         at: Any = rec.payload_at
         if len(at) != 2 or at[0] < 0 or at[1] < 0:
             raise CaptureError(self._capture, line, f"message record: field 'payload_at' must be [offset, length], got {at!r}")
+        if self._size < 0:
+            self._missing += 1
+            object.__setattr__(rec, "payload_at", None)  # (as below: the bytes are not there to read)
+            return
         end = at[0] + at[1]
         if end > self._size:
             self._size = self._stat()  # a live capture: the writer wrote the bytes before the line
@@ -199,6 +208,9 @@ class SideRefs:
 
     def warning(self) -> str | None:
         """What the end of the file says about its side file (None: every reference was complete)."""
+        if self._missing:
+            return (f"{self.path}: side file missing: the bytes of {self._missing} message(s) of {self._capture} "
+                    "are not there (copied without it?); not needed here, read as not captured")  # fmt: skip
         if not self._cut:
             return None
         return (f"{self.path}: side file cut short at {self._size} bytes: the bytes of the last {self._cut} "

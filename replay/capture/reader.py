@@ -128,9 +128,13 @@ class CaptureReader:
     """Iterate a capture as ``(seq, record)``; warnings and holes are collected as it goes."""
 
     def __init__(self, paths: PathLike | Iterable[PathLike], *, skip_damaged: bool | None = None,
-                 set_checks: bool = True) -> None:  # fmt: skip
+                 set_checks: bool = True, payload: bool = True) -> None:  # fmt: skip
         if isinstance(paths, str | os.PathLike):
             paths = [paths]
+        #: The message bytes a capture keeps in its side file (``--payload full``) are wanted. A reader that
+        #: never looks at them (check, report, export) sets it False: a capture copied without its side file
+        #: is read all the same, each such message's ``payload_at`` as not read (None), and one warning says so.
+        self.payload = payload
         #: Run the checks that need every chain of a set and every file given (a worker not given, a chain
         #: continued in another capture's file) at the end of reading. Off for a reader given one chain of
         #: a larger reading: its ``watches`` go to :func:`set_gaps` with the others'.
@@ -310,7 +314,7 @@ class CaptureReader:
                             continue
                     if "payload_at" in raw and type(rec) is ev.MessageSeen and rec.payload_at is not None:
                         if sides is None:
-                            sides = SideRefs(path, last)
+                            sides = SideRefs(path, last, needed=self.payload)
                         sides.attach(rec, lineno)
                     yield done
         except DamagedFrame as e:
@@ -467,13 +471,15 @@ class RecordsReader:
         self.gaps.extend(watch.gaps)
 
 
-def read_capture(paths: PathLike | Iterable[PathLike], *, skip_damaged: bool | None = None) -> CaptureReader:
+def read_capture(
+    paths: PathLike | Iterable[PathLike], *, skip_damaged: bool | None = None, payload: bool = True
+) -> CaptureReader:
     """A streaming reader over capture files and/or directories (see the module docstring).
 
     Iterating it yields ``(seq, record)``; afterwards ``.warnings`` and ``.gaps`` say what was
     tolerated and what is missing. Raises :class:`~replay.errors.CaptureError` for a path that
     does not exist and, while iterating, for unreadable content (:class:`~replay.errors.DamagedLine`
     for a damaged line, unless ``skip_damaged``: then it is a ``damaged_line`` hole; None: as
-    :func:`skipping_damaged` says, off by default).
+    :func:`skipping_damaged` says, off by default). ``payload``: as :attr:`CaptureReader.payload`.
     """
-    return CaptureReader(paths, skip_damaged=skip_damaged)
+    return CaptureReader(paths, skip_damaged=skip_damaged, payload=payload)

@@ -47,7 +47,7 @@ def check(paths: Sequence[str], *, as_json: bool = False, rows: int = 100,
 
     out = out or sys.stdout
     err = err or sys.stderr
-    reader = read_capture(list(paths))
+    reader = read_capture(list(paths), payload=False)  # (the message bytes of --payload full: not read here)
     # Flat memory on any capture size: --json streams the requests through a temporary file, the
     # table keeps only the rows it shows (and counts the rest).
     if as_json:

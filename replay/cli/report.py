@@ -56,7 +56,7 @@ def build_report(paths: Sequence[str], output: Path, *, err: TextIO | None = Non
     from replay.tools.report.overview import CUT
     from replay.tools.report.page import render_html
 
-    reader = read_capture(list(paths))
+    reader = read_capture(list(paths), payload=False)  # (the message bytes of --payload full: not read here)
     builder = ReportBuilder()
     builder.tracker.watch(reader)
     feed = builder.feed

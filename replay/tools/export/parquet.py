@@ -154,7 +154,7 @@ def _export_chain(chain: list[Path], dest: Path, part: str, k: int,
         cls: _Table(dest / cls.kind / part / f"part-{k}.parquet", cls.kind, columns(cls), seq=True, rows=rows)
         for cls in ev.RECORD_TYPES
     }
-    reader = CaptureReader(chain, set_checks=False)
+    reader = CaptureReader(chain, set_checks=False, payload=False)  # (no column holds the message bytes)
     for seq, record in reader:
         kinds[type(record)].add(seq, record)
     for table in kinds.values():

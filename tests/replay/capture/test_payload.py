@@ -125,10 +125,36 @@ def test_a_missing_side_file_is_a_capture_error_naming_it(tmp_path: Path, capsys
         _read(path)
     assert info.value.path == str(side) and "side file missing" in str(info.value)
     assert path.name in str(info.value)
-    # At the command line: one line naming the file, exit 2.
-    assert main(["check", str(path)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and str(side) in err and "side file missing" in err
+
+
+def test_check_report_and_export_read_a_capture_copied_without_its_side_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """They never read the message bytes: the same results as with the side file, and one warning naming it.
+    (They refused such a capture, exit 2, where the file had all they needed.)"""
+    path = _file(tmp_path / "capture-20260101T000000-1.jsonl", [_body(0), _body(1)])
+    side = path.with_name(naming.side_name(path.name))
+    code = main(["check", "--json", str(path)])
+    whole = capsys.readouterr().out
+    side.unlink()
+    assert main(["check", "--json", str(path)]) == code
+    out, err = capsys.readouterr()
+    before, after = orjson.loads(whole), orjson.loads(out)
+    had = before["summary"].pop("warnings")
+    (added,) = [w for w in after["summary"].pop("warnings") if w not in had]
+    assert after == before
+    assert str(side) in added and "side file missing: the bytes of 2 message(s)" in added
+    assert f"triton-tap: warning: {added}" in err
+    assert main(["check", str(path)]) == code
+    assert "side file missing" in capsys.readouterr().err
+    reader = read_capture(path, payload=False)
+    msgs = [r for _, r in reader if isinstance(r, ev.MessageSeen)]
+    assert len(msgs) == 2 and all(m.payload_at is None for m in msgs)
+    assert len(reader.warnings) == 1
+    assert main(["report", str(path), "-o", str(tmp_path / "r.html")]) == 0
+    assert "side file missing" in capsys.readouterr().err
+    assert main(["export", "--parquet", str(tmp_path / "pq"), str(path)]) == 0
+    assert "side file missing" in capsys.readouterr().err
 
 
 def test_a_short_side_file_before_a_later_file_is_a_capture_error(tmp_path: Path) -> None:
