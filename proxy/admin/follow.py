@@ -49,37 +49,40 @@ def newest_capture(directory: Path) -> Path:
 def newest_chains(directory: Path) -> list[Path]:
     """The newest capture in ``directory``: the first file still present of each of its chains (one, or one
     per worker of a capture set), in worker order."""
-    return newest_with_state(directory)[0]
+    files, newest = _newest(directory)
+    return chains_of(files, newest)
 
 
-def newest_with_state(directory: Path) -> tuple[list[Path], str]:
-    """:func:`newest_chains`, and whether that capture is being written (:func:`capture_state`)."""
+def newest_with_state(directory: Path) -> tuple[list[Path], liveness.CaptureState]:
+    """:func:`newest_chains`, and whether that capture is being written (:func:`liveness.capture_state`)."""
+    files, newest = _newest(directory)
+    return chains_of(files, newest), liveness.capture_state(_by_capture(files)[newest])
+
+
+def _newest(directory: Path) -> tuple[list[tuple[str, str, int, Path]], str]:
+    """The writer-named files of ``directory`` and its newest capture; a UserError when there is none."""
     if not directory.is_dir():
         raise UserError(f"{str(directory)!r} is not a directory")
     files = _files(directory)
     if not files:
         raise UserError(f"no capture files in {str(directory)!r}")
-    newest = max(capture for capture, _, _, _ in files)
-    state = capture_state([p for capture, _, _, p in files if capture == newest], time.time())
-    return chains_of(files, newest), state
+    return files, max(capture for capture, _, _, _ in files)
 
 
 def newest_written(directory: Path, over: set[str]) -> tuple[list[Path] | None, str | None]:
-    """The newest capture in ``directory`` a writer holds a file of (:func:`capture_state`), as
+    """The newest capture in ``directory`` a writer holds a file of (:func:`liveness.capture_state`), as
     :func:`newest_chains` gives it (None: none is), and the newest capture's name whether written or not
     (None: no capture files). ``over`` holds the captures found over: the caller's, kept between calls, since
     one that is over stays so and a directory of old captures is not looked at again on every poll."""
     files = _files(directory)
     if not files:
         return None, None
-    paths: dict[str, list[Path]] = {}
-    for capture, _, _, path in files:
-        paths.setdefault(capture, []).append(path)
+    paths = _by_capture(files)
     now = time.time()
     for capture in sorted(paths, reverse=True):
         if capture in over:
             continue
-        state = capture_state(paths[capture], now)
+        state = liveness.capture_state(paths[capture], now)
         if state == "written":
             return chains_of(files, capture), max(paths)
         if state == "over":
@@ -87,21 +90,12 @@ def newest_written(directory: Path, over: set[str]) -> tuple[list[Path] | None, 
     return None, max(paths)
 
 
-def capture_state(paths: list[Path], now: float) -> str:
-    """Whether the capture of files ``paths`` is being written: ``written`` when a writer holds one of them
-    (a rotation keeps the closed file held until the next one is); ``starting`` when none is held but one is
-    an empty file younger than :data:`VANISHED_S` (its writer creates it, then locks it); else ``over``: its
-    proxy closed it, or stopped (an empty file held by no one for longer is one killed right after creating it)."""
-    starting = False
-    for path in paths:
-        if liveness.being_written(path):
-            return "written"
-        try:
-            st = path.stat()
-        except OSError:  # (removed by retention meanwhile: the others tell)
-            continue
-        starting = starting or (st.st_size == 0 and now - st.st_mtime < VANISHED_S)
-    return "starting" if starting else "over"
+def _by_capture(files: list[tuple[str, str, int, Path]]) -> dict[str, list[Path]]:
+    """Each capture's files (of :func:`_files`)."""
+    paths: dict[str, list[Path]] = {}
+    for capture, _, _, path in files:
+        paths.setdefault(capture, []).append(path)
+    return paths
 
 
 def set_chains(directory: Path, capture: str) -> list[Path]:
@@ -175,7 +169,7 @@ async def _lines_growing(path: Path, done: Callable[[bytes], bool], kept: list[i
         while True:
             chunk = await f.read(CHUNK)
             if not chunk:
-                if released or empty_unheld >= VANISHED_S:
+                if released or empty_unheld >= liveness.LOCK_GRACE_S:
                     state = retention.live_state(f.fileno(), path)
                     if state != "ok":
                         raise _LetGo(path.name, "deleted" if state == "unlinked" else "renamed")

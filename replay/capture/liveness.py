@@ -20,6 +20,7 @@ import os
 import stat
 import time
 from pathlib import Path
+from typing import Literal
 
 
 def hold(fd: int) -> bool:
@@ -75,3 +76,28 @@ def fd_being_written(fd: int) -> bool:
         return e.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
     fcntl.flock(fd, fcntl.LOCK_UN)  # (the shared lock taken when nobody held it: a reader keeps none)
     return False
+
+
+#: How long a writer may take from creating a capture file to holding it (it creates the file, then locks
+#: it, then writes its first line): an empty file held by no one for longer was left by a writer that died.
+LOCK_GRACE_S = 10.0
+
+#: Whether a capture is being written: held by a writer; not held yet but just created; or neither.
+CaptureState = Literal["written", "starting", "over"]
+
+
+def capture_state(paths: list[Path], now: float | None = None) -> CaptureState:
+    """The state of the capture of files ``paths``: ``written`` when a writer holds one of them (a rotation
+    keeps the closed file held until the next one is); ``starting`` when none is held but one is an empty file
+    younger than :data:`LOCK_GRACE_S`; else ``over``: its writer closed it, or stopped (killed)."""
+    now = time.time() if now is None else now
+    starting = False
+    for path in paths:
+        if being_written(path):
+            return "written"
+        try:
+            st = os.stat(path)
+        except OSError:  # (removed by retention meanwhile: the others tell)
+            continue
+        starting = starting or (st.st_size == 0 and now - st.st_mtime < LOCK_GRACE_S)
+    return "starting" if starting else "over"

@@ -306,9 +306,9 @@ def test_an_empty_file_no_writer_holds_is_a_stopped_proxy_after_the_grace(
 ) -> None:
     """The writer creates a file, locks it, then writes its first line. A proxy killed in between, or one that could
     not write that line (a full disk) and then stopped, leaves an empty file nobody holds: the follow waited for
-    it for ever; it stops with the error once VANISHED_S has passed. Held, the same empty file is waited for past
+    it for ever; it stops with the error once LOCK_GRACE_S has passed. Held, the same empty file is waited for past
     that, and followed once it has lines."""
-    monkeypatch.setattr(follow, "VANISHED_S", 0.3)
+    monkeypatch.setattr(liveness, "LOCK_GRACE_S", 0.3)
     dead = tmp_path / "capture-20261207T000000-80.jsonl"
     dead.write_bytes(b"")
     with pytest.raises(UpstreamError, match=r"^capture-20261207T000000-80\.jsonl: its proxy stopped before it wrote"):
@@ -322,7 +322,7 @@ def test_an_empty_file_no_writer_holds_is_a_stopped_proxy_after_the_grace(
         async def run() -> list[tuple[str, str]]:
             got: list[tuple[str, str]] = []
             async with running(_kinds_into(got, live), "test-follow-empty-held"):
-                await asyncio.sleep(3 * follow.VANISHED_S)  # (past the grace: still waiting, held)
+                await asyncio.sleep(3 * liveness.LOCK_GRACE_S)  # (past the grace: still waiting, held)
                 os.write(fd, _lines("shutdown"))
             return got
 

@@ -164,15 +164,15 @@ def test_a_capture_is_being_written_while_a_writer_holds_a_file_of_it(tmp_path: 
     full, empty = tmp_path / f"{STEM}.jsonl", tmp_path / f"{STEM}-0001.jsonl"
     full.write_bytes(b'{"v":4}\n')
     empty.write_bytes(b"")
-    assert follow.capture_state([full], now) == "over"
-    assert follow.capture_state([full, empty], now) == "starting"
-    os.utime(empty, (now - follow.VANISHED_S - 1, now - follow.VANISHED_S - 1))
-    assert follow.capture_state([full, empty], now) == "over"
-    assert follow.capture_state([full, tmp_path / "gone.jsonl"], now) == "over"
+    assert liveness.capture_state([full], now) == "over"
+    assert liveness.capture_state([full, empty], now) == "starting"
+    os.utime(empty, (now - liveness.LOCK_GRACE_S - 1, now - liveness.LOCK_GRACE_S - 1))
+    assert liveness.capture_state([full, empty], now) == "over"
+    assert liveness.capture_state([full, tmp_path / "gone.jsonl"], now) == "over"
     fd = os.open(empty, os.O_WRONLY)
     try:
         assert liveness.hold(fd)
-        assert follow.capture_state([full, empty], now) == "written"
+        assert liveness.capture_state([full, empty], now) == "written"
         # The captures found over are the caller's to keep, and not looked at again.
         over: set[str] = set()
         assert follow.newest_written(tmp_path, over) == ([full], STEM)
