@@ -207,6 +207,81 @@ def group_totals(requests: Iterable[RequestOutcome]) -> GroupTotals:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Together:
+    """Requests sent with one id that were an id group on one side and each alone with the id on the other,
+    as that side saw them together: how they ended, what they got, their error texts."""
+
+    request_id: str | None
+    ended: tuple[tuple[str, int], ...]  # outcome -> requests, in outcome order
+    responses: int
+    text_responses: int
+    errors: frozenset[str]
+
+    def values(self) -> dict[str, Any]:
+        """The compared fields of each of the requests (the same for all of them: they are compared together)."""
+        texts = sorted(self.errors)[:KEEP_ERROR_TEXTS]
+        ended = ", ".join(f"{n} {k}" for k, n in self.ended)
+        return {
+            "outcome": "together", "responses": None, "text_responses": None, "final": None,
+            "error": texts[0] if len(texts) == 1 else texts or None,
+            "group": (f"{sum(n for _, n in self.ended)} request(s) with id {self.request_id!r} (ended: {ended}), "
+                      f"{self.responses} response(s) ({self.text_responses} text) to them"),
+        }  # fmt: skip
+
+
+def together(
+    pairs: Sequence[tuple[RequestOutcome, RequestOutcome]], a: Iterable[RequestOutcome], b: Iterable[RequestOutcome],
+    totals_a: GroupTotals, totals_b: GroupTotals,
+) -> dict[tuple[str, int], tuple[Together, Together]]:
+    """A's request (call, seq) -> both sides' :class:`Together` view, for the requests of an id group on one side
+    whose partners on the other were each alone with the id.
+
+    Whether requests with one id form a group is the clients' timing: a request refused at once and its
+    correction with the same id sent just before the refusal came (a group) or just after (two requests, each
+    exact). Pair by pair, a group's shared fields never equal an exact request's (it was `outcome error ->
+    group`). So such requests are compared as what they got together on each side. Only where that is whole:
+    every member paired, every partner alone with its id, on one call, and no partner another's."""
+    members_a, members_b = _members(a), _members(b)
+    to_b = {(ra.call, ra.seq): rb for ra, rb in pairs}
+    to_a = {(rb.call, rb.seq): ra for ra, rb in pairs}
+    out: dict[tuple[str, int], tuple[Together, Together]] = {}
+    for ra, rb in pairs:
+        if (ra.call, ra.seq) in out or (ra.group is None) == (rb.group is None):
+            continue
+        grouped, members, there, totals = (ra, members_a, to_b, totals_a) if ra.group else (rb, members_b, to_a, totals_b)
+        g = grouped.group
+        assert g is not None
+        mine = members[grouped.call, g.first_seq]
+        partners = [there.get((m.call, m.seq)) for m in mine]
+        alone = [p for p in partners if p is not None and p.group is None]
+        if len(alone) != len(mine) or len({p.call for p in alone}) != 1 or len({p.seq for p in alone}) != len(alone):
+            continue
+        total = totals[grouped.call, g.first_seq]
+        as_group = Together(
+            request_id=g.request_id, ended=tuple(sorted((k, n) for k, n in g.ended.items() if n)),
+            responses=total.responses, text_responses=total.text_responses, errors=frozenset(total.errors),
+        )  # fmt: skip
+        as_requests = Together(
+            request_id=g.request_id, ended=tuple(sorted(Counter(p.as_recorded for p in alone).items())),
+            responses=sum(p.responses for p in alone), text_responses=sum(p.text_responses for p in alone),
+            errors=frozenset(p.error for p in alone if p.error is not None),
+        )  # fmt: skip
+        views = (as_group, as_requests) if ra.group else (as_requests, as_group)
+        for ra_key in ([(m.call, m.seq) for m in mine] if ra.group else [(p.call, p.seq) for p in alone]):
+            out[ra_key] = views
+    return out
+
+
+def _members(requests: Iterable[RequestOutcome]) -> dict[tuple[str, int], list[RequestOutcome]]:
+    """(call, an id group's first request seq) -> its requests."""
+    out: dict[tuple[str, int], list[RequestOutcome]] = {}
+    for r in requests:
+        if r.group is not None:
+            out.setdefault((r.call, r.group.first_seq), []).append(r)
+    return out
+
+
 def _values(r: RequestOutcome, causes: dict[str, str | None], totals: GroupTotals) -> dict[str, Any]:
     values = {
         # What the records show: holes do not change the verdict, which compares what both captures hold.
@@ -238,15 +313,19 @@ def _values(r: RequestOutcome, causes: dict[str, str | None], totals: GroupTotal
 def compare(
     a: RequestOutcome, b: RequestOutcome, causes_a: dict[str, str | None], causes_b: dict[str, str | None],
     threshold_ms: float, tolerance_pct: float, totals_a: GroupTotals, totals_b: GroupTotals,
+    views: tuple[Together, Together] | None = None,
 ) -> tuple[tuple[Change, ...], tuple[Change, ...], float | None]:  # fmt: skip
-    """What differs between two matched requests (``totals_*``: each side's :func:`group_totals`): the
-    changes, the counts of responses that raced their client's end, and how late the side with fewer ended
-    (:func:`cut_late`)."""
+    """What differs between two matched requests (``totals_*``: each side's :func:`group_totals`; ``views``: the
+    pair's :func:`together` views, when it has them): the changes, the counts of responses that raced their
+    client's end, and how late the side with fewer ended (:func:`cut_late`)."""
     tol = Tolerance(ms=threshold_ms, pct=tolerance_pct)
     va, vb = _values(a, causes_a, totals_a), _values(b, causes_b, totals_b)
+    if views is not None:
+        va.update(views[0].values())
+        vb.update(views[1].values())
     race: tuple[Change, ...] = ()
     late: float | None = None
-    if va["cause"] == vb["cause"] and va["cause"] in CLIENT_SIDE and va["status"] == vb["status"]:
+    if views is None and va["cause"] == vb["cause"] and va["cause"] in CLIENT_SIDE and va["status"] == vb["status"]:
         # The same client-side ending: its text names who noticed first (the client's timer or
         # Triton's for a deadline), a race, not a behaviour. The cause and status say what happened.
         vb["error"] = va["error"]
@@ -316,14 +395,19 @@ def diff(
     requests = [(cand, rb) for cand in (*b.candidates, *b.http_candidates)
                 if (rb := b.outcome(cand.call, cand.seq)) is not None]  # fmt: skip
     matches = matcher.match_all([(cand.key, cand.call) for cand, _ in requests])
+    matched: list[tuple[RequestOutcome, RequestOutcome, str]] = []
     for (_, rb), m in zip(requests, matches, strict=True):
         ra = a.outcome(m.candidate.call, m.candidate.seq) if m.candidate is not None else None
         if m.candidate is None or ra is None or m.by is None:
             only_b.append(rb)
             continue
         paired_a.add((ra.call, ra.seq))
-        changes, race, late = compare(ra, rb, causes_a, causes_b, threshold_ms, tolerance_pct, totals_a, totals_b)
-        pairs.append(Pair(a=ra, b=rb, by=m.by, changes=changes, raced=race, cut_ms=late))
+        matched.append((ra, rb, m.by))
+    views = together([(ra, rb) for ra, rb, _ in matched], a.outcomes.requests, b.outcomes.requests, totals_a, totals_b)
+    for ra, rb, by in matched:
+        changes, race, late = compare(ra, rb, causes_a, causes_b, threshold_ms, tolerance_pct, totals_a, totals_b,
+                                      views.get((ra.call, ra.seq)))  # fmt: skip
+        pairs.append(Pair(a=ra, b=rb, by=by, changes=changes, raced=race, cut_ms=late))
     only_a = tuple(r for r in a.outcomes.requests if (r.call, r.seq) not in paired_a and r.call not in a.refused)
     back = {new: old for old, new in (model_map or {}).items()}
     models = per_model(((p.a, p.b, {c.field for c in p.changes}) for p in pairs), only_a, only_b, Tolerance(ms=threshold_ms, pct=tolerance_pct), back)

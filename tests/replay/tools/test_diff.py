@@ -609,6 +609,50 @@ def test_a_correction_sent_before_or_after_another_models_answer_is_no_change() 
     assert [p.b.outcome for p in result.pairs] == ["completed", "error", "completed"]
 
 
+def _refused_then_corrected(refusal_first: bool, responses: int = 1, error: str = "expected 1 inputs but got 0") -> Builder:
+    """A request refused at once (an error, no final) and its correction with the same id: the refusal came
+    before the correction was sent (two requests, each alone with the id) or after (an id group)."""
+    b = Builder().start()
+    b.call("c1.1")
+    b.request("c1.1", "x", model="scripted", empty_final=True)
+    if refusal_first:
+        b.response("c1.1", "x", None, error=error, model="")
+    b.request("c1.1", "x", model="scripted", empty_final=True)
+    if not refusal_first:
+        b.response("c1.1", "x", None, error=error, model="")
+    for i in range(responses):
+        b.response("c1.1", "x", f"t-{i}", model="scripted")
+    b.response("c1.1", "x", None, final=True, model="scripted")
+    b.half_close("c1.1")
+    b.end("c1.1")
+    return b.finish()
+
+
+@pytest.mark.parametrize("strategies", [("order",), STRATEGIES])
+def test_a_refusal_and_its_correction_grouped_on_one_side_only_are_compared_together(
+    strategies: tuple[str, ...],
+) -> None:
+    """The correction sent just after the refusal came (two exact requests) or just before (an id group): the
+    clients' timing. They are compared by what they got together: equivalent (it was `outcome error -> group`,
+    `completed -> group` and 5 fields more, found by a review of real captures). What they got is still compared:
+    a response fewer, or another error text, is a change of the two together."""
+    exact, grouped = _refused_then_corrected(True), _refused_then_corrected(False)
+    same = _diff(exact, grouped, strategies=strategies)
+    assert [(p.a.group is None, p.b.group is None) for p in same.pairs] == [(True, False), (True, False)]
+    assert same.equivalent, [p.changes for p in same.pairs]
+    assert _diff(grouped, exact, strategies=strategies).equivalent
+    fewer = _diff(exact, _refused_then_corrected(False, responses=0), strategies=strategies)
+    assert not fewer.equivalent
+    (change,) = {c for p in fewer.pairs for c in p.changes}
+    assert change.field == "group"
+    assert change.a == "2 request(s) with id 'x' (ended: 1 completed, 1 error), 3 response(s) (1 text) to them"
+    assert change.b == "2 request(s) with id 'x' (ended: 1 completed, 1 error), 2 response(s) (0 text) to them"
+    other = _diff(exact, _refused_then_corrected(False, error="boom"), strategies=strategies)
+    assert {(c.field, c.a, c.b) for p in other.pairs for c in p.changes} == {
+        ("error", "expected 1 inputs but got 0", "boom"),
+    }
+
+
 def _two_errors(first: str, second: str) -> Builder:
     """Two id-less `tokens` requests in flight together (an id group), each ended by an error final: the
     server's timing says which error comes first."""
