@@ -1,8 +1,9 @@
 """The tap hub: hands the capture writer's lines to Tail subscribers without ever slowing the traffic.
 
 Where it sits: the capture writer's thread calls :meth:`TapHub.publish` once per batch it has
-written, with the records and the exact lines that went into the file. So a subscriber sees the
-capture byte for byte (the same JSON, the same ``seq``), gap records included, and the relay's
+written, with the records and their lines, self-contained (a streamed response's sticky fields, which
+the file leaves out when they repeat, are spelled out: a subscriber may start anywhere). So a subscriber
+sees the capture's records (the same values, the same ``seq``), gap records included, and the relay's
 event loop (the data plane) does nothing at all for watchers: it only appends to the writer's
 queue, as without ``--admin``.
 
