@@ -10,8 +10,13 @@ recorder in front of the target captures them.
 
 Every call ends with the outcome the client observed (:data:`OUTCOMES`): the server's grpc-status
 or RST_STREAM, or send's own cancel or disconnect; or, when it observed none, why not: the
-connection was lost under the call, or the call was never opened. A frame for a call that is
+connection was lost under the call, or the call was never opened (or opened above the last stream id
+of the server's GOAWAY: never processed). A frame for a call that is
 already over ends nothing else: gRPC clients ignore such frames, so send does too.
+
+A GOAWAY ends only what it says it ends (RFC 9113 6.8): the calls above its last stream id were never
+processed, and no new call goes out on the connection; the calls up to it are still read to their end
+(a graceful GOAWAY, NO_ERROR, is how a gRPC server shutting down lets its calls in flight finish).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.stream
+from hyperframe.frame import GoAwayFrame
 
 #: The server's grpc-status ended the call (in :attr:`Stream.status`).
 STATUS = "grpc-status"
@@ -39,7 +45,8 @@ BY_SEND = "ended by send"
 NO_STATUS = "ended without grpc-status"
 #: The connection ended under the open call: the server's answer, if any, never reached send.
 LOST = "connection lost"
-#: Never opened: its connection was gone (or could not be made) when the call was due.
+#: Never opened: its connection was gone (or could not be made) when the call was due; or refused unprocessed
+#: by the server's GOAWAY (above its last stream id).
 NOT_SENT = "not sent"
 #: Every outcome, in the order the summary lists them.
 OUTCOMES = (STATUS, RESET, BY_SEND, NO_STATUS, LOST, NOT_SENT)
@@ -72,8 +79,22 @@ class _Client(h2.connection.H2Connection):
             h2.config.H2Configuration(client_side=True, header_encoding="utf-8", validate_inbound_headers=False)
         )
         self.stray_frames = 0
+        # The events of the current receive_data so far: h2 drops them when a later frame of the same read
+        # raises ProtocolError, and the calls they ended would be lost with the connection.
+        self.decoded: list[h2.events.Event] = []
+
+    def receive_data(self, data: Any) -> list[h2.events.Event]:
+        self.decoded = []
+        return super().receive_data(data)
 
     def _receive_frame(self, frame: Any) -> list[h2.events.Event]:
+        events = self._receive_one(frame)
+        self.decoded.extend(events)
+        return events
+
+    def _receive_one(self, frame: Any) -> list[h2.events.Event]:
+        if isinstance(frame, GoAwayFrame):
+            return [_terminated(frame)]
         # A frame on a stream the server reset h2 answers by itself, without an error: counted here. (Not on
         # one send reset: those frames may still have been in flight, and h2 answers them too.)
         if frame.stream_id and type(frame).__name__ in _STRAY and self._stream_closed_by(frame.stream_id) is _BY_SERVER_RESET:
@@ -83,6 +104,28 @@ class _Client(h2.connection.H2Connection):
         except h2.exceptions.StreamClosedError:
             self.stray_frames += 1
             return []
+
+
+def _terminated(frame: GoAwayFrame) -> h2.events.ConnectionTerminated:
+    """The server's GOAWAY as h2's event, without h2's state machine seeing the frame.
+
+    h2 (4.x) moves the whole connection to CLOSED on a received GOAWAY and raises ProtocolError for every
+    frame after it, whatever the GOAWAY's error code and last stream id: the calls the server goes on to
+    finish (RFC 9113 6.8: those up to the last stream id may still complete, as a gRPC server shutting down
+    gracefully lets them) could not be read to their end; and since ``receive_data`` raises for the first
+    such frame, the events it had decoded before the GOAWAY in that same read were dropped too. Kept from
+    h2's handler, the GOAWAY leaves every stream, flow control and the HPACK decoder as they were, so h2
+    goes on reading (and acknowledging) the remaining calls. What h2 no longer enforces, no new stream after
+    it, :meth:`Connection.start` does.
+    """
+    event = h2.events.ConnectionTerminated()
+    try:
+        event.error_code = h2.errors.ErrorCodes(frame.error_code)
+    except ValueError:  # an extension's code: kept as the number
+        event.error_code = frame.error_code
+    event.last_stream_id = frame.last_stream_id
+    event.additional_data = frame.additional_data or None
+    return event
 
 
 @dataclass
@@ -148,6 +191,9 @@ class Connection:
         self.streams: dict[int, Stream] = {}
         self.closed = False
         self.lost: str | None = None  # why the connection can carry no more calls (None while it can)
+        self._goaway_said: str | None = None  # the server's first GOAWAY, described
+        self._last_stream_id: int | None = None  # the lowest of the server's GOAWAYs so far
+        self._goaway_error: str | None = None  # why, after a GOAWAY with an error code: the connection is over
 
     @property
     def stray_frames(self) -> int:
@@ -254,14 +300,15 @@ class Connection:
         self._window.set()
 
     def _lose(self, why: str) -> None:
-        """The connection can carry no more calls: every open call ends LOST, every later one NOT_SENT."""
+        """The connection can carry no more calls: every open call ends LOST (saying ``why``), every later
+        one NOT_SENT (saying why the connection took no more calls: ``why``, or the GOAWAY that said so first)."""
         if self.lost is None:
             self.lost = why
         if self._writer is not None and not self.closed:
             self._flush()  # h2's GOAWAY, when it is h2 that gave up on the connection
             self.closed = True
             self._writer.close()
-        self._end_all(LOST, self.lost)
+        self._end_all(LOST, why)
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         why = "the connection was closed"
@@ -272,20 +319,25 @@ class Connection:
                     break
                 for event in self._h2.receive_data(data):
                     self._event(event)
-                if self.lost is not None:
-                    return  # a GOAWAY: h2 accepts no frame after it
-                self._flush()
+                if self._goaway_error is not None:
+                    return  # the server ends the connection: the calls still open are lost (finally)
+                self._flush()  # WINDOW_UPDATEs too, after a graceful GOAWAY: the server can finish sending
         except OSError as e:
             why = f"connection error: {_describe(e)}"
         except h2.exceptions.ProtocolError as e:
             why = f"HTTP/2 protocol error: {type(e).__name__}: {e}"
+            for event in self._h2.decoded:  # what came before the bad frame in that read still happened
+                self._event(event)
         finally:
-            if self.closed and self.lost is None:
+            if self.closed and self._goaway_error is None:
                 # send closed it (a re-enacted disconnect, or the end of the run): a call it had not
                 # ended by then was not waited for.
                 self._end_all(LOST, "send closed the connection before the call ended")
+            elif self._goaway_said is not None and self._goaway_error is None:
+                # The server's graceful GOAWAY kept these calls, but the connection ended before they did.
+                self._lose(f"{why} after the server's {self._goaway_said}, before the call ended")
             else:
-                self._lose(self.lost or why)
+                self._lose(self._goaway_error or self.lost or why)
 
     def _event(self, event: object) -> None:
         if isinstance(event, h2.events.DataReceived):
@@ -313,12 +365,34 @@ class Connection:
         elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
             self._window.set()
         elif isinstance(event, h2.events.ConnectionTerminated):
-            # GOAWAY. h2 accepts no frame after it, so even the calls the server says it will still
-            # finish (ids up to last_stream_id) can end here only without their outcome.
-            code = event.error_code
-            name = code.name if isinstance(code, h2.errors.ErrorCodes) else str(code)
-            extra = (event.additional_data or b"").decode("utf-8", "replace")
-            self._lose(f"GOAWAY {name} ended the connection" + (f" ({extra})" if extra else ""))
+            self._goaway(event)
+
+    def _goaway(self, event: h2.events.ConnectionTerminated) -> None:
+        """The server's GOAWAY (see :func:`_terminated`): no new call on this connection; the calls above its
+        last stream id end here; those up to it are read on to their end. After an error code the server
+        closes the connection: the rest of this read is still applied, then the calls still open are lost."""
+        code = event.error_code
+        name = code.name if isinstance(code, h2.errors.ErrorCodes) else str(code)
+        extra = (event.additional_data or b"").decode("utf-8", "replace")
+        goaway = f"GOAWAY {name}" + (f" ({extra})" if extra else "")
+        if self._goaway_said is None:
+            self._goaway_said = goaway
+        if code != h2.errors.ErrorCodes.NO_ERROR:
+            self._goaway_error = f"{goaway} ended the connection"
+        if self.lost is None:
+            self.lost = self._goaway_error or f"{goaway}: the server takes no new call on this connection"
+        last = event.last_stream_id if event.last_stream_id is not None else 0
+        # A later GOAWAY may lower the last stream id (gRPC servers send 2^31-1 first), never raise it.
+        if self._last_stream_id is not None:
+            last = min(last, self._last_stream_id)
+        self._last_stream_id = last
+        for s in self.streams.values():
+            if s.id > last:
+                # Not LOST: the server did answer, that it never processed the call (RFC 9113 6.8), and a
+                # client may send it again elsewhere. The target never ran it, as if it had not been sent:
+                # NOT_SENT, the outcome send gives calls the recording proxy refused unprocessed at a GOAWAY.
+                s.finish(NOT_SENT, f"{goaway} refused it unprocessed (stream {s.id} above its last stream id {last})")
+        self._window.set()  # a refused call waiting to send stops waiting
 
 
 def _describe(e: OSError) -> str:
