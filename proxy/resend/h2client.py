@@ -10,8 +10,7 @@ recorder in front of the target captures them.
 
 Every call ends with the outcome the client observed (:data:`OUTCOMES`): the server's grpc-status
 or RST_STREAM, or send's own cancel or disconnect; or, when it observed none, why not: the
-connection was lost under the call, or the call was never opened (or opened above the last stream id
-of the server's GOAWAY: never processed). A frame for a call that is
+connection was lost under the call, or the call was never opened. A frame for a call that is
 already over ends nothing else: gRPC clients ignore such frames, so send does too.
 
 A GOAWAY ends only what it says it ends (RFC 9113 6.8): the calls above its last stream id were never
@@ -45,11 +44,13 @@ BY_SEND = "ended by send"
 NO_STATUS = "ended without grpc-status"
 #: The connection ended under the open call: the server's answer, if any, never reached send.
 LOST = "connection lost"
-#: Never opened: its connection was gone (or could not be made) when the call was due; or refused unprocessed
-#: by the server's GOAWAY (above its last stream id).
+#: Never opened: its connection was gone (or could not be made) when the call was due.
 NOT_SENT = "not sent"
+#: Sent, and above the last stream id of the server's GOAWAY: the server says it never processed it
+#: (RFC 9113 6.8), an answer observed, as a RST_STREAM(REFUSED_STREAM) is.
+REFUSED = "refused unprocessed"
 #: Every outcome, in the order the summary lists them.
-OUTCOMES = (STATUS, RESET, BY_SEND, NO_STATUS, LOST, NOT_SENT)
+OUTCOMES = (STATUS, RESET, REFUSED, BY_SEND, NO_STATUS, LOST, NOT_SENT)
 #: Outcomes in which send did not observe how the server ended the call.
 UNOBSERVED = frozenset({NO_STATUS, LOST, NOT_SENT})
 
@@ -388,10 +389,9 @@ class Connection:
         self._last_stream_id = last
         for s in self.streams.values():
             if s.id > last:
-                # Not LOST: the server did answer, that it never processed the call (RFC 9113 6.8), and a
-                # client may send it again elsewhere. The target never ran it, as if it had not been sent:
-                # NOT_SENT, the outcome send gives calls the recording proxy refused unprocessed at a GOAWAY.
-                s.finish(NOT_SENT, f"{goaway} refused it unprocessed (stream {s.id} above its last stream id {last})")
+                # Not LOST: the server did answer, that it never processed the call (RFC 9113 6.8). Nor NOT_SENT:
+                # its HEADERS went out, and "sent N call(s)" counts it.
+                s.finish(REFUSED, f"{goaway} (stream {s.id} above its last stream id {last})")
         self._window.set()  # a refused call waiting to send stops waiting
 
 

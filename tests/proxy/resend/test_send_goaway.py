@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from proxy.resend.h2client import LOST, NOT_SENT, STATUS, Connection, Stream
+from proxy.resend.h2client import LOST, NOT_SENT, REFUSED, STATUS, Connection, Stream
 from proxy.wire import frames as wire
 from tests.proxy.resend.scripted_peer import PeerConn, ScriptedPeer, stray_data, stray_trailers
 from tests.support.aio import until
@@ -72,8 +72,8 @@ def test_a_call_below_a_graceful_goaway_ends_with_its_status_from_the_same_read(
         kept, refused = await _call(conn), await _call(conn)
         await _ended(kept, refused)
         assert (kept.id, kept.outcome, kept.status, kept.responses) == (1, STATUS, "0", 1), (kept.outcome, kept.why)
-        assert (refused.id, refused.outcome, refused.responses) == (3, NOT_SENT, 0)
-        assert refused.why == "GOAWAY NO_ERROR refused it unprocessed (stream 3 above its last stream id 1)"
+        assert (refused.id, refused.outcome, refused.responses) == (3, REFUSED, 0)
+        assert refused.why == "GOAWAY NO_ERROR (stream 3 above its last stream id 1)"
         later = conn.start(HEADERS)
         assert (later.id, later.outcome) == (0, NOT_SENT)
         assert later.why == "GOAWAY NO_ERROR: the server takes no new call on this connection"
