@@ -27,8 +27,9 @@ def add_admin_commands(sub: Any) -> None:
                    help="follow the newest capture in this directory (with --follow) instead of --admin")  # fmt: skip
     t.add_argument("--follow", "-f", action="store_true", help="with CAPTURE_DIR: keep reading as the files grow and rotate")
     t.add_argument("--live", action="store_true",
-                   help="with CAPTURE_DIR --follow: only a capture being written; none is (the newest one's proxy "
-                   "closed it or stopped, as an earlier run's left in the directory), wait for one")  # fmt: skip
+                   help="with CAPTURE_DIR --follow: only a capture being written, or one begun after the follow "
+                   "started; none is (the newest one's proxy closed it or stopped, as an earlier run's left in the "
+                   "directory), wait for one")  # fmt: skip
     _connection_flags(t, required=False)
     t.add_argument("--model", action="append", default=[], metavar="M", help="only this model's calls (repeatable)")
     t.add_argument("--method", action="append", default=[], metavar="M",

@@ -238,14 +238,20 @@ async def _first_chains(directory: Path, printer: Printer, live: bool = False) -
     The newest capture may be one no proxy writes any more (an earlier run's, in a directory it left files
     in): it is shown as it was left, and stderr says so first, since its end (or its proxy's stop) is not the
     end of a proxy started with the follow. ``live``: only a capture being written is followed, the newest
-    one; none being written, the follow waits for one."""
+    one, or one that began after the follow did, even if it is over by the time the follow looks (a run
+    shorter than a poll); none, the follow waits for one."""
     said = False
     over: set[str] = set()  # (newest_written's: the captures found over, not looked at again)
     said_over: str | None = None
+    before: set[str] | None = None  # live: the captures there when the follow first looked
     while True:
         if directory.exists() and not directory.is_dir():
             raise UserError(f"{str(directory)!r} is not a directory")
-        if directory.is_dir() and any(naming.parse(p.name) is not None for p in directory.iterdir()):
+        names = [n for p in directory.iterdir() if (n := naming.parse(p.name)) is not None] if directory.is_dir() else []
+        captures = {n.capture_set or n.stem for n in names}
+        if live and before is None:
+            before = captures
+        if captures:
             if not live:
                 chains, state = newest_with_state(directory)
                 if state == "over":
@@ -256,6 +262,11 @@ async def _first_chains(directory: Path, printer: Printer, live: bool = False) -
             written, newest = newest_written(directory, over)
             if written is not None:
                 return written
+            assert before is not None
+            began = sorted(captures - before)
+            if began:
+                # Begun and over between two looks: still the run the follow was started for.
+                return set_chains(directory, began[-1])
             if newest is not None and newest in over and said_over != newest:
                 printer.warning(f"the newest capture in {str(directory)!r} ({newest}) is not being written (its "
                                 "proxy closed it or stopped): waiting for one that is (Ctrl-C to stop)")  # fmt: skip

@@ -156,6 +156,33 @@ def test_live_follows_a_capture_being_written_at_once(tmp_path: Path) -> None:
     assert err.getvalue() == ""
 
 
+def test_live_follows_a_run_that_began_and_ended_between_two_looks(tmp_path: Path) -> None:
+    """A capture that appeared after the follow started is the run it was started for, even when that run was
+    over before the follow looked again (a proxy started and stopped within a poll, or a loaded machine): it is
+    printed whole and the follow ends. (The follow took it for an earlier run's and waited for ever: an e2e
+    test's SIGTERMed `record` timed out its `tail --follow --live`.) A capture there before it started is not."""
+    killed = Builder().start()
+    killed.records.append(ev.MarkRecorded(t_ns=killed.tick(), note="killed", labels={}))
+    (tmp_path / "capture-20261207T100000-99999.jsonl").write_bytes(killed.render())
+    short = Builder().start()
+    short.records.append(ev.MarkRecorded(t_ns=short.tick(), note="short run", labels={}))
+    out, err = io.StringIO(), io.StringIO()
+
+    async def run() -> None:
+        follow = tail_files(tmp_path, TailFilter(), Printer(out, err, True), live=True)
+        async with running(follow, "test-follow-live-short") as task:
+            await until(lambda: "waiting for one that is" in err.getvalue() or task.done(), "the waiting note")
+            assert not task.done() and out.getvalue() == ""
+            # Begun, written and closed within one poll: never held when the follow looks.
+            (tmp_path / "capture-20261207T100001-5.jsonl").write_bytes(short.finish().render())
+            await until(task.done, "the follow's end")
+
+    asyncio.run(run())
+    printed = [orjson.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["kind"], r.get("note")) for r in printed] == [("capture_start", None), ("mark", "short run"),
+                                                            ("capture_end", None)]  # fmt: skip
+
+
 def test_a_capture_is_being_written_while_a_writer_holds_a_file_of_it(tmp_path: Path) -> None:
     """What --live and the default's note go by: a file held (any of the capture's: a rotation keeps the closed
     one held until the next is); none held but an empty file younger than the grace (its writer creates it, then
