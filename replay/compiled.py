@@ -51,7 +51,7 @@ SOURCES: dict[str, str] = {
     "proxy.triton.pieces": "a long message's head read across its pieces",
     "proxy.triton.inflight": "which request ids of a call wait for their final response",
     "replay.capture.shapes": "the decoder's fast path: a line of a known shape to its record",
-    "replay.capture.sparse": "the writer's fast path: a record to its line's sparse dict",
+    "replay.capture.sparse": "the writer's fast path: a record to its line (its sparse dict, sticky fields, bytes)",
 }
 
 #: Hand-written C modules, by import name, with the work each does (its Python version is named beside

@@ -23,6 +23,7 @@ from replay.capture import events as ev
 from replay.capture.shapes import OneOf, Shape, SpecMemo, compile_shape
 from replay.capture.shapes import generic as _generic
 from replay.capture.sparse import ALWAYS, DEFAULT, NULLABLE, TENSORS, Sparse
+from replay.capture.sparse import Encoder as _Encoder
 from replay.errors import CaptureError, CaptureTooNew, UnknownKind
 
 SCHEMA_VERSION = 4
@@ -122,60 +123,23 @@ def encode(record: ev.Record, seq: int, payload_at: list[int] | None = None) -> 
     return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
 
 
-# Not compiled, on purpose: moved into sparse.py and compiled by mypyc it cost more (40.9k against 39.0k
-# instructions per streamed response, bench.icount): compiled code reads a record's fields by the generic
-# attribute lookup, where the interpreter's read of a slot is specialised.
 class Encoder:
     """Sparse encoding of one capture file: also omits an `s2c` message's sticky fields when they repeat.
 
     State is per file (a reader of one rotated file needs no other) and per open call (dropped at
-    ``call_end``); :meth:`reset` forgets it, e.g. after a batch that was never written.
+    ``call_end``); :meth:`reset` forgets it, e.g. after a batch that was never written. The work is
+    :class:`replay.capture.sparse.Encoder`'s, compiled, with this schema's tables: ``encode`` and ``reset``
+    are its methods, so a line's making runs no interpreted code but the tensor function.
     """
 
-    __slots__ = ("_last",)
+    __slots__ = ("encode", "reset")
 
     def __init__(self) -> None:
-        self._last: dict[str, tuple[Any, ...]] = {}
-
-    def reset(self) -> None:
-        """Forget what earlier lines said: the next message of every call writes its sticky fields."""
-        self._last.clear()
-
-    def encode(self, record: ev.Record, seq: int, payload_at: list[int] | None = None) -> bytes:
-        """One JSONL line (with newline) for ``record`` as record number ``seq`` (``payload_at``: as :func:`encode`)."""
-        r: Any = record  # a record of any kind: its fields are read once its class is known
-        cls = type(r)
-        skip, now, before = 0, None, None
-        if cls is _MESSAGE and r.dir == "s2c":
-            # Compared as the record holds them, before any dict is built: the labels cache shares
-            # these lists between a stream's records, so a repeat is mostly identity tests.
-            now = (r.model, r.model_version, r.outputs, r.output_tensors)
-            before = self._last.get(r.call)
-            if now == before:
-                skip = _STICKY_SKIP
-        elif cls is _CALL_END:
-            self._last.pop(r.call, None)
-        d = _BUILD[cls](r, seq, skip)
-        if payload_at is not None:
-            d["payload_at"] = payload_at
-        if now is not None and not skip:
-            # The reference of the call's next record, once this one's fields were written whole (one
-            # that raised is none: its repeat must raise too, not be left out as a repeat).
-            self._last[r.call] = now
-            if before is not None:
-                for name, value, old in zip(_STICKY, now, before, strict=True):
-                    if value == old:
-                        d.pop(name, None)
-                    elif value is None:
-                        d[name] = None  # null after a non-null value must be said
-            else:
-                for name in _STICKY:
-                    if name not in d:
-                        d[name] = None  # a call's first: spelled out, whatever a reader knew before
-        return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
-
-
-_MESSAGE, _CALL_END = ev.MessageSeen, ev.CallEnded
+        work = _Encoder(_BUILD, ev.MessageSeen, ev.CallEnded, _STICKY)
+        #: One JSONL line (with newline) for ``record`` as record number ``seq`` (``payload_at``: as :func:`encode`).
+        self.encode = work.encode
+        #: Forget what earlier lines said: the next message of every call writes its sticky fields.
+        self.reset = work.reset
 
 
 def _required(cls: type[Any]) -> frozenset[str]:
