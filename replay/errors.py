@@ -15,6 +15,11 @@ class UpstreamError(TritonTapError):
     """The Triton server (upstream) is unreachable or misbehaved."""
 
 
+class RecordingIncomplete(TritonTapError):
+    """What the proxy recorded could not all be written (a full disk, a removed capture directory): its capture
+    ended without its ``capture_end``. Not the user's input nor the upstream: the recording's own failure."""
+
+
 class CaptureError(TritonTapError):
     """A capture file cannot be read as a capture."""
 

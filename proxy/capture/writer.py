@@ -118,6 +118,9 @@ class CaptureWriter:
         self._watch: set[int] = set()
         self._stored: set[int] = set()
         self._lost_why = ""
+        #: Set by :meth:`close` when the end could not be written (a full disk, a removed directory): how many
+        #: records, the capture_end among them, no file holds, and why. The file reads as a proxy killed.
+        self.not_closed: tuple[int, str] | None = None
         self._next_check = 0.0
         self._disk = DiskGate(options.directory, options.disk_usage, options.check_interval_s, self.ops)
         self._stem = options.stem or naming.stem(naming.stamp(start.t_ns), os.getpid())
@@ -663,10 +666,20 @@ class CaptureWriter:
         self._lost_why = self._disk.paused_why()
 
     def _finish(self, extra: dict[str, int], queue_gap: Gap) -> None:
-        # The writer task has returned, so the queue is empty; a pending gap goes out first.
+        # The writer task has returned, so the queue is empty. A live file deleted since the last check (its
+        # directory removed) holds nothing anyone can read: found now, its records are the pending gap, not
+        # an end written into a file that is gone.
+        if self._fd >= 0:
+            self._check_live()
+        # A pending gap goes out first.
         if queue_gap.dropped or self._gap.dropped:
             self._write_batch([], queue_gap, may_rotate=False)
         self._write_batch([self._end_record("shutdown", extra, None)], may_rotate=False)
+        if self._gap.dropped:
+            # The end went where the pending gap went: nowhere. No later write will report them, so the stop does.
+            self.not_closed = (self._gap.dropped, self._lost_why or "the capture could not be written")
+            log.error("capture_not_closed", not_written=self._gap.dropped, reason=self._gap.reason,
+                      path=str(self.path), note="the capture has no capture_end: it reads as a proxy that was killed")  # fmt: skip
         self._let_go_closed()  # no next file will come: the proxy stops
         if self._fd < 0:
             return

@@ -38,7 +38,7 @@ from replay import readyfile
 from replay.capture import events as ev
 from replay.capture import naming
 from replay.compiled import active as compiled_modules
-from replay.errors import UpstreamError, UserError
+from replay.errors import RecordingIncomplete, UpstreamError, UserError
 from replay.hostport import cannot_listen, format_hostport, is_loopback, parse_hostport
 
 log = structlog.get_logger("triton_tap.proxy")
@@ -604,7 +604,8 @@ class RecordingProxy:
         if self.admin is not None:  # after capture_end, so Tail streams deliver it
             await self.admin.stop()
         self._close_metrics()
-        log.info("capture_closed", capture=[str(p) for p in self.writer.paths])
+        if self.writer.not_closed is None:
+            log.info("capture_closed", capture=[str(p) for p in self.writer.paths if p.exists()])
 
     # -- upkeep: SIGHUP, certificate reload, capture budget (docs/operating.md) -----------------
 
@@ -651,3 +652,8 @@ async def run(config: ProxyConfig) -> None:
         log.info("shutting_down", open_calls=sum(relay.open_calls for relay in proxy.relays))
     finally:
         await proxy.stop()
+    if proxy.writer is not None and proxy.writer.not_closed is not None:
+        # Not a clean stop, whatever the signal was: the capture lost its end and the records before it.
+        n, why = proxy.writer.not_closed
+        raise RecordingIncomplete(f"the capture {str(proxy.writer.path)!r} was not closed: {n} record(s), its "
+                                  f"capture_end among them, could not be written ({why})")  # fmt: skip

@@ -542,3 +542,54 @@ def test_a_full_disk_at_a_rotation_leaves_the_files_chained(tmp_path: Path, fail
     assert sum(g.dropped for g in gaps) == lost and by_file[-1][-1]["counts"]["dropped"] == lost
     calls = [r.call for _, r in recs if isinstance(r, ev.HalfClosed)]
     assert len(calls) == 12 - lost and calls == sorted(calls, key=lambda c: int(c.split(".")[1]))
+
+
+def test_a_stop_while_writing_fails_says_what_the_capture_lost(tmp_path: Path) -> None:
+    """ENOSPC from some batch to the stop: the records dropped since, the capture_end among them, are in no file
+    and no later write can report them: the stop does (``not_closed``, an error line). (It logged only the usual
+    `capture_closed`, and the proxy exited 0, the file reading as a proxy killed.)"""
+    failing = {"on": False}
+
+    def before_write(data: bytes) -> None:
+        if failing["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path, before_write=before_write, min_free_bytes=0), _start())
+        w.open()
+        w.emit(_half(0))
+        await _until(lambda: w.stats()[0] >= 2, "the first records written")
+        failing["on"] = True
+        w.emit(_half(1))
+        w.emit(_half(2))
+        await w.close()
+        return w
+
+    with structlog.testing.capture_logs() as logs:
+        w = asyncio.run(run())
+    assert w.not_closed == (3, "the capture could not write it: [Errno 28] No space left on device")
+    (line,) = [e for e in logs if e["event"] == "capture_not_closed"]
+    assert (line["log_level"], line["not_written"]) == ("error", 3)
+    assert [r["kind"] for r in records(w.path)] == ["capture_start", "half_close"]
+
+
+def test_a_live_file_deleted_with_its_directory_before_the_stop_is_not_closed(tmp_path: Path) -> None:
+    """The capture directory removed between two of the writer's checks, then the stop: the records the
+    deleted file held and the capture_end are in no file (the end was written into the deleted file, and
+    `capture_closed` named it)."""
+    directory = tmp_path / "cap"
+    directory.mkdir()
+
+    async def run() -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=directory, min_free_bytes=0, check_interval_s=3600), _start())
+        w.open()
+        w.emit(_half(0))
+        await _until(lambda: w.stats()[0] >= 2, "the first records written")
+        w.path.unlink()
+        directory.rmdir()
+        await w.close()
+        return w
+
+    w = asyncio.run(run())
+    assert w.not_closed is not None and w.not_closed[0] == 3  # capture_start, the half-close, the end
+    assert not directory.exists()

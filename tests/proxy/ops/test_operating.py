@@ -89,6 +89,34 @@ def test_json_logs_off_a_tty_one_line_per_call_end(fake_process: int, tmp_path: 
     assert {e["event"] for e in lines} == {"recording", "call_end", "shutting_down", "capture_closed"}
 
 
+def test_a_stop_after_the_capture_directory_was_removed_exits_1_saying_what_was_lost(
+    fake_process: int, tmp_path: Path
+) -> None:
+    """The capture directory removed under a recording proxy, then SIGTERM: its file and the capture_end are in
+    no file. The proxy exits 1 with one error line saying so, and no `capture_closed` naming the deleted file.
+    (It exited 0, `capture_closed` listing the file that was gone, as after a clean stop.)"""
+    import shutil
+
+    log = tmp_path / "stderr.log"
+    with open(log, "wb") as err:
+        proc = _record(fake_process, tmp_path, err)
+        try:
+            wait_for(lambda: b'"recording"' in log.read_bytes(), 30, "the proxy to start")
+            port = int(json.loads(log.read_text().splitlines()[0])["listen"].rsplit(":", 1)[1])
+            _traffic(port)
+            wait_for(lambda: log.read_text().count('"call_end"') >= 2, 30, "two call_end lines")
+            shutil.rmtree(tmp_path / "cap")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(30)
+    text = log.read_text().splitlines()
+    assert code == 1, text
+    assert text[-1].startswith(f"triton-tap: error: the capture '{tmp_path / 'cap'}/capture-") and (
+        "was not closed:" in text[-1] and "its capture_end among them, could not be written" in text[-1]), text[-1]
+    events = [json.loads(line)["event"] for line in text[:-1]]
+    assert "capture_not_closed" in events and "capture_closed" not in events
+
+
 def test_console_logs_on_a_tty(fake_process: int, tmp_path: Path) -> None:
     """stderr a TTY: console rendering (not JSON), still one call_end line per call."""
     master, slave = pty.openpty()
