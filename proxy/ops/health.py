@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from proxy.admin.connect import ClientTls, add_tls_flags, client_tls, closed_on_us, tls_hint
+from proxy.relay.contract import OWN_ANSWER
 from replay.cli.base import positive_float
 from replay.errors import UpstreamError
 from replay.hostport import format_hostport, parse_hostport
@@ -58,7 +59,11 @@ def check(target: str, timeout: float, tls: ClientTls | None = None) -> None:
         except grpc.RpcError as e:
             # A failed sync call is also a grpc.Call: it has the status code and details.
             details = str(e.details())
-            if e.code() == grpc.StatusCode.UNAVAILABLE and "Connection refused" in details:
+            if details.startswith(OWN_ANSWER):
+                # A recording proxy's own answer: it is up, and its upstream (Triton) is what failed. Its words
+                # say which, and "nothing listens there" would blame the proxy.
+                details += " (the proxy answered: Triton behind it did not)"
+            elif e.code() == grpc.StatusCode.UNAVAILABLE and "Connection refused" in details:
                 details = "connection refused (nothing listens there)"  # grpc's own text says it three times
             closed = e.code() == grpc.StatusCode.UNAVAILABLE and closed_on_us(details)
             raise NotServing(f"health check via {target} failed: {e.code().name}: {details}", closed) from None
