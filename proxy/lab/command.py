@@ -74,6 +74,9 @@ def _check_ports(ports: dict[str, int]) -> None:
             if port == other_port:
                 raise UserError(f"--{other}-port and --{name}-port are both {port}")
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # As a server binds: connections of a server just stopped (killed, for a restart drill) that wait out
+            # TIME_WAIT do not keep tritonserver off the port, and must not keep this check from passing either.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError as e:

@@ -40,6 +40,25 @@ def test_a_busy_port_is_named_before_anything_starts(capsys: pytest.CaptureFixtu
     assert err.endswith(f"--http-port {port}: cannot listen on 127.0.0.1:{port}: address already in use\n"), err
 
 
+def test_a_port_whose_last_server_s_connections_wait_out_time_wait_is_free() -> None:
+    """A Triton killed for a restart drill leaves its closed connections in TIME_WAIT on its port; tritonserver
+    binds it again (SO_REUSEADDR) and so does the check. (It said "address already in use" for about 60 s.)"""
+    from proxy.lab.command import _check_ports
+
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as tritonserver's servers bind)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            conn, _ = server.accept()
+            conn.close()  # the server's side closes first: its end of the connection waits in TIME_WAIT
+            assert client.recv(1) == b""
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))  # (what the check did: refused while the TIME_WAIT lasts)
+    _check_ports({"grpc": port, "http": 0, "metrics": 0})
+
+
 def test_one_port_twice_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     err = _error(capsys, "--grpc-port", "0", "--http-port", "18123", "--metrics-port", "18123")
     assert "--http-port and --metrics-port are both 18123" in err, err
