@@ -200,6 +200,9 @@ class DiskGate:
         self._ops = ops
         self._space = FreeSpaceEstimate(interval_s=interval_s, margin=0)
         self._policy = FreeSpacePolicy.for_min_free(0)
+        #: The batch (bytes) that did not fit when writing paused: a resume asked with nothing to write (the
+        #: writer's periodic check) must have room for it too, or the next such batch pauses again at once.
+        self._blocked = 0
 
     def setup(self, min_free: int | None, max_total: int | None, rotate: int | None) -> None:
         """Resolve the default (:func:`~proxy.capture.budget.default_min_free`) and say what is in force."""
@@ -249,7 +252,15 @@ class DiskGate:
                 free = self._space.free
             self._space.measured(now, free)
         was = self._ops.paused
-        paused = self._policy.paused(self._space.free, pending, was)
+        # Resumed with room for 0 bytes, a writer whose batches are large (1 MB tensors) paused again with its
+        # next batch: "resumed" and "paused" logged every check, 2 s apart, with nothing written in between.
+        # A batch that fits is written, whatever did not before.
+        need = pending or (self._blocked if was else 0)
+        paused = self._policy.paused(self._space.free, need, was)
+        if not paused:
+            self._blocked = 0
+        elif pending:
+            self._blocked = pending
         if paused != was:
             self._ops.paused = paused
             if paused:

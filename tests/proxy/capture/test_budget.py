@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -89,3 +92,30 @@ def test_estimate_measures_when_stale_or_near_the_threshold() -> None:
     e.wrote(850)
     assert e.due(1.0, 60)  # 150 - 60 < 100
     assert e.due(2.0, 0)
+
+
+def test_a_paused_writer_resumes_only_with_room_for_the_batch_that_did_not_fit(tmp_path: Path) -> None:
+    """Paused by a 2 MiB batch (1 MB tensors, --payload full) with free space just above the resume mark: the
+    writer's periodic check, asking with nothing to write, resumed it, and its next such batch paused it again:
+    "capture_resumed" and "capture_paused_low_disk" every 2 s, nothing written. It resumes once that batch fits."""
+    from proxy.capture.retention import CaptureOps, DiskGate
+
+    free = {"bytes": 0}
+    ops = CaptureOps()
+    gate = DiskGate(tmp_path, lambda _d: (1000 * MIB, free["bytes"]), 0.0, ops)
+    gate.setup(10 * MIB, None, None)
+    resume = 10 * MIB + FreeSpacePolicy.for_min_free(10 * MIB).hysteresis
+    free["bytes"] = resume + MIB // 2
+    with structlog.testing.capture_logs() as logs:
+        assert gate.paused_for(2 * MIB, 0)  # under the floor once written: paused
+        assert gate.paused_for(0, 5)  # the periodic check: still no room for such a batch
+        free["bytes"] = resume + 2 * MIB
+        assert not gate.paused_for(0, 5)  # room for it now
+        assert not gate.paused_for(2 * MIB, 0)
+    assert [e["event"] for e in logs] == ["capture_paused_low_disk", "capture_resumed"]
+    assert ops.pauses == 1 and not ops.paused
+    # A smaller batch that fits is written while the large one waits: the gate asks of each batch its own size.
+    free["bytes"] = 10 * MIB + MIB
+    assert gate.paused_for(2 * MIB, 0)
+    free["bytes"] = resume + MIB // 2
+    assert not gate.paused_for(1024, 3)
