@@ -50,7 +50,8 @@ class LogObservation:
     ``Cancellation notification received`` line, for a queued one the moment it reached the backend
     (its ``to EXECUTING`` line) or, when it never did, the notification. The window runs from the
     reference point too: a queued request that reached the backend late is watched as long as one
-    that was executing, or the allowance after its start could close with the window.
+    that was executing, or the allowance after its start could close with the window; until it
+    reaches the backend, every line given is read.
     """
 
     notified: bool
@@ -94,7 +95,9 @@ def scan_log(
             continue
         if t0 is not None and t < t0 - 43200:
             t += 86400  # the log crossed midnight
-        if start is not None and (t - start) * 1000.0 > window_ms:
+        # A queued request not yet on the backend is not cut off: it may leave the queue only after the
+        # work ahead of it, later than a window from the notification (the caller read that far).
+        if start is not None and reached is not False and (t - start) * 1000.0 > window_ms:
             break
         if NOTIFIED in line:
             if t0 is None:

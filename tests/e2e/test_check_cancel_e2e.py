@@ -90,13 +90,13 @@ def test_ignoring_model_reports_work_that_went_on(triton: TritonServer) -> None:
 
 
 def test_queued_behind_a_long_blocker_is_watched_from_the_blocker_s_end(triton: TritonServer) -> None:
-    """The blocker runs past the whole window (--length 700: ~4 s of steps): the cancelled queued request
+    """The blocker runs past the whole window (--length 900: ~5 s of steps): the cancelled queued request
     reaches the backend only then, and its work going on must still be seen in the log. (Watched from the
     cancel, the window closed first: the log said it never left the queue, a stop; with a blocker ending
     inside the window but later than the allowance before its end, all it saw was "within the allowance".)"""
     code, doc = _check(
         "--target", triton.grpc_url, "--model", "steps_serial_ignore_cancel", "--log", str(triton.log_path),
-        "--cases", "queued", "--length", "700", "--window", "4", "--allowance-ms", "1000",
+        "--cases", "queued", "--length", "900", "--window", "4", "--allowance-ms", "1000",
     )  # fmt: skip
     (case,) = doc["cases"]
     assert code == 1 and case["work_stopped"] is False, case

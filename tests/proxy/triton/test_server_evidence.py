@@ -72,6 +72,12 @@ def test_scan_log_queued_window_runs_from_reaching_the_backend() -> None:
     assert got.reached_backend is True
     assert (got.skipped_total, got.skipped_after_allowance) == (3, 2)
     assert got.last_skipped_ms == pytest.approx(4900, abs=0.01)
+    # Reaching it only after the work ahead of it, past a window from the notification, is still seen.
+    later = [NOTE, state("08:11:06.156216", "q", "EXECUTING"), skip_at("08:11:07.356216")]
+    got = se.scan_log(later, "q", allowance_ms=1000, window_ms=5000, case="queued")
+    assert got.reached_backend is True and (got.skipped_total, got.skipped_after_allowance) == (1, 1)
+    # Not queued: the window from the notification cuts the lines as before.
+    assert se.scan_log(later, "q", allowance_ms=1000, window_ms=5000).skipped_total == 0
 
 
 def test_scan_log_without_notification_and_past_the_window() -> None:
