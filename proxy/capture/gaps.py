@@ -16,9 +16,12 @@ class Gap:
     """Records the capture could not hold, not yet reported: one `gap` record says how many and why."""
 
     dropped: int = 0
-    reason: str = ""
+    reason: str = ""  # what started the gap
     first_t_ns: int = 0
     last_t_ns: int = 0
+    #: Each other cause of records lost into the same gap, with how many, in the order they came: a gap a
+    #: deleted file started, and then no file could be created for a while, must say both.
+    then: dict[str, int] = field(default_factory=dict)
 
     def add(self, records: list[Any], reason: str) -> None:
         if not records:
@@ -33,15 +36,30 @@ class Gap:
         else:
             self.first_t_ns = min(self.first_t_ns, first)
             self.last_t_ns = max(self.last_t_ns, last)
+            self._also(reason, len(records))
         self.dropped += len(records)
 
     def joined(self, later: Gap) -> Gap:
-        """One gap reporting this one's records and then ``later``'s (this one's reason stays)."""
+        """One gap reporting this one's records and then ``later``'s (this one's reason first, then later's)."""
         if not self.dropped:
             return later
+        if later.dropped:
+            self._also(later.reason, later.dropped - sum(later.then.values()))
+            for reason, n in later.then.items():
+                self._also(reason, n)
         self.dropped += later.dropped
         self.last_t_ns = max(self.last_t_ns, later.last_t_ns)
         return self
+
+    def _also(self, reason: str, n: int) -> None:
+        if reason != self.reason and n:
+            self.then[reason] = self.then.get(reason, 0) + n
+
+    def describe(self, head: str | None = None) -> str:
+        """The `gap` record's reason: what started the gap (``head``: said otherwise), then each other cause
+        with how many records it lost."""
+        return "".join([self.reason if head is None else head,
+                        *(f"; then {n} record(s): {reason}" for reason, n in self.then.items())])  # fmt: skip
 
 
 @dataclass

@@ -416,7 +416,7 @@ class CaptureWriter:
             self._file_t = (self._file_t[0] or pending[0].t_ns, pending[-1].t_ns)
         if self._failing or self._gap.dropped:
             if self._failing or not still_paused:
-                log.warning("capture_write_resumed", dropped=self._gap.dropped, reason=self._gap.reason)
+                log.warning("capture_write_resumed", dropped=self._gap.dropped, reason=self._gap.describe())
             self._failing = False
             self._gap = Gap()
         self._unstarted = None
@@ -439,9 +439,10 @@ class CaptureWriter:
         pending = list(records)
         if self._gap.dropped:
             g = self._gap
-            reason = g.reason
-            if still_paused and reason.startswith("low_disk"):
-                reason = self._disk.reason(still_paused=_where(records))
+            head = g.reason
+            if still_paused and head.startswith("low_disk"):
+                head = self._disk.reason(still_paused=_where(records))
+            reason = g.describe(head)
             gap = ev.GapRecorded(t_ns=time.time_ns(), dropped=g.dropped, reason=reason, first_t_ns=g.first_t_ns,
                                  last_t_ns=g.last_t_ns)  # fmt: skip
             # A new file starts with its capture_start; the gap it reports comes right after.
@@ -678,7 +679,7 @@ class CaptureWriter:
         if self._gap.dropped:
             # The end went where the pending gap went: nowhere. No later write will report them, so the stop does.
             self.not_closed = (self._gap.dropped, self._lost_why or "the capture could not be written")
-            log.error("capture_not_closed", not_written=self._gap.dropped, reason=self._gap.reason,
+            log.error("capture_not_closed", not_written=self._gap.dropped, reason=self._gap.describe(),
                       path=str(self.path), note="the capture has no capture_end: it reads as a proxy that was killed")  # fmt: skip
         self._let_go_closed()  # no next file will come: the proxy stops
         if self._fd < 0:

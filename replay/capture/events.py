@@ -542,7 +542,8 @@ class GapRecorded:
         "why, starting with one of `queue_full` (the disk was slower than the traffic), `write_error: ...` "
         "(e.g. `[Errno 28] No space left on device`), `low_disk` (free space under `--min-free-mb`: "
         "writing paused, forwarding went on) or `file_unlinked` (the live file was deleted while being "
-        "written: the records it held are lost)",
+        "written: the records it held are lost): what started the gap; each other cause of the records it "
+        "counts follows, `; then N record(s): <cause>`",
     ]
     first_t_ns: Annotated[int, "event time of the first dropped record"]
     last_t_ns: Annotated[int, "event time of the last dropped record"]

@@ -220,7 +220,8 @@ async def _until(cond: Any, what: str) -> None:
 
 def test_queue_overflow_while_the_disk_is_failing_joins_the_same_gap(tmp_path: Path) -> None:
     """A write fails (ENOSPC), then, before anything is written again, the queue overflows: one gap
-    record counts both, with the reason that started it, from the first lost record to the last."""
+    record counts both, with the reason that started it and then the overflow's with its count, from the first
+    lost record to the last."""
     failing = {"on": True}
 
     def before_write(data: bytes) -> None:
@@ -251,7 +252,9 @@ def test_queue_overflow_while_the_disk_is_failing_joins_the_same_gap(tmp_path: P
         "capture_end",
     ]
     gap = recs[1]
-    assert gap["dropped"] == 8 and gap["reason"] == "write_error: [Errno 28] No space left on device"
+    assert gap["dropped"] == 8
+    head, then = gap["reason"].split("; then ")
+    assert head == "write_error: [Errno 28] No space left on device" and then.startswith("7 record(s): queue_full")
     assert (gap["first_t_ns"], gap["last_t_ns"]) == (100, 119)
     assert recs[-1]["counts"]["dropped"] == 8 and w.stats()[1] == 8
 
