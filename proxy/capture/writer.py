@@ -27,6 +27,7 @@ import asyncio
 import collections
 import concurrent.futures
 import dataclasses
+import errno
 import os
 import time
 from collections.abc import Callable
@@ -96,6 +97,7 @@ class CaptureWriter:
         self._encoder = Encoder()
         self._sink = make_sink(options.compress)
         self._file_index = 0
+        self._name_taken = False  # the last failed create found its name taken (see _retry_index)
         self._gap = Gap()
         self._queue_gap = Gap()
         self._failing = False
@@ -498,6 +500,14 @@ class CaptureWriter:
         except OSError:
             pass
 
+    def _retry_index(self) -> None:
+        """The index of the next try after a file could not be created: the same one, so the closed file's
+        capture_end, which named it, still names the file that comes next (each try took a new index, and a
+        reader then counted the never-created names as rotated files not given); the next index only when the
+        name was taken by another file (EEXIST)."""
+        if self._name_taken:
+            self._file_index += 1
+
     def _end_record(self, reason: str, extra: dict[str, int], next_file: str | None) -> ev.CaptureEnded:
         return ev.CaptureEnded(t_ns=time.time_ns(), reason=reason, counts=self._counts.summary(extra), next_file=next_file)
 
@@ -541,6 +551,7 @@ class CaptureWriter:
         except OSError as e:
             # No file to write to: records are counted as dropped until a later attempt works.
             self._fd = -1
+            self._name_taken = e.errno == errno.EEXIST
             log.warning("capture_open_failed", file=self._file_name(), error=str(e))
             self._gap.add(notes, f"write_error: cannot create a capture file: {e}")
             return
@@ -579,7 +590,7 @@ class CaptureWriter:
             index = len(self.paths) - 1  # the live file, or the last one when none could be created
             if self._fd < 0:
                 # No live file (the last one could not be created): the request is the next attempt.
-                self._file_index += 1
+                self._retry_index()
                 self._next_file([])
             elif self._check_live(rotation.reopen):
                 # Deleted or renamed since the last check: the capture went on in a new file as such (a gap for
@@ -607,7 +618,7 @@ class CaptureWriter:
         self._next_check = time.monotonic() + self._opt.check_interval_s
         if self._fd < 0:
             # An earlier file could not be created: try again (the pending gap says what was lost).
-            self._file_index += 1
+            self._retry_index()
             self._next_file([])
             return
         self._check_live()

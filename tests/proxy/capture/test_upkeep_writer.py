@@ -533,7 +533,8 @@ def test_a_vanished_capture_directory_is_tried_again_once_per_check_not_per_tick
 ) -> None:
     """The capture directory is removed and a reopen cannot create the next file: the writer tries again
     at the next check, and then not before the check after it, however many batches and idle ticks come
-    in between (each try is a warning and a file index); the directory back, the next check's try works."""
+    in between (each try is a warning); the directory back, the next check's try works, under the name the
+    first try had (a try that found no file to create took no index)."""
     from proxy.capture import writer as writer_module
 
     clock = _Clock()
@@ -568,7 +569,7 @@ def test_a_vanished_capture_directory_is_tried_again_once_per_check_not_per_tick
     with structlog.testing.capture_logs() as logs:
         w = asyncio.run(run(logs))
     assert failures(logs) == 2
-    assert [p.name for p in w.paths] == [w.paths[0].name, w.paths[0].name.replace(".jsonl", "-0003.jsonl")]
+    assert [p.name for p in w.paths] == [w.paths[0].name, w.paths[0].name.replace(".jsonl", "-0001.jsonl")]
     recs = _lines(w.path)
     assert [r["kind"] for r in recs] == ["capture_start", "gap", "message", "capture_end"]
     # The live file went with its directory (3 records, noticed by the reopen), then 10 records had no file.
@@ -650,3 +651,55 @@ def test_a_gap_written_while_still_paused_does_not_say_writing_resumed(tmp_path:
     assert (old[3]["dropped"], old[3]["first_t_ns"], old[3]["last_t_ns"]) == (3, 1002, 1004)
     assert (new[1]["dropped"], new[1]["first_t_ns"], new[1]["last_t_ns"]) == (2, 1005, 1006)
     assert new[-1]["counts"]["dropped"] == 5
+
+
+def test_a_file_that_could_not_be_created_for_a_while_keeps_the_chain_its_predecessor_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rotation whose next file cannot be created (the directory unwritable for a while; EACCES here): the
+    closed file's capture_end names that file, and the try that works creates it under that name. Each try took
+    a new index, so the next real file was -0007 and `replay check` reported rotated files 2-6 'not given',
+    files that never existed, beside the gap record that counts what was lost."""
+    from proxy.capture import writer as writer_module
+
+    clock = _Clock()
+    monkeypatch.setattr(writer_module, "time", clock)
+    real_open = os.open
+    refused = {"on": False}
+
+    def open_(path: Any, flags: int, mode: int = 0o777) -> int:
+        if refused["on"] and str(path).endswith("-0001.jsonl"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(writer_module.os, "open", open_)
+
+    def failures(logs: list[dict[str, Any]]) -> int:
+        return len([e for e in logs if e["event"] == "capture_open_failed"])
+
+    async def run(logs: list[dict[str, Any]]) -> CaptureWriter:
+        w = CaptureWriter(WriterOptions(directory=tmp_path, min_free_bytes=0, check_interval_s=2.0), _start())
+        w.open()
+        await _emit(w, 0, 2)
+        refused["on"] = True
+        with pytest.raises(OSError, match="no new capture file could be created"):
+            await w.rotate()
+        for n in range(3):  # each check tries again, and fails
+            clock.now += 2.5
+            await _until(lambda n=n: failures(logs) == 2 + n, "a check's try")  # type: ignore[misc]
+        await _emit(w, 2, 2)  # no file: counted into the gap
+        refused["on"] = False
+        clock.now += 2.5
+        await _until(lambda: len(w.paths) == 2, "a capture file again")
+        await _emit(w, 4, 1)
+        await w.close()
+        return w
+
+    with structlog.testing.capture_logs() as logs:
+        w = asyncio.run(run(logs))
+    first = w.paths[0].name
+    assert [p.name for p in w.paths] == [first, first.replace(".jsonl", "-0001.jsonl")]
+    assert _lines(w.paths[0])[-1]["next_file"] == w.paths[1].name
+    reader = read_capture(w.paths)
+    list(reader)
+    assert [g.kind for g in reader.gaps] == ["gap_record"]
