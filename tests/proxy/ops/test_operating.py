@@ -16,7 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,19 +65,28 @@ def _traffic(port: int) -> None:
     s.close()
 
 
-def test_json_logs_off_a_tty_one_line_per_call_end(fake_process: int, tmp_path: Path) -> None:
-    """stderr not a TTY: every line is JSON; exactly one info `call_end` per call; nothing per message."""
+def _recorded_then_stopped(upstream: int, tmp_path: Path, before_stop: Callable[[], object] = lambda: None) -> int:
+    """A `record` process (its stderr in tmp_path/stderr.log), :func:`_traffic` through it, ``before_stop``, then
+    SIGTERM: its exit code."""
     log = tmp_path / "stderr.log"
     with open(log, "wb") as err:
-        proc = _record(fake_process, tmp_path, err)
+        proc = _record(upstream, tmp_path, err)
         try:
             wait_for(lambda: b'"recording"' in log.read_bytes(), 30, "the proxy to start")
             port = int(json.loads(log.read_text().splitlines()[0])["listen"].rsplit(":", 1)[1])
             _traffic(port)
             wait_for(lambda: log.read_text().count('"call_end"') >= 2, 30, "two call_end lines")
+            before_stop()
         finally:
             proc.send_signal(signal.SIGTERM)
-            assert proc.wait(30) == 0
+            code = proc.wait(30)
+    return code
+
+
+def test_json_logs_off_a_tty_one_line_per_call_end(fake_process: int, tmp_path: Path) -> None:
+    """stderr not a TTY: every line is JSON; exactly one info `call_end` per call; nothing per message."""
+    log = tmp_path / "stderr.log"
+    assert _recorded_then_stopped(fake_process, tmp_path) == 0
     lines = [json.loads(line) for line in log.read_text().splitlines()]  # raises if any line is not JSON
     ends = [e for e in lines if e["event"] == "call_end"]
     assert sorted((e["method"], e["cause"], e["status"]) for e in ends) == [
@@ -97,19 +106,8 @@ def test_a_stop_after_the_capture_directory_was_removed_exits_1_saying_what_was_
     (It exited 0, `capture_closed` listing the file that was gone, as after a clean stop.)"""
     import shutil
 
-    log = tmp_path / "stderr.log"
-    with open(log, "wb") as err:
-        proc = _record(fake_process, tmp_path, err)
-        try:
-            wait_for(lambda: b'"recording"' in log.read_bytes(), 30, "the proxy to start")
-            port = int(json.loads(log.read_text().splitlines()[0])["listen"].rsplit(":", 1)[1])
-            _traffic(port)
-            wait_for(lambda: log.read_text().count('"call_end"') >= 2, 30, "two call_end lines")
-            shutil.rmtree(tmp_path / "cap")
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(30)
-    text = log.read_text().splitlines()
+    code = _recorded_then_stopped(fake_process, tmp_path, lambda: shutil.rmtree(tmp_path / "cap"))
+    text = (tmp_path / "stderr.log").read_text().splitlines()
     assert code == 1, text
     assert text[-1].startswith(f"triton-tap: error: the capture '{tmp_path / 'cap'}/capture-") and (
         "was not closed:" in text[-1] and "its capture_end among them, could not be written" in text[-1]), text[-1]
