@@ -90,6 +90,12 @@ def newest_written(directory: Path, over: set[str]) -> tuple[list[Path] | None, 
     return None, max(paths)
 
 
+def capture_names(directory: Path) -> set[str]:
+    """The captures (a capture set's stem, or a capture's) that ``directory``'s writer-named files belong to;
+    none for a directory that is not there."""
+    return {capture for capture, _, _, _ in _files(directory)} if directory.is_dir() else set()
+
+
 def _by_capture(files: list[tuple[str, str, int, Path]]) -> dict[str, list[Path]]:
     """Each capture's files (of :func:`_files`)."""
     paths: dict[str, list[Path]] = {}

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 import orjson
 
 from proxy.admin.connect import admin_call
-from proxy.admin.follow import POLL_S, follow_lines, newest_with_state, newest_written, set_chains
+from proxy.admin.follow import POLL_S, capture_names, follow_lines, newest_with_state, newest_written, set_chains
 from proxy.admin.hub import Dropped, Subscriber, TailFilter
 from replay.capture import naming
 from replay.capture.schema import Sticky, decode, encode
@@ -247,8 +247,7 @@ async def _first_chains(directory: Path, printer: Printer, live: bool = False) -
     while True:
         if directory.exists() and not directory.is_dir():
             raise UserError(f"{str(directory)!r} is not a directory")
-        names = [n for p in directory.iterdir() if (n := naming.parse(p.name)) is not None] if directory.is_dir() else []
-        captures = {n.capture_set or n.stem for n in names}
+        captures = capture_names(directory)
         if live and before is None:
             before = captures
         if captures:

@@ -181,10 +181,15 @@ class GroupTotal:
     errors: set[str]
 
     def error(self) -> str | list[str] | None:
-        """The error texts in text order (the first :data:`~replay.machine.groups.KEEP_ERROR_TEXTS`, as the group
-        keeps them): one text as it is, none as None."""
-        texts = sorted(self.errors)[:KEEP_ERROR_TEXTS]
-        return texts[0] if len(texts) == 1 else texts or None
+        """The error texts, as :func:`error_texts` gives them."""
+        return error_texts(self.errors)
+
+
+def error_texts(errors: Collection[str]) -> str | list[str] | None:
+    """Error texts compared together, in text order (the first :data:`~replay.machine.groups.KEEP_ERROR_TEXTS`,
+    as a group keeps them): one text as it is, none as None."""
+    texts = sorted(errors)[:KEEP_ERROR_TEXTS]
+    return texts[0] if len(texts) == 1 else texts or None
 
 
 #: (call, its id group's first request seq) -> what the group's requests got (:class:`GroupTotal`).
@@ -220,11 +225,10 @@ class Together:
 
     def values(self) -> dict[str, Any]:
         """The compared fields of each of the requests (the same for all of them: they are compared together)."""
-        texts = sorted(self.errors)[:KEEP_ERROR_TEXTS]
         ended = ", ".join(f"{n} {k}" for k, n in self.ended)
         return {
             "outcome": "together", "responses": None, "text_responses": None, "final": None,
-            "error": texts[0] if len(texts) == 1 else texts or None,
+            "error": error_texts(self.errors),
             "group": (f"{sum(n for _, n in self.ended)} request(s) with id {self.request_id!r} (ended: {ended}), "
                       f"{self.responses} response(s) ({self.text_responses} text) to them"),
         }  # fmt: skip

@@ -653,6 +653,25 @@ def test_a_refusal_and_its_correction_grouped_on_one_side_only_are_compared_toge
     }
 
 
+def test_a_group_whose_partners_were_on_two_calls_is_not_compared_together() -> None:
+    """The other side sent the refused request and its correction on two calls: not the same requests told apart
+    by the clients' timing, so each pair is compared as it is (the group's fields against each request's)."""
+    b = Builder().start()
+    for call, error in (("c1.1", "expected 1 inputs but got 0"), ("c2.1", None)):
+        b.call(call)
+        b.request(call, "x", model="scripted", empty_final=True)
+        if error is not None:
+            b.response(call, "x", None, error=error, model="")
+        else:
+            b.response(call, "x", "t-0", model="scripted")
+            b.response(call, "x", None, final=True, model="scripted")
+        b.half_close(call)
+        b.end(call)
+    result = _diff(_refused_then_corrected(False), b.finish(), strategies=("order",))
+    assert [(p.a.group is None, p.b.group is None) for p in result.pairs] == [(False, True), (False, True)]
+    assert not result.equivalent and "group" in {c.field for p in result.pairs for c in p.changes}
+
+
 def _two_errors(first: str, second: str) -> Builder:
     """Two id-less `tokens` requests in flight together (an id group), each ended by an error final: the
     server's timing says which error comes first."""
